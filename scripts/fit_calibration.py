@@ -1,0 +1,179 @@
+"""Fit the per-engine constants of the step-time model on measured closed-loop points.
+
+    python scripts/fit_calibration.py [--csv ../shared/data/calibration_h100_dense.csv]
+                                      [--backend vllm] [--write]
+
+For each backend, the constants in `src/inhouse/perf/data/engines.yaml` are fitted by robust
+least squares on log(predicted / measured) of mean TTFT and mean TPOT, each row predicted by the
+same closed-loop simulation `inhouse predict` runs. GPU physics stay in the catalog: the fit
+sees only H100 rows, and the constants must carry to other GPUs unchanged. `--write` stores the
+result; without it the script only prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import yaml
+from scipy.optimize import least_squares
+
+from inhouse.errors import DoesNotFitError
+from inhouse.perf.constants import FITTED_FIELDS, EngineConstants, get_engine_constants
+from inhouse.engine.build import ReplicaSpec, build_replica
+from inhouse.predict import run_closed_loop
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_CSV = ROOT.parent / "shared" / "data" / "calibration_h100_dense.csv"
+ENGINES_YAML = ROOT / "src" / "inhouse" / "perf" / "data" / "engines.yaml"
+
+LOWER = {
+    "eta_bw": 0.3,
+    "eta_compute": 0.1,
+    "eta_attention": 0.05,
+    "step_overhead_s": 1e-5,
+    "layer_overhead_s": 1e-7,
+    "seq_overhead_s": 1e-7,
+    "allreduce_latency_scale": 0.1,
+    "request_overhead_s": 1e-4,
+}
+UPPER = {
+    "eta_bw": 1.0,
+    "eta_compute": 1.0,
+    "eta_attention": 1.0,
+    "step_overhead_s": 0.05,
+    "layer_overhead_s": 1e-3,
+    "seq_overhead_s": 1e-3,
+    "allreduce_latency_scale": 10.0,
+    "request_overhead_s": 0.5,
+}
+
+
+def predict_row(args: tuple[dict[str, str], EngineConstants]) -> tuple[float, float] | None:
+    row, constants = args
+    spec = ReplicaSpec(
+        row["model"], row["system"], int(row["tp"]), row["precision"], row["backend"]
+    )
+    try:
+        replica = build_replica(spec, constants)
+    except DoesNotFitError:
+        return None
+    result = run_closed_loop(replica, int(row["isl"]), int(row["osl"]), int(row["concurrency"]))
+    return result.mean_ttft_ms, result.mean_tpot_ms
+
+
+class Fitter:
+    def __init__(self, rows: list[dict[str, str]], base: EngineConstants, pool: ProcessPoolExecutor):
+        self.rows = rows
+        self.base = base
+        self.pool = pool
+        self.calls = 0
+
+    def constants(self, x: np.ndarray) -> EngineConstants:
+        values = {name: float(math.exp(v)) for name, v in zip(FITTED_FIELDS, x, strict=True)}
+        return self.base.with_values(**values)
+
+    def predictions(self, constants: EngineConstants) -> list[tuple[float, float] | None]:
+        return list(self.pool.map(predict_row, [(r, constants) for r in self.rows], chunksize=4))
+
+    def residuals(self, x: np.ndarray) -> np.ndarray:
+        self.calls += 1
+        preds = self.predictions(self.constants(x))
+        out: list[float] = []
+        for row, pred in zip(self.rows, preds, strict=True):
+            if pred is None:
+                out.extend([3.0, 3.0])  # a measured point the model says cannot run
+                continue
+            out.append(math.log(pred[0] / float(row["ttft_ms"])))
+            out.append(math.log(pred[1] / float(row["tpot_ms"])))
+        return np.array(out)
+
+
+def summarize(rows: list[dict[str, str]], preds: list[tuple[float, float] | None]) -> str:
+    ttft_err = []
+    tpot_err = []
+    for row, pred in zip(rows, preds, strict=True):
+        if pred is None:
+            continue
+        ttft_err.append(abs(pred[0] / float(row["ttft_ms"]) - 1))
+        tpot_err.append(abs(pred[1] / float(row["tpot_ms"]) - 1))
+    return (
+        f"TTFT median APE {100 * statistics.median(ttft_err):.1f}%, "
+        f"TPOT median APE {100 * statistics.median(tpot_err):.1f}% over {len(ttft_err)} rows"
+    )
+
+
+def fit_backend(
+    backend: str, rows: list[dict[str, str]], pool: ProcessPoolExecutor, max_evals: int
+) -> tuple[EngineConstants, str]:
+    base = get_engine_constants(backend)
+    fitter = Fitter(rows, base, pool)
+    x0 = np.array([math.log(getattr(base, f)) for f in FITTED_FIELDS])
+    lower = np.array([math.log(LOWER[f]) for f in FITTED_FIELDS])
+    upper = np.array([math.log(UPPER[f]) for f in FITTED_FIELDS])
+    x0 = np.clip(x0, lower + 1e-6, upper - 1e-6)
+    started = time.perf_counter()
+    print(f"[{backend}] start: {summarize(rows, fitter.predictions(base))}", flush=True)
+    result = least_squares(
+        fitter.residuals,
+        x0,
+        bounds=(lower, upper),
+        loss="soft_l1",
+        f_scale=0.1,
+        diff_step=0.03,
+        max_nfev=max_evals,
+        x_scale=1.0,
+    )
+    fitted = fitter.constants(result.x)
+    summary = summarize(rows, fitter.predictions(fitted))
+    took = time.perf_counter() - started
+    print(f"[{backend}] fitted in {fitter.calls} evaluations, {took:.0f} s: {summary}", flush=True)
+    return fitted, summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--csv", type=Path, default=DEFAULT_CSV)
+    parser.add_argument("--backend", action="append", help="fit only these backends")
+    parser.add_argument("--max-evals", type=int, default=12)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--write", action="store_true", help="store the fit in engines.yaml")
+    args = parser.parse_args(argv)
+
+    with args.csv.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    backends = args.backend or sorted({r["backend"] for r in rows})
+    table = yaml.safe_load(ENGINES_YAML.read_text(encoding="utf-8"))
+    with ProcessPoolExecutor(args.workers) as pool:
+        for backend in backends:
+            subset = [r for r in rows if r["backend"] == backend]
+            fitted, summary = fit_backend(backend, subset, pool, args.max_evals)
+            values = asdict(fitted)
+            values.pop("name")
+            for key in FITTED_FIELDS:
+                values[key] = float(f"{values[key]:.4g}")
+            values["fitted_on"] = (
+                f"{len(subset)} rows of {args.csv.name} ({backend}); {summary}"
+            )
+            table[backend] = values
+            print(yaml.safe_dump({backend: values}, sort_keys=False))
+    if args.write:
+        header = (
+            "# Step-time constants per serving engine. Written by scripts/fit_calibration.py;"
+            " edit by re-fitting.\n"
+        )
+        ENGINES_YAML.write_text(header + yaml.safe_dump(table, sort_keys=False), "utf-8")
+        print(f"wrote {ENGINES_YAML}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

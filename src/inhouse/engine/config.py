@@ -1,0 +1,35 @@
+"""Engine configuration: vLLM's scheduler and cache knobs, by vLLM's names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Knobs of one engine replica.
+
+    * `num_gpu_blocks`: KV blocks the replica holds (from `perf.plan_memory`).
+    * `max_num_batched_tokens`: token budget of one step (prefill chunks plus decodes).
+    * `long_prefill_token_threshold`: cap on one prompt's chunk per step (0: no cap).
+    * `num_host_blocks`: capacity of the host-RAM KV tier (0: no tier).
+    * `request_overhead_s`: delay between a request's arrival and the scheduler seeing it.
+    """
+
+    num_gpu_blocks: int
+    block_size: int = 16
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    max_model_len: int = 131072
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    long_prefill_token_threshold: int = 0
+    scheduling_policy: str = "fcfs"
+    num_host_blocks: int = 0
+    request_overhead_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        assert self.num_gpu_blocks > 0, "num_gpu_blocks must be positive"
+        assert self.max_num_seqs > 0, "max_num_seqs must be positive"
+        assert self.max_num_batched_tokens > 0, "max_num_batched_tokens must be positive"
+        assert self.scheduling_policy in ("fcfs", "priority"), "policy is fcfs or priority"

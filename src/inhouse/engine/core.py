@@ -1,0 +1,291 @@
+"""The engine core: a scheduler and a step-time model stepping in time given from outside.
+
+    batch = scheduler.schedule(now); dt = step_model.step_time(batch); scheduler.update(batch, now + dt)
+
+The core reads no clock: the fleet simulator drives it in virtual time, the HTTP engine in wall
+time. When every running sequence is decoding and nothing can join, the next steps differ only by
+their growing context, so `step` may jump over many of them at once (their times form an
+arithmetic series); every token still gets its exact time.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from array import array
+from dataclasses import dataclass, field
+
+from inhouse.engine.config import EngineConfig
+from inhouse.engine.request import Request, Status
+from inhouse.engine.scheduler import Batch, Scheduler
+from inhouse.perf.step import StepModel
+
+# A jump over fewer steps than this is not worth its bookkeeping.
+MIN_FAST_FORWARD_STEPS = 2
+
+
+@dataclass(slots=True)
+class StepResult:
+    """What one call to `EngineCore.step` did: `num_steps` steps from `start_s` to `end_s`."""
+
+    start_s: float
+    end_s: float
+    first_step: int
+    num_steps: int
+    emitted: list[Request] = field(default_factory=list)
+    finished: list[Request] = field(default_factory=list)
+    batch: Batch | None = None  # the batch of a single step; None for a jump
+
+
+@dataclass(slots=True)
+class EngineStats:
+    """Counters over the engine's life, for metrics (vLLM's `_total` counters)."""
+
+    num_prompt_tokens: int = 0
+    num_generation_tokens: int = 0
+    num_finished: int = 0
+    num_aborted: int = 0
+    num_steps: int = 0
+    busy_s: float = 0.0
+
+
+class EngineCore:
+    def __init__(self, config: EngineConfig, step_model: StepModel) -> None:
+        self.config = config
+        self.step_model = step_model
+        self.scheduler = Scheduler(config)
+        self.stats = EngineStats()
+        self.timeline = array("d")  # end time of every step, by step index
+        self._pending: list[tuple[float, int, Request]] = []
+        self._seq = itertools.count()
+        self._capacity_tokens = config.num_gpu_blocks * config.block_size
+
+    # -- admission -----------------------------------------------------------------------
+
+    def check_request(self, num_prompt_tokens: int, output_len: int) -> str | None:
+        """Why a request cannot be served at all, or None if it can."""
+        max_len = self.config.max_model_len
+        if num_prompt_tokens > max_len:
+            return (
+                f"This model's maximum context length is {max_len} tokens. However, your "
+                f"request has {num_prompt_tokens} input tokens. Please reduce the length of "
+                "the input messages."
+            )
+        if num_prompt_tokens + output_len > max_len:
+            return (
+                f"This model's maximum context length is {max_len} tokens. However, you "
+                f"requested {num_prompt_tokens + output_len} tokens ({num_prompt_tokens} in "
+                f"the messages, {output_len} in the completion). Please reduce the length of "
+                "the messages or completion."
+            )
+        if num_prompt_tokens + output_len > self._capacity_tokens:
+            return (
+                f"The request needs {num_prompt_tokens + output_len} tokens of KV cache but "
+                f"the whole cache holds {self._capacity_tokens}. Reduce the prompt or max_tokens."
+            )
+        return None
+
+    def add_request(self, request: Request) -> str | None:
+        """Queue a request; it reaches the scheduler `request_overhead_s` after arrival.
+        Returns the reason it was rejected, or None."""
+        reason = self.check_request(request.num_prompt_tokens, request.output_len)
+        if reason is not None:
+            return reason
+        request.ready_s = request.arrival_s + self.config.request_overhead_s
+        request.status = Status.PENDING
+        heapq.heappush(self._pending, (request.ready_s, next(self._seq), request))
+        return None
+
+    def abort_request(self, request: Request, now_s: float) -> bool:
+        if request.status is Status.PENDING:
+            self._pending = [p for p in self._pending if p[2] is not request]
+            heapq.heapify(self._pending)
+            request.status = Status.FINISHED
+            request.finish_s = now_s
+            self.stats.num_aborted += 1
+            return True
+        aborted = self.scheduler.abort(request, now_s)
+        if aborted:
+            self.stats.num_aborted += 1
+        return aborted
+
+    def _release_pending(self, now_s: float) -> None:
+        pending = self._pending
+        while pending and pending[0][0] <= now_s:
+            self.scheduler.add(heapq.heappop(pending)[2])
+
+    # -- state ---------------------------------------------------------------------------
+
+    @property
+    def num_running(self) -> int:
+        return len(self.scheduler.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.scheduler.waiting) + len(self._pending)
+
+    @property
+    def has_unfinished(self) -> bool:
+        return bool(self.scheduler.running or self.scheduler.waiting or self._pending)
+
+    def next_ready_s(self) -> float | None:
+        """When the next pending request reaches the scheduler, if any is pending."""
+        return self._pending[0][0] if self._pending else None
+
+    @property
+    def kv_usage(self) -> float:
+        return self.scheduler.kv.pool.usage
+
+    def token_times(self, request: Request) -> list[float]:
+        """Time of each output token of a request, from its recorded step runs."""
+        runs = request.token_runs
+        timeline = self.timeline
+        out: list[float] = []
+        for i in range(0, len(runs), 2):
+            out.extend(timeline[runs[i] : runs[i + 1]])
+        return out
+
+    # -- stepping ------------------------------------------------------------------------
+
+    def step(
+        self, now_s: float, horizon_s: float = math.inf, max_steps: int = 1 << 30
+    ) -> StepResult | None:
+        """Run one step starting at `now_s`, or several decode-only steps at once when nothing
+        can change before `horizon_s` (the caller's next event). None if there is nothing to run
+        now (see `next_ready_s`)."""
+        self._release_pending(now_s)
+        scheduler = self.scheduler
+        if not scheduler.running and not scheduler.waiting:
+            return None
+        if max_steps >= MIN_FAST_FORWARD_STEPS:
+            jumped = self._fast_forward(now_s, horizon_s, max_steps)
+            if jumped is not None:
+                return jumped
+        batch = scheduler.schedule(now_s)
+        if batch.is_empty:
+            return None
+        dt = self.step_model.step_time(batch.shape())
+        end_s = now_s + dt
+        index = len(self.timeline)
+        self.timeline.append(end_s)
+        emitted, finished = scheduler.update(batch, index, end_s)
+        self._account(1, dt, batch.num_tokens - len(emitted), len(emitted), finished)
+        return StepResult(now_s, end_s, index, 1, emitted, finished, batch)
+
+    def _account(
+        self, num_steps: int, busy_s: float, prompt: int, generated: int, finished: list[Request]
+    ) -> None:
+        stats = self.stats
+        stats.num_steps += num_steps
+        stats.busy_s += busy_s
+        stats.num_prompt_tokens += prompt
+        stats.num_generation_tokens += generated
+        stats.num_finished += len(finished)
+
+    def _fast_forward(self, now_s: float, horizon_s: float, max_steps: int) -> StepResult | None:
+        scheduler = self.scheduler
+        running = scheduler.running
+        if not running:
+            return None
+        if (
+            scheduler.waiting
+            and len(running) < self.config.max_num_seqs
+            and not scheduler.admission_blocked_by_kv
+        ):
+            return None
+        ctx_sum = 0
+        steps = max_steps
+        for request in running:
+            if request.num_tokens - request.num_computed_tokens != 1:
+                return None
+            ctx_sum += request.num_computed_tokens
+            remaining = request.output_len - request.num_output_tokens
+            if remaining < steps:
+                steps = remaining
+        if steps < MIN_FAST_FORWARD_STEPS:
+            return None
+        if self._pending:
+            horizon_s = min(horizon_s, self._pending[0][0])
+        num_seqs = len(running)
+        if not self.step_model.decode_is_linear(num_seqs, ctx_sum):
+            return None
+        base_s, per_ctx_s = self.step_model.decode_coefficients(num_seqs)
+        first_s = base_s + per_ctx_s * ctx_sum  # duration of the first step
+        growth_s = per_ctx_s * num_seqs  # each step's context grows by one token per sequence
+        steps = min(steps, _steps_starting_before(now_s, horizon_s, first_s, growth_s, steps))
+        steps = min(steps, self._steps_kv_allows(steps))
+        if steps < MIN_FAST_FORWARD_STEPS:
+            return None
+        index = len(self.timeline)
+        ends = [
+            now_s + j * first_s + growth_s * j * (j - 1) / 2 for j in range(1, steps + 1)
+        ]
+        self.timeline.extend(ends)
+        end_s = ends[-1]
+        kv = scheduler.kv
+        finished: list[Request] = []
+        for request in running:
+            allocated = kv.allocate(request, steps)
+            assert allocated, "fast-forward checked KV room beforehand"
+            request.num_computed_tokens += steps
+            request.num_output_tokens += steps
+            request.record_tokens(index, steps)
+            if request.num_output_tokens >= request.output_len:
+                scheduler.finish(request, end_s)
+                finished.append(request)
+        emitted = list(running)
+        if finished:
+            scheduler.running = [r for r in running if r.status is Status.RUNNING]
+        self._account(steps, end_s - now_s, 0, num_seqs * steps, finished)
+        return StepResult(now_s, end_s, index, steps, emitted, finished, None)
+
+    def _steps_kv_allows(self, steps: int) -> int:
+        """Largest number of decode steps (≤ steps) the free KV blocks can hold."""
+        running = self.scheduler.running
+        bs = self.config.block_size
+        free = self.scheduler.kv.num_free_blocks
+
+        def need(k: int) -> int:
+            total = 0
+            for r in running:
+                extra = -(-(r.num_computed_tokens + k) // bs) - len(r.block_ids)
+                if extra > 0:
+                    total += extra
+            return total
+
+        if need(steps) <= free:
+            return steps
+        low, high = 0, steps  # need(low) fits, need(high) does not
+        while high - low > 1:
+            mid = (low + high) // 2
+            if need(mid) <= free:
+                low = mid
+            else:
+                high = mid
+        return low
+
+
+def _steps_starting_before(
+    now_s: float, horizon_s: float, first_s: float, growth_s: float, limit: int
+) -> int:
+    """How many steps of durations first_s, first_s+growth_s, ... start before horizon_s."""
+    if math.isinf(horizon_s):
+        return limit
+
+    def start(j: int) -> float:
+        return now_s + j * first_s + growth_s * j * (j - 1) / 2
+
+    if start(limit - 1) < horizon_s:
+        return limit
+    # Solve start(j) = horizon for j, then settle the boundary exactly.
+    a = growth_s / 2
+    b = first_s - a
+    c = now_s - horizon_s
+    j = -c / b if a == 0 else (-b + math.sqrt(b * b - 4 * a * c)) / (2 * a)
+    count = max(int(j) + 1, 0)
+    while count > 0 and start(count - 1) >= horizon_s:
+        count -= 1
+    while count < limit and start(count) < horizon_s:
+        count += 1
+    return count

@@ -1,0 +1,148 @@
+"""KV cache manager: prefix lookup, slot allocation and freeing, over the block pool, with an
+optional host-RAM tier.
+
+The host tier is the offload cache long-context deployments use (vLLM's CPU offloading,
+LMCache): a cached block evicted from the GPU is kept in host memory, LRU, up to
+`num_host_blocks`; a later prefix hit there is loaded back over PCIe instead of recomputed, and
+the step pays for the transfer.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from inhouse.engine.block_pool import BlockPool
+from inhouse.engine.request import Request
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixHit:
+    """Blocks of a prompt already computed: on the GPU (`gpu_blocks`) and, after those, in the
+    host tier (`num_host_blocks`, to be loaded)."""
+
+    gpu_blocks: list[int]
+    num_host_blocks: int
+
+
+NO_HIT = PrefixHit([], 0)
+
+
+class KVCacheManager:
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int = 16,
+        enable_caching: bool = True,
+        num_host_blocks: int = 0,
+    ) -> None:
+        assert block_size > 0, "block_size must be positive"
+        self.block_size = block_size
+        self.enable_caching = enable_caching
+        self.pool = BlockPool(num_blocks, enable_caching)
+        self.num_host_blocks = num_host_blocks if enable_caching else 0
+        self._host: OrderedDict[int, None] = OrderedDict()
+        # Prefix-cache accounting in tokens, as vLLM's prefix_cache_{queries,hits}_total.
+        self.num_query_tokens = 0
+        self.num_hit_tokens = 0
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.pool.num_free
+
+    def find_prefix(self, request: Request) -> PrefixHit:
+        """Longest run of the prompt's leading full blocks that is cached, GPU first, then host.
+
+        At least one prompt token is always left to compute, so the last token's logits exist.
+        """
+        if not self.enable_caching:
+            return NO_HIT
+        max_blocks = min((request.num_tokens - 1) // self.block_size, len(request.block_hashes))
+        hashes = request.block_hashes
+        lookup = self.pool.lookup
+        gpu: list[int] = []
+        i = 0
+        while i < max_blocks:
+            block_id = lookup(hashes[i])
+            if block_id is None:
+                break
+            gpu.append(block_id)
+            i += 1
+        num_host = 0
+        if self._host:
+            host = self._host
+            while i < max_blocks and hashes[i] in host:
+                host.move_to_end(hashes[i])
+                num_host += 1
+                i += 1
+        return PrefixHit(gpu, num_host)
+
+    def record_query(self, num_tokens: int, num_hit_tokens: int) -> None:
+        self.num_query_tokens += num_tokens
+        self.num_hit_tokens += num_hit_tokens
+
+    def allocate(self, request: Request, num_new_tokens: int, hit: PrefixHit = NO_HIT) -> bool:
+        """Give `request` room for `num_new_tokens` more tokens; `False` if blocks run short.
+
+        `hit` (first scheduling only) supplies the cached GPU blocks to reuse; the tokens of
+        host-tier blocks are part of `num_new_tokens` and get fresh GPU blocks.
+        """
+        pool = self.pool
+        bs = self.block_size
+        if hit.gpu_blocks:
+            total = len(hit.gpu_blocks) * bs + num_new_tokens
+            num_needed = -(-total // bs) - len(hit.gpu_blocks)
+            reclaim = sum(1 for b in hit.gpu_blocks if pool.ref_cnt[b] == 0)
+            if num_needed + reclaim > pool.num_free:
+                return False
+            pool.touch(hit.gpu_blocks)
+            request.block_ids = list(hit.gpu_blocks)
+            request.num_cached_blocks = len(hit.gpu_blocks)
+            computed = len(hit.gpu_blocks) * bs
+        else:
+            computed = request.num_computed_tokens
+            num_needed = -(-(computed + num_new_tokens) // bs) - len(request.block_ids)
+        if num_needed > 0:
+            new = pool.allocate(num_needed)
+            if new is None:
+                return False
+            request.block_ids.extend(new)
+            if pool.has_evicted:
+                self._offload_evicted()
+        if self.enable_caching and request.block_hashes:
+            self._cache_full_blocks(request, computed + num_new_tokens)
+        return True
+
+    def _cache_full_blocks(self, request: Request, num_tokens: int) -> None:
+        full = min(num_tokens // self.block_size, len(request.block_hashes))
+        start = request.num_cached_blocks
+        if full <= start:
+            return
+        ids = request.block_ids
+        hashes = request.block_hashes
+        cache = self.pool.cache
+        for i in range(start, full):
+            cache(ids[i], hashes[i])
+        request.num_cached_blocks = full
+
+    def _offload_evicted(self) -> None:
+        evicted = self.pool.drain_evicted()
+        if not self.num_host_blocks:
+            return
+        host = self._host
+        for block_hash in evicted:
+            host[block_hash] = None
+            host.move_to_end(block_hash)
+        while len(host) > self.num_host_blocks:
+            host.popitem(last=False)
+
+    def free(self, request: Request) -> None:
+        """Release a request's blocks, tail first."""
+        if request.block_ids:
+            self.pool.free(request.block_ids[::-1])
+        request.block_ids = []
+        request.num_cached_blocks = 0
+
+    def blocks_needed(self, request: Request, num_new_tokens: int) -> int:
+        total = request.num_computed_tokens + num_new_tokens
+        return max(0, -(-total // self.block_size) - len(request.block_ids))

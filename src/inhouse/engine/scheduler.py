@@ -1,0 +1,235 @@
+"""A scheduler with vLLM V1's semantics: continuous batching under a token budget.
+
+Each step, running requests are served first (decodes take one token, unfinished prefills their
+next chunk); if KV blocks run out, the lowest-priority running request is preempted — its blocks
+freed, its progress reset, recomputed later. Only when no one was preempted are waiting requests
+admitted, in queue order, each first matched against the prefix cache, up to `max_num_seqs` and
+the remaining token budget. A step that completes a sequence's known tokens samples one more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from inhouse.engine.config import EngineConfig
+from inhouse.engine.kv_cache import KVCacheManager
+from inhouse.engine.queue import make_queue
+from inhouse.engine.request import FinishReason, Request, Status
+from inhouse.perf.step import StepShape
+
+
+@dataclass(slots=True)
+class Batch:
+    """What one step runs: `(request, num_new_tokens)` pairs, and the step's shape."""
+
+    scheduled: list[tuple[Request, int]] = field(default_factory=list)
+    preempted: list[Request] = field(default_factory=list)
+    num_tokens: int = 0
+    num_sampled: int = 0
+    ctx_tokens: int = 0
+    attn_pairs: int = 0
+    host_load_tokens: int = 0
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.scheduled
+
+    def shape(self) -> StepShape:
+        return StepShape(
+            num_seqs=len(self.scheduled),
+            num_tokens=self.num_tokens,
+            num_sampled=self.num_sampled,
+            ctx_tokens=self.ctx_tokens,
+            attn_pairs=self.attn_pairs,
+            host_load_tokens=self.host_load_tokens,
+        )
+
+    def add(self, request: Request, num_new: int) -> None:
+        self.scheduled.append((request, num_new))
+        history = request.num_computed_tokens
+        self.num_tokens += num_new
+        self.ctx_tokens += history
+        self.attn_pairs += num_new * history + num_new * (num_new + 1) // 2
+        if history + num_new == request.num_tokens:
+            self.num_sampled += 1
+
+
+class Scheduler:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.kv = KVCacheManager(
+            config.num_gpu_blocks,
+            config.block_size,
+            config.enable_prefix_caching,
+            config.num_host_blocks,
+        )
+        self.waiting = make_queue(config.scheduling_policy)
+        self.running: list[Request] = []
+        self.num_preemptions = 0
+        # True when the last admission stopped because KV blocks ran short: until blocks are
+        # freed, decode-only steps cannot admit anyone, so the core may jump over them.
+        self.admission_blocked_by_kv = False
+
+    def add(self, request: Request) -> None:
+        request.status = Status.WAITING
+        self.waiting.add(request)
+
+    def _chunk(self, num_new: int, budget: int) -> int:
+        threshold = self.config.long_prefill_token_threshold
+        if threshold and num_new > threshold:
+            num_new = threshold
+        return min(num_new, budget)
+
+    def _pick_victim(self) -> Request:
+        if self.config.scheduling_policy == "priority":
+            return max(self.running, key=lambda r: (r.priority, r.arrival_s))
+        return self.running[-1]
+
+    def _preempt(self, victim: Request, batch: Batch) -> None:
+        self.running.remove(victim)
+        self.kv.free(victim)
+        victim.num_computed_tokens = 0
+        victim.status = Status.PREEMPTED
+        victim.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.prepend(victim)
+        batch.preempted.append(victim)
+
+    def schedule(self, now_s: float) -> Batch:
+        batch = Batch()
+        budget = self.config.max_num_batched_tokens
+        bs = self.config.block_size
+        kv = self.kv
+        scheduled = batch.scheduled
+        i = 0
+        while i < len(self.running) and budget > 0:
+            request = self.running[i]
+            computed = request.num_computed_tokens
+            num_new = request.num_prompt_tokens + request.num_output_tokens - computed
+            if (
+                num_new == 1
+                and computed < len(request.block_ids) * bs
+                and request.num_cached_blocks >= len(request.block_hashes)
+            ):
+                # NOTE: the common decode case, inlined: its slot is already allocated and no
+                # block of it can newly become cacheable, so it needs no allocator call.
+                scheduled.append((request, 1))
+                batch.num_tokens += 1
+                batch.ctx_tokens += computed
+                batch.attn_pairs += computed + 1
+                batch.num_sampled += 1
+                budget -= 1
+                i += 1
+                continue
+            num_new = self._chunk(num_new, budget)
+            while not kv.allocate(request, num_new):
+                victim = self._pick_victim()
+                victim_index = self.running.index(victim)
+                for j, (queued, n) in enumerate(scheduled):
+                    if queued is victim:
+                        del scheduled[j]
+                        budget += n
+                        _unadd(batch, victim, n)
+                        break
+                self._preempt(victim, batch)
+                if victim is request:
+                    break
+                if victim_index < i:
+                    i -= 1
+            if request.status is not Status.RUNNING:
+                continue  # preempted itself; the loop re-reads running[i]
+            batch.add(request, num_new)
+            budget -= num_new
+            i += 1
+        if batch.preempted:
+            self.admission_blocked_by_kv = True
+        else:
+            self._admit(batch, budget, now_s)
+        return batch
+
+    def _admit(self, batch: Batch, budget: int, now_s: float) -> None:
+        self.admission_blocked_by_kv = False
+        kv = self.kv
+        bs = self.config.block_size
+        waiting = self.waiting
+        while waiting and len(self.running) < self.config.max_num_seqs and budget > 0:
+            request = waiting.peek()
+            hit = kv.find_prefix(request)
+            num_hit = (len(hit.gpu_blocks) + hit.num_host_blocks) * bs
+            num_new = request.num_tokens - num_hit
+            if not self.config.enable_chunked_prefill and num_new > budget:
+                break
+            chunk = self._chunk(num_new, budget)
+            host_tokens = hit.num_host_blocks * bs
+            if not kv.allocate(request, chunk + host_tokens, hit):
+                self.admission_blocked_by_kv = True
+                break
+            waiting.pop()
+            kv.record_query(request.num_tokens, num_hit)
+            request.num_computed_tokens = num_hit
+            if request.first_scheduled_s is None:
+                request.first_scheduled_s = now_s
+                request.num_cached_tokens = num_hit
+                request.num_host_loaded_tokens = host_tokens
+            request.status = Status.RUNNING
+            self.running.append(request)
+            batch.add(request, chunk)
+            batch.host_load_tokens += host_tokens
+            budget -= chunk
+
+    def update(
+        self, batch: Batch, step_index: int, end_s: float
+    ) -> tuple[list[Request], list[Request]]:
+        """Apply a finished step: advance progress, sample tokens, retire finished requests.
+
+        Returns the requests that produced a token and those that finished."""
+        emitted: list[Request] = []
+        finished: list[Request] = []
+        for request, num_new in batch.scheduled:
+            computed = request.num_computed_tokens + num_new
+            request.num_computed_tokens = computed
+            if computed < request.num_prompt_tokens + request.num_output_tokens:
+                continue  # a prefill chunk that did not reach the end of the prompt
+            emitted.append(request)
+            request.num_output_tokens += 1
+            runs = request.token_runs
+            if runs and runs[-1] == step_index:
+                runs[-1] = step_index + 1
+            else:
+                runs.append(step_index)
+                runs.append(step_index + 1)
+            if request.first_token_s is None:
+                request.first_token_s = end_s
+            if request.num_output_tokens >= request.output_len:
+                self.finish(request, end_s)
+                finished.append(request)
+        if finished:
+            self.running = [r for r in self.running if r.status is Status.RUNNING]
+        return emitted, finished
+
+    def finish(self, request: Request, end_s: float) -> None:
+        request.status = Status.FINISHED
+        request.finish_s = end_s
+        request.finish_reason = request.finish_reason or FinishReason.LENGTH
+        self.kv.free(request)
+
+    def abort(self, request: Request, now_s: float) -> bool:
+        """Drop a request wherever it is (a client went away). True if it was still live."""
+        if request.status is Status.FINISHED:
+            return False
+        if request in self.running:
+            self.running.remove(request)
+        else:
+            self.waiting.remove(request)
+        request.finish_reason = FinishReason.ABORT
+        self.finish(request, now_s)
+        return True
+
+
+def _unadd(batch: Batch, request: Request, num_new: int) -> None:
+    history = request.num_computed_tokens
+    batch.num_tokens -= num_new
+    batch.ctx_tokens -= history
+    batch.attn_pairs -= num_new * history + num_new * (num_new + 1) // 2
+    if history + num_new == request.num_tokens:
+        batch.num_sampled -= 1
