@@ -1,0 +1,1 @@
+"""The `inhouse` command: one small module per subcommand, each handing off to the library."""

@@ -1,0 +1,58 @@
+"""Entry point: discovers subcommands (modules of this package that define `COMMAND`)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
+import inhouse
+from inhouse.errors import InhouseError
+
+
+def _command_modules() -> list[ModuleType]:
+    package = importlib.import_module("inhouse.cli")
+    modules = []
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
+        if info.name.startswith("_") or info.name == "main":
+            continue
+        module = importlib.import_module(f"inhouse.cli.{info.name}")
+        if hasattr(module, "COMMAND"):
+            modules.append(module)
+    return modules
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="inhouse",
+        description="Plan, run, measure and drill an on-prem LLM inference stack.",
+    )
+    parser.add_argument("--version", action="version", version=f"inhouse {inhouse.__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module in _command_modules():
+        command = sub.add_parser(module.COMMAND, help=module.HELP, description=module.__doc__)
+        module.add_arguments(command)
+        command.set_defaults(handler=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.handler(args) or 0)
+    except InhouseError as exc:
+        print(f"inhouse {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

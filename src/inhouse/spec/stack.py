@@ -1,0 +1,189 @@
+"""The stack file: the contract between `plan`, `up`, `simulate`, `render`, `bench` and `drill`.
+
+A stack is a set of pools. A pool serves one model with identical engine replicas; clients name
+the pool's `served_model_name` (or one of its `aliases`) in the `model` field. Optional rules:
+prompts longer than a pool's `long_prompt_tokens` go to the pool named in `long_pool`; when a
+pool is down or saturated its traffic goes to `fallback`. See docs/stack.md for every field.
+Versioned: `version: 1` is the only version so far.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from inhouse.errors import SpecError
+from inhouse.spec.errors_format import describe_validation_error
+
+STACK_VERSION = 1
+
+EngineKind = Literal["simulated", "vllm", "sglang", "url"]
+PoolRole = Literal["standard", "fast", "long", "fallback", "utility"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EngineKnobs(_Strict):
+    """vLLM's own knobs, by vLLM's names. `None` takes the engine's default."""
+
+    max_num_seqs: int | None = Field(default=None, gt=0)
+    max_num_batched_tokens: int | None = Field(default=None, gt=0)
+    max_model_len: int | None = Field(default=None, gt=0)
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    scheduling_policy: Literal["fcfs", "priority"] = "priority"
+    block_size: int = Field(default=16, gt=0)
+    kv_cache_dtype: str = "auto"
+    host_kv_gib: float = Field(default=0.0, ge=0, description="host-RAM KV tier per replica")
+    shutdown_timeout_s: int = Field(default=30, ge=0)
+    load_time_s: float = Field(default=0.0, ge=0, description="simulated weight-loading time")
+    extra_args: tuple[str, ...] = Field(default=(), description="more `vllm serve` arguments")
+
+
+class RoutingSpec(_Strict):
+    """Replica choice inside a pool; `params` are the policy's own (docs/routing.md)."""
+
+    policy: str = "cache_aware"
+    params: dict[str, float | int | str | bool] = Field(default_factory=dict)
+
+
+class PoolSpec(_Strict):
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=40)
+    model: str = Field(description="catalog name, Hugging Face id, or a local model directory")
+    served_model_name: str | None = None
+    aliases: tuple[str, ...] = ()
+    lora_adapters: tuple[str, ...] = Field(
+        default=(), description="LoRA adapter names served on this pool's base model"
+    )
+    role: PoolRole = "standard"
+    engine: EngineKind | None = None
+    backend: Literal["vllm", "sglang"] = "vllm"
+    gpu: str = "h100_sxm"
+    quant: str = "bf16"
+    tp: int = Field(default=1, ge=1)
+    replicas: int = Field(default=1, ge=1)
+    knobs: EngineKnobs = Field(default_factory=EngineKnobs)
+    routing: RoutingSpec = Field(default_factory=RoutingSpec)
+    long_prompt_tokens: int | None = Field(
+        default=None, gt=0, description="prompts above this many tokens go to `long_pool`"
+    )
+    long_pool: str | None = None
+    fallback: str | None = None
+    urls: tuple[str, ...] = Field(default=(), description="engine URLs when engine is `url`")
+    gpu_ids: tuple[tuple[int, ...], ...] = Field(
+        default=(), description="per replica, the GPU indices it runs on (an NVLink group)"
+    )
+
+    @property
+    def client_model_name(self) -> str:
+        return self.served_model_name or self.model.rstrip("/").split("/")[-1]
+
+    @property
+    def model_names(self) -> tuple[str, ...]:
+        """Every name a client may put in `model` to reach this pool."""
+        return (self.client_model_name, *self.aliases, *self.lora_adapters)
+
+
+class NodeSpec(_Strict):
+    gpu: str = "h100_sxm"
+    gpus_per_node: int = Field(default=8, gt=0)
+    count: int = Field(default=1, gt=0)
+
+
+class StackSpec(_Strict):
+    version: Literal[1] = 1
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=40)
+    engine: EngineKind = "simulated"
+    nodes: tuple[NodeSpec, ...] = ()
+    pools: tuple[PoolSpec, ...] = Field(min_length=1)
+    gateway: dict[str, Any] = Field(default_factory=dict, description="see docs/gateway.md")
+
+    @model_validator(mode="after")
+    def _check_references(self) -> StackSpec:
+        names = [p.name for p in self.pools]
+        if len(set(names)) != len(names):
+            raise ValueError(f"pool names must be unique, got {names}")
+        served: dict[str, str] = {}
+        for pool in self.pools:
+            for ref, field in ((pool.long_pool, "long_pool"), (pool.fallback, "fallback")):
+                if ref is not None and ref not in names:
+                    raise ValueError(
+                        f"pool {pool.name!r}: {field} {ref!r} is not a pool; pools: {names}"
+                    )
+            if pool.long_pool is not None and pool.long_prompt_tokens is None:
+                raise ValueError(
+                    f"pool {pool.name!r}: long_pool needs long_prompt_tokens (the length rule)"
+                )
+            if self.engine_of(pool) == "url" and len(pool.urls) != pool.replicas:
+                raise ValueError(
+                    f"pool {pool.name!r}: engine 'url' needs one entry in urls per replica "
+                    f"({pool.replicas}), got {len(pool.urls)}"
+                )
+            if pool.gpu_ids and len(pool.gpu_ids) != pool.replicas:
+                raise ValueError(f"pool {pool.name!r}: gpu_ids needs one group per replica")
+            for ids in pool.gpu_ids:
+                if len(ids) != pool.tp:
+                    raise ValueError(
+                        f"pool {pool.name!r}: each gpu_ids group needs tp={pool.tp} GPUs"
+                    )
+            for name in pool.model_names:
+                if name in served and served[name] != pool.name:
+                    raise ValueError(
+                        f"model name {name!r} is served by both {served[name]!r} and "
+                        f"{pool.name!r}; give one a different served_model_name"
+                    )
+                served[name] = pool.name
+        return self
+
+    def engine_of(self, pool: PoolSpec) -> EngineKind:
+        return pool.engine or self.engine
+
+    def pool(self, name: str) -> PoolSpec:
+        for pool in self.pools:
+            if pool.name == name:
+                return pool
+        raise KeyError(name)
+
+    def pool_for_model(self, model: str) -> PoolSpec | None:
+        for pool in self.pools:
+            if model in pool.model_names:
+                return pool
+        return None
+
+
+def parse_stack(data: Any, source: str = "stack") -> StackSpec:
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: a stack file is a YAML mapping with `version`, `name`, `pools`")
+    version = data.get("version", STACK_VERSION)
+    if version != STACK_VERSION:
+        raise SpecError(
+            f"{source}: version: {version!r} is not supported; this inhouse reads version "
+            f"{STACK_VERSION}"
+        )
+    try:
+        return StackSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(describe_validation_error(exc, source)) from exc
+
+
+def load_stack(path: Path | str) -> StackSpec:
+    stack_path = Path(path)
+    try:
+        data = yaml.safe_load(stack_path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SpecError(f"cannot read stack file {stack_path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{stack_path}: not valid YAML: {exc}") from exc
+    return parse_stack(data, str(stack_path))
+
+
+def dump_stack(stack: StackSpec) -> str:
+    data = stack.model_dump(mode="json", exclude_defaults=True)
+    data = {"version": STACK_VERSION, **data}
+    return yaml.safe_dump(data, sort_keys=False)
