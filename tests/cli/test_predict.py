@@ -1,0 +1,74 @@
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from inhouse.cli.main import main
+
+
+def test_single_form_prints_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        [
+            "predict", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "h100_sxm",
+            "--tp", "1", "--quant", "bf16", "--isl", "512", "--osl", "64",
+            "--concurrency", "4", "--json",
+        ]
+    )  # fmt: skip
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["model"] == "Llama-3.1-8B"
+    assert out["mean_ttft_ms"] > 0
+    assert 3 < out["mean_tpot_ms"] < 30
+
+
+def test_unknown_model_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["predict", "--model", "gpt-17", "--isl", "1", "--osl", "1", "--concurrency", "1"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "unknown model 'gpt-17'" in err
+    assert "Llama-3.1-70B" in err
+
+
+def test_unknown_quant_names_the_known_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        ["predict", "--model", "Llama-3.1-8B", "--quant", "fp3",
+         "--isl", "1", "--osl", "1", "--concurrency", "1"]
+    )  # fmt: skip
+    assert code == 2
+    assert "unknown quantization 'fp3'; known:" in capsys.readouterr().err
+
+
+def test_batch_form_keeps_columns_and_marks_rows_that_do_not_fit(tmp_path: Path) -> None:
+    src = tmp_path / "in.csv"
+    src.write_text(
+        "model,system,backend,precision,tp,isl,osl,concurrency,note\n"
+        "Llama-3.1-8B,h100_sxm,vllm,bf16,1,256,32,2,keep-me\n"
+        "Llama-3.1-70B,h100_sxm,vllm,bf16,1,256,32,2,too-big\n"
+        "Llama-3.1-8B,h100_sxm,vllm,fp3,1,256,32,2,bad-quant\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "out.csv"
+    assert main(["predict", "--csv", str(src), "--out", str(out)]) == 0
+    rows = list(csv.DictReader(out.read_text(encoding="utf-8").splitlines()))
+    assert [r["note"] for r in rows] == ["keep-me", "too-big", "bad-quant"]
+    assert float(rows[0]["pred_ttft_ms"]) > 0 and float(rows[0]["pred_tpot_ms"]) > 0
+    assert rows[0]["pred_error"] == ""
+    assert rows[1]["pred_ttft_ms"] == "" and rows[1]["pred_error"].startswith("does not fit")
+    assert "unknown quantization" in rows[2]["pred_error"]
+
+
+def test_batch_form_names_missing_columns(tmp_path: Path, capsys) -> None:
+    src = tmp_path / "in.csv"
+    src.write_text("model,tp\nLlama-3.1-8B,1\n", encoding="utf-8")
+    assert main(["predict", "--csv", str(src), "--out", str(tmp_path / "o.csv")]) == 2
+    assert "missing column(s) system, backend, precision" in capsys.readouterr().err
+
+
+def test_same_inputs_same_prediction(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["predict", "--model", "Qwen3-32B", "--tp", "2", "--isl", "2048",
+            "--osl", "128", "--concurrency", "16", "--json"]  # fmt: skip
+    main(args)
+    first = capsys.readouterr().out
+    main(args)
+    assert capsys.readouterr().out == first

@@ -1,0 +1,41 @@
+from inhouse.hashing import SpanHasher, chain_hash, hash_spans, hash_token_blocks
+
+
+def test_only_full_blocks_are_hashed() -> None:
+    assert len(hash_token_blocks(list(range(47)), 16)) == 2
+    assert len(hash_spans([(1, 47)], 16)) == 2
+
+
+def test_blocks_share_a_hash_only_when_every_earlier_token_matches() -> None:
+    a = hash_token_blocks([1] * 16 + [2] * 16 + [3] * 16, 16)
+    b = hash_token_blocks([1] * 16 + [9] * 16 + [3] * 16, 16)
+    assert a[0] == b[0]
+    assert a[1] != b[1]
+    assert a[2] != b[2]  # same content, different parent
+
+
+def test_salt_separates_tenants() -> None:
+    tokens = list(range(32))
+    assert hash_token_blocks(tokens, 16, salt="t1") != hash_token_blocks(tokens, 16, salt="t2")
+    assert hash_token_blocks(tokens, 16, salt="t1") == hash_token_blocks(tokens, 16, salt="t1")
+
+
+def test_incremental_span_hashing_equals_one_shot() -> None:
+    hasher = SpanHasher(16)
+    hasher.extend(1, 100)
+    copy = hasher.copy()
+    hasher.extend(2, 37)
+    hasher.extend(3, 500)
+    assert hasher.hashes == hash_spans([(1, 100), (2, 37), (3, 500)], 16)
+    assert copy.num_tokens == 100
+    assert copy.hashes == hash_spans([(1, 100)], 16)
+
+
+def test_span_boundaries_inside_a_block_change_its_hash() -> None:
+    assert hash_spans([(1, 8), (2, 8)], 16) != hash_spans([(1, 16)], 16)
+    assert hash_spans([(1, 8), (2, 8)], 16) == hash_spans([(1, 8), (2, 8)], 16)
+
+
+def test_chain_hash_is_stable_across_processes() -> None:
+    # Integers and tuples of integers hash the same in every Python process (no hash seed).
+    assert chain_hash(0, (1, 2, 3)) == hash((0, (1, 2, 3)))
