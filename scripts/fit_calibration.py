@@ -1,6 +1,6 @@
 """Fit the per-engine constants of the step-time model on measured closed-loop points.
 
-    python scripts/fit_calibration.py [--csv ../shared/data/calibration_h100_dense.csv]
+    python scripts/fit_calibration.py [--csv data/calibration_h100_dense.csv]
                                       [--backend vllm] [--write]
 
 For each backend, the constants in `src/inhouse/perf/data/engines.yaml` are fitted by robust
@@ -32,7 +32,7 @@ from inhouse.engine.build import ReplicaSpec, build_replica
 from inhouse.predict import run_closed_loop
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_CSV = ROOT.parent / "shared" / "data" / "calibration_h100_dense.csv"
+DEFAULT_CSV = ROOT / "data" / "calibration_h100_dense.csv"
 ENGINES_YAML = ROOT / "src" / "inhouse" / "perf" / "data" / "engines.yaml"
 
 LOWER = {

@@ -53,16 +53,18 @@ def run_closed_loop(
     osl: int,
     concurrency: int,
     num_requests: int | None = None,
+    sampled_waves: int | None = SAMPLED_WAVES,
 ) -> ClosedLoopResult:
     """Predict a closed-loop run of `num_requests` requests; all clients start at 0.
 
     The first wave and the de-phased steady state are simulated for `SAMPLED_WAVES` waves; the
     steady state is stationary, so the means of a longer run weight the first wave by
-    `concurrency / num_requests` and the sampled steady state by the rest.
+    `concurrency / num_requests` and the sampled steady state by the rest. `sampled_waves=None`
+    simulates every request.
     """
     assert isl > 0 and osl > 0 and concurrency > 0, "isl, osl and concurrency must be positive"
     requested = num_requests or default_num_requests(concurrency)
-    total = min(requested, SAMPLED_WAVES * concurrency)
+    total = requested if sampled_waves is None else min(requested, sampled_waves * concurrency)
     engine = replica.new_engine()
     sent = 0
     done: list[Request] = []
