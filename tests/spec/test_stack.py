@@ -1,0 +1,77 @@
+from pathlib import Path
+
+import pytest
+
+from inhouse.errors import SpecError
+from inhouse.spec.stack import dump_stack, load_stack, parse_stack
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def minimal(**pool: object) -> dict[str, object]:
+    return {"version": 1, "name": "demo", "pools": [{"name": "chat", "model": "Llama-3.1-8B", **pool}]}
+
+
+@pytest.mark.parametrize("example", sorted((ROOT / "examples").glob("*/stack.yaml")))
+def test_examples_load_and_round_trip(example: Path) -> None:
+    stack = load_stack(example)
+    assert parse_stack(__import__("yaml").safe_load(dump_stack(stack))) == stack
+
+
+def test_crm_example_is_two_tp4_replicas_on_the_nvlink_halves() -> None:
+    stack = load_stack(ROOT / "examples" / "crm-copilot" / "stack.yaml")
+    chat = stack.pool("chat")
+    assert (chat.tp, chat.replicas, chat.quant) == (4, 2, "fp8")
+    assert chat.gpu_ids == ((0, 1, 2, 3), (4, 5, 6, 7))
+    assert stack.pool_for_model("utility-summarize") is chat
+
+
+def test_unknown_field_names_the_field_and_the_fix() -> None:
+    with pytest.raises(SpecError, match=r"pools\.0\.replics: unknown field"):
+        parse_stack(minimal(replics=2))
+
+
+def test_bad_value_names_the_field() -> None:
+    with pytest.raises(SpecError, match=r"pools\.0\.tp"):
+        parse_stack(minimal(tp=0))
+    with pytest.raises(SpecError, match=r"pools\.0\.knobs\.scheduling_policy"):
+        parse_stack(minimal(knobs={"scheduling_policy": "lifo"}))
+
+
+def test_references_must_name_pools() -> None:
+    with pytest.raises(SpecError, match="fallback 'small' is not a pool"):
+        parse_stack(minimal(fallback="small"))
+    with pytest.raises(SpecError, match="long_pool needs long_prompt_tokens"):
+        data = minimal(long_pool="chat")
+        parse_stack(data)
+
+
+def test_url_engines_need_one_url_per_replica() -> None:
+    with pytest.raises(SpecError, match="one entry in urls per replica"):
+        parse_stack(minimal(engine="url", replicas=2, urls=["http://127.0.0.1:8001"]))
+
+
+def test_gpu_groups_must_match_tp() -> None:
+    with pytest.raises(SpecError, match="each gpu_ids group needs tp=2"):
+        parse_stack(minimal(tp=2, replicas=1, gpu_ids=[[0, 1, 2]]))
+
+
+def test_a_model_name_cannot_be_served_by_two_pools() -> None:
+    data = minimal(served_model_name="m")
+    data["pools"].append({"name": "other", "model": "Llama-3.1-8B", "aliases": ["m"]})  # type: ignore[attr-defined]
+    with pytest.raises(SpecError, match="served by both"):
+        parse_stack(data)
+
+
+def test_unsupported_version_says_which_is_supported() -> None:
+    with pytest.raises(SpecError, match="version: 2 is not supported; this inhouse reads version 1"):
+        parse_stack({**minimal(), "version": 2})
+
+
+def test_missing_file_and_bad_yaml_are_clear(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="cannot read stack file"):
+        load_stack(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("pools: [", encoding="utf-8")
+    with pytest.raises(SpecError, match="not valid YAML"):
+        load_stack(bad)
