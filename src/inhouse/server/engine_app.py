@@ -1,0 +1,431 @@
+"""The simulated engine's HTTP face: vLLM's OpenAI-compatible routes over an `EngineState`.
+
+Routes: /v1/completions, /v1/chat/completions, /v1/models, /tokenize, /detokenize, /health,
+/ping, /version, /load, /metrics. Response shapes, SSE framing and errors follow
+`inhouse.server.protocol`. No fault can be switched from this port (see `admin_app`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from inhouse.server.generation import output_text
+from inhouse.server.http_metrics import HttpMetricsMiddleware
+from inhouse.server.metrics import CONTENT_TYPE
+from inhouse.server.protocol import (
+    DONE,
+    SYSTEM_FINGERPRINT,
+    VERSION,
+    ApiError,
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    TokenizeRequest,
+    chat_body,
+    check_sampling,
+    completion_body,
+    error_body,
+    parse_body,
+    sse,
+    stop_list,
+    usage,
+)
+from inhouse.server.runner import Stream
+from inhouse.server.state import EngineState
+from inhouse.server.tokenizer import render_chat
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def json_response(body: dict[str, Any], status: int = 200) -> Response:
+    text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+    return Response(text, status_code=status, media_type="application/json")
+
+
+def _api(handler: Callable[[EngineState, Request], Awaitable[Response]]) -> Handler:
+    async def endpoint(request: Request) -> Response:
+        state: EngineState = request.app.state.engine
+        try:
+            return await handler(state, request)
+        except ApiError as error:
+            return json_response(error_body(error), error.status)
+
+    return endpoint
+
+
+# -- generation ---------------------------------------------------------------------------
+
+
+async def completions(state: EngineState, request: Request) -> Response:
+    state.check_accepting()
+    body = parse_body(
+        await request.body(), request.headers.get("content-type", ""), CompletionRequest
+    )
+    model = state.resolve_model(body.model)
+    prompt = body.prompt
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str | list):
+        if len(prompt) != 1:
+            raise ApiError(
+                "Batched prompts are not supported by the simulated engine; send "
+                "one prompt per request.",
+                param="prompt",
+            )
+        prompt = prompt[0]
+    is_text = isinstance(prompt, str)
+    ids = state.tokenizer.encode(prompt) if isinstance(prompt, str) else _token_ids(prompt)
+    check_sampling(body, body.max_tokens)
+    stream = state.admit(
+        ids,
+        is_text,
+        body.max_tokens,
+        body.min_tokens,
+        body.ignore_eos,
+        stop_list(body.stop),
+        body.priority,
+        model,
+        "cmpl",
+    )
+    options = body.stream_options
+    if body.stream:
+        include = bool(options and options.include_usage)
+        continuous = bool(options and options.continuous_usage_stats)
+        return _streaming(
+            stream_completion(state, stream, model, include, continuous), stream, state
+        )
+    return await _complete(state, request, stream, model, chat=False)
+
+
+async def chat_completions(state: EngineState, request: Request) -> Response:
+    state.check_accepting()
+    body = parse_body(
+        await request.body(), request.headers.get("content-type", ""), ChatCompletionRequest
+    )
+    model = state.resolve_model(body.model)
+    text = render_chat(body.messages, body.add_generation_prompt)
+    ids = state.tokenizer.encode(text)
+    max_tokens = body.max_completion_tokens or body.max_tokens
+    check_sampling(body, max_tokens)
+    stream = state.admit(
+        ids,
+        True,
+        max_tokens,
+        body.min_tokens,
+        body.ignore_eos,
+        stop_list(body.stop),
+        body.priority,
+        model,
+        "chatcmpl",
+    )
+    options = body.stream_options
+    if body.stream:
+        include = bool(options and options.include_usage)
+        continuous = bool(options and options.continuous_usage_stats)
+        return _streaming(stream_chat(state, stream, model, include, continuous), stream, state)
+    return await _complete(state, request, stream, model, chat=True)
+
+
+def _token_ids(prompt: object) -> list[int]:
+    if not isinstance(prompt, list):
+        return []
+    return [int(t) for t in prompt]
+
+
+def _usage_of(state: EngineState, stream: Stream, details: bool = True) -> dict[str, Any]:
+    request = stream.request
+    created = max(0, len(request.block_hashes) * state.block_size - request.num_cached_tokens)
+    return usage(
+        request.num_prompt_tokens,
+        stream.num_tokens,
+        request.num_cached_tokens,
+        created if state.replica.config.enable_prefix_caching else None,
+        details,
+    )
+
+
+async def _complete(
+    state: EngineState, request: Request, stream: Stream, model: str, chat: bool
+) -> Response:
+    """Wait for the whole answer; abort the request if the client goes away first."""
+    disconnect = asyncio.ensure_future(_wait_disconnect(request))
+    try:
+        while not stream.finished:
+            waiter = asyncio.ensure_future(stream.event.wait())
+            done, _ = await asyncio.wait({waiter, disconnect}, return_when=asyncio.FIRST_COMPLETED)
+            if disconnect in done:
+                waiter.cancel()
+                state.runner.abort(stream)
+                return Response(status_code=499)
+            stream.event.clear()
+    finally:
+        disconnect.cancel()
+    text, _ = output_text(state.tokenizer, stream.plan, 0, stream.num_tokens, 0)
+    reason = stream.finish_reason or "length"
+    stop_reason = stream.plan.stop_reason if reason == "stop" else None
+    build = chat_body if chat else completion_body
+    created = int(time.time())
+    body = build(
+        stream.request_id, created, model, text, reason, stop_reason, _usage_of(state, stream)
+    )
+    return json_response(body)
+
+
+async def _wait_disconnect(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+def _streaming(chunks: AsyncIterator[bytes], stream: Stream, state: EngineState) -> Response:
+    async def guarded() -> AsyncIterator[bytes]:
+        try:
+            async for chunk in chunks:
+                yield chunk
+        finally:
+            # The client went away (the generator was closed) before the end: abort.
+            state.runner.abort(stream)
+
+    return StreamingResponse(guarded(), media_type="text/event-stream; charset=utf-8")
+
+
+async def _token_batches(stream: Stream) -> AsyncIterator[tuple[int, int]]:
+    """(start, end) ranges of newly generated tokens, until the stream finishes."""
+    sent = 0
+    while True:
+        if stream.num_tokens > sent:
+            yield sent, stream.num_tokens
+            sent = stream.num_tokens
+        if stream.finished:
+            return
+        await stream.event.wait()
+        stream.event.clear()
+
+
+async def stream_chat(
+    state: EngineState, stream: Stream, model: str, include_usage: bool, continuous: bool
+) -> AsyncIterator[bytes]:
+    created = int(time.time())
+    head = (
+        f'{{"id":"{stream.request_id}","object":"chat.completion.chunk",'
+        f'"created":{created},"model":{json.dumps(model)},'
+    )
+    yield sse(
+        head + '"choices":[{"index":0,"delta":{"role":"assistant","content":""},'
+        '"logprobs":null,"finish_reason":null}],"prompt_token_ids":null,"prompt_text":null}'
+    )
+    async for part in _pieces(state, stream, continuous):
+        text, reason, usage_json = part
+        tail = (
+            ',"finish_reason":null,"token_ids":null}'
+            if reason is None
+            else f',"finish_reason":"{reason}","stop_reason":{_stop_json(stream, reason)},'
+            '"token_ids":null}'
+        )
+        delta = json.dumps(text, ensure_ascii=False)
+        yield sse(
+            f'{head}"choices":[{{"index":0,"delta":{{"content":{delta}}},'
+            f'"logprobs":null{tail}]{usage_json}}}'
+        )
+    if include_usage:
+        body = json.dumps(_stream_usage(state, stream), separators=(",", ":"))
+        yield sse(
+            f'{head}"choices":[],"usage":{body},"system_fingerprint":"{SYSTEM_FINGERPRINT}"}}'
+        )
+    yield DONE
+
+
+async def stream_completion(
+    state: EngineState, stream: Stream, model: str, include_usage: bool, continuous: bool
+) -> AsyncIterator[bytes]:
+    created = int(time.time())
+    head = (
+        f'{{"id":"{stream.request_id}","object":"text_completion",'
+        f'"created":{created},"model":{json.dumps(model)},'
+    )
+    async for text, reason, usage_json in _pieces(state, stream, continuous):
+        finish = "null" if reason is None else f'"{reason}"'
+        stop = "null" if reason is None else _stop_json(stream, reason)
+        fingerprint = "" if reason is None else f',"system_fingerprint":"{SYSTEM_FINGERPRINT}"'
+        yield sse(
+            f'{head}"choices":[{{"index":0,"text":{json.dumps(text, ensure_ascii=False)},'
+            f'"logprobs":null,"finish_reason":{finish},"stop_reason":{stop},'
+            f'"prompt_token_ids":null,"token_ids":null}}]{usage_json}{fingerprint}}}'
+        )
+    if include_usage:
+        body = json.dumps(_stream_usage(state, stream), separators=(",", ":"))
+        yield sse(
+            f'{head}"choices":[],"usage":{body},"system_fingerprint":"{SYSTEM_FINGERPRINT}"}}'
+        )
+    yield DONE
+
+
+def _stop_json(stream: Stream, reason: str) -> str:
+    stop_reason = stream.plan.stop_reason if reason == "stop" else None
+    return json.dumps(stop_reason)
+
+
+def _stream_usage(state: EngineState, stream: Stream) -> dict[str, Any]:
+    body = _usage_of(state, stream)
+    details = body.pop("prompt_tokens_details")
+    body.pop("completion_tokens_details")
+    body["prompt_tokens_details"] = {
+        k: v for k, v in details.items() if k in ("cached_tokens", "created_cache_tokens")
+    }
+    return body
+
+
+async def _pieces(
+    state: EngineState, stream: Stream, continuous: bool
+) -> AsyncIterator[tuple[str, str | None, str]]:
+    """One (text, finish_reason or None, usage JSON suffix) per generated token; an aborted
+    stream ends with an empty piece whose reason is "abort"."""
+    tokenizer = state.tokenizer
+    plan = stream.plan
+    raw_chars = 0
+    prompt = stream.request.num_prompt_tokens
+    async for start, end in _token_batches(stream):
+        for index in range(start, end):
+            text, raw_chars = output_text(tokenizer, plan, index, index + 1, raw_chars)
+            is_last = stream.finished and index == end - 1 and stream.finish_reason != "abort"
+            reason = stream.finish_reason if is_last else None
+            suffix = ""
+            if continuous:
+                done = index + 1
+                suffix = (
+                    f',"usage":{{"prompt_tokens":{prompt},"total_tokens":{prompt + done},'
+                    f'"completion_tokens":{done}}}'
+                )
+            yield text, reason, suffix
+    if stream.finish_reason == "abort":
+        yield "", "abort", ""
+
+
+# -- models, tokenizer, health, metrics ---------------------------------------------------
+
+
+async def models(state: EngineState, request: Request) -> Response:
+    created = int(time.time())
+    permission = {
+        "id": "",
+        "object": "model_permission",
+        "created": created,
+        "allow_create_engine": False,
+        "allow_sampling": True,
+        "allow_logprobs": True,
+        "allow_search_indices": False,
+        "allow_view": True,
+        "allow_fine_tuning": False,
+        "organization": "*",
+        "group": None,
+        "is_blocking": False,
+    }
+
+    def card(name: str, root: str, parent: str | None, max_len: int | None) -> dict[str, Any]:
+        perm = dict(permission, id=f"modelperm-{abs(hash((name, created))) % 16**16:016x}")
+        return {
+            "id": name,
+            "object": "model",
+            "created": created,
+            "owned_by": "vllm",
+            "root": root,
+            "parent": parent,
+            "max_model_len": max_len,
+            "permission": [perm],
+        }
+
+    data = [card(n, state.model_root(), None, state.max_model_len) for n in state.served_names]
+    data += [card(lora.name, lora.path, state.model_name, None) for lora in state.loras]
+    return json_response({"object": "list", "data": data})
+
+
+async def tokenize(state: EngineState, request: Request) -> Response:
+    body = parse_body(
+        await request.body(), request.headers.get("content-type", ""), TokenizeRequest
+    )
+    state.resolve_model(body.model)
+    if body.messages is not None:
+        text = render_chat(body.messages, body.add_generation_prompt)
+    else:
+        text = body.prompt or ""
+    ids = state.tokenizer.encode(text)
+    return json_response(
+        {"count": len(ids), "max_model_len": state.max_model_len, "tokens": ids, "token_strs": None}
+    )
+
+
+async def detokenize(state: EngineState, request: Request) -> Response:
+    body = parse_body(
+        await request.body(), request.headers.get("content-type", ""), DetokenizeRequest
+    )
+    state.resolve_model(body.model)
+    return json_response({"prompt": state.tokenizer.decode(body.tokens)})
+
+
+async def health(state: EngineState, request: Request) -> Response:
+    # NOTE: unlike vLLM (200 until the port closes), 503 while draining, so routers and
+    # readiness probes stop sending work here at once.
+    ok = state.is_loaded and not state.is_draining
+    return Response(status_code=200 if ok else 503)
+
+
+async def version(state: EngineState, request: Request) -> Response:
+    return json_response({"version": VERSION})
+
+
+async def load(state: EngineState, request: Request) -> Response:
+    return json_response({"server_load": state.runner.num_in_flight})
+
+
+async def metrics(state: EngineState, request: Request) -> Response:
+    body = state.metrics.render(state.runner.snapshot())
+    return Response(body, media_type=CONTENT_TYPE)
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    status = exc.status_code if isinstance(exc, HTTPException) else 404
+    detail = exc.detail if isinstance(exc, HTTPException) else "Not Found"
+    return JSONResponse({"detail": detail}, status_code=status)
+
+
+class HangMiddleware:
+    """The admin port's `hang` with scope `all`: every request waits until it is cleared."""
+
+    def __init__(self, app: ASGIApp, state: EngineState) -> None:
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await self.state.faults.hang_all.wait()
+        await self.app(scope, receive, send)
+
+
+def create_engine_app(state: EngineState) -> Starlette:
+    routes = [
+        Route("/v1/completions", _api(completions), methods=["POST"]),
+        Route("/v1/chat/completions", _api(chat_completions), methods=["POST"]),
+        Route("/v1/models", _api(models), methods=["GET"]),
+        Route("/tokenize", _api(tokenize), methods=["POST"]),
+        Route("/detokenize", _api(detokenize), methods=["POST"]),
+        Route("/health", _api(health), methods=["GET"]),
+        Route("/ping", _api(health), methods=["GET", "POST"]),
+        Route("/version", _api(version), methods=["GET"]),
+        Route("/load", _api(load), methods=["GET"]),
+        Route("/metrics", _api(metrics), methods=["GET"]),
+    ]
+    app = Starlette(routes=routes, exception_handlers={HTTPException: _not_found})
+    app.state.engine = state
+    app.add_middleware(HttpMetricsMiddleware, registry=state.metrics.registry)
+    app.add_middleware(HangMiddleware, state=state)
+    return app

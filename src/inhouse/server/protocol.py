@@ -1,0 +1,384 @@
+"""vLLM's OpenAI-compatible wire format: request models, error bodies, response and chunk shapes.
+
+Shapes are those vLLM 0.32 sends (shared/reference/vllm-captures/gen.txt, errors.txt): field
+names, their order and their nulls. Validation errors read as vLLM's (FastAPI/pydantic errors
+rendered as "N validation error(s):" with `type: "Bad Request"` and the field as `param`;
+sampling-parameter errors as "… (parameter=X, value=Y)" with `type: "BadRequestError"`).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from http import HTTPStatus
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+_M = TypeVar("_M", bound=BaseModel)
+
+VLLM_API_VERSION = "0.32.0"
+VERSION = f"{VLLM_API_VERSION}+inhouse"
+SYSTEM_FINGERPRINT = f"vllm-{VLLM_API_VERSION}-inhouse"
+BUSY_MESSAGE = (
+    "The engine is currently busy and cannot accept new requests. Please try again later or on "
+    "a different instance."
+)
+DRAINING_MESSAGE = (
+    "The engine is shutting down and cannot accept new requests. Please retry on a different "
+    "instance."
+)
+
+
+class ApiError(Exception):
+    """An error answered with vLLM's error body.
+
+    400s raised like vLLM's `VLLMValidationError` (no explicit `error_type`) get its
+    " (parameter=X, value=Y)" suffix when a parameter is named."""
+
+    def __init__(
+        self,
+        message: str,
+        status: int = 400,
+        param: str | None = None,
+        value: object = None,
+        error_type: str | None = None,
+    ) -> None:
+        extras = []
+        if status == 400 and error_type is None and param is not None:
+            extras.append(f"parameter={param}")
+            if value is not None:
+                extras.append(f"value={value}")
+        text = f"{message} ({', '.join(extras)})" if extras else message
+        super().__init__(text)
+        self.message = text
+        self.status = status
+        self.param = param
+        self.error_type = error_type or _error_type(status)
+
+
+def _error_type(status: int) -> str:
+    return {
+        400: "BadRequestError",
+        404: "NotFoundError",
+        500: "InternalServerError",
+        503: "Service Unavailable",
+    }.get(status, HTTPStatus(status).phrase)
+
+
+def error_body(error: ApiError) -> dict[str, Any]:
+    return {
+        "error": {
+            "message": error.message,
+            "type": error.error_type,
+            "param": error.param,
+            "code": error.status,
+        }
+    }
+
+
+# -- requests ------------------------------------------------------------------------------
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    include_usage: bool | None = False
+    continuous_usage_stats: bool | None = False
+
+
+class _SamplingRequest(BaseModel):
+    """Fields shared by completions and chat; unknown fields are accepted, as vLLM does."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str | None = None
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    n: int = 1
+    min_tokens: int = 0
+    ignore_eos: bool = False
+    stop: str | list[str] | None = Field(default_factory=list)
+    stop_token_ids: list[int] | None = Field(default_factory=list)
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int | None = None
+    priority: int = 0
+    user: str | None = None
+
+
+class CompletionRequest(_SamplingRequest):
+    prompt: list[int] | list[list[int]] | str | list[str] | None = None
+    max_tokens: int | None = 16
+    echo: bool | None = False
+
+
+class ChatCompletionRequest(_SamplingRequest):
+    messages: list[dict[str, Any]]
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    add_generation_prompt: bool = True
+
+
+class TokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[dict[str, Any]] | None = None
+    add_special_tokens: bool = True
+    add_generation_prompt: bool = True
+
+
+class DetokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model: str | None = None
+    tokens: list[int]
+
+
+def parse_body(raw: bytes, content_type: str, model: type[_M]) -> _M:
+    """Parse a JSON body into `model`, raising vLLM's 400s for bad media type, JSON or fields."""
+    if content_type.split(";")[0].strip().lower() != "application/json":
+        raise ApiError(
+            "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed",
+            error_type="Bad Request",
+        )
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        error = {
+            "type": "json_invalid",
+            "loc": ("body", exc.pos),
+            "msg": "JSON decode error",
+            "input": {},
+            "ctx": {"error": exc.msg},
+        }
+        raise validation_error([error]) from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        errors: list[dict[str, Any]] = []
+        for err in exc.errors(include_url=False):
+            item: dict[str, Any] = {
+                "type": err["type"],
+                "loc": ("body", *err["loc"]),
+                "msg": err["msg"],
+                "input": err.get("input"),
+            }
+            if err.get("ctx"):
+                item["ctx"] = {k: str(v) for k, v in err["ctx"].items()}
+            errors.append(item)
+        raise validation_error(errors) from None
+
+
+def _summarize(value: object) -> object:
+    if isinstance(value, str):
+        return value if len(value) <= 200 else value[:200] + "...[truncated]"
+    if isinstance(value, list | tuple | set | frozenset | dict):
+        return f"<{type(value).__name__} of {len(value)} items>"
+    text = str(value)
+    return text if len(text) <= 200 else text[:200] + "...[truncated]"
+
+
+def validation_error(errors: list[dict[str, Any]]) -> ApiError:
+    """FastAPI-style validation errors, rendered as vLLM renders them."""
+    count = len(errors)
+    lines = []
+    for err in errors[:10]:
+        shown = dict(err)
+        shown["loc"] = ".".join(str(p) for p in err["loc"] if not _is_internal_loc(str(p)))
+        if "input" in shown:
+            shown["input"] = _summarize(shown["input"])
+        lines.append(f"  {shown}")
+    if count > 10:
+        lines.append(f"  ...and {count - 10} more {'error' if count - 10 == 1 else 'errors'}")
+    message = f"{count} validation {'error' if count == 1 else 'errors'}:\n" + "\n".join(lines)
+    first_loc = errors[0]["loc"] if errors else ()
+    param = ".".join(str(p) for p in first_loc if not _is_internal_loc(str(p))) or None
+    return ApiError(message, param=param, error_type="Bad Request")
+
+
+_INTERNAL_LOC = {
+    "function-wrap",
+    "function-after",
+    "function-before",
+    "union",
+    "str",
+    "int",
+    "list",
+    "dict",
+    "nullable",
+    "default",
+    "tagged-union",
+    "lax-or-strict",
+}
+
+
+def _is_internal_loc(segment: str) -> bool:
+    return any(c in segment for c in "[](){}") or segment.lower() in _INTERNAL_LOC
+
+
+def check_sampling(request: _SamplingRequest, max_tokens: int | None) -> None:
+    """vLLM's `SamplingParams` checks that matter for the simulated engine."""
+    if request.n < 1:
+        raise ApiError(f"n must be at least 1, got {request.n}.", param="n", value=request.n)
+    if request.n != 1:
+        raise ApiError(
+            f"n must be 1 in the simulated engine, got {request.n}.", param="n", value=request.n
+        )
+    temperature = request.temperature
+    if temperature is not None and temperature < 0.0:
+        raise ApiError(
+            f"temperature must be non-negative, got {temperature}.",
+            param="temperature",
+            value=temperature,
+        )
+    if temperature is not None and temperature > 2.0:
+        raise ApiError(
+            f"temperature must be in [0, 2], got {temperature}.",
+            param="temperature",
+            value=temperature,
+        )
+    top_p = request.top_p
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        raise ApiError(f"top_p must be in (0, 1], got {top_p}.", param="top_p", value=top_p)
+    if max_tokens is not None and max_tokens < 1:
+        raise ApiError(
+            f"max_tokens must be at least 1, got {max_tokens}.",
+            param="max_tokens",
+            value=max_tokens,
+        )
+    if request.min_tokens < 0:
+        raise ApiError(f"min_tokens must be greater than or equal to 0, got {request.min_tokens}.")
+    if max_tokens is not None and request.min_tokens > max_tokens:
+        raise ApiError(
+            f"min_tokens must be less than or equal to max_tokens={max_tokens}, got "
+            f"{request.min_tokens}."
+        )
+    if any(not s for s in stop_list(request.stop)):
+        raise ApiError("stop cannot contain an empty string.")
+
+
+def stop_list(stop: str | list[str] | None) -> list[str]:
+    if stop is None:
+        return []
+    return [stop] if isinstance(stop, str) else list(stop)
+
+
+# -- responses -----------------------------------------------------------------------------
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{secrets.token_hex(8)}"
+
+
+def usage(
+    prompt_tokens: int,
+    completion_tokens: int,
+    cached_tokens: int | None = None,
+    created_cache_tokens: int | None = None,
+    details: bool = True,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens": completion_tokens,
+    }
+    if details:
+        body["prompt_tokens_details"] = {
+            "cached_tokens": cached_tokens or 0,
+            "created_cache_tokens": created_cache_tokens,
+            "multimodal_tokens": None,
+        }
+        body["completion_tokens_details"] = None
+    return body
+
+
+def completion_body(
+    request_id: str,
+    created: int,
+    model: str,
+    text: str,
+    finish_reason: str,
+    stop_reason: str | int | None,
+    usage_body: dict[str, Any],
+) -> dict[str, Any]:
+    return {
+        "id": request_id,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "text": text,
+                "logprobs": None,
+                "finish_reason": finish_reason,
+                "stop_reason": stop_reason,
+                "token_ids": None,
+                "prompt_logprobs": None,
+                "prompt_token_ids": None,
+                "routed_experts": None,
+            }
+        ],
+        "service_tier": None,
+        "system_fingerprint": SYSTEM_FINGERPRINT,
+        "usage": usage_body,
+        "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "metrics": None,
+    }
+
+
+def chat_body(
+    request_id: str,
+    created: int,
+    model: str,
+    text: str,
+    finish_reason: str,
+    stop_reason: str | int | None,
+    usage_body: dict[str, Any],
+) -> dict[str, Any]:
+    return {
+        "id": request_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": text,
+                    "refusal": None,
+                    "annotations": None,
+                    "audio": None,
+                    "function_call": None,
+                    "reasoning": None,
+                },
+                "logprobs": None,
+                "finish_reason": finish_reason,
+                "stop_reason": stop_reason,
+                "token_ids": None,
+                "routed_experts": None,
+            }
+        ],
+        "service_tier": None,
+        "system_fingerprint": SYSTEM_FINGERPRINT,
+        "usage": usage_body,
+        "prompt_logprobs": None,
+        "prompt_token_ids": None,
+        "prompt_text": None,
+        "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "metrics": None,
+    }
+
+
+def sse(data: dict[str, Any] | str) -> bytes:
+    if isinstance(data, str):
+        payload = data
+    else:
+        payload = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    return f"data: {payload}\n\n".encode()
+
+
+DONE = b"data: [DONE]\n\n"

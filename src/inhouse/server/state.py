@@ -1,0 +1,267 @@
+"""One simulated engine server's state: the replica, its core and runner, tokenizer, metrics,
+readiness and fault switches; and request admission (model names, lengths, the queue limit)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from inhouse.engine import Replica, ReplicaSpec, Request, build_replica
+from inhouse.hashing import hash_token_blocks
+from inhouse.server.generation import GenerationPlan, parse_eos_lengths, plan_generation
+from inhouse.server.metrics import EngineMetrics
+from inhouse.server.protocol import BUSY_MESSAGE, DRAINING_MESSAGE, ApiError, new_id
+from inhouse.server.runner import EngineRunner, Stream
+from inhouse.server.tokenizer import Tokenizer, load_tokenizer, seed_of
+
+log = logging.getLogger("inhouse.engine")
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """Everything `inhouse engine` is told; knob names are vLLM's."""
+
+    model: str
+    served_model_names: tuple[str, ...] = ()
+    gpu: str = "h100_sxm"
+    tp: int = 1
+    quant: str = "bf16"
+    backend: str = "vllm"
+    kv_cache_dtype: str = "auto"
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    max_model_len: int | None = None
+    gpu_memory_utilization: float = 0.9
+    enable_prefix_caching: bool = True
+    scheduling_policy: str = "fcfs"
+    block_size: int = 16
+    host_kv_gib: float = 0.0
+    lora_modules: tuple[str, ...] = ()
+    load_time_s: float = 0.0
+    shutdown_timeout_s: float = 30.0
+    time_scale: float = 1.0
+    eos_length_dist: str | None = None
+    seed: int = 0
+    max_num_queued_reqs: int | None = None
+    log_prompts: bool = False
+    lag_tolerance_s: float = 0.005
+
+    def replica_spec(self) -> ReplicaSpec:
+        return ReplicaSpec(
+            model=self.model,
+            gpu=self.gpu,
+            tp=self.tp,
+            quant=self.quant,
+            backend=self.backend,
+            kv_dtype=self.kv_cache_dtype,
+            max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            max_model_len=self.max_model_len,
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            enable_prefix_caching=self.enable_prefix_caching,
+            scheduling_policy=self.scheduling_policy,
+            block_size=self.block_size,
+            host_kv_gib=self.host_kv_gib,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LoraModule:
+    name: str
+    path: str
+
+
+def parse_lora_modules(entries: tuple[str, ...]) -> list[LoraModule]:
+    """vLLM's `--lora-modules name=path` (a bare `name` is accepted: path = name)."""
+    out = []
+    for entry in entries:
+        name, _, path = entry.partition("=")
+        out.append(LoraModule(name.strip(), path.strip() or name.strip()))
+    return out
+
+
+@dataclass(eq=False)
+class Faults:
+    """Drill switches, set from the admin port only."""
+
+    fail_next: int = 0
+    fail_status: int = 500
+    hang_all: asyncio.Event = field(default_factory=asyncio.Event)  # set = not hanging
+
+    def __post_init__(self) -> None:
+        self.hang_all.set()
+
+
+class EngineState:
+    def __init__(self, options: EngineOptions, replica: Replica, tokenizer: Tokenizer) -> None:
+        self.options = options
+        self.replica = replica
+        self.tokenizer = tokenizer
+        self.max_model_len = replica.config.max_model_len
+        self.block_size = replica.config.block_size
+        self.model_name = (options.served_model_names or (options.model,))[0]
+        self.served_names = options.served_model_names or (options.model,)
+        self.loras = parse_lora_modules(options.lora_modules)
+        self.eos = parse_eos_lengths(options.eos_length_dist)
+        self.metrics = EngineMetrics(self.model_name, self.max_model_len, self._cache_info())
+        self.core = replica.new_engine()
+        self.runner = EngineRunner(
+            self.core,
+            self.metrics,
+            time_scale=options.time_scale,
+            lag_tolerance_s=options.lag_tolerance_s,
+        )
+        self.faults = Faults()
+        self.is_loaded = False
+        self.is_draining = False
+        self.created = int(time.time())
+
+    @classmethod
+    def build(cls, options: EngineOptions) -> EngineState:
+        """Resolve the replica (raising SpecError / DoesNotFitError) and the tokenizer."""
+        replica = build_replica(options.replica_spec())
+        tokenizer = load_tokenizer(options.model, replica.model.vocab_size)
+        return cls(options, replica, tokenizer)
+
+    def _cache_info(self) -> dict[str, str]:
+        config = self.replica.config
+        memory = self.replica.memory
+        return {
+            "block_size": str(config.block_size),
+            "cache_dtype": self.options.kv_cache_dtype,
+            "enable_prefix_caching": str(config.enable_prefix_caching),
+            "gpu_memory_utilization": str(self.options.gpu_memory_utilization),
+            "num_gpu_blocks": str(config.num_gpu_blocks),
+            "num_cpu_blocks": str(config.num_host_blocks or None),
+            "kv_cache_size_tokens": str(memory.kv_tokens),
+        }
+
+    # -- names -----------------------------------------------------------------------------
+
+    @property
+    def model_names(self) -> list[str]:
+        return [*self.served_names, *(lora.name for lora in self.loras)]
+
+    def resolve_model(self, name: str | None) -> str:
+        if name is None or name in self.served_names:
+            return self.model_name if name is None else name
+        if any(lora.name == name for lora in self.loras):
+            return name
+        raise ApiError(
+            f"The model `{name}` does not exist. Valid aliases: {', '.join(self.model_names)}.",
+            status=404,
+            param="model",
+        )
+
+    # -- admission -------------------------------------------------------------------------
+
+    def check_accepting(self) -> None:
+        if self.is_draining:
+            raise ApiError(DRAINING_MESSAGE, status=503)
+        if not self.is_loaded:
+            raise ApiError("The model is still loading. Please try again later.", status=503)
+        faults = self.faults
+        if faults.fail_next > 0:
+            faults.fail_next -= 1
+            raise ApiError("Injected failure (fault injection).", status=faults.fail_status)
+
+    def admit(
+        self,
+        prompt_ids: list[int],
+        is_text_prompt: bool,
+        requested_max_tokens: int | None,
+        min_tokens: int,
+        ignore_eos: bool,
+        stop: list[str],
+        priority: int,
+        model: str,
+        prefix: str,
+    ) -> Stream:
+        """Check lengths, plan the output, and queue the request; raises vLLM's errors."""
+        max_len = self.max_model_len
+        if requested_max_tokens is not None and requested_max_tokens > max_len:
+            raise ApiError(
+                f"max_tokens={requested_max_tokens} cannot be greater than "
+                f"max_model_len={max_len}. Please request fewer output tokens.",
+                param="max_tokens",
+                value=requested_max_tokens,
+            )
+        num_prompt = len(prompt_ids)
+        if num_prompt > max_len:
+            # vLLM tokenizes text prompts only up to max_model_len + 1 tokens.
+            count = max_len + 1 if is_text_prompt else num_prompt
+            qualifier = "at least " if count == max_len + 1 else ""
+            raise ApiError(
+                f"This model's maximum context length is {max_len} tokens. However, your prompt "
+                f"contains {qualifier}{count} input tokens, which exceeds this limit even "
+                "without any output tokens. Please reduce the length of the input prompt.",
+                param="input_tokens",
+                value=count,
+            )
+        if num_prompt == 0:
+            raise ApiError(
+                "Either prompt or prompt_embeds must be provided and non-empty.", param="prompt"
+            )
+        max_tokens = max_len - num_prompt
+        if requested_max_tokens is not None:
+            max_tokens = min(max_tokens, requested_max_tokens)
+        if max_tokens < 1:
+            raise ApiError(
+                f"max_tokens must be at least 1, got {max_tokens}.",
+                param="max_tokens",
+                value=max_tokens,
+            )
+        limit = self.options.max_num_queued_reqs
+        if limit is not None and self.core.num_waiting >= limit:
+            self.metrics.rejected_reqs.inc()
+            raise ApiError(BUSY_MESSAGE, status=503)
+        plan = self._plan(prompt_ids, max_tokens, min_tokens, ignore_eos, stop)
+        salt = "" if model in self.served_names else f"lora:{model}"
+        request = Request(
+            new_id(prefix),
+            num_prompt,
+            plan.output_len,
+            arrival_s=self.runner.clock(),
+            block_hashes=hash_token_blocks(prompt_ids, self.block_size, salt),
+            priority=priority,
+        )
+        stream = Stream(request, plan, max_tokens, prompt_ids)
+        reason = self.runner.submit(stream)
+        if reason is not None:
+            raise ApiError(reason, param="input_tokens", value=num_prompt)
+        if self.options.log_prompts:
+            log.info("request %s prompt: %r", request.request_id, self.tokenizer.decode(prompt_ids))
+        log.info(
+            "Added request %s: prompt_tokens=%d max_tokens=%d priority=%d",
+            request.request_id,
+            num_prompt,
+            max_tokens,
+            priority,
+        )
+        return stream
+
+    def _plan(
+        self,
+        prompt_ids: list[int],
+        max_tokens: int,
+        min_tokens: int,
+        ignore_eos: bool,
+        stop: list[str],
+    ) -> GenerationPlan:
+        return plan_generation(
+            self.tokenizer,
+            seed_of(prompt_ids),
+            max_tokens,
+            min(min_tokens, max_tokens),
+            ignore_eos,
+            stop,
+            self.eos,
+            self.options.seed,
+        )
+
+    def model_root(self) -> str:
+        path = Path(self.options.model)
+        return str(path.resolve()) if path.exists() else self.options.model

@@ -1,0 +1,138 @@
+"""Child processes of `inhouse up`: start, wait for readiness, watch, and stop them cleanly.
+
+Each child runs in its own session (process group), so a terminal's Ctrl-C reaches only `up`,
+which then sends SIGTERM to every child (engines drain, see docs/engine.md), waits up to the
+stop timeout, and kills what is left, process group and all (vLLM's engine-core workers
+included). Output goes to `<log_dir>/<name>.log`, or to our stdout with a `[name]` prefix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import httpx
+
+from inhouse.server.stack_plan import ProcessSpec, child_env
+
+
+@dataclass
+class Child:
+    spec: ProcessSpec
+    process: subprocess.Popen[bytes]
+    log_path: Path | None
+    is_ready: bool = False
+    exit_reported: bool = False
+
+
+class Supervisor:
+    def __init__(self, log_dir: Path | None = None, out: IO[str] = sys.stdout) -> None:
+        self.log_dir = log_dir
+        self.out = out
+        self.children: list[Child] = []
+
+    def start(self, spec: ProcessSpec) -> Child:
+        log_path = None
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            log_path = self.log_dir / f"{spec.name}.log"
+            with log_path.open("ab") as handle:
+                process = subprocess.Popen(
+                    spec.argv,
+                    env=child_env(spec),
+                    stdout=handle,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+        else:
+            process = subprocess.Popen(
+                spec.argv,
+                env=child_env(spec),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            threading.Thread(target=self._relay, args=(spec.name, process), daemon=True).start()
+        child = Child(spec, process, log_path)
+        self.children.append(child)
+        return child
+
+    def _relay(self, name: str, process: subprocess.Popen[bytes]) -> None:
+        assert process.stdout is not None, "started with a pipe"
+        for line in process.stdout:
+            self.out.write(f"[{name}] {line.decode(errors='replace')}")
+            self.out.flush()
+
+    def log_tail(self, child: Child, num_lines: int = 20) -> str:
+        if child.log_path is None or not child.log_path.exists():
+            return ""
+        lines = child.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(lines[-num_lines:])
+
+    def wait_ready(self, timeout_s: float, poll_s: float = 0.5) -> list[str]:
+        """Wait until every child answers its health URL with 200. Returns problems (a child
+        exited, or the timeout passed), empty when all are ready."""
+        deadline = time.monotonic() + timeout_s
+        with httpx.Client(timeout=2.0) as client:
+            while True:
+                problems = []
+                pending = [c for c in self.children if not c.is_ready]
+                for child in pending:
+                    code = child.process.poll()
+                    if code is not None:
+                        problems.append(f"{child.spec.name} exited with code {code} before ready")
+                        continue
+                    try:
+                        response = client.get(child.spec.url + child.spec.health_path)
+                        child.is_ready = response.status_code == 200
+                    except httpx.HTTPError:
+                        pass
+                if problems:
+                    return problems
+                if all(c.is_ready for c in self.children):
+                    return []
+                if time.monotonic() >= deadline:
+                    late = [c.spec.name for c in self.children if not c.is_ready]
+                    return [f"not ready after {timeout_s:.0f} s: {', '.join(late)}"]
+                time.sleep(poll_s)
+
+    def new_exits(self) -> list[tuple[str, int]]:
+        out = []
+        for child in self.children:
+            code = child.process.poll()
+            if code is not None and not child.exit_reported:
+                child.exit_reported = True
+                out.append((child.spec.name, code))
+        return out
+
+    @property
+    def num_alive(self) -> int:
+        return sum(1 for c in self.children if c.process.poll() is None)
+
+    def stop(self, timeout_s: float) -> None:
+        """SIGTERM every child, wait up to `timeout_s`, then SIGKILL the stragglers' groups."""
+        for child in self.children:
+            if child.process.poll() is None:
+                child.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for child in self.children:
+            remaining = max(0.0, deadline - time.monotonic())
+            try:
+                child.process.wait(remaining)
+            except subprocess.TimeoutExpired:
+                self.out.write(f"inhouse up: {child.spec.name} did not stop; killing it\n")
+        for child in self.children:
+            # Leftover workers of a child (vLLM's engine core) share its process group.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.process.pid, signal.SIGKILL)
+            child.process.wait()
