@@ -47,7 +47,10 @@ def main() -> int:
         if row["pred_error"]:
             print(f"no prediction: {row['model']} tp{row['tp']}: {row['pred_error'][:120]}")
             continue
-        errors = (ape(row["pred_ttft_ms"], row["ttft_ms"]), ape(row["pred_tpot_ms"], row["tpot_ms"]))
+        errors = (
+            ape(row["pred_ttft_ms"], row["ttft_ms"]),
+            ape(row["pred_tpot_ms"], row["tpot_ms"]),
+        )
         scored.append((row, errors))
         groups[row["backend"]].append(errors)
         groups[f"{row['backend']} tp{row['tp']}"].append(errors)
@@ -67,7 +70,8 @@ def main() -> int:
             key = "ttft_ms" if index == 0 else "tpot_ms"
             print(
                 f"  {row['model']:<14} {row['backend']:<6} {row['precision']} tp{row['tp']} "
-                f"{row['isl']}/{row['osl']} c{row['concurrency']:<4} measured {float(row[key]):9.1f}"
+                f"{row['isl']}/{row['osl']} c{row['concurrency']:<4} "
+                f"measured {float(row[key]):9.1f}"
                 f"  predicted {float(row['pred_' + key]):9.1f}  ({100 * errors[index]:+.0f}% abs)"
             )
 
@@ -80,7 +84,8 @@ def main() -> int:
     print(
         f"10,000 requests 1k/1k c64 70B FP8 TP4 (all {result.num_requests} "
         f"requests simulated, {result.num_steps} steps): {run_s:.2f} s wall, "
-        f"{result.duration_s:.0f} simulated s, {result.duration_s / run_s:.0f} simulated s per wall s"
+        f"{result.duration_s:.0f} simulated s, "
+        f"{result.duration_s / run_s:.0f} simulated s per wall s"
     )
     print(f"\nreproduce: {COMMAND}")
     return 0

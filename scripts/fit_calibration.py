@@ -26,9 +26,9 @@ import numpy as np
 import yaml
 from scipy.optimize import least_squares
 
+from inhouse.engine.build import ReplicaSpec, build_replica
 from inhouse.errors import DoesNotFitError
 from inhouse.perf.constants import FITTED_FIELDS, EngineConstants, get_engine_constants
-from inhouse.engine.build import ReplicaSpec, build_replica
 from inhouse.predict import run_closed_loop
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,22 +38,26 @@ ENGINES_YAML = ROOT / "src" / "inhouse" / "perf" / "data" / "engines.yaml"
 LOWER = {
     "eta_bw": 0.3,
     "eta_compute": 0.1,
+    "eta_compute_fp8": 0.1,
     "eta_attention": 0.05,
     "step_overhead_s": 1e-5,
     "layer_overhead_s": 1e-7,
     "seq_overhead_s": 1e-7,
     "allreduce_latency_scale": 0.1,
     "request_overhead_s": 1e-4,
+    "prompt_token_overhead_s": 1e-8,
 }
 UPPER = {
     "eta_bw": 1.0,
     "eta_compute": 1.0,
+    "eta_compute_fp8": 1.0,
     "eta_attention": 1.0,
     "step_overhead_s": 0.05,
     "layer_overhead_s": 1e-3,
     "seq_overhead_s": 1e-3,
     "allreduce_latency_scale": 10.0,
     "request_overhead_s": 0.5,
+    "prompt_token_overhead_s": 1e-4,
 }
 
 
@@ -71,7 +75,9 @@ def predict_row(args: tuple[dict[str, str], EngineConstants]) -> tuple[float, fl
 
 
 class Fitter:
-    def __init__(self, rows: list[dict[str, str]], base: EngineConstants, pool: ProcessPoolExecutor):
+    def __init__(
+        self, rows: list[dict[str, str]], base: EngineConstants, pool: ProcessPoolExecutor
+    ):
         self.rows = rows
         self.base = base
         self.pool = pool
@@ -86,6 +92,8 @@ class Fitter:
 
     def residuals(self, x: np.ndarray) -> np.ndarray:
         self.calls += 1
+        if self.calls % 10 == 0:
+            print(f"  evaluation {self.calls}", flush=True)
         preds = self.predictions(self.constants(x))
         out: list[float] = []
         for row, pred in zip(self.rows, preds, strict=True):
@@ -160,9 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             values.pop("name")
             for key in FITTED_FIELDS:
                 values[key] = float(f"{values[key]:.4g}")
-            values["fitted_on"] = (
-                f"{len(subset)} rows of {args.csv.name} ({backend}); {summary}"
-            )
+            values["fitted_on"] = f"{len(subset)} rows of {args.csv.name} ({backend}); {summary}"
             table[backend] = values
             print(yaml.safe_dump({backend: values}, sort_keys=False))
     if args.write:

@@ -2,13 +2,13 @@
 
 `concurrency` clients each send a request of exactly `isl` prompt tokens (random, so nothing is
 shared in the prefix cache) and `osl` output tokens, and send the next one the moment the last
-finishes — the shape of `vllm bench serve --max-concurrency C` with a random dataset. Mean TTFT
-and mean TPOT follow vLLM's definitions: TTFT from send to first token, TPOT the mean gap after it,
+finishes — the shape of `vllm bench serve --max-concurrency C` with a random dataset. Mean TTFT and
+mean TPOT follow vLLM's definitions: TTFT from send to first token, TPOT the mean gap after it,
 `(e2e - ttft) / (osl - 1)` per request, averaged over all requests, the first wave included.
 
-NOTE: every client sends its first request at time 0, as `vllm bench serve` does, so the first
-wave queues for prefill. After it, each client pauses once, client *i* for *i/C* of one
-request's expected duration, so the steady state is de-phased. A jitter-free closed loop would
+NOTE: every client sends its first request at time 0, as `vllm bench serve` does, so the first wave
+queues for prefill. After it, each client pauses once, client *i* for *i/C* of the time all clients
+take to finish one request each, so the steady state is de-phased. A jitter-free closed loop would
 otherwise lock into waves that arrive together and wait for each other's prefill — a state that
 real runs leave (the calibration file's TTFTs at concurrency 64 are 3x below the locked state)
 because timing noise in the client and API server spreads them.
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from inhouse.engine.build import Replica
 from inhouse.engine.request import Request
+from inhouse.perf.step import StepShape
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +69,7 @@ def run_closed_loop(
     engine = replica.new_engine()
     sent = 0
     done: list[Request] = []
-    base_s, per_ctx_s = replica.step_model.decode_coefficients(concurrency)
-    expected_e2e_s = osl * (base_s + per_ctx_s * concurrency * (isl + osl / 2))
+    cycle_s = _closed_loop_cycle_s(replica, isl, osl, concurrency)
     client_of: dict[str, int] = {}
 
     def send(client: int, at_s: float) -> None:
@@ -95,7 +95,7 @@ def run_closed_loop(
             done.append(request)
             if sent < total:
                 client = client_of.pop(request.request_id)
-                pause_s = expected_e2e_s * client / concurrency if sent < 2 * concurrency else 0.0
+                pause_s = cycle_s * client / concurrency if sent < 2 * concurrency else 0.0
                 send(client, now + pause_s)
 
     done.sort(key=lambda r: r.tag)  # type: ignore[arg-type, return-value]
@@ -116,6 +116,16 @@ def run_closed_loop(
         num_preemptions=engine.scheduler.num_preemptions,
         output_throughput=len(done) * osl / now,
     )
+
+
+def _closed_loop_cycle_s(replica: Replica, isl: int, osl: int, concurrency: int) -> float:
+    """Rough time for every client to finish one request in steady state: each prompt's
+    prefill once, plus `osl` decode steps of the whole batch."""
+    step = replica.step_model
+    prefill_s = step.step_time(StepShape(1, isl, 1, 0, isl * (isl + 1) // 2))
+    base_s, per_ctx_s = step.decode_coefficients(concurrency)
+    decode_s = base_s + per_ctx_s * concurrency * (isl + osl / 2)
+    return concurrency * prefill_s + osl * decode_s
 
 
 def _wave_weighted_mean(values: list[float], first_wave: int, requested: int) -> float:

@@ -194,7 +194,10 @@ def test_jumps_never_cross_the_horizon(make_engine) -> None:
     horizon = first.end_s + 0.1
     result = engine.step(first.end_s, horizon_s=horizon)
     assert result is not None and result.num_steps > 1
-    starts = [first.end_s, *engine.timeline[result.first_step : result.first_step + result.num_steps - 1]]
+    starts = [
+        first.end_s,
+        *engine.timeline[result.first_step : result.first_step + result.num_steps - 1],
+    ]
     assert all(s < horizon for s in starts)
     assert result.end_s >= horizon or result.num_steps == 499
 

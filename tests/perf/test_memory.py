@@ -85,5 +85,9 @@ def test_min_kv_tokens_that_do_not_fit_name_the_shortfall() -> None:
 def test_bad_utilization_is_rejected() -> None:
     with pytest.raises(DoesNotFitError, match="gpu_memory_utilization"):
         plan_memory(
-            get_model("Llama-3.1-8B"), get_gpu("h100_sxm"), 1, normalize_quant("bf16"), gpu_memory_utilization=1.5
+            get_model("Llama-3.1-8B"),
+            get_gpu("h100_sxm"),
+            1,
+            normalize_quant("bf16"),
+            gpu_memory_utilization=1.5,
         )

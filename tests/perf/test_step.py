@@ -18,7 +18,7 @@ def test_single_decode_step_is_weights_over_bandwidth_plus_overheads() -> None:
     step, c = _model(tp=1, name="Llama-3.1-8B", quant="bf16")
     model, gpu = get_model("Llama-3.1-8B"), get_gpu("h100_sxm")
     t = step.step_time(decode_shape(1, 0))
-    read_s = (weight_bytes(model, normalize_quant("bf16")) - model.lm_head_params * 2)
+    read_s = weight_bytes(model, normalize_quant("bf16")) - model.lm_head_params * 2
     read_s /= c.eta_bw * gpu.hbm_bw_bytes_s
     overhead_s = c.step_overhead_s + c.layer_overhead_s * model.num_layers + c.seq_overhead_s
     assert t > read_s + overhead_s

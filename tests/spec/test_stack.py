@@ -9,7 +9,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def minimal(**pool: object) -> dict[str, object]:
-    return {"version": 1, "name": "demo", "pools": [{"name": "chat", "model": "Llama-3.1-8B", **pool}]}
+    return {
+        "version": 1,
+        "name": "demo",
+        "pools": [{"name": "chat", "model": "Llama-3.1-8B", **pool}],
+    }
 
 
 @pytest.mark.parametrize("example", sorted((ROOT / "examples").glob("*/stack.yaml")))
@@ -64,7 +68,9 @@ def test_a_model_name_cannot_be_served_by_two_pools() -> None:
 
 
 def test_unsupported_version_says_which_is_supported() -> None:
-    with pytest.raises(SpecError, match="version: 2 is not supported; this inhouse reads version 1"):
+    with pytest.raises(
+        SpecError, match="version: 2 is not supported; this inhouse reads version 1"
+    ):
         parse_stack({**minimal(), "version": 2})
 
 

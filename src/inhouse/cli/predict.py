@@ -87,9 +87,7 @@ def predict_row(row: dict[str, str]) -> dict[str, str]:
             row["model"], row["system"], int(row["tp"]), row["precision"], row["backend"]
         )
         replica = build_replica(spec)
-        result = run_closed_loop(
-            replica, int(row["isl"]), int(row["osl"]), int(row["concurrency"])
-        )
+        result = run_closed_loop(replica, int(row["isl"]), int(row["osl"]), int(row["concurrency"]))
     except DoesNotFitError as exc:
         out["pred_error"] = f"does not fit: {exc}"
         return out
@@ -114,11 +112,15 @@ def _run_batch(in_path: Path, out_path: Path) -> int:
             raise SpecError(f"{in_path}: missing column(s) {', '.join(missing)}")
         rows = list(reader)
     results = [predict_row(row) for row in rows]
-    fields = columns + [c for c in ("pred_ttft_ms", "pred_tpot_ms", "pred_error") if c not in columns]
+    fields = columns + [
+        c for c in ("pred_ttft_ms", "pred_tpot_ms", "pred_error") if c not in columns
+    ]
     with out_path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=fields)
         writer.writeheader()
         writer.writerows(results)
     failed = sum(1 for r in results if r["pred_error"])
-    print(f"predicted {len(results) - failed} of {len(results)} rows -> {out_path}", file=sys.stderr)
+    print(
+        f"predicted {len(results) - failed} of {len(results)} rows -> {out_path}", file=sys.stderr
+    )
     return 0

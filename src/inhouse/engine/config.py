@@ -13,7 +13,8 @@ class EngineConfig:
     * `max_num_batched_tokens`: token budget of one step (prefill chunks plus decodes).
     * `long_prefill_token_threshold`: cap on one prompt's chunk per step (0: no cap).
     * `num_host_blocks`: capacity of the host-RAM KV tier (0: no tier).
-    * `request_overhead_s`: delay between a request's arrival and the scheduler seeing it.
+    * `request_overhead_s`, `prompt_token_overhead_s`: delay between a request's arrival and
+      the scheduler seeing it, fixed plus per prompt token (the API server's work).
     """
 
     num_gpu_blocks: int
@@ -27,6 +28,7 @@ class EngineConfig:
     scheduling_policy: str = "fcfs"
     num_host_blocks: int = 0
     request_overhead_s: float = 0.0
+    prompt_token_overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
         assert self.num_gpu_blocks > 0, "num_gpu_blocks must be positive"

@@ -1,6 +1,8 @@
 """The engine core: a scheduler and a step-time model stepping in time given from outside.
 
-    batch = scheduler.schedule(now); dt = step_model.step_time(batch); scheduler.update(batch, now + dt)
+    batch = scheduler.schedule(now)
+    dt = step_model.step_time(batch)
+    scheduler.update(batch, now + dt)
 
 The core reads no clock: the fleet simulator drives it in virtual time, the HTTP engine in wall
 time. When every running sequence is decoding and nothing can join, the next steps differ only by
@@ -87,12 +89,17 @@ class EngineCore:
         return None
 
     def add_request(self, request: Request) -> str | None:
-        """Queue a request; it reaches the scheduler `request_overhead_s` after arrival.
+        """Queue a request; it reaches the scheduler after the API server's overhead.
         Returns the reason it was rejected, or None."""
         reason = self.check_request(request.num_prompt_tokens, request.output_len)
         if reason is not None:
             return reason
-        request.ready_s = request.arrival_s + self.config.request_overhead_s
+        config = self.config
+        request.ready_s = (
+            request.arrival_s
+            + config.request_overhead_s
+            + config.prompt_token_overhead_s * request.num_prompt_tokens
+        )
         request.status = Status.PENDING
         heapq.heappush(self._pending, (request.ready_s, next(self._seq), request))
         return None
@@ -218,9 +225,7 @@ class EngineCore:
         if steps < MIN_FAST_FORWARD_STEPS:
             return None
         index = len(self.timeline)
-        ends = [
-            now_s + j * first_s + growth_s * j * (j - 1) / 2 for j in range(1, steps + 1)
-        ]
+        ends = [now_s + j * first_s + growth_s * j * (j - 1) / 2 for j in range(1, steps + 1)]
         self.timeline.extend(ends)
         end_s = ends[-1]
         kv = scheduler.kv

@@ -16,9 +16,9 @@ __all__ = [
     "StepModel",
     "StepShape",
     "get_engine_constants",
+    "known_backends",
     "kv_bytes_per_token",
     "kv_bytes_per_token_per_gpu",
-    "known_backends",
     "plan_memory",
     "weight_bytes",
 ]

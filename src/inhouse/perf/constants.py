@@ -22,26 +22,32 @@ class EngineConstants:
     """Efficiencies and overheads of one serving engine.
 
     * `eta_bw`: fraction of peak HBM bandwidth that weight and KV reads achieve.
-    * `eta_compute`: fraction of dense peak FLOP/s that GEMMs achieve (prefill-heavy steps).
+    * `eta_compute`: fraction of dense peak FLOP/s that 16-bit GEMMs achieve.
+    * `eta_compute_fp8`: the same for 8-bit and 4-bit GEMMs (FP8/INT8/FP4 kernels reach a
+      different fraction of their own, higher, peak).
     * `eta_attention`: fraction of peak FLOP/s that prefill attention achieves.
     * `step_overhead_s`: fixed cost of one step (scheduling, input prep, sampling, launch).
     * `layer_overhead_s`: per-layer, per-step cost (kernel launches, norms, small ops).
     * `seq_overhead_s`: per-sequence, per-step cost (sampling, detokenization, bookkeeping).
     * `allreduce_latency_scale`: multiplies the catalog's link latency per all-reduce.
     * `request_overhead_s`: time from a request's arrival to the scheduler seeing it
-      (HTTP parsing, tokenization, IPC), paid once per request.
+      (HTTP parsing, IPC), paid once per request.
+    * `prompt_token_overhead_s`: the part of that delay that grows with the prompt
+      (tokenization, input processing), per prompt token.
     * `max_num_batched_tokens`, `max_num_seqs`: the engine's defaults for an online server.
     """
 
     name: str
     eta_bw: float
     eta_compute: float
+    eta_compute_fp8: float
     eta_attention: float
     step_overhead_s: float
     layer_overhead_s: float
     seq_overhead_s: float
     allreduce_latency_scale: float
     request_overhead_s: float
+    prompt_token_overhead_s: float
     max_num_batched_tokens: int
     max_num_seqs: int
     fitted_on: str = ""
@@ -55,12 +61,14 @@ class EngineConstants:
 FITTED_FIELDS = (
     "eta_bw",
     "eta_compute",
+    "eta_compute_fp8",
     "eta_attention",
     "step_overhead_s",
     "layer_overhead_s",
     "seq_overhead_s",
     "allreduce_latency_scale",
     "request_overhead_s",
+    "prompt_token_overhead_s",
 )
 
 

@@ -94,7 +94,10 @@ def plan_memory(
     reserve = reserve_bytes_per_gpu(model, tp, max_num_batched_tokens, max_num_seqs)
     kv_per_token = kv_bytes_per_token_per_gpu(model, tp, kv_dtype)
     kv_bytes = usable - weights - reserve
-    where = f"{model.name} {quant.name} on {tp}x {gpu.name} at gpu_memory_utilization {gpu_memory_utilization}"
+    where = (
+        f"{model.name} {quant.name} on {tp}x {gpu.name} "
+        f"at gpu_memory_utilization {gpu_memory_utilization}"
+    )
     if kv_bytes <= 0:
         short_gib = -kv_bytes / GIB
         raise DoesNotFitError(

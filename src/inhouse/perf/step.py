@@ -65,7 +65,8 @@ class StepModel:
         self.constants = constants
         c = constants
         bw = c.eta_bw * gpu.hbm_bw_bytes_s
-        gemm_flops_s = c.eta_compute * gpu.peak_flops(quant.compute)
+        eta_gemm = c.eta_compute if quant.compute == "bf16" else c.eta_compute_fp8
+        gemm_flops_s = eta_gemm * gpu.peak_flops(quant.compute)
         attn_flops_s = c.eta_attention * gpu.peak_flops("bf16")
 
         # Linear layers: weights read once per step; MoE experts read only when touched.
@@ -152,4 +153,3 @@ class StepModel:
             + self._fixed_s
         )
         return base, self._kv_s_per_ctx
-

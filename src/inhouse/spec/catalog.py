@@ -239,8 +239,7 @@ def model_from_hf_config(path: Path | str) -> ModelSpec:
         hidden = int(cfg["hidden_size"])
         num_experts = int(cfg.get("num_local_experts") or cfg.get("num_experts") or 0)
         intermediate = int(
-            (cfg.get("moe_intermediate_size") if num_experts else None)
-            or cfg["intermediate_size"]
+            (cfg.get("moe_intermediate_size") if num_experts else None) or cfg["intermediate_size"]
         )
         name = config_path.parent.name or "local-model"
         return ModelSpec(
