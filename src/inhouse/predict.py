@@ -58,10 +58,10 @@ def run_closed_loop(
 ) -> ClosedLoopResult:
     """Predict a closed-loop run of `num_requests` requests; all clients start at 0.
 
-    The first wave and the de-phased steady state are simulated for `SAMPLED_WAVES` waves; the
-    steady state is stationary, so the means of a longer run weight the first wave by
-    `concurrency / num_requests` and the sampled steady state by the rest. `sampled_waves=None`
-    simulates every request.
+    The first wave, the de-phasing second wave and two steady waves are simulated
+    (`SAMPLED_WAVES`); the steady state is stationary, so a longer run's means count the first
+    two waves as simulated and every later request at the sampled steady-state mean.
+    `sampled_waves=None` simulates every request.
     """
     assert isl > 0 and osl > 0 and concurrency > 0, "isl, osl and concurrency must be positive"
     requested = num_requests or default_num_requests(concurrency)
@@ -99,14 +99,13 @@ def run_closed_loop(
                 send(client, now + pause_s)
 
     done.sort(key=lambda r: r.tag)  # type: ignore[arg-type, return-value]
-    first_wave = min(concurrency, len(done))
     ttfts = [r.first_token_s - r.arrival_s for r in done]  # type: ignore[operator]
     tpots = [
         (r.finish_s - r.first_token_s) / (osl - 1) if osl > 1 else 0.0  # type: ignore[operator]
         for r in done
     ]
-    mean_ttft = _wave_weighted_mean(ttfts, first_wave, requested)
-    mean_tpot = _wave_weighted_mean(tpots, first_wave, requested)
+    mean_ttft = _wave_weighted_mean(ttfts, concurrency, requested)
+    mean_tpot = _wave_weighted_mean(tpots, concurrency, requested)
     return ClosedLoopResult(
         mean_ttft_ms=1000 * mean_ttft,
         mean_tpot_ms=1000 * mean_tpot,
@@ -128,11 +127,12 @@ def _closed_loop_cycle_s(replica: Replica, isl: int, osl: int, concurrency: int)
     return concurrency * prefill_s + osl * decode_s
 
 
-def _wave_weighted_mean(values: list[float], first_wave: int, requested: int) -> float:
-    """Mean over `requested` requests: the first wave as simulated, the rest at the sampled
-    steady-state mean."""
-    if len(values) >= requested or len(values) <= first_wave:
+def _wave_weighted_mean(values: list[float], concurrency: int, requested: int) -> float:
+    """Mean over `requested` requests, `values` in send order: the first wave and the
+    de-phasing second wave as simulated, every later request at the sampled steady-state mean."""
+    head = 2 * concurrency
+    if len(values) >= requested or len(values) <= head:
         return sum(values) / len(values)
-    steady = values[first_wave:]
+    steady = values[head:]
     steady_mean = sum(steady) / len(steady)
-    return (sum(values[:first_wave]) + (requested - first_wave) * steady_mean) / requested
+    return (sum(values[:head]) + (requested - head) * steady_mean) / requested
