@@ -13,18 +13,54 @@ from inhouse.server.inprocess import inprocess_engine
 from inhouse.server.state import EngineOptions
 
 # Keys of vLLM 0.32's bodies (shared/reference/vllm-captures/gen.txt).
-COMPLETION_KEYS = ["id", "object", "created", "model", "choices", "service_tier",
-                   "system_fingerprint", "usage", "kv_transfer_params", "ec_transfer_params",
-                   "metrics"]  # fmt: skip
-COMPLETION_CHOICE_KEYS = ["index", "text", "logprobs", "finish_reason", "stop_reason",
-                          "token_ids", "prompt_logprobs", "prompt_token_ids", "routed_experts"]  # fmt: skip
-CHAT_KEYS = ["id", "object", "created", "model", "choices", "service_tier", "system_fingerprint",
-             "usage", "prompt_logprobs", "prompt_token_ids", "prompt_text", "kv_transfer_params",
-             "ec_transfer_params", "metrics"]  # fmt: skip
-MESSAGE_KEYS = ["role", "content", "refusal", "annotations", "audio", "function_call",
-                "reasoning"]  # fmt: skip
-USAGE_KEYS = ["prompt_tokens", "total_tokens", "completion_tokens", "prompt_tokens_details",
-              "completion_tokens_details"]  # fmt: skip
+COMPLETION_KEYS = [
+    "id",
+    "object",
+    "created",
+    "model",
+    "choices",
+    "service_tier",
+    "system_fingerprint",
+    "usage",
+    "kv_transfer_params",
+    "ec_transfer_params",
+    "metrics",
+]
+COMPLETION_CHOICE_KEYS = [
+    "index",
+    "text",
+    "logprobs",
+    "finish_reason",
+    "stop_reason",
+    "token_ids",
+    "prompt_logprobs",
+    "prompt_token_ids",
+    "routed_experts",
+]
+CHAT_KEYS = [
+    "id",
+    "object",
+    "created",
+    "model",
+    "choices",
+    "service_tier",
+    "system_fingerprint",
+    "usage",
+    "prompt_logprobs",
+    "prompt_token_ids",
+    "prompt_text",
+    "kv_transfer_params",
+    "ec_transfer_params",
+    "metrics",
+]
+MESSAGE_KEYS = ["role", "content", "refusal", "annotations", "audio", "function_call", "reasoning"]
+USAGE_KEYS = [
+    "prompt_tokens",
+    "total_tokens",
+    "completion_tokens",
+    "prompt_tokens_details",
+    "completion_tokens_details",
+]
 
 
 def call(options: EngineOptions, *requests: tuple[str, str, Any]) -> list[httpx.Response]:
@@ -60,8 +96,10 @@ def events(response: httpx.Response) -> list[Any]:
 
 
 def test_completion_has_vllms_shape(make_options: Callable[..., EngineOptions]) -> None:
-    (response,) = call(make_options(), ("POST", "/v1/completions",
-                       {"model": "tiny", "prompt": "hello world", "max_tokens": 5}))  # fmt: skip
+    (response,) = call(
+        make_options(),
+        ("POST", "/v1/completions", {"model": "tiny", "prompt": "hello world", "max_tokens": 5}),
+    )
     assert response.status_code == 200
     body = response.json()
     assert list(body) == COMPLETION_KEYS
@@ -86,8 +124,10 @@ def test_output_is_deterministic(make_options: Callable[..., EngineOptions]) -> 
 
 def test_chat_completion_has_vllms_shape(make_options: Callable[..., EngineOptions]) -> None:
     messages = [{"role": "user", "content": "hi"}]
-    (response,) = call(make_options(), ("POST", "/v1/chat/completions",
-                       {"model": "tiny", "messages": messages, "max_tokens": 4}))  # fmt: skip
+    (response,) = call(
+        make_options(),
+        ("POST", "/v1/chat/completions", {"model": "tiny", "messages": messages, "max_tokens": 4}),
+    )
     body = response.json()
     assert list(body) == CHAT_KEYS
     assert body["id"].startswith("chatcmpl-") and body["object"] == "chat.completion"
@@ -99,8 +139,13 @@ def test_chat_completion_has_vllms_shape(make_options: Callable[..., EngineOptio
 def test_chat_stream_role_first_usage_last_then_done(
     make_options: Callable[..., EngineOptions],
 ) -> None:
-    payload = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3,
-               "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
+    payload = {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 3,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     (response,) = call(make_options(), ("POST", "/v1/chat/completions", payload))
     chunks = events(response)
     assert chunks[-1] == "[DONE]"
@@ -122,8 +167,12 @@ def test_chat_stream_role_first_usage_last_then_done(
 def test_completion_stream_with_continuous_usage(
     make_options: Callable[..., EngineOptions],
 ) -> None:
-    payload = {"prompt": "abc", "max_tokens": 2, "stream": True,
-               "stream_options": {"include_usage": True, "continuous_usage_stats": True}}  # fmt: skip
+    payload = {
+        "prompt": "abc",
+        "max_tokens": 2,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
     (response,) = call(make_options(), ("POST", "/v1/completions", payload))
     first, second, usage, done = events(response)
     assert done == "[DONE]"
@@ -135,8 +184,10 @@ def test_completion_stream_with_continuous_usage(
 
 
 def test_completion_stream_without_usage(make_options: Callable[..., EngineOptions]) -> None:
-    (response,) = call(make_options(), ("POST", "/v1/completions",
-                       {"prompt": "abc", "max_tokens": 3, "stream": True}))  # fmt: skip
+    (response,) = call(
+        make_options(),
+        ("POST", "/v1/completions", {"prompt": "abc", "max_tokens": 3, "stream": True}),
+    )
     chunks = events(response)
     assert len(chunks) == 4 and chunks[-1] == "[DONE]"
     assert all("usage" not in c for c in chunks[:-1])
@@ -153,10 +204,20 @@ def test_repeated_prompt_reports_cached_tokens(make_options: Callable[..., Engin
 def test_token_id_prompt_and_priority_and_min_tokens(
     make_options: Callable[..., EngineOptions],
 ) -> None:
-    payload = {"prompt": [5, 6, 7], "max_tokens": 4, "min_tokens": 2, "priority": -5,
-               "ignore_eos": True, "temperature": 0.7, "top_p": 0.9, "seed": 1, "user": "u"}  # fmt: skip
-    (response,) = call(make_options(scheduling_policy="priority"),
-                       ("POST", "/v1/completions", payload))  # fmt: skip
+    payload = {
+        "prompt": [5, 6, 7],
+        "max_tokens": 4,
+        "min_tokens": 2,
+        "priority": -5,
+        "ignore_eos": True,
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "seed": 1,
+        "user": "u",
+    }
+    (response,) = call(
+        make_options(scheduling_policy="priority"), ("POST", "/v1/completions", payload)
+    )
     assert response.status_code == 200
     assert response.json()["usage"]["prompt_tokens"] == 3
 
@@ -166,8 +227,10 @@ def test_stop_string_cuts_text_and_names_itself(make_options: Callable[..., Engi
     (plain,) = call(make_options(), ("POST", "/v1/completions", {"prompt": "p", "max_tokens": 8}))
     text = plain.json()["choices"][0]["text"]
     stop = text[13:17]
-    (cut,) = call(make_options(), ("POST", "/v1/completions",
-                  {"prompt": "p", "max_tokens": 8, "stop": [stop]}))  # fmt: skip
+    (cut,) = call(
+        make_options(),
+        ("POST", "/v1/completions", {"prompt": "p", "max_tokens": 8, "stop": [stop]}),
+    )
     choice = cut.json()["choices"][0]
     assert choice["finish_reason"] == "stop" and choice["stop_reason"] == stop
     assert choice["text"] == text[: text.index(stop)]
@@ -189,8 +252,9 @@ def test_eos_length_distribution_stops_early_unless_ignore_eos(
 
 
 def test_max_tokens_is_clamped_to_the_context(make_options: Callable[..., EngineOptions]) -> None:
-    (response,) = call(make_options(), ("POST", "/v1/completions",
-                       {"prompt": [1, 2, 3], "max_tokens": 510}))  # fmt: skip
+    (response,) = call(
+        make_options(), ("POST", "/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 510})
+    )
     assert response.status_code == 200
     assert response.json()["usage"]["completion_tokens"] == 509
 
@@ -266,10 +330,12 @@ def test_wrong_content_type_unknown_route_and_method(
         async with inprocess_engine(make_options()) as engine:
             client = engine.client
             return [
-                await client.post("/v1/completions", content=b"x", headers={"content-type": "text/plain"}),
+                await client.post(
+                    "/v1/completions", content=b"x", headers={"content-type": "text/plain"}
+                ),
                 await client.get("/nope"),
                 await client.get("/v1/completions"),
-            ]  # fmt: skip
+            ]
 
     media, route, method = asyncio.run(body())
     assert error(media)["message"] == (
@@ -293,8 +359,16 @@ def test_models_tokenize_detokenize_version(make_options: Callable[..., EngineOp
     data = models.json()["data"]
     assert models.json()["object"] == "list"
     assert [card["id"] for card in data] == ["tiny", "utility-summarize"]
-    assert list(data[0]) == ["id", "object", "created", "owned_by", "root", "parent",
-                             "max_model_len", "permission"]  # fmt: skip
+    assert list(data[0]) == [
+        "id",
+        "object",
+        "created",
+        "owned_by",
+        "root",
+        "parent",
+        "max_model_len",
+        "permission",
+    ]
     assert data[0]["max_model_len"] == 512 and data[0]["owned_by"] == "vllm"
     assert data[1]["parent"] == "tiny"
     assert data[0]["permission"][0]["object"] == "model_permission"
@@ -308,9 +382,10 @@ def test_models_tokenize_detokenize_version(make_options: Callable[..., EngineOp
 
 
 def test_lora_adapter_is_a_valid_model(make_options: Callable[..., EngineOptions]) -> None:
-    (response,) = call(make_options(lora_modules=("utility-summarize=/x",)),
-                       ("POST", "/v1/completions",
-                        {"model": "utility-summarize", "prompt": "x", "max_tokens": 1}))  # fmt: skip
+    (response,) = call(
+        make_options(lora_modules=("utility-summarize=/x",)),
+        ("POST", "/v1/completions", {"model": "utility-summarize", "prompt": "x", "max_tokens": 1}),
+    )
     assert response.status_code == 200 and response.json()["model"] == "utility-summarize"
 
 
@@ -331,8 +406,10 @@ def test_queue_limit_answers_busy(make_options: Callable[..., EngineOptions]) ->
     async def body() -> list[int]:
         async with inprocess_engine(make_options(max_num_queued_reqs=1)) as engine:
             engine.state.runner.set_hang(True)  # nothing is scheduled: requests wait
-            send = [engine.client.post("/v1/completions", json={"prompt": "x", "max_tokens": 1})
-                    for _ in range(3)]  # fmt: skip
+            send = [
+                engine.client.post("/v1/completions", json={"prompt": "x", "max_tokens": 1})
+                for _ in range(3)
+            ]
             tasks = [asyncio.ensure_future(s) for s in send]
             await asyncio.sleep(0.2)
             engine.state.runner.set_hang(False)

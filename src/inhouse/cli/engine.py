@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import sys
 
+from inhouse.errors import InhouseError
 from inhouse.server.serve import serve_engine
 from inhouse.server.state import EngineOptions
 
@@ -118,3 +120,19 @@ def run(args: argparse.Namespace) -> int:
         access_log=args.access_log,
     )
     return asyncio.run(coroutine)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m inhouse.cli.engine ...`: the same command without the CLI's discovery of
+    sibling commands (how `inhouse up` starts its engines)."""
+    parser = argparse.ArgumentParser(prog="inhouse engine", description=__doc__)
+    add_arguments(parser)
+    try:
+        return run(parser.parse_args(argv))
+    except InhouseError as exc:
+        print(f"inhouse engine: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

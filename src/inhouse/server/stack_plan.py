@@ -30,6 +30,8 @@ from inhouse.errors import SpecError
 from inhouse.spec.stack import StackSpec
 
 INHOUSE = [sys.executable, "-m", "inhouse.cli.main"]
+# Engines start through their own module, independent of the other subcommands.
+INHOUSE_ENGINE = [sys.executable, "-m", "inhouse.cli.engine"]
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,7 @@ def plan_stack(
                     vllm_launcher(vllm_python), vllm_serve_args(stack, pool, index, port, host)
                 )
             else:
-                argv = [*INHOUSE, "engine", *simulated_engine_args(stack, pool, index, port, host)]
+                argv = [*INHOUSE_ENGINE, *simulated_engine_args(stack, pool, index, port, host)]
             processes.append(ProcessSpec(name, kind, argv, url, replica_env(pool, index)))
         pool_urls[pool.name] = urls
     return StackPlan(processes, pool_urls, attached)

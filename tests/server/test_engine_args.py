@@ -1,0 +1,73 @@
+"""Stack -> engine command lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from inhouse.engine_args import (
+    replica_env,
+    replica_ports,
+    simulated_engine_args,
+    vllm_serve_args,
+)
+from inhouse.spec.stack import load_stack, parse_stack
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_vllm_args_for_the_crm_copilot() -> None:
+    stack = load_stack(EXAMPLES / "crm-copilot" / "stack.yaml")
+    pool = stack.pools[0]
+    args = vllm_serve_args(stack, pool, 1, 8101)
+    assert args == [
+        "meta-llama/Llama-3.3-70B-Instruct",
+        "--served-model-name", "chat-70b",
+        "--host", "0.0.0.0", "--port", "8101",
+        "--tensor-parallel-size", "4",
+        "--quantization", "fp8",
+        "--max-model-len", "32768",
+        "--max-num-seqs", "128",
+        "--gpu-memory-utilization", "0.9",
+        "--enable-prefix-caching",
+        "--scheduling-policy", "priority",
+        "--enable-lora", "--max-loras", "3",
+        "--lora-modules",
+        "utility-summarize=/models/lora/utility-summarize",
+        "utility-classify=/models/lora/utility-classify",
+        "utility-extract=/models/lora/utility-extract",
+        "--shutdown-timeout", "30",
+        "--enable-prompt-tokens-details",
+    ]  # fmt: skip
+    assert replica_env(pool, 1) == {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}
+
+
+def test_knobs_render_only_when_set_and_extra_args_come_last() -> None:
+    stack = parse_stack({
+        "name": "s",
+        "pools": [{"name": "p", "model": "/models/tiny", "served_model_name": "tiny",
+                   "aliases": ["t"], "knobs": {"block_size": 128, "enable_prefix_caching": False,
+                   "enable_chunked_prefill": False, "kv_cache_dtype": "fp8", "host_kv_gib": 64,
+                   "extra_args": ["--dtype", "bfloat16"]}}],
+    })  # fmt: skip
+    args = vllm_serve_args(stack, stack.pools[0], 0, 9000, host="127.0.0.1")
+    assert args[:7] == ["/models/tiny", "--served-model-name", "tiny", "t", "--host",
+                        "127.0.0.1", "--port"]  # fmt: skip
+    for expected in (["--block-size", "128"], ["--kv-cache-dtype", "fp8"],
+                     ["--kv-offloading-size", "64"], ["--no-enable-prefix-caching"],
+                     ["--no-enable-chunked-prefill"]):  # fmt: skip
+        i = args.index(expected[0])
+        assert args[i : i + len(expected)] == expected
+    assert "--tensor-parallel-size" not in args and "--quantization" not in args
+    assert args[-2:] == ["--dtype", "bfloat16"]
+    sim = simulated_engine_args(stack, stack.pools[0], 0, 9000)
+    assert "--dtype" not in sim and sim[sim.index("--host-kv-gib") + 1] == "64"
+
+
+def test_ports_are_consecutive_and_skip_attached_pools() -> None:
+    stack = parse_stack({
+        "name": "s",
+        "pools": [{"name": "a", "model": "m", "replicas": 2},
+                  {"name": "b", "model": "m2", "engine": "url", "urls": ["http://x:1"]},
+                  {"name": "c", "model": "m3"}],
+    })  # fmt: skip
+    assert replica_ports(stack, 8100) == {("a", 0): 8100, ("a", 1): 8101, ("c", 0): 8102}

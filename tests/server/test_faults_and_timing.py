@@ -1,0 +1,162 @@
+"""Wall-clock behaviour of the engine loop: timings follow the step-time model, lag is reported
+instead of hidden, and the admin port's faults act."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+import pytest
+
+from inhouse.engine import build_replica
+from inhouse.predict import run_closed_loop
+from inhouse.server.inprocess import inprocess_engine
+from inhouse.server.state import EngineOptions
+
+
+def test_one_stream_matches_the_closed_loop_prediction(
+    make_options: Callable[..., EngineOptions],
+) -> None:
+    """E2E of one request against `predict` for the same shape (in process, no HTTP cost)."""
+    options = make_options(max_model_len=2048)
+    isl, osl = 512, 64
+    predicted = run_closed_loop(build_replica(options.replica_spec()), isl, osl, 1, 1)
+    expected_s = (predicted.mean_ttft_ms + predicted.mean_tpot_ms * (osl - 1)) / 1000
+
+    async def body() -> float:
+        async with inprocess_engine(options) as engine:
+            payload = {"prompt": list(range(1000, 1000 + isl)), "max_tokens": osl}
+            start = time.monotonic()
+            response = await engine.client.post("/v1/completions", json=payload)
+            assert response.json()["usage"]["completion_tokens"] == osl
+            return time.monotonic() - start
+
+    measured_s = asyncio.run(body())
+    assert measured_s == pytest.approx(expected_s, rel=0.15, abs=0.01)
+
+
+def test_lag_is_reported_when_the_host_cannot_keep_pace(
+    make_options: Callable[..., EngineOptions], caplog: pytest.LogCaptureFixture
+) -> None:
+    async def body() -> tuple[int, float, str]:
+        async with inprocess_engine(make_options()) as engine:
+
+            async def hog() -> None:
+                for _ in range(5):
+                    time.sleep(0.03)  # a blocked event loop: steps are delivered late
+                    await asyncio.sleep(0.005)
+
+            request = engine.client.post("/v1/completions", json={"prompt": "x", "max_tokens": 40})
+            await asyncio.gather(request, hog())
+            metrics = (await engine.client.get("/metrics")).text
+            runner = engine.state.runner
+            return runner.num_lagging_steps, runner.max_lag_s, metrics
+
+    with caplog.at_level(logging.WARNING, logger="inhouse.engine"):
+        lagging, max_lag, metrics = asyncio.run(body())
+    assert lagging >= 1 and max_lag >= 0.02
+    assert "inhouse:engine_lagging_steps_total" in metrics
+    assert any("cannot keep pace" in r.getMessage() for r in caplog.records)
+
+
+def test_no_lag_at_low_load(make_options: Callable[..., EngineOptions]) -> None:
+    async def body() -> int:
+        async with inprocess_engine(make_options()) as engine:
+            await engine.client.post("/v1/completions", json={"prompt": "x", "max_tokens": 50})
+            return engine.state.runner.num_lagging_steps
+
+    # NOTE: a busy shared CI host may delay a step now and then; a steady lag would fail.
+    assert asyncio.run(body()) <= 5
+
+
+def test_slow_fault_stretches_steps(make_options: Callable[..., EngineOptions]) -> None:
+    async def body() -> tuple[float, float]:
+        async with inprocess_engine(make_options()) as engine:
+            payload = {"prompt": "x", "max_tokens": 40}
+            start = time.monotonic()
+            await engine.client.post("/v1/completions", json=payload)
+            normal = time.monotonic() - start
+            reply = await engine.admin.post("/faults/slow", json={"factor": 3})
+            assert reply.json()["slow_factor"] == 3
+            start = time.monotonic()
+            await engine.client.post("/v1/completions", json=payload)
+            return normal, time.monotonic() - start
+
+    normal, slow = asyncio.run(body())
+    assert slow / normal == pytest.approx(3, rel=0.25)
+
+
+def test_fail_fault_fails_the_next_n(make_options: Callable[..., EngineOptions]) -> None:
+    async def body() -> list[int]:
+        async with inprocess_engine(make_options()) as engine:
+            await engine.admin.post("/faults/fail", json={"count": 2, "status": 500})
+            codes = []
+            for _ in range(3):
+                reply = await engine.client.post("/v1/completions", json={"prompt": "x"})
+                codes.append(reply.status_code)
+            return codes
+
+    assert asyncio.run(body()) == [500, 500, 200]
+
+
+def test_hang_and_clear(make_options: Callable[..., EngineOptions]) -> None:
+    async def body() -> tuple[bool, int]:
+        async with inprocess_engine(make_options()) as engine:
+            await engine.admin.post("/faults/hang", json={"scope": "engine"})
+            pending = asyncio.ensure_future(
+                engine.client.post("/v1/completions", json={"prompt": "x", "max_tokens": 2})
+            )
+            await asyncio.sleep(0.3)
+            stalled = not pending.done()
+            await engine.admin.post("/faults/clear")
+            return stalled, (await pending).status_code
+
+    assert asyncio.run(body()) == (True, 200)
+
+
+def test_hang_all_stalls_health_too(make_options: Callable[..., EngineOptions]) -> None:
+    async def body() -> tuple[bool, int]:
+        async with inprocess_engine(make_options()) as engine:
+            await engine.admin.post("/faults/hang", json={"scope": "all"})
+            probe = asyncio.ensure_future(engine.client.get("/health"))
+            await asyncio.sleep(0.2)
+            stalled = not probe.done()
+            await engine.admin.post("/faults/clear")
+            return stalled, (await probe).status_code
+
+    assert asyncio.run(body()) == (True, 200)
+
+
+def test_fill_kv_raises_usage_and_queues_requests(
+    make_options: Callable[..., EngineOptions],
+) -> None:
+    async def body() -> tuple[float, bool, int]:
+        async with inprocess_engine(make_options()) as engine:
+            reply = await engine.admin.post("/faults/fill_kv", json={"fraction": 1.0})
+            usage = reply.json()["kv_usage"]
+            pending = asyncio.ensure_future(
+                engine.client.post("/v1/completions", json={"prompt": "x" * 200, "max_tokens": 2})
+            )
+            await asyncio.sleep(0.2)
+            stalled = not pending.done()
+            await engine.admin.post("/faults/clear")
+            return usage, stalled, (await pending).status_code
+
+    usage, stalled, status = asyncio.run(body())
+    assert usage == 1.0 and stalled and status == 200
+
+
+def test_bad_fault_requests_are_400(make_options: Callable[..., EngineOptions]) -> None:
+    async def body() -> list[int]:
+        async with inprocess_engine(make_options()) as engine:
+            admin = engine.admin
+            return [
+                (await admin.post("/faults/slow", json={"factor": 0})).status_code,
+                (await admin.post("/faults/hang", json={"scope": "x"})).status_code,
+                (await admin.post("/faults/nope")).status_code,
+                (await admin.get("/faults")).status_code,
+            ]
+
+    assert asyncio.run(body()) == [400, 400, 404, 200]
