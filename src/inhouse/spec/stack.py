@@ -53,6 +53,45 @@ class RoutingSpec(_Strict):
     params: dict[str, float | int | str | bool] = Field(default_factory=dict)
 
 
+class PoolSlo(_Strict):
+    """A pool's service-level objectives, from which `inhouse render` writes its alerts.
+
+    `*_p95_ms` are the targets the contract states; `*_alarm_ms` the p95 that pages after five
+    minutes (default: the target itself; the seeds' SLO table pages a little above the target,
+    e.g. TTFT 800 ms target, 1000 ms alarm). `availability` is the share of requests answered
+    without a 5xx: one minus it is the error budget the burn-rate alerts spend. A prefix-cache hit
+    rate below `prefix_hit_rate_min` for 15 minutes files a ticket (null: no such alert).
+    Optional and additive to schema v1: a pool without `slo` gets render's documented defaults.
+    """
+
+    ttft_p95_ms: float | None = Field(default=None, gt=0)
+    ttft_alarm_ms: float | None = Field(default=None, gt=0)
+    itl_p95_ms: float | None = Field(default=None, gt=0)
+    itl_alarm_ms: float | None = Field(default=None, gt=0)
+    e2e_p95_ms: float | None = Field(default=None, gt=0)
+    e2e_alarm_ms: float | None = Field(default=None, gt=0)
+    availability: float = Field(default=0.999, gt=0, lt=1)
+    prefix_hit_rate_min: float | None = Field(default=0.6, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _check_alarms(self) -> PoolSlo:
+        for metric in ("ttft", "itl", "e2e"):
+            target = getattr(self, f"{metric}_p95_ms")
+            alarm = getattr(self, f"{metric}_alarm_ms")
+            if target is not None and alarm is not None and alarm < target:
+                raise ValueError(
+                    f"{metric}_alarm_ms ({alarm}) is below {metric}_p95_ms ({target}): the alarm "
+                    "pages when the target is already broken, so set it at or above the target"
+                )
+        return self
+
+    def alarm_ms(self, metric: Literal["ttft", "itl", "e2e"]) -> float | None:
+        """The p95 that pages: the alarm if set, else the target, else None (no alert)."""
+        alarm: float | None = getattr(self, f"{metric}_alarm_ms")
+        target: float | None = getattr(self, f"{metric}_p95_ms")
+        return alarm if alarm is not None else target
+
+
 class PoolSpec(_Strict):
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=40)
     model: str = Field(description="catalog name, Hugging Face id, or a local model directory")
@@ -75,9 +114,18 @@ class PoolSpec(_Strict):
     )
     long_pool: str | None = None
     fallback: str | None = None
+    saturation_waiting: int = Field(
+        default=32,
+        gt=0,
+        description="the pool is saturated (traffic goes to `fallback`) when every healthy "
+        "replica has this many requests waiting",
+    )
     urls: tuple[str, ...] = Field(default=(), description="engine URLs when engine is `url`")
     gpu_ids: tuple[tuple[int, ...], ...] = Field(
         default=(), description="per replica, the GPU indices it runs on (an NVLink group)"
+    )
+    slo: PoolSlo | None = Field(
+        default=None, description="service-level objectives; render's alerts (docs/render.md)"
     )
 
     @property
