@@ -1,0 +1,71 @@
+"""`inhouse render`: a stack file in, what an operator applies, watches and is paged by out.
+
+`render_stack(stack, options)` is pure: it returns every file as text keyed by its path under the
+output directory; only the CLI writes them. See docs/render.md for the files and their checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from inhouse.render import layout
+from inhouse.render.grafana_boards import render_grafana
+from inhouse.render.k8s_cluster import render_cluster
+from inhouse.render.k8s_engine import namespace_of, render_engines
+from inhouse.render.options import RenderOptions
+from inhouse.render.prometheus import render_prometheus, stack_rules
+from inhouse.render.runbook import render_runbook
+from inhouse.render.vllm import render_vllm_script
+from inhouse.spec.stack import StackSpec
+
+__all__ = ["RenderOptions", "Rendered", "render_stack"]
+
+BARE_METAL_BASE_PORT = 8000
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    files: dict[str, str]
+    notes: tuple[str, ...]
+
+
+def render_stack(stack: StackSpec, options: RenderOptions | None = None) -> Rendered:
+    options = options or RenderOptions()
+    ns = namespace_of(stack, options)
+    files: dict[str, str] = {}
+    for pool in layout.engine_pools(stack):
+        files[f"vllm/{pool.name}.sh"] = render_vllm_script(
+            stack, pool, base_port=BARE_METAL_BASE_PORT
+        )
+    files.update(render_engines(stack, options))
+    files.update(render_cluster(stack, options))
+    files.update(render_prometheus(stack, ns, options.runbook_url))
+    files.update(render_grafana(stack))
+    _, alerts = stack_rules(stack, ns)
+    files["runbook.md"] = render_runbook(stack, alerts, ns)
+    return Rendered(dict(sorted(files.items())), tuple(render_notes(stack)))
+
+
+def render_notes(stack: StackSpec) -> list[str]:
+    """Things the operator should know about what was rendered."""
+    notes = []
+    for pool in layout.engine_pools(stack):
+        if pool.slo is None:
+            d = layout.DEFAULT_SLO
+            notes.append(
+                f"pool {pool.name}: no `slo` section; alerts use the defaults (TTFT p95 "
+                f"{d.ttft_p95_ms:g} ms paging at {d.ttft_alarm_ms:g} ms, ITL p95 "
+                f"{d.itl_p95_ms:g} ms paging at {d.itl_alarm_ms:g} ms, availability "
+                f"{d.availability:g})"
+            )
+        if layout.is_single_node(stack) and pool.tp > 1 and not pool.gpu_ids:
+            notes.append(
+                f"pool {pool.name}: TP={pool.tp} without gpu_ids; the device plugin picks the "
+                "GPUs and the check-gpu-topology init container verifies they are NVLink-joined"
+            )
+        if not layout.is_single_node(stack) and pool.gpu_ids:
+            notes.append(
+                f"pool {pool.name}: gpu_ids are for a single node; on several nodes the "
+                "device plugin picks the GPUs (vllm/{pool.name}.sh still pins them)"
+            )
+    return notes

@@ -1,0 +1,334 @@
+"""Operational alerts: engine replicas and their KV cache, scheduler and queue; the gateway; the
+GPUs (DCGM). Thresholds follow the seeds' SLO table: replica down 30 s, KV > 95% for 60 s (both
+page), prefix hit rate < 60% for 15 minutes (ticket), ECC double-bit and XID 48/79/95 (page).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from inhouse.render.alerts import Alert, Case, RunbookEntry, Series
+from inhouse.render.alerts_slo import engine_labels
+from inhouse.render.layout import QUEUE_DEPTH_PER_REPLICA, engine_pools, slo_of
+from inhouse.spec.stack import PoolSpec, StackSpec
+
+ENGINE_GROUP = "inhouse-engines"
+
+
+def _up(ns: str, job: str, labels: dict[str, str], values: str) -> Series:
+    return Series({"namespace": ns, "job": job, **labels}, values, "up")
+
+
+def replica_alerts(pool: PoolSpec, ns: str) -> list[Alert]:
+    job = f"{pool.name}-engine"
+    sel = f'namespace="{ns}", job="{job}"'
+    pod = {"instance": "10.0.0.1:8000", "pod": f"{pool.name}-r0"}
+    down = Alert(
+        name="InhouseEngineReplicaDown",
+        group=ENGINE_GROUP,
+        expr=f"up{{{sel}}} == 0",
+        hold="30s",
+        severity="page",
+        labels={"pool": pool.name},
+        summary="engine {{ $labels.pod }} of pool {{ $labels.job }} is down",
+        description=f"Prometheus cannot scrape the replica for 30 s; pool {pool.name} runs on "
+        "the rest (degraded-mode SLO).",
+        runbook=RunbookEntry(
+            meaning="A vLLM replica stopped answering /metrics: the process died, the engine "
+            "hit an error (/health 503), or the node is gone. Its share of traffic goes to the "
+            "other replicas, whose latency rises.",
+            first_promql=f"up{{{sel}}}",
+            mitigations=(
+                "`kubectl -n NS describe pod POD` and `kubectl logs --previous POD -c vllm`: "
+                "OOM, CUDA error, NCCL timeout?",
+                "CUDA/XID errors in the log: check the GPU alerts; cordon the node if a GPU "
+                "is bad.",
+                "Crash after a deploy: roll back the image or the stack change.",
+            ),
+            escalate="Not back within 10 minutes, or a second replica goes: escalate to the "
+            "platform owner (capacity below the degraded-mode plan).",
+        ),
+        cases=(
+            Case(
+                "down for 45 s",
+                "15s",
+                (_up(ns, job, pod, "1 1 0 0 0 0 0 0"),),
+                "1m30s",
+                {"namespace": ns, "job": job, **pod},
+            ),
+            Case("a 15 s blip", "15s", (_up(ns, job, pod, "1 1 0 1 1 1 1 1"),), "1m30s", None),
+        ),
+    )
+    replicas = [
+        {"instance": f"10.0.0.{i + 1}:8000", "pod": f"{pool.name}-r{i}"}
+        for i in range(pool.replicas)
+    ]
+    one_short = [_up(ns, job, r, "1x8") for r in replicas[:-1]] + [
+        _up(ns, job, replicas[-1], "0x8")
+    ]
+    missing = Alert(
+        name="InhouseEngineReplicasMissing",
+        group=ENGINE_GROUP,
+        expr=f"(count(up{{{sel}}} == 1) or vector(0)) < {pool.replicas}",
+        hold="30s",
+        severity="page",
+        labels={"pool": pool.name},
+        summary=f"pool {pool.name} has fewer than {pool.replicas} replicas up",
+        description="Replicas are missing altogether (pending, evicted, node lost), not just "
+        "failing their scrape.",
+        runbook=RunbookEntry(
+            meaning="Fewer engine pods answer than the pool's minimum: a pod cannot be "
+            "scheduled (no free GPUs, node down, taint) or was evicted.",
+            first_promql=f"count(up{{{sel}}} == 1)",
+            mitigations=(
+                "`kubectl -n NS get pods -l inhouse.dev/pool=POOL -o wide` and `describe` the "
+                "Pending one: Insufficient nvidia.com/gpu, node selector, init container failure "
+                "(signature or GPU topology check)?",
+                "A failed verify-model init container means the weights on the node do not match "
+                "their signature: do not bypass it; re-sync the weights from the registry.",
+            ),
+            escalate="A node is lost or GPUs are unallocatable: escalate to the hardware owner.",
+        ),
+        cases=(
+            Case("one replica short", "15s", tuple(one_short), "1m30s", {}),
+            Case(
+                "all replicas up",
+                "15s",
+                tuple(_up(ns, job, r, "1x8") for r in replicas),
+                "1m30s",
+                None,
+            ),
+        ),
+    )
+    return [down, missing]
+
+
+def kv_alerts(pool: PoolSpec) -> list[Alert]:
+    name = pool.client_model_name
+    labels = engine_labels(pool)
+    kv = "vllm:kv_cache_usage_perc"
+    preemptions = f'vllm:num_preemptions_total{{model_name="{name}"}}'
+    alerts = [
+        Alert(
+            name="InhouseKVCacheFull",
+            group=ENGINE_GROUP,
+            expr=f'{kv}{{model_name="{name}"}} > 0.95',
+            hold="1m",
+            severity="page",
+            labels={"pool": pool.name},
+            summary="KV cache of {{ $labels.pod }} ({{ $labels.model_name }}) above 95% for 60 s",
+            description="New requests wait for KV blocks and running ones are preempted "
+            "(recomputed): latency climbs.",
+            runbook=RunbookEntry(
+                meaning="A replica's KV cache has been over 95% full for a minute. vLLM then "
+                "preempts running sequences and recomputes them later.",
+                first_promql=f'max by (pod) ({kv}{{model_name="{name}"}})',
+                mitigations=(
+                    "One replica only: routing imbalance (session affinity pinning heavy "
+                    "sessions); check the routing-decisions panel.",
+                    "All replicas: too many long contexts for the KV pool; lower max_num_seqs "
+                    "or max_model_len, use fp8 KV, add a host KV tier or a replica.",
+                    "Long-prompt flood from one tenant: tighten its token budget at the gateway.",
+                ),
+                escalate="Sustained with SLO pages: escalate to the capacity owner (re-plan).",
+            ),
+            cases=(
+                Case(
+                    "full for 2 minutes", "15s", (Series(labels, "0.5 0.97x10", kv),), "2m", labels
+                ),
+                Case(
+                    "30 s bursts",
+                    "15s",
+                    (Series(labels, "0.5 0.97 0.97 0.5 0.97 0.97 0.5 0.97 0.97 0.5", kv),),
+                    "2m",
+                    None,
+                ),
+            ),
+        ),
+        _counter_alert(
+            pool,
+            name="InhousePreemptionsSustained",
+            expr=f"sum by (model_name) (rate({preemptions}[5m])) > 0",
+            summary="{{ $labels.model_name }} preempts requests for 15 minutes",
+            description="The scheduler keeps evicting running sequences for lack of KV blocks.",
+            runbook=RunbookEntry(
+                meaning="vLLM has preempted sequences in every 5-minute window for 15 minutes: "
+                "KV demand exceeds the cache; preempted work is recomputed, wasting GPU time.",
+                first_promql=f"sum by (pod) (rate({preemptions}[5m]))",
+                mitigations=(
+                    "Lower max_num_seqs or max_num_batched_tokens; enable fp8 KV cache.",
+                    "Check the KV cache dashboard for a few very long requests.",
+                ),
+                escalate="With SLO pages: capacity owner.",
+            ),
+            series=lambda v: (Series(labels, v, "vllm:num_preemptions_total"),),
+            fire="0+3x100",
+            quiet="0x100",
+        ),
+    ]
+    min_rate = slo_of(pool).prefix_hit_rate_min
+    if pool.knobs.enable_prefix_caching and min_rate is not None:
+        alerts.append(prefix_alert(pool, min_rate))
+    alerts.append(queue_alert(pool))
+    return alerts
+
+
+def _counter_alert(
+    pool: PoolSpec,
+    *,
+    name: str,
+    expr: str,
+    summary: str,
+    description: str,
+    runbook: RunbookEntry,
+    series: Callable[[str], tuple[Series, ...]],
+    fire: str,
+    quiet: str,
+) -> Alert:
+    expect = {"model_name": pool.client_model_name}
+    return Alert(
+        name=name,
+        group=ENGINE_GROUP,
+        expr=expr,
+        hold="15m",
+        severity="ticket",
+        labels={"pool": pool.name},
+        summary=summary,
+        description=description,
+        runbook=runbook,
+        cases=(
+            Case("sustained", "15s", series(fire), "20m", expect),
+            Case("none", "15s", series(quiet), "20m", None),
+        ),
+    )
+
+
+def prefix_alert(pool: PoolSpec, min_rate: float) -> Alert:
+    name = pool.client_model_name
+    sel = f'{{model_name="{name}"}}'
+    labels = engine_labels(pool)
+
+    def series(hits: str) -> tuple[Series, ...]:
+        return (
+            Series(labels, hits, "vllm:prefix_cache_hits_total"),
+            Series(labels, "0+100x60", "vllm:prefix_cache_queries_total"),
+        )
+
+    fire_hits = max(0, round(min_rate * 100) - 30)
+    quiet_hits = min(100, round(min_rate * 100) + 20)
+    return Alert(
+        name="InhousePrefixHitRateLow",
+        group=ENGINE_GROUP,
+        expr=(
+            f"sum by (model_name) (rate(vllm:prefix_cache_hits_total{sel}[15m]))\n/\n"
+            f"sum by (model_name) (rate(vllm:prefix_cache_queries_total{sel}[15m]))\n"
+            f"< {min_rate:g}"
+        ),
+        hold="15m",
+        severity="ticket",
+        labels={"pool": pool.name},
+        summary=f"prefix-cache hit rate of {{{{ $labels.model_name }}}} below {min_rate:.0%}",
+        description="A router or prompt-shape change: agent traffic normally reuses most of "
+        "its prompt.",
+        runbook=RunbookEntry(
+            meaning=f"Under {min_rate:.0%} of prompt tokens hit the prefix cache for 15 "
+            "minutes. Either the gateway stopped sending a session to the replica holding its "
+            "prefix (routing policy changed, a replica restarted, the prefix index is too "
+            "small), or the prompts changed shape (a timestamp or request id early in the "
+            "system prompt breaks every prefix).",
+            first_promql=f"sum by (pod) (rate(vllm:prefix_cache_hits_total{sel}[15m])) / "
+            f"sum by (pod) (rate(vllm:prefix_cache_queries_total{sel}[15m]))",
+            mitigations=(
+                "Check the routing decisions panel: prefix_match share fell? Check the "
+                "gateway's routing policy in the stack file.",
+                "Diff a current system prompt against last week's: move volatile fields to "
+                "the end.",
+            ),
+            escalate="Ticket to the application team owning the prompt, or the gateway owner.",
+        ),
+        cases=(
+            Case("hit rate low", "1m", series(f"0+{fire_hits}x60"), "40m", {"model_name": name}),
+            Case("hit rate healthy", "1m", series(f"0+{quiet_hits}x60"), "40m", None),
+        ),
+    )
+
+
+def queue_alert(pool: PoolSpec) -> Alert:
+    name = pool.client_model_name
+    labels = engine_labels(pool)
+    metric = "vllm:num_requests_waiting"
+    return Alert(
+        name="InhouseQueueBacklog",
+        group=ENGINE_GROUP,
+        expr=f'avg by (model_name) ({metric}{{model_name="{name}"}}) > {QUEUE_DEPTH_PER_REPLICA}',
+        hold="5m",
+        severity="ticket",
+        labels={"pool": pool.name},
+        summary="{{ $labels.model_name }} has a waiting queue for 5 minutes",
+        description=f"More than {QUEUE_DEPTH_PER_REPLICA} requests wait per replica: demand "
+        "exceeds the pool's batch capacity.",
+        runbook=RunbookEntry(
+            meaning="Requests wait inside vLLM for a batch slot (max_num_seqs) or KV blocks. "
+            "Multi-node pools should be scaling out on this same signal.",
+            first_promql=f'sum by (pod) ({metric}{{model_name="{name}"}})',
+            mitigations=(
+                "Multi-node: check the KEDA ScaledObject (`kubectl get scaledobject`) reached "
+                "its maxReplicaCount or cannot schedule pods.",
+                "Single node: shift batch tenants off-peak or lower their priority.",
+            ),
+            escalate="Daily recurrence: capacity owner (re-run inhouse plan with the new load).",
+        ),
+        cases=(
+            Case("backlog", "15s", (Series(labels, "30x40", metric),), "8m", {"model_name": name}),
+            Case("short queue", "15s", (Series(labels, "5x40", metric),), "8m", None),
+        ),
+    )
+
+
+def gateway_alerts(ns: str) -> list[Alert]:
+    sel = f'namespace="{ns}", job="gateway"'
+    return [
+        Alert(
+            name="InhouseGatewayDown",
+            group=ENGINE_GROUP,
+            expr=f"absent(up{{{sel}}} == 1)",
+            hold="30s",
+            severity="page",
+            summary="no inhouse gateway replica is up",
+            description="Every client request fails: the gateway is the only way in.",
+            runbook=RunbookEntry(
+                meaning="No gateway replica answers /metrics: clients cannot reach any model.",
+                first_promql=f"up{{{sel}}}",
+                mitigations=(
+                    "`kubectl -n NS get pods -l app.kubernetes.io/component=gateway`, then its "
+                    "logs: a bad ConfigMap (stack file) or a missing tenant-keys Secret?",
+                    "Roll back the last gateway ConfigMap or image change.",
+                ),
+                escalate="Immediately to the platform owner: full outage.",
+            ),
+            cases=(
+                Case(
+                    "gateway down",
+                    "15s",
+                    (_up(ns, "gateway", {"instance": "10.0.1.1:8080"}, "0x10"),),
+                    "1m30s",
+                    {},
+                ),
+                Case(
+                    "gateway up",
+                    "15s",
+                    (_up(ns, "gateway", {"instance": "10.0.1.1:8080"}, "1x10"),),
+                    "1m30s",
+                    None,
+                ),
+            ),
+        )
+    ]
+
+
+def engine_rules(stack: StackSpec, ns: str) -> list[Alert]:
+    alerts: list[Alert] = []
+    for pool in engine_pools(stack):
+        alerts += replica_alerts(pool, ns)
+        alerts += kv_alerts(pool)
+    return alerts + gateway_alerts(ns)

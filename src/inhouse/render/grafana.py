@@ -1,0 +1,175 @@
+"""Grafana dashboard JSON: panels laid out on a 24-column grid, a `datasource` variable so the
+dashboards import as they are (Dashboards -> Import) into any Grafana, no uid baked in. What the
+dashboards show is in `grafana_boards`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from inhouse.spec.stack import StackSpec
+
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+RATE = "$__rate_interval"
+QUANTILES = (("0.5", "p50"), ("0.95", "p95"), ("0.99", "p99"))
+
+
+@dataclass(frozen=True, slots=True)
+class Panel:
+    title: str
+    description: str
+    targets: tuple[tuple[str, str], ...]  # (PromQL, legend)
+    unit: str = "short"
+    threshold: float | None = None
+    kind: str = "timeseries"
+    width: int = 12
+
+
+@dataclass(slots=True)
+class Board:
+    key: str
+    title: str
+    description: str
+    sections: list[tuple[str, list[Panel]]] = field(default_factory=list)
+    variables: list[dict[str, Any]] = field(default_factory=list)
+
+
+def quantiles(metric: str, selector: str, by: str = "") -> tuple[tuple[str, str], ...]:
+    group = f"le, {by}" if by else "le"
+    legend = f"{{{{{by}}}}} " if by else ""
+    return tuple(
+        (
+            f"histogram_quantile({q}, sum by ({group}) "
+            f"(rate({metric}_bucket{{{selector}}}[{RATE}])))",
+            f"{legend}{name}",
+        )
+        for q, name in QUANTILES
+    )
+
+
+def panel_json(panel: Panel, panel_id: int, x: int, y: int) -> dict[str, Any]:
+    defaults: dict[str, Any] = {"unit": panel.unit}
+    if panel.threshold is not None:
+        defaults["thresholds"] = {
+            "mode": "absolute",
+            "steps": [
+                {"color": "green", "value": None},
+                {"color": "red", "value": panel.threshold},
+            ],
+        }
+        defaults["custom"] = {"thresholdsStyle": {"mode": "line"}}
+    return {
+        "id": panel_id,
+        "type": panel.kind,
+        "title": panel.title,
+        "description": panel.description,
+        "datasource": DATASOURCE,
+        "gridPos": {"h": 8, "w": panel.width, "x": x, "y": y},
+        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "options": {
+            "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+            "tooltip": {"mode": "multi", "sort": "desc"},
+        },
+        "targets": [
+            {
+                "refId": chr(ord("A") + i),
+                "datasource": DATASOURCE,
+                "expr": expr,
+                "legendFormat": legend,
+            }
+            for i, (expr, legend) in enumerate(panel.targets)
+        ],
+    }
+
+
+def board_json(stack: StackSpec, board: Board) -> dict[str, Any]:
+    panels: list[dict[str, Any]] = []
+    y = 0
+    for title, section in board.sections:
+        panels.append(
+            {
+                "id": len(panels) + 1,
+                "type": "row",
+                "title": title,
+                "collapsed": False,
+                "gridPos": {"h": 1, "w": 24, "x": 0, "y": y},
+                "panels": [],
+            }
+        )
+        y += 1
+        x = 0
+        for panel in section:
+            if x + panel.width > 24:
+                x, y = 0, y + 8
+            panels.append(panel_json(panel, len(panels) + 1, x, y))
+            x += panel.width
+        y += 8
+    datasource_var = {
+        "name": "datasource",
+        "label": "Prometheus",
+        "type": "datasource",
+        "query": "prometheus",
+        "current": {},
+        "hide": 0,
+        "includeAll": False,
+        "multi": False,
+        "options": [],
+        "refresh": 1,
+        "regex": "",
+    }
+    return {
+        "id": None,
+        "uid": f"inhouse-{stack.name}-{board.key}"[:40],
+        "title": f"{stack.name} / {board.title}",
+        "description": board.description,
+        "tags": ["inhouse", stack.name],
+        "timezone": "browser",
+        "editable": True,
+        "graphTooltip": 1,
+        "schemaVersion": 39,
+        "version": 1,
+        "refresh": "30s",
+        "time": {"from": "now-6h", "to": "now"},
+        "annotations": {"list": []},
+        "links": [],
+        "templating": {"list": [datasource_var, *board.variables]},
+        "panels": panels,
+    }
+
+
+def query_variable(name: str, label: str, query: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "label": label,
+        "type": "query",
+        "datasource": DATASOURCE,
+        "definition": query,
+        "query": {"query": query, "refId": "variable"},
+        "refresh": 2,
+        "includeAll": True,
+        "multi": True,
+        "allValue": ".*",
+        "current": {},
+        "options": [],
+        "hide": 0,
+        "regex": "",
+        "sort": 1,
+    }
+
+
+def render_boards(stack: StackSpec, boards: list[Board]) -> dict[str, str]:
+    """`grafana/<key>.json` -> dashboard JSON text."""
+    return {
+        f"grafana/{b.key}.json": json.dumps(board_json(stack, b), indent=2) + "\n" for b in boards
+    }
+
+
+def dashboard_exprs(model: dict[str, Any]) -> list[str]:
+    """Every PromQL expression of a dashboard (panels and variables), for the name check."""
+    exprs = [t["expr"] for p in model["panels"] for t in p.get("targets", [])]
+    for var in model["templating"]["list"]:
+        if var["type"] == "query":
+            exprs.append(var["definition"].removeprefix("label_values(").split(",")[0])
+    return exprs

@@ -1,0 +1,316 @@
+"""The five dashboards: SLO, engine internals, KV cache, hardware health (DCGM) and tenants.
+
+Every expression reads only names from `metric_names` (vLLM, the gateway, DCGM, `up`) or the
+recording rules of prometheus/rules.yaml; a test checks it.
+"""
+
+from __future__ import annotations
+
+from inhouse.render.grafana import RATE, Board, Panel, quantiles, query_variable, render_boards
+from inhouse.render.layout import engine_pools, slo_of
+from inhouse.spec.catalog import get_gpu
+from inhouse.spec.stack import PoolSpec, StackSpec
+
+MODEL = 'model_name=~"$model_name"'
+TENANT = 'tenant=~"$tenant"'
+GPU = "{{Hostname}}{{hostname}} GPU {{gpu}}"
+
+
+def rate_sum(metric: str, selector: str = "", by: str = "") -> str:
+    grouping = f" by ({by})" if by else ""
+    return f"sum{grouping} (rate({metric}{{{selector}}}[{RATE}]))"
+
+
+def hist(q: str, metric: str, selector: str = "", by: str = "") -> str:
+    group = f"le, {by}" if by else "le"
+    return f"histogram_quantile({q}, {rate_sum(metric + '_bucket', selector, group)})"
+
+
+def panel(title: str, description: str, *targets: tuple[str, str], **style: object) -> Panel:
+    return Panel(title, description, targets, **style)  # type: ignore[arg-type]
+
+
+def slo_board(stack: StackSpec) -> Board:
+    board = Board(
+        "slo",
+        "SLO",
+        "Latency percentiles against each pool's alarm, errors and error-budget burn. Alerts: "
+        "InhouseTTFTP95OverSLO, InhouseITLP95OverSLO, InhouseErrorBudgetBurnFast/Slow.",
+    )
+    ttft = hist("0.95", "inhouse_gateway_ttft_seconds", by="model")
+    board.sections.append(
+        (
+            "Gateway (what clients see)",
+            [
+                panel("TTFT p95 by model", "Gateway arrival to first token, LoRA adapters "
+                      "included.", (ttft, "{{model}}"), unit="s"),
+                panel("Requests by status", "Gateway responses per second by HTTP status.",
+                      (rate_sum("inhouse_gateway_requests_total", by="code"), "{{code}}"),
+                      unit="reqps"),
+            ],
+        )
+    )  # fmt: skip
+    for pool in engine_pools(stack):
+        title = f"Pool {pool.name} ({pool.client_model_name})"
+        board.sections.append((title, pool_slo_panels(pool)))
+    return board
+
+
+def pool_slo_panels(pool: PoolSpec) -> list[Panel]:
+    slo = slo_of(pool)
+    sel = f'model_name="{pool.client_model_name}"'
+    budget = 1 - slo.availability
+
+    def alarm_s(key: str) -> float | None:
+        ms = slo.alarm_ms(key)  # type: ignore[arg-type]
+        return None if ms is None else ms / 1000
+
+    gateway_e2e = hist("0.95", "inhouse_gateway_e2e_seconds", f'pool="{pool.name}"', "model")
+    burn = [
+        (f'inhouse:gateway_error_ratio:rate{w}{{pool="{pool.name}"}} / {budget:g}', w)
+        for w in ("1h", "6h")
+    ]
+    return [
+        Panel("TTFT", f"vLLM time to first token; line: alarm {slo.alarm_ms('ttft')} ms.",
+              quantiles("vllm:time_to_first_token_seconds", sel), "s", alarm_s("ttft")),
+        Panel("ITL", f"vLLM inter-token latency; line: alarm {slo.alarm_ms('itl')} ms.",
+              quantiles("vllm:inter_token_latency_seconds", sel), "s", alarm_s("itl")),
+        Panel("End-to-end latency", "vLLM request latency; gateway p95 per requested model.",
+              (*quantiles("vllm:e2e_request_latency_seconds", sel),
+               (gateway_e2e, "gateway {{model}} p95")), "s", alarm_s("e2e")),
+        Panel("Error budget burn", f"5xx share / budget ({budget:.4g}): 1 spends the budget "
+              "exactly over the SLO window; pages at 14.4 over 1 h and 5 m.",
+              tuple(burn), "short", 14.4),
+    ]  # fmt: skip
+
+
+def engine_board(stack: StackSpec) -> Board:
+    del stack
+    board = Board(
+        "engine",
+        "Engine internals",
+        "vLLM's scheduler per replica: batch, queue, KV usage, prefix hits, preemptions.",
+        variables=[
+            query_variable(
+                "model_name", "Model", "label_values(vllm:num_requests_running, model_name)"
+            )
+        ],
+    )
+    hit_rate = (
+        f"{rate_sum('vllm:prefix_cache_hits_total', MODEL, 'model_name')} / "
+        f"{rate_sum('vllm:prefix_cache_queries_total', MODEL, 'model_name')}"
+    )
+    board.sections.append(
+        (
+            "Scheduler",
+            [
+                panel("Running requests", "Sequences in the batch.",
+                      (f"sum by (pod) (vllm:num_requests_running{{{MODEL}}})", "{{pod}}")),
+                panel("Waiting requests", "vLLM's queue; KEDA scales multi-node pools on it.",
+                      (f"sum by (pod) (vllm:num_requests_waiting{{{MODEL}}})", "{{pod}}")),
+                panel("KV cache usage", "Share of KV blocks in use; pages above 95% for 60 s.",
+                      (f"max by (pod) (vllm:kv_cache_usage_perc{{{MODEL}}})", "{{pod}}"),
+                      unit="percentunit", threshold=0.95),
+                panel("Prefix-cache hit rate", "Prompt tokens served from the cache.",
+                      (hit_rate, "{{model_name}}"), unit="percentunit"),
+                panel("Preemptions", "Sequences evicted for lack of KV, per second.",
+                      (rate_sum("vllm:num_preemptions_total", MODEL, "pod"), "{{pod}}"),
+                      unit="ops"),
+                panel("Finished requests", "By reason: stop, length, abort, error, repetition.",
+                      (rate_sum("vllm:request_success_total", MODEL, "finished_reason"),
+                       "{{finished_reason}}"), unit="reqps"),
+            ],
+        )
+    )  # fmt: skip
+    board.sections.append(
+        (
+            "Throughput and phases",
+            [
+                panel("Tokens per second", "Prefill (prompt) and decode (generation) tokens.",
+                      (rate_sum("vllm:prompt_tokens_total", MODEL, "model_name"),
+                       "{{model_name}} prompt"),
+                      (rate_sum("vllm:generation_tokens_total", MODEL, "model_name"),
+                       "{{model_name}} generation")),
+                Panel("Tokens per engine step", "Batch size in tokens.",
+                      quantiles("vllm:iteration_tokens_total", MODEL)),
+                Panel("Queue time", "Time in vLLM's waiting queue.",
+                      quantiles("vllm:request_queue_time_seconds", MODEL), "s"),
+                panel("Prefill and decode time p95", "Per request.",
+                      (hist("0.95", "vllm:request_prefill_time_seconds", MODEL), "prefill"),
+                      (hist("0.95", "vllm:request_decode_time_seconds", MODEL), "decode"),
+                      unit="s"),
+                panel("Replicas up", "Scraped engines per pool and the gateway's view.",
+                      ('sum by (job) (up{job=~".+-engine"})', "{{job}} scraped"),
+                      ("sum by (pool) (inhouse_gateway_replica_healthy)", "{{pool}} routable")),
+            ],
+        )
+    )  # fmt: skip
+    return board
+
+
+def kv_board(stack: StackSpec) -> Board:
+    del stack
+    board = Board(
+        "kv-cache",
+        "KV cache",
+        "KV usage and prefix reuse per replica, and the router's view of it: the cache-aware "
+        "routing loop end to end.",
+        variables=[
+            query_variable(
+                "model_name", "Model", "label_values(vllm:kv_cache_usage_perc, model_name)"
+            )
+        ],
+    )
+    hits = rate_sum("vllm:prefix_cache_hits_total", MODEL, "pod")
+    queries = rate_sum("vllm:prefix_cache_queries_total", MODEL, "pod")
+    board.sections.append(
+        (
+            "Engine KV cache",
+            [
+                panel("KV usage per replica", "1 = full.",
+                      (f"vllm:kv_cache_usage_perc{{{MODEL}}}", "{{pod}}"),
+                      unit="percentunit", threshold=0.95),
+                panel("Prefix hit rate per replica", "Uneven rates: the router splits sessions.",
+                      (f"{hits} / {queries}", "{{pod}}"), unit="percentunit"),
+                panel("Prefix-cache tokens", "Queried and hit prompt tokens per second.",
+                      (rate_sum("vllm:prefix_cache_queries_total", MODEL), "queried"),
+                      (rate_sum("vllm:prefix_cache_hits_total", MODEL), "hit")),
+                Panel("Preemptions per request", "How often a request was recomputed.",
+                      quantiles("vllm:request_num_preemptions", MODEL)),
+                Panel("Prompt length", "Prompt tokens per request.",
+                      quantiles("vllm:request_prompt_tokens", MODEL)),
+            ],
+        )
+    )  # fmt: skip
+    board.sections.append(
+        (
+            "Router",
+            [
+                panel("Prefix index blocks", "Blocks the gateway's prefix index gives a replica.",
+                      ("sum by (pool, replica) (inhouse_gateway_prefix_index_blocks)",
+                       "{{pool}} {{replica}}")),
+                panel("Routing decisions", "What chose the replica: prefix, load, affinity...",
+                      (rate_sum("inhouse_gateway_routing_decisions_total", by="pool, reason"),
+                       "{{pool}} {{reason}}"), unit="ops"),
+            ],
+        )
+    )  # fmt: skip
+    return board
+
+
+def hardware_board(stack: StackSpec) -> Board:
+    powers = sorted({get_gpu(p.gpu).power_w for p in engine_pools(stack)})
+    board = Board(
+        "hardware",
+        "Hardware health (DCGM)",
+        "dcgm-exporter: ECC, XID, temperature, power, utilization, memory, NVLink.",
+    )
+    dbe = "increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL[1h])"
+    remap = "increase(DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS[1h])"
+    board.sections.append(
+        (
+            "Health",
+            [
+                panel("Double-bit ECC errors (1 h)", "Any increase pages: hardware retirement.",
+                      (dbe, GPU), (remap, GPU + " remapped"), threshold=0.5),
+                panel("Last XID", "48, 79 and 95 page; others are mostly application errors.",
+                      ("DCGM_FI_DEV_XID_ERRORS", GPU)),
+                panel("GPU temperature", "Ticket above 85 C for 5 minutes.",
+                      ("DCGM_FI_DEV_GPU_TEMP", GPU), unit="celsius", threshold=85),
+                panel("Power draw", "Against the board's power limit.",
+                      ("DCGM_FI_DEV_POWER_USAGE", GPU), unit="watt",
+                      threshold=powers[0] if len(powers) == 1 else None),
+                panel("Throttling", "Share of time clocks were capped by power or heat.",
+                      (f"rate(DCGM_FI_DEV_POWER_VIOLATION[{RATE}]) / 1e6", GPU + " power"),
+                      (f"rate(DCGM_FI_DEV_THERMAL_VIOLATION[{RATE}]) / 1e6", GPU + " thermal"),
+                      unit="percentunit"),
+            ],
+        )
+    )  # fmt: skip
+    board.sections.append(
+        (
+            "Utilization",
+            [
+                panel("GPU utilization", "Time a kernel ran.",
+                      ("DCGM_FI_DEV_GPU_UTIL", GPU), unit="percent"),
+                panel("Tensor and memory activity", "Tensor-core pipe and HBM interface.",
+                      ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", GPU + " tensor"),
+                      ("DCGM_FI_PROF_DRAM_ACTIVE", GPU + " HBM"), unit="percentunit"),
+                panel("Frame buffer used", "vLLM takes gpu_memory_utilization of it at start.",
+                      ("DCGM_FI_DEV_FB_USED", GPU), unit="decmbytes"),
+                panel("NVLink traffic", "Tensor-parallel all-reduces.",
+                      (f"rate(DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL[{RATE}])", GPU)),
+            ],
+        )
+    )  # fmt: skip
+    return board
+
+
+def tenant_board(stack: StackSpec) -> Board:
+    del stack
+    cost_var = {
+        "name": "usd_per_million_tokens",
+        "label": "USD per 1M tokens",
+        "type": "textbox",
+        "query": "1",
+        "current": {"text": "1", "value": "1"},
+        "hide": 0,
+        "options": [],
+    }
+    board = Board(
+        "tenants",
+        "Tenants and business",
+        "Requests, tokens and cost per tenant from the gateway. Cost multiplies tokens by the "
+        "usd_per_million_tokens variable: set it from your cost sheet.",
+        variables=[
+            query_variable(
+                "tenant", "Tenant", "label_values(inhouse_gateway_requests_total, tenant)"
+            ),
+            cost_var,
+        ],
+    )
+    tokens = f"sum by (tenant) (increase(inhouse_gateway_tokens_total{{{TENANT}}}[$__range]))"
+    errors = rate_sum("inhouse_gateway_requests_total", f'{TENANT},code=~"5.."', "tenant")
+    requests = rate_sum("inhouse_gateway_requests_total", TENANT, "tenant")
+    board.sections.append(
+        (
+            "Usage",
+            [
+                panel("Requests per tenant", "Per second.", (requests, "{{tenant}}"),
+                      unit="reqps"),
+                panel("Tokens per tenant", "Prompt and completion tokens per second.",
+                      (rate_sum("inhouse_gateway_tokens_total", TENANT, "tenant, kind"),
+                       "{{tenant}} {{kind}}")),
+                panel("Tokens in range", "Tokens billed over the dashboard's time range.",
+                      (tokens, "{{tenant}}"), kind="bargauge"),
+                panel("Cost in range (USD)", "Tokens x usd_per_million_tokens / 1e6.",
+                      (f"{tokens} * $usd_per_million_tokens / 1e6", "{{tenant}}"),
+                      unit="currencyUSD", kind="bargauge"),
+            ],
+        )
+    )  # fmt: skip
+    board.sections.append(
+        (
+            "Service per tenant",
+            [
+                panel("TTFT p95 per tenant", "As the gateway measures it.",
+                      (hist("0.95", "inhouse_gateway_ttft_seconds", TENANT, "tenant"),
+                       "{{tenant}}"), unit="s"),
+                panel("Error share per tenant", "5xx responses / all responses.",
+                      (f"{errors} / {requests}", "{{tenant}}"), unit="percentunit"),
+                panel("Rejections", "Refused at the gateway: limits, budgets, long prompts.",
+                      (rate_sum("inhouse_gateway_rejections_total", TENANT, "tenant, reason"),
+                       "{{tenant}} {{reason}}"), unit="reqps"),
+                panel("Gateway queue", "Admitted requests waiting for a replica, per pool.",
+                      ("sum by (pool) (inhouse_gateway_queue_depth)", "{{pool}}")),
+            ],
+        )
+    )  # fmt: skip
+    return board
+
+
+BOARDS = (slo_board, engine_board, kv_board, hardware_board, tenant_board)
+
+
+def render_grafana(stack: StackSpec) -> dict[str, str]:
+    return render_boards(stack, [make(stack) for make in BOARDS])

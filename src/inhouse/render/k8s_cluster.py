@@ -1,0 +1,342 @@
+"""Namespace, gateway, monitoring and autoscaling manifests.
+
+The gateway gets its stack file and engine endpoints from a ConfigMap and its tenant keys from a
+Secret the operator creates (`kubectl create secret generic ...`): no key material is rendered.
+Monitoring assumes the Prometheus Operator (ServiceMonitor, PrometheusRule) and the NVIDIA GPU
+Operator's dcgm-exporter; multi-node pools scale with KEDA on vLLM's waiting-queue gauge.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from inhouse.errors import SpecError
+from inhouse.render import layout
+from inhouse.render.alerts import rule_groups
+from inhouse.render.k8s_engine import Doc, labels, namespace_of
+from inhouse.render.metric_names import DCGM_METRICS
+from inhouse.render.options import RenderOptions
+from inhouse.render.prometheus import stack_rules
+from inhouse.render.yamltext import dump_documents
+from inhouse.spec.stack import StackSpec, dump_stack
+
+_SECRET_KEY = re.compile(r"(^|_)(api_?keys?|keys?|secrets?|passwords?|tokens?)$", re.IGNORECASE)
+
+
+def namespace_doc(stack: StackSpec, options: RenderOptions) -> Doc:
+    ns = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": namespace_of(stack, options), "labels": labels(stack, "namespace")},
+    }
+    return f"Stack {stack.name}: everything but the DCGM collectors lives here.", ns
+
+
+def endpoints(stack: StackSpec, options: RenderOptions) -> dict[str, Any]:
+    """What the gateway's `--endpoints` file says, for this cluster: per pool the replica URLs
+    (static layout: one Service per replica), or the pool's headless Service (scaled pools:
+    `discovery` says to resolve it for the current replicas)."""
+    ns = namespace_of(stack, options)
+    port = options.engine_port
+    pools: dict[str, list[str]] = {}
+    discovery: dict[str, dict[str, Any]] = {}
+    units = layout.engine_units(stack)
+    for pool in stack.pools:
+        if stack.engine_of(pool) == "url":
+            pools[pool.name] = list(pool.urls)
+            continue
+        mine = [u for u in units if u.pool.name == pool.name]
+        if all(u.replica_index is not None for u in mine):
+            pools[pool.name] = [f"http://{u.name}.{ns}.svc:{port}" for u in mine]
+        else:
+            host = f"{pool.name}-engine.{ns}.svc.cluster.local"
+            pools[pool.name] = [f"http://{host}:{port}"]
+            discovery[pool.name] = {"dns": host, "port": port}
+    data: dict[str, Any] = {"pools": pools}
+    if discovery:
+        data["discovery"] = discovery
+    return data
+
+
+def check_no_secrets(value: Any, path: str = "gateway") -> None:
+    """Refuse to put key material from the stack's `gateway` section into a ConfigMap."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(item, str) and item and _SECRET_KEY.search(str(key)):
+                raise SpecError(
+                    f"{path}.{key}: looks like key material, and render writes the stack into "
+                    "a ConfigMap; move it to the Secret the gateway mounts (docs/render.md)"
+                )
+            check_no_secrets(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            check_no_secrets(item, f"{path}[{index}]")
+
+
+def gateway_docs(stack: StackSpec, options: RenderOptions) -> list[Doc]:
+    check_no_secrets(stack.gateway)
+    ns = namespace_of(stack, options)
+    pod_labels = labels(stack, "gateway")
+    replicas = int(stack.gateway.get("replicas", 1))
+    config = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "gateway-config", "namespace": ns, "labels": pod_labels},
+        "data": {
+            "stack.yaml": dump_stack(stack),
+            "endpoints.json": json.dumps(endpoints(stack, options), indent=2) + "\n",
+        },
+    }
+    health = {"path": "/health", "port": "http"}
+    container = {
+        "name": "gateway",
+        "image": options.image(options.gateway_image),
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["inhouse", "gateway"],
+        "args": [
+            "--stack",
+            "/etc/inhouse/stack.yaml",
+            "--endpoints",
+            "/etc/inhouse/endpoints.json",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(options.gateway_port),
+        ],
+        "env": [{"name": "INHOUSE_SECRETS_DIR", "value": "/etc/inhouse/secrets"}],
+        "ports": [{"name": "http", "containerPort": options.gateway_port, "protocol": "TCP"}],
+        "resources": {
+            "requests": {"cpu": "2", "memory": "2Gi"},
+            "limits": {"cpu": "4", "memory": "4Gi"},
+        },
+        "volumeMounts": [
+            {"name": "config", "mountPath": "/etc/inhouse", "readOnly": True},
+            {"name": "secrets", "mountPath": "/etc/inhouse/secrets", "readOnly": True},
+        ],
+        "readinessProbe": {"httpGet": health, "periodSeconds": 5, "failureThreshold": 2},
+        "livenessProbe": {"httpGet": health, "periodSeconds": 15, "failureThreshold": 4},
+        "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(options.prestop_sleep_s)]}}},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "runAsUser": 10001,
+            "runAsGroup": 10001,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    longest_drain = max(p.knobs.shutdown_timeout_s for p in stack.pools)
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "gateway", "namespace": ns, "labels": pod_labels},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": pod_labels},
+            "template": {
+                "metadata": {"labels": pod_labels},
+                "spec": {
+                    # Streams in flight finish: preStop, then as long as the longest engine drain.
+                    "terminationGracePeriodSeconds": options.prestop_sleep_s + longest_drain + 15,
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                    "containers": [container],
+                    "volumes": [
+                        {"name": "config", "configMap": {"name": "gateway-config"}},
+                        {"name": "secrets", "secret": {"secretName": options.gateway_secret}},
+                    ],
+                },
+            },
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": "gateway",
+            "namespace": ns,
+            "labels": {**pod_labels, "inhouse.dev/scrape": "gateway"},
+        },
+        "spec": {
+            "selector": pod_labels,
+            "ports": [{"name": "http", "port": 80, "targetPort": "http"}],
+        },
+    }
+    pdb = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "gateway", "namespace": ns},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": pod_labels}},
+    }
+    limits_note = (
+        "Several replicas share rate limits and budgets through Redis (gateway.redis_url)."
+        if replicas > 1
+        else "One replica keeps limits in process; set gateway.replicas and redis_url for HA."
+    )
+    return [
+        ("Gateway configuration: the stack file and where each pool's engines answer.", config),
+        (
+            f"The tenant-aware gateway. Tenant API keys come from Secret {options.gateway_secret} "
+            "(not rendered: kubectl -n NS create secret generic "
+            f"{options.gateway_secret} --from-file=tenants.yaml). {limits_note}",
+            deployment,
+        ),
+        ("Clients reach the stack here (port 80).", service),
+        ("Voluntary disruptions take one gateway replica at a time.", pdb),
+    ]
+
+
+def monitoring_docs(stack: StackSpec, options: RenderOptions) -> list[Doc]:
+    ns = namespace_of(stack, options)
+    relabel = [
+        {"sourceLabels": ["__meta_kubernetes_pod_label_inhouse_dev_pool"], "targetLabel": "pool"},
+        {
+            "sourceLabels": ["__meta_kubernetes_pod_label_inhouse_dev_replica"],
+            "targetLabel": "replica",
+        },
+    ]
+    monitors = []
+    for target in ("engine", "gateway"):
+        endpoint: dict[str, Any] = {
+            "port": "http",
+            "path": "/metrics",
+            "interval": "15s",
+            "scrapeTimeout": "10s",
+        }
+        if target == "engine":
+            endpoint["relabelings"] = relabel
+        monitors.append(
+            {
+                "apiVersion": "monitoring.coreos.com/v1",
+                "kind": "ServiceMonitor",
+                "metadata": {
+                    "name": f"{target}s",
+                    "namespace": ns,
+                    "labels": labels(stack, "monitoring"),
+                },
+                "spec": {
+                    "selector": {
+                        "matchLabels": {
+                            "app.kubernetes.io/part-of": stack.name,
+                            "inhouse.dev/scrape": target,
+                        }
+                    },
+                    "namespaceSelector": {"matchNames": [ns]},
+                    "endpoints": [endpoint],
+                },
+            }
+        )
+    recordings, alerts = stack_rules(stack, ns)
+    rule = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {"name": "inhouse", "namespace": ns, "labels": labels(stack, "monitoring")},
+        "spec": {"groups": rule_groups(recordings, alerts, options.runbook_url)},
+    }
+    return [
+        (
+            "Scrape every engine replica every 15 s (the replica-down alert needs 30 s); the "
+            "job is the pool's headless Service, and pool/replica labels come from the pod.",
+            monitors[0],
+        ),
+        ("Scrape the gateway's inhouse_gateway_* metrics.", monitors[1]),
+        ("The same rules as prometheus/rules.yaml, for the Prometheus Operator.", rule),
+    ]
+
+
+def dcgm_counters(options: RenderOptions) -> Doc:
+    rows = [f"{f.name}, {f.kind}, {f.help}" for f in DCGM_METRICS]
+    csv = (
+        "# Format: DCGM field, Prometheus type, help. Rendered by inhouse.\n"
+        + "\n".join(rows)
+        + "\n"
+    )
+    config = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "dcgm-exporter-counters", "namespace": options.dcgm_namespace},
+        "data": {"dcgm-metrics.csv": csv},
+    }
+    why = (
+        "dcgm-exporter collectors: the defaults plus the double-bit ECC counter, XID counts and "
+        "throttle counters the alerts need (commented out upstream). GPU Operator: set "
+        "dcgmExporter.config.name=dcgm-exporter-counters."
+    )
+    return why, config
+
+
+def autoscaling_docs(stack: StackSpec, options: RenderOptions) -> list[Doc]:
+    ns = namespace_of(stack, options)
+    docs = []
+    for unit in layout.engine_units(stack):
+        if unit.replica_index is not None:
+            continue
+        pool = unit.pool
+        high = layout.max_replicas(stack, pool)
+        selector = f'namespace="{ns}",model_name="{pool.client_model_name}"'
+        query = f"sum(vllm:num_requests_waiting{{{selector}}})"
+        scaled = {
+            "apiVersion": "keda.sh/v1alpha1",
+            "kind": "ScaledObject",
+            "metadata": {
+                "name": unit.name,
+                "namespace": ns,
+                "labels": labels(stack, "autoscaling"),
+            },
+            "spec": {
+                "scaleTargetRef": {"name": unit.name},
+                "minReplicaCount": pool.replicas,
+                "maxReplicaCount": high,
+                "pollingInterval": 15,
+                "cooldownPeriod": 300,
+                "fallback": {"failureThreshold": 3, "replicas": pool.replicas},
+                "advanced": {
+                    "horizontalPodAutoscalerConfig": {
+                        "behavior": {
+                            "scaleUp": {
+                                "stabilizationWindowSeconds": 60,
+                                "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}],
+                            },
+                            "scaleDown": {
+                                "stabilizationWindowSeconds": 300,
+                                "policies": [{"type": "Pods", "value": 1, "periodSeconds": 300}],
+                            },
+                        }
+                    }
+                },
+                "triggers": [
+                    {
+                        "type": "prometheus",
+                        "metadata": {
+                            "serverAddress": options.prometheus_url,
+                            "query": query,
+                            "threshold": str(layout.QUEUE_DEPTH_PER_REPLICA),
+                        },
+                    }
+                ],
+            },
+        }
+        why = (
+            f"Pool {pool.name}: one more replica per {layout.QUEUE_DEPTH_PER_REPLICA} waiting "
+            f"requests (vLLM's own gauge, selected by its model_name label), {pool.replicas}.."
+            f"{high} replicas (the nodes' free GPUs / TP {pool.tp}); up after 60 s, down one per "
+            "5 minutes."
+        )
+        docs.append((why, scaled))
+    return docs
+
+
+def render_cluster(stack: StackSpec, options: RenderOptions) -> dict[str, str]:
+    files = {
+        "k8s/namespace.yaml": dump_documents([namespace_doc(stack, options)]),
+        "k8s/gateway.yaml": dump_documents(gateway_docs(stack, options)),
+        "k8s/monitoring.yaml": dump_documents(monitoring_docs(stack, options)),
+        "k8s/dcgm-exporter-counters.yaml": dump_documents([dcgm_counters(options)]),
+    }
+    scaling = autoscaling_docs(stack, options)
+    if scaling:
+        files["k8s/autoscaling.yaml"] = dump_documents(scaling)
+    return files

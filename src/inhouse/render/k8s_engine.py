@@ -1,0 +1,379 @@
+"""Engine manifests: per unit a vLLM Deployment; per pool Services and a PodDisruptionBudget; one
+NetworkPolicy that lets only the gateway (and Prometheus) reach the engines.
+
+The Deployment carries everything the seeds ask of an LLM engine pod: GPU limits, a node selector
+by GPU product, a startupProbe whose window covers model loading, readiness and liveness on
+/health, a preStop sleep so endpoints drop the pod before vLLM drains, a grace period that covers
+both, /dev/shm in memory, weights read-only from the node's NVMe, and init containers that verify
+the model's signature (OpenSSF model-signing) and that the GPUs it got are NVLink-joined.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inhouse.render import layout
+from inhouse.render.layout import EngineUnit
+from inhouse.render.options import RenderOptions
+from inhouse.render.vllm import explained_flags, kubernetes_args
+from inhouse.render.yamltext import annotate_list_items, dump_documents
+from inhouse.spec.stack import PoolSpec, StackSpec
+
+Doc = tuple[str, dict[str, Any]]
+
+# Fails, naming the pair, when two GPUs the pod was given are not joined by NVLink. Inside the
+# container nvidia-smi numbers the pod's GPUs from 0; `NV#` is an NVLink connection.
+TOPOLOGY_CHECK = r"""set -eu
+nvidia-smi topo -m | sed 's/\x1b\[[0-9;]*m//g' | tee /dev/stderr | awk '
+  !n && $1 == "GPU0" && $2 ~ /^GPU/ { for (i = 1; i <= NF; i++) if ($i ~ /^GPU[0-9]+$/) n++; next }
+  n && $1 ~ /^GPU[0-9]+$/ {
+    for (j = substr($1, 4) + 1; j < n; j++)
+      if ($(j + 2) !~ /^NV[0-9]+$/) {
+        printf "%s-GPU%d joined by %s, not NVLink\n", $1, j, $(j + 2); bad = 1
+      }
+  }
+  END { if (!n) { print "no GPU matrix in nvidia-smi topo -m"; exit 1 } exit bad }'
+"""
+
+
+def labels(stack: StackSpec, component: str, **extra: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/part-of": stack.name,
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/managed-by": "inhouse",
+        **extra,
+    }
+
+
+def namespace_of(stack: StackSpec, options: RenderOptions) -> str:
+    return options.namespace or stack.name
+
+
+def render_engines(stack: StackSpec, options: RenderOptions) -> dict[str, str]:
+    """`k8s/engine-<pool>.yaml` per pool and `k8s/engine-networkpolicy.yaml`."""
+    files = {}
+    units = layout.engine_units(stack)
+    for pool in layout.engine_pools(stack):
+        docs: list[Doc] = []
+        for unit in (u for u in units if u.pool.name == pool.name):
+            docs.append(engine_deployment(stack, unit, options))
+            if unit.replica_index is not None:
+                docs.append(replica_service(stack, unit, options))
+        docs.append(pool_service(stack, pool, options))
+        docs.append(pool_pdb(stack, pool, options))
+        notes = {f.flag: f.why for f in explained_flags(stack, pool, options.engine_port)}
+        text = annotate_list_items(dump_documents(docs), notes)
+        files[f"k8s/engine-{pool.name}.yaml"] = text
+    files["k8s/engine-networkpolicy.yaml"] = dump_documents([engine_network_policy(stack, options)])
+    return files
+
+
+def engine_deployment(stack: StackSpec, unit: EngineUnit, options: RenderOptions) -> Doc:
+    pool = unit.pool
+    ns = namespace_of(stack, options)
+    pod_labels = labels(stack, "engine", **{"inhouse.dev/pool": pool.name})
+    if unit.replica_index is not None:
+        pod_labels["inhouse.dev/replica"] = str(unit.replica_index)
+    window_s, window_why = layout.startup_window_s(pool)
+    grace_s = layout.termination_grace_s(pool, options.prestop_sleep_s)
+    annotations = {"kubectl.kubernetes.io/default-container": "vllm"}
+    if unit.gpu_ids:
+        annotations["inhouse.dev/gpu-ids"] = ",".join(map(str, unit.gpu_ids))
+    pod_spec: dict[str, Any] = {
+        "terminationGracePeriodSeconds": grace_s,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "nodeSelector": {"nvidia.com/gpu.product": layout.gpu_product_label(pool.gpu)},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "initContainers": init_containers(pool, options),
+        "containers": [vllm_container(stack, pool, options, window_s)],
+        "volumes": volumes(pool, options),
+    }
+    if unit.replica_index is None:
+        pod_spec["affinity"] = spread_replicas(pod_labels)
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": unit.name, "namespace": ns, "labels": pod_labels},
+        "spec": {
+            "replicas": unit.replicas,
+            # NOTE: GPUs are the scarce resource: never surge, replace one replica at a time.
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+            },
+            "selector": {"matchLabels": pod_labels},
+            "template": {
+                "metadata": {"labels": pod_labels, "annotations": annotations},
+                "spec": pod_spec,
+            },
+        },
+    }
+    return deployment_comment(stack, unit, window_s, window_why, grace_s, options), deployment
+
+
+def deployment_comment(
+    stack: StackSpec,
+    unit: EngineUnit,
+    window_s: int,
+    window_why: str,
+    grace_s: int,
+    options: RenderOptions,
+) -> str:
+    pool = unit.pool
+    lines = [f"Engine {unit.name}: {pool.model} as {pool.client_model_name!r}, TP={pool.tp}."]
+    if unit.replica_index is None:
+        lines.append(
+            f"Scaled by KEDA from {pool.replicas} to {layout.max_replicas(stack, pool)} replicas "
+            "on vllm:num_requests_waiting (autoscaling.yaml)."
+        )
+    elif unit.gpu_ids:
+        ids = ",".join(map(str, unit.gpu_ids))
+        lines += [
+            f"Static layout: replica {unit.replica_index} of {pool.replicas} on NVLink group GPUs "
+            f"{ids} (gpu_ids).",
+            f"The device plugin assigns the {pool.tp} GPUs (CUDA_VISIBLE_DEVICES of host indices "
+            "would be wrong inside",
+            "the container); the kubelet's Topology Manager at single-numa-node takes them from "
+            "one NUMA node,",
+            "which on an HGX board is one NVLink half, and the check-gpu-topology init container "
+            "refuses to",
+            "start the engine on GPUs that are not NVLink-joined. Bare metal: vllm/"
+            f"{pool.name}.sh sets CUDA_VISIBLE_DEVICES={ids}.",
+        ]
+    else:
+        lines.append(f"Static layout: replica {unit.replica_index} of {pool.replicas}.")
+    lines += [
+        f"startupProbe window {window_s} s: {window_why}.",
+        f"terminationGracePeriodSeconds {grace_s} = preStop sleep {options.prestop_sleep_s} s + "
+        f"vLLM drain --shutdown-timeout {pool.knobs.shutdown_timeout_s} s + "
+        f"{layout.TEARDOWN_MARGIN_S} s teardown.",
+    ]
+    return "\n".join(lines)
+
+
+def vllm_container(
+    stack: StackSpec, pool: PoolSpec, options: RenderOptions, window_s: int
+) -> dict[str, Any]:
+    args = kubernetes_args(stack, pool, layout.model_dir(pool), options.engine_port)
+    health = {"path": "/health", "port": "http"}
+    resources = engine_resources(pool)
+    return {
+        "name": "vllm",
+        "image": options.image(options.vllm_image),
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["vllm", "serve"],
+        "args": args,
+        "env": [
+            {"name": "HF_HUB_OFFLINE", "value": "1"},
+            {"name": "TRANSFORMERS_OFFLINE", "value": "1"},
+            {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
+            {"name": "DO_NOT_TRACK", "value": "1"},
+        ],
+        "ports": [{"name": "http", "containerPort": options.engine_port, "protocol": "TCP"}],
+        "resources": {"requests": resources, "limits": resources},
+        "volumeMounts": [
+            {"name": "models", "mountPath": layout.MODELS_MOUNT, "readOnly": True},
+            {"name": "shm", "mountPath": "/dev/shm"},
+        ],
+        # Model load is not readiness: liveness and readiness wait until /health first answers.
+        "startupProbe": {
+            "httpGet": health,
+            "periodSeconds": layout.PROBE_PERIOD_S,
+            "timeoutSeconds": 5,
+            "failureThreshold": window_s // layout.PROBE_PERIOD_S,
+        },
+        "readinessProbe": {
+            "httpGet": health,
+            "periodSeconds": 10,
+            "timeoutSeconds": 5,
+            "failureThreshold": 3,
+        },
+        "livenessProbe": {
+            "httpGet": health,
+            "periodSeconds": 30,
+            "timeoutSeconds": 10,
+            "failureThreshold": 3,
+        },
+        # /health stays 200 while vLLM drains, so the pod leaves the endpoints by this sleep,
+        # before SIGTERM starts the --shutdown-timeout drain.
+        "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(options.prestop_sleep_s)]}}},
+        "securityContext": {"allowPrivilegeEscalation": False},
+    }
+
+
+def engine_resources(pool: PoolSpec) -> dict[str, str | int]:
+    return {
+        "cpu": str(layout.cpu_cores(pool)),
+        "memory": f"{layout.memory_gib(pool)}Gi",
+        "nvidia.com/gpu": pool.tp,
+    }
+
+
+def init_containers(pool: PoolSpec, options: RenderOptions) -> list[dict[str, Any]]:
+    mount = layout.MODELS_MOUNT
+    artifacts = [("verify-model", layout.model_dir(pool))]
+    artifacts += [
+        (f"verify-lora-{i}", layout.lora_dir(name)) for i, name in enumerate(pool.lora_adapters)
+    ]
+    containers = []
+    for name, path in artifacts:
+        containers.append(
+            {
+                "name": name,
+                "image": options.image(options.signing_image),
+                "imagePullPolicy": "IfNotPresent",
+                # Exit 1 ("Verification failed ...") on a changed, missing or extra file or a
+                # wrong key: the engine never starts on weights nobody signed.
+                "command": ["model_signing"],
+                "args": [
+                    "verify",
+                    "key",
+                    path,
+                    "--signature",
+                    f"{path}.sig",
+                    "--public_key",
+                    "/etc/model-signing/key.pub",
+                ],
+                "resources": {
+                    "requests": {"cpu": "2", "memory": "2Gi"},
+                    "limits": {"cpu": "4", "memory": "4Gi"},
+                },
+                "volumeMounts": [
+                    {"name": "models", "mountPath": mount, "readOnly": True},
+                    {"name": "signing-key", "mountPath": "/etc/model-signing", "readOnly": True},
+                ],
+                "securityContext": {"allowPrivilegeEscalation": False},
+            }
+        )
+    if pool.tp > 1:
+        # Init containers' devices are handed on to the app container: this sees the same GPUs.
+        gpus = {"nvidia.com/gpu": pool.tp}
+        containers.append(
+            {
+                "name": "check-gpu-topology",
+                "image": options.image(options.vllm_image),
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", TOPOLOGY_CHECK],
+                "resources": {"requests": gpus, "limits": gpus},
+                "securityContext": {"allowPrivilegeEscalation": False},
+            }
+        )
+    return containers
+
+
+def volumes(pool: PoolSpec, options: RenderOptions) -> list[dict[str, Any]]:
+    return [
+        {"name": "models", "hostPath": {"path": options.models_host_path, "type": "Directory"}},
+        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{layout.shm_gib(pool)}Gi"}},
+        # The public key comes from a ConfigMap the operator creates; no key in these manifests.
+        {"name": "signing-key", "configMap": {"name": options.signing_public_key_configmap}},
+    ]
+
+
+def spread_replicas(pod_labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "labelSelector": {"matchLabels": pod_labels},
+                        "topologyKey": "kubernetes.io/hostname",
+                    },
+                }
+            ]
+        }
+    }
+
+
+def replica_service(stack: StackSpec, unit: EngineUnit, options: RenderOptions) -> Doc:
+    selector = labels(stack, "engine", **{"inhouse.dev/pool": unit.pool.name})
+    selector["inhouse.dev/replica"] = str(unit.replica_index)
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": unit.name,
+            "namespace": namespace_of(stack, options),
+            "labels": selector,
+        },
+        "spec": {
+            "selector": selector,
+            "ports": [{"name": "http", "port": options.engine_port, "targetPort": "http"}],
+        },
+    }
+    return f"Stable address of replica {unit.replica_index} for the gateway.", service
+
+
+def pool_service(stack: StackSpec, pool: PoolSpec, options: RenderOptions) -> Doc:
+    selector = labels(stack, "engine", **{"inhouse.dev/pool": pool.name})
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": f"{pool.name}-engine",
+            "namespace": namespace_of(stack, options),
+            "labels": {**selector, "inhouse.dev/scrape": "engine"},
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": False,
+            "selector": selector,
+            "ports": [{"name": "http", "port": options.engine_port, "targetPort": "http"}],
+        },
+    }
+    why = (
+        f"Headless Service of pool {pool.name}: DNS lists its ready replicas (the gateway's "
+        "discovery) and the ServiceMonitor scrapes each one; Prometheus names the job after it."
+    )
+    return why, service
+
+
+def pool_pdb(stack: StackSpec, pool: PoolSpec, options: RenderOptions) -> Doc:
+    pdb = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": f"{pool.name}-engine", "namespace": namespace_of(stack, options)},
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": {"matchLabels": labels(stack, "engine", **{"inhouse.dev/pool": pool.name})},
+        },
+    }
+    return "Voluntary disruptions (node drains) take one replica of the pool at a time.", pdb
+
+
+def engine_network_policy(stack: StackSpec, options: RenderOptions) -> Doc:
+    policy = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": "engines-from-gateway-only",
+            "namespace": namespace_of(stack, options),
+        },
+        "spec": {
+            "podSelector": {"matchLabels": labels(stack, "engine")},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [
+                        {"podSelector": {"matchLabels": labels(stack, "gateway")}},
+                        {
+                            "namespaceSelector": {
+                                "matchLabels": {
+                                    "kubernetes.io/metadata.name": options.monitoring_namespace
+                                }
+                            }
+                        },
+                    ],
+                    "ports": [{"protocol": "TCP", "port": options.engine_port}],
+                }
+            ],
+        },
+    }
+    why = (
+        "Only the gateway reaches the engines (they have no auth of their own); Prometheus in "
+        f"namespace {options.monitoring_namespace} may scrape /metrics on the same port."
+    )
+    return why, policy

@@ -1,0 +1,184 @@
+"""Where each engine runs and what it needs: the facts every rendered artifact shares.
+
+A single-node stack (one node, or no `nodes` given) gets a static layout: one Deployment per
+replica, named `<pool>-r<i>`, holding the replica's GPU group from `gpu_ids`. A multi-node stack
+gets one Deployment per pool that KEDA scales between the pool's `replicas` and what the nodes'
+GPUs allow.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from inhouse.engine_args import LORA_ROOT
+from inhouse.errors import SpecError
+from inhouse.perf.memory import weight_bytes
+from inhouse.spec.catalog import get_gpu, get_model
+from inhouse.spec.quant import normalize_quant
+from inhouse.spec.stack import PoolSlo, PoolSpec, StackSpec
+
+# NVML product names, as dcgm-exporter's `modelName` label shows them; GPU feature discovery
+# labels nodes `nvidia.com/gpu.product` with the same name, spaces turned into dashes.
+NVML_PRODUCT_NAMES: dict[str, str] = {
+    "h100_sxm": "NVIDIA H100 80GB HBM3",
+    "h100_pcie": "NVIDIA H100 PCIe",
+    "h200_sxm": "NVIDIA H200",
+    "b200_sxm": "NVIDIA B200",
+    "a100_sxm_80gb": "NVIDIA A100-SXM4-80GB",
+    "a100_pcie_80gb": "NVIDIA A100 80GB PCIe",
+    "h20": "NVIDIA H20",
+    "l40s": "NVIDIA L40S",
+    "l4": "NVIDIA L4",
+}
+
+# The node's model cache (hostPath) is mounted here; LoRA adapters live under it.
+MODELS_MOUNT = "/models"
+assert LORA_ROOT.startswith(MODELS_MOUNT + "/"), "LoRA adapters must sit in the model cache"
+
+# Model-load window for the startupProbe: read the 16-bit checkpoint (the worst case: an FP8
+# pool may quantize a bf16 checkpoint at load) at a conservative single-stream NVMe rate, add
+# vLLM's start-up work (torch.compile, CUDA-graph capture, KV profiling), double it, and never
+# go below the seeds' 10 minutes.
+NVME_READ_BYTES_S = 2e9
+ENGINE_INIT_S = 180
+MIN_STARTUP_WINDOW_S = 600
+UNKNOWN_MODEL_STARTUP_WINDOW_S = 1800
+PROBE_PERIOD_S = 10
+# Grace after vLLM's drain for the engine to stop its workers and close the port.
+TEARDOWN_MARGIN_S = 15
+
+# Defaults for a pool without `slo`: the seeds' interactive chat row (TTFT p95 < 800 ms paging at
+# 1 s, ITL p95 < 60 ms paging at 80 ms, 99.9% of requests without a 5xx).
+DEFAULT_SLO = PoolSlo(ttft_p95_ms=800, ttft_alarm_ms=1000, itl_p95_ms=60, itl_alarm_ms=80)
+# Queue depth (waiting requests per replica) above which KEDA adds a replica and, sustained,
+# a ticket is filed: the seeds' "vllm:num_requests_waiting > 20 for 60s".
+QUEUE_DEPTH_PER_REPLICA = 20
+
+
+@dataclass(frozen=True, slots=True)
+class EngineUnit:
+    """One engine Deployment: a static replica on a fixed GPU group, or a pool's scaled set."""
+
+    pool: PoolSpec
+    name: str
+    replica_index: int | None
+    replicas: int
+    gpu_ids: tuple[int, ...]
+
+
+def is_single_node(stack: StackSpec) -> bool:
+    return sum(node.count for node in stack.nodes) <= 1
+
+
+def engine_pools(stack: StackSpec) -> list[PoolSpec]:
+    """Pools that render runs as vLLM Deployments (`url` pools are attached, not run)."""
+    pools = []
+    for pool in stack.pools:
+        if stack.engine_of(pool) == "url":
+            continue
+        if pool.backend != "vllm":
+            raise SpecError(
+                f"pool {pool.name!r}: render writes vLLM engines, but backend is "
+                f"{pool.backend!r}; run it yourself and attach it with engine: url"
+            )
+        pools.append(pool)
+    return pools
+
+
+def engine_units(stack: StackSpec) -> list[EngineUnit]:
+    units = []
+    static = is_single_node(stack)
+    for pool in engine_pools(stack):
+        if not static:
+            units.append(EngineUnit(pool, pool.name, None, pool.replicas, ()))
+            continue
+        for index in range(pool.replicas):
+            ids = pool.gpu_ids[index] if pool.gpu_ids else ()
+            units.append(EngineUnit(pool, f"{pool.name}-r{index}", index, 1, ids))
+    return units
+
+
+def nvml_name(gpu: str) -> str:
+    spec = get_gpu(gpu)
+    if spec.name not in NVML_PRODUCT_NAMES:
+        raise SpecError(
+            f"GPU {gpu!r}: render targets NVIDIA GPUs (nvidia.com/gpu, DCGM); known: "
+            f"{', '.join(sorted(NVML_PRODUCT_NAMES))}"
+        )
+    return NVML_PRODUCT_NAMES[spec.name]
+
+
+def gpu_product_label(gpu: str) -> str:
+    """The `nvidia.com/gpu.product` node label value GPU feature discovery sets."""
+    return nvml_name(gpu).replace(" ", "-")
+
+
+def model_dir(pool: PoolSpec) -> str:
+    """Where the pool's weights sit inside the pod: `/models/<org>/<name>` for a Hugging Face
+    id, `/models/<basename>` for a local directory."""
+    name = pool.model.rstrip("/")
+    relative = name.split("/")[-1] if name.startswith(("/", ".")) else name
+    return f"{MODELS_MOUNT}/{relative}"
+
+
+def lora_dir(adapter: str) -> str:
+    """Where `inhouse.engine_args` tells vLLM to find a LoRA adapter."""
+    return f"{LORA_ROOT}/{adapter}"
+
+
+def slo_of(pool: PoolSpec) -> PoolSlo:
+    return pool.slo or DEFAULT_SLO
+
+
+def startup_window_s(pool: PoolSpec) -> tuple[int, str]:
+    """Seconds the startupProbe waits for the model to load, and the arithmetic behind it."""
+    try:
+        model = get_model(pool.model)
+    except SpecError:
+        return UNKNOWN_MODEL_STARTUP_WINDOW_S, (
+            f"model {pool.model} is not in the catalog: {UNKNOWN_MODEL_STARTUP_WINDOW_S} s"
+        )
+    checkpoint = weight_bytes(model, normalize_quant("bf16"))
+    load_s = checkpoint / NVME_READ_BYTES_S + ENGINE_INIT_S
+    window = max(MIN_STARTUP_WINDOW_S, math.ceil(2 * load_s / PROBE_PERIOD_S) * PROBE_PERIOD_S)
+    why = (
+        f"2 x ({checkpoint / 1e9:.0f} GB checkpoint / {NVME_READ_BYTES_S / 1e9:.0f} GB/s NVMe "
+        f"+ {ENGINE_INIT_S} s engine init) = {2 * load_s:.0f} s, at least "
+        f"{MIN_STARTUP_WINDOW_S} s -> {window} s"
+    )
+    return window, why
+
+
+def termination_grace_s(pool: PoolSpec, prestop_sleep_s: int) -> int:
+    """preStop sleep + vLLM's drain (`--shutdown-timeout`) + teardown margin."""
+    return prestop_sleep_s + pool.knobs.shutdown_timeout_s + TEARDOWN_MARGIN_S
+
+
+def shm_gib(pool: PoolSpec) -> int:
+    """/dev/shm for vLLM's worker message queues and NCCL's host-side buffers."""
+    return 8 if pool.tp > 1 else 2
+
+
+def memory_gib(pool: PoolSpec) -> int:
+    """Container memory: a 16 GiB base, 8 GiB per GPU worker, the host KV tier, and /dev/shm
+    (a memory-backed emptyDir is charged to the container)."""
+    return math.ceil(16 + 8 * pool.tp + pool.knobs.host_kv_gib + shm_gib(pool))
+
+
+def cpu_cores(pool: PoolSpec) -> int:
+    """One core per GPU worker plus the API server, engine core and tokenizer threads."""
+    return 2 * pool.tp + 2
+
+
+def max_replicas(stack: StackSpec, pool: PoolSpec) -> int:
+    """Most replicas the nodes' GPUs of this type hold, after every other pool's minimum."""
+    gpus = sum(
+        n.count * n.gpus_per_node for n in stack.nodes if get_gpu(n.gpu) == get_gpu(pool.gpu)
+    )
+    others = sum(
+        p.tp * p.replicas
+        for p in engine_pools(stack)
+        if p.name != pool.name and get_gpu(p.gpu) == get_gpu(pool.gpu)
+    )
+    return max(pool.replicas, (gpus - others) // pool.tp)

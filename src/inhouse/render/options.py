@@ -1,0 +1,44 @@
+"""What `inhouse render` takes besides the stack: images, paths and cluster addresses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import inhouse
+
+
+@dataclass(frozen=True, slots=True)
+class RenderOptions:
+    """Cluster facts the stack file does not hold. Defaults suit a kube-prometheus-stack cluster
+    with the NVIDIA GPU Operator, KEDA and images mirrored into a local registry.
+
+    `registry`, when set, replaces the registry host of every image (air-gapped mirror).
+    `namespace` defaults to the stack's name. `runbook_url` prefixes each alert's runbook link.
+    """
+
+    namespace: str | None = None
+    registry: str | None = None
+    vllm_image: str = "vllm/vllm-openai:v0.33.0"
+    gateway_image: str = f"inhouse:{inhouse.__version__}"
+    signing_image: str = "ghcr.io/sigstore/model-transparency-cli:v1.1.1"
+    models_host_path: str = "/mnt/nvme/models"
+    signing_public_key_configmap: str = "model-signing-public-key"
+    gateway_secret: str = "gateway-tenant-keys"
+    monitoring_namespace: str = "monitoring"
+    dcgm_namespace: str = "gpu-operator"
+    prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
+    runbook_url: str = "runbook.md"
+    engine_port: int = 8000
+    gateway_port: int = 8080
+    prestop_sleep_s: int = 15
+    kubernetes_version: str = "1.30"
+
+    def image(self, ref: str) -> str:
+        """`ref` with its registry host replaced by `registry` (first path part with a dot or
+        colon, or `localhost`, is a host)."""
+        if not self.registry:
+            return ref
+        first, _, rest = ref.partition("/")
+        has_host = bool(rest) and ("." in first or ":" in first or first == "localhost")
+        path = rest if has_host else ref
+        return f"{self.registry.rstrip('/')}/{path}"

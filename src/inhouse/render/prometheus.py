@@ -1,0 +1,24 @@
+"""`prometheus/rules.yaml` and `prometheus/rules_test.yaml` for a stack."""
+
+from __future__ import annotations
+
+from inhouse.render.alerts import Alert, Recording, render_rule_tests, render_rules
+from inhouse.render.alerts_gpu import gpu_rules
+from inhouse.render.alerts_ops import engine_rules
+from inhouse.render.alerts_slo import slo_rules
+from inhouse.spec.stack import StackSpec
+
+
+def stack_rules(stack: StackSpec, namespace: str) -> tuple[list[Recording], list[Alert]]:
+    recordings, alerts = slo_rules(stack)
+    alerts += engine_rules(stack, namespace)
+    alerts += gpu_rules(stack)
+    return recordings, alerts
+
+
+def render_prometheus(stack: StackSpec, namespace: str, runbook_url: str) -> dict[str, str]:
+    recordings, alerts = stack_rules(stack, namespace)
+    return {
+        "prometheus/rules.yaml": render_rules(recordings, alerts, runbook_url),
+        "prometheus/rules_test.yaml": render_rule_tests(alerts, runbook_url),
+    }

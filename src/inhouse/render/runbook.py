@@ -1,0 +1,85 @@
+"""`runbook.md`: per alert what it means, the first PromQL to run, mitigations and when to
+escalate. Section anchors are the alert names in lower case, which each rule's `runbook_url`
+points at."""
+
+from __future__ import annotations
+
+from inhouse.render.alerts import Alert
+from inhouse.render.layout import engine_units, is_single_node, slo_of
+from inhouse.spec.stack import StackSpec
+
+
+def render_runbook(stack: StackSpec, alerts: list[Alert], namespace: str) -> str:
+    lines = [
+        f"# Runbook: {stack.name}",
+        "",
+        f"Rendered by `inhouse render` for namespace `{namespace}`. Alerts with "
+        "`severity: page` wake someone now; `severity: ticket` waits for working hours. "
+        "Every alert's `runbook_url` points at its section below.",
+        "",
+        "## Layout",
+        "",
+        *_layout_lines(stack),
+        "",
+        "## Alerts",
+        "",
+        "| alert | severity | pool |",
+        "|---|---|---|",
+    ]
+    seen: dict[str, Alert] = {}
+    for alert in alerts:
+        pool = alert.labels.get("pool", "all")
+        lines.append(f"| [{alert.name}](#{alert.anchor}) | {alert.severity} | {pool} |")
+        seen.setdefault(alert.name, alert)
+    for alert in seen.values():
+        entry = alert.runbook
+        lines += [
+            "",
+            f"## {alert.name}",
+            "",
+            f"**Severity:** {alert.severity}. **Fires on:** `{' '.join(alert.expr.split())}`"
+            + (f" for {alert.hold}." if alert.hold != "0s" else " (at once)."),
+            "",
+            f"**What it means.** {entry.meaning}",
+            "",
+            "**First query.**",
+            "",
+            "```promql",
+            entry.first_promql,
+            "```",
+            "",
+            "**Mitigations.**",
+            "",
+            *(f"{i}. {step}" for i, step in enumerate(entry.mitigations, 1)),
+            "",
+            f"**Escalate.** {entry.escalate}",
+        ]
+    lines.append("")
+    return "\n".join(lines)
+
+
+def _layout_lines(stack: StackSpec) -> list[str]:
+    mode = (
+        "single node: static layout, one Deployment per replica on its GPU group"
+        if is_single_node(stack)
+        else "multi-node: one Deployment per pool, scaled by KEDA on vllm:num_requests_waiting"
+    )
+    lines = [
+        f"Mode: {mode}.",
+        "",
+        "| engine | pool | model | TP | GPUs | p95 alarms |",
+        "|---|---|---|---|---|---|",
+    ]
+    for unit in engine_units(stack):
+        slo = slo_of(unit.pool)
+        alarms = ", ".join(
+            f"{key.upper()} {slo.alarm_ms(key):g} ms"
+            for key in ("ttft", "itl", "e2e")
+            if slo.alarm_ms(key) is not None
+        )
+        gpus = ",".join(map(str, unit.gpu_ids)) or "device plugin"
+        lines.append(
+            f"| {unit.name} | {unit.pool.name} | {unit.pool.client_model_name} | {unit.pool.tp} "
+            f"| {gpus} | {alarms} |"
+        )
+    return lines
