@@ -1,0 +1,157 @@
+"""`inhouse up`: the process plan, the demo stack, and a live stack started and stopped."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from inhouse.errors import SpecError
+from inhouse.server.demo_stack import demo_stack
+from inhouse.server.stack_plan import plan_stack
+from inhouse.spec.stack import parse_stack
+
+UP = [sys.executable, "-m", "inhouse.cli.up"]
+
+
+def test_demo_stack_is_the_crm_copilot_shape_scaled_to_the_machine() -> None:
+    for cpus, replicas in ((1, 1), (2, 2), (64, 2)):
+        (pool,) = demo_stack(cpus).pools
+        assert pool.replicas == replicas
+        assert (pool.tp, pool.quant, pool.knobs.scheduling_policy) == (4, "fp8", "priority")
+        assert pool.lora_adapters
+
+
+def test_plan_launches_simulated_and_vllm_and_attaches_urls() -> None:
+    stack = parse_stack(
+        {
+            "name": "mixed",
+            "pools": [
+                {"name": "sim", "model": "meta-llama/Llama-3.1-8B-Instruct", "replicas": 2},
+                {"name": "real", "model": "/m/tiny", "engine": "vllm", "served_model_name": "t"},
+                {"name": "ext", "model": "x", "engine": "url", "urls": ["http://h:9/"]},
+            ],
+        }
+    )
+    plan = plan_stack(stack, 9100, vllm_python="/venv/bin/python")
+    assert [p.name for p in plan.processes] == ["sim-0", "sim-1", "real-0"]
+    assert plan.processes[0].argv[1:3] == ["-m", "inhouse.cli.engine"]
+    assert plan.processes[2].argv[:5] == [
+        "/venv/bin/python",
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        "/m/tiny",
+    ]
+    assert plan.pool_urls == {
+        "sim": ["http://127.0.0.1:9100", "http://127.0.0.1:9101"],
+        "real": ["http://127.0.0.1:9102"],
+        "ext": ["http://h:9"],
+    }
+    assert plan.attached == {"ext": "url"}
+
+
+def test_sglang_without_urls_is_refused() -> None:
+    stack = parse_stack({"name": "s", "pools": [{"name": "p", "model": "m", "engine": "sglang"}]})
+    with pytest.raises(SpecError, match="urls"):
+        plan_stack(stack, 9100)
+
+
+def test_dry_run_prints_processes_without_starting_them() -> None:
+    out = subprocess.run(
+        [*UP, "--dry-run", "--engine-base-port", "9300"], check=True, capture_output=True, text=True
+    ).stdout
+    assert "chat-0 [simulated] http://127.0.0.1:9300" in out
+    assert "--served-model-name chat-70b" in out and "--tp 4" in out
+
+
+def _write(tmp: Path, stack: dict[str, object]) -> Path:
+    path = tmp / "stack.yaml"
+    path.write_text(yaml.safe_dump(stack))
+    return path
+
+
+def test_up_starts_waits_serves_and_stops_cleanly(
+    tmp_path: Path, free_port: Callable[[], int]
+) -> None:
+    port = free_port()
+    stack = _write(
+        tmp_path,
+        {
+            "version": 1,
+            "name": "two",
+            "pools": [
+                {
+                    "name": "p",
+                    "model": "meta-llama/Llama-3.1-8B-Instruct",
+                    "served_model_name": "tiny",
+                    "replicas": 2,
+                    "knobs": {"max_model_len": 1024, "load_time_s": 0.5, "shutdown_timeout_s": 2},
+                }
+            ],
+        },
+    )
+    process = subprocess.Popen(
+        [*UP, str(stack), "--engine-base-port", str(port), "--log-dir", str(tmp_path / "logs")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        lines = []
+        for line in process.stdout:
+            lines.append(line)
+            if "Ctrl-C stops the stack" in line:
+                break
+        output = "".join(lines)
+        assert "stack two is ready" in output
+        for offset in (0, 1):
+            url = f"http://127.0.0.1:{port + offset}"
+            assert f"{url}/v1" in output
+            reply = httpx.post(f"{url}/v1/completions", json={"prompt": "x", "max_tokens": 2})
+            assert reply.status_code == 200
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+        for offset in (0, 1):
+            with pytest.raises(httpx.ConnectError):
+                httpx.get(f"http://127.0.0.1:{port + offset}/health", timeout=1)
+        assert (tmp_path / "logs" / "p-0.log").read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+def test_up_reports_an_engine_that_dies_before_ready(
+    tmp_path: Path, free_port: Callable[[], int]
+) -> None:
+    stack = _write(
+        tmp_path, {"version": 1, "name": "bad", "pools": [{"name": "p", "model": "no-such-model"}]}
+    )
+    start = time.monotonic()
+    result = subprocess.run(
+        [
+            *UP,
+            str(stack),
+            "--engine-base-port",
+            str(free_port()),
+            "--log-dir",
+            str(tmp_path / "logs"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert "p-0 exited with code" in result.stderr
+    assert "unknown model 'no-such-model'" in result.stderr  # the engine's own message
+    assert time.monotonic() - start < 30
