@@ -1,0 +1,294 @@
+"""The live run: workload → prompts → sender → outcomes, on the wall clock.
+
+    source = make_source(spec, run)          # when each request goes
+    driver = Driver(spec, source, builder, sender)
+    outcome of each job → builder.record_answer (session history) → source.complete (next turns)
+
+The driver hands jobs to the sender a little ahead of their time (`lookahead`), so the sender's
+timer, not the driver's loop, decides when a request leaves. Ctrl-C (`interrupt`) stops
+dispatch at once, aborts what is in flight and keeps everything already measured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from inhouse.bench.config import BenchSpec, build_workload
+from inhouse.bench.http import Job, Target
+from inhouse.bench.metrics import Outcome, RequestResult
+from inhouse.bench.progress import Progress
+from inhouse.bench.prompts import PromptBuilder
+from inhouse.bench.schedule import (
+    INF,
+    ClosedSource,
+    RanDry,
+    ScheduleSource,
+    Source,
+    TimedSource,
+    vllm_arrival_offsets,
+)
+from inhouse.bench.scrape import ServerCounters, fetch_model, scrape_all
+from inhouse.bench.sender import LocalSender, ProcessSender, describe_stack
+from inhouse.workload import Workload, WorkloadRun, WorkRequest
+
+START_MARGIN_S = 0.05
+WAKE_INTERVAL_S = 0.25
+INTERRUPTED = "cancelled (interrupted)"
+
+
+@dataclass
+class BenchRun:
+    """Everything one run measured, before it is summarized."""
+
+    spec: BenchSpec
+    results: list[RequestResult]
+    duration_s: float
+    meta: dict[str, Any] = field(default_factory=dict)
+    health: list[dict[str, Any]] = field(default_factory=list)
+    server: dict[str, Any] | None = None
+    interrupted: bool = False
+    num_interrupted: int = 0
+    requested_rate: float | None = None
+    theoretical_hit_rate_all: float | None = None
+    simulated: dict[str, Any] | None = None
+
+
+def make_source(spec: BenchSpec, run: WorkloadRun) -> tuple[Source, float | None]:
+    """The source for the spec's arrival mode, and the request rate it asks for (if any)."""
+    mode = spec.arrival_mode
+    if mode == "schedule":
+        assert spec.rate is not None
+        n = spec.schedule_size()
+        offsets = vllm_arrival_offsets(n, spec.rate, spec.burstiness, spec.seed)
+        return ScheduleSource(run, offsets), spec.rate
+    if mode == "closed":
+        assert spec.concurrency is not None
+        duration = spec.effective_duration_s
+        return ClosedSource(run, spec.concurrency, spec.num_requests, duration or INF), None
+    rate = spec.rate if spec.base_name not in ("agent",) else None
+    return TimedSource(run, spec.num_requests), rate
+
+
+def start_run(spec: BenchSpec, workload: Workload) -> WorkloadRun:
+    duration = spec.effective_duration_s if spec.arrival_mode == "timed" else None
+    return workload.start(
+        block_size=spec.block_size,
+        seed=spec.seed,
+        duration_s=duration if duration is not None else INF,
+        rate_scale=spec.rate_scale,
+    )
+
+
+class Driver:
+    def __init__(
+        self,
+        spec: BenchSpec,
+        source: Source,
+        builder: PromptBuilder,
+        sender: LocalSender | ProcessSender,
+        progress: Progress | None = None,
+    ) -> None:
+        self.spec = spec
+        self.source = source
+        self.builder = builder
+        self.sender = sender
+        self.progress = progress
+        self.lookahead_s = 0.05 if isinstance(sender, ProcessSender) else 0.01
+        self.results: list[RequestResult] = []
+        self.pending: dict[int, WorkRequest] = {}
+        self.outbox: deque[Outcome] = deque()
+        self.num_interrupted = 0
+        self.num_sent = 0
+        self.stopping = False
+        self.interrupted = False
+        self.t0 = 0.0
+        self.t_stop: float | None = None
+        self._wake: asyncio.Event | None = None
+
+    def on_outcome(self, outcome: Outcome) -> None:
+        self.outbox.append(outcome)
+        if self._wake is not None:
+            self._wake.set()
+
+    def interrupt(self) -> None:
+        """Ctrl-C: stop sending, abort in-flight requests, keep what was measured."""
+        if not self.stopping:
+            self.stopping = self.interrupted = True
+            self.t_stop = time.perf_counter()
+            if self._wake is not None:
+                self._wake.set()
+
+    async def run(self) -> float:
+        """Run to the end (or the interrupt); returns the duration in seconds."""
+        loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self.t0 = time.perf_counter() + START_MARGIN_S
+        source = self.source
+        while True:
+            self._collect()
+            now = time.perf_counter() - self.t0
+            if self.stopping:
+                break
+            gated = self._dispatch(now)
+            next_s = source.next_time_s(time.perf_counter() - self.t0)
+            if not self.pending and math.isinf(next_s) and not self.outbox:
+                break
+            timeout = WAKE_INTERVAL_S
+            if not gated and not math.isinf(next_s):
+                timeout = min(timeout, max(0.0, next_s - self.lookahead_s - now))
+            if self.progress is not None:
+                self.progress.update(self)
+            if self.outbox:
+                continue
+            self._wake.clear()
+            handle = loop.call_later(timeout, self._wake.set)
+            await self._wake.wait()
+            handle.cancel()
+        await self.sender.stop(cancel=self.stopping)
+        self._collect()
+        if self.progress is not None:
+            self.progress.finish(self)
+        ends = [r.outcome.t_done for r in self.results if r.outcome.t_done]
+        end = self.t_stop if self.interrupted and self.t_stop else max(ends, default=self.t0)
+        return max(end - self.t0, 0.0)
+
+    def _dispatch(self, now: float) -> bool:
+        """Hand over every job due within the lookahead; True if the concurrency gate shut."""
+        spec = self.spec
+        source = self.source
+        cap = spec.max_concurrency
+        while True:
+            if cap is not None and len(self.pending) >= cap:
+                self.sender.flush()
+                return True
+            if source.next_time_s(now) > now + self.lookahead_s:
+                break
+            try:
+                request, at_s = source.pop(now)
+            except RanDry:
+                break
+            payload = self.builder.payload(request)
+            index = self.num_sent
+            self.num_sent += 1
+            self.pending[index] = request
+            job = Job(
+                index,
+                self.t0 + at_s,
+                payload.path,
+                payload.body,
+                payload.keep_text,
+                spec.request_timeout_s,
+            )
+            self.sender.submit(job)
+        self.sender.flush()
+        return False
+
+    def _collect(self) -> None:
+        while self.outbox:
+            outcome = self.outbox.popleft()
+            request = self.pending.pop(outcome.index, None)
+            if request is None:
+                continue
+            if outcome.error == INTERRUPTED:
+                self.num_interrupted += 1
+                continue
+            finish_s = (outcome.t_done or time.perf_counter()) - self.t0
+            ok = outcome.success
+            self.builder.record_answer(request, outcome.text, ok)
+            self.source.complete(request, finish_s, ok)
+            outcome.text = None
+            self.results.append(
+                RequestResult(
+                    outcome,
+                    request.request_id,
+                    request.num_prompt_tokens,
+                    request.num_ideal_cached_tokens,
+                    request.output_len,
+                    request.session_key,
+                )
+            )
+
+
+async def run_live(
+    spec: BenchSpec,
+    progress: Progress | None = None,
+    on_driver: Any = None,
+) -> BenchRun:
+    """One benchmark against `spec.target`. `on_driver(driver)` is called once it exists (the
+    CLI hooks Ctrl-C there)."""
+    assert spec.target is not None, "a live run needs a target"
+    target = Target.parse(spec.target, spec.api_key)
+    model = spec.model or await fetch_model(target)
+    workload = build_workload(spec)
+    run = start_run(spec, workload)
+    source, requested_rate = make_source(spec, run)
+    salt = spec.prompt_salt if spec.prompt_salt is not None else random.getrandbits(63)
+    builder = PromptBuilder(
+        salt=salt,
+        block_size=spec.block_size,
+        endpoint=spec.endpoint,
+        model=model,
+        ignore_eos=spec.ignore_eos,
+        continuous_usage=spec.continuous_usage,
+        stream=spec.stream,
+    )
+    metrics_urls = spec.metrics_urls or (f"{target.base_url}/metrics",)
+    before = await scrape_all(metrics_urls)
+    driver_box: list[Driver] = []
+
+    def on_outcome(outcome: Outcome) -> None:
+        driver_box[0].on_outcome(outcome)
+
+    prewarm = _prewarm_size(spec)
+    sender: LocalSender | ProcessSender
+    if spec.workers > 1:
+        sender = ProcessSender(target, on_outcome, spec.workers, prewarm)
+    else:
+        sender = LocalSender(target, on_outcome, prewarm)
+    driver = Driver(spec, source, builder, sender, progress)
+    driver_box.append(driver)
+    if on_driver is not None:
+        on_driver(driver)
+    await sender.start()
+    duration_s = await driver.run()
+    after = await scrape_all(metrics_urls)
+    meta = {
+        "model_id": model,
+        "target": target.base_url,
+        "prompt_salt": salt,
+        "arrival_mode": spec.arrival_mode,
+        "workload_name": getattr(workload, "name", spec.workload),
+        "client": describe_stack(),
+        "num_history_misses": builder.num_history_misses,
+        "num_sent": driver.num_sent,
+    }
+    theoretical = getattr(run, "theoretical_hit_rate", None)
+    return BenchRun(
+        spec,
+        driver.results,
+        duration_s,
+        meta,
+        sender.health(),
+        ServerCounters.delta(before, after),
+        driver.interrupted,
+        driver.num_interrupted,
+        requested_rate,
+        theoretical,
+    )
+
+
+def _prewarm_size(spec: BenchSpec) -> int:
+    """Connections to open ahead: enough for the expected concurrency, within reason."""
+    if spec.max_concurrency is not None:
+        return min(spec.max_concurrency, 256)
+    if spec.concurrency is not None:
+        return min(spec.concurrency, 256)
+    if spec.rate is not None and not math.isinf(spec.rate):
+        return int(min(max(8, spec.rate * 0.25), 256))
+    return 32

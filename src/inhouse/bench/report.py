@@ -1,0 +1,311 @@
+"""Reports of one run: `result.json` (vLLM's keys first), `requests.jsonl`, `report.md`."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections import Counter
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import inhouse
+from inhouse.bench.driver import BenchRun
+from inhouse.bench.health import assess_client
+from inhouse.bench.metrics import VLLM_METRICS, percentile_key, summarize
+
+EXTENSION_ROWS = ("ttft_sched", "e2el_sched", "client_queue_time", "ttft_content")
+
+
+def build_result(run: BenchRun) -> dict[str, Any]:
+    spec = run.spec
+    backend = "openai-chat" if spec.endpoint == "chat" else "openai"
+    rate: Any = "inf" if spec.rate is None or math.isinf(spec.rate) else spec.rate
+    out: dict[str, Any] = {
+        "date": datetime.now().strftime("%Y%m%d-%H%M%S"),
+        "endpoint_type": backend,
+        "backend": backend,
+        "label": spec.label,
+        "model_id": run.meta.get("model_id"),
+        "tokenizer_id": None,
+        "num_prompts": len(run.results),
+        "request_rate": rate,
+        "burstiness": spec.burstiness,
+        "max_concurrency": spec.max_concurrency,
+    }
+    summary = summarize(run.results, run.duration_s, spec.percentiles, spec.slo)
+    out.update(summary)
+    server = run.server or {}
+    server_rate = server.get("prefix_cache_hit_rate_server")
+    ideal = summary.get("theoretical_hit_rate")
+    out["prefix_cache_hit_rate_server"] = server_rate
+    out["hit_rate_efficiency_server"] = (
+        server_rate / ideal if server_rate is not None and ideal else None
+    )
+    out["server_metrics"] = server.get("engines", [])
+    simulated = run.simulated is not None
+    client = (
+        {"client_bottleneck": False, "reasons": [], "simulated": True}
+        if simulated
+        else assess_client(
+            run.results,
+            run.health,
+            gated=spec.max_concurrency is not None or spec.arrival_mode == "closed",
+            requested_rate=run.requested_rate,
+            num_workers=spec.workers,
+        )
+    )
+    out["client"] = client
+    out["client_bottleneck"] = client["client_bottleneck"]
+    out["slo"] = dict(spec.slo)
+    out["workload"] = {
+        "name": run.meta.get("workload_name", spec.workload),
+        "params": dict(spec.workload_params),
+        "arrival_mode": spec.arrival_mode,
+        "rate": spec.rate,
+        "concurrency": spec.concurrency,
+        "rate_scale": spec.rate_scale,
+        "seed": spec.seed,
+        "block_size": spec.block_size,
+        "theoretical_hit_rate_all_requests": run.theoretical_hit_rate_all,
+    }
+    out["run"] = {
+        "source": "simulate" if simulated else "live",
+        "target": run.meta.get("target"),
+        "prompt_salt": run.meta.get("prompt_salt"),
+        "interrupted": run.interrupted,
+        "num_interrupted": run.num_interrupted,
+        "num_history_misses": run.meta.get("num_history_misses", 0),
+        "percentiles": list(spec.percentiles),
+        "client_stack": run.meta.get("client"),
+        "inhouse_version": inhouse.__version__,
+        "command": " ".join(sys.argv),
+    }
+    if run.simulated is not None:
+        out["simulated"] = run.simulated
+    out["errors"] = dict(
+        Counter(r.outcome.error[:200] for r in run.results if not r.success).most_common(10)
+    )
+    return out
+
+
+def write_requests(run: BenchRun, path: Path) -> None:
+    results = run.results
+    t0 = min((r.outcome.t_sched for r in results), default=0.0)
+    with path.open("w", encoding="utf-8") as handle:
+        for r in results:
+            o = r.outcome
+            row = {
+                "request_id": r.request_id,
+                "session": r.session_key,
+                "success": o.success,
+                "error": o.error or None,
+                "t_sched_s": round(o.t_sched - t0, 6),
+                "t_send_s": round(o.t_send - t0, 6),
+                "ttft_ms": round(o.ttft_s * 1000, 3),
+                "e2el_ms": round(o.latency_s * 1000, 3),
+                "input_len_client": r.num_prompt_tokens,
+                "input_len_server": o.prompt_tokens,
+                "output_len": r.output_len,
+                "cached_tokens": o.cached_tokens,
+                "ideal_cached_tokens": r.num_ideal_cached_tokens,
+                "itl_ms": [round(g * 1000, 3) for g in o.itl_s],
+            }
+            handle.write(json.dumps(row) + "\n")
+
+
+def write_reports(run: BenchRun, out_dir: Path, charts: bool = True) -> dict[str, Any]:
+    """result.json, requests.jsonl, report.md, and the charts; returns the result."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result = build_result(run)
+    (out_dir / "result.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    write_requests(run, out_dir / "requests.jsonl")
+    images: list[str] = []
+    if charts:
+        from inhouse.bench.charts import write_run_charts
+
+        images = write_run_charts(run.results, out_dir)
+    (out_dir / "report.md").write_text(render_markdown(result, images), encoding="utf-8")
+    if charts:
+        from inhouse.bench.charts import write_html
+
+        write_html(out_dir / "report.html", result, images, render_markdown(result, []))
+    return result
+
+
+def _fmt(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def _pct(value: Any) -> str:
+    return "—" if value is None else f"{100 * float(value):.1f}%"
+
+
+def render_markdown(result: dict[str, Any], images: list[str]) -> str:
+    run = result["run"]
+    wl = result["workload"]
+    lines = [
+        f"# inhouse bench — {wl['name']} ({run['source']})",
+        "",
+        f"- date {result['date']}; model `{result['model_id']}`; target `{run['target']}`",
+        f"- arrivals: {wl['arrival_mode']}; rate {result['request_rate']}; burstiness "
+        f"{result['burstiness']}; concurrency {wl['concurrency']}; max concurrency "
+        f"{result['max_concurrency']}; seed {wl['seed']}",
+        f"- command: `{run['command']}`",
+        "",
+    ]
+    if result.get("client_bottleneck"):
+        lines += ["> **WARNING: the client was a bottleneck.**", ">"]
+        lines += [f"> - {reason}" for reason in result["client"]["reasons"]]
+        lines.append("")
+    if run.get("interrupted"):
+        lines += [
+            f"> Interrupted: {run['num_interrupted']} in-flight request(s) dropped; figures "
+            "cover what finished before Ctrl-C.",
+            "",
+        ]
+    if result.get("ttft_role_chunk_artifact"):
+        lines += ["> TTFT and first-content time differ by > 1 ms (role-chunk artefact).", ""]
+    lines += _latency_table(result)
+    lines += [
+        "",
+        "## Throughput and goodput",
+        "",
+        "| metric | value |",
+        "|---|---|",
+        f"| duration (s) | {_fmt(result['duration'])} |",
+        f"| completed / failed | {result['completed']} / {result['failed']} |",
+        f"| request throughput (req/s) | {_fmt(result['request_throughput'])} |",
+        f"| output throughput (tok/s) | {_fmt(result['output_throughput'])} |",
+        f"| total token throughput (tok/s) | {_fmt(result['total_token_throughput'])} |",
+        f"| peak output (token chunks/s) | {_fmt(result['max_output_tokens_per_s'])} |",
+        f"| peak concurrent requests | {result['max_concurrent_requests']} |",
+        f"| SLOs | {_slo_text(result['slo'])} |",
+        f"| request goodput (req/s) | {_fmt(result['request_goodput'])} |",
+        f"| good request fraction | {_pct(result['good_request_fraction'])} |",
+        "",
+        "## Prefix cache",
+        "",
+        "| measure | hit rate |",
+        "|---|---|",
+        f"| client (Σ cached / Σ prompt tokens) | {_pct(result['prefix_cache_hit_rate_client'])} |",
+        f"| server (/metrics delta) | {_pct(result['prefix_cache_hit_rate_server'])} |",
+        f"| workload's theoretical best | {_pct(result['theoretical_hit_rate'])} |",
+        f"| client / theoretical | {_fmt(result['hit_rate_efficiency_client'], 3)} |",
+        f"| server / theoretical | {_fmt(result['hit_rate_efficiency_server'], 3)} |",
+        "",
+    ]
+    lines += _client_section(result)
+    if result.get("errors"):
+        lines += ["", "## Errors", "", "| count | error |", "|---|---|"]
+        for text, count in result["errors"].items():
+            lines.append(f"| {count} | `{text.strip()[:160]}` |")
+    if images:
+        lines += ["", "## Charts", ""]
+        lines += [f"![{name}]({name})" for name in images]
+    return "\n".join(lines) + "\n"
+
+
+def _latency_table(result: dict[str, Any]) -> list[str]:
+    pcts = [percentile_key(p) for p in result["run"]["percentiles"]]
+    head = "| metric (ms) | mean | median | std | " + " | ".join(f"p{p}" for p in pcts) + " |"
+    lines = ["## Latency (vLLM definitions)", "", head, "|---" * (4 + len(pcts)) + "|"]
+
+    def row(name: str) -> str | None:
+        if f"mean_{name}_ms" not in result:
+            return None
+        cells = [_fmt(result[f"{k}_{name}_ms"]) for k in ("mean", "median", "std")]
+        cells += [_fmt(result.get(f"p{p}_{name}_ms")) for p in pcts]
+        return f"| {name} | " + " | ".join(cells) + " |"
+
+    for name in VLLM_METRICS:
+        line = row(name)
+        if line:
+            lines.append(line)
+    lines += ["", "Extensions (from the scheduled arrival, and the client's queue):", ""]
+    lines += [head, "|---" * (4 + len(pcts)) + "|"]
+    for name in (*EXTENSION_ROWS, "itl_per_token"):
+        line = row(name)
+        if line:
+            lines.append(line)
+    return lines
+
+
+def _slo_text(slo: dict[str, float]) -> str:
+    return ", ".join(f"{k} ≤ {v:g}" for k, v in slo.items()) or "none given"
+
+
+def _client_section(result: dict[str, Any]) -> list[str]:
+    client = result["client"]
+    if client.get("simulated"):
+        return ["## Client", "", "Simulated run: no client."]
+    lines = [
+        "## Client health",
+        "",
+        f"- send lag p50 / p99 / max: {_fmt(client['send_lag_p50_ms'])} / "
+        f"{_fmt(client['send_lag_p99_ms'])} / {_fmt(client['send_lag_max_ms'])} ms",
+        f"- rate requested / scheduled / achieved: {_fmt(client['requested_rate'])} / "
+        f"{_fmt(client['scheduled_rate'])} / {_fmt(client['achieved_rate'])} req/s",
+        f"- workers: {client['workers']}; stack: {result['run']['client_stack']}",
+        "",
+        "| process | CPU (of a core) | loop lag p50 | p99 | max (ms) |",
+        "|---|---|---|---|---|",
+    ]
+    for proc in client["processes"]:
+        lines.append(
+            f"| {proc['process']} | {_pct(proc['cpu_fraction'])} | "
+            f"{_fmt(proc['loop_lag_p50_ms'])} | {_fmt(proc['loop_lag_p99_ms'])} | "
+            f"{_fmt(proc['loop_lag_max_ms'])} |"
+        )
+    return lines
+
+
+def print_summary(result: dict[str, Any]) -> str:
+    """vLLM-style console summary."""
+    width = 50
+    rows = [
+        ("Successful requests:", result["completed"]),
+        ("Failed requests:", result["failed"]),
+        ("Benchmark duration (s):", result["duration"]),
+        ("Total input tokens:", result["total_input_tokens"]),
+        ("Total generated tokens:", result["total_output_tokens"]),
+        ("Request throughput (req/s):", result["request_throughput"]),
+        ("Request goodput (req/s):", result["request_goodput"]),
+        ("Output token throughput (tok/s):", result["output_throughput"]),
+        ("Total token throughput (tok/s):", result["total_token_throughput"]),
+        ("Prefix hit rate client/server/ideal:", None),
+    ]
+    lines = ["{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=width, c="=")]
+    for label, value in rows:
+        if label.startswith("Prefix"):
+            value = " / ".join(
+                _pct(result.get(k))
+                for k in (
+                    "prefix_cache_hit_rate_client",
+                    "prefix_cache_hit_rate_server",
+                    "theoretical_hit_rate",
+                )
+            )
+        lines.append(f"{label:<40} {_fmt(value)}")
+    for name, header in (
+        ("ttft", "Time to First Token"),
+        ("tpot", "Time per Output Token (excl. 1st token)"),
+        ("itl", "Inter-token Latency"),
+        ("e2el", "End-to-end Latency"),
+        ("ttft_sched", "TTFT from scheduled arrival"),
+    ):
+        lines.append("{s:{c}^{n}}".format(s=header, n=width, c="-"))
+        lines.append(f"{'Mean ' + name + ' (ms):':<40} {_fmt(result[f'mean_{name}_ms'])}")
+        lines.append(f"{'Median ' + name + ' (ms):':<40} {_fmt(result[f'median_{name}_ms'])}")
+        for p in result["run"]["percentiles"]:
+            key = f"p{percentile_key(p)}_{name}_ms"
+            lines.append(
+                f"{'P' + percentile_key(p) + ' ' + name + ' (ms):':<40} {_fmt(result[key])}"
+            )
+    lines.append("=" * width)
+    return "\n".join(lines)

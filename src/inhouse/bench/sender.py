@@ -1,0 +1,282 @@
+"""Send jobs at their scheduled times, in this process or spread over worker processes.
+
+`LocalSender` arms one timer per job on the event loop (`call_at`), so a job handed over ahead
+of time leaves at its time without a sleeping task; it also measures its own event-loop lag and
+CPU time. `ProcessSender` runs a `LocalSender` in each of N spawned processes and hands them
+jobs round-robin over pipes, ahead of time, so pacing and parsing happen in parallel while the
+driver (workload, prompts, metrics) stays in this process. `perf_counter` is the system-wide
+monotonic clock on Linux, so times agree across processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing
+import signal
+import time
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+
+from inhouse.bench.http import JSON_LIBRARY, Client, Job, Target
+from inhouse.bench.metrics import Outcome
+
+LAG_PROBE_INTERVAL_S = 0.01
+FLUSH_INTERVAL_S = 0.005
+
+OnOutcome = Callable[[Outcome], None]
+
+
+def loop_kind() -> str:
+    try:
+        import uvloop  # noqa: F401
+
+        return "uvloop"
+    except ImportError:
+        return "asyncio"
+
+
+class LagMonitor:
+    """Event-loop lag: how late a 10 ms sleep wakes up, sampled all run long."""
+
+    def __init__(self) -> None:
+        self.samples_s: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+        self._cpu0 = 0.0
+        self._wall0 = 0.0
+
+    def start(self) -> None:
+        self._cpu0 = time.process_time()
+        self._wall0 = time.perf_counter()
+        self._task = asyncio.get_running_loop().create_task(self._probe())
+
+    async def _probe(self) -> None:
+        while True:
+            t = time.perf_counter()
+            await asyncio.sleep(LAG_PROBE_INTERVAL_S)
+            self.samples_s.append(time.perf_counter() - t - LAG_PROBE_INTERVAL_S)
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    def report(self, name: str) -> dict[str, Any]:
+        wall = max(time.perf_counter() - self._wall0, 1e-9)
+        lag = np.asarray(self.samples_s or [0.0]) * 1000.0
+        return {
+            "process": name,
+            "cpu_fraction": (time.process_time() - self._cpu0) / wall,
+            "loop_lag_p50_ms": float(np.percentile(lag, 50)),
+            "loop_lag_p99_ms": float(np.percentile(lag, 99)),
+            "loop_lag_max_ms": float(np.max(lag)),
+        }
+
+
+class LocalSender:
+    def __init__(
+        self, target: Target, on_outcome: OnOutcome, prewarm: int = 32, name: str = "main"
+    ) -> None:
+        self.client = Client(target)
+        self.on_outcome = on_outcome
+        self.prewarm = prewarm
+        self.name = name
+        self.monitor = LagMonitor()
+        self._timers: dict[int, asyncio.TimerHandle] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        await self.client.prewarm(self.prewarm)
+        self.monitor.start()
+
+    def submit(self, job: Job) -> None:
+        loop = asyncio.get_running_loop()
+        delay = job.t_sched - time.perf_counter()
+        if delay <= 0:
+            self._launch(job)
+        else:
+            self._timers[job.index] = loop.call_at(loop.time() + delay, self._launch, job)
+
+    def flush(self) -> None:
+        return None
+
+    def _launch(self, job: Job) -> None:
+        self._timers.pop(job.index, None)
+        task = asyncio.get_running_loop().create_task(self._run(job))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, job: Job) -> None:
+        outcome = await self.client.send(job)
+        outcome.t_done = time.perf_counter()
+        self.on_outcome(outcome)
+
+    async def stop(self, cancel: bool) -> None:
+        """Stop sending; with `cancel`, abort what is in flight (its outcomes still arrive)."""
+        for handle in self._timers.values():
+            handle.cancel()
+        self._timers.clear()
+        if cancel:
+            for task in list(self._tasks):
+                task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.monitor.stop()
+        self.client.close()
+
+    def health(self) -> list[dict[str, Any]]:
+        report = self.monitor.report(self.name)
+        report["connections_opened"] = self.client.num_opened
+        report["connection_errors"] = self.client.num_open_errors
+        return [report]
+
+
+# -- worker processes ------------------------------------------------------------------------
+
+
+def worker_main(conn: Connection, target: Target, prewarm: int, name: str) -> None:
+    """Entry point of a worker process: run jobs from the pipe, send outcomes back."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    asyncio.run(_worker(conn, target, prewarm, name))
+
+
+async def _worker(conn: Connection, target: Target, prewarm: int, name: str) -> None:
+    loop = asyncio.get_running_loop()
+    outbox: list[Outcome] = []
+    flush_armed = False
+
+    def flush() -> None:
+        nonlocal flush_armed
+        flush_armed = False
+        if outbox:
+            conn.send(("outcomes", list(outbox)))
+            outbox.clear()
+
+    def on_outcome(outcome: Outcome) -> None:
+        nonlocal flush_armed
+        outbox.append(outcome)
+        if not flush_armed:
+            flush_armed = True
+            loop.call_later(FLUSH_INTERVAL_S, flush)
+
+    sender = LocalSender(target, on_outcome, prewarm, name)
+    await sender.start()
+    conn.send(("ready", name))
+    stopped: asyncio.Future[bool] = loop.create_future()
+
+    def on_readable() -> None:
+        while conn.poll():
+            try:
+                kind, value = conn.recv()
+            except EOFError:
+                if not stopped.done():
+                    stopped.set_result(True)
+                return
+            if kind == "jobs":
+                for job in value:
+                    sender.submit(job)
+            elif kind == "stop" and not stopped.done():
+                stopped.set_result(bool(value))
+
+    loop.add_reader(conn.fileno(), on_readable)
+    cancel = await stopped
+    loop.remove_reader(conn.fileno())
+    await sender.stop(cancel)
+    flush()
+    conn.send(("health", sender.health()))
+    conn.close()
+
+
+class ProcessSender:
+    def __init__(
+        self, target: Target, on_outcome: OnOutcome, num_workers: int, prewarm: int = 32
+    ) -> None:
+        assert num_workers > 1, "use LocalSender for one process"
+        self.target = target
+        self.on_outcome = on_outcome
+        self.num_workers = num_workers
+        self.prewarm = prewarm
+        self._conns: list[Connection] = []
+        self._procs: list[Any] = []
+        self._batches: list[list[Job]] = []
+        self._next = 0
+        self._health: list[dict[str, Any]] = []
+        self._closed: list[asyncio.Future[None]] = []
+        self.monitor = LagMonitor()
+
+    async def start(self) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        loop = asyncio.get_running_loop()
+        per_worker = max(1, self.prewarm // self.num_workers)
+        for i in range(self.num_workers):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(
+                target=worker_main,
+                args=(child, self.target, per_worker, f"worker-{i}"),
+                daemon=True,
+            )
+            proc.start()
+            child.close()
+            self._conns.append(parent)
+            self._procs.append(proc)
+            self._batches.append([])
+        for conn in self._conns:
+            ready = await loop.run_in_executor(None, conn.recv)
+            assert ready[0] == "ready", f"worker did not start: {ready!r}"
+        for conn in self._conns:
+            closed: asyncio.Future[None] = loop.create_future()
+            self._closed.append(closed)
+            loop.add_reader(conn.fileno(), self._on_readable, conn, closed)
+        self.monitor.start()
+
+    def _on_readable(self, conn: Connection, closed: asyncio.Future[None]) -> None:
+        try:
+            while conn.poll():
+                kind, value = conn.recv()
+                if kind == "outcomes":
+                    for outcome in value:
+                        self.on_outcome(outcome)
+                elif kind == "health":
+                    self._health.extend(value)
+        except (EOFError, OSError):
+            asyncio.get_running_loop().remove_reader(conn.fileno())
+            if not closed.done():
+                closed.set_result(None)
+
+    def submit(self, job: Job) -> None:
+        self._batches[self._next].append(job)
+        self._next = (self._next + 1) % self.num_workers
+
+    def flush(self) -> None:
+        for conn, batch in zip(self._conns, self._batches, strict=True):
+            if batch:
+                conn.send(("jobs", list(batch)))
+                batch.clear()
+
+    async def stop(self, cancel: bool) -> None:
+        self.flush()
+        for conn in self._conns:
+            with contextlib.suppress(OSError):
+                conn.send(("stop", cancel))
+        await asyncio.gather(*self._closed)
+        for proc in self._procs:
+            proc.join(timeout=5)
+        for conn in self._conns:
+            conn.close()
+        self.monitor.stop()
+
+    def health(self) -> list[dict[str, Any]]:
+        parent = self.monitor.report("driver")
+        return [parent, *self._health]
+
+
+def describe_stack() -> dict[str, str]:
+    return {"event_loop": loop_kind(), "json": JSON_LIBRARY}

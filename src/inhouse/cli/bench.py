@@ -1,0 +1,259 @@
+"""Benchmark an OpenAI-compatible endpoint (or the fleet simulator) with the project's workloads.
+
+    inhouse bench --target http://127.0.0.1:8000 --workload utility --rate 20 --duration 60 \\
+        --slo ttft_ms=800,itl_ms=60,e2el_ms=2000 --out results/utility
+    inhouse bench --simulate examples/crm-copilot/stack.yaml --workload agent --out results/sim
+    inhouse bench sweep --target URL --workload utility --rate 20 --slo ttft_ms=800 --out DIR
+    inhouse bench compare results/before results/after --threshold 10
+
+Metrics carry `vllm bench serve`'s names and definitions; see docs/bench.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import math
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from inhouse.errors import SpecError
+
+COMMAND = "bench"
+HELP = "SLO benchmarks (vLLM bench metrics) against a live endpoint or the simulator"
+
+
+def _rate(text: str) -> float:
+    return math.inf if text.lower() in ("inf", "infinity") else float(text)
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    where = parser.add_argument_group("target")
+    where.add_argument("--target", help="base URL, e.g. http://127.0.0.1:8000")
+    where.add_argument("--api-key", help="sent as `Authorization: Bearer K`")
+    where.add_argument("--model", help="model name to request (default: the first /v1/models)")
+    where.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
+    where.add_argument(
+        "--metrics-url",
+        action="append",
+        default=None,
+        metavar="URL",
+        help="an engine's Prometheus /metrics (repeat per engine; default TARGET/metrics)",
+    )
+    where.add_argument("--simulate", type=Path, metavar="STACK.yaml", help="run the simulator")
+    where.add_argument("--policy", help="with --simulate: override every pool's routing policy")
+    load = parser.add_argument_group("workload and load")
+    load.add_argument(
+        "--workload", help="agent, utility, longctx, shared-prefix, fixed, trace:PATH"
+    )
+    load.add_argument(
+        "-p", "--param", action="append", metavar="KEY=VALUE", help="workload parameter"
+    )
+    load.add_argument("--list", action="store_true", help="list workloads and their parameters")
+    load.add_argument("--rate", type=_rate, help="requests/s (agent: sessions/s); or inf")
+    load.add_argument("--concurrency", type=int, help="closed loop (agent: concurrent sessions)")
+    load.add_argument("--max-concurrency", type=int, help="cap on requests in flight (vLLM's)")
+    load.add_argument("--burstiness", type=_rate, default=1.0, help="gamma shape; 1 = Poisson")
+    load.add_argument("--rate-scale", type=float, default=1.0, help="scale the workload's load")
+    load.add_argument("--duration", type=float, help="seconds of arrivals (default 60)")
+    load.add_argument("--num-requests", type=int, help="stop after N requests")
+    load.add_argument("--seed", type=int, default=0)
+    load.add_argument("--block-size", type=int, default=16, help="prefix block size (tokens)")
+    load.add_argument("--prompt-salt", type=int, help="reuse an earlier run's exact prompts")
+    load.add_argument("--no-ignore-eos", action="store_true", help="let the model stop early")
+    load.add_argument("--no-stream", action="store_true", help="non-streaming: E2EL only")
+    load.add_argument(
+        "--continuous-usage", action="store_true", help="ask for usage in every chunk"
+    )
+    load.add_argument("--request-timeout", type=float, default=600.0, metavar="S")
+    out = parser.add_argument_group("measurement and output")
+    out.add_argument("--slo", help="e.g. ttft_ms=800,itl_ms=60,e2el_ms=2000 (tpot_ms too)")
+    out.add_argument("--percentiles", default="50,90,95,99", help="comma-separated")
+    out.add_argument("--workers", type=int, default=1, help="client processes")
+    out.add_argument("--label", help="free text stored in result.json")
+    out.add_argument("--out", type=Path, help="output directory")
+    out.add_argument("--no-charts", action="store_true")
+    out.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_run_arguments(parser)
+    sub = parser.add_subparsers(dest="bench_command", metavar="{sweep,compare}")
+    sweep = sub.add_parser("sweep", help="multiples of a peak rate, then an SLO search")
+    add_run_arguments(sweep)
+    sweep.add_argument("--multipliers", default="1,2,3", help="of --rate (default 1,2,3)")
+    sweep.add_argument("--search", action=argparse.BooleanOptionalAction, default=True)
+    sweep.add_argument("--search-steps", type=int, default=4)
+    sweep.add_argument(
+        "--slo-target", type=float, default=0.99, help="fraction of requests that must meet"
+    )
+    compare = sub.add_parser("compare", help="regression table between two results")
+    compare.add_argument("base", type=Path, help="result dir or result.json")
+    compare.add_argument("new", type=Path, help="result dir or result.json")
+    compare.add_argument("--threshold", type=float, default=10.0, help="percent (default 10)")
+    compare.add_argument(
+        "--metric-threshold", action="append", metavar="METRIC=PCT", help="per-metric limit"
+    )
+    compare.add_argument("--json", action="store_true", help="print the rows as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    command = getattr(args, "bench_command", None)
+    if command == "compare":
+        return _compare(args)
+    if args.list:
+        return _list()
+    spec = spec_from_args(args)
+    if args.out is None:
+        raise SpecError("--out DIR is required (where result.json and report.md go)")
+    if command == "sweep":
+        return _sweep(args, spec)
+    result = run_point(spec, args.out, args)
+    return 0 if result["completed"] else 1
+
+
+def spec_from_args(args: argparse.Namespace) -> Any:
+    from inhouse.bench.config import BenchSpec, parse_params, parse_slo
+
+    if not args.workload:
+        raise SpecError("--workload is required (agent, utility, ...; `--list` shows them)")
+    if not args.target and not args.simulate:
+        raise SpecError("give --target URL (a live endpoint) or --simulate STACK.yaml")
+    try:
+        percentiles = tuple(float(p) for p in args.percentiles.split(",") if p)
+    except ValueError:
+        raise SpecError(f"--percentiles {args.percentiles!r}: use e.g. 50,90,99") from None
+    return BenchSpec(
+        workload=args.workload,
+        target=args.target,
+        api_key=args.api_key,
+        workload_params=parse_params(args.param),
+        rate=args.rate,
+        burstiness=args.burstiness,
+        concurrency=args.concurrency,
+        max_concurrency=args.max_concurrency,
+        duration_s=args.duration,
+        num_requests=args.num_requests,
+        slo=parse_slo(args.slo),
+        metrics_urls=tuple(args.metrics_url or ()),
+        seed=args.seed,
+        model=args.model,
+        endpoint=args.endpoint,
+        block_size=args.block_size,
+        percentiles=percentiles,
+        workers=args.workers,
+        prompt_salt=args.prompt_salt,
+        request_timeout_s=args.request_timeout,
+        ignore_eos=not args.no_ignore_eos,
+        continuous_usage=args.continuous_usage,
+        rate_scale=args.rate_scale,
+        label=args.label,
+        stream=not args.no_stream,
+    )
+
+
+def run_point(spec: Any, out_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """One run (live or simulated) with its reports written to `out_dir`."""
+    from inhouse.bench.health import banner
+    from inhouse.bench.report import print_summary, write_reports
+
+    if args.simulate:
+        from inhouse.bench.simulate import run_simulated
+
+        bench_run = run_simulated(spec, args.simulate, args.policy)
+    else:
+        bench_run = asyncio.run(_live(spec, args))
+    result = write_reports(bench_run, out_dir, charts=not args.no_charts)
+    print(print_summary(result))
+    warning = banner(result["client"])
+    if warning:
+        print(warning, file=sys.stderr)
+    if bench_run.interrupted:
+        print(f"interrupted: wrote what was measured to {out_dir}", file=sys.stderr)
+    print(f"reports in {out_dir}/ (result.json, report.md, report.html)")
+    return result
+
+
+async def _live(spec: Any, args: argparse.Namespace) -> Any:
+    from inhouse.bench.driver import run_live
+    from inhouse.bench.progress import Progress
+
+    show = args.progress if args.progress is not None else sys.stderr.isatty()
+    progress = None
+    if show:
+        total = spec.schedule_size() if spec.arrival_mode == "schedule" else spec.num_requests
+        progress = Progress(total, spec.effective_duration_s)
+    loop = asyncio.get_running_loop()
+
+    def hook(driver: Any) -> None:
+        def on_sigint() -> None:
+            print("\nCtrl-C: stopping; writing what was measured (again to abort)", file=sys.stderr)
+            driver.interrupt()
+            loop.remove_signal_handler(signal.SIGINT)
+
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
+
+    try:
+        return await run_live(spec, progress, on_driver=hook)
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+
+
+def _sweep(args: argparse.Namespace, spec: Any) -> int:
+    from inhouse.bench.charts import write_html, write_sweep_chart
+    from inhouse.bench.sweep import render_sweep_markdown, run_sweep
+
+    if spec.rate is None or math.isinf(spec.rate):
+        raise SpecError("bench sweep needs --rate R: the peak rate the multipliers scale")
+    try:
+        multipliers = [float(m) for m in args.multipliers.split(",") if m]
+    except ValueError:
+        raise SpecError(f"--multipliers {args.multipliers!r}: use e.g. 1,2,3") from None
+
+    def point(point_spec: Any, out_dir: Path) -> dict[str, Any]:
+        print(f"== sweep point: {point_spec.rate:g} req/s", file=sys.stderr)
+        return run_point(point_spec, out_dir, args)
+
+    sweep = run_sweep(
+        spec,
+        spec.rate,
+        multipliers,
+        args.out,
+        point,
+        search=args.search,
+        search_steps=args.search_steps,
+        slo_target=args.slo_target,
+    )
+    chart = None if args.no_charts else write_sweep_chart(sweep["points"], args.out)
+    text = render_sweep_markdown(sweep, chart)
+    (args.out / "report.md").write_text(text, encoding="utf-8")
+    if chart:
+        write_html(args.out / "report.html", {}, [chart], text)
+    print(text)
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from inhouse.bench.compare import compare, load_result, parse_overrides, render_table
+
+    base, new = load_result(args.base), load_result(args.new)
+    rows = compare(base, new, args.threshold, parse_overrides(args.metric_threshold))
+    if args.json:
+        print(json.dumps([dataclasses.asdict(row) for row in rows], indent=2))
+    else:
+        print(render_table(rows, str(args.base), str(args.new)))
+    return 1 if any(row.status == "REGRESSION" for row in rows) else 0
+
+
+def _list() -> int:
+    from inhouse.workload import workload_names, workload_params
+
+    for name in workload_names():
+        params = ", ".join(f"{k}={v}" for k, v in workload_params(name).items())
+        print(f"{name}: {params}")
+    print("trace:PATH: a Mooncake .jsonl or Azure .csv trace")
+    return 0
