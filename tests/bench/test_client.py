@@ -1,0 +1,158 @@
+"""The client and driver against the mock server, whose timing is known."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+
+import pytest
+
+from inhouse.bench.config import BenchSpec
+from inhouse.bench.driver import run_live
+from inhouse.bench.http import Client, Job, Target
+from inhouse.bench.metrics import summarize
+from inhouse.bench.mock_server import MockServer, MockServerThread, MockTiming
+
+
+async def send_one(timing: MockTiming, *, chat: bool = False, max_tokens: int = 5):
+    server = MockServer(timing)
+    port = await server.start()
+    client = Client(Target.parse(f"http://127.0.0.1:{port}"))
+    path = "/v1/chat/completions" if chat else "/v1/completions"
+    body = {"max_tokens": max_tokens, "stream": True}
+    body.update(
+        {"messages": [{"role": "user", "content": "x" * 40}]} if chat else {"prompt": "x" * 40}
+    )
+    job = Job(0, time.perf_counter(), path, json.dumps(body).encode(), keep_text=True)
+    outcome = await client.send(job)
+    client.close()
+    await server.stop()
+    return outcome
+
+
+def test_completion_stream_timing_and_usage() -> None:
+    timing = MockTiming(ttft_s=0.05, itl_s=0.01, cached_fraction=0.5)
+    o = asyncio.run(send_one(timing))
+    assert o.success and o.status == 200 and o.error == ""
+    assert 0.049 <= o.ttft_s < 0.15
+    assert len(o.itl_s) == 4  # 5 chunks: the first is TTFT
+    assert sum(o.itl_s) / 4 == pytest.approx(0.01, abs=0.004)
+    assert o.latency_s == pytest.approx(o.ttft_s + sum(o.itl_s))
+    assert (o.completion_tokens, o.prompt_tokens, o.cached_tokens) == (5, 10, 5)
+    assert o.text == " the" * 5
+
+
+def test_chat_role_chunk_sets_ttft_before_content() -> None:
+    timing = MockTiming(ttft_s=0.06, itl_s=0.01, role_chunk_lead_s=0.04)
+    o = asyncio.run(send_one(timing, chat=True))
+    assert o.success
+    assert o.ttft_content_s is not None and o.ttft_content_s - o.ttft_s > 0.03
+    assert len(o.itl_s) == 5  # the role chunk is a choices message: it adds one gap
+
+
+def test_http_error_is_a_failure_with_the_body() -> None:
+    o = asyncio.run(send_one(MockTiming(fail_status=503)))
+    assert not o.success and o.status == 503
+    assert o.error.startswith("HTTP 503") and "injected" in o.error
+
+
+def test_connection_refused_is_a_failure() -> None:
+    async def go():
+        client = Client(Target("127.0.0.1", 1))
+        return await client.send(Job(0, time.perf_counter(), "/v1/completions", b"{}"))
+
+    o = asyncio.run(go())
+    assert not o.success and "Error" in o.error
+
+
+def spec_for(url: str, **kw) -> BenchSpec:
+    values = {
+        "workload": "utility",
+        "target": url,
+        "workload_params": {"document": "60", "output": "4", "instruction_tokens": "32"},
+        "rate": 40.0,
+        "num_requests": 20,
+        "slo": {"ttft_ms": 500.0},
+    }
+    values.update(kw)
+    return BenchSpec(**values)
+
+
+def test_run_live_against_the_mock_server() -> None:
+    with MockServerThread(MockTiming(ttft_s=0.02, itl_s=0.005, cached_fraction=0.25)) as mock:
+        run = asyncio.run(run_live(spec_for(mock.url)))
+    assert len(run.results) == 20 and all(r.success for r in run.results)
+    assert run.meta["model_id"] == "mock"
+    out = summarize(run.results, run.duration_s, (50, 99), run.spec.slo)
+    assert out["completed"] == 20 and out["total_output_tokens"] == 80
+    assert 20.0 <= out["p50_ttft_ms"] < 120.0
+    assert out["prefix_cache_hit_rate_client"] == pytest.approx(0.25, abs=0.02)
+    assert run.server is not None
+    assert run.server["prefix_cache_hit_rate_server"] == pytest.approx(0.25, abs=0.02)
+    # 20 requests on vLLM's schedule at 40 req/s: the last one is due at 0.5 s.
+    assert run.duration_s >= 0.5
+    sched = sorted(r.outcome.t_sched for r in run.results)
+    assert sched[-1] - run.results[0].outcome.t_sched == pytest.approx(0.5, abs=0.05)
+
+
+def test_closed_loop_keeps_concurrency() -> None:
+    with MockServerThread(MockTiming(ttft_s=0.01, itl_s=0.005)) as mock:
+        spec = spec_for(mock.url, rate=None, concurrency=3, num_requests=12)
+        run = asyncio.run(run_live(spec))
+    assert len(run.results) == 12
+    events = sorted(
+        [(r.outcome.t_send, 1) for r in run.results]
+        + [(r.outcome.t_done, -1) for r in run.results]
+    )
+    running = peak = 0
+    for _, step in events:
+        running += step
+        peak = max(peak, running)
+    assert peak == 3
+
+
+def test_interrupt_keeps_what_was_measured() -> None:
+    async def go():
+        def hook(driver) -> None:
+            asyncio.get_running_loop().call_later(0.4, driver.interrupt)
+
+        spec = spec_for(mock.url, rate=20.0, num_requests=None, duration_s=30.0)
+        return await run_live(spec, on_driver=hook)
+
+    with MockServerThread(MockTiming(ttft_s=0.01, itl_s=0.02)) as mock:
+        run = asyncio.run(go())
+    assert run.interrupted
+    assert 0.3 < run.duration_s < 1.5
+    assert 1 <= len(run.results) < 30 and all(r.success for r in run.results)
+
+
+def test_two_worker_processes() -> None:
+    with MockServerThread(MockTiming(ttft_s=0.01, itl_s=0.002)) as mock:
+        run = asyncio.run(run_live(spec_for(mock.url, workers=2, num_requests=30)))
+    assert len(run.results) == 30 and all(r.success for r in run.results)
+    names = {p["process"] for p in run.health}
+    assert names == {"driver", "worker-0", "worker-1"}
+
+
+def test_agent_sessions_against_the_mock_server() -> None:
+    params = {
+        "sessions": "2",
+        "min_turns": "2",
+        "max_turns": "2",
+        "system_prompt_tokens": "32",
+        "first_message": "20",
+        "tool_output": "20",
+        "output": "4",
+        "think_time_s": "0.05",
+        "min_think_s": "0.05",
+        "ramp_s": "0.1",
+    }
+    with MockServerThread(MockTiming(ttft_s=0.005, itl_s=0.002)) as mock:
+        spec = BenchSpec(workload="agent", target=mock.url, workload_params=params, duration_s=2.0)
+        run = asyncio.run(run_live(spec))
+    sessions = {r.session_key for r in run.results}
+    assert len(sessions) >= 2 and all(r.success for r in run.results)
+    assert run.meta["num_history_misses"] == 0
+    assert not math.isnan(run.duration_s)
