@@ -1,0 +1,178 @@
+"""`inhouse bench`: a run against the mock server, --simulate, sweep, and compare exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from inhouse.bench.mock_server import MockServerThread, MockTiming
+from inhouse.cli.main import main
+
+STACK = """\
+version: 1
+name: one
+engine: simulated
+pools:
+  - name: main
+    model: meta-llama/Llama-3.1-8B-Instruct
+    served_model_name: tiny
+    replicas: 1
+"""
+SMALL = ["-p", "document=60", "-p", "output=4", "-p", "instruction_tokens=32"]
+
+
+def test_run_writes_every_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    with MockServerThread(MockTiming(ttft_s=0.01, itl_s=0.005)) as mock:
+        code = main(
+            [
+                "bench",
+                "--target",
+                mock.url,
+                "--workload",
+                "utility",
+                "--rate",
+                "50",
+                "--num-requests",
+                "15",
+                "--slo",
+                "ttft_ms=500,itl_ms=50",
+                "--out",
+                str(out),
+                *SMALL,
+            ]
+        )
+    assert code == 0
+    result = json.loads((out / "result.json").read_text())
+    for key in (
+        "mean_ttft_ms",
+        "p99_tpot_ms",
+        "median_itl_ms",
+        "std_e2el_ms",
+        "request_goodput",
+        "max_output_tokens_per_s",
+        "total_token_throughput",
+        "mean_ttft_sched_ms",
+    ):
+        assert key in result
+    assert result["completed"] == 15 and result["backend"] == "openai"
+    assert result["request_rate"] == 50.0
+    assert {p.name for p in out.iterdir()} >= {
+        "result.json",
+        "report.md",
+        "report.html",
+        "requests.jsonl",
+        "distributions.png",
+        "timeline.png",
+    }
+    html = (out / "report.html").read_text()
+    assert "data:image/png;base64," in html and "<script" not in html
+    assert "Serving Benchmark Result" in capsys.readouterr().out
+
+
+def test_simulate_uses_the_same_report(tmp_path: Path) -> None:
+    stack = tmp_path / "stack.yaml"
+    stack.write_text(STACK)
+    out = tmp_path / "sim"
+    code = main(
+        [
+            "bench",
+            "--simulate",
+            str(stack),
+            "--workload",
+            "utility",
+            "--rate",
+            "2",
+            "--duration",
+            "5",
+            "--no-charts",
+            "--out",
+            str(out),
+            *SMALL,
+        ]
+    )
+    assert code == 0
+    result = json.loads((out / "result.json").read_text())
+    assert result["run"]["source"] == "simulate" and result["completed"] > 0
+    assert result["simulated"]["stack"] == "one"
+    assert result["client_bottleneck"] is False
+
+
+def test_sweep_finds_a_rate_on_the_simulator(tmp_path: Path) -> None:
+    stack = tmp_path / "stack.yaml"
+    stack.write_text(STACK)
+    out = tmp_path / "sweep"
+    code = main(
+        [
+            "bench",
+            "sweep",
+            "--simulate",
+            str(stack),
+            "--workload",
+            "utility",
+            "--rate",
+            "1",
+            "--multipliers",
+            "1,2",
+            "--search-steps",
+            "1",
+            "--duration",
+            "5",
+            "--slo",
+            "ttft_ms=2000",
+            "--no-charts",
+            "--out",
+            str(out),
+            *SMALL,
+        ]
+    )
+    assert code == 0
+    sweep = json.loads((out / "sweep.json").read_text())
+    assert [p["rate"] for p in sweep["points"]] == [1.0, 2.0, 4.0]
+    assert sweep["max_rate_meeting_slo"] == 4.0
+    assert (out / "rate-1" / "result.json").is_file()
+
+
+def write_result(path: Path, **values: float) -> Path:
+    path.mkdir()
+    base = {"completed": 10, "p50_ttft_ms": 100.0, "p99_ttft_ms": 200.0, "request_throughput": 5.0}
+    base.update(values)
+    (path / "result.json").write_text(json.dumps(base))
+    return path
+
+
+def test_compare_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = write_result(tmp_path / "base")
+    same = write_result(tmp_path / "same", p99_ttft_ms=205.0)
+    worse = write_result(tmp_path / "worse", p99_ttft_ms=260.0)
+    slower = write_result(tmp_path / "slower", request_throughput=4.0)
+    assert main(["bench", "compare", str(base), str(same)]) == 0
+    assert main(["bench", "compare", str(base), str(worse)]) == 1
+    assert "p99_ttft_ms" in capsys.readouterr().out
+    assert main(["bench", "compare", str(base), str(slower)]) == 1
+    assert main(["bench", "compare", str(base), str(worse), "--threshold", "50"]) == 0
+    args = ["bench", "compare", str(base), str(worse), "--metric-threshold", "p99_ttft_ms=40"]
+    assert main(args) == 0
+
+
+def test_bad_input_names_the_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--workload", "utility", "--out", str(tmp_path)]) == 2
+    assert "--target" in capsys.readouterr().err
+    args = [
+        "bench",
+        "--target",
+        "http://127.0.0.1:1",
+        "--workload",
+        "utility",
+        "--rate",
+        "1",
+        "--concurrency",
+        "2",
+        "--out",
+        str(tmp_path),
+    ]
+    assert main(args) == 2
+    assert "not both" in capsys.readouterr().err
+    assert main(["bench", "compare", str(tmp_path / "nope"), str(tmp_path)]) == 2
