@@ -55,11 +55,13 @@ class SpanHasher:
 
     __slots__ = ("_block_size", "_hashes", "_parent", "_pending", "_pending_len", "_salt")
 
-    def __init__(self, block_size: int, salt: str = "") -> None:
+    def __init__(self, block_size: int, salt: str = "", parent: int = ROOT_HASH) -> None:
+        """`parent`: resume a sequence right after a full block with this hash (trace replay
+        memoizes the hashes under a block id and continues from there)."""
         assert block_size > 0, "block_size must be positive"
         self._block_size = block_size
         self._salt = salt
-        self._parent = ROOT_HASH
+        self._parent = parent
         self._pending: list[tuple[int, int, int]] = []  # (span_id, start, end) in current block
         self._pending_len = 0
         self._hashes: list[int] = []
@@ -87,6 +89,18 @@ class SpanHasher:
         offset = 0
         bs = self._block_size
         while offset < length:
+            if not self._pending_len and length - offset >= bs:
+                # NOTE: fast path for the whole blocks inside one span: the same content key
+                # the general loop builds, `((span_id, start, end),)`, without its bookkeeping.
+                parent = self._parent
+                salt = self._salt
+                last = offset + (length - offset) // bs * bs
+                for start in range(offset, last, bs):
+                    parent = chain_hash(parent, ((span_id, start, start + bs),), salt)
+                    new.append(parent)
+                self._parent = parent
+                offset = last
+                continue
             take = min(bs - self._pending_len, length - offset)
             self._pending.append((span_id, offset, offset + take))
             self._pending_len += take
