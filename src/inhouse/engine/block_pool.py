@@ -42,6 +42,14 @@ class BlockPool:
     def lookup(self, block_hash: int) -> int | None:
         return self._cached.get(block_hash)
 
+    def lookup_prefix(self, hashes: list[int], max_blocks: int) -> list[int]:
+        """Blocks holding the longest cached run of `hashes[:max_blocks]` from the start."""
+        # NOTE: `map` walks the hashes in C; a prompt's hit is hundreds of blocks.
+        block_ids = list(map(self._cached.get, hashes[:max_blocks]))
+        if None in block_ids:
+            del block_ids[block_ids.index(None) :]
+        return block_ids  # type: ignore[return-value]
+
     def contains(self, block_hash: int) -> bool:
         return block_hash in self._cached
 

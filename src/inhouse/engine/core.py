@@ -190,7 +190,22 @@ class EngineCore:
         stats.num_generation_tokens += generated
         stats.num_finished += len(finished)
 
-    def _fast_forward(self, now_s: float, horizon_s: float, max_steps: int) -> StepResult | None:
+    def fast_forward_end_s(self, now_s: float, horizon_s: float = math.inf) -> float | None:
+        """When the jump that `step(now_s, horizon_s)` would make ends, or None if it would not
+        jump; changes nothing. A caller may leave a decode-only engine alone until something
+        reaches it (the fleet simulator does), then step it from `now_s` after all."""
+        if self._pending and self._pending[0][0] <= now_s:
+            return None
+        plan = self._plan_fast_forward(now_s, horizon_s, 1 << 30)
+        if plan is None:
+            return None
+        steps, first_s, growth_s = plan
+        return now_s + steps * first_s + growth_s * steps * (steps - 1) / 2
+
+    def _plan_fast_forward(
+        self, now_s: float, horizon_s: float, max_steps: int
+    ) -> tuple[int, float, float] | None:
+        """Steps of the jump from `now_s`, the first step's duration and the growth per step."""
         scheduler = self.scheduler
         running = scheduler.running
         if not running:
@@ -224,6 +239,16 @@ class EngineCore:
         steps = min(steps, self._steps_kv_allows(steps))
         if steps < MIN_FAST_FORWARD_STEPS:
             return None
+        return steps, first_s, growth_s
+
+    def _fast_forward(self, now_s: float, horizon_s: float, max_steps: int) -> StepResult | None:
+        plan = self._plan_fast_forward(now_s, horizon_s, max_steps)
+        if plan is None:
+            return None
+        steps, first_s, growth_s = plan
+        scheduler = self.scheduler
+        running = scheduler.running
+        num_seqs = len(running)
         index = len(self.timeline)
         ends = [now_s + j * first_s + growth_s * j * (j - 1) / 2 for j in range(1, steps + 1)]
         self.timeline.extend(ends)

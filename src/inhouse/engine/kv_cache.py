@@ -59,15 +59,8 @@ class KVCacheManager:
             return NO_HIT
         max_blocks = min((request.num_tokens - 1) // self.block_size, len(request.block_hashes))
         hashes = request.block_hashes
-        lookup = self.pool.lookup
-        gpu: list[int] = []
-        i = 0
-        while i < max_blocks:
-            block_id = lookup(hashes[i])
-            if block_id is None:
-                break
-            gpu.append(block_id)
-            i += 1
+        gpu = self.pool.lookup_prefix(hashes, max_blocks)
+        i = len(gpu)
         num_host = 0
         if self._host:
             host = self._host
@@ -92,7 +85,7 @@ class KVCacheManager:
         if hit.gpu_blocks:
             total = len(hit.gpu_blocks) * bs + num_new_tokens
             num_needed = -(-total // bs) - len(hit.gpu_blocks)
-            reclaim = sum(1 for b in hit.gpu_blocks if pool.ref_cnt[b] == 0)
+            reclaim = list(map(pool.ref_cnt.__getitem__, hit.gpu_blocks)).count(0)
             if num_needed + reclaim > pool.num_free:
                 return False
             pool.touch(hit.gpu_blocks)
