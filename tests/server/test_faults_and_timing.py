@@ -25,16 +25,21 @@ def test_one_stream_matches_the_closed_loop_prediction(
     predicted = run_closed_loop(build_replica(options.replica_spec()), isl, osl, 1, 1)
     expected_s = (predicted.mean_ttft_ms + predicted.mean_tpot_ms * (osl - 1)) / 1000
 
-    async def body() -> float:
+    async def body() -> tuple[float, int]:
         async with inprocess_engine(options) as engine:
             payload = {"prompt": list(range(1000, 1000 + isl)), "max_tokens": osl}
             start = time.monotonic()
             response = await engine.client.post("/v1/completions", json=payload)
             assert response.json()["usage"]["completion_tokens"] == osl
-            return time.monotonic() - start
+            return time.monotonic() - start, engine.state.runner.num_lagging_steps
 
-    measured_s = asyncio.run(body())
-    assert measured_s == pytest.approx(expected_s, rel=0.15, abs=0.01)
+    measured_s, lagging = asyncio.run(body())
+    if lagging:
+        # A busy host delayed some steps by more than the tolerance: timings stretch, and the
+        # engine said so (the lag tests check the reporting); nothing to compare.
+        assert measured_s > expected_s
+        return
+    assert measured_s == pytest.approx(expected_s, rel=0.05, abs=0.01)
 
 
 def test_lag_is_reported_when_the_host_cannot_keep_pace(

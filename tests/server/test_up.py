@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -78,10 +79,23 @@ def _write(tmp: Path, stack: dict[str, object]) -> Path:
     return path
 
 
+def _two_free_ports(free_port: Callable[[], int]) -> int:
+    """A port whose successor is free too (up gives replicas consecutive ports)."""
+    for _ in range(50):
+        port = free_port()
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise AssertionError("no two consecutive free ports")
+
+
 def test_up_starts_waits_serves_and_stops_cleanly(
     tmp_path: Path, free_port: Callable[[], int]
 ) -> None:
-    port = free_port()
+    port = _two_free_ports(free_port)
     stack = _write(
         tmp_path,
         {

@@ -24,8 +24,6 @@ from inhouse.server.generation import output_text
 from inhouse.server.http_metrics import HttpMetricsMiddleware
 from inhouse.server.metrics import CONTENT_TYPE
 from inhouse.server.protocol import (
-    DONE,
-    SYSTEM_FINGERPRINT,
     VERSION,
     ApiError,
     ChatCompletionRequest,
@@ -37,12 +35,11 @@ from inhouse.server.protocol import (
     completion_body,
     error_body,
     parse_body,
-    sse,
     stop_list,
-    usage,
 )
 from inhouse.server.runner import Stream
 from inhouse.server.state import EngineState
+from inhouse.server.streaming import stream_chat, stream_completion, usage_of
 from inhouse.server.tokenizer import render_chat
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -68,6 +65,7 @@ def _api(handler: Callable[[EngineState, Request], Awaitable[Response]]) -> Hand
 
 
 async def completions(state: EngineState, request: Request) -> Response:
+    arrival_s = state.runner.clock()
     state.check_accepting()
     body = parse_body(
         await request.body(), request.headers.get("content-type", ""), CompletionRequest
@@ -95,6 +93,7 @@ async def completions(state: EngineState, request: Request) -> Response:
         body.priority,
         model,
         "cmpl",
+        arrival_s,
     )
     options = body.stream_options
     if body.stream:
@@ -107,6 +106,7 @@ async def completions(state: EngineState, request: Request) -> Response:
 
 
 async def chat_completions(state: EngineState, request: Request) -> Response:
+    arrival_s = state.runner.clock()
     state.check_accepting()
     body = parse_body(
         await request.body(), request.headers.get("content-type", ""), ChatCompletionRequest
@@ -126,6 +126,7 @@ async def chat_completions(state: EngineState, request: Request) -> Response:
         body.priority,
         model,
         "chatcmpl",
+        arrival_s,
     )
     options = body.stream_options
     if body.stream:
@@ -139,18 +140,6 @@ def _token_ids(prompt: object) -> list[int]:
     if not isinstance(prompt, list):
         return []
     return [int(t) for t in prompt]
-
-
-def _usage_of(state: EngineState, stream: Stream, details: bool = True) -> dict[str, Any]:
-    request = stream.request
-    created = max(0, len(request.block_hashes) * state.block_size - request.num_cached_tokens)
-    return usage(
-        request.num_prompt_tokens,
-        stream.num_tokens,
-        request.num_cached_tokens,
-        created if state.replica.config.enable_prefix_caching else None,
-        details,
-    )
 
 
 async def _complete(
@@ -175,7 +164,7 @@ async def _complete(
     build = chat_body if chat else completion_body
     created = int(time.time())
     body = build(
-        stream.request_id, created, model, text, reason, stop_reason, _usage_of(state, stream)
+        stream.request_id, created, model, text, reason, stop_reason, usage_of(state, stream)
     )
     return json_response(body)
 
@@ -197,118 +186,6 @@ def _streaming(chunks: AsyncIterator[bytes], stream: Stream, state: EngineState)
             state.runner.abort(stream)
 
     return StreamingResponse(guarded(), media_type="text/event-stream; charset=utf-8")
-
-
-async def _token_batches(stream: Stream) -> AsyncIterator[tuple[int, int]]:
-    """(start, end) ranges of newly generated tokens, until the stream finishes."""
-    sent = 0
-    while True:
-        if stream.num_tokens > sent:
-            yield sent, stream.num_tokens
-            sent = stream.num_tokens
-        if stream.finished:
-            return
-        await stream.event.wait()
-        stream.event.clear()
-
-
-async def stream_chat(
-    state: EngineState, stream: Stream, model: str, include_usage: bool, continuous: bool
-) -> AsyncIterator[bytes]:
-    created = int(time.time())
-    head = (
-        f'{{"id":"{stream.request_id}","object":"chat.completion.chunk",'
-        f'"created":{created},"model":{json.dumps(model)},'
-    )
-    yield sse(
-        head + '"choices":[{"index":0,"delta":{"role":"assistant","content":""},'
-        '"logprobs":null,"finish_reason":null}],"prompt_token_ids":null,"prompt_text":null}'
-    )
-    async for part in _pieces(state, stream, continuous):
-        text, reason, usage_json = part
-        tail = (
-            ',"finish_reason":null,"token_ids":null}'
-            if reason is None
-            else f',"finish_reason":"{reason}","stop_reason":{_stop_json(stream, reason)},'
-            '"token_ids":null}'
-        )
-        delta = json.dumps(text, ensure_ascii=False)
-        yield sse(
-            f'{head}"choices":[{{"index":0,"delta":{{"content":{delta}}},'
-            f'"logprobs":null{tail}]{usage_json}}}'
-        )
-    if include_usage:
-        body = json.dumps(_stream_usage(state, stream), separators=(",", ":"))
-        yield sse(
-            f'{head}"choices":[],"usage":{body},"system_fingerprint":"{SYSTEM_FINGERPRINT}"}}'
-        )
-    yield DONE
-
-
-async def stream_completion(
-    state: EngineState, stream: Stream, model: str, include_usage: bool, continuous: bool
-) -> AsyncIterator[bytes]:
-    created = int(time.time())
-    head = (
-        f'{{"id":"{stream.request_id}","object":"text_completion",'
-        f'"created":{created},"model":{json.dumps(model)},'
-    )
-    async for text, reason, usage_json in _pieces(state, stream, continuous):
-        finish = "null" if reason is None else f'"{reason}"'
-        stop = "null" if reason is None else _stop_json(stream, reason)
-        fingerprint = "" if reason is None else f',"system_fingerprint":"{SYSTEM_FINGERPRINT}"'
-        yield sse(
-            f'{head}"choices":[{{"index":0,"text":{json.dumps(text, ensure_ascii=False)},'
-            f'"logprobs":null,"finish_reason":{finish},"stop_reason":{stop},'
-            f'"prompt_token_ids":null,"token_ids":null}}]{usage_json}{fingerprint}}}'
-        )
-    if include_usage:
-        body = json.dumps(_stream_usage(state, stream), separators=(",", ":"))
-        yield sse(
-            f'{head}"choices":[],"usage":{body},"system_fingerprint":"{SYSTEM_FINGERPRINT}"}}'
-        )
-    yield DONE
-
-
-def _stop_json(stream: Stream, reason: str) -> str:
-    stop_reason = stream.plan.stop_reason if reason == "stop" else None
-    return json.dumps(stop_reason)
-
-
-def _stream_usage(state: EngineState, stream: Stream) -> dict[str, Any]:
-    body = _usage_of(state, stream)
-    details = body.pop("prompt_tokens_details")
-    body.pop("completion_tokens_details")
-    body["prompt_tokens_details"] = {
-        k: v for k, v in details.items() if k in ("cached_tokens", "created_cache_tokens")
-    }
-    return body
-
-
-async def _pieces(
-    state: EngineState, stream: Stream, continuous: bool
-) -> AsyncIterator[tuple[str, str | None, str]]:
-    """One (text, finish_reason or None, usage JSON suffix) per generated token; an aborted
-    stream ends with an empty piece whose reason is "abort"."""
-    tokenizer = state.tokenizer
-    plan = stream.plan
-    raw_chars = 0
-    prompt = stream.request.num_prompt_tokens
-    async for start, end in _token_batches(stream):
-        for index in range(start, end):
-            text, raw_chars = output_text(tokenizer, plan, index, index + 1, raw_chars)
-            is_last = stream.finished and index == end - 1 and stream.finish_reason != "abort"
-            reason = stream.finish_reason if is_last else None
-            suffix = ""
-            if continuous:
-                done = index + 1
-                suffix = (
-                    f',"usage":{{"prompt_tokens":{prompt},"total_tokens":{prompt + done},'
-                    f'"completion_tokens":{done}}}'
-                )
-            yield text, reason, suffix
-    if stream.finish_reason == "abort":
-        yield "", "abort", ""
 
 
 # -- models, tokenizer, health, metrics ---------------------------------------------------

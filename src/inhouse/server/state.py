@@ -179,8 +179,10 @@ class EngineState:
         priority: int,
         model: str,
         prefix: str,
+        arrival_s: float,
     ) -> Stream:
-        """Check lengths, plan the output, and queue the request; raises vLLM's errors."""
+        """Check lengths, plan the output, and queue the request; raises vLLM's errors.
+        `arrival_s` is when the handler started on it (the engine's clock)."""
         max_len = self.max_model_len
         if requested_max_tokens is not None and requested_max_tokens > max_len:
             raise ApiError(
@@ -224,7 +226,7 @@ class EngineState:
             new_id(prefix),
             num_prompt,
             plan.output_len,
-            arrival_s=self.runner.clock(),
+            arrival_s=arrival_s,
             block_hashes=hash_token_blocks(prompt_ids, self.block_size, salt),
             priority=priority,
         )

@@ -1,0 +1,99 @@
+"""Fidelity of `inhouse engine`: measured TTFT/TPOT over HTTP vs `inhouse predict`.
+
+    python benchmarks/bench_engine_fidelity.py [--concurrency 1,64] [--isl 512 --osl 128]
+
+Starts the simulated engine as a process (pinned to CPU 0; the client runs on CPU 1), drives it
+closed-loop with streaming completions (engine_load.py), and compares mean TTFT and mean TPOT
+with `inhouse.predict.run_closed_loop` for the same model, GPU, TP, quantization and shape.
+Targets: within 5% at one stream, within 10% at 64 concurrent streams.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+
+from engine_load import closed_loop, expected_e2e_s, free_port, start_engine, stop
+
+from inhouse.engine import ReplicaSpec, build_replica
+from inhouse.predict import run_closed_loop
+
+TARGETS = {1: 0.05, 64: 0.10}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default="meta-llama/Llama-3.1-8B-Instruct")
+    parser.add_argument("--gpu", default="h100_sxm")
+    parser.add_argument("--tp", type=int, default=1)
+    parser.add_argument("--quant", default="bf16")
+    parser.add_argument("--isl", type=int, default=512)
+    parser.add_argument("--osl", type=int, default=128)
+    parser.add_argument("--concurrency", default="1,64")
+    parser.add_argument("--waves", type=int, default=10, help="requests = waves x concurrency")
+    args = parser.parse_args()
+    if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
+        os.sched_setaffinity(0, {1})
+    spec = ReplicaSpec(args.model, args.gpu, args.tp, args.quant)
+    replica = build_replica(spec)
+    port = free_port()
+    engine_args = [
+        "--model",
+        args.model,
+        "--gpu",
+        args.gpu,
+        "--tp",
+        str(args.tp),
+        "--quant",
+        args.quant,
+        "--max-model-len",
+        str(args.isl + args.osl + 16),
+        "--max-num-seqs",
+        "256",
+    ]
+    engine = start_engine(engine_args, port, cpu=0 if (os.cpu_count() or 1) > 1 else None)
+    rows = []
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for concurrency in (int(c) for c in args.concurrency.split(",")):
+            num = args.waves * concurrency
+            asyncio.run(closed_loop(url, args.isl, args.osl, concurrency, min(num, 8)))  # warm-up
+            dephase = expected_e2e_s(replica, args.isl, args.osl, concurrency)
+            load = closed_loop(url, args.isl, args.osl, concurrency, num, 1, dephase)
+            measured = asyncio.run(load)
+            predicted = run_closed_loop(replica, args.isl, args.osl, concurrency, num)
+            rows.append((concurrency, measured, predicted))
+    finally:
+        stop(engine)
+
+    print(
+        f"inhouse engine vs predict: {args.model} on {args.gpu} TP{args.tp} {args.quant}, "
+        f"isl {args.isl}, osl {args.osl}"
+    )
+    print(
+        f"{'C':>4} {'reqs':>5} {'TTFT ms meas':>13} {'pred':>8} {'err':>7} "
+        f"{'TPOT ms meas':>13} {'pred':>8} {'err':>7}  target"
+    )
+    ok = True
+    for concurrency, m, p in rows:
+        ttft_err = m.mean_ttft_ms / p.mean_ttft_ms - 1
+        tpot_err = m.mean_tpot_ms / p.mean_tpot_ms - 1
+        target = TARGETS.get(concurrency)
+        verdict = ""
+        if target is not None:
+            passed = abs(ttft_err) <= target and abs(tpot_err) <= target
+            ok &= passed
+            verdict = f"±{target:.0%} {'ok' if passed else 'MISSED'}"
+        print(
+            f"{concurrency:>4} {m.num_requests:>5} {m.mean_ttft_ms:>13.2f} {p.mean_ttft_ms:>8.2f} "
+            f"{ttft_err:>+7.1%} {m.mean_tpot_ms:>13.3f} {p.mean_tpot_ms:>8.3f} {tpot_err:>+7.1%}  "
+            f"{verdict}"
+        )
+    print("reproduce: python benchmarks/bench_engine_fidelity.py " + " ".join(sys.argv[1:]))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""Can `inhouse engine` keep real-time pace on one core? A 70B TP4 replica at 128 streams.
+
+    python benchmarks/bench_engine_realtime.py [--concurrency 128 --isl 1024 --osl 256]
+
+Starts the simulated engine pinned to CPU 0 (the load generator runs on CPU 1), drives it
+closed-loop with 128 concurrent streaming completions, then reads the engine's own lag series:
+`inhouse:engine_step_lag_seconds` (lateness of every step against the simulated clock) and
+`inhouse:engine_lagging_steps_total` (steps later than the 5 ms tolerance, which stretch
+timings). Also prints measured vs predicted TPOT: if the server keeps pace, they agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+
+from engine_load import (
+    closed_loop,
+    cpu_seconds,
+    expected_e2e_s,
+    free_port,
+    scrape,
+    start_engine,
+    stop,
+)
+
+from inhouse.engine import ReplicaSpec, build_replica
+from inhouse.predict import run_closed_loop
+
+LABELS = '{engine="0",model_name="%s"}'
+
+
+def lag_quantile(samples: dict[str, float], model: str, q: float) -> str:
+    """Upper bucket bound below which a fraction q of steps' lateness falls."""
+    prefix = "inhouse:engine_step_lag_seconds_bucket{"
+    buckets = []
+    for key, value in samples.items():
+        if key.startswith(prefix) and f'model_name="{model}"' in key:
+            bound = key.split('le="')[1].split('"')[0]
+            buckets.append((float("inf") if bound == "+Inf" else float(bound), value))
+    buckets.sort()
+    total = buckets[-1][1]
+    for bound, count in buckets:
+        if count >= q * total:
+            return "> 5 s" if bound == float("inf") else f"<= {1000 * bound:g} ms"
+    return "?"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default="meta-llama/Llama-3.3-70B-Instruct")
+    parser.add_argument("--gpu", default="h100_sxm")
+    parser.add_argument("--tp", type=int, default=4)
+    parser.add_argument("--quant", default="fp8")
+    parser.add_argument("--isl", type=int, default=1024)
+    parser.add_argument("--osl", type=int, default=256)
+    parser.add_argument("--concurrency", type=int, default=128)
+    parser.add_argument("--waves", type=int, default=3)
+    args = parser.parse_args()
+    two_cores = (os.cpu_count() or 1) > 1
+    if two_cores and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {1})
+    name = "bench"
+    replica = build_replica(ReplicaSpec(args.model, args.gpu, args.tp, args.quant))
+    port = free_port()
+    engine_args = [
+        "--model",
+        args.model,
+        "--served-model-name",
+        name,
+        "--gpu",
+        args.gpu,
+        "--tp",
+        str(args.tp),
+        "--quant",
+        args.quant,
+        "--max-model-len",
+        str(args.isl + args.osl + 16),
+        "--max-num-seqs",
+        "256",
+    ]
+    engine = start_engine(engine_args, port, cpu=0 if two_cores else None)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        num = args.waves * args.concurrency
+        cpu_before = cpu_seconds(engine.pid)
+        dephase = expected_e2e_s(replica, args.isl, args.osl, args.concurrency)
+        load = closed_loop(url, args.isl, args.osl, args.concurrency, num, 0, dephase)
+        client_cpu_before = time.process_time()
+        measured = asyncio.run(load)
+        client_cpu_s = time.process_time() - client_cpu_before
+        engine_cpu_s = cpu_seconds(engine.pid) - cpu_before
+        samples = scrape(url)
+    finally:
+        stop(engine)
+    labels = LABELS % name
+    steps = samples[f"inhouse:engine_step_lag_seconds_count{labels}"]
+    lag_sum = samples[f"inhouse:engine_step_lag_seconds_sum{labels}"]
+    lagging = samples[f"inhouse:engine_lagging_steps_total{labels}"]
+    predicted = run_closed_loop(replica, args.isl, args.osl, args.concurrency, num)
+
+    print(
+        f"inhouse engine real-time pace: {args.model} {args.quant} TP{args.tp} on {args.gpu}, "
+        f"{args.concurrency} streams, isl {args.isl}, osl {args.osl}, engine on 1 core"
+    )
+    print(
+        f"  requests {measured.num_requests} in {measured.duration_s:.1f} s, "
+        f"{int(steps)} engine steps"
+    )
+    print(
+        f"  step lateness vs simulated clock: mean {1000 * lag_sum / steps:.2f} ms, "
+        f"p50 {lag_quantile(samples, name, 0.5)}, p99 {lag_quantile(samples, name, 0.99)}"
+    )
+    print(
+        f"  engine CPU: {engine_cpu_s:.1f} s in {measured.duration_s:.1f} s "
+        f"({engine_cpu_s / measured.duration_s:.0%} of one core), "
+        f"{1000 * engine_cpu_s / steps:.2f} ms per step"
+    )
+    print(
+        f"  load generator CPU: {client_cpu_s:.1f} s ({client_cpu_s / measured.duration_s:.0%} "
+        "of its core; near 100% means the client, not the engine, limits the figures)"
+    )
+    print(
+        f"  steps later than the 5 ms tolerance (timings stretched): {int(lagging)} "
+        f"({lagging / steps:.2%})"
+    )
+    tpot_err = measured.mean_tpot_ms / predicted.mean_tpot_ms - 1
+    print(
+        f"  mean TPOT measured {measured.mean_tpot_ms:.2f} ms vs predicted "
+        f"{predicted.mean_tpot_ms:.2f} ms ({tpot_err:+.1%})"
+    )
+    print(
+        f"  mean TTFT measured {measured.mean_ttft_ms:.1f} ms vs predicted "
+        f"{predicted.mean_ttft_ms:.1f} ms"
+    )
+    print("reproduce: python benchmarks/bench_engine_realtime.py " + " ".join(sys.argv[1:]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

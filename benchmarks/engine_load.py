@@ -1,0 +1,145 @@
+"""Shared by the engine benchmarks: start `inhouse engine` as a process, drive it closed-loop
+over HTTP with streaming completions, and read its metrics.
+
+The closed loop is `vllm bench serve --max-concurrency C` with a random dataset: C clients
+each send a request of exactly `isl` random token ids (nothing shared in the prefix cache) and
+`osl` output tokens (`ignore_eos`), and send the next the moment the last finishes. TTFT is
+send to first token; TPOT is `(e2e - ttft) / (osl - 1)` per request, both averaged over all
+requests, as vLLM's benchmark does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from inhouse.engine import Replica
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    mean_ttft_ms: float
+    mean_tpot_ms: float
+    num_requests: int
+    duration_s: float
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def start_engine(args: list[str], port: int, cpu: int | None = None) -> subprocess.Popen[bytes]:
+    """`inhouse engine ARGS --port PORT`, pinned to one CPU when `cpu` is given."""
+    command = [sys.executable, "-m", "inhouse.cli.engine", *args, "--port", str(port)]
+    if cpu is not None and hasattr(os, "sched_setaffinity"):
+        command = ["taskset", "-c", str(cpu), *command]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"engine exited with {process.returncode}: {' '.join(command)}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return process
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    process.kill()
+    raise RuntimeError("engine did not become ready")
+
+
+async def closed_loop(
+    url: str,
+    isl: int,
+    osl: int,
+    concurrency: int,
+    num_requests: int,
+    seed: int = 0,
+    dephase_s: float = 0.0,
+) -> LoadResult:
+    """`dephase_s`: after its first request, client i waits `dephase_s * i / concurrency`
+    before the next, as `inhouse.predict.run_closed_loop` does (see its NOTE): without it a
+    jitter-free closed loop locks into waves that queue behind each other's prefill."""
+    rng = random.Random(seed)
+    prompts = [[rng.randrange(1000, 100_000) for _ in range(isl)] for _ in range(num_requests)]
+    ttfts: list[float] = []
+    tpots: list[float] = []
+    next_index = 0
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
+
+        async def one(prompt: list[int]) -> None:
+            payload = {"prompt": prompt, "max_tokens": osl, "ignore_eos": True, "stream": True}
+            sent = time.perf_counter()
+            first: float | None = None
+            async with client.stream("POST", "/v1/completions", json=payload) as response:
+                assert response.status_code == 200, response.status_code
+                async for _ in response.aiter_bytes():
+                    if first is None:
+                        first = time.perf_counter()
+            end = time.perf_counter()
+            assert first is not None
+            ttfts.append(first - sent)
+            tpots.append((end - first) / (osl - 1))
+
+        async def worker(client: int) -> None:
+            nonlocal next_index
+            first = True
+            while next_index < num_requests:
+                prompt = prompts[next_index]
+                next_index += 1
+                await one(prompt)
+                if first and dephase_s > 0:
+                    await asyncio.sleep(dephase_s * client / concurrency)
+                first = False
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(i) for i in range(concurrency)))
+        duration = time.perf_counter() - started
+    return LoadResult(
+        1000 * sum(ttfts) / len(ttfts), 1000 * sum(tpots) / len(tpots), len(ttfts), duration
+    )
+
+
+def expected_e2e_s(replica: Replica, isl: int, osl: int, concurrency: int) -> float:
+    """One request's expected duration in the steady state, as `run_closed_loop` estimates it
+    for its de-phasing pauses."""
+    base_s, per_ctx_s = replica.step_model.decode_coefficients(concurrency)
+    return osl * (base_s + per_ctx_s * concurrency * (isl + osl / 2))
+
+
+def scrape(url: str) -> dict[str, float]:
+    """Samples of /metrics as `name{labels}` -> value (labels as printed)."""
+    out: dict[str, float] = {}
+    for line in httpx.get(f"{url}/metrics").text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time a process has used (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

@@ -1,0 +1,153 @@
+"""Streaming (SSE) bodies of the simulated engine, chunk for chunk as vLLM 0.32 frames them:
+the chat role chunk first, one chunk per token (the last with `finish_reason` and
+`stop_reason`), the usage chunk with `choices: []` when asked, then `data: [DONE]`."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from inhouse.server.generation import output_text
+from inhouse.server.protocol import DONE, SYSTEM_FINGERPRINT, sse, usage
+from inhouse.server.runner import Stream
+from inhouse.server.state import EngineState
+
+
+def usage_of(state: EngineState, stream: Stream, details: bool = True) -> dict[str, Any]:
+    request = stream.request
+    created = max(0, len(request.block_hashes) * state.block_size - request.num_cached_tokens)
+    return usage(
+        request.num_prompt_tokens,
+        stream.num_tokens,
+        request.num_cached_tokens,
+        created if state.replica.config.enable_prefix_caching else None,
+        details,
+    )
+
+
+async def _token_batches(stream: Stream) -> AsyncIterator[tuple[int, int]]:
+    """(start, end) ranges of newly generated tokens, until the stream finishes."""
+    sent = 0
+    while True:
+        if stream.num_tokens > sent:
+            yield sent, stream.num_tokens
+            sent = stream.num_tokens
+        if stream.finished:
+            return
+        await stream.event.wait()
+        stream.event.clear()
+
+
+async def stream_chat(
+    state: EngineState, stream: Stream, model: str, include_usage: bool, continuous: bool
+) -> AsyncIterator[bytes]:
+    created = int(time.time())
+    head = (
+        f'{{"id":"{stream.request_id}","object":"chat.completion.chunk",'
+        f'"created":{created},"model":{json.dumps(model)},'
+    )
+    yield sse(
+        head + '"choices":[{"index":0,"delta":{"role":"assistant","content":""},'
+        '"logprobs":null,"finish_reason":null}],"prompt_token_ids":null,"prompt_text":null}'
+    )
+
+    def chunk(text: str, reason: str | None, usage_json: str) -> bytes:
+        tail = (
+            ',"finish_reason":null,"token_ids":null}'
+            if reason is None
+            else f',"finish_reason":"{reason}","stop_reason":{_stop_json(stream, reason)},'
+            '"token_ids":null}'
+        )
+        delta = json.dumps(text, ensure_ascii=False)
+        return sse(
+            f'{head}"choices":[{{"index":0,"delta":{{"content":{delta}}},'
+            f'"logprobs":null{tail}]{usage_json}}}'
+        )
+
+    async for batch in _batches(state, stream, continuous):
+        yield b"".join(chunk(*piece) for piece in batch)
+    if include_usage:
+        body = json.dumps(_stream_usage(state, stream), separators=(",", ":"))
+        yield sse(
+            f'{head}"choices":[],"usage":{body},"system_fingerprint":"{SYSTEM_FINGERPRINT}"}}'
+        )
+    yield DONE
+
+
+async def stream_completion(
+    state: EngineState, stream: Stream, model: str, include_usage: bool, continuous: bool
+) -> AsyncIterator[bytes]:
+    created = int(time.time())
+    head = (
+        f'{{"id":"{stream.request_id}","object":"text_completion",'
+        f'"created":{created},"model":{json.dumps(model)},'
+    )
+
+    def chunk(text: str, reason: str | None, usage_json: str) -> bytes:
+        finish = "null" if reason is None else f'"{reason}"'
+        stop = "null" if reason is None else _stop_json(stream, reason)
+        fingerprint = "" if reason is None else f',"system_fingerprint":"{SYSTEM_FINGERPRINT}"'
+        return sse(
+            f'{head}"choices":[{{"index":0,"text":{json.dumps(text, ensure_ascii=False)},'
+            f'"logprobs":null,"finish_reason":{finish},"stop_reason":{stop},'
+            f'"prompt_token_ids":null,"token_ids":null}}]{usage_json}{fingerprint}}}'
+        )
+
+    async for batch in _batches(state, stream, continuous):
+        yield b"".join(chunk(*piece) for piece in batch)
+    if include_usage:
+        body = json.dumps(_stream_usage(state, stream), separators=(",", ":"))
+        yield sse(
+            f'{head}"choices":[],"usage":{body},"system_fingerprint":"{SYSTEM_FINGERPRINT}"}}'
+        )
+    yield DONE
+
+
+def _stop_json(stream: Stream, reason: str) -> str:
+    stop_reason = stream.plan.stop_reason if reason == "stop" else None
+    return json.dumps(stop_reason)
+
+
+def _stream_usage(state: EngineState, stream: Stream) -> dict[str, Any]:
+    body = usage_of(state, stream)
+    details = body.pop("prompt_tokens_details")
+    body.pop("completion_tokens_details")
+    body["prompt_tokens_details"] = {
+        k: v for k, v in details.items() if k in ("cached_tokens", "created_cache_tokens")
+    }
+    return body
+
+
+Piece = tuple[str, str | None, str]
+
+
+async def _batches(
+    state: EngineState, stream: Stream, continuous: bool
+) -> AsyncIterator[list[Piece]]:
+    """Per wake-up, one (text, finish_reason or None, usage JSON suffix) per new token; an
+    aborted stream ends with an empty piece whose reason is "abort". NOTE: tokens that piled
+    up while this handler waited go out in one write (one chunk each), which keeps a lagging
+    server from falling further behind."""
+    tokenizer = state.tokenizer
+    plan = stream.plan
+    raw_chars = 0
+    prompt = stream.request.num_prompt_tokens
+    async for start, end in _token_batches(stream):
+        batch: list[Piece] = []
+        for index in range(start, end):
+            text, raw_chars = output_text(tokenizer, plan, index, index + 1, raw_chars)
+            is_last = stream.finished and index == end - 1 and stream.finish_reason != "abort"
+            reason = stream.finish_reason if is_last else None
+            suffix = ""
+            if continuous:
+                done = index + 1
+                suffix = (
+                    f',"usage":{{"prompt_tokens":{prompt},"total_tokens":{prompt + done},'
+                    f'"completion_tokens":{done}}}'
+                )
+            batch.append((text, reason, suffix))
+        yield batch
+    if stream.finish_reason == "abort":
+        yield [("", "abort", "")]
