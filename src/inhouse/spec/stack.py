@@ -114,6 +114,12 @@ class PoolSpec(_Strict):
     )
     long_pool: str | None = None
     fallback: str | None = None
+    saturation_waiting: int = Field(
+        default=32,
+        gt=0,
+        description="the pool is saturated (traffic goes to `fallback`) when every healthy "
+        "replica has this many requests waiting",
+    )
     urls: tuple[str, ...] = Field(default=(), description="engine URLs when engine is `url`")
     gpu_ids: tuple[tuple[int, ...], ...] = Field(
         default=(), description="per replica, the GPU indices it runs on (an NVLink group)"

@@ -1,0 +1,90 @@
+"""The load-only policies: `round_robin`, `least_loaded` and `session`."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+
+from inhouse.routing.framework import Policy, PolicyContext, least_inflight_score
+from inhouse.routing.view import Decision, ReplicaView, RequestView
+
+
+class RoundRobin(Policy):
+    """`round_robin`: the healthy replicas in turn, whatever their load or cache.
+
+    Algorithm: the *k*-th dispatched request goes to healthy candidate `k mod n`. No
+    parameters. The position advances in `observe`, so asking twice gives the same answer.
+    """
+
+    name = "round_robin"
+
+    def choose(self, request: RequestView, replicas: Sequence[ReplicaView]) -> Decision | None:
+        healthy = [view for view in replicas if view.is_healthy]
+        if not healthy:
+            return None
+        return Decision(healthy[self._num_observed % len(healthy)].index, self.name)
+
+
+class LeastLoaded(Policy):
+    """`least_loaded`: the healthy replica with the fewest in-flight requests.
+
+    Algorithm: one scorer, `1 - inflight / (max_inflight + 1)`; ties rotate. In-flight counts
+    are the router's own (incremented at dispatch), the cure for the hot-spotting every router
+    that counted only after the decision or from stale scrapes suffered. No parameters.
+    """
+
+    name = "least_loaded"
+
+    def __init__(self, context: PolicyContext) -> None:
+        super().__init__(context)
+        self.scorers = ((least_inflight_score, 1.0),)
+
+
+class SessionAffinity(Policy):
+    """`session`: every request of a session goes to the replica its first request went to.
+
+    Algorithm: a table from session key to replica, filled in `observe`. A request whose
+    session is bound to a healthy replica goes there; a request without a session key, or
+    whose replica is down, is placed as `least_loaded` would (and, if it has a key, bound to
+    the new replica). Parameters:
+
+    * `max_sessions` (default 1,000,000): the table's size; the least recently used binding is
+      forgotten beyond it, so memory stays bounded.
+    """
+
+    name = "session"
+
+    def __init__(self, context: PolicyContext, max_sessions: int = 1_000_000) -> None:
+        super().__init__(context)
+        assert max_sessions > 0, "max_sessions must be positive"
+        self.scorers = ((least_inflight_score, 1.0),)
+        self.max_sessions = max_sessions
+        self._replica_of: OrderedDict[str, int] = OrderedDict()
+
+    def choose(self, request: RequestView, replicas: Sequence[ReplicaView]) -> Decision | None:
+        key = request.session_key
+        if key is not None:
+            bound = self._replica_of.get(key)
+            if bound is not None:
+                for view in replicas:
+                    if view.index == bound and view.is_healthy:
+                        return Decision(bound, "session")
+        decision = super().choose(request, replicas)
+        if decision is None:
+            return None
+        return Decision(decision.replica, "least_loaded")
+
+    def observe(self, request: RequestView, decision: Decision) -> None:
+        super().observe(request, decision)
+        key = request.session_key
+        if key is None:
+            return
+        table = self._replica_of
+        table[key] = decision.replica
+        table.move_to_end(key)
+        if len(table) > self.max_sessions:
+            table.popitem(last=False)
+
+    @property
+    def num_sessions(self) -> int:
+        return len(self._replica_of)

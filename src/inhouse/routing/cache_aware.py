@@ -1,0 +1,234 @@
+"""`cache_aware` (an approximate prefix index per replica plus load) and `oracle`.
+
+Both rank replicas by the prefill work a request would cost there, in tokens:
+
+    cost(r) = prefix_weight * uncached_tokens(r) + load_weight * load_tokens(r)
+
+`uncached_tokens(r)` is the prompt minus the prefix replica *r* is believed to hold;
+`load_tokens(r)` is the prefill this router dispatched to *r* whose first token has not come back,
+plus `request_cost_tokens` per in-flight request (decodes slow every step down). As scorers in
+0..1 this is a *prefix* scorer, the tokens *r* would save over the replica holding the least, and
+a *load* scorer, one minus the load, both over one shared scale so their weighted sum ranks
+replicas exactly by `-cost`.
+
+Why this resists the failure modes reported against other routers
+(`shared/reference/routers.md`):
+
+* A shared system prompt cannot pin traffic: only the prefix *beyond* what every candidate holds
+  scores, so once the prompt is everywhere it counts for nothing; until then the
+  bounded-load filter (below) spreads sessions anyway.
+* Identical-prefix bursts spread: every dispatch adds its prefill to the chosen replica's load at
+  once (in `observe`, before the next decision), and the bounded-load filter caps any replica at
+  `max(load_factor * mean, mean + load_slack)` in-flight requests.
+* Index memory is capped (`PrefixIndex`), LRU.
+* Load is the router's own in-flight accounting, never a stale scrape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from inhouse.routing.framework import (
+    Policy,
+    PolicyContext,
+    keep_kv_below,
+    keep_under_load_ceiling,
+)
+from inhouse.routing.index import PrefixIndex
+from inhouse.routing.view import Decision, ReplicaView, RequestView
+
+
+@dataclass(frozen=True, slots=True)
+class _Estimate:
+    matched_blocks: list[int]
+    saved_tokens: list[int]
+    load_tokens: list[float]
+    scale: float
+
+
+def _prefix_score(
+    request: RequestView, candidates: list[ReplicaView], prepared: object
+) -> list[float]:
+    assert isinstance(prepared, _Estimate)
+    return [saved / prepared.scale for saved in prepared.saved_tokens]
+
+
+def _load_score(
+    request: RequestView, candidates: list[ReplicaView], prepared: object
+) -> list[float]:
+    assert isinstance(prepared, _Estimate)
+    return [1.0 - load / prepared.scale for load in prepared.load_tokens]
+
+
+class CacheAware(Policy):
+    """`cache_aware`: the replica where the request costs the least prefill work, among those
+    under a load ceiling and with KV room.
+
+    Per request: (1) drop unhealthy replicas; (2) *bounded load*: keep replicas whose in-flight
+    count after this dispatch stays within `max(load_factor * mean, mean + load_slack)`;
+    (3) drop replicas at or above `kv_ceiling` KV usage unless all are; (4) look up the prompt's
+    block hashes in each candidate's prefix index (binary search over the chained hashes);
+    (5) score prefix and load as in the module docstring and take the best, ties rotating.
+    `observe` inserts the prompt's blocks into the chosen replica's index and adds its uncached
+    tokens to that replica's pending prefill; `on_first_token` removes them.
+
+    Parameters:
+
+    * `prefix_weight` (1.0): weight of a token of prefill saved by a cached prefix.
+    * `load_weight` (1.0): weight of a token of prefill already pending on the replica. Raise
+      it to favour balance over cache reuse.
+    * `request_cost_tokens` (256): prefill-token equivalent of one in-flight request in the load.
+    * `load_factor` (1.2) and `load_slack` (2): the bounded-load ceiling, relative to the mean
+      in-flight count and absolute (in requests); the least loaded replica always qualifies.
+    * `kv_ceiling` (0.95): KV usage above which a replica is avoided (preemption ahead).
+    * `max_blocks_per_replica` (0 = the replica's KV blocks): the index's cap per replica.
+    """
+
+    name = "cache_aware"
+
+    def __init__(
+        self,
+        context: PolicyContext,
+        prefix_weight: float = 1.0,
+        load_weight: float = 1.0,
+        request_cost_tokens: float = 256.0,
+        load_factor: float = 1.2,
+        load_slack: float = 2.0,
+        kv_ceiling: float = 0.95,
+        max_blocks_per_replica: int = 0,
+    ) -> None:
+        super().__init__(context)
+        assert prefix_weight >= 0 and load_weight >= 0, "weights must be non-negative"
+        assert load_factor >= 1.0, "load_factor must be at least 1"
+        self.request_cost_tokens = request_cost_tokens
+        self.filters = (keep_under_load_ceiling(load_factor, load_slack), keep_kv_below(kv_ceiling))
+        self.scorers = ((_prefix_score, prefix_weight), (_load_score, load_weight))
+        cap = max_blocks_per_replica or context.kv_blocks_per_replica
+        self.indexes = [PrefixIndex(cap) for _ in range(context.num_replicas)]
+        self._pending_tokens = [0] * context.num_replicas
+        self._inflight: dict[str, tuple[int, int]] = {}  # request id -> (replica, pending tokens)
+
+    def matched_blocks(self, request: RequestView, view: ReplicaView) -> int:
+        return self.indexes[view.index].match(request.block_hashes)
+
+    def prepare(self, request: RequestView, candidates: list[ReplicaView]) -> _Estimate:
+        bs = self.context.block_size
+        matched = [self.matched_blocks(request, view) for view in candidates]
+        common = min(matched)
+        saved = [(m - common) * bs for m in matched]
+        per_request = self.request_cost_tokens
+        load = [
+            self._pending_tokens[view.index] + per_request * view.num_inflight
+            for view in candidates
+        ]
+        scale = max(max(saved), max(load), 1.0)
+        return _Estimate(matched, saved, load, scale)
+
+    def explain(
+        self, request: RequestView, candidates: list[ReplicaView], prepared: object, best: int
+    ) -> Decision:
+        assert isinstance(prepared, _Estimate)
+        reason = "cache_hit" if prepared.saved_tokens[best] > 0 else "load"
+        return Decision(candidates[best].index, reason, prepared.matched_blocks[best])
+
+    def observe(self, request: RequestView, decision: Decision) -> None:
+        super().observe(request, decision)
+        replica = decision.replica
+        self.indexes[replica].insert(request.block_hashes)
+        uncached = max(
+            request.num_prompt_tokens - decision.num_matched_blocks * self.context.block_size, 0
+        )
+        self._pending_tokens[replica] += uncached
+        self._inflight[request.request_id] = (replica, uncached)
+
+    def on_first_token(self, request_id: str) -> None:
+        entry = self._inflight.get(request_id)
+        if entry is not None and entry[1]:
+            self._pending_tokens[entry[0]] -= entry[1]
+            self._inflight[request_id] = (entry[0], 0)
+
+    def on_finish(self, request_id: str) -> None:
+        entry = self._inflight.pop(request_id, None)
+        if entry is not None:
+            self._pending_tokens[entry[0]] -= entry[1]
+
+    @property
+    def pending_tokens(self) -> Sequence[int]:
+        return tuple(self._pending_tokens)
+
+
+class Oracle(CacheAware):
+    """`oracle`: `cache_aware` with perfect knowledge of what each engine holds. Not for
+    production; it measures how much the approximate index loses against a precise one.
+
+    The prefix a replica holds is the longer of (a) the blocks its engine really has cached,
+    read through `ReplicaView.count_cached_prefix`, and (b) the prompt blocks of requests
+    already dispatched there and not finished (the engine will have computed them before it
+    gets to this request). Same parameters as `cache_aware` (`max_blocks_per_replica` unused).
+    """
+
+    name = "oracle"
+
+    def __init__(
+        self,
+        context: PolicyContext,
+        prefix_weight: float = 1.0,
+        load_weight: float = 1.0,
+        request_cost_tokens: float = 256.0,
+        load_factor: float = 1.2,
+        load_slack: float = 2.0,
+        kv_ceiling: float = 0.95,
+    ) -> None:
+        super().__init__(
+            context,
+            prefix_weight,
+            load_weight,
+            request_cost_tokens,
+            load_factor,
+            load_slack,
+            kv_ceiling,
+            max_blocks_per_replica=1,
+        )
+        self.indexes = []
+        self._inflight_blocks: list[dict[int, int]] = [{} for _ in range(context.num_replicas)]
+        self._hashes_of: dict[str, Sequence[int]] = {}
+
+    def matched_blocks(self, request: RequestView, view: ReplicaView) -> int:
+        assert view.count_cached_prefix is not None, (
+            "the oracle policy reads engine caches: the simulator must give "
+            "ReplicaView.count_cached_prefix"
+        )
+        hashes = request.block_hashes
+        cached = view.count_cached_prefix(hashes)
+        inflight = self._inflight_blocks[view.index]
+        pending = 0
+        while pending < len(hashes) and hashes[pending] in inflight:
+            pending += 1
+        return max(cached, pending)
+
+    def observe(self, request: RequestView, decision: Decision) -> None:
+        Policy.observe(self, request, decision)
+        replica = decision.replica
+        counts = self._inflight_blocks[replica]
+        for block_hash in request.block_hashes:
+            counts[block_hash] = counts.get(block_hash, 0) + 1
+        self._hashes_of[request.request_id] = request.block_hashes
+        uncached = max(
+            request.num_prompt_tokens - decision.num_matched_blocks * self.context.block_size, 0
+        )
+        self._pending_tokens[replica] += uncached
+        self._inflight[request.request_id] = (replica, uncached)
+
+    def on_finish(self, request_id: str) -> None:
+        entry = self._inflight.get(request_id)
+        hashes = self._hashes_of.pop(request_id, ())
+        if entry is not None:
+            counts = self._inflight_blocks[entry[0]]
+            for block_hash in hashes:
+                left = counts[block_hash] - 1
+                if left:
+                    counts[block_hash] = left
+                else:
+                    del counts[block_hash]
+        super().on_finish(request_id)
