@@ -314,6 +314,31 @@ CACHED_BY_SOURCE_HELP = (
 class EngineMetrics:
     """The registry of one engine server. Not shared between servers (no global state)."""
 
+    # Series made from the tables above (labelled children).
+    running: Gauge
+    waiting: Gauge
+    kv_usage: Gauge
+    prefix_queries: Counter
+    prefix_hits: Counter
+    preemptions: Counter
+    prompt_tokens: Counter
+    req_prompt: Histogram
+    req_generation: Histogram
+    iteration_tokens: Histogram
+    max_gen: Histogram
+    params_n: Histogram
+    params_max_tokens: Histogram
+    ttft: Histogram
+    itl: Histogram
+    tpot: Histogram
+    e2e: Histogram
+    queue: Histogram
+    inference: Histogram
+    prefill: Histogram
+    decode: Histogram
+    req_preemptions: Histogram
+    req_kv_computed: Histogram
+
     def __init__(self, model_name: str, max_model_len: int, cache_info: dict[str, str]) -> None:
         self.registry = registry = CollectorRegistry()
         process_collector.ProcessCollector(registry=registry)
