@@ -72,11 +72,13 @@ class BadPair:
 def parse_topology(text: str) -> Topology:
     """Parse `nvidia-smi topo -m` output; raise SpecError if there is no GPU matrix."""
     table = [_ANSI.sub("", line).split() for line in text.splitlines()]
-    at = next((i for i, cells in enumerate(table) if cells[:2] == ["GPU0", "GPU1"]), None)
+    # The header starts GPU0 (then GPU1... or, on a one-GPU box, CPU Affinity); rows start
+    # GPU0 X ...
+    at = next((i for i, c in enumerate(table) if c[:1] == ["GPU0"] and c[1:2] != ["X"]), None)
     if at is None:
         raise SpecError(
-            "no GPU matrix found: expected the output of `nvidia-smi topo -m` with at least "
-            "two GPUs (a header row starting GPU0 GPU1 ...)"
+            "no GPU matrix found: expected the output of `nvidia-smi topo -m` "
+            "(a header row starting GPU0 GPU1 ...)"
         )
     num_gpus = sum(1 for cell in table[at] if _GPU.match(cell))
     links: dict[tuple[int, int], str] = {}

@@ -17,6 +17,8 @@ from typing import Any, Literal
 from inhouse.render.yamltext import dump_yaml
 
 Severity = Literal["page", "ticket"]
+# Rule evaluation in the tests: kube-prometheus-stack's default, and what `for: 30s` needs.
+EVALUATION_INTERVAL = "30s"
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +160,7 @@ def render_rule_tests(alerts: list[Alert], runbook_url: str, rules_file: str = "
         "# keeps it silent. Run: promtool test rules rules_test.yaml\n"
     )
     return header + dump_yaml(
-        {"rule_files": [rules_file], "evaluation_interval": "15s", "tests": tests}
+        {"rule_files": [rules_file], "evaluation_interval": EVALUATION_INTERVAL, "tests": tests}
     )
 
 

@@ -162,8 +162,8 @@ def kv_alerts(pool: PoolSpec) -> list[Alert]:
                 escalate="With SLO pages: capacity owner.",
             ),
             series=lambda v: (Series(labels, v, "vllm:num_preemptions_total"),),
-            fire="0+3x100",
-            quiet="0x100",
+            fire="0+30x30",
+            quiet="0x30",
         ),
     ]
     min_rate = slo_of(pool).prefix_hit_rate_min
@@ -197,8 +197,8 @@ def _counter_alert(
         description=description,
         runbook=runbook,
         cases=(
-            Case("sustained", "15s", series(fire), "20m", expect),
-            Case("none", "15s", series(quiet), "20m", None),
+            Case("sustained", "1m", series(fire), "20m", expect),
+            Case("none", "1m", series(quiet), "20m", None),
         ),
     )
 
@@ -211,7 +211,7 @@ def prefix_alert(pool: PoolSpec, min_rate: float) -> Alert:
     def series(hits: str) -> tuple[Series, ...]:
         return (
             Series(labels, hits, "vllm:prefix_cache_hits_total"),
-            Series(labels, "0+100x60", "vllm:prefix_cache_queries_total"),
+            Series(labels, "0+100x30", "vllm:prefix_cache_queries_total"),
         )
 
     fire_hits = max(0, round(min_rate * 100) - 30)
@@ -247,8 +247,8 @@ def prefix_alert(pool: PoolSpec, min_rate: float) -> Alert:
             escalate="Ticket to the application team owning the prompt, or the gateway owner.",
         ),
         cases=(
-            Case("hit rate low", "1m", series(f"0+{fire_hits}x60"), "40m", {"model_name": name}),
-            Case("hit rate healthy", "1m", series(f"0+{quiet_hits}x60"), "40m", None),
+            Case("hit rate low", "1m", series(f"0+{fire_hits}x30"), "20m", {"model_name": name}),
+            Case("hit rate healthy", "1m", series(f"0+{quiet_hits}x30"), "20m", None),
         ),
     )
 

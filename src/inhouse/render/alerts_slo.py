@@ -178,15 +178,15 @@ def burn_alerts(pool: PoolSpec) -> list[Alert]:
     def series(errors: str) -> tuple[Series, ...]:
         metric = "inhouse_gateway_requests_total"
         return (
-            Series({**replica, "code": "200"}, "0+100x60", metric),
+            Series({**replica, "code": "200"}, "0+100x30", metric),
             Series({**replica, "code": "500"}, errors, metric),
         )
 
     expect = {"pool": pool.name}
     alerts = []
-    for name, factor, long, short, hold, severity in (
-        ("InhouseErrorBudgetBurnFast", 14.4, "1h", "5m", "2m", "page"),
-        ("InhouseErrorBudgetBurnSlow", 6.0, "6h", "30m", "15m", "ticket"),
+    for name, factor, long, short, hold, severity, at in (
+        ("InhouseErrorBudgetBurnFast", 14.4, "1h", "5m", "2m", "page", "10m"),
+        ("InhouseErrorBudgetBurnSlow", 6.0, "6h", "30m", "15m", "ticket", "20m"),
     ):
         threshold = f"{factor * budget:.6g}"
         sel = f'{{pool="{pool.name}"}}'
@@ -208,8 +208,8 @@ def burn_alerts(pool: PoolSpec) -> list[Alert]:
                 ),
                 runbook=_burn_runbook(factor, long),
                 cases=(
-                    Case("1 in 11 requests fails", "1m", series("0+10x60"), "40m", expect),
-                    Case("no failures", "1m", series("0x60"), "40m", None),
+                    Case("1 in 11 requests fails", "1m", series("0+10x30"), at, expect),
+                    Case("no failures", "1m", series("0x30"), at, None),
                 ),
             )
         )
