@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from inhouse.render import Rendered, render_stack
+from inhouse.spec.stack import StackSpec, load_stack
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ("crm-copilot", "code-assistant")
+
+
+@pytest.fixture(scope="session")
+def crm_stack() -> StackSpec:
+    return load_stack(ROOT / "examples" / "crm-copilot" / "stack.yaml")
+
+
+@pytest.fixture(scope="session")
+def rendered() -> dict[str, Rendered]:
+    """Every example stack, rendered with the default options."""
+    return {
+        name: render_stack(load_stack(ROOT / "examples" / name / "stack.yaml")) for name in EXAMPLES
+    }
+
+
+@pytest.fixture(scope="session")
+def crm(rendered: dict[str, Rendered]) -> Rendered:
+    return rendered["crm-copilot"]
+
+
+@pytest.fixture
+def write_rendered(tmp_path: Path):  # type: ignore[no-untyped-def]
+    def write(files: dict[str, str]) -> Path:
+        for relative, text in files.items():
+            path = tmp_path / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        return tmp_path
+
+    return write

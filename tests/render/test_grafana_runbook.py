@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import json
+import re
+
+from inhouse.render import Rendered
+
+BOARDS = ("slo", "engine", "kv-cache", "hardware", "tenants")
+
+
+def test_dashboards_are_importable_with_a_datasource_variable(crm: Rendered) -> None:
+    uids = set()
+    for key in BOARDS:
+        model = json.loads(crm.files[f"grafana/{key}.json"])
+        assert model["id"] is None
+        uids.add(model["uid"])
+        variables = {v["name"]: v for v in model["templating"]["list"]}
+        assert variables["datasource"]["type"] == "datasource"
+        assert variables["datasource"]["query"] == "prometheus"
+        ids = [p["id"] for p in model["panels"]]
+        assert len(ids) == len(set(ids))
+        panels = [p for p in model["panels"] if p["type"] != "row"]
+        assert panels
+        for panel in panels:
+            assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+            assert panel["targets"] and all(t["expr"] for t in panel["targets"])
+            grid = panel["gridPos"]
+            assert grid["x"] + grid["w"] <= 24
+    assert len(uids) == len(BOARDS)
+
+
+def test_slo_dashboard_draws_each_pool_alarm(crm: Rendered) -> None:
+    model = json.loads(crm.files["grafana/slo.json"])
+    rows = [p["title"] for p in model["panels"] if p["type"] == "row"]
+    assert "Pool chat (chat-70b)" in rows
+    ttft = next(p for p in model["panels"] if p["title"] == "TTFT")
+    steps = ttft["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    assert steps[-1]["value"] == 1.0
+
+
+def test_tenant_dashboard_reads_the_gateway(crm: Rendered) -> None:
+    text = crm.files["grafana/tenants.json"]
+    for name in ("inhouse_gateway_requests_total", "inhouse_gateway_tokens_total"):
+        assert name in text
+    assert "$usd_per_million_tokens" in text
+
+
+def test_runbook_has_a_section_for_every_alert_link(crm: Rendered) -> None:
+    runbook = crm.files["runbook.md"]
+    anchors = {h.lower() for h in re.findall(r"^## (\w+)$", runbook, flags=re.MULTILINE)}
+    links = set(re.findall(r"runbook_url: runbook\.md#(\w+)", crm.files["prometheus/rules.yaml"]))
+    assert links and links <= anchors
+    section = runbook.split("## InhouseGPUDoubleBitECC", 1)[1].split("\n## ", 1)[0]
+    for part in ("**What it means.**", "```promql", "**Mitigations.**", "**Escalate.**"):
+        assert part in section
+    assert "| chat-r1 | chat | chat-70b | 4 | 4,5,6,7 |" in runbook

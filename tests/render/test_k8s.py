@@ -1,0 +1,240 @@
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from inhouse.engine_args import vllm_serve_args
+from inhouse.errors import SpecError
+from inhouse.render import Rendered, render_stack
+from inhouse.render.k8s_engine import TOPOLOGY_CHECK
+from inhouse.render.options import RenderOptions
+from inhouse.spec.stack import StackSpec, parse_stack
+
+HERE = Path(__file__).resolve().parent
+TOPO = HERE.parent / "topology" / "data"
+KUBERNETES_VERSION = RenderOptions().kubernetes_version
+# Custom resources have no schema in kubernetes-validate: each is checked against a JSON schema
+# shipped here, a subset of its CRD's OpenAPI schema (the fields inhouse renders, unknown fields
+# rejected).
+CRD_SCHEMAS = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor.json",
+    ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheusrule.json",
+    ("keda.sh/v1alpha1", "ScaledObject"): "scaledobject.json",
+}
+
+
+def documents(rendered: Rendered) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (path, doc)
+        for path, text in rendered.files.items()
+        if path.startswith("k8s/")
+        for doc in yaml.safe_load_all(text)
+    ]
+
+
+def find(rendered: Rendered, kind: str, name: str) -> dict[str, Any]:
+    for _, doc in documents(rendered):
+        if doc["kind"] == kind and doc["metadata"]["name"] == name:
+            return doc
+    raise AssertionError(f"no {kind} {name}")
+
+
+def containers(deployment: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    spec = deployment["spec"]["template"]["spec"]
+    return {c["name"]: c for c in spec.get("initContainers", []) + spec["containers"]}
+
+
+@pytest.mark.parametrize("example", ["crm-copilot", "code-assistant"])
+def test_every_manifest_validates_offline(rendered: dict[str, Rendered], example: str) -> None:
+    kinds = set()
+    for _, doc in documents(rendered[example]):
+        key = (doc["apiVersion"], doc["kind"])
+        kinds.add(doc["kind"])
+        if key in CRD_SCHEMAS:
+            schema = json.loads((HERE / "schemas" / CRD_SCHEMAS[key]).read_text())
+            jsonschema.validate(doc, schema)
+        else:
+            kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+    expected = {"Namespace", "Deployment", "Service", "ConfigMap", "PodDisruptionBudget"}
+    expected |= {"NetworkPolicy", "ServiceMonitor", "PrometheusRule"}
+    assert expected <= kinds
+    assert ("ScaledObject" in kinds) == (example == "code-assistant")
+
+
+def test_strict_validation_catches_a_misspelled_field(crm: Rendered) -> None:
+    deployment = find(crm, "Deployment", "chat-r0")
+    broken = json.loads(json.dumps(deployment))
+    broken["spec"]["template"]["spec"]["terminationGracePeriod"] = 60
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, KUBERNETES_VERSION, strict=True)
+
+
+def test_crm_is_two_tp4_replicas_on_the_nvlink_halves(crm_stack: StackSpec, crm: Rendered) -> None:
+    deployments = [d for _, d in documents(crm) if d["kind"] == "Deployment"]
+    engines = {d["metadata"]["name"]: d for d in deployments if d["metadata"]["name"] != "gateway"}
+    assert sorted(engines) == ["chat-r0", "chat-r1"]
+    for name, gpus in (("chat-r0", "0,1,2,3"), ("chat-r1", "4,5,6,7")):
+        pod = engines[name]["spec"]["template"]
+        assert engines[name]["spec"]["replicas"] == 1
+        assert pod["metadata"]["annotations"]["inhouse.dev/gpu-ids"] == gpus
+        vllm = containers(engines[name])["vllm"]
+        assert vllm["resources"]["limits"]["nvidia.com/gpu"] == 4
+        assert pod["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+        expected = vllm_serve_args(crm_stack, crm_stack.pool("chat"), 0, 8000)[1:]
+        assert vllm["command"] == ["vllm", "serve"]
+        assert vllm["args"] == ["/models/meta-llama/Llama-3.3-70B-Instruct", *expected]
+        assert "check-gpu-topology" in containers(engines[name])
+
+
+def test_engine_pod_lifecycle(crm: Rendered) -> None:
+    deployment = find(crm, "Deployment", "chat-r0")
+    spec = deployment["spec"]["template"]["spec"]
+    vllm = containers(deployment)["vllm"]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert vllm[probe]["httpGet"] == {"path": "/health", "port": "http"}
+    startup = vllm["startupProbe"]
+    # 141 GB of bf16 checkpoint at 2 GB/s + 180 s init, doubled, and at least 10 minutes.
+    assert startup["periodSeconds"] * startup["failureThreshold"] == 600
+    prestop = int(vllm["lifecycle"]["preStop"]["exec"]["command"][1])
+    drain = int(vllm["args"][vllm["args"].index("--shutdown-timeout") + 1])
+    assert spec["terminationGracePeriodSeconds"] >= prestop + drain
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["shm"]["emptyDir"]["medium"] == "Memory"
+    assert volumes["models"]["hostPath"] == {"path": "/mnt/nvme/models", "type": "Directory"}
+    mounts = {m["name"]: m for m in vllm["volumeMounts"]}
+    assert mounts["models"]["readOnly"] is True
+    assert mounts["shm"]["mountPath"] == "/dev/shm"
+
+
+def test_init_containers_verify_model_and_adapter_signatures(crm: Rendered) -> None:
+    init = containers(find(crm, "Deployment", "chat-r0"))
+    paths = [c["args"][2] for name, c in init.items() if name.startswith("verify-")]
+    assert paths == [
+        "/models/meta-llama/Llama-3.3-70B-Instruct",
+        "/models/lora/utility-summarize",
+        "/models/lora/utility-classify",
+        "/models/lora/utility-extract",
+    ]
+    verify = init["verify-model"]
+    assert verify["command"] == ["model_signing"]
+    assert verify["args"][:2] == ["verify", "key"]
+    assert "--public_key" in verify["args"]
+
+
+def test_no_key_material_is_rendered(rendered: dict[str, Rendered]) -> None:
+    for rendered_stack in rendered.values():
+        kinds = {doc["kind"] for _, doc in documents(rendered_stack)}
+        assert "Secret" not in kinds
+        gateway = find(rendered_stack, "Deployment", "gateway")
+        volumes = gateway["spec"]["template"]["spec"]["volumes"]
+        assert {"name": "secrets", "secret": {"secretName": "gateway-tenant-keys"}} in volumes
+        text = "".join(rendered_stack.files.values())
+        assert "BEGIN" not in text and "PRIVATE KEY" not in text
+
+
+def test_stack_with_an_api_key_in_the_gateway_section_is_refused() -> None:
+    stack = parse_stack(
+        {
+            "name": "demo",
+            "pools": [{"name": "chat", "model": "Llama-3.1-8B"}],
+            "gateway": {"tenants": [{"name": "acme", "api_key": "sk-123"}]},
+        }
+    )
+    with pytest.raises(SpecError, match=r"gateway\.tenants\[0\]\.api_key"):
+        render_stack(stack)
+
+
+def test_only_the_gateway_and_prometheus_reach_engines(crm: Rendered) -> None:
+    policy = find(crm, "NetworkPolicy", "engines-from-gateway-only")["spec"]
+    assert policy["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "engine"
+    sources = policy["ingress"][0]["from"]
+    assert sources[0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "gateway"
+    assert sources[1]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "monitoring"
+    }
+    assert policy["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 8000}]
+
+
+def test_gateway_endpoints_name_each_static_replica(crm: Rendered) -> None:
+    config = find(crm, "ConfigMap", "gateway-config")["data"]
+    assert json.loads(config["endpoints.json"]) == {
+        "pools": {
+            "chat": [
+                "http://chat-r0.crm-copilot.svc:8000",
+                "http://chat-r1.crm-copilot.svc:8000",
+            ]
+        }
+    }
+    assert "name: crm-copilot" in config["stack.yaml"]
+
+
+def test_multi_node_pools_scale_with_keda_on_vllm_waiting(rendered: dict[str, Rendered]) -> None:
+    code = rendered["code-assistant"]
+    scaled = find(code, "ScaledObject", "long")["spec"]
+    trigger = scaled["triggers"][0]
+    assert trigger["type"] == "prometheus"
+    assert trigger["metadata"]["query"] == (
+        'sum(vllm:num_requests_waiting{namespace="code-assistant",model_name="code-70b-long"})'
+    )
+    assert trigger["metadata"]["threshold"] == "20"
+    # 16 GPUs, all taken by the pools' minimums (3 x TP2 + 2 x TP4 + 2 x TP1): no headroom.
+    assert (scaled["minReplicaCount"], scaled["maxReplicaCount"]) == (2, 2)
+    assert find(code, "Deployment", "standard")["spec"]["replicas"] == 3
+
+
+def test_keda_ceiling_is_what_the_free_gpus_hold() -> None:
+    stack = parse_stack(
+        {
+            "name": "demo",
+            "nodes": [{"gpu": "h100_sxm", "gpus_per_node": 8, "count": 2}],
+            "pools": [
+                {"name": "big", "model": "Llama-3.3-70B", "quant": "fp8", "tp": 4, "replicas": 1},
+                {"name": "small", "model": "Llama-3.1-8B", "tp": 1, "replicas": 2},
+            ],
+        }
+    )
+    rendered = render_stack(stack)
+    # big: (16 - 2 for small) // 4 = 3; small: 16 - 4 for big = 12.
+    assert find(rendered, "ScaledObject", "big")["spec"]["maxReplicaCount"] == 3
+    assert find(rendered, "ScaledObject", "small")["spec"]["maxReplicaCount"] == 12
+
+
+def test_registry_mirror_rewrites_every_image(crm_stack: StackSpec) -> None:
+    rendered = render_stack(crm_stack, RenderOptions(registry="registry.local:5000"))
+    images = {
+        c["image"]
+        for _, doc in documents(rendered)
+        if doc["kind"] == "Deployment"
+        for c in containers(doc).values()
+    }
+    assert images == {
+        "registry.local:5000/vllm/vllm-openai:v0.33.0",
+        "registry.local:5000/sigstore/model-transparency-cli:v1.1.1",
+        "registry.local:5000/inhouse:0.1.0",
+    }
+
+
+@pytest.mark.parametrize(
+    ("topo", "ok", "first_bad"),
+    [
+        ("h100-sxm-8gpu.topo", True, ""),
+        ("h100-pcie-bridged-8gpu.topo", False, "GPU0-GPU2 joined by NODE, not NVLink"),
+        ("l40s-pcie-8gpu.topo", False, "GPU0-GPU1 joined by PIX, not NVLink"),
+    ],
+)
+def test_in_pod_topology_check(topo: str, ok: bool, first_bad: str) -> None:
+    """The init container's script, with `nvidia-smi topo -m` replaced by a sample output."""
+    if shutil.which("awk") is None or shutil.which("sed") is None:
+        pytest.skip("awk/sed not installed")
+    script = TOPOLOGY_CHECK.replace("nvidia-smi topo -m", f"cat {TOPO / topo}")
+    done = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=False)
+    assert (done.returncode == 0) == ok
+    assert done.stdout.splitlines()[:1] == ([first_bad] if first_bad else [])

@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from inhouse.render import Rendered
+from inhouse.render.grafana import dashboard_exprs
+from inhouse.render.metric_names import (
+    DCGM_METRICS,
+    GATEWAY_METRICS,
+    VLLM_METRICS,
+    exposition_series_names,
+    metric_names_in_promql,
+    unknown_names,
+)
+
+CAPTURE = Path(__file__).resolve().parent / "data" / "vllm_metrics_0.32.txt"
+NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+
+
+def test_every_vllm_name_we_read_is_in_the_real_capture() -> None:
+    exposed = exposition_series_names(CAPTURE.read_text())
+    assert len(exposed) > 100
+    assert sorted(set(VLLM_METRICS) - exposed) == []
+
+
+def test_gateway_contract_is_well_formed() -> None:
+    names = [m.name for m in GATEWAY_METRICS]
+    assert len(set(names)) == len(names)
+    for metric in GATEWAY_METRICS:
+        assert NAME.match(metric.name) and metric.name.startswith("inhouse_gateway_")
+        assert metric.name.endswith("_total") == (metric.kind == "counter"), metric.name
+        assert bool(metric.buckets) == (metric.kind == "histogram"), metric.name
+        assert list(metric.buckets) == sorted(metric.buckets)
+        assert metric.help
+    requests = next(m for m in GATEWAY_METRICS if m.name == "inhouse_gateway_requests_total")
+    assert requests.labels == ("tenant", "model", "pool", "replica", "code")
+
+
+def test_dcgm_names_are_unique() -> None:
+    names = [f.name for f in DCGM_METRICS]
+    assert len(set(names)) == len(names)
+    assert "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL" in names and "DCGM_FI_DEV_XID_ERRORS" in names
+
+
+@pytest.mark.parametrize(
+    ("expr", "names"),
+    [
+        (
+            "histogram_quantile(0.95, sum by (le, model_name) "
+            '(rate(vllm:time_to_first_token_seconds_bucket{model_name="x"}[5m])))',
+            {"vllm:time_to_first_token_seconds_bucket"},
+        ),
+        ('(count(up{job="a"} == 1) or vector(0)) < 2', {"up"}),
+        (
+            "rate(DCGM_FI_DEV_POWER_VIOLATION[$__rate_interval]) / 1e6",
+            {"DCGM_FI_DEV_POWER_VIOLATION"},
+        ),
+        ('a:b:c{x="y"} > 0.0144\nand\nd_total offset 5m', {"a:b:c", "d_total"}),
+        ("sum(x) by (pod) * $usd / 1e6 unless on (pod) y", {"x", "y"}),
+    ],
+)
+def test_names_in_promql(expr: str, names: set[str]) -> None:
+    assert metric_names_in_promql(expr) == names
+
+
+def test_unknown_names_are_reported_with_their_expression() -> None:
+    assert unknown_names(["rate(vllm:num_preemptions[5m])"]) == {
+        "vllm:num_preemptions": ["rate(vllm:num_preemptions[5m])"]
+    }
+
+
+@pytest.mark.parametrize("example", ["crm-copilot", "code-assistant"])
+def test_rules_and_dashboards_read_only_known_names(
+    rendered: dict[str, Rendered], example: str
+) -> None:
+    """Every name is the gateway's, vLLM's (as captured), DCGM's, `up`, or a recording rule."""
+    files = rendered[example].files
+    groups = yaml.safe_load(files["prometheus/rules.yaml"])["groups"]
+    rules = [r for g in groups for r in g["rules"]]
+    recorded = {r["record"] for r in rules if "record" in r}
+    exprs = [r["expr"] for r in rules]
+    for path, text in files.items():
+        if path.startswith("grafana/"):
+            exprs += dashboard_exprs(json.loads(text))
+    docs = yaml.safe_load_all(files.get("k8s/autoscaling.yaml", ""))
+    exprs += [t["metadata"]["query"] for d in docs if d for t in d["spec"]["triggers"]]
+    assert unknown_names(exprs, recorded) == {}
+    used = set().union(*(metric_names_in_promql(e) for e in exprs))
+    exposed = exposition_series_names(CAPTURE.read_text())
+    assert {n for n in used if n.startswith("vllm:")} <= exposed
