@@ -26,19 +26,23 @@ def render_runbook(stack: StackSpec, alerts: list[Alert], namespace: str) -> str
         "| alert | severity | pool |",
         "|---|---|---|",
     ]
-    seen: dict[str, Alert] = {}
+    by_name: dict[str, list[Alert]] = {}
     for alert in alerts:
         pool = alert.labels.get("pool", "all")
         lines.append(f"| [{alert.name}](#{alert.anchor}) | {alert.severity} | {pool} |")
-        seen.setdefault(alert.name, alert)
-    for alert in seen.values():
+        by_name.setdefault(alert.name, []).append(alert)
+    for same in by_name.values():
+        alert = same[0]
         entry = alert.runbook
+        hold = f" for {alert.hold}" if alert.hold != "0s" else " (at once)"
         lines += [
             "",
             f"## {alert.name}",
             "",
-            f"**Severity:** {alert.severity}. **Fires on:** `{' '.join(alert.expr.split())}`"
-            + (f" for {alert.hold}." if alert.hold != "0s" else " (at once)."),
+            f"**Severity:** {alert.severity}. **Fires on**{hold}:",
+        ]
+        lines += [""] + [f"* `{' '.join(a.expr.split())}`" for a in same]
+        lines += [
             "",
             f"**What it means.** {entry.meaning}",
             "",
