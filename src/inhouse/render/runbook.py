@@ -34,12 +34,12 @@ def render_runbook(stack: StackSpec, alerts: list[Alert], namespace: str) -> str
     for same in by_name.values():
         alert = same[0]
         entry = alert.runbook
-        hold = f" for {alert.hold}" if alert.hold != "0s" else " (at once)"
+        when = f"for {alert.hold}" if alert.hold != "0s" else "at once"
         lines += [
             "",
             f"## {alert.name}",
             "",
-            f"**Severity:** {alert.severity}. **Fires on**{hold}:",
+            f"**Severity:** {alert.severity}. **Fires** ({when}) when:",
         ]
         lines += [""] + [f"* `{' '.join(a.expr.split())}`" for a in same]
         lines += [
