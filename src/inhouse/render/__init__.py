@@ -66,6 +66,6 @@ def render_notes(stack: StackSpec) -> list[str]:
         if not layout.is_single_node(stack) and pool.gpu_ids:
             notes.append(
                 f"pool {pool.name}: gpu_ids are for a single node; on several nodes the "
-                "device plugin picks the GPUs (vllm/{pool.name}.sh still pins them)"
+                f"device plugin picks the GPUs (vllm/{pool.name}.sh still pins them)"
             )
     return notes

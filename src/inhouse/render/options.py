@@ -31,7 +31,7 @@ class RenderOptions:
     engine_port: int = 8000
     gateway_port: int = 8080
     prestop_sleep_s: int = 15
-    kubernetes_version: str = "1.30"
+    kubernetes_version: str = "1.30"  # what the manifests target; tests validate against it
 
     def image(self, ref: str) -> str:
         """`ref` with its registry host replaced by `registry` (first path part with a dot or
