@@ -46,6 +46,7 @@ LOWER = {
     "allreduce_latency_scale": 0.1,
     "request_overhead_s": 1e-4,
     "prompt_token_overhead_s": 1e-8,
+    "closed_loop_spread": 0.05,
 }
 UPPER = {
     "eta_bw": 1.0,
@@ -58,6 +59,7 @@ UPPER = {
     "allreduce_latency_scale": 10.0,
     "request_overhead_s": 0.5,
     "prompt_token_overhead_s": 1e-4,
+    "closed_loop_spread": 1.0,
 }
 
 
@@ -135,7 +137,7 @@ def fit_backend(
         x0,
         bounds=(lower, upper),
         loss="soft_l1",
-        f_scale=0.1,
+        f_scale=0.05,
         diff_step=0.03,
         max_nfev=max_evals,
         x_scale=1.0,

@@ -7,8 +7,9 @@ mean TPOT follow vLLM's definitions: TTFT from send to first token, TPOT the mea
 `(e2e - ttft) / (osl - 1)` per request, averaged over all requests, the first wave included.
 
 NOTE: every client sends its first request at time 0, as `vllm bench serve` does, so the first wave
-queues for prefill. After it, each client pauses once, client *i* for *i/C* of the time all clients
-take to finish one request each, so the steady state is de-phased. A jitter-free closed loop would
+queues for prefill. After it, each client pauses once, client *i* for *i/C* of a fraction (the engine's
+fitted `closed_loop_spread`) of the time all clients take to finish one request each, so the
+steady state is de-phased. A jitter-free closed loop would
 otherwise lock into waves that arrive together and wait for each other's prefill — a state that
 real runs leave (the calibration file's TTFTs at concurrency 64 are 3x below the locked state)
 because timing noise in the client and API server spreads them.
@@ -69,7 +70,9 @@ def run_closed_loop(
     engine = replica.new_engine()
     sent = 0
     done: list[Request] = []
-    cycle_s = _closed_loop_cycle_s(replica, isl, osl, concurrency)
+    spread_s = replica.constants.closed_loop_spread * _closed_loop_cycle_s(
+        replica, isl, osl, concurrency
+    )
     client_of: dict[str, int] = {}
 
     def send(client: int, at_s: float) -> None:
@@ -95,7 +98,7 @@ def run_closed_loop(
             done.append(request)
             if sent < total:
                 client = client_of.pop(request.request_id)
-                pause_s = cycle_s * client / concurrency if sent < 2 * concurrency else 0.0
+                pause_s = spread_s * client / concurrency if sent < 2 * concurrency else 0.0
                 send(client, now + pause_s)
 
     done.sort(key=lambda r: r.tag)  # type: ignore[arg-type, return-value]

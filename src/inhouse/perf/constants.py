@@ -34,6 +34,10 @@ class EngineConstants:
       (HTTP parsing, IPC), paid once per request.
     * `prompt_token_overhead_s`: the part of that delay that grows with the prompt
       (tokenization, input processing), per prompt token.
+    * `closed_loop_spread`: how far closed-loop clients de-phase after the first wave, as a
+      fraction of one full cycle (1: evenly spread; 0: locked in waves). A property of real
+      benchmark runs against this engine (client and API-server timing noise), used only by
+      `inhouse predict`'s closed-loop model.
     * `max_num_batched_tokens`, `max_num_seqs`: the engine's defaults for an online server.
     """
 
@@ -48,6 +52,7 @@ class EngineConstants:
     allreduce_latency_scale: float
     request_overhead_s: float
     prompt_token_overhead_s: float
+    closed_loop_spread: float
     max_num_batched_tokens: int
     max_num_seqs: int
     fitted_on: str = ""
@@ -69,6 +74,7 @@ FITTED_FIELDS = (
     "allreduce_latency_scale",
     "request_overhead_s",
     "prompt_token_overhead_s",
+    "closed_loop_spread",
 )
 
 
