@@ -1,0 +1,165 @@
+"""Serve the gateway in front of a stack's engines, or manage its API keys.
+
+    inhouse gateway --stack stack.yaml                  # engines at the ports `up` gives them
+    inhouse gateway --stack stack.yaml --endpoints endpoints.json --port 8000
+    inhouse gateway keys create --tenant acme           # prints a key once, and its hash line
+
+Tenants, tiers, limits and options come from the stack's `gateway` section (docs/gateway.md).
+The demo tenant's key comes from --demo-key or INHOUSE_DEMO_KEY; a stack without tenants and
+without a demo key gets a generated demo key, printed once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from inhouse.engine_args import DEFAULT_ENGINE_BASE_PORT
+from inhouse.errors import SpecError
+
+COMMAND = "gateway"
+HELP = "serve the tenant-aware, prefix-cache-aware gateway in front of a stack's engines"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--stack", type=Path, help="stack.yaml")
+    parser.add_argument(
+        "--endpoints",
+        type=Path,
+        help='JSON {"pools": {POOL: [URL, ...]}}, as `inhouse up` writes it',
+    )
+    parser.add_argument(
+        "--engine-base-port",
+        type=int,
+        default=DEFAULT_ENGINE_BASE_PORT,
+        help="without --endpoints: engines where `up` puts them",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument(
+        "--demo-key",
+        default=os.environ.get("INHOUSE_DEMO_KEY"),
+        help="API key of a `demo` tenant (env INHOUSE_DEMO_KEY)",
+    )
+    parser.add_argument("--redis-url", help="share limits through Redis (overrides the stack)")
+    parser.add_argument("--log-prompts", action="store_true", help="log prompts (off: redacted)")
+    parser.add_argument("--ssl-certfile", help="serve HTTPS with this certificate")
+    parser.add_argument("--ssl-keyfile", help="and this private key")
+    sub = parser.add_subparsers(dest="gateway_command", metavar="{keys}")
+    keys = sub.add_parser("keys", help="manage API keys").add_subparsers(dest="keys_command")
+    create = keys.add_parser("create", help="create a key; prints it once with its hash line")
+    create.add_argument("--tenant", required=True)
+    create.add_argument(
+        "--stack", type=Path, dest="keys_stack", help="check the tenant exists in this stack"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.gateway_command == "keys":
+        return _create_key(args)
+    if args.stack is None:
+        raise SpecError("--stack STACK.yaml is required (or `inhouse gateway keys create`)")
+    return _serve(args)
+
+
+def _create_key(args: argparse.Namespace) -> int:
+    from inhouse.gateway.keys import create_key
+    from inhouse.spec.gateway import parse_gateway
+    from inhouse.spec.stack import load_stack
+
+    if getattr(args, "keys_command", None) != "create":
+        raise SpecError("use `inhouse gateway keys create --tenant NAME`")
+    if args.keys_stack is not None:
+        stack = load_stack(args.keys_stack)
+        names = [t.name for t in parse_gateway(stack.gateway, str(args.keys_stack)).tenants]
+        if args.tenant not in names:
+            raise SpecError(
+                f"tenant {args.tenant!r} is not in {args.keys_stack}; tenants: "
+                f"{', '.join(names) or 'none'} (add it under gateway.tenants first)"
+            )
+    key, entry = create_key()
+    print(f"API key for tenant {args.tenant} (shown once; store it now): {key}")
+    print("Add this line to the tenant's `keys` in the stack file:")
+    print(f'  - "{entry}"')
+    print("or this line to the gateway's keys_file:")
+    print(f"{args.tenant} {entry}")
+    return 0
+
+
+def _pool_urls(args: argparse.Namespace, stack: object) -> dict[str, list[str]]:
+    from inhouse.server.stack_plan import plan_stack
+
+    if args.endpoints is not None:
+        try:
+            data = json.loads(args.endpoints.read_text(encoding="utf-8"))
+            return {str(k): [str(u) for u in v] for k, v in data["pools"].items()}
+        except (OSError, ValueError, KeyError, AttributeError) as exc:
+            raise SpecError(f"--endpoints {args.endpoints}: {exc}") from None
+    return plan_stack(stack, args.engine_base_port).pool_urls  # type: ignore[arg-type]
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from inhouse.gateway.logs import setup_logging
+    from inhouse.gateway.serve import run_event_loop, serve_gateway
+    from inhouse.gateway.service import Gateway
+    from inhouse.gateway.tracing import setup_tracing
+    from inhouse.spec.gateway import parse_gateway
+    from inhouse.spec.stack import load_stack
+
+    stack = load_stack(args.stack)
+    spec = parse_gateway(stack.gateway, str(args.stack))
+    if args.redis_url:
+        spec = spec.model_copy(update={"redis_url": args.redis_url})
+    demo_key = args.demo_key
+    if not demo_key and not spec.tenants and not spec.keys_file:
+        from inhouse.gateway.keys import create_key
+
+        demo_key = create_key()[0]
+        print(f"inhouse gateway: demo API key (shown once): {demo_key}", flush=True)
+    certfile = args.ssl_certfile or (spec.tls.certfile if spec.tls else None)
+    keyfile = args.ssl_keyfile or (spec.tls.keyfile if spec.tls else None)
+    if bool(certfile) != bool(keyfile):
+        raise SpecError("TLS needs both --ssl-certfile and --ssl-keyfile")
+    setup_logging(spec.log.level, spec.log.requests)
+    pool_urls = _pool_urls(args, stack)
+
+    async def main() -> int:
+        limits = None
+        if spec.redis_url:
+            from inhouse.gateway.redis_limits import RedisLimits
+
+            limits = RedisLimits(spec.redis_url, spec.proxy.request_timeout_s)
+            try:
+                await limits.ping()
+            except Exception as exc:
+                raise SpecError(f"redis_url {spec.redis_url}: cannot reach Redis: {exc}") from None
+        gateway = Gateway(
+            stack,
+            spec,
+            pool_urls,
+            demo_key,
+            limits,
+            args.log_prompts or None,
+            args.stack.resolve().parent,
+        )
+        gateway.tracer = setup_tracing(spec.otlp_endpoint)
+        return await serve_gateway(gateway, args.host, args.port, certfile, keyfile)
+
+    return run_event_loop(main())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="inhouse gateway", description=__doc__)
+    add_arguments(parser)
+    try:
+        return run(parser.parse_args(argv))
+    except SpecError as exc:
+        print(f"inhouse gateway: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

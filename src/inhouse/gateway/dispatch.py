@@ -1,0 +1,246 @@
+"""Where a request goes: the pool (model, length rule, fallback) and the replica (the stack's
+routing policy), with a bounded queue by priority tier when the pool is saturated.
+
+Pool choice is `inhouse.routing.pools.choose_pool` and replica choice the pool's policy from
+`inhouse.routing.registry`, the very code the fleet simulator runs, fed with live views
+(`Replica.view`). The gateway calls the policy's `observe` when it dispatches, `on_first_token`
+at the first token and `on_finish` at the end, as the simulator does.
+
+Saturation: a replica takes at most `max_inflight` requests from the gateway (default: the
+pool's `max_num_seqs` + `saturation_waiting`; a tier may use only `max_share` of it). When no
+replica has room for a request's tier, the request waits in its pool's queue, one FIFO per tier,
+served in tier order (lower vLLM priority first) as slots free, for at most the tier's
+`queue_timeout_s`, then 503 + Retry-After; a full queue answers 503 at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from dataclasses import dataclass, field
+
+from inhouse.errors import SpecError
+from inhouse.gateway.errors import GatewayError
+from inhouse.gateway.prompt import TokenCounter, model_root
+from inhouse.gateway.replicas import Replica
+from inhouse.routing.framework import Policy, PolicyContext
+from inhouse.routing.pools import PoolChoice, choose_pool
+from inhouse.routing.registry import make_policy
+from inhouse.routing.view import Decision, RequestView
+from inhouse.spec.gateway import TierSpec
+from inhouse.spec.stack import PoolSpec, StackSpec
+
+DEFAULT_RUNNING_CAPACITY = 256
+HASHING_POLICIES = ("cache_aware",)
+# Policy reasons → the `reason` label of inhouse_gateway_routing_decisions_total.
+DECISION_REASONS = {
+    "cache_hit": "prefix_match",
+    "load": "least_loaded",
+    "least_loaded": "least_loaded",
+    "session": "session_affinity",
+    "round_robin": "round_robin",
+}
+
+
+@dataclass(eq=False)
+class _Waiter:
+    request: RequestView
+    tier: TierSpec
+    exclude: frozenset[int]
+    future: asyncio.Future[Placement]
+
+
+@dataclass(eq=False)
+class PoolState:
+    spec: PoolSpec
+    replicas: list[Replica]
+    policy: Policy
+    max_inflight: int
+    counter: TokenCounter
+    block_tokens: int
+    needs_hashes: bool
+    queues: dict[int, collections.deque[_Waiter]] = field(default_factory=dict)
+    roots: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def num_queued(self) -> int:
+        return sum(len(q) for q in self.queues.values())
+
+    def max_model_len(self) -> int | None:
+        if self.spec.knobs.max_model_len is not None:
+            return self.spec.knobs.max_model_len
+        known = [r.max_model_len for r in self.replicas if r.max_model_len is not None]
+        return min(known) if known else None
+
+    def root(self, model: str) -> int:
+        found = self.roots.get(model)
+        if found is None:
+            found = self.roots[model] = model_root(f"{self.name}:{model}")
+        return found
+
+
+@dataclass(slots=True)
+class Placement:
+    pool: PoolState
+    replica: Replica
+    decision: Decision
+    request: RequestView
+    pool_reason: str
+
+    @property
+    def reason_label(self) -> str:
+        if self.pool_reason.startswith("fallback"):
+            return "fallback"
+        if self.pool_reason == "long_prompt":
+            return "long_prompt"
+        return DECISION_REASONS.get(self.decision.reason, self.decision.reason)
+
+
+def running_capacity(pool: PoolSpec) -> int:
+    return pool.knobs.max_num_seqs or DEFAULT_RUNNING_CAPACITY
+
+
+def build_policy(pool: PoolSpec, block_tokens: int) -> Policy:
+    name = pool.routing.policy
+    if name == "oracle":
+        raise SpecError(
+            f"pool {pool.name!r}: routing policy 'oracle' reads the engines' caches and exists "
+            "only in the simulator; use cache_aware in a live stack"
+        )
+    params = {k: v for k, v in pool.routing.params.items()}
+    context = PolicyContext(num_replicas=pool.replicas, block_size=block_tokens)
+    return make_policy(name, context, params)
+
+
+class Dispatcher:
+    def __init__(
+        self, stack: StackSpec, pools: dict[str, PoolState], scrape_max_age_s: float
+    ) -> None:
+        self.stack = stack
+        self.pools = pools
+        self.scrape_max_age_s = scrape_max_age_s
+        self._now = time.monotonic()
+
+    def views(self, pool_name: str) -> list[object]:
+        pool = self.pools[pool_name]
+        now = self._now
+        age = self.scrape_max_age_s
+        return [r.view(now, age) for r in pool.replicas]
+
+    def choose_pool(self, model: str | None, num_prompt_tokens: int) -> PoolChoice:
+        self._now = time.monotonic()
+        return choose_pool(self.stack, model, num_prompt_tokens, self.views)  # type: ignore[arg-type]
+
+    def try_place(
+        self, pool: PoolState, request: RequestView, tier: TierSpec, exclude: frozenset[int]
+    ) -> Placement | None:
+        cap = max(1, int(pool.max_inflight * tier.max_share))
+        now = time.monotonic()
+        age = self.scrape_max_age_s
+        views = []
+        for replica in pool.replicas:
+            view = replica.view(now, age)
+            if view.is_healthy and (replica.num_inflight >= cap or replica.index in exclude):
+                view = view.__class__(
+                    view.index, view.num_inflight, view.num_waiting, view.kv_usage, False
+                )
+            views.append(view)
+        decision = pool.policy.choose(request, views)
+        if decision is None:
+            return None
+        pool.policy.observe(request, decision)
+        replica = pool.replicas[decision.replica]
+        replica.num_inflight += 1
+        return Placement(pool, replica, decision, request, "model")
+
+    async def place(
+        self,
+        pool: PoolState,
+        request: RequestView,
+        tier: TierSpec,
+        exclude: frozenset[int] = frozenset(),
+    ) -> Placement:
+        """A replica for `request`, waiting in the pool's queue if it is saturated."""
+        placed = None
+        if not self._has_waiters_above(pool, tier.priority):
+            placed = self.try_place(pool, request, tier, exclude)
+        if placed is not None:
+            return placed
+        if not any(r.is_healthy and r.index not in exclude for r in pool.replicas):
+            raise GatewayError(
+                503,
+                f"No replica of pool {pool.name!r} is available. Please try again later.",
+                reason="no_replica",
+                retry_after_s=5.0,
+            )
+        queue = pool.queues.setdefault(tier.priority, collections.deque())
+        if len(queue) >= tier.max_queue:
+            raise GatewayError(
+                503,
+                f"Every replica of pool {pool.name!r} is saturated and its queue for this tier "
+                "is full. Please retry later.",
+                reason="queue_full",
+                retry_after_s=max(1.0, tier.queue_timeout_s / 4),
+            )
+        waiter = _Waiter(request, tier, exclude, asyncio.get_running_loop().create_future())
+        queue.append(waiter)
+        try:
+            return await asyncio.wait_for(asyncio.shield(waiter.future), tier.queue_timeout_s)
+        except TimeoutError:
+            if waiter.future.done() and not waiter.future.cancelled():
+                return waiter.future.result()  # placed as the timer fired
+            waiter.future.cancel()
+            raise GatewayError(
+                503,
+                f"Every replica of pool {pool.name!r} stayed saturated for "
+                f"{tier.queue_timeout_s:g} s. Please retry later.",
+                reason="queue_full",
+                retry_after_s=max(1.0, tier.queue_timeout_s / 4),
+            ) from None
+        except asyncio.CancelledError:
+            if waiter.future.done() and not waiter.future.cancelled():
+                self.release(waiter.future.result())
+            waiter.future.cancel()
+            raise
+        finally:
+            if waiter in queue:
+                queue.remove(waiter)
+
+    def _has_waiters_above(self, pool: PoolState, priority: int) -> bool:
+        """Requests of this or a better tier already wait: do not jump the queue."""
+        return any(q for p, q in pool.queues.items() if p <= priority)
+
+    def first_token(self, placement: Placement) -> None:
+        placement.pool.policy.on_first_token(placement.request.request_id)
+
+    def release(self, placement: Placement) -> None:
+        """The request finished (or failed) on its replica: free the slot, serve the queue."""
+        placement.replica.num_inflight -= 1
+        placement.pool.policy.on_finish(placement.request.request_id)
+        self.drain(placement.pool)
+
+    def drain(self, pool: PoolState) -> None:
+        """Place waiting requests, best tier first, while replicas have room."""
+        while True:
+            placed_any = False
+            for priority in sorted(pool.queues):
+                queue = pool.queues[priority]
+                while queue and queue[0].future.done():
+                    queue.popleft()  # timed out or cancelled
+                if not queue:
+                    continue
+                waiter = queue[0]
+                placed = self.try_place(pool, waiter.request, waiter.tier, waiter.exclude)
+                if placed is None:
+                    continue
+                queue.popleft()
+                waiter.future.set_result(placed)
+                placed_any = True
+                break
+            if not placed_any:
+                return

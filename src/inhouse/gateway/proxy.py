@@ -1,0 +1,375 @@
+"""`/v1/chat/completions` and `/v1/completions`: one raw ASGI handler per route.
+
+Raw ASGI, not Starlette's Request/Response: the hot path pays for no object it does not use.
+The response head goes to the client only once the engine's first body bytes are in hand, so
+a replica that fails before its first byte is retried on another one (at most
+`proxy.retries` times) and the client never sees it; after that, a failure ends the stream
+with an error event the client sees. Nothing accepted is dropped silently: every admitted
+request ends in a response, an error event, or a logged client disconnect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from starlette.types import Receive, Scope, Send
+
+from inhouse.gateway.dispatch import Placement
+from inhouse.gateway.errors import GatewayError
+from inhouse.gateway.prompt import ParsedRequest, parse_request
+from inhouse.gateway.relay import StreamState, error_event, flush, relay_piece, usage_of_body
+from inhouse.gateway.service import Admission, Gateway, new_request_id
+from inhouse.gateway.upstream import Response, UpstreamError
+from inhouse.spec.gateway import TenantSpec
+
+RETRY_STATUSES = frozenset((500, 502, 503, 504))
+SSE_TYPE = b"text/event-stream; charset=utf-8"
+log = logging.getLogger("inhouse.gateway")
+
+
+def header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
+async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
+    length = header(scope, b"content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise GatewayError(
+            413,
+            f"The request body is {int(length)} bytes; this gateway accepts at most {limit}.",
+            param="body",
+            reason="body_too_large",
+        )
+    parts = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ConnectionAbortedError("client went away")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise GatewayError(
+                413,
+                f"The request body exceeds {limit} bytes, the most this gateway accepts.",
+                param="body",
+                reason="body_too_large",
+            )
+        parts.append(chunk)
+        if not message.get("more_body", False):
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+async def send_error(send: Send, error: GatewayError, extra: list[tuple[bytes, bytes]]) -> None:
+    body = error.body()
+    headers = [*error.headers(), (b"content-length", str(len(body)).encode()), *extra]
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class GenerationRoute:
+    """The ASGI app of one generation route (`is_chat` picks chat or completions)."""
+
+    def __init__(self, gateway: Gateway, path: str, is_chat: bool) -> None:
+        self.gateway = gateway
+        self.path = path
+        self.is_chat = is_chat
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        gateway = self.gateway
+        t0 = time.perf_counter()
+        request_id = header(scope, b"x-request-id") or new_request_id()
+        rid_header = (b"x-request-id", request_id.encode())
+        tenant: TenantSpec | None = None
+        parsed: ParsedRequest | None = None
+        admission: Admission | None = None
+        gateway.begin()
+        try:
+            if gateway.is_draining:
+                raise GatewayError(
+                    503,
+                    "The gateway is shutting down; retry on another one.",
+                    reason="draining",
+                    retry_after_s=1.0,
+                )
+            tenant = gateway.tenants.authenticate(header(scope, b"authorization"))
+            raw = await read_body(scope, receive, gateway.spec.max_body_bytes)
+            parsed = parse_request(raw, header(scope, b"content-type") or "", self.is_chat)
+            session = header(scope, b"x-session-id")
+            if session:
+                parsed.session_key = session
+            admission = await gateway.admit(tenant, parsed, self.path, request_id, t0)
+        except GatewayError as error:
+            gateway.end()
+            self._reject(tenant, parsed, error, request_id, t0)
+            await send_error(send, error, [rid_header])
+            return
+        except ConnectionAbortedError:
+            gateway.end()
+            return
+        try:
+            await self._serve(admission, receive, send, rid_header)
+        finally:
+            gateway.end()
+
+    def _reject(
+        self,
+        tenant: TenantSpec | None,
+        parsed: ParsedRequest | None,
+        error: GatewayError,
+        request_id: str,
+        t0: float,
+    ) -> None:
+        metrics = self.gateway.metrics
+        name = tenant.name if tenant is not None else ""
+        model = (parsed.model or "") if parsed is not None else ""
+        metrics.rejections.child(name, error.reason).inc()
+        metrics.requests.child(name, model, "", "", str(error.status)).inc()
+        record = {
+            "request_id": request_id,
+            "tenant": name,
+            "model": model,
+            "status": error.status,
+            "reason": error.reason,
+            "e2e_ms": round(1000 * (time.perf_counter() - t0), 3),
+        }
+        self.gateway.log_request(record, parsed)
+
+    async def _serve(
+        self, admission: Admission, receive: Receive, send: Send, rid: tuple[bytes, bytes]
+    ) -> None:
+        gateway = self.gateway
+        outcome = _Outcome()
+        placement: Placement | None = None
+        try:
+            placement, response, first = await self._dispatch(admission, outcome)
+            headers = [rid, (b"x-inhouse-pool", admission.pool.name.encode())]
+            if admission.pool_reason.startswith("fallback"):
+                headers.append((b"x-inhouse-fallback", admission.primary_pool.encode()))
+            if admission.parsed.is_stream and response.status == 200:
+                await self._stream(
+                    admission, placement, response, first, send, receive, headers, outcome
+                )
+            else:
+                await self._whole(admission, placement, response, first, send, headers, outcome)
+        except GatewayError as error:
+            outcome.status = error.status
+            outcome.reason = error.reason
+            await send_error(send, error, [rid])
+            if error.reason in ("queue_full", "no_replica"):
+                gateway.metrics.rejections.child(admission.tenant.name, error.reason).inc()
+        finally:
+            if placement is not None:
+                gateway.dispatcher.release(placement)
+            await self._finish(admission, placement, outcome)
+
+    async def _dispatch(
+        self, admission: Admission, outcome: _Outcome
+    ) -> tuple[Placement, Response, bytes | None]:
+        """Place, send, and get the head and first body bytes, retrying other replicas on a
+        failure before the first byte."""
+        gateway = self.gateway
+        spec = gateway.spec
+        exclude: frozenset[int] = frozenset()
+        last_error = "no attempt"
+        for attempt in range(spec.proxy.retries + 1):
+            placement = await gateway.place(admission, exclude)
+            replica = placement.replica
+            if attempt == 0:
+                gateway.metrics.decisions.child(
+                    admission.pool.name, replica.label, placement.reason_label
+                ).inc()
+            path = replica.path_prefix + admission.path
+            try:
+                response = await replica.upstream.request(
+                    "POST",
+                    path,
+                    admission.body,
+                    admission.request_id,
+                    spec.proxy.first_byte_timeout_s,
+                )
+                if response.status in RETRY_STATUSES and attempt < spec.proxy.retries:
+                    text = await response.read_all()
+                    raise UpstreamError(f"engine answered {response.status}: {text[:200]!r}", True)
+                first = await response.read()
+            except UpstreamError as exc:
+                last_error = str(exc)
+                outcome.retries += 1
+                gateway.metrics.retries.child(admission.pool.name, replica.label).inc()
+                if replica.record_failure(spec.health):
+                    log.warning("replica %s/%s removed: %s", replica.pool, replica.index, exc)
+                gateway.dispatcher.release(placement)
+                exclude = exclude | {replica.index}
+                continue
+            replica.num_failures = 0
+            return placement, response, first
+        raise GatewayError(
+            502,
+            f"No replica of pool {admission.pool.name!r} answered ({last_error}). Please retry.",
+            reason="upstream_error",
+            retry_after_s=1.0,
+        )
+
+    async def _whole(
+        self,
+        admission: Admission,
+        placement: Placement,
+        response: Response,
+        first: bytes | None,
+        send: Send,
+        headers: list[tuple[bytes, bytes]],
+        outcome: _Outcome,
+    ) -> None:
+        outcome.replica = placement.replica.label
+        try:
+            rest = await response.read_all() if first is not None else b""
+        except UpstreamError as exc:
+            raise GatewayError(
+                502, f"The engine failed mid-response: {exc}", reason="upstream_error"
+            ) from None
+        body = (first or b"") + rest
+        kind = next((v for k, v in response.headers if k == b"content-type"), b"application/json")
+        headers = [(b"content-type", kind), (b"content-length", str(len(body)).encode()), *headers]
+        await send({"type": "http.response.start", "status": response.status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+        outcome.status = response.status
+        if response.status == 200:
+            outcome.usage = usage_of_body(body)
+            outcome.is_served = True
+
+    async def _stream(
+        self,
+        admission: Admission,
+        placement: Placement,
+        response: Response,
+        first: bytes | None,
+        send: Send,
+        receive: Receive,
+        headers: list[tuple[bytes, bytes]],
+        outcome: _Outcome,
+    ) -> None:
+        gateway = self.gateway
+        outcome.replica = placement.replica.label
+        outcome.status = 200
+        state = StreamState(admission.parsed.wants_usage)
+        gone = asyncio.ensure_future(receive())
+
+        def on_disconnect(_: object) -> None:
+            if outcome.is_relaying:  # the client left mid-stream: stop the engine's work
+                response.abort()
+
+        outcome.is_relaying = True
+        gone.add_done_callback(on_disconnect)
+        head = [(b"content-type", SSE_TYPE), (b"cache-control", b"no-cache"), *headers]
+        await send({"type": "http.response.start", "status": 200, "headers": head})
+        piece = first
+        try:
+            while piece is not None:
+                out = relay_piece(state, piece)
+                if out:
+                    if not outcome.is_served and state.has_first_token:
+                        outcome.is_served = True
+                        outcome.first_token_s = time.perf_counter()
+                        gateway.dispatcher.first_token(placement)
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
+                piece = await response.read()
+            tail = flush(state)
+            outcome.is_relaying = False
+            response.release()
+            await send({"type": "http.response.body", "body": tail, "more_body": False})
+        except UpstreamError as exc:
+            if gone.done():
+                outcome.status = 499
+                outcome.reason = "client_disconnect"
+            else:
+                outcome.reason = "stream_error"
+                gateway.metrics.stream_errors.child(admission.pool.name, outcome.replica).inc()
+                message = f"The engine stream broke off: {exc}"
+                await send(
+                    {"type": "http.response.body", "body": error_event(message), "more_body": False}
+                )
+        finally:
+            outcome.is_relaying = False
+            if not gone.done():
+                gone.cancel()
+            outcome.usage = state.usage
+            outcome.num_events = state.num_events
+
+    async def _finish(
+        self, admission: Admission, placement: Placement | None, outcome: _Outcome
+    ) -> None:
+        gateway = self.gateway
+        metrics = gateway.metrics
+        tenant = admission.tenant.name
+        pool = admission.pool.name
+        usage = outcome.usage or {}
+        prompt = int(usage.get("prompt_tokens") or 0)
+        completion = int(usage.get("completion_tokens") or 0)
+        if outcome.usage is None:  # no usage came back: charge what surely was used
+            served = outcome.is_served
+            prompt = admission.num_prompt_tokens if served else 0
+            completion = outcome.num_events if served else 0
+        await gateway.settle(admission, prompt + completion)
+        end = time.perf_counter()
+        metrics.requests.child(
+            tenant, admission.model, pool, outcome.replica, str(outcome.status)
+        ).inc()
+        if prompt or completion:
+            metrics.tokens.child(tenant, admission.model, "prompt").inc(prompt)
+            metrics.tokens.child(tenant, admission.model, "completion").inc(completion)
+        ttft_ms = None
+        if outcome.first_token_s:
+            ttft = outcome.first_token_s - admission.arrival_s
+            ttft_ms = round(1000 * ttft, 3)
+            metrics.ttft.child(tenant, admission.model, pool).observe(ttft)
+        if outcome.status < 400:
+            metrics.e2e.child(tenant, admission.model, pool).observe(end - admission.arrival_s)
+        record: dict[str, Any] = {
+            "request_id": admission.request_id,
+            "tenant": tenant,
+            "model": admission.model,
+            "pool": pool,
+            "replica": outcome.replica,
+            "status": outcome.status,
+            "stream": admission.parsed.is_stream,
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "ttft_ms": ttft_ms,
+            "e2e_ms": round(1000 * (end - admission.arrival_s), 3),
+            "retries": outcome.retries,
+            "route": placement.reason_label if placement is not None else None,
+        }
+        if outcome.reason:
+            record["reason"] = outcome.reason
+        gateway.log_request(record, admission.parsed)
+
+
+class _Outcome:
+    __slots__ = (
+        "first_token_s",
+        "is_relaying",
+        "is_served",
+        "num_events",
+        "reason",
+        "replica",
+        "retries",
+        "status",
+        "usage",
+    )
+
+    def __init__(self) -> None:
+        self.is_relaying = False
+        self.is_served = False
+        self.status = 502
+        self.replica = ""
+        self.reason = ""
+        self.retries = 0
+        self.first_token_s = 0.0
+        self.num_events = 0
+        self.usage: dict[str, Any] | None = None

@@ -1,0 +1,93 @@
+"""Streaming pass-through: engine bytes to the client as they come, read but not rewritten.
+
+The relay cuts the engine's byte stream only at SSE event boundaries (`\\n\\n`), so a chunk
+the client gets is whole events, byte-identical to the engine's. It looks at the bytes for
+three things, each a C-speed `bytes` scan in the common case:
+
+* the first token (for TTFT and the routing policy's `on_first_token`): the first events that
+  are not only the chat role chunk;
+* the usage chunk (`"choices":[],"usage":{...}`), which the gateway always asks the engine for
+  (to settle token limits) and drops again when the client did not ask for it;
+* nothing else: content is never parsed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from inhouse.gateway.prompt import _loads
+
+_ROLE_ONLY = b'"delta":{"role":"assistant","content":""}'
+_USAGE = b'"usage":{'
+_EMPTY_CHOICES = b'"choices":[]'
+
+
+@dataclass(slots=True)
+class StreamState:
+    """What the relay learned from a stream so far."""
+
+    wants_usage: bool
+    carry: bytes = b""
+    has_first_token: bool = False
+    num_events: int = 0
+    usage: dict[str, Any] | None = None
+
+
+def relay_piece(state: StreamState, piece: bytes) -> bytes:
+    """The whole events in `carry + piece` (to forward now, usage chunk dropped unless the
+    client asked for it); the partial tail stays in `state.carry`."""
+    data = state.carry + piece if state.carry else piece
+    cut = data.rfind(b"\n\n")
+    if cut < 0:
+        state.carry = data
+        return b""
+    out, state.carry = data[: cut + 2], data[cut + 2 :]
+    if _USAGE in out:
+        out = _take_usage(state, out)
+    if not state.has_first_token and out:
+        count = out.count(b"data: ")
+        state.num_events += count
+        if not (count == 1 and _ROLE_ONLY in out):
+            state.has_first_token = True
+    return out
+
+
+def flush(state: StreamState) -> bytes:
+    rest, state.carry = state.carry, b""
+    return rest
+
+
+def _take_usage(state: StreamState, out: bytes) -> bytes:
+    kept = []
+    for event in out.split(b"\n\n")[:-1]:
+        if _USAGE in event and event.startswith(b"data: "):
+            try:
+                body = _loads(event[6:])
+            except ValueError:
+                kept.append(event)
+                continue
+            usage = body.get("usage") if isinstance(body, dict) else None
+            if isinstance(usage, dict):
+                state.usage = usage
+            if not state.wants_usage and _EMPTY_CHOICES in event:
+                continue  # the usage chunk the gateway asked for on its own behalf
+        kept.append(event)
+    return b"".join(e + b"\n\n" for e in kept)
+
+
+def usage_of_body(data: bytes) -> dict[str, Any] | None:
+    """`usage` of a non-streamed response body."""
+    try:
+        body = _loads(data)
+    except ValueError:
+        return None
+    usage = body.get("usage") if isinstance(body, dict) else None
+    return usage if isinstance(usage, dict) else None
+
+
+def error_event(message: str, code: int = 502) -> bytes:
+    """The SSE error event vLLM sends when a stream fails after it started, then [DONE]."""
+    error = {"error": {"message": message, "type": "BadGateway", "param": None, "code": code}}
+    return b"data: " + json.dumps(error).encode() + b"\n\ndata: [DONE]\n\n"

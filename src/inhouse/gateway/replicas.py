@@ -1,0 +1,190 @@
+"""Engine replicas as the gateway sees them: health, live load, scraped engine state.
+
+* Health: a replica is routable only after `healthy_after` consecutive `/health` 200s (a
+  loading model answers 503, so it is not ready), and stops being routable after
+  `unhealthy_after` consecutive failures — failed probes and refused connections of real
+  requests alike; probes keep running, so recovery brings it back.
+* Load: `num_inflight` is the gateway's own count, changed at dispatch and at the end of every
+  request, never a scraped figure (the root of the hot-spotting bugs in routers that counted
+  late). The engine's `vllm:num_requests_waiting` and `vllm:kv_cache_usage_perc` are scraped
+  every `scrape_interval_s` and trusted for `scrape_max_age_s`; older values count as zero
+  (neither a thundering herd onto a replica whose scrape went stale nor a fail-closed outage).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+import httpx
+
+from inhouse.gateway.upstream import UpstreamPool
+from inhouse.routing.view import ReplicaView
+from inhouse.spec.gateway import HealthSpec
+
+log = logging.getLogger("inhouse.gateway")
+
+
+class Replica:
+    """One engine replica of a pool. Mutated only from the event loop."""
+
+    def __init__(
+        self,
+        pool: str,
+        index: int,
+        url: str,
+        running_capacity: int,
+        connect_timeout_s: float,
+    ) -> None:
+        parts = urlsplit(url)
+        assert parts.hostname, f"engine URL {url!r} has no host"
+        self.pool = pool
+        self.index = index
+        self.label = str(index)
+        self.url = url.rstrip("/")
+        self.upstream = UpstreamPool(parts.hostname, parts.port or 80, connect_timeout_s)
+        self.path_prefix = parts.path.rstrip("/")
+        self.running_capacity = running_capacity
+        self.is_healthy = False
+        self.num_inflight = 0
+        self.num_failures = 0
+        self.num_successes = 0
+        self.scraped_waiting = 0
+        self.scraped_kv_usage = 0.0
+        self.scraped_at = -1e18
+        self.max_model_len: int | None = None
+
+    def view(self, now: float, max_age_s: float) -> ReplicaView:
+        fresh = now - self.scraped_at <= max_age_s
+        waiting = self.scraped_waiting if fresh else 0
+        # The engine queues what exceeds its running batch: the gateway's own live estimate.
+        waiting = max(waiting, self.num_inflight - self.running_capacity)
+        return ReplicaView(
+            self.index,
+            self.num_inflight,
+            waiting,
+            self.scraped_kv_usage if fresh else 0.0,
+            self.is_healthy,
+        )
+
+    def record_success(self, health: HealthSpec) -> bool:
+        """A passed probe or request; True when the replica (re)joins."""
+        self.num_failures = 0
+        self.num_successes += 1
+        if not self.is_healthy and self.num_successes >= health.healthy_after:
+            self.is_healthy = True
+            return True
+        return False
+
+    def record_failure(self, health: HealthSpec) -> bool:
+        """A failed probe or refused request; True when the replica leaves."""
+        self.num_successes = 0
+        self.num_failures += 1
+        if self.is_healthy and self.num_failures >= health.unhealthy_after:
+            self.is_healthy = False
+            return True
+        return False
+
+
+def parse_engine_metrics(text: str) -> tuple[int, float]:
+    """(requests waiting, KV usage) from a vLLM `/metrics` page, summed over engines."""
+    waiting = 0.0
+    kv = 0.0
+    num_kv = 0
+    for line in text.splitlines():
+        if line.startswith("vllm:num_requests_waiting{") or line.startswith(
+            "vllm:num_requests_waiting "
+        ):
+            waiting += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("vllm:kv_cache_usage_perc"):
+            kv += float(line.rsplit(" ", 1)[1])
+            num_kv += 1
+    return int(waiting), (kv / num_kv if num_kv else 0.0)
+
+
+class HealthMonitor:
+    """Probes `/health`, scrapes `/metrics` and reads `/v1/models` (max_model_len) for every
+    replica, on one httpx client, as background tasks of the gateway's loop."""
+
+    def __init__(
+        self,
+        replicas: list[Replica],
+        health: HealthSpec,
+        on_join: Callable[[Replica], None] | None = None,
+    ) -> None:
+        self.replicas = replicas
+        self.health = health
+        self._on_join = on_join
+        self._client: httpx.AsyncClient | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        limits = httpx.Limits(max_connections=max(8, 2 * len(self.replicas)))
+        self._client = httpx.AsyncClient(timeout=self.health.timeout_s, limits=limits)
+        await asyncio.gather(*(self.probe(r) for r in self.replicas))
+        loop = asyncio.get_running_loop()
+        for replica in self.replicas:
+            self._tasks.append(loop.create_task(self._probe_loop(replica)))
+            self._tasks.append(loop.create_task(self._scrape_loop(replica)))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+        for replica in self.replicas:
+            replica.upstream.close()
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        assert self._client is not None, "HealthMonitor.start() first"
+        return self._client
+
+    async def probe(self, replica: Replica) -> None:
+        try:
+            response = await self.client.get(replica.url + "/health")
+            ok = response.status_code == 200
+        except httpx.HTTPError:
+            ok = False
+        if ok:
+            if replica.max_model_len is None:
+                await self._read_models(replica)
+            if replica.record_success(self.health):
+                log.info("replica %s/%s joined (%s)", replica.pool, replica.index, replica.url)
+                if self._on_join is not None:
+                    self._on_join(replica)
+        elif replica.record_failure(self.health):
+            log.warning("replica %s/%s removed: health checks fail", replica.pool, replica.index)
+
+    async def _read_models(self, replica: Replica) -> None:
+        with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, TypeError):
+            response = await self.client.get(replica.url + "/v1/models")
+            cards = response.json()["data"]
+            lengths = [c["max_model_len"] for c in cards if c.get("max_model_len")]
+            if lengths:
+                replica.max_model_len = int(min(lengths))
+
+    async def _probe_loop(self, replica: Replica) -> None:
+        while True:
+            await asyncio.sleep(self.health.interval_s)
+            await self.probe(replica)
+
+    async def _scrape_loop(self, replica: Replica) -> None:
+        while True:
+            if replica.is_healthy:
+                with contextlib.suppress(httpx.HTTPError, ValueError, IndexError):
+                    response = await self.client.get(replica.url + "/metrics")
+                    if response.status_code == 200:
+                        waiting, kv = parse_engine_metrics(response.text)
+                        replica.scraped_waiting, replica.scraped_kv_usage = waiting, kv
+                        replica.scraped_at = time.monotonic()
+            await asyncio.sleep(self.health.scrape_interval_s)

@@ -1,0 +1,211 @@
+"""The gateway's section of the stack file (`stack.gateway`): tenants, tiers, limits, options.
+
+    gateway:
+      max_body_bytes: 16777216
+      redis_url: redis://127.0.0.1:6379/0      # shared limits when several gateways run
+      tiers:                                    # defaults: interactive, standard, batch
+        batch: {priority: 10, max_share: 0.5, queue_timeout_s: 60}
+      tenants:
+        - name: support-bot
+          tier: interactive
+          models: [chat-70b]                    # default: every model
+          keys: ["ihk1$3f9a0c1d$<salt>$<sha256>"]
+          limits: {rpm: 600, tpm: 400000, max_concurrency: 32, daily_tokens: 50000000}
+
+Keys are never stored, only salted SHA-256 hashes (`inhouse gateway keys create` prints a key
+once and the line to store). A key is `ihk-<id>-<secret>`: the id finds its hash in one dict
+lookup, the 192-bit secret makes a fast hash safe (no password stretching needed for random
+keys). See docs/gateway.md for every field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from inhouse.errors import SpecError
+from inhouse.spec.errors_format import describe_validation_error
+
+KEY_HASH_SCHEME = "ihk1"
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TierSpec(_Strict):
+    """A priority tier. `priority` is vLLM's (lower is served earlier); when every replica of
+    a pool is saturated, requests wait in the gateway by tier (lower `priority` first), at most
+    `max_queue` of them for at most `queue_timeout_s`, then get 503 + Retry-After.
+    `max_share` caps the share of a replica's slots (`max_inflight_per_replica`) this tier may
+    hold, so a surge of it leaves room for the tiers above."""
+
+    priority: int = 0
+    queue_timeout_s: float = Field(default=30.0, ge=0)
+    max_queue: int = Field(default=256, ge=0)
+    max_share: float = Field(default=1.0, gt=0, le=1)
+
+
+DEFAULT_TIERS: dict[str, TierSpec] = {
+    "interactive": TierSpec(priority=0, queue_timeout_s=10.0, max_queue=256),
+    "standard": TierSpec(priority=5, queue_timeout_s=30.0, max_queue=512),
+    "batch": TierSpec(priority=10, queue_timeout_s=120.0, max_queue=2048, max_share=0.5),
+}
+
+
+class LimitsSpec(_Strict):
+    """Per-tenant limits; `None` is unlimited. Token limits count prompt + completion tokens
+    and are enforced by reserve-then-settle (prompt + max_tokens reserved at admission,
+    settled to the engine's usage at the end). `max_prompt_tokens` is the tenant's own cap
+    on a prompt, below the model's context length."""
+
+    rpm: int | None = Field(default=None, gt=0, description="requests per minute")
+    tpm: int | None = Field(default=None, gt=0, description="tokens per minute")
+    max_concurrency: int | None = Field(default=None, gt=0)
+    daily_tokens: int | None = Field(default=None, gt=0, description="tokens per UTC day")
+    max_prompt_tokens: int | None = Field(default=None, gt=0)
+    default_max_tokens: int | None = Field(
+        default=None,
+        gt=0,
+        description="max_tokens sent to the engine when a request names none (else the "
+        "reservation is the rest of the context window)",
+    )
+
+
+class TenantSpec(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*$", max_length=64)
+    tier: str = "standard"
+    models: tuple[str, ...] = Field(default=("*",), description="model names; '*' for all")
+    keys: tuple[str, ...] = Field(default=(), description="salted key hashes")
+    limits: LimitsSpec = Field(default_factory=LimitsSpec)
+
+    def may_use(self, model: str) -> bool:
+        return "*" in self.models or model in self.models
+
+
+class HealthSpec(_Strict):
+    """Replica health: a replica joins after `healthy_after` consecutive /health 200s, leaves
+    after `unhealthy_after` consecutive failures (a refused connection counts too)."""
+
+    interval_s: float = Field(default=1.0, gt=0)
+    timeout_s: float = Field(default=2.0, gt=0)
+    unhealthy_after: int = Field(default=2, ge=1)
+    healthy_after: int = Field(default=1, ge=1)
+    scrape_interval_s: float = Field(default=2.0, gt=0, description="engine /metrics period")
+    scrape_max_age_s: float = Field(
+        default=6.0, gt=0, description="scraped load older than this is ignored (not trusted)"
+    )
+
+
+class ProxySpec(_Strict):
+    """Dispatch: retries before the first byte, saturation, timeouts."""
+
+    retries: int = Field(default=2, ge=0, description="other replicas tried before first byte")
+    max_inflight_per_replica: int | None = Field(
+        default=None,
+        gt=0,
+        description="the gateway's own saturation point per replica (default: the pool's "
+        "max_num_seqs + saturation_waiting, else 256)",
+    )
+    connect_timeout_s: float = Field(default=2.0, gt=0)
+    first_byte_timeout_s: float = Field(default=600.0, gt=0)
+    request_timeout_s: float = Field(default=3600.0, gt=0)
+    drain_timeout_s: float = Field(default=30.0, ge=0)
+
+
+class LogSpec(_Strict):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    prompts: bool = Field(default=False, description="log prompts (redacted when false)")
+    requests: bool = Field(default=True, description="one JSON line per request")
+
+
+class TlsSpec(_Strict):
+    certfile: str
+    keyfile: str
+
+
+class GatewaySpec(_Strict):
+    max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, gt=0)
+    redis_url: str | None = None
+    keys_file: str | None = Field(default=None, description="file of `TENANT HASH` lines")
+    tiers: dict[str, TierSpec] = Field(default_factory=dict, description="merged on defaults")
+    tenants: tuple[TenantSpec, ...] = ()
+    health: HealthSpec = Field(default_factory=HealthSpec)
+    proxy: ProxySpec = Field(default_factory=ProxySpec)
+    log: LogSpec = Field(default_factory=LogSpec)
+    tls: TlsSpec | None = None
+    otlp_endpoint: str | None = Field(default=None, description="OTLP/HTTP traces endpoint")
+
+    @model_validator(mode="after")
+    def _check(self) -> GatewaySpec:
+        names = [t.name for t in self.tenants]
+        if len(set(names)) != len(names):
+            raise ValueError(f"tenant names must be unique, got {names}")
+        tiers = self.all_tiers
+        for tenant in self.tenants:
+            if tenant.tier not in tiers:
+                raise ValueError(
+                    f"tenant {tenant.name!r}: tier {tenant.tier!r} is unknown; tiers: "
+                    f"{', '.join(tiers)}"
+                )
+            for entry in tenant.keys:
+                parse_key_hash(entry)  # raises ValueError naming the problem
+        return self
+
+    @property
+    def all_tiers(self) -> dict[str, TierSpec]:
+        return {**DEFAULT_TIERS, **self.tiers}
+
+
+def parse_key_hash(entry: str) -> tuple[str, bytes, bytes]:
+    """`ihk1$<id>$<salt hex>$<sha256 hex>` → (id, salt, digest)."""
+    parts = entry.split("$")
+    if len(parts) != 4 or parts[0] != KEY_HASH_SCHEME:
+        raise ValueError(
+            f"key hash {entry[:24]!r}... is not `{KEY_HASH_SCHEME}$ID$SALT$HASH`; create keys "
+            "with `inhouse gateway keys create --tenant NAME` (never store the key itself)"
+        )
+    try:
+        salt, digest = bytes.fromhex(parts[2]), bytes.fromhex(parts[3])
+    except ValueError:
+        raise ValueError(f"key hash for id {parts[1]!r}: salt and hash must be hex") from None
+    if len(digest) != 32 or len(salt) < 8:
+        raise ValueError(f"key hash for id {parts[1]!r}: a 32-byte hash and 8+ byte salt")
+    return parts[1], salt, digest
+
+
+def parse_gateway(data: Any, source: str = "stack") -> GatewaySpec:
+    """`stack.gateway` (a mapping, possibly empty) as a typed spec; errors name the field."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: gateway must be a mapping (see docs/gateway.md)")
+    try:
+        return GatewaySpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(describe_validation_error(exc, f"{source}: gateway")) from exc
+
+
+def read_keys_file(path: Path) -> list[tuple[str, str]]:
+    """(tenant, key hash) pairs from a keys file: `TENANT HASH` per line, `#` comments."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(f"cannot read keys file {path}: {exc.strerror}") from exc
+    pairs = []
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        fields = line.split()
+        if len(fields) != 2:
+            raise SpecError(f"{path}:{number}: expected `TENANT HASH`, got {line[:40]!r}")
+        try:
+            parse_key_hash(fields[1])
+        except ValueError as exc:
+            raise SpecError(f"{path}:{number}: {exc}") from None
+        pairs.append((fields[0], fields[1]))
+    return pairs
