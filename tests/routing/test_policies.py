@@ -206,7 +206,7 @@ def test_oracle_reads_the_engines_true_caches() -> None:
 
 def test_registry_names_policies_and_checks_parameters() -> None:
     assert policy_names() == ["round_robin", "least_loaded", "session", "cache_aware", "oracle"]
-    assert policy_params("cache_aware")["load_factor"] == 1.2
+    assert policy_params("cache_aware")["load_factor"] == 1.3
     with pytest.raises(SpecError, match="unknown; use one of: round_robin"):
         make_policy("random", PolicyContext(2))
     with pytest.raises(

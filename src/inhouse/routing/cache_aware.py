@@ -75,11 +75,14 @@ class CacheAware(Policy):
 
     Parameters:
 
-    * `prefix_weight` (1.0): weight of a token of prefill saved by a cached prefix.
+    * `prefix_weight` (2.0): weight of a token of prefill saved by a cached prefix. Above the
+      load weight because a recomputed prefix costs twice: this request's TTFT and the
+      replica's capacity for everyone queued behind it.
     * `load_weight` (1.0): weight of a token of prefill already pending on the replica. Raise
       it to favour balance over cache reuse.
-    * `request_cost_tokens` (256): prefill-token equivalent of one in-flight request in the load.
-    * `load_factor` (1.2) and `load_slack` (2): the bounded-load ceiling, relative to the mean
+    * `request_cost_tokens` (1024): prefill-token equivalent of one in-flight request in the
+      load (decodes slow every step; a burst of short requests is load too).
+    * `load_factor` (1.3) and `load_slack` (3): the bounded-load ceiling, relative to the mean
       in-flight count and absolute (in requests); the least loaded replica always qualifies.
     * `kv_ceiling` (0.95): KV usage above which a replica is avoided (preemption ahead).
     * `max_blocks_per_replica` (0 = the replica's KV blocks): the index's cap per replica.
@@ -90,11 +93,11 @@ class CacheAware(Policy):
     def __init__(
         self,
         context: PolicyContext,
-        prefix_weight: float = 1.0,
+        prefix_weight: float = 2.0,
         load_weight: float = 1.0,
-        request_cost_tokens: float = 256.0,
-        load_factor: float = 1.2,
-        load_slack: float = 2.0,
+        request_cost_tokens: float = 1024.0,
+        load_factor: float = 1.3,
+        load_slack: float = 3.0,
         kv_ceiling: float = 0.95,
         max_blocks_per_replica: int = 0,
     ) -> None:
@@ -173,11 +176,11 @@ class Oracle(CacheAware):
     def __init__(
         self,
         context: PolicyContext,
-        prefix_weight: float = 1.0,
+        prefix_weight: float = 2.0,
         load_weight: float = 1.0,
-        request_cost_tokens: float = 256.0,
-        load_factor: float = 1.2,
-        load_slack: float = 2.0,
+        request_cost_tokens: float = 1024.0,
+        load_factor: float = 1.3,
+        load_slack: float = 3.0,
         kv_ceiling: float = 0.95,
     ) -> None:
         super().__init__(
