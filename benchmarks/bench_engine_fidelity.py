@@ -4,7 +4,10 @@
 
 Starts the simulated engine as a process (pinned to CPU 0; the client runs on CPU 1), drives it
 closed-loop with streaming completions (engine_load.py), and compares mean TTFT and mean TPOT
-with `inhouse.predict.run_closed_loop` for the same model, GPU, TP, quantization and shape.
+with `inhouse.predict.run_closed_loop` for the same model, GPU, TP, quantization and shape,
+every request simulated (`sampled_waves=None`; the default 4-wave extrapolation is a different,
+approximate experiment). Also prints what the engine measured itself (its /metrics), which
+separates the engine loop's fidelity from HTTP, client and host-contention time.
 Targets: within 5% at one stream, within 10% at 64 concurrent streams.
 """
 
@@ -15,12 +18,37 @@ import asyncio
 import os
 import sys
 
-from engine_load import closed_loop, expected_e2e_s, free_port, start_engine, stop
+from engine_load import closed_loop, expected_e2e_s, free_port, scrape, start_engine, stop
 
 from inhouse.engine import ReplicaSpec, build_replica
 from inhouse.predict import run_closed_loop
 
 TARGETS = {1: 0.05, 64: 0.10}
+
+
+def _engine_side(
+    before: dict[str, float], after: dict[str, float]
+) -> tuple[float, float, float, float, float]:
+    """Mean TTFT and TPOT (ms) the engine itself measured, its steps, and the steps it
+    reported late."""
+
+    def delta(name: str) -> float:
+        key = f'{name}{{engine="0",model_name="bench"}}'
+        return after[key] - before.get(key, 0.0)
+
+    ttft_ms = (
+        1000
+        * delta("vllm:time_to_first_token_seconds_sum")
+        / delta("vllm:time_to_first_token_seconds_count")
+    )
+    tpot_ms = (
+        1000
+        * delta("vllm:request_time_per_output_token_seconds_sum")
+        / delta("vllm:request_time_per_output_token_seconds_count")
+    )
+    steps = delta("inhouse:engine_step_lag_seconds_count")
+    lagging = delta("inhouse:engine_lagging_steps_total")
+    return ttft_ms, tpot_ms, steps, lagging, delta("inhouse:engine_stretched_seconds_total")
 
 
 def main() -> int:
@@ -52,6 +80,8 @@ def main() -> int:
         str(args.isl + args.osl + 16),
         "--max-num-seqs",
         "256",
+        "--served-model-name",
+        "bench",
     ]
     engine = start_engine(engine_args, port, cpu=0 if (os.cpu_count() or 1) > 1 else None)
     rows = []
@@ -62,9 +92,14 @@ def main() -> int:
             asyncio.run(closed_loop(url, args.isl, args.osl, concurrency, min(num, 8)))  # warm-up
             dephase = expected_e2e_s(replica, args.isl, args.osl, concurrency)
             load = closed_loop(url, args.isl, args.osl, concurrency, num, 1, dephase)
+            before = scrape(url)
             measured = asyncio.run(load)
-            predicted = run_closed_loop(replica, args.isl, args.osl, concurrency, num)
-            rows.append((concurrency, measured, predicted))
+            engine_side = _engine_side(before, scrape(url))
+            # Every request simulated (no steady-state extrapolation): the same experiment.
+            predicted = run_closed_loop(
+                replica, args.isl, args.osl, concurrency, num, sampled_waves=None
+            )
+            rows.append((concurrency, measured, predicted, engine_side))
     finally:
         stop(engine)
 
@@ -77,7 +112,7 @@ def main() -> int:
         f"{'TPOT ms meas':>13} {'pred':>8} {'err':>7}  target"
     )
     ok = True
-    for concurrency, m, p in rows:
+    for concurrency, m, p, _ in rows:
         ttft_err = m.mean_ttft_ms / p.mean_ttft_ms - 1
         tpot_err = m.mean_tpot_ms / p.mean_tpot_ms - 1
         target = TARGETS.get(concurrency)
@@ -91,6 +126,16 @@ def main() -> int:
             f"{ttft_err:>+7.1%} {m.mean_tpot_ms:>13.3f} {p.mean_tpot_ms:>8.3f} {tpot_err:>+7.1%}  "
             f"{verdict}"
         )
+    print("engine side (its own /metrics, no HTTP or client time):")
+    for concurrency, _, p, (ttft_ms, tpot_ms, steps, lagging, stretched) in rows:
+        print(
+            f"  C={concurrency}: mean TTFT {ttft_ms:.2f} ms ({ttft_ms / p.mean_ttft_ms - 1:+.1%}), "
+            f"mean TPOT {tpot_ms:.3f} ms ({tpot_ms / p.mean_tpot_ms - 1:+.1%}) vs predict; "
+            f"{lagging:.0f} of {steps:.0f} steps later than the lag tolerance, "
+            f"{1000 * stretched:.0f} ms of simulated time given up"
+        )
+    load1, load5, _ = os.getloadavg()
+    print(f"host load average {load1:.1f} (1 min), {load5:.1f} (5 min) on {os.cpu_count()} CPUs")
     print("reproduce: python benchmarks/bench_engine_fidelity.py " + " ".join(sys.argv[1:]))
     return 0 if ok else 1
 

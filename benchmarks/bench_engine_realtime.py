@@ -136,6 +136,8 @@ def main() -> int:
         f"  mean TTFT measured {measured.mean_ttft_ms:.1f} ms vs predicted "
         f"{predicted.mean_ttft_ms:.1f} ms"
     )
+    load1, load5, _ = os.getloadavg()
+    print(f"host load average {load1:.1f} (1 min), {load5:.1f} (5 min) on {os.cpu_count()} CPUs")
     print("reproduce: python benchmarks/bench_engine_realtime.py " + " ".join(sys.argv[1:]))
     return 0
 

@@ -73,6 +73,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=5.0,
         help="lateness per step above which the host is reported as lagging",
     )
+    parser.add_argument(
+        "--catchup-window-ms",
+        type=float,
+        default=200.0,
+        help="how far behind the simulated clock the loop may fall and still catch up",
+    )
     parser.add_argument("--admin-port", type=int, help="open the fault-injection port")
     parser.add_argument("--admin-host", default="127.0.0.1")
     parser.add_argument("--log-prompts", action="store_true", help="log prompt text")
@@ -105,6 +111,7 @@ def options_from_args(args: argparse.Namespace) -> EngineOptions:
         max_num_queued_reqs=args.max_num_queued_reqs,
         log_prompts=args.log_prompts,
         lag_tolerance_s=args.lag_tolerance_ms / 1000.0,
+        catchup_window_s=args.catchup_window_ms / 1000.0,
     )
 
 

@@ -472,6 +472,13 @@ class EngineMetrics:
             LABELS,
             registry=registry,
         ).labels(**labels)
+        self.stretched = Counter(
+            "inhouse:engine_stretched_seconds",
+            "Simulated time given up because the host fell behind by more than the catch-up "
+            "window: client timings were stretched by this much.",
+            LABELS,
+            registry=registry,
+        ).labels(**labels)
         self._synced = EngineSnapshot(0, 0, 0.0, 0, 0, 0)
 
     def observe_finished(self, record: FinishedRecord) -> None:

@@ -4,11 +4,16 @@
     sleep until start + step time; hand each emitted token to its stream; repeat
 
 Time is `time.monotonic()` in seconds; the core sees it as its clock. Steps chain end to start,
-so the asyncio wake-up jitter (a millisecond or so) does not stretch timings. When a step is
-delivered later than `lag_tolerance_s` after its simulated end, the host could not keep pace: the
-lateness is exported (`inhouse:engine_clock_lag_seconds`, `inhouse:engine_lagging_steps_total`),
-logged at most every `LAG_LOG_INTERVAL_S`, and the next step starts from now instead of piling
-up behind.
+so the asyncio wake-up jitter (a millisecond or so) does not stretch timings, and a step that
+is delivered late (the process was descheduled, or a burst of work held the loop) is caught up:
+the next steps run back to back until the loop is on the simulated clock again, so a request's
+mean TPOT keeps the model's value. Only when the loop falls more than `catchup_window_s` behind
+does it give up the lost time and restart from now: those timings are stretched.
+
+Both are reported, never hidden: every step's lateness (`inhouse:engine_step_lag_seconds`,
+`inhouse:engine_clock_lag_seconds`), steps later than `lag_tolerance_s`
+(`inhouse:engine_lagging_steps_total`), simulated time given up
+(`inhouse:engine_stretched_seconds_total`), and a warning at most every `LAG_LOG_INTERVAL_S`.
 
 Faults (drills) act here: `slow_factor` stretches every step, `hang` stops stepping, `fill_kv`
 holds KV blocks away from requests.
@@ -61,6 +66,7 @@ class EngineRunner:
         metrics: EngineMetrics,
         time_scale: float = 1.0,
         lag_tolerance_s: float = 0.005,
+        catchup_window_s: float = 0.2,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.core = core
@@ -68,6 +74,8 @@ class EngineRunner:
         self.time_scale = time_scale
         self.slow_factor = 1.0
         self.lag_tolerance_s = lag_tolerance_s
+        self.catchup_window_s = catchup_window_s
+        self.stretched_s = 0.0
         self.clock = clock
         self.streams: dict[str, Stream] = {}
         self.num_lagging_steps = 0
@@ -79,6 +87,7 @@ class EngineRunner:
         self._prev_end_s: float | None = None
         self._kv_held: list[int] = []
         self._lag_window: list[float] = []
+        self._stretched_window = 0.0
         self._last_lag_log_s = -LAG_LOG_INTERVAL_S
 
     # -- requests ------------------------------------------------------------------------
@@ -158,10 +167,7 @@ class EngineRunner:
                 await self._unhang.wait()
                 continue
             now = self.clock()
-            start = now
-            prev = self._prev_end_s
-            if prev is not None and now - prev < self.lag_tolerance_s:
-                start = prev
+            start = self._start_time(now)
             self._wakeup.clear()
             result = self.core.step(start, max_steps=1)
             if result is None:
@@ -170,11 +176,25 @@ class EngineRunner:
                 continue
             end = start + (result.end_s - start) * self.time_scale * self.slow_factor
             delay = end - self.clock()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            # Behind: no sleep, but yield, so the handlers send what the last step produced.
+            await asyncio.sleep(max(0.0, delay))
             self._note_lag(self.clock() - end, end)
             self._prev_end_s = end
             self._deliver(result, end)
+
+    def _start_time(self, now: float) -> float:
+        """Where the next step starts: the previous one's end (or the moment a pending request
+        becomes ready) if the loop is on time or within the catch-up window, else now."""
+        prev = self._prev_end_s
+        if prev is None:
+            return now
+        behind = now - prev
+        if behind <= self.catchup_window_s:
+            return prev
+        self.stretched_s += behind
+        self.metrics.stretched.inc(behind)
+        self._stretched_window += behind
+        return now
 
     async def _idle(self, now: float) -> float | None:
         ready = self.core.next_ready_s()
@@ -200,14 +220,16 @@ class EngineRunner:
         if at_s - self._last_lag_log_s >= LAG_LOG_INTERVAL_S:
             window = self._lag_window
             log.warning(
-                "engine is behind the simulated clock: %d step(s) late by up to %.1f ms "
-                "(mean %.1f ms) since the last report; this host cannot keep pace, so client "
-                "timings are stretched",
+                "engine is behind the simulated clock: %d step(s) delivered late by up to "
+                "%.1f ms (mean %.1f ms) since the last report, %.0f ms of simulated time given "
+                "up (client timings stretched by that much); this host cannot keep pace",
                 len(window),
                 1000 * max(window),
                 1000 * sum(window) / len(window),
+                1000 * self._stretched_window,
             )
             self._lag_window = []
+            self._stretched_window = 0.0
             self._last_lag_log_s = at_s
 
     def _deliver(self, result: StepResult, end_s: float) -> None:

@@ -48,6 +48,7 @@ class EngineOptions:
     max_num_queued_reqs: int | None = None
     log_prompts: bool = False
     lag_tolerance_s: float = 0.005
+    catchup_window_s: float = 0.2
 
     def replica_spec(self) -> ReplicaSpec:
         return ReplicaSpec(
@@ -113,6 +114,7 @@ class EngineState:
             self.metrics,
             time_scale=options.time_scale,
             lag_tolerance_s=options.lag_tolerance_s,
+            catchup_window_s=options.catchup_window_s,
         )
         self.faults = Faults()
         self.is_loaded = False
