@@ -254,10 +254,17 @@ class EngineCore:
         self.timeline.extend(ends)
         end_s = ends[-1]
         kv = scheduler.kv
+        bs = self.config.block_size
         finished: list[Request] = []
         for request in running:
-            allocated = kv.allocate(request, steps)
-            assert allocated, "fast-forward checked KV room beforehand"
+            total = request.num_computed_tokens + steps
+            if total > len(request.block_ids) * bs or request.num_cached_blocks < min(
+                total // bs, len(request.block_hashes)
+            ):
+                # NOTE: only when the jump needs a new block or completes a hashed one; else
+                # `allocate` would do nothing (most jumps of short decodes).
+                allocated = kv.allocate(request, steps)
+                assert allocated, "fast-forward checked KV room beforehand"
             request.num_computed_tokens += steps
             request.num_output_tokens += steps
             request.record_tokens(index, steps)

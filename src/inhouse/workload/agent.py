@@ -76,6 +76,7 @@ class AgentRun(ScheduledRun):
         self._span = itertools.count(1)
         self._system_span = [next(self._span) for _ in range(spec.num_apps)]
         self._app_seen = [False] * spec.num_apps
+        self._system_hasher: dict[int, SpanHasher] = {}
         self._num_sessions = 0
         self._session_of: dict[str, _Session] = {}
         if spec.session_rate_per_s > 0:
@@ -95,13 +96,21 @@ class AgentRun(ScheduledRun):
         rng = self._rng
         app = rng.randrange(spec.num_apps)
         turns = rng.randint(spec.min_turns, spec.max_turns)
-        session = _Session(f"s{self._num_sessions}", app, turns, SpanHasher(self.block_size))
+        session = _Session(f"s{self._num_sessions}", app, turns, self._system_prompt(app))
         self._num_sessions += 1
-        session.hasher.extend(self._system_span[app], spec.system_prompt_tokens)
         if self._app_seen[app]:
             session.num_known_blocks = spec.system_prompt_tokens // self.block_size
         self._app_seen[app] = True
         return self._turn(session, request_id, at_s, spec.first_message.sample(rng))
+
+    def _system_prompt(self, app: int) -> SpanHasher:
+        """A hasher holding the app's system prompt: hashed once per app, copied per session."""
+        template = self._system_hasher.get(app)
+        if template is None:
+            template = SpanHasher(self.block_size)
+            template.extend(self._system_span[app], self.spec.system_prompt_tokens)
+            self._system_hasher[app] = template
+        return template.copy()
 
     def _turn(
         self, session: _Session, request_id: str, at_s: float, new_tokens: int
