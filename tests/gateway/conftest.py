@@ -1,0 +1,162 @@
+"""Fixtures for the gateway tests: simulated engines on loopback sockets inside the test's
+event loop, and a gateway in front of them driven through `httpx.ASGITransport`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import uvicorn
+
+from inhouse.gateway.app import create_app
+from inhouse.gateway.limits import LimitStore
+from inhouse.gateway.service import Gateway
+from inhouse.server.engine_app import create_engine_app
+from inhouse.server.state import EngineOptions, EngineState
+from inhouse.spec.gateway import parse_gateway
+from inhouse.spec.stack import parse_stack
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+KEY = "test-key-interactive"
+BATCH_KEY = "test-key-batch"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class _Quiet(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self):  # type: ignore[no-untyped-def]
+        yield
+
+
+@dataclass
+class LiveEngine:
+    state: EngineState
+    url: str
+    server: uvicorn.Server
+    task: asyncio.Task[None]
+    loop_task: asyncio.Task[None]
+
+    async def kill(self) -> None:
+        """Stop at once: open connections are cut, the port closes."""
+        self.server.force_exit = True
+        self.server.should_exit = True
+        self.state.runner.stop()
+        for server in self.server.servers:
+            server.close()
+        for conn in list(getattr(self.server.server_state, "connections", ())):
+            conn.shutdown()
+            transport = getattr(conn, "transport", None)
+            if transport is not None:
+                transport.abort()
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(self.task, 5)
+
+
+def engine_options(**overrides: Any) -> EngineOptions:
+    values: dict[str, Any] = {
+        "model": MODEL,
+        "served_model_names": ("tiny",),
+        "max_model_len": 512,
+        "scheduling_policy": "priority",
+        "time_scale": 0.05,
+    }
+    values.update(overrides)
+    return EngineOptions(**values)
+
+
+async def start_engine(options: EngineOptions | None = None, port: int = 0) -> LiveEngine:
+    state = EngineState.build(options or engine_options())
+    state.is_loaded = True
+    port = port or free_port()
+    config = uvicorn.Config(
+        create_engine_app(state),
+        host="127.0.0.1",
+        port=port,
+        lifespan="off",
+        log_config=None,
+        access_log=False,
+        timeout_keep_alive=30,
+    )
+    server = _Quiet(config)
+    loop_task = asyncio.create_task(state.runner.run())
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    return LiveEngine(state, f"http://127.0.0.1:{port}", server, task, loop_task)
+
+
+async def stop_engine(engine: LiveEngine) -> None:
+    engine.server.should_exit = True
+    engine.state.runner.stop()
+    with contextlib.suppress(BaseException):
+        await asyncio.wait_for(engine.task, 5)
+    with contextlib.suppress(BaseException):
+        await asyncio.wait_for(engine.loop_task, 5)
+
+
+def stack_data(replicas: int = 2, gateway: dict[str, Any] | None = None, **pool: Any) -> dict:
+    base: dict[str, Any] = {
+        "name": "chat",
+        "model": MODEL,
+        "served_model_name": "tiny",
+        "replicas": replicas,
+        "knobs": {"max_model_len": 512, "max_num_seqs": 16},
+        "routing": {"policy": "cache_aware"},
+    }
+    base.update(pool)
+    gw = {
+        "health": {"interval_s": 0.1, "scrape_interval_s": 0.2},
+        "log": {"requests": False},
+        "tenants": [],
+    }
+    gw.update(gateway or {})
+    return {"version": 1, "name": "test", "engine": "simulated", "pools": [base], "gateway": gw}
+
+
+@contextlib.asynccontextmanager
+async def gateway_for(
+    data: dict,
+    pool_urls: dict[str, list[str]],
+    demo_key: str | None = KEY,
+    limits: LimitStore | None = None,
+) -> AsyncIterator[tuple[Gateway, httpx.AsyncClient]]:
+    stack = parse_stack(data)
+    spec = parse_gateway(stack.gateway)
+    gateway = Gateway(stack, spec, pool_urls, demo_key, limits)
+    await gateway.start()
+    transport = httpx.ASGITransport(app=create_app(gateway))
+    headers = {"authorization": f"Bearer {demo_key}"} if demo_key else {}
+    try:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://gateway", headers=headers, timeout=30
+        ) as client:
+            yield gateway, client
+    finally:
+        await gateway.stop()
+
+
+@contextlib.asynccontextmanager
+async def engines(n: int, **overrides: Any) -> AsyncIterator[list[LiveEngine]]:
+    live = [await start_engine(engine_options(**overrides)) for _ in range(n)]
+    try:
+        yield live
+    finally:
+        for engine in live:
+            await stop_engine(engine)
+
+
+def chat(text: str = "Hello there, how are you?", **extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": "tiny", "messages": [{"role": "user", "content": text}]}
+    body.update(extra)
+    return body

@@ -1,0 +1,183 @@
+"""Pools and replicas: prefix-cache-aware choice, the length rule, fallback, priority queue."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+from tests.gateway.conftest import MODEL, chat, engines, free_port, gateway_for, stack_data
+
+
+def two_pools(gateway: dict[str, Any] | None = None, **chat_pool: Any) -> dict[str, Any]:
+    data = stack_data(replicas=1, gateway=gateway, **chat_pool)
+    data["pools"].append(
+        {
+            "name": "small",
+            "model": MODEL,
+            "served_model_name": "small",
+            "replicas": 1,
+            "knobs": {"max_model_len": 4096, "max_num_seqs": 16},
+        }
+    )
+    return data
+
+
+def test_shared_prefix_sticks_to_one_replica() -> None:
+    async def main() -> None:
+        async with engines(3) as live:
+            urls = {"chat": [e.url for e in live]}
+            async with gateway_for(stack_data(replicas=3), urls) as (_, client):
+                system = "You are a careful assistant. " * 40
+                pools = []
+                for turn in range(6):
+                    body = {
+                        "model": "tiny",
+                        "max_tokens": 2,
+                        "messages": [
+                            {"role": "system", "content": system},
+                            {"role": "user", "content": f"question {turn}"},
+                        ],
+                    }
+                    r = await client.post("/v1/chat/completions", json=body)
+                    assert r.status_code == 200
+                    pools.append(r.json()["usage"]["prompt_tokens_details"]["cached_tokens"])
+                text = (await client.get("/metrics")).text
+        assert 'reason="prefix_match"' in text
+        assert all(cached > 0 for cached in pools[1:]), pools  # every turn hit the cache
+
+    asyncio.run(main())
+
+
+def test_long_prompts_go_to_the_long_pool() -> None:
+    data = two_pools(long_prompt_tokens=50, long_pool="small")
+
+    async def main() -> None:
+        async with (
+            engines(1) as live,
+            engines(1, max_model_len=4096, served_model_names=("small",)) as small,
+        ):
+            urls = {"chat": [live[0].url], "small": [small[0].url]}
+            async with gateway_for(data, urls) as (_, client):
+                short = await client.post("/v1/chat/completions", json=chat(max_tokens=1))
+                assert short.headers["x-inhouse-pool"] == "chat"
+                long = await client.post(
+                    "/v1/chat/completions", json=chat("z" * 3000, max_tokens=1)
+                )
+                assert long.status_code == 200, long.text
+                assert long.headers["x-inhouse-pool"] == "small"
+                text = (await client.get("/metrics")).text
+                assert 'reason="long_prompt"' in text
+
+    asyncio.run(main())
+
+
+def test_fallback_when_primary_is_down_is_marked() -> None:
+    data = two_pools(fallback="small")
+
+    async def main() -> None:
+        async with engines(1, max_model_len=4096, served_model_names=("small",)) as small:
+            dead = f"http://127.0.0.1:{free_port()}"
+            urls = {"chat": [dead], "small": [small[0].url]}
+            async with gateway_for(data, urls) as (_, client):
+                r = await client.post("/v1/chat/completions", json=chat(max_tokens=1))
+                assert r.status_code == 200, r.text
+                assert r.headers["x-inhouse-pool"] == "small"
+                assert r.headers["x-inhouse-fallback"] == "chat"
+                text = (await client.get("/metrics")).text
+                assert (
+                    'inhouse_gateway_routing_decisions_total{pool="small",reason="fallback"' in text
+                )
+                assert 'inhouse_gateway_replica_healthy{pool="chat",replica="0"} 0.0' in text
+
+    asyncio.run(main())
+
+
+def test_pool_down_without_fallback_is_503() -> None:
+    async def main() -> None:
+        dead = f"http://127.0.0.1:{free_port()}"
+        async with gateway_for(stack_data(replicas=1), {"chat": [dead]}) as (_, client):
+            r = await client.post("/v1/chat/completions", json=chat(max_tokens=1))
+            assert r.status_code == 503
+            assert r.json()["error"]["code"] == 503
+            assert "retry-after" in r.headers
+            assert (await client.get("/health")).status_code == 503
+
+    asyncio.run(main())
+
+
+def tiered(queue_timeout_s: float = 10.0, max_queue: int = 8) -> tuple[dict[str, Any], str]:
+    from inhouse.gateway.keys import create_key
+
+    key, entry = create_key()
+    gateway = {
+        "proxy": {"max_inflight_per_replica": 1},
+        "tiers": {
+            "batch": {"priority": 10, "queue_timeout_s": queue_timeout_s, "max_queue": max_queue}
+        },
+        "tenants": [{"name": "bulk", "tier": "batch", "keys": [entry]}],
+    }
+    return stack_data(replicas=1, gateway=gateway), key
+
+
+def test_saturated_pool_serves_interactive_before_batch() -> None:
+    data, batch_key = tiered()
+
+    async def main() -> None:
+        async with engines(1, time_scale=0.5) as live:
+            order: list[int] = []
+            admit = live[0].state.admit
+
+            def spy(*args: Any, **kwargs: Any) -> Any:
+                order.append(args[6])
+                return admit(*args, **kwargs)
+
+            live[0].state.admit = spy  # type: ignore[method-assign]
+            async with gateway_for(data, {"chat": [live[0].url]}) as (gateway, client):
+                batch = {"authorization": f"Bearer {batch_key}"}
+
+                async def send(headers: dict[str, str] | None, n: int) -> httpx.Response:
+                    return await client.post(
+                        "/v1/chat/completions", json=chat(max_tokens=n), headers=headers
+                    )
+
+                tasks = [asyncio.create_task(send(batch, 40))]
+                await asyncio.sleep(0.05)
+                tasks += [asyncio.create_task(send(batch, 2)) for _ in range(3)]
+                await asyncio.sleep(0.05)
+                assert gateway.pools["chat"].num_queued == 3
+                tasks.append(asyncio.create_task(send(None, 2)))
+                results = await asyncio.gather(*tasks)
+        assert [r.status_code for r in results] == [200] * 5
+        assert order == [10, 0, 10, 10, 10]
+
+    asyncio.run(main())
+
+
+def test_queue_timeout_and_full_queue_are_503_with_retry_after() -> None:
+    data, batch_key = tiered(queue_timeout_s=0.2, max_queue=1)
+
+    async def main() -> None:
+        async with (
+            engines(1, time_scale=1.0) as live,
+            gateway_for(data, {"chat": [live[0].url]}) as (_, client),
+        ):
+            batch = {"authorization": f"Bearer {batch_key}"}
+            long = asyncio.create_task(
+                client.post("/v1/chat/completions", json=chat(max_tokens=200), headers=batch)
+            )
+            await asyncio.sleep(0.05)
+            waits = asyncio.create_task(
+                client.post("/v1/chat/completions", json=chat(max_tokens=1), headers=batch)
+            )
+            await asyncio.sleep(0.02)
+            full = await client.post("/v1/chat/completions", json=chat(max_tokens=1), headers=batch)
+            assert full.status_code == 503 and "queue" in full.json()["error"]["message"]
+            timed_out = await waits
+            assert timed_out.status_code == 503
+            assert int(timed_out.headers["retry-after"]) >= 1
+            long.cancel()
+            text = (await client.get("/metrics")).text
+            assert 'inhouse_gateway_rejections_total{reason="queue_full",tenant="bulk"} 2.0' in text
+
+    asyncio.run(main())
