@@ -80,13 +80,8 @@ class _Replica:
     deferred_s: float | None = None  # start of a decode jump not yet committed
 
     def count_cached_prefix(self, hashes: Sequence[int]) -> int:
-        lookup = self.engine.scheduler.kv.pool.lookup
-        n = 0
-        for block_hash in hashes:
-            if lookup(block_hash) is None:
-                break
-            n += 1
-        return n
+        """Leading blocks of `hashes` the engine holds on the GPU (the oracle's view)."""
+        return len(self.engine.scheduler.kv.pool.lookup_prefix(list(hashes), len(hashes)))
 
 
 @dataclass(slots=True)
