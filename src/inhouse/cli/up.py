@@ -11,8 +11,10 @@ every child cleanly (engines drain in-flight requests). See docs/up.md.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
+import secrets
 import shlex
 import signal
 import sys
@@ -64,7 +66,9 @@ def _print_plan(stack: StackSpec, plan: StackPlan, gateway: ProcessSpec | None) 
         print(_describe(gateway))
 
 
-def _print_ready(stack: StackSpec, plan: StackPlan, gateway: ProcessSpec | None) -> None:
+def _print_ready(
+    stack: StackSpec, plan: StackPlan, gateway: ProcessSpec | None, new_key: str | None
+) -> None:
     print(f"inhouse up: stack {stack.name} is ready")
     for pool in stack.pools:
         names = ", ".join(pool.model_names)
@@ -74,9 +78,23 @@ def _print_ready(stack: StackSpec, plan: StackPlan, gateway: ProcessSpec | None)
             print(f"    {url}/v1   metrics {url}/metrics")
     if gateway is not None:
         print(f"  gateway {gateway.url}/v1")
+        if new_key:
+            print(f"  demo API key (shown once): {new_key}")
     else:
         print("  gateway: not started (no `inhouse gateway` yet, or --no-gateway); call engines")
     print("Ctrl-C stops the stack.", flush=True)
+
+
+def _demo_key(args: argparse.Namespace, stack: StackSpec) -> tuple[str | None, str | None]:
+    """(the demo tenant's key, the same if generated here): --demo-key, INHOUSE_DEMO_KEY, or a
+    new one when the stack names no tenants of its own."""
+    given = args.demo_key or os.environ.get("INHOUSE_DEMO_KEY")
+    if given:
+        return given, None
+    if stack.gateway.get("tenants") or stack.gateway.get("keys_file"):
+        return None, None
+    key = f"ihk-demo-{secrets.token_urlsafe(24)}"
+    return key, key
 
 
 def _stop_timeout(stack: StackSpec) -> float:
@@ -98,8 +116,11 @@ def run(args: argparse.Namespace) -> int:
         stack_path = run_dir / "stack.yaml"
     endpoints_path = run_dir / "endpoints.json"
     gateway = None
+    demo_key, new_key = _demo_key(args, stack)
     if not args.no_gateway:
-        gateway = gateway_process(stack_path, endpoints_path, args.port, args.host, args.demo_key)
+        gateway = gateway_process(stack_path, endpoints_path, args.port, args.host, None)
+    if gateway is not None and demo_key:  # by environment, never on a command line
+        gateway = dataclasses.replace(gateway, env={**gateway.env, "INHOUSE_DEMO_KEY": demo_key})
     if args.dry_run:
         _print_plan(stack, plan, gateway)
         return 0
@@ -110,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _raise_interrupt)
     supervisor = Supervisor(args.log_dir)
     try:
-        return _run_stack(supervisor, stack, plan, gateway, args.ready_timeout)
+        return _run_stack(supervisor, stack, plan, gateway, args.ready_timeout, new_key)
     except KeyboardInterrupt:
         print("inhouse up: stopping", flush=True)
         return 0
@@ -124,6 +145,7 @@ def _run_stack(
     plan: StackPlan,
     gateway: ProcessSpec | None,
     ready_timeout_s: float,
+    new_key: str | None = None,
 ) -> int:
     for spec in plan.processes:
         supervisor.start(spec)
@@ -139,7 +161,7 @@ def _run_stack(
             if tail and not child.is_ready:
                 print(f"--- {child.spec.name} (last lines)\n{tail}", file=sys.stderr)
         return 1
-    _print_ready(stack, plan, gateway)
+    _print_ready(stack, plan, gateway, new_key)
     while supervisor.num_alive:
         for name, code in supervisor.new_exits():
             print(f"inhouse up: {name} exited with code {code}", flush=True)
