@@ -18,7 +18,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 from inhouse.bench.metrics import Outcome
@@ -136,8 +136,8 @@ class Connection(asyncio.Protocol):
         self.is_open = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # NOTE: uvloop's transports are not asyncio.Transport subclasses; no isinstance check.
+        self.transport = cast(asyncio.Transport, transport)
         self.is_open = True
 
     def connection_lost(self, exc: Exception | None) -> None:

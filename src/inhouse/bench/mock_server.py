@@ -1,12 +1,13 @@
 """A minimal OpenAI-compatible streaming server with known timing, to check the client.
 
-Every request streams `max_tokens` one-token chunks: the first `ttft_s` after the request
-arrived, then one every `itl_s`, on an absolute schedule (no drift), then a usage chunk and
-`[DONE]`. Chat requests get vLLM's role chunk first (optionally `role_chunk_lead_s` before the
-first token, as some servers do). The server records how late each write was against its
-schedule, so a client's timing error can be told apart from the server's. Prompt tokens are
-counted as characters / 4 (the simulated engine's tokenizer); `cached_fraction` of them are
-reported as cached, and `/metrics` exposes vLLM's prefix-cache counters to match.
+Every request streams `max_tokens` one-token chunks on one grid of ticks `itl_s` apart (an
+absolute schedule, no drift): the first at the first tick at or after `ttft_s` from arrival,
+then one a tick, then a usage chunk and `[DONE]`. Chat requests get vLLM's role chunk first
+(optionally `role_chunk_lead_s` before the first token, as some servers do). The server
+records how late each write was against its schedule, so a client's timing error can be told
+apart from the server's. Prompt tokens are counted as characters / 4 (the simulated engine's
+tokenizer); `cached_fraction` of them are reported as cached, and `/metrics` exposes vLLM's
+prefix-cache counters to match.
 
 Raw asyncio protocol on purpose: a few microseconds per chunk, so the server stays out of the
 way of the client it measures. Loopback only; for tests and `benchmarks/`.
@@ -15,11 +16,13 @@ way of the client it measures. Loopback only; for tests and `benchmarks/`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import math
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 try:
     import orjson
@@ -54,8 +57,8 @@ class _Handler(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # NOTE: uvloop's transports are not asyncio.Transport subclasses; no isinstance check.
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
@@ -87,6 +90,7 @@ class MockServer:
         self.model = model
         self.stats = MockStats()
         self._server: asyncio.base_events.Server | None = None
+        self._tick: _Ticker | None = None
         self.port = 0
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
@@ -99,6 +103,20 @@ class MockServer:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
+
+    def stats_report(self) -> dict[str, Any]:
+        lateness = sorted(self.stats.lateness_s) or [0.0]
+
+        def pct(p: float) -> float:
+            return 1000.0 * lateness[min(len(lateness) - 1, int(p / 100 * len(lateness)))]
+
+        return {
+            "num_requests": self.stats.num_requests,
+            "num_chunks": self.stats.num_chunks,
+            "lateness_p50_ms": pct(50),
+            "lateness_p99_ms": pct(99),
+            "lateness_max_ms": 1000.0 * lateness[-1],
+        }
 
     # -- requests --------------------------------------------------------------------------
 
@@ -114,15 +132,18 @@ class MockServer:
                 f"{float(s.cached_tokens)}\n"
             )
             self._reply(conn, 200, "text/plain; version=0.0.4", text.encode())
+        elif method == "GET" and path.endswith("/stats"):
+            self._json(conn, self.stats_report())
+        elif method == "POST" and path.endswith("/reset"):
+            self.stats = MockStats()
+            self._json(conn, {})
         elif method == "POST" and path.endswith("completions"):
             self._generate(conn, path.endswith("chat/completions"), _loads(body))
         else:
             self._reply(conn, 404, "application/json", b'{"detail":"Not Found"}')
 
     def _reply(self, conn: _Handler, status: int, kind: str, data: bytes) -> None:
-        head = (
-            f"HTTP/1.1 {status} X\r\ncontent-type: {kind}\r\ncontent-length: {len(data)}\r\n\r\n"
-        )
+        head = f"HTTP/1.1 {status} X\r\ncontent-type: {kind}\r\ncontent-length: {len(data)}\r\n\r\n"
         conn.write(head.encode() + data)
 
     def _json(self, conn: _Handler, body: dict[str, Any]) -> None:
@@ -148,18 +169,64 @@ class MockServer:
             b"transfer-encoding: chunked\r\n\r\n"
         )
         stream = _Stream(self, conn, chat, int(body.get("max_tokens") or 16), prompt_tokens, cached)
-        start = time.perf_counter()
         loop = asyncio.get_running_loop()
-        offset = loop.time() - start
-        if chat:
-            lead = max(timing.ttft_s - timing.role_chunk_lead_s, 0.0)
-            if timing.role_chunk_lead_s > 0:
-                loop.call_at(start + lead + offset, stream.role, start + lead)
-            else:
-                stream.pending_role = True
-        for i in range(stream.num_tokens):
-            at = start + timing.ttft_s + i * timing.itl_s
-            loop.call_at(at + offset, stream.token, i, at)
+        start = time.perf_counter()
+        if chat and timing.role_chunk_lead_s > 0:
+            at = start + max(timing.ttft_s - timing.role_chunk_lead_s, 0.0)
+            loop.call_at(at + loop.time() - start, stream.role, at)
+        elif chat:
+            stream.pending_role = True
+        self._ticker.add(stream, start + timing.ttft_s)
+
+    @property
+    def _ticker(self) -> _Ticker:
+        if self._tick is None:
+            self._tick = _Ticker(self.timing.itl_s)
+        return self._tick
+
+
+class _Ticker:
+    """Emits every active stream's next token on one grid of ticks `itl_s` apart.
+
+    A stream's first token goes at the first tick at or after `arrival + ttft`, so every later
+    gap is exactly one tick (the known ITL) and TTFT lies in [ttft, ttft + itl). One timer per
+    tick for all streams keeps the server cheap at tens of thousands of chunks per second.
+    """
+
+    def __init__(self, itl_s: float) -> None:
+        self.itl_s = max(itl_s, 1e-4)
+        self.t0 = time.perf_counter()
+        self.tick = 0
+        self.waiting: dict[int, list[_Stream]] = {}
+        self.active: list[_Stream] = []
+        self.handle: asyncio.TimerHandle | None = None
+
+    def add(self, stream: _Stream, ready_at: float) -> None:
+        first = max(self.tick + 1, math.ceil((ready_at - self.t0) / self.itl_s))
+        self.waiting.setdefault(first, []).append(stream)
+        if self.handle is None:
+            self._arm()
+
+    def _arm(self) -> None:
+        loop = asyncio.get_running_loop()
+        now = time.perf_counter()
+        self.tick = max(self.tick + 1, math.floor((now - self.t0) / self.itl_s))
+        at = self.t0 + self.tick * self.itl_s
+        self.handle = loop.call_at(loop.time() + (at - now), self._fire, at)
+
+    def _fire(self, at: float) -> None:
+        self.active.extend(self.waiting.pop(self.tick, ()))
+        for old in [k for k in self.waiting if k < self.tick]:
+            self.active.extend(self.waiting.pop(old))
+        still = []
+        for stream in self.active:
+            if stream.token(at):
+                still.append(stream)
+        self.active = still
+        if self.active or self.waiting:
+            self._arm()
+        else:
+            self.handle = None
 
 
 class _Stream:
@@ -179,6 +246,7 @@ class _Stream:
         self.prompt_tokens = prompt_tokens
         self.cached = cached
         self.pending_role = False
+        self.sent = 0
 
     def _send(self, payload: str) -> None:
         data = f"data: {payload}\n\n".encode()
@@ -191,7 +259,10 @@ class _Stream:
             '{"role":"assistant","content":""},"finish_reason":null}]}'
         )
 
-    def token(self, index: int, at: float) -> None:
+    def token(self, at: float) -> bool:
+        """Send the next token; False once the stream is complete."""
+        index = self.sent
+        self.sent += 1
         now = time.perf_counter()
         stats = self.server.stats
         stats.lateness_s.append(now - at)
@@ -218,6 +289,7 @@ class _Stream:
             self._send(json.dumps({"choices": [], "usage": usage}, separators=(",", ":")))
             self._send("[DONE]")
             self.conn.write(b"0\r\n\r\n")
+        return not last
 
 
 class MockServerThread:
@@ -242,3 +314,33 @@ class MockServerThread:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
         self.loop.close()
+
+
+def main() -> None:
+    """`python -m inhouse.bench.mock_server --port P --ttft-ms 50 --itl-ms 10`"""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8099)
+    parser.add_argument("--ttft-ms", type=float, default=50.0)
+    parser.add_argument("--itl-ms", type=float, default=10.0)
+    parser.add_argument("--cached-fraction", type=float, default=0.0)
+    args = parser.parse_args()
+    timing = MockTiming(args.ttft_ms / 1000, args.itl_ms / 1000, 0.0, args.cached_fraction)
+
+    async def serve() -> None:
+        server = MockServer(timing)
+        await server.start(args.host, args.port)
+        print(f"mock server on http://{args.host}:{server.port}", flush=True)
+        await asyncio.Event().wait()
+
+    from inhouse.bench.sender import use_fast_loop
+
+    use_fast_loop()
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    main()

@@ -31,12 +31,12 @@ OnOutcome = Callable[[Outcome], None]
 
 
 def loop_kind() -> str:
+    """The kind of event loop running now."""
     try:
-        import uvloop  # noqa: F401
-
-        return "uvloop"
-    except ImportError:
-        return "asyncio"
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return "none"
+    return "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
 
 
 class LagMonitor:
@@ -136,15 +136,19 @@ class LocalSender:
 # -- worker processes ------------------------------------------------------------------------
 
 
+def use_fast_loop() -> None:
+    """uvloop when it is installed (a third less CPU per chunk); asyncio's loop otherwise."""
+    try:
+        import uvloop
+    except ImportError:
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
 def worker_main(conn: Connection, target: Target, prewarm: int, name: str) -> None:
     """Entry point of a worker process: run jobs from the pipe, send outcomes back."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:
-        pass
+    use_fast_loop()
     asyncio.run(_worker(conn, target, prewarm, name))
 
 

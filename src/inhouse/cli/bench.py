@@ -166,6 +166,9 @@ def run_point(spec: Any, out_dir: Path, args: argparse.Namespace) -> dict[str, A
 
         bench_run = run_simulated(spec, args.simulate, args.policy)
     else:
+        from inhouse.bench.sender import use_fast_loop
+
+        use_fast_loop()
         bench_run = asyncio.run(_live(spec, args))
     result = write_reports(bench_run, out_dir, charts=not args.no_charts)
     print(print_summary(result))
