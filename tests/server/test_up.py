@@ -113,7 +113,15 @@ def test_up_starts_waits_serves_and_stops_cleanly(
         },
     )
     process = subprocess.Popen(
-        [*UP, str(stack), "--engine-base-port", str(port), "--log-dir", str(tmp_path / "logs")],
+        [
+            *UP,
+            str(stack),
+            "--no-gateway",
+            "--engine-base-port",
+            str(port),
+            "--log-dir",
+            str(tmp_path / "logs"),
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )
