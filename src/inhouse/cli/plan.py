@@ -1,0 +1,90 @@
+"""Size a serving stack from a requirements file: `inhouse plan REQUIREMENTS.yaml --out DIR`.
+
+Writes `DIR/stack.yaml` (runs under `inhouse up` and `inhouse simulate`), `DIR/plan.json` (every
+number, with the cost arithmetic) and `DIR/sizing-memo.md` with its charts. An impossible
+requirement exits non-zero with the binding constraint named. See docs/plan.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+from inhouse.errors import SpecError
+from inhouse.plan.memo import render_memo
+from inhouse.plan.planner import PlanInfeasibleError, make_plan
+from inhouse.plan.report import build_report
+from inhouse.plan.requirements import Requirements, parse_requirements
+from inhouse.spec.stack import dump_stack
+
+COMMAND = "plan"
+HELP = "size a stack from workloads, SLOs and prices: stack.yaml, plan.json, sizing memo"
+EXIT_INFEASIBLE = 3
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("requirements", type=Path, help="requirements YAML (docs/plan.md)")
+    parser.add_argument("--out", type=Path, required=True, help="output directory")
+    parser.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="analytic plan only: skip the fleet-simulator checks (fast, unverified)",
+    )
+    parser.add_argument(
+        "--no-sensitivity", action="store_true", help="skip the what-would-invalidate-it runs"
+    )
+    parser.add_argument("--no-charts", action="store_true", help="write the memo without PNGs")
+
+
+def load_requirements(path: Path) -> Requirements:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SpecError(f"cannot read requirements file {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path}: not valid YAML: {exc}") from exc
+    return parse_requirements(data, str(path))
+
+
+def run(args: argparse.Namespace) -> int:
+    requirements = load_requirements(args.requirements)
+    try:
+        plan = make_plan(requirements, verify=not args.no_verify)
+    except PlanInfeasibleError as exc:
+        print(f"inhouse plan: infeasible: {exc}", file=sys.stderr)
+        return EXIT_INFEASIBLE
+    out: Path = args.out
+    command = f"inhouse plan {args.requirements} --out {out}"
+    report = build_report(
+        plan,
+        sensitivity=not args.no_sensitivity,
+        command=command,
+        stack_path=str(out / "stack.yaml"),
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "stack.yaml").write_text(_stack_header(args) + dump_stack(plan.stack), encoding="utf-8")
+    (out / "plan.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    charts: dict[str, str] = {}
+    if not args.no_charts:
+        from inhouse.cli._plan_charts import write_charts
+
+        charts = write_charts(report, out)
+    memo = render_memo(report, charts)
+    (out / "sizing-memo.md").write_text(memo, encoding="utf-8")
+    cost = report["cost"]
+    print(
+        f"{requirements.name}: {plan.chosen.label}; ${cost['usd_per_hour']:,.2f}/h -> "
+        f"{out}/stack.yaml, plan.json, sizing-memo.md"
+    )
+    return 0
+
+
+def _stack_header(args: argparse.Namespace) -> str:
+    return (
+        f"# Written by `inhouse plan {args.requirements}`; the sizing memo next to this file "
+        "explains every number.\n"
+    )

@@ -1,0 +1,414 @@
+"""The sizing memo: markdown written from `plan.json` alone, so every number traces back to it.
+
+Sections follow the seeds' reference-architecture order: workload characterization, hardware
+bill, model/quantization/engine choice, SLO table, capacity plan with the failover arithmetic,
+cost sheet with the arithmetic, what would invalidate the plan, risks and assumptions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+METRIC_NAMES = {"ttft": "p95 TTFT", "itl": "p95 ITL", "tpot": "p95 TPOT", "e2e": "p95 e2e"}
+
+
+def _ms(value: Any) -> str:
+    if value is None:
+        return "—"
+    value = float(value)
+    return f"{value / 1000:.2f} s" if value >= 10_000 else f"{value:,.0f} ms"
+
+
+def _usd(value: Any, digits: int = 2) -> str:
+    return "—" if value is None else f"${float(value):,.{digits}f}"
+
+
+def _pct(value: Any) -> str:
+    return "—" if value is None else f"{float(value):.0%}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(row) + " |" for row in rows]
+    return [*out, ""]
+
+
+def render_memo(report: Mapping[str, Any], charts: Mapping[str, str]) -> str:
+    lines: list[str] = [f"# Sizing memo: {report['name']}", ""]
+    if report.get("description"):
+        lines += [f"_{report['description']}_", ""]
+    lines += _summary(report)
+    lines += _workloads(report)
+    lines += _hardware(report)
+    lines += _choice(report)
+    lines += _slo_table(report, charts)
+    lines += _capacity(report)
+    if "memory" in charts:
+        lines += [f"![memory per GPU]({charts['memory']})", ""]
+    lines += _cost(report, charts)
+    lines += _sensitivity(report, charts)
+    lines += _risks(report)
+    lines += _reproduce(report)
+    return "\n".join(lines)
+
+
+def _reproduce(r: Mapping[str, Any]) -> list[str]:
+    rep = r.get("reproduce") or {}
+    if not rep:
+        return []
+    lines = ["## Reproduce", "", "```bash"]
+    if rep.get("plan"):
+        lines.append(rep["plan"])
+    lines += list(rep.get("simulate", {}).values())
+    lines += ["```", "", f"Note: {rep['note']}.", ""]
+    return lines
+
+
+def _summary(r: Mapping[str, Any]) -> list[str]:
+    cost = r["cost"]
+    pools = ", ".join(
+        f"{p['name']} ({p['replicas']}x {p['model']} {p['quant']} TP{p['tp']} on {p['gpu']})"
+        for p in r["pools"]
+    )
+    one = r["slo_check"].get("1x", {}).get("workloads", {})
+    verdict = (
+        "meets every SLO at 1x peak in the fleet simulator"
+        if one and all(w["pass"] for w in one.values())
+        else "was not verified in the simulator"
+    )
+    return [
+        "## Summary",
+        "",
+        f"Pools: {pools}. All-in {_usd(cost['usd_per_hour'])}/h "
+        f"({_usd(cost['usd_per_month'], 0)}/month). The plan {verdict}; the tables below give "
+        "the analytic forecast, the simulated p95s at 1x, 2x and 3x peak, one replica lost, "
+        "the cost arithmetic and what would invalidate it. All numbers come from `plan.json`.",
+        "",
+    ]
+
+
+def _workloads(r: Mapping[str, Any]) -> list[str]:
+    rows = []
+    for name, w in r["workloads"].items():
+        t = w["traffic"]
+        traffic = (
+            f"{t['avg_sessions']} avg / {t['peak_sessions']} peak sessions, "
+            f"think {t['think_time_s']:g} s"
+            if "peak_sessions" in t
+            else f"{t['avg_per_s']:.2f} avg / {t['peak_per_s']:.2f} peak req/s"
+        )
+        p, o = w["prompt_tokens"], w["output_tokens"]
+        rows.append(
+            [
+                name,
+                w["kind"],
+                traffic,
+                f"{p['mean']:,.0f} / {p['p50']:,.0f} / {p['p95']:,.0f}",
+                f"{o['mean']:,.0f} / {o['p50']:,.0f} / {o['p95']:,.0f}",
+                f"{_pct(w['planned_prefix_hit_rate'])} (ideal {_pct(w['ideal_prefix_hit_rate'])})",
+            ]
+        )
+    return [
+        "## 1. Workload characterization",
+        "",
+        "Sampled from the same seeded generators the simulator replays (`workloads` in plan.json).",
+        "",
+        *_table(
+            [
+                "workload",
+                "kind",
+                "traffic",
+                "prompt mean/p50/p95",
+                "output mean/p50/p95",
+                "prefix hit planned",
+            ],
+            rows,
+        ),
+    ]
+
+
+def _hardware(r: Mapping[str, Any]) -> list[str]:
+    rows = [
+        [
+            h["gpu"],
+            str(h["gpus_used"]),
+            str(h["nodes"]),
+            h["pricing"],
+            _usd(h["usd_per_gpu_hour"]),
+            h["arithmetic"],
+        ]
+        for h in r["hardware"]
+    ]
+    return [
+        "## 2. Hardware bill",
+        "",
+        *_table(["GPU", "GPUs used", "nodes", "pricing", "$/GPU-h", "arithmetic"], rows),
+        "Tensor-parallel groups sit inside one NVLink domain, aligned (TP4 on GPUs 0-3 or 4-7): "
+        "all-reduce at TP>1 needs NVLink to stay within a few hundred microseconds per step.",
+        "",
+    ]
+
+
+def _choice(r: Mapping[str, Any]) -> list[str]:
+    lines = ["## 3. Model, quantization and engine", ""]
+    for p in r["pools"]:
+        mem = p["memory_gib_per_gpu"]
+        lines.append(
+            f"* **{p['name']}** ({p['role']}, serves {', '.join(p['serves'])}"
+            + (f"; LoRA adapters {', '.join(p['lora_adapters'])}" if p["lora_adapters"] else "")
+            + f"): {p['hf_id']} {p['quant']}, KV {p['kv_cache_dtype']}, TP{p['tp']} on "
+            f"{p['gpu']}, `max_num_batched_tokens` {p['max_num_batched_tokens']}, "
+            f"`max_num_seqs` {p['max_num_seqs']}, `max_model_len` {p['max_model_len']:,}. Per GPU: "
+            f"{mem['usable']:.1f} GiB usable = {mem['weights']:.1f} weights + "
+            f"{mem['reserve']:.1f} reserve + {mem['kv_cache']:.1f} KV "
+            f"({p['kv_budget_tokens']:,} tokens per replica)."
+        )
+    s = r["search"]
+    lines += [
+        "",
+        f"Engine: {r['engine']['backend']}, with `{r['engine']['routing_policy']}` routing so "
+        "that sessions and repeated prefixes return to the replica holding them. "
+        f"Searched {s['configurations_sized']} pool configurations over "
+        f"{len(s['layouts']) + len(s['rejected_layouts'])} layouts; "
+        f"{s['verification_rounds']} simulator round(s).",
+        "",
+        "Why the runners-up lost:",
+        "",
+    ]
+    for item in s["failed_verification"]:
+        lines.append(f"* {item['layout']} — {item['pools']}: {item['lost_because']}.")
+    for item in s["runners_up"][:3]:
+        lines.append(f"* {item['layout']} — {item['pools']}: {item['lost_because']}.")
+    for item in s["over_hardware"][:2]:
+        lines.append(f"* {item['layout']} — {item['pools']}: {item['lost_because']}.")
+    for item in s["rejected_layouts"]:
+        lines.append(f"* {item['layout']}: {'; '.join(item['why'])}.")
+    return [*lines, ""]
+
+
+def _slo_table(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
+    checks = r["slo_check"]
+    multiples = [k for k in checks if k.endswith("x")]
+    rows = []
+    for workload, targets in checks["targets"].items():
+        for metric, t in targets.items():
+            row = [workload, METRIC_NAMES[metric], f"< {_ms(t['target_ms'])}", _ms(t["alarm_ms"])]
+            one = checks.get("1x", {}).get("workloads", {}).get(workload, {}).get("metrics", {})
+            row.append(_ms(one.get(metric, {}).get("analytic_p95_ms")))
+            for m in multiples:
+                item = checks[m]["workloads"][workload]["metrics"].get(metric, {})
+                mark = "ok" if item.get("pass") else "MISS"
+                row.append(f"{_ms(item.get('p95_ms'))} {mark}")
+            rows.append(row)
+    lines = ["## 4. SLO commitments", ""]
+    lines += _table(
+        ["workload", "metric", "target", "alarm at", "analytic"]
+        + [f"simulated {m}" for m in multiples],
+        rows,
+    )
+    lines.append(
+        "Analytic: the planner's forecast at 1x peak. Simulated: the fleet simulator with the "
+        "production router, p95 over requests after warm-up. 2x and 3x peak show where the "
+        "stack stops meeting the SLOs; they are not commitments."
+    )
+    if "latency" in charts:
+        lines += ["", f"![p95 latency against load]({charts['latency']})"]
+    return [*lines, ""]
+
+
+def _capacity(r: Mapping[str, Any]) -> list[str]:
+    rows = []
+    for p in r["pools"]:
+        a = p["at_peak"]
+        placement = "; ".join(f"node {x['node']}: GPUs {x['gpu_ids']}" for x in p["placement"])
+        rows.append(
+            [
+                p["name"],
+                f"{p['replicas']} x TP{p['tp']} = {p['num_gpus']} GPUs",
+                placement,
+                f"{a['rate_per_replica_per_s']:.2f}",
+                f"{a['batch']:.0f} (p95 {a['batch_p95']:.0f})",
+                _pct(a["utilization"]),
+                _pct(a["kv_utilization_p95"]),
+                p["limited_by"],
+            ]
+        )
+    lines = ["## 5. Capacity plan", ""]
+    lines += _table(
+        [
+            "pool",
+            "replicas",
+            "placement",
+            "req/s per replica",
+            "batch",
+            "utilization",
+            "KV p95",
+            "sized by",
+        ],
+        rows,
+    )
+    lines += [
+        "Little's law per replica: in-flight requests = rate x latency; the batch above is the "
+        "decode batch that law gives at the forecast step time.",
+        "",
+        "### Failover (one replica lost)",
+        "",
+    ]
+    for d in r["degraded"]:
+        lines.append(f"**{d['pool']}**: {d['failover']}.")
+        lines.append("")
+        rows = []
+        for workload, w in d["workloads"].items():
+            stated = (d["degraded_slo"] or {}).get(workload)
+            for metric, value in w["p95_ms"].items():
+                key = metric.split("_")[1].replace("e2el", "e2e")
+                target = (stated or {}).get(key, {}).get("target_ms") if stated else None
+                if target is None and key not in ("ttft", "itl", "tpot", "e2e"):
+                    continue
+                verdict = (
+                    ""
+                    if target is None
+                    else ("ok" if value is not None and value <= target else "MISS")
+                )
+                rows.append(
+                    [workload, METRIC_NAMES.get(key, key), _ms(value), _ms(target), verdict]
+                )
+        lines += _table(["workload", "metric", "simulated", "degraded SLO", ""], rows)
+    if not r["degraded"]:
+        lines += ["No pool has two replicas, so losing one takes its traffic to the fallback.", ""]
+    lines.append(
+        "The degraded SLO is what the stack delivers until the lost replica is replaced; where a "
+        "row says MISS, the requirement's degraded target is not met with one replica lost and "
+        "the plan says so rather than hide it (set `planning.enforce_degraded_slo: true` to size "
+        "for it)."
+    )
+    return [*lines, ""]
+
+
+def _cost(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
+    c = r["cost"]
+    lines = ["## 6. Cost sheet", ""]
+    for h in r["hardware"]:
+        lines.append(f"* {h['gpu']} x {h['gpus_used']} ({h['nodes']} node(s)): {h['arithmetic']}.")
+    lines += [
+        f"* Stack all-in: {_usd(c['usd_per_hour'])}/h x {c['hours_per_month']:.0f} h = "
+        f"{_usd(c['usd_per_month'], 0)}/month; capex {_usd(c['capex_usd'], 0)}.",
+        f"* {c['formula']}.",
+        "",
+    ]
+    rows = []
+    for name, w in c["workloads"].items():
+        per_m = w["usd_per_million_tokens"]
+        load = w["at_average_load"]
+        tps = load["input_tokens_per_s"] + load["output_tokens_per_s"]
+        rows.append(
+            [
+                name,
+                _usd(w["usd_per_hour"]),
+                f"{load['requests_per_s']:.2f}",
+                f"{load['input_tokens_per_s']:,.0f} / {load['output_tokens_per_s']:,.0f}",
+                f"{_usd(w['usd_per_hour'])} / ({tps:,.0f} x 3600) x 1e6 = "
+                f"{_usd(per_m['blended'], 3)}",
+                _usd(per_m["input"], 3),
+                _usd(per_m["output"], 3),
+                _usd(w["usd_per_request"], 5),
+            ]
+        )
+    lines += _table(
+        [
+            "workload",
+            "$/h share",
+            "req/s (avg)",
+            "in / out tok/s",
+            "$/1M blended",
+            "$/1M in",
+            "$/1M out",
+            "$/request",
+        ],
+        rows,
+    )
+    lines.append(
+        "A pool's $/h is split between the workloads it serves by the replica time each takes, "
+        "then between input and output by prefill versus decode time."
+    )
+    lines.append("")
+    api_rows = []
+    for api, spend in c["api_usd_per_month"].items():
+        months = c["breakeven_months"].get(api)
+        if months is None:
+            be = "never at this usage"
+        elif months == 0:
+            be = "from month one"
+        else:
+            be = f"{months:.1f} months"
+        api_rows.append([api, _usd(spend, 0), _usd(c["usd_per_month"], 0), be])
+    if api_rows:
+        lines.append(
+            f"Against APIs, at the average rates for {c['active_hours_per_month']:.0f} active "
+            "hours a month (cached input at the cached price):"
+        )
+        lines.append("")
+        lines += _table(["API", "API $/month", "stack $/month", "break-even"], api_rows)
+        lines.append(
+            "Break-even = capex / (API $/month - (power + ops + rent) $/month). "
+            f"Effective stack cost with idle hours: "
+            f"{_usd(c['effective_usd_per_million_tokens_with_idle_hours'], 3)} per 1M tokens."
+        )
+    if "cost" in charts:
+        lines += ["", f"![monthly cost against APIs]({charts['cost']})"]
+    return [*lines, ""]
+
+
+def _sensitivity(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
+    rows = []
+    for s in r["sensitivity"]:
+        first = s.get("first_break")
+        if first:
+            broke = (
+                f"{first['workload']} {METRIC_NAMES[first['metric']]} "
+                f"{_ms(first['predicted_ms'])} vs {_ms(first['target_ms'])}"
+                + (f" (+{first['over_by']:.0%})" if first.get("over_by") is not None else "")
+            )
+        else:
+            broke = "holds"
+        at = s.get("breaks_at_size")
+        if s["name"] == "no_fp8":
+            replan = s.get("replan", {})
+            at_text = (
+                f"re-plan: {_usd(replan.get('usd_per_hour'))}/h"
+                if replan.get("usd_per_hour") is not None
+                else f"re-plan: none fits ({replan.get('why_none')})"
+            )
+        else:
+            at_text = "—" if at is None else f"{at:.2f}x"
+        rows.append([s["change"], broke, at_text, s["trigger"]])
+    lines = ["## 7. What would invalidate the plan", ""]
+    lines += _table(
+        ["change", "first SLO to break (full change)", "breaks at", "trigger to re-plan"], rows
+    )
+    lines.append(
+        "Analytic re-forecasts of the chosen stack at its replica counts (scaled by the "
+        "simulator's corrections where the plan needed them); 'breaks at' is the size of the "
+        "change at which the first SLO breaks."
+    )
+    if "sensitivity" in charts:
+        lines += ["", f"![SLO ratios under each change]({charts['sensitivity']})"]
+    return [*lines, ""]
+
+
+def _risks(r: Mapping[str, Any]) -> list[str]:
+    lines = ["## 8. Risks and assumptions", ""]
+    for d in r["degraded"]:
+        if not d["pass"]:
+            lines.append(
+                f"* Losing a {d['pool']} replica breaks the degraded SLO (section 5): replace it "
+                "fast (cold start dominated by weight load) or shed low-priority traffic."
+            )
+    for s in r["sensitivity"]:
+        if s.get("first_break") and s.get("breaks_at_size") is not None:
+            lines.append(
+                f"* {s['change']}: breaks at {s['breaks_at_size']:.2f}x; watch: {s['trigger']}."
+            )
+    lines += [f"* {a}" for a in r["assumptions"]]
+    return [*lines, ""]

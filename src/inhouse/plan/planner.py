@@ -1,0 +1,185 @@
+"""`make_plan`: requirements in, a verified plan (or a named infeasibility) out.
+
+    profiles = characterize(workloads)             # the simulator's own generators
+    loop:  candidates = search(requirements)       # analytic: memory, Little's law, queues
+           verify the best in the fleet simulator  # 1x peak, production routing
+           if it fails, scale the analytic model by what the simulator measured and re-rank
+    then:  2x and 3x peak, one replica lost per pool, cost, sensitivity
+
+The loop calibrates the analytic model against the simulator for this workload: when a
+simulated p95 exceeds its analytic forecast, later rounds scale that metric's load-dependent part
+(the forecast above its idle floor, which the step model gets exactly) by the observed ratio.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from inhouse.errors import InhouseError
+from inhouse.plan.requirements import Requirements, Slo
+from inhouse.plan.search import Candidate, SearchResult, search
+from inhouse.plan.stackgen import build_stack
+from inhouse.plan.traffic import TrafficProfile, profile_workload
+from inhouse.plan.verify import METRIC_KEYS, SimCheck, run_check
+from inhouse.spec.stack import StackSpec
+
+MAX_ROUNDS = 4
+CORRECTION_MARGIN = 1.05
+MAX_CORRECTION = 10.0
+
+
+class PlanInfeasibleError(InhouseError):
+    """No plan meets the requirements; the message names the binding constraint."""
+
+
+@dataclass(slots=True)
+class Verification:
+    candidate: Candidate
+    check: SimCheck
+    round: int
+    corrections: dict[str, dict[str, float]]
+
+
+@dataclass(slots=True)
+class Plan:
+    requirements: Requirements
+    profiles: dict[str, TrafficProfile]
+    chosen: Candidate
+    stack: StackSpec
+    search: SearchResult
+    verifications: list[Verification]
+    corrections: dict[str, dict[str, float]]
+    checks: list[SimCheck] = field(default_factory=list)
+    degraded: list[SimCheck] = field(default_factory=list)
+
+
+def characterize(requirements: Requirements) -> dict[str, TrafficProfile]:
+    seed = requirements.planning.seed
+    return {req.name: profile_workload(req, seed) for req in requirements.workloads}
+
+
+def model_names(requirements: Requirements) -> dict[str, str]:
+    """What clients put in `model` per workload: the workload's name (see `stackgen`)."""
+    return {req.name: req.name for req in requirements.workloads}
+
+
+def make_plan(requirements: Requirements, *, verify: bool = True) -> Plan:
+    """Search, verify, and check the chosen plan under load and failure."""
+    profiles = characterize(requirements)
+    planning = requirements.planning
+    corrections: dict[str, dict[str, float]] = {}
+    verifications: list[Verification] = []
+    names = model_names(requirements)
+    rounds = max(1, min(MAX_ROUNDS, planning.verify_top + 1)) if verify else 1
+    result: SearchResult | None = None
+    for round_index in range(rounds):
+        result = search(requirements, profiles, planning, corrections=corrections)
+        if not result.candidates:
+            raise PlanInfeasibleError(infeasible_message(requirements, result, verifications))
+        candidate = result.candidates[0]
+        stack = build_stack(candidate, requirements, profiles)
+        if not verify or planning.verify_top == 0:
+            return Plan(requirements, profiles, candidate, stack, result, [], corrections)
+        check = run_check(stack, requirements, names)
+        verifications.append(
+            Verification(
+                candidate, check, round_index, {k: dict(v) for k, v in corrections.items()}
+            )
+        )
+        if check.passed:
+            plan = Plan(
+                requirements, profiles, candidate, stack, result, verifications, corrections
+            )
+            _stress(plan)
+            return plan
+        _update_corrections(corrections, candidate, check)
+    assert result is not None
+    raise PlanInfeasibleError(infeasible_message(requirements, result, verifications))
+
+
+def _update_corrections(
+    corrections: dict[str, dict[str, float]], candidate: Candidate, check: SimCheck
+) -> None:
+    for workload, summary in check.workloads.items():
+        checks = summary["checks"]
+        assert isinstance(checks, dict)
+        for metric, item in checks.items():
+            if item["pass"]:
+                continue
+            old = corrections.get(workload, {}).get(metric, 1.0)
+            analytic = candidate.predictions.get(workload, {}).get(metric, 0.0)
+            idle = candidate.floors.get(workload, {}).get(metric, 0.0)
+            simulated = float(summary[METRIC_KEYS[metric]])
+            # The analytic load part was already scaled by `old`; find the factor that makes it
+            # match the simulator, with a margin.
+            load_part = (analytic - idle) / old
+            if load_part <= 0:
+                continue
+            factor = (simulated - idle) / load_part * CORRECTION_MARGIN
+            corrections.setdefault(workload, {})[metric] = min(
+                MAX_CORRECTION, max(old * CORRECTION_MARGIN, factor)
+            )
+
+
+def _stress(plan: Plan) -> None:
+    """The chosen stack at the other load multiples, and with one replica lost per pool."""
+    requirements = plan.requirements
+    names = model_names(requirements)
+    stress_s = requirements.planning.stress_duration_s
+    plan.checks = [plan.verifications[-1].check]
+    for multiple in requirements.planning.load_multiples:
+        if multiple == 1.0:
+            continue
+        plan.checks.append(
+            run_check(plan.stack, requirements, names, multiple=multiple, duration_s=stress_s)
+        )
+    for pool in plan.stack.pools:
+        if pool.role == "fallback" or pool.replicas < 2:
+            continue
+        plan.degraded.append(
+            run_check(
+                plan.stack,
+                requirements,
+                names,
+                down={pool.name: 1},
+                degraded=True,
+                duration_s=stress_s,
+            )
+        )
+
+
+def infeasible_message(
+    requirements: Requirements, result: SearchResult, verifications: list[Verification]
+) -> str:
+    """Why nothing was planned: the binding constraint first, then what else failed."""
+    lines = [f"{requirements.name}: no plan meets the requirements."]
+    if verifications:
+        last = verifications[-1]
+        for workload, summary in last.check.workloads.items():
+            checks = summary["checks"]
+            assert isinstance(checks, dict)
+            for metric, item in checks.items():
+                if not item["pass"]:
+                    lines.append(
+                        f"  binding constraint: {workload} p95 {metric} — the best analytic plan "
+                        f"({last.candidate.label}) simulates at {item['p95_ms']:,.0f} ms against "
+                        f"the {item['target_ms']:,.0f} ms target."
+                    )
+    for layout, reasons in result.rejected_layouts:
+        for reason in reasons:
+            lines.append(f"  binding constraint ({layout.description}): {reason}")
+    for miss in result.hardware_misses[:3]:
+        lines.append(
+            f"  binding constraint (hardware, {miss.layout.description}): "
+            f"{'; '.join(miss.problems)} [{miss.label}]"
+        )
+    lines.append(
+        "  To act: relax the named target, shorten the prompts behind it, allow more or faster "
+        "GPUs, or allow a smaller model or quantization (see docs/plan.md)."
+    )
+    return "\n".join(lines)
+
+
+def slo_of(requirements: Requirements, workload: str, degraded: bool = False) -> Slo:
+    req = requirements.workload(workload)
+    return (req.degraded_slo or req.slo) if degraded else req.slo

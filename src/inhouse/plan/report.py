@@ -1,0 +1,498 @@
+"""`plan.json`: every number the memo quotes, with the arithmetic behind the costs.
+
+Keys: `workloads` (characterization), `pools` (configuration, memory, analytic and simulated
+p95s), `slo_check` (per workload and load multiple), `degraded` (one replica lost per pool),
+`cost`, `sensitivity`, `search` (layouts, verification rounds, runners-up, rejections) and
+`assumptions`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from inhouse.plan.analytic import PoolModel
+from inhouse.plan.cost import (
+    HOURS_PER_MONTH,
+    WorkloadCost,
+    api_monthly,
+    breakeven_months,
+    node_cost,
+    usd_per_million,
+)
+from inhouse.plan.planner import Plan
+from inhouse.plan.search import Candidate, offers_by_gpu
+from inhouse.plan.sensitivity import run_sensitivity
+from inhouse.plan.sizing import Sized
+from inhouse.plan.traffic import TrafficProfile
+from inhouse.plan.verify import METRIC_KEYS, SimCheck, simulate_command
+from inhouse.spec.catalog import GIB
+
+PLAN_VERSION = 1
+
+
+def build_report(
+    plan: Plan, *, sensitivity: bool = True, command: str = "", stack_path: str = "stack.yaml"
+) -> dict[str, Any]:
+    req = plan.requirements
+    chosen = plan.chosen
+    report: dict[str, Any] = {
+        "version": PLAN_VERSION,
+        "name": req.name,
+        "description": req.description,
+        "engine": {
+            "backend": req.planning.backend,
+            "routing_policy": req.planning.routing_policy,
+            "step_model_constants": chosen.pools[0].replica.constants.name,
+        },
+        "workloads": {n: characterize(p, req.workload(n).kind) for n, p in plan.profiles.items()},
+        "pools": [pool_entry(p, chosen, plan) for p in chosen.pools],
+        "hardware": hardware(plan),
+        "slo_check": slo_check(plan),
+        "degraded": degraded(plan),
+        "cost": cost(plan),
+        "sensitivity": (
+            run_sensitivity(req, chosen, plan.profiles, plan.corrections) if sensitivity else []
+        ),
+        "search": search_summary(plan),
+        "assumptions": assumptions(plan),
+        "reproduce": {
+            "plan": command,
+            "simulate": {
+                w.name: simulate_command(req, w.name, w.name, stack_path) for w in req.workloads
+            },
+            "note": (
+                "each command replays one workload alone; the plan's checks mix every workload "
+                "and leave the warm-up out"
+                if len(req.workloads) > 1
+                else "the plan's check leaves the warm-up out; the command counts it"
+            ),
+        },
+    }
+    cleaned: dict[str, Any] = _clean(report)
+    return cleaned
+
+
+def characterize(profile: TrafficProfile, kind: str) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "kind": kind,
+        "prompt_tokens": {
+            "mean": profile.mean_prompt,
+            "p50": profile.quantile("prompt", 0.5),
+            "p95": profile.quantile("prompt", 0.95),
+            "max_served": profile.max_prompt_tokens,
+        },
+        "output_tokens": {
+            "mean": profile.mean_output,
+            "p50": profile.quantile("output", 0.5),
+            "p95": profile.quantile("output", 0.95),
+        },
+        "ideal_prefix_hit_rate": profile.ideal_hit_rate,
+        "planned_prefix_hit_rate": profile.expected_hit_rate,
+        "arrival_cv2": profile.arrival_cv2,
+        "prefix_working_set_tokens": {
+            "shared": profile.working_set_shared_tokens,
+            "per_session": profile.working_set_per_session_tokens,
+            "spread": profile.working_set_spread_tokens,
+        },
+    }
+    if profile.is_sessions:
+        out["traffic"] = {
+            "peak_sessions": profile.peak_sessions,
+            "avg_sessions": profile.avg_sessions,
+            "think_time_s": profile.think_time_s,
+        }
+    else:
+        out["traffic"] = {
+            "peak_per_s": profile.peak_rate_per_s,
+            "avg_per_s": profile.avg_rate_per_s,
+        }
+    return out
+
+
+def pool_entry(pool: Sized, chosen: Candidate, plan: Plan) -> dict[str, Any]:
+    spec = plan.stack.pool(pool.need.name)
+    memory = pool.replica.memory
+    f = pool.forecast
+    sim = plan.checks[0].workloads if plan.checks else {}
+    return {
+        "name": pool.need.name,
+        "role": pool.need.role,
+        "serves": list(pool.need.slos),
+        "lora_adapters": list(pool.need.lora_adapters),
+        "model": pool.choice.model,
+        "hf_id": spec.model,
+        "quant": pool.choice.quant,
+        "kv_cache_dtype": pool.choice.kv_dtype,
+        "gpu": pool.choice.gpu,
+        "tp": pool.choice.tp,
+        "replicas": pool.replicas,
+        "num_gpus": pool.num_gpus,
+        "max_num_seqs": spec.knobs.max_num_seqs,
+        "max_num_batched_tokens": pool.choice.max_num_batched_tokens,
+        "max_model_len": pool.choice.max_model_len,
+        "long_prompt_tokens": pool.need.long_prompt_tokens,
+        "fallback": chosen.fallbacks.get(pool.need.name),
+        "placement": [
+            {"node": node, "gpu_ids": list(ids)}
+            for node, ids in chosen.placement.get(pool.need.name, [])
+        ],
+        "kv_budget_tokens": memory.kv_tokens,
+        "memory_gib_per_gpu": {
+            "usable": memory.usable_bytes_per_gpu / GIB,
+            "weights": memory.weight_bytes_per_gpu / GIB,
+            "reserve": memory.reserve_bytes_per_gpu / GIB,
+            "kv_cache": memory.kv_bytes_per_gpu / GIB,
+            "kv_bytes_per_token": memory.kv_bytes_per_token_per_gpu,
+        },
+        "at_peak": {
+            "rate_per_replica_per_s": sum(s.rate_per_s for s in f.streams.values()),
+            "batch": f.batch,
+            "batch_p95": f.batch_p95,
+            "decode_step_ms": f.decode_step_ms,
+            "chunk_step_ms": f.chunk_step_ms,
+            "mixed_step_fraction": f.mixed_step_fraction,
+            "utilization": f.utilization,
+            "kv_utilization_p95": f.kv_utilization,
+            "prefix_cache_fit": f.cache_fit,
+        },
+        "limited_by": pool.limited_by,
+        "predicted": {
+            w: {
+                f"{m}_p95_ms": s.p95_ms(m, pool.need.quantiles[w])
+                for m in ("ttft", "itl", "tpot", "e2e")
+            }
+            for w, s in f.streams.items()
+        },
+        "quantile_held": pool.need.quantiles,
+        "simulated": {
+            w: {f"{m}_p95_ms": sim[w][METRIC_KEYS[m]] for m in METRIC_KEYS}
+            for w in pool.need.slos
+            if w in sim and pool.need.role != "fallback"
+        },
+    }
+
+
+def hardware(plan: Plan) -> list[dict[str, Any]]:
+    offers = offers_by_gpu(plan.requirements)
+    out = []
+    for gpu, count in plan.chosen.gpus.items():
+        offer = offers[gpu]
+        nc = node_cost(offer)
+        out.append(
+            {
+                "gpu": gpu,
+                "gpus_used": count,
+                "nodes": plan.chosen.nodes[gpu],
+                "gpus_per_node": offer.gpus_per_node,
+                "pricing": offer.pricing,
+                "node_usd_per_hour": nc.usd_per_hour,
+                "usd_per_gpu_hour": nc.usd_per_gpu_hour,
+                "arithmetic": nc.arithmetic,
+            }
+        )
+    return out
+
+
+def _check_rows(check: SimCheck, analytic: dict[str, dict[str, float]] | None) -> dict[str, Any]:
+    rows: dict[str, Any] = {}
+    for workload, summary in check.workloads.items():
+        checks = summary["checks"]
+        assert isinstance(checks, dict)
+        rows[workload] = {
+            "pass": summary["pass"],
+            "completed": summary["completed"],
+            "failed": summary["failed"],
+            "prefix_cache_hit_rate": summary["prefix_cache_hit_rate"],
+            "metrics": {
+                metric: {
+                    **item,
+                    "analytic_p95_ms": (analytic or {}).get(workload, {}).get(metric),
+                }
+                for metric, item in checks.items()
+            },
+            "p95_ms": {k: summary[k] for k in METRIC_KEYS.values()},
+        }
+    return rows
+
+
+def slo_check(plan: Plan) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for check in plan.checks:
+        analytic = plan.chosen.predictions if check.multiple == 1.0 else None
+        out[f"{check.multiple:g}x"] = {
+            "simulated_s": check.duration_s,
+            "workloads": _check_rows(check, analytic),
+        }
+    if not plan.checks:
+        out["analytic_only"] = plan.chosen.predictions
+    for req in plan.requirements.workloads:
+        out.setdefault("targets", {})[req.name] = {
+            m: {"target_ms": t, "alarm_ms": req.slo.alarm_ms(m)}
+            for m, t in req.slo.targets().items()
+        }
+    return out
+
+
+def degraded(plan: Plan) -> list[dict[str, Any]]:
+    out = []
+    for check in plan.degraded:
+        ((pool, lost),) = check.down.items()
+        sized = next(p for p in plan.chosen.pools if p.need.name == pool)
+        stated: dict[str, Any] = {}
+        for req in plan.requirements.workloads:
+            slo = req.degraded_slo
+            stated[req.name] = (
+                {m: {"target_ms": t, "alarm_ms": slo.alarm_ms(m)} for m, t in slo.targets().items()}
+                if slo
+                else None
+            )
+        analytic = None
+        if sized.degraded is not None:
+            analytic = {
+                w: {m: s.p95_ms(m) for m in ("ttft", "itl", "tpot", "e2e")}
+                for w, s in sized.degraded.streams.items()
+            }
+        out.append(
+            {
+                "pool": pool,
+                "replicas_lost": lost,
+                "replicas_left": sized.replicas - lost,
+                "failover": (
+                    f"{sized.replicas} -> {sized.replicas - lost} replicas: each survivor carries "
+                    f"{sized.replicas / (sized.replicas - lost):.2f}x its planned share"
+                ),
+                "degraded_slo": stated,
+                "analytic_p95_ms": analytic,
+                "simulated_s": check.duration_s,
+                "workloads": _check_rows(check, None),
+                "pass": check.passed,
+            }
+        )
+    return out
+
+
+def cost(plan: Plan) -> dict[str, Any]:
+    req = plan.requirements
+    chosen = plan.chosen
+    offers = offers_by_gpu(req)
+    hours = req.usage.active_hours_per_month
+    costs = workload_costs(plan)
+    workloads = {name: c.as_dict(req.api_prices) for name, c in costs.items()}
+    capex = 0.0
+    for gpu, count in chosen.nodes.items():
+        per_node = offers[gpu].capex_usd_per_node
+        if offers[gpu].pricing == "capex" and per_node is not None:
+            capex += per_node * count
+    opex_hour = sum(
+        (node_cost(offers[g]).power_usd_per_hour + node_cost(offers[g]).ops_usd_per_hour) * n
+        for g, n in chosen.nodes.items()
+    )
+    rent_hour = sum(
+        node_cost(offers[g]).usd_per_gpu_hour * c
+        for g, c in chosen.gpus.items()
+        if offers[g].pricing == "hourly"
+    )
+    monthly = chosen.usd_per_hour * HOURS_PER_MONTH
+    total_tps = sum(c.input_tokens_per_s + c.output_tokens_per_s for c in costs.values())
+    breakeven: dict[str, Any] = {}
+    api_total: dict[str, float] = {}
+    for api in req.api_prices:
+        spend = sum(api_monthly(api, w["per_month"]) for w in workloads.values())
+        api_total[api.name] = spend
+        if capex > 0:
+            breakeven[api.name] = breakeven_months(
+                capex, (opex_hour + rent_hour) * HOURS_PER_MONTH, spend
+            )
+        else:
+            breakeven[api.name] = 0.0 if spend > monthly else None
+    return {
+        "usd_per_hour": chosen.usd_per_hour,
+        "usd_per_month": monthly,
+        "hours_per_month": HOURS_PER_MONTH,
+        "active_hours_per_month": hours,
+        "capex_usd": capex,
+        "opex_usd_per_hour": opex_hour + rent_hour,
+        "usd_per_million_tokens": {n: w["usd_per_million_tokens"] for n, w in workloads.items()},
+        "usd_per_million_tokens_blended_all": usd_per_million(chosen.usd_per_hour, total_tps),
+        "effective_usd_per_million_tokens_with_idle_hours": (
+            monthly / (total_tps * 3600 * hours) * 1e6 if total_tps else None
+        ),
+        "usd_per_request": {n: w["usd_per_request"] for n, w in workloads.items()},
+        "workloads": workloads,
+        "api_usd_per_month": api_total,
+        "breakeven_months": breakeven,
+        "formula": "usd_per_million_tokens = usd_per_hour / (tokens_per_s * 3600) * 1e6",
+    }
+
+
+def workload_costs(plan: Plan) -> dict[str, WorkloadCost]:
+    """Each workload's share of the stack's $/h at its average traffic (module docstring of
+    `cost`): pools' $/h by GPUs, split by the replica time each workload takes there."""
+    req = plan.requirements
+    chosen = plan.chosen
+    total_gpus = sum(p.num_gpus for p in chosen.pools)
+    shares: dict[str, list[float]] = {w.name: [0.0, 0.0, 0.0, 0.0, 0.0, 0.0] for w in req.workloads}
+    for pool in chosen.pools:
+        pool_usd = chosen.usd_per_hour * pool.num_gpus / total_gpus
+        if pool.need.role == "fallback":
+            for w in pool.need.slos:
+                shares[w][0] += pool_usd / len(pool.need.slos)
+            continue
+        streams = tuple(
+            type(s)(s.profile.scaled(load_factor=_avg_over_peak(s.profile)), s.shapes, s.share)
+            for s in pool.need.streams
+        )
+        scale = 1.0
+        model = PoolModel(pool.replica, streams, scale)
+        f = model.forecast(1.0 / pool.replicas, pool.replicas)
+        busy = {w: s.prefill_busy + s.decode_busy for w, s in f.streams.items()}
+        total_busy = sum(busy.values()) or 1.0
+        for w, s in f.streams.items():
+            usd = pool_usd * busy[w] / total_busy
+            prefill_share = s.prefill_busy / (s.prefill_busy + s.decode_busy or 1.0)
+            row = shares[w]
+            row[0] += usd
+            row[1] += usd * prefill_share
+            row[2] += s.rate_per_s * pool.replicas
+            row[3] += s.input_tokens_per_s * pool.replicas
+            row[4] += s.cached_tokens_per_s * pool.replicas
+            row[5] += s.output_tokens_per_s * pool.replicas
+    out = {}
+    for name, (usd, usd_in, rate, tin, tcached, tout) in shares.items():
+        out[name] = WorkloadCost(
+            name,
+            usd,
+            usd_in,
+            usd - usd_in,
+            rate,
+            tin,
+            tcached,
+            tout,
+            req.usage.active_hours_per_month,
+        )
+    return out
+
+
+def _avg_over_peak(profile: TrafficProfile) -> float:
+    if profile.is_sessions:
+        return profile.avg_sessions / profile.peak_sessions
+    return profile.avg_rate_per_s / profile.peak_rate_per_s
+
+
+def search_summary(plan: Plan) -> dict[str, Any]:
+    result = plan.search
+    chosen = plan.chosen
+    runners = []
+    for cand in result.candidates[1:6]:
+        if cand.usd_per_hour > chosen.usd_per_hour + 1e-6:
+            why = f"costs ${cand.usd_per_hour - chosen.usd_per_hour:,.2f}/h more"
+        else:
+            why = f"same cost, less margin ({cand.margin:.0%} vs {chosen.margin:.0%})"
+        runners.append(_candidate(cand) | {"lost_because": why})
+    failed = [
+        _candidate(v.candidate)
+        | {
+            "lost_because": "failed in the simulator: "
+            + "; ".join(
+                f"{w} p95 {m} {i['p95_ms']:,.0f} ms > {i['target_ms']:,.0f} ms"
+                for w, s in v.check.workloads.items()
+                for m, i in s["checks"].items()
+                if not i["pass"]
+            ),
+            "round": v.round,
+        }
+        for v in plan.verifications
+        if not v.check.passed
+    ]
+    return {
+        "layouts": [
+            {
+                "name": layout.name,
+                "description": layout.description,
+                "pools": [n.name for n in layout.needs],
+            }
+            for layout in {
+                c.layout.name: c.layout for c in result.candidates + result.hardware_misses
+            }.values()
+        ],
+        "chosen": _candidate(chosen),
+        "runners_up": runners,
+        "failed_verification": failed,
+        "rejected_layouts": [
+            {"layout": layout.description, "why": reasons}
+            for layout, reasons in result.rejected_layouts
+        ],
+        "over_hardware": [
+            _candidate(c) | {"lost_because": "; ".join(c.problems)}
+            for c in result.hardware_misses[:4]
+        ],
+        "corrections": plan.corrections,
+        "verification_rounds": len(plan.verifications),
+        "configurations_sized": sum(len(s.sized) + len(s.rejected) for s in result.sizing.values()),
+    }
+
+
+def _candidate(cand: Candidate) -> dict[str, Any]:
+    return {
+        "layout": cand.layout.description,
+        "pools": cand.label,
+        "usd_per_hour": cand.usd_per_hour,
+        "margin": cand.margin,
+        "analytic_p95_ms": cand.predictions,
+    }
+
+
+def assumptions(plan: Plan) -> list[str]:
+    req = plan.requirements
+    planning = req.planning
+    constants = plan.chosen.pools[0].replica.constants
+    out = [
+        f"Engine: {planning.backend} step-time constants '{constants.name}' "
+        f"({constants.fitted_on or 'see perf/data/engines.yaml'}): eta_bw {constants.eta_bw}, "
+        f"eta_compute {constants.eta_compute}, "
+        f"step overhead {constants.step_overhead_s * 1000:.2f} ms.",
+        f"Routing: {planning.routing_policy} in every pool, in the plan and in the simulator.",
+        f"Headroom: analytic p95s at most {1 - planning.headroom:.0%} of each target; replica "
+        f"utilization at most {planning.max_utilization:.0%}; KV cache at most 90% at p95.",
+        "Availability >= 99% means at least two replicas per pool (N+1).",
+        f"Simulator checks: {planning.verify_duration_s:g} s of arrivals at 1x peak, "
+        f"{planning.stress_duration_s:g} s at the other multiples and with a replica lost; the "
+        "first 20% (at most 30 s) are warm-up and not counted; seed "
+        f"{planning.seed}.",
+        "Average rates hold during active hours only "
+        f"({req.usage.active_hours_per_month:g} h/month); the stack runs all "
+        f"{HOURS_PER_MONTH:g} h.",
+        "LoRA adapters are modelled as the base model (no adapter compute or swap cost).",
+    ]
+    for name, profile in plan.profiles.items():
+        w = req.workload(name)
+        if w.prefix_reuse > profile.ideal_hit_rate + 1e-9:
+            out.append(
+                f"{name}: stated prefix reuse {w.prefix_reuse:.0%} exceeds what its shape allows "
+                f"({profile.ideal_hit_rate:.0%}); planned at {profile.expected_hit_rate:.0%}."
+            )
+        else:
+            out.append(
+                f"{name}: prefix-cache hit rate planned at {profile.expected_hit_rate:.0%} "
+                f"(the shape's ideal is {profile.ideal_hit_rate:.0%})."
+            )
+    if plan.corrections:
+        out.append(
+            "Analytic load terms scaled to the simulator's measurements: "
+            + ", ".join(
+                f"{w} {m} x{f:.2f}" for w, ms in plan.corrections.items() for m, f in ms.items()
+            )
+        )
+    return out
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe: no NaN or infinity (null instead), tuples as lists."""
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

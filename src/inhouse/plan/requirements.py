@@ -1,0 +1,314 @@
+"""The requirements file: what `inhouse plan` sizes a stack for (schema version 1).
+
+A requirements file states workloads (traffic, lengths, prefix reuse, multi-turn shape), their
+SLOs, the models and quantizations allowed, the hardware on offer with its prices, API prices to
+compare against, and the planner's own knobs. docs/plan.md documents every field.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from inhouse.errors import SpecError
+from inhouse.spec.errors_format import describe_validation_error
+
+REQUIREMENTS_VERSION = 1
+
+WorkloadKind = Literal["agent", "utility", "longctx", "shared-prefix"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TokenLengths(_Strict):
+    """A token-length distribution by its median and 95th percentile (a lognormal between)."""
+
+    p50: int = Field(gt=0)
+    p95: int = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> TokenLengths:
+        if self.p95 < self.p50:
+            raise ValueError(f"p95 ({self.p95}) must be at least p50 ({self.p50})")
+        return self
+
+
+class Traffic(_Strict):
+    """Average and peak load: a request rate (per second or per minute) for open-loop traffic,
+    or concurrent sessions for multi-turn agents. The average holds during active hours."""
+
+    avg_per_s: float | None = Field(default=None, gt=0)
+    peak_per_s: float | None = Field(default=None, gt=0)
+    avg_per_min: float | None = Field(default=None, gt=0)
+    peak_per_min: float | None = Field(default=None, gt=0)
+    avg_sessions: int | None = Field(default=None, gt=0)
+    peak_sessions: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> Traffic:
+        forms = {
+            "per_s": (self.avg_per_s, self.peak_per_s),
+            "per_min": (self.avg_per_min, self.peak_per_min),
+            "sessions": (self.avg_sessions, self.peak_sessions),
+        }
+        given = [name for name, pair in forms.items() if any(v is not None for v in pair)]
+        if len(given) != 1:
+            raise ValueError(
+                "give exactly one of avg_per_s/peak_per_s, avg_per_min/peak_per_min or "
+                f"avg_sessions/peak_sessions (got {given or 'none'})"
+            )
+        avg, peak = forms[given[0]]
+        if avg is None or peak is None:
+            raise ValueError(f"give both the avg_ and the peak_ value of the {given[0]} form")
+        if peak < avg:
+            raise ValueError(f"peak ({peak}) must be at least avg ({avg})")
+        return self
+
+    @property
+    def is_sessions(self) -> bool:
+        return self.peak_sessions is not None
+
+    def rate_per_s(self, which: Literal["avg", "peak"]) -> float:
+        """Open-loop request rate; sessions have no fixed rate (see `traffic.py`)."""
+        per_s = getattr(self, f"{which}_per_s")
+        if per_s is not None:
+            return float(per_s)
+        per_min = getattr(self, f"{which}_per_min")
+        assert per_min is not None, "rate_per_s() is for open-loop traffic"
+        return float(per_min) / 60.0
+
+    def sessions(self, which: Literal["avg", "peak"]) -> int:
+        value = getattr(self, f"{which}_sessions")
+        assert value is not None, "sessions() is for session traffic"
+        return int(value)
+
+
+class MultiTurn(_Strict):
+    """Shape of an agent session: turn 1 sends the app's system prompt and a first message; each
+    later turn re-sends the history plus a tool output, after a think time."""
+
+    num_apps: int = Field(default=4, gt=0)
+    system_prompt_tokens: int = Field(default=6000, ge=0)
+    min_turns: int = Field(default=3, gt=0)
+    max_turns: int = Field(default=6, gt=0)
+    first_message_tokens: TokenLengths = TokenLengths(p50=400, p95=1500)
+    tool_output_tokens: TokenLengths = TokenLengths(p50=1000, p95=4000)
+    think_time_s: float = Field(default=3.0, ge=0)
+
+    @model_validator(mode="after")
+    def _turns(self) -> MultiTurn:
+        if self.max_turns < self.min_turns:
+            raise ValueError(f"max_turns ({self.max_turns}) is below min_turns ({self.min_turns})")
+        return self
+
+
+class Slo(_Strict):
+    """p95 targets in ms (null: no target) and the p95 that should page (default: 1.25x the
+    target), plus availability: the share of requests answered without an error."""
+
+    ttft_p95_ms: float | None = Field(default=None, gt=0)
+    ttft_alarm_ms: float | None = Field(default=None, gt=0)
+    itl_p95_ms: float | None = Field(default=None, gt=0)
+    itl_alarm_ms: float | None = Field(default=None, gt=0)
+    tpot_p95_ms: float | None = Field(default=None, gt=0)
+    tpot_alarm_ms: float | None = Field(default=None, gt=0)
+    e2e_p95_ms: float | None = Field(default=None, gt=0)
+    e2e_alarm_ms: float | None = Field(default=None, gt=0)
+    availability: float = Field(default=0.999, gt=0, lt=1)
+
+    def targets(self) -> dict[str, float]:
+        """`{metric: target_ms}` for every metric with a target, in a fixed order."""
+        out: dict[str, float] = {}
+        for metric in METRICS:
+            target = getattr(self, f"{metric}_p95_ms")
+            if target is not None:
+                out[metric] = float(target)
+        return out
+
+    def alarm_ms(self, metric: str) -> float:
+        alarm = getattr(self, f"{metric}_alarm_ms")
+        target = getattr(self, f"{metric}_p95_ms")
+        assert target is not None, f"{metric} has no target"
+        return float(alarm) if alarm is not None else round(1.25 * float(target), 1)
+
+
+METRICS = ("ttft", "itl", "tpot", "e2e")
+
+
+class ModelChoice(_Strict):
+    """Models a workload may run on, best first; `min_params_b` is the quality floor (models below
+    it are refused); `fallback` a smaller model for degraded mode; `lora_on` names another
+    workload whose model may serve this one as LoRA adapters instead of a model of its own."""
+
+    allowed: tuple[str, ...] = Field(min_length=1)
+    min_params_b: float | None = Field(default=None, gt=0)
+    fallback: str | None = None
+    lora_on: str | None = None
+
+
+class WorkloadReq(_Strict):
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=30)
+    kind: WorkloadKind
+    traffic: Traffic
+    prompt_tokens: TokenLengths | None = Field(
+        default=None, description="per request; derived from `multi_turn` for agents"
+    )
+    output_tokens: TokenLengths
+    max_prompt_tokens: int | None = Field(
+        default=None, gt=0, description="longest prompt served (default 4x the p95)"
+    )
+    prefix_reuse: float = Field(
+        default=0.0, ge=0, lt=1, description="expected prefix-cache hit rate (token share)"
+    )
+    shared_prefix_tokens: int = Field(default=0, ge=0)
+    num_prefix_groups: int = Field(default=4, gt=0)
+    multi_turn: MultiTurn | None = None
+    burstiness: float = Field(
+        default=1.0, gt=0, description="gamma shape of arrival gaps: 1 Poisson, <1 burstier"
+    )
+    slo: Slo
+    degraded_slo: Slo | None = None
+    models: ModelChoice
+
+    @model_validator(mode="after")
+    def _consistent(self) -> WorkloadReq:
+        if self.kind == "agent":
+            if not self.traffic.is_sessions:
+                raise ValueError("an agent workload states traffic as avg_/peak_sessions")
+        else:
+            if self.traffic.is_sessions:
+                raise ValueError(f"a {self.kind} workload states traffic as a request rate")
+            if self.prompt_tokens is None:
+                raise ValueError(f"a {self.kind} workload needs prompt_tokens (p50, p95)")
+            if self.multi_turn is not None:
+                raise ValueError("multi_turn is for kind: agent")
+        if not self.slo.targets():
+            raise ValueError("slo needs at least one p95 target (ttft, itl, tpot or e2e)")
+        return self
+
+
+class HardwareOffer(_Strict):
+    """A GPU type on offer: owned or bought (capex) or rented (per GPU-hour)."""
+
+    gpu: str
+    gpus_per_node: int = Field(default=8, gt=0)
+    max_nodes: int | None = Field(default=None, gt=0, description="null: as many as needed")
+    pricing: Literal["capex", "hourly"]
+    capex_usd_per_node: float | None = Field(default=None, gt=0)
+    amortization_years: float = Field(default=3.0, gt=0)
+    power_kw_per_node: float | None = Field(
+        default=None, gt=0, description="peak draw (default: 1.8x the GPUs' TDP)"
+    )
+    avg_power_fraction: float = Field(default=0.7, gt=0, le=1)
+    pue: float = Field(default=1.3, ge=1)
+    usd_per_kwh: float = Field(default=0.12, ge=0)
+    ops_usd_per_node_year: float = Field(default=0.0, ge=0)
+    usd_per_gpu_hour: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _priced(self) -> HardwareOffer:
+        if self.pricing == "capex" and self.capex_usd_per_node is None:
+            raise ValueError("pricing: capex needs capex_usd_per_node")
+        if self.pricing == "hourly" and self.usd_per_gpu_hour is None:
+            raise ValueError("pricing: hourly needs usd_per_gpu_hour")
+        return self
+
+
+class ApiPrice(_Strict):
+    name: str
+    input_usd_per_million: float = Field(ge=0)
+    output_usd_per_million: float = Field(ge=0)
+    cached_input_usd_per_million: float | None = Field(default=None, ge=0)
+
+
+class Usage(_Strict):
+    """When traffic runs: the average rates hold for these hours, the rest is idle."""
+
+    active_hours_per_day: float = Field(default=24.0, gt=0, le=24)
+    active_days_per_month: float = Field(default=30.4, gt=0, le=31)
+
+    @property
+    def active_hours_per_month(self) -> float:
+        return self.active_hours_per_day * self.active_days_per_month
+
+
+class Planning(_Strict):
+    """The planner's own knobs."""
+
+    headroom: float = Field(
+        default=0.1, ge=0, lt=1, description="analytic p95 must sit this far below each target"
+    )
+    max_utilization: float = Field(default=0.7, gt=0, lt=1)
+    enforce_degraded_slo: bool = Field(
+        default=False,
+        description="size pools so the degraded SLO holds with one replica lost (else: report)",
+    )
+    quantizations: tuple[str, ...] = ("fp8", "bf16")
+    kv_cache_dtypes: tuple[str, ...] = ("auto", "fp8")
+    tensor_parallel: tuple[int, ...] = (1, 2, 4, 8)
+    max_num_batched_tokens: tuple[int, ...] = (512, 1024, 2048, 8192)
+    backend: Literal["vllm", "sglang"] = "vllm"
+    routing_policy: str = "cache_aware"
+    verify_top: int = Field(
+        default=3, ge=0, description="simulator rounds at 1x peak before giving up (0: none)"
+    )
+    verify_duration_s: float = Field(
+        default=90.0, gt=0, description="simulated seconds of arrivals per check at 1x peak"
+    )
+    stress_duration_s: float = Field(
+        default=60.0, gt=0, description="simulated seconds per 2x/3x and one-replica-lost check"
+    )
+    load_multiples: tuple[float, ...] = (1.0, 2.0, 3.0)
+    seed: int = 0
+
+
+class Requirements(_Strict):
+    version: Literal[1] = 1
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=40)
+    description: str = ""
+    workloads: tuple[WorkloadReq, ...] = Field(min_length=1)
+    hardware: tuple[HardwareOffer, ...] = Field(min_length=1)
+    api_prices: tuple[ApiPrice, ...] = ()
+    usage: Usage = Usage()
+    planning: Planning = Planning()
+
+    @model_validator(mode="after")
+    def _references(self) -> Requirements:
+        names = [w.name for w in self.workloads]
+        if len(set(names)) != len(names):
+            raise ValueError(f"workload names must be unique, got {names}")
+        for workload in self.workloads:
+            target = workload.models.lora_on
+            if target is not None and (target not in names or target == workload.name):
+                raise ValueError(
+                    f"workload {workload.name!r}: lora_on {target!r} must name another "
+                    f"workload; workloads: {names}"
+                )
+        return self
+
+    def workload(self, name: str) -> WorkloadReq:
+        for workload in self.workloads:
+            if workload.name == name:
+                return workload
+        raise KeyError(name)
+
+
+def parse_requirements(data: Any, source: str = "requirements") -> Requirements:
+    if not isinstance(data, dict):
+        raise SpecError(
+            f"{source}: a requirements file is a YAML mapping with `version`, `name`, "
+            "`workloads`, `hardware`"
+        )
+    version = data.get("version", REQUIREMENTS_VERSION)
+    if version != REQUIREMENTS_VERSION:
+        raise SpecError(
+            f"{source}: version: {version!r} is not supported; this inhouse reads version "
+            f"{REQUIREMENTS_VERSION}"
+        )
+    try:
+        return Requirements.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(describe_validation_error(exc, source)) from exc

@@ -1,0 +1,314 @@
+"""What would invalidate the plan: the chosen stack, re-forecast under six changed assumptions.
+
+For each change the analytic model (with the simulator's corrections) re-forecasts every pool at
+the planned replica counts and reports which SLO breaks, by how much, and — by bisection on the
+change's size — where the first SLO starts to break. The trigger is the operator metric and the
+level (halfway from today to the break) that should send the operator back to the plan.
+
+* `prompt_p95_1.7x`: the p95 prompt 1.7x longer, p50 kept (a heavier tail);
+* `prefix_hit_halved`: half the expected prefix-cache hit rate;
+* `burstiness_2x`: twice the squared CV of arrival gaps (open-loop traffic);
+* `traffic_2x`: twice the peak rate or sessions;
+* `tp_scaling_20pct_worse`: TP>1 replicas' steps 1/0.8 = 1.25x longer;
+* `no_fp8`: FP8 weights and KV not allowed — the same layout in BF16 (if it fits), and the
+  cheapest plan a new search finds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from inhouse.engine.build import build_replica
+from inhouse.errors import DoesNotFitError
+from inhouse.plan.analytic import PoolModel, Stream
+from inhouse.plan.requirements import Requirements
+from inhouse.plan.search import Candidate, predict_workloads, search
+from inhouse.plan.sizing import Corrections, Sized
+from inhouse.plan.traffic import TrafficProfile
+
+BISECT_STEPS = 7
+TP_SCALING_LOSS = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    name: str
+    description: str
+    full: float  # the change's size as stated (1.7, 0.5, 2, 2, 1.25)
+    apply: Callable[[float], tuple[dict[str, TrafficProfile], float]]  # size -> profiles, time
+
+
+def evaluate(
+    candidate: Candidate,
+    profiles: dict[str, TrafficProfile],
+    corrections: Corrections,
+    time_scale: float = 1.0,
+) -> dict[str, dict[str, float]] | None:
+    """Workload p95s of the candidate's pools at their replica counts under changed profiles
+    (None if a pool becomes unstable)."""
+    pools: list[Sized] = []
+    for pool in candidate.pools:
+        if pool.need.role == "fallback":
+            continue
+        streams = tuple(_restream(s, pool, profiles) for s in pool.need.streams)
+        scale = time_scale if pool.choice.tp > 1 else 1.0
+        model = PoolModel(pool.replica, streams, scale)
+        forecast = model.forecast(1.0 / pool.replicas, pool.replicas)
+        if not forecast.stable:
+            return None
+        floor = model.forecast(1e-4)
+        pools.append(
+            Sized(
+                pool.need,
+                pool.choice,
+                pool.replica,
+                pool.replicas,
+                forecast,
+                None,
+                floor,
+                pool.usd_per_gpu_hour,
+                pool.limited_by,
+            )
+        )
+    return predict_workloads(pools, corrections)
+
+
+def _restream(stream: Stream, pool: Sized, profiles: dict[str, TrafficProfile]) -> Stream:
+    profile = profiles[stream.name]
+    span = pool.need.prompt_range
+    if span is None:
+        return Stream(profile, profile.shapes, stream.share)
+    prompt = profile.shapes.prompt
+    mask = (prompt > span[0]) & (prompt <= span[1])
+    share = float(mask.mean())
+    if share == 0.0:
+        mask = prompt >= prompt.max()
+        share = 1e-6
+    return Stream(profile, profile.shapes.select(mask), share)
+
+
+def breaches(
+    requirements: Requirements, predicted: dict[str, dict[str, float]] | None
+) -> list[dict[str, object]]:
+    """Every SLO the predictions break, worst first (`over_by`: predicted/target − 1)."""
+    out: list[dict[str, object]] = []
+    for req in requirements.workloads:
+        for metric, target in req.slo.targets().items():
+            value = float("inf") if predicted is None else predicted[req.name][metric]
+            if value > target:
+                out.append(
+                    {
+                        "workload": req.name,
+                        "metric": metric,
+                        "predicted_ms": value if value != float("inf") else None,
+                        "target_ms": target,
+                        "over_by": (value / target - 1.0) if value != float("inf") else None,
+                    }
+                )
+    out.sort(key=lambda b: -(b["over_by"] if b["over_by"] is not None else 1e9))  # type: ignore[operator]
+    return out
+
+
+def changes(requirements: Requirements, profiles: dict[str, TrafficProfile]) -> list[Change]:
+    def profile_change(key: str) -> Callable[[float], tuple[dict[str, TrafficProfile], float]]:
+        return lambda size: ({n: p.scaled(**{key: size}) for n, p in profiles.items()}, 1.0)
+
+    return [
+        Change(
+            "prompt_p95_1.7x",
+            "p95 prompt 1.7x longer (p50 kept)",
+            1.7,
+            profile_change("prompt_p95_factor"),
+        ),
+        Change(
+            "prefix_hit_halved", "prefix-cache hit rate halved", 0.5, profile_change("hit_factor")
+        ),
+        Change(
+            "burstiness_2x", "arrivals twice as bursty (CV² x2)", 2.0, profile_change("cv2_factor")
+        ),
+        Change("traffic_2x", "peak traffic doubled", 2.0, profile_change("load_factor")),
+        Change(
+            "tp_scaling_20pct_worse",
+            "tensor-parallel scaling 20% worse (TP>1 steps x1.25)",
+            1.0 / (1.0 - TP_SCALING_LOSS),
+            lambda size: (profiles, size),
+        ),
+    ]
+
+
+def run_sensitivity(
+    requirements: Requirements,
+    candidate: Candidate,
+    profiles: dict[str, TrafficProfile],
+    corrections: Corrections,
+) -> list[dict[str, object]]:
+    out: list[dict[str, object]] = []
+    for change in changes(requirements, profiles):
+        changed, time_scale = change.apply(change.full)
+        predicted = evaluate(candidate, changed, corrections, time_scale)
+        broken = breaches(requirements, predicted)
+        breaks_at = None
+        if broken:
+            breaks_at = _break_point(requirements, candidate, change, corrections)
+        out.append(
+            {
+                "name": change.name,
+                "change": change.description,
+                "size": change.full,
+                "predicted_p95_ms": predicted,
+                "breaches": broken,
+                "first_break": broken[0] if broken else None,
+                "breaks_at_size": breaks_at,
+                "trigger": trigger(change, requirements, profiles, breaks_at),
+            }
+        )
+    out.append(no_fp8(requirements, candidate, profiles, corrections))
+    return out
+
+
+def _break_point(
+    requirements: Requirements, candidate: Candidate, change: Change, corrections: Corrections
+) -> float:
+    """The smallest size of the change at which some SLO breaks (bisection)."""
+    good, bad = 1.0, change.full
+    for _ in range(BISECT_STEPS):
+        mid = 0.5 * (good + bad)
+        changed, time_scale = change.apply(mid)
+        if breaches(requirements, evaluate(candidate, changed, corrections, time_scale)):
+            bad = mid
+        else:
+            good = mid
+    return bad
+
+
+def trigger(
+    change: Change,
+    requirements: Requirements,
+    profiles: dict[str, TrafficProfile],
+    breaks_at: float | None,
+) -> str:
+    """The operator metric and level that should send them back to the plan."""
+    size = breaks_at if breaks_at is not None else change.full
+    early = 1.0 + (size - 1.0) / 2.0
+    first = requirements.workloads[0].name
+    profile = profiles[first]
+    if change.name.startswith("prompt"):
+        p95 = profile.quantile("prompt", 0.95)
+        return (
+            f"p95 of vllm:request_prompt_tokens for {first} above {p95 * early:,.0f} tokens "
+            f"(planned {p95:,.0f}) over a day"
+        )
+    if change.name.startswith("prefix"):
+        hit = profile.expected_hit_rate
+        return (
+            f"prefix-cache hit rate (vllm:prefix_cache_hits / vllm:prefix_cache_queries) for "
+            f"{first} below {hit * early:.0%} (planned {hit:.0%}) for 1 h"
+        )
+    if change.name.startswith("burst"):
+        return (
+            f"squared CV of request inter-arrival gaps (gateway log) above {early:.2f}x the "
+            "planned value, or vllm:num_requests_waiting > 0 on every replica for 5 min"
+        )
+    if change.name.startswith("traffic"):
+        if profile.is_sessions:
+            return (
+                f"concurrent {first} sessions above {profile.peak_sessions * early:,.0f} "
+                f"(planned peak {profile.peak_sessions}) at the gateway"
+            )
+        return (
+            f"{first} request rate above {profile.peak_rate_per_s * early:,.2f}/s (planned peak "
+            f"{profile.peak_rate_per_s:g}/s) over 15 min"
+        )
+    return (
+        f"median vllm:time_per_output_token_seconds of TP>1 replicas more than {early - 1:.0%} "
+        "above the plan's decode step at the same batch size"
+    )
+
+
+def no_fp8(
+    requirements: Requirements,
+    candidate: Candidate,
+    profiles: dict[str, TrafficProfile],
+    corrections: Corrections,
+) -> dict[str, object]:
+    """The same layout in BF16 (weights and KV), and the cheapest plan without FP8."""
+    result: dict[str, object] = {
+        "name": "no_fp8",
+        "change": "FP8 weights and FP8 KV cache not allowed",
+        "size": None,
+    }
+    swapped: list[Sized] = []
+    problems: list[str] = []
+    for pool in candidate.pools:
+        choice = pool.choice
+        if choice.quant != "fp8" and choice.kv_dtype != "fp8":
+            swapped.append(pool)
+            continue
+        bf16 = type(choice)(
+            choice.model,
+            choice.gpu,
+            "bf16",
+            "auto",
+            choice.tp,
+            choice.max_num_batched_tokens,
+            choice.max_model_len,
+        )
+        try:
+            replica = build_replica(bf16.spec(requirements.planning.backend))
+        except DoesNotFitError as exc:
+            problems.append(f"pool {pool.need.name}: {exc}")
+            continue
+        swapped.append(
+            Sized(
+                pool.need,
+                bf16,
+                replica,
+                pool.replicas,
+                pool.forecast,
+                None,
+                pool.floor,
+                pool.usd_per_gpu_hour,
+                pool.limited_by,
+            )
+        )
+    same = Candidate(candidate.layout, swapped, candidate.fallbacks)
+    predicted = None if problems else evaluate(same, profiles, corrections)
+    broken = breaches(requirements, predicted) if not problems else []
+    result["same_layout"] = {
+        "fits": not problems,
+        "problems": problems,
+        "predicted_p95_ms": predicted,
+        "breaches": broken,
+    }
+    result["breaches"] = broken
+    result["first_break"] = broken[0] if broken else None
+    planning = requirements.planning.model_copy(
+        update={
+            "quantizations": tuple(q for q in requirements.planning.quantizations if q != "fp8")
+            or ("bf16",),
+            "kv_cache_dtypes": ("auto",),
+        }
+    )
+    alternative = search(requirements, profiles, planning, corrections=corrections)
+    if alternative.candidates:
+        best = alternative.candidates[0]
+        result["replan"] = {
+            "usd_per_hour": best.usd_per_hour,
+            "extra_usd_per_hour": best.usd_per_hour - candidate.usd_per_hour,
+            "pools": best.label,
+        }
+    else:
+        misses = alternative.hardware_misses
+        result["replan"] = {
+            "usd_per_hour": None,
+            "why_none": "; ".join(misses[0].problems)
+            if misses
+            else "no configuration meets the SLOs",
+            "pools": misses[0].label if misses else None,
+        }
+    result["trigger"] = (
+        "FP8 fails the held-out quality eval against BF16 (run it before buying): re-plan "
+        "without FP8"
+    )
+    return result

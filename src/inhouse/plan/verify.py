@@ -1,0 +1,174 @@
+"""Verification in the fleet simulator: the very router and engine code that serves traffic.
+
+A stack is run against the requirements' workloads (each from its own seeded generator, mixed in
+time, clients naming each workload's model) with the production routing policy, for a few
+simulated minutes. Requests arriving during the warm-up (empty caches, sessions ramping) are
+left out; the rest give vLLM bench's p95s per workload, compared with the targets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from inhouse.fleet import FleetResult, RequestRecord, simulate_stack
+from inhouse.plan.mix import MixedWorkload, workload_of
+from inhouse.plan.requirements import Requirements, Slo
+from inhouse.plan.traffic import make_workload
+from inhouse.spec.stack import StackSpec
+from inhouse.workload import Arrivals, Lengths
+
+WARMUP_FRACTION = 0.2
+MAX_WARMUP_S = 30.0
+METRIC_KEYS = {
+    "ttft": "p95_ttft_ms",
+    "itl": "p95_itl_ms",
+    "tpot": "p95_tpot_ms",
+    "e2e": "p95_e2el_ms",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SimCheck:
+    """One simulated run: per workload, its p95s (ms), counts and pass/fail per target."""
+
+    multiple: float
+    down: dict[str, int]
+    duration_s: float
+    workloads: dict[str, dict[str, Any]]
+
+    @property
+    def passed(self) -> bool:
+        return all(bool(w["pass"]) for w in self.workloads.values())
+
+
+def mixed_workload(
+    requirements: Requirements,
+    model_names: dict[str, str],
+    *,
+    prompt_p95_factor: float = 1.0,
+    burstiness_factor: float = 1.0,
+) -> MixedWorkload:
+    """The requirements' workloads as one, each sending `model_names[workload]`."""
+    return MixedWorkload(
+        tuple(
+            (
+                req.name,
+                make_workload(
+                    req,
+                    model_names[req.name],
+                    prompt_p95_factor=prompt_p95_factor,
+                    burstiness_factor=burstiness_factor,
+                ),
+            )
+            for req in requirements.workloads
+        )
+    )
+
+
+def run_check(
+    stack: StackSpec,
+    requirements: Requirements,
+    model_names: dict[str, str],
+    *,
+    multiple: float = 1.0,
+    down: dict[str, int] | None = None,
+    degraded: bool = False,
+    duration_s: float | None = None,
+) -> SimCheck:
+    planning = requirements.planning
+    duration = duration_s or planning.verify_duration_s
+    workload = mixed_workload(requirements, model_names)
+    result = simulate_stack(
+        stack,
+        workload,
+        policy=planning.routing_policy,
+        duration_s=duration,
+        seed=planning.seed,
+        rate_scale=multiple,
+        down_replicas=down,
+    )
+    warmup_s = min(MAX_WARMUP_S, WARMUP_FRACTION * duration)
+    out: dict[str, dict[str, Any]] = {}
+    for req in requirements.workloads:
+        slo = (req.degraded_slo or req.slo) if degraded else req.slo
+        out[req.name] = summarize(result, req.name, warmup_s, slo)
+    return SimCheck(multiple, dict(down or {}), duration, out)
+
+
+def summarize(result: FleetResult, workload: str, warmup_s: float, slo: Slo) -> dict[str, Any]:
+    """p95s (ms) of one workload's requests after the warm-up, with pass/fail per target."""
+    mine = [r for r in result.records if workload_of(r.request_id) == workload]
+    counted = [r for r in mine if r.arrival_s >= warmup_s]
+    done = [r for r in counted if r.ok]
+    metrics = _p95s(result, done)
+    prompt = sum(r.num_prompt_tokens for r in done)
+    checks: dict[str, dict[str, float | bool]] = {}
+    for metric, target in slo.targets().items():
+        value = metrics[METRIC_KEYS[metric]]
+        checks[metric] = {"target_ms": target, "p95_ms": value, "pass": value <= target}
+    failed = len(counted) - len(done)
+    return {
+        **metrics,
+        "completed": len(done),
+        "failed": failed,
+        "prefix_cache_hit_rate": sum(r.num_cached_tokens for r in done) / prompt if prompt else 0.0,
+        "theoretical_hit_rate": (
+            sum(r.num_ideal_cached_tokens for r in done) / prompt if prompt else 0.0
+        ),
+        "routes": _routes(done),
+        "checks": checks,
+        "pass": all(bool(c["pass"]) for c in checks.values()) and failed == 0 and bool(done),
+    }
+
+
+def _p95s(result: FleetResult, done: list[RequestRecord]) -> dict[str, float]:
+    def p95(values: list[float] | np.ndarray) -> float:
+        data = np.asarray(values, dtype=np.float64)
+        return float(np.percentile(data, 95)) if data.size else float("nan")
+
+    ms = 1000.0
+    return {
+        "p95_ttft_ms": p95([ms * r.ttft_s for r in done]),
+        "p95_itl_ms": p95(ms * result.itl_s(done)),
+        "p95_tpot_ms": p95([ms * r.tpot_s for r in done if r.num_output_tokens > 1]),
+        "p95_e2el_ms": p95([ms * r.e2el_s for r in done]),
+    }
+
+
+def _routes(done: list[RequestRecord]) -> dict[str, int]:
+    routes: dict[str, int] = {}
+    for record in done:
+        key = f"{record.pool}:{record.route}"
+        routes[key] = routes.get(key, 0) + 1
+    return routes
+
+
+def simulate_command(
+    requirements: Requirements, workload: str, model_name: str, stack_path: str
+) -> str:
+    """The `inhouse simulate` command that replays one workload of the plan's check on its own
+    (the check mixes every workload; it also leaves the warm-up out)."""
+    req = requirements.workload(workload)
+    generator = make_workload(req, model_name)
+    params: list[str] = []
+    for f in dataclasses.fields(generator):  # type: ignore[arg-type]
+        value = getattr(generator, f.name)
+        if isinstance(value, Arrivals):
+            params += [f"arrivals={value.kind}", f"rate_per_s={value.rate_per_s:.10g}"]
+            if value.kind == "gamma":
+                params.append(f"burstiness={value.burstiness:.10g}")
+        elif isinstance(value, Lengths):
+            params.append(f"{f.name}={value.p50}:{value.p95}:{value.min_tokens}:{value.max_tokens}")
+        elif value is not None:
+            text = f"{value:.10g}" if isinstance(value, float) else str(value)
+            params.append(f"{f.name}={text}")
+    planning = requirements.planning
+    return (
+        f"inhouse simulate --stack {stack_path} --workload {generator.name} "
+        f"-W {','.join(params)} --policy {planning.routing_policy} "
+        f"--duration {planning.verify_duration_s:g} --seed {planning.seed}"
+    )

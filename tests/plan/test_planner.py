@@ -1,0 +1,103 @@
+import pytest
+
+from inhouse.fleet import simulate_stack
+from inhouse.plan.planner import PlanInfeasibleError, make_plan
+from inhouse.plan.report import build_report
+from inhouse.plan.verify import mixed_workload
+from inhouse.spec.stack import dump_stack, parse_stack
+
+from .plan_helpers import parse, small_requirements
+
+
+def one_h100(model: str, ttft_ms: float) -> dict[str, object]:
+    data = small_requirements(verify_top=0)
+    data["workloads"][0].update(
+        kind="longctx",
+        prompt_tokens={"p50": 20000, "p95": 24000},
+        max_prompt_tokens=30000,
+        slo={"ttft_p95_ms": ttft_ms, "availability": 0.9},
+        models={"allowed": [model]},
+    )
+    data["hardware"] = [
+        {
+            "gpu": "h100_sxm",
+            "gpus_per_node": 1,
+            "max_nodes": 1,
+            "pricing": "hourly",
+            "usd_per_gpu_hour": 3,
+        }
+    ]
+    return data
+
+
+def test_50ms_ttft_for_24k_prompts_on_one_h100_names_ttft() -> None:
+    with pytest.raises(PlanInfeasibleError) as info:
+        make_plan(parse(one_h100("Llama-3.1-8B", 50)))
+    message = str(info.value)
+    assert "no plan meets the requirements" in message
+    assert "binding constraint" in message
+    assert "chat p95 ttft is" in message
+    assert "on an idle replica, above the 45 ms limit" in message
+
+
+def test_70b_on_one_h100_names_memory() -> None:
+    with pytest.raises(PlanInfeasibleError, match="does not fit"):
+        make_plan(parse(one_h100("Llama-3.3-70B", 5000)))
+
+
+def test_gpu_budget_is_a_binding_constraint() -> None:
+    data = small_requirements(verify_top=0)
+    data["workloads"][0]["traffic"] = {"avg_per_s": 20.0, "peak_per_s": 40.0}
+    data["hardware"] = [
+        {
+            "gpu": "h100_sxm",
+            "gpus_per_node": 1,
+            "max_nodes": 1,
+            "pricing": "hourly",
+            "usd_per_gpu_hour": 3,
+        }
+    ]
+    with pytest.raises(PlanInfeasibleError, match=r"needs \d+ h100_sxm GPUs .* offers 1"):
+        make_plan(parse(data))
+
+
+def test_small_plan_is_verified_and_its_stack_simulates() -> None:
+    requirements = parse(small_requirements())
+    plan = make_plan(requirements)
+    assert plan.verifications and plan.verifications[-1].check.passed
+    assert [c.multiple for c in plan.checks] == [1.0, 2.0]
+    assert [list(c.down) for c in plan.degraded] == [["chat"]]
+    stack = parse_stack(__import__("yaml").safe_load(dump_stack(plan.stack)))
+    (pool,) = stack.pools
+    assert (pool.model, pool.quant, pool.routing.policy) == (
+        "meta-llama/Llama-3.1-8B",
+        "fp8",
+        "cache_aware",
+    )
+    assert pool.replicas >= 2  # 99.9% availability: N+1
+    result = simulate_stack(stack, mixed_workload(requirements, {"chat": "chat"}), duration_s=10)
+    assert result.completed and not [r for r in result.records if not r.ok]
+
+    report = build_report(plan, sensitivity=False)
+    for key in ("pools", "slo_check", "degraded", "cost", "sensitivity", "assumptions"):
+        assert key in report
+    entry = report["pools"][0]
+    for key in (
+        "model",
+        "quant",
+        "gpu",
+        "tp",
+        "replicas",
+        "max_num_seqs",
+        "kv_budget_tokens",
+        "predicted",
+    ):
+        assert key in entry
+    assert set(entry["predicted"]["chat"]) >= {"ttft_p95_ms", "itl_p95_ms"}
+    cost = report["cost"]
+    assert cost["usd_per_hour"] == pytest.approx(3.0 * sum(p["num_gpus"] for p in report["pools"]))
+    blended = cost["usd_per_million_tokens"]["chat"]["blended"]
+    load = cost["workloads"]["chat"]["at_average_load"]
+    tps = load["input_tokens_per_s"] + load["output_tokens_per_s"]
+    assert blended == pytest.approx(cost["usd_per_hour"] / (tps * 3600) * 1e6)
+    assert cost["breakeven_months"]["api"] in (0.0, None)  # rented: from month one, or never

@@ -1,0 +1,82 @@
+from pathlib import Path
+
+import pytest
+import yaml
+
+from inhouse.errors import SpecError
+from inhouse.plan.requirements import parse_requirements
+from inhouse.plan.traffic import profile_workload
+
+from .plan_helpers import parse, small_requirements
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("name", ["crm-copilot", "code-assistant"])
+def test_examples_parse(name: str) -> None:
+    path = ROOT / "examples" / name / "requirements.yaml"
+    req = parse_requirements(yaml.safe_load(path.read_text()), str(path))
+    assert req.name == name
+
+
+def test_code_assistant_example_states_the_brief() -> None:
+    path = ROOT / "examples" / "code-assistant" / "requirements.yaml"
+    req = parse_requirements(yaml.safe_load(path.read_text()))
+    code = req.workload("code")
+    assert (code.traffic.rate_per_s("peak"), code.traffic.rate_per_s("avg")) == (12, 3)
+    assert code.prompt_tokens is not None
+    assert (code.prompt_tokens.p50, code.prompt_tokens.p95) == (6000, 24000)
+    assert (code.output_tokens.p50, code.output_tokens.p95) == (250, 900)
+    assert (code.slo.ttft_p95_ms, code.slo.tpot_p95_ms, code.slo.availability) == (1200, 50, 0.999)
+    assert code.models.fallback == "Llama-3.1-8B"
+    assert {h.gpu for h in req.hardware} == {"h100_sxm", "h200_sxm"}
+
+
+def test_crm_example_states_the_seed_scenario() -> None:
+    path = ROOT / "examples" / "crm-copilot" / "requirements.yaml"
+    req = parse_requirements(yaml.safe_load(path.read_text()))
+    chat, utility = req.workload("chat"), req.workload("utility")
+    assert chat.traffic.sessions("peak") == 100
+    assert (chat.slo.ttft_p95_ms, chat.slo.itl_p95_ms) == (800, 60)
+    assert 0.75 <= chat.prefix_reuse <= 0.9
+    assert utility.traffic.rate_per_s("peak") == pytest.approx(1000 / 60)
+    assert utility.slo.e2e_p95_ms == 2000
+    (node,) = req.hardware
+    assert (node.gpu, node.gpus_per_node, node.max_nodes, node.capex_usd_per_node) == (
+        "h100_sxm",
+        8,
+        1,
+        300_000,
+    )
+
+
+def test_unknown_field_is_named() -> None:
+    data = small_requirements()
+    data["workloads"][0]["promt_tokens"] = {"p50": 1, "p95": 2}
+    with pytest.raises(SpecError, match=r"workloads\.0\.promt_tokens: unknown field"):
+        parse(data)
+
+
+def test_traffic_needs_one_form() -> None:
+    data = small_requirements()
+    data["workloads"][0]["traffic"] = {"avg_per_s": 1.0, "peak_sessions": 3}
+    with pytest.raises(SpecError, match="exactly one of"):
+        parse(data)
+
+
+def test_wrong_version_is_refused() -> None:
+    with pytest.raises(SpecError, match="version: 2 is not supported"):
+        parse({**small_requirements(), "version": 2})
+
+
+def test_heavier_prompt_tail_keeps_the_median() -> None:
+    profile = profile_workload(parse(small_requirements()).workloads[0])
+    heavier = profile.scaled(prompt_p95_factor=1.7)
+    assert heavier.quantile("prompt", 0.5) == pytest.approx(
+        profile.quantile("prompt", 0.5), rel=0.01
+    )
+    assert heavier.quantile("prompt", 0.95) == pytest.approx(
+        1.7 * profile.quantile("prompt", 0.95), rel=0.03
+    )
+    halved = profile.scaled(hit_factor=0.5)
+    assert halved.expected_hit_rate == pytest.approx(profile.expected_hit_rate / 2)
