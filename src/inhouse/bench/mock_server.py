@@ -39,6 +39,7 @@ class MockTiming:
     role_chunk_lead_s: float = 0.0
     cached_fraction: float = 0.0
     fail_status: int | None = None  # answer every generation request with this status
+    grid: bool = True  # False: each stream on its own timers (TTFT exact, more server CPU)
 
 
 @dataclass
@@ -176,7 +177,13 @@ class MockServer:
             loop.call_at(at + loop.time() - start, stream.role, at)
         elif chat:
             stream.pending_role = True
-        self._ticker.add(stream, start + timing.ttft_s)
+        if timing.grid:
+            self._ticker.add(stream, start + timing.ttft_s)
+            return
+        offset = loop.time() - start
+        for i in range(stream.num_tokens):
+            at = start + timing.ttft_s + i * timing.itl_s
+            loop.call_at(at + offset, stream.token, at)
 
     @property
     def _ticker(self) -> _Ticker:
@@ -326,8 +333,16 @@ def main() -> None:
     parser.add_argument("--ttft-ms", type=float, default=50.0)
     parser.add_argument("--itl-ms", type=float, default=10.0)
     parser.add_argument("--cached-fraction", type=float, default=0.0)
+    parser.add_argument(
+        "--no-grid", action="store_true", help="per-stream timers: exact TTFT, more CPU"
+    )
     args = parser.parse_args()
-    timing = MockTiming(args.ttft_ms / 1000, args.itl_ms / 1000, 0.0, args.cached_fraction)
+    timing = MockTiming(
+        args.ttft_ms / 1000,
+        args.itl_ms / 1000,
+        cached_fraction=args.cached_fraction,
+        grid=not args.no_grid,
+    )
 
     async def serve() -> None:
         server = MockServer(timing)
