@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from scipy.optimize import least_squares
+from scipy.optimize import least_squares, minimize
 
 from inhouse.engine.build import ReplicaSpec, build_replica
 from inhouse.errors import DoesNotFitError
@@ -46,7 +46,7 @@ LOWER = {
     "allreduce_latency_scale": 0.1,
     "request_overhead_s": 1e-4,
     "prompt_token_overhead_s": 1e-8,
-    "closed_loop_spread": 0.05,
+    "closed_loop_spread": 0.001,
 }
 UPPER = {
     "eta_bw": 1.0,
@@ -107,6 +107,21 @@ class Fitter:
         return np.array(out)
 
 
+def median_ape(rows: list[dict[str, str]], preds: list[tuple[float, float] | None]) -> float:
+    """The score the issue judges: median APE of TTFT plus median APE of TPOT (a row the
+    model cannot run counts as a 100% miss)."""
+    ttft = []
+    tpot = []
+    for row, pred in zip(rows, preds, strict=True):
+        if pred is None:
+            ttft.append(1.0)
+            tpot.append(1.0)
+            continue
+        ttft.append(abs(pred[0] / float(row["ttft_ms"]) - 1))
+        tpot.append(abs(pred[1] / float(row["tpot_ms"]) - 1))
+    return statistics.median(ttft) + statistics.median(tpot)
+
+
 def summarize(rows: list[dict[str, str]], preds: list[tuple[float, float] | None]) -> str:
     ttft_err = []
     tpot_err = []
@@ -122,7 +137,11 @@ def summarize(rows: list[dict[str, str]], preds: list[tuple[float, float] | None
 
 
 def fit_backend(
-    backend: str, rows: list[dict[str, str]], pool: ProcessPoolExecutor, max_evals: int
+    backend: str,
+    rows: list[dict[str, str]],
+    pool: ProcessPoolExecutor,
+    max_evals: int,
+    refine_evals: int,
 ) -> tuple[EngineConstants, str]:
     base = get_engine_constants(backend)
     fitter = Fitter(rows, base, pool)
@@ -132,28 +151,56 @@ def fit_backend(
     x0 = np.clip(x0, lower + 1e-6, upper - 1e-6)
     started = time.perf_counter()
     print(f"[{backend}] start: {summarize(rows, fitter.predictions(base))}", flush=True)
-    result = least_squares(
-        fitter.residuals,
-        x0,
-        bounds=(lower, upper),
-        loss="soft_l1",
-        f_scale=0.05,
-        diff_step=0.03,
-        max_nfev=max_evals,
-        x_scale=1.0,
-    )
-    fitted = fitter.constants(result.x)
+    x = x0
+    if max_evals > 0:
+        x = least_squares(
+            fitter.residuals,
+            x0,
+            bounds=(lower, upper),
+            loss="soft_l1",
+            f_scale=0.05,
+            diff_step=0.03,
+            max_nfev=max_evals,
+            x_scale=1.0,
+        ).x
+    if refine_evals > 0:
+        # Robust least squares is smooth but not the score; Nelder-Mead then minimizes the
+        # median APE itself, starting from the least-squares optimum.
+        def score(v: np.ndarray) -> float:
+            v = np.clip(v, lower, upper)
+            return median_ape(rows, fitter.predictions(fitter.constants(v)))
+
+        refined = minimize(
+            score,
+            x,
+            method="Nelder-Mead",
+            options={"maxfev": refine_evals, "initial_simplex": _simplex(x, 0.15)},
+        )
+        x = np.clip(refined.x, lower, upper)
+    fitted = fitter.constants(x)
     summary = summarize(rows, fitter.predictions(fitted))
     took = time.perf_counter() - started
     print(f"[{backend}] fitted in {fitter.calls} evaluations, {took:.0f} s: {summary}", flush=True)
     return fitted, summary
 
 
+def _simplex(x: np.ndarray, step: float) -> np.ndarray:
+    points = [x]
+    for i in range(len(x)):
+        point = x.copy()
+        point[i] += step
+        points.append(point)
+    return np.array(points)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--csv", type=Path, default=DEFAULT_CSV)
     parser.add_argument("--backend", action="append", help="fit only these backends")
-    parser.add_argument("--max-evals", type=int, default=12)
+    parser.add_argument("--max-evals", type=int, default=80, help="least-squares evaluations")
+    parser.add_argument(
+        "--refine-evals", type=int, default=60, help="Nelder-Mead evaluations on the median APE"
+    )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--write", action="store_true", help="store the fit in engines.yaml")
     args = parser.parse_args(argv)
@@ -165,7 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     with ProcessPoolExecutor(args.workers) as pool:
         for backend in backends:
             subset = [r for r in rows if r["backend"] == backend]
-            fitted, summary = fit_backend(backend, subset, pool, args.max_evals)
+            fitted, summary = fit_backend(
+                backend, subset, pool, args.max_evals, args.refine_evals
+            )
             values = asdict(fitted)
             values.pop("name")
             for key in FITTED_FIELDS:

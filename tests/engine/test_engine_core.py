@@ -239,3 +239,32 @@ def test_same_inputs_give_identical_records(make_engine) -> None:
         return [(r.first_token_s, r.finish_s) for r in requests]
 
     assert run() == run()
+
+
+def test_unmixed_batches_run_prefill_and_decode_apart(make_engine) -> None:
+    engine = make_engine(mixed_batches=False)
+    decoding = Request("decoding", 100, 50, 0.0)
+    engine.add_request(decoding)
+    first = engine.step(0.0, max_steps=1)
+    assert first is not None
+    newcomer = Request("new", 300, 5, first.end_s)
+    engine.add_request(newcomer)
+    second = engine.step(first.end_s, max_steps=1)
+    assert second is not None and second.batch is not None
+    assert [r.request_id for r, _ in second.batch.scheduled] == ["new"]
+    third = engine.step(second.end_s, max_steps=1)
+    assert third is not None and third.batch is not None
+    assert sorted(r.request_id for r, _ in third.batch.scheduled) == ["decoding", "new"]
+    assert third.batch.num_tokens == 2
+
+
+def test_mixed_batches_put_prefill_and_decode_in_one_step(make_engine) -> None:
+    engine = make_engine()
+    engine.add_request(Request("decoding", 100, 50, 0.0))
+    first = engine.step(0.0, max_steps=1)
+    assert first is not None
+    engine.add_request(Request("new", 300, 5, first.end_s))
+    second = engine.step(first.end_s, max_steps=1)
+    assert second is not None and second.batch is not None
+    assert sorted(r.request_id for r, _ in second.batch.scheduled) == ["decoding", "new"]
+    assert second.batch.num_tokens == 301

@@ -86,6 +86,7 @@ def build_replica(spec: ReplicaSpec, constants: EngineConstants | None = None) -
         num_host_blocks=host_blocks,
         request_overhead_s=consts.request_overhead_s,
         prompt_token_overhead_s=consts.prompt_token_overhead_s,
+        mixed_batches=consts.mixed_batches,
     )
     step_model = StepModel(model, gpu, spec.tp, quant, consts, spec.kv_dtype)
     return Replica(spec, model, gpu, quant, consts, memory, config, step_model)

@@ -13,6 +13,8 @@ class EngineConfig:
     * `max_num_batched_tokens`: token budget of one step (prefill chunks plus decodes).
     * `long_prefill_token_threshold`: cap on one prompt's chunk per step (0: no cap).
     * `num_host_blocks`: capacity of the host-RAM KV tier (0: no tier).
+    * `mixed_batches`: vLLM mixes prefill chunks and decodes in one step; SGLang (by default)
+      runs prefill batches and decode batches apart, prefill first.
     * `request_overhead_s`, `prompt_token_overhead_s`: delay between a request's arrival and
       the scheduler seeing it, fixed plus per prompt token (the API server's work).
     """
@@ -28,6 +30,7 @@ class EngineConfig:
     scheduling_policy: str = "fcfs"
     num_host_blocks: int = 0
     request_overhead_s: float = 0.0
+    mixed_batches: bool = True
     prompt_token_overhead_s: float = 0.0
 
     def __post_init__(self) -> None:

@@ -96,6 +96,33 @@ class Scheduler:
         batch.preempted.append(victim)
 
     def schedule(self, now_s: float) -> Batch:
+        if not self.config.mixed_batches:
+            batch = self._schedule_prefills(now_s)
+            if not batch.is_empty:
+                return batch
+            return self._schedule_running(now_s, admit=False)
+        return self._schedule_running(now_s, admit=True)
+
+    def _schedule_prefills(self, now_s: float) -> Batch:
+        """SGLang's default: a step is either a prefill batch (unfinished prompt chunks, then
+        new requests) or a decode batch, and prefill goes first. Nothing is preempted here;
+        a prompt that finds no room waits for the next prefill batch."""
+        batch = Batch()
+        budget = self.config.max_num_batched_tokens
+        for request in self.running:
+            remaining = request.num_tokens - request.num_computed_tokens
+            if budget <= 0 or (remaining <= 1 and request.num_output_tokens > 0):
+                continue
+            num_new = self._chunk(remaining, budget)
+            if not self.kv.allocate(request, num_new):
+                break
+            batch.add(request, num_new)
+            budget -= num_new
+        if budget > 0:
+            self._admit(batch, budget, now_s)
+        return batch
+
+    def _schedule_running(self, now_s: float, admit: bool) -> Batch:
         batch = Batch()
         budget = self.config.max_num_batched_tokens
         bs = self.config.block_size
@@ -143,7 +170,7 @@ class Scheduler:
             i += 1
         if batch.preempted:
             self.admission_blocked_by_kv = True
-        else:
+        elif admit:
             self._admit(batch, budget, now_s)
         return batch
 

@@ -39,6 +39,8 @@ class EngineConstants:
       benchmark runs against this engine (client and API-server timing noise), used only by
       `inhouse predict`'s closed-loop model.
     * `max_num_batched_tokens`, `max_num_seqs`: the engine's defaults for an online server.
+    * `mixed_batches`: whether the scheduler mixes prefill chunks with decodes in one step
+      (vLLM V1) or runs them as separate batches (SGLang's default). Not fitted: a fact.
     """
 
     name: str
@@ -56,6 +58,7 @@ class EngineConstants:
     max_num_batched_tokens: int
     max_num_seqs: int
     fitted_on: str = ""
+    mixed_batches: bool = True
 
     def with_values(self, **values: float) -> EngineConstants:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
