@@ -71,8 +71,7 @@ def make_source(spec: BenchSpec, run: WorkloadRun) -> tuple[Source, float | None
         assert spec.concurrency is not None
         duration = spec.effective_duration_s
         return ClosedSource(run, spec.concurrency, spec.num_requests, duration or INF), None
-    rate = spec.rate if spec.base_name not in ("agent",) else None
-    return TimedSource(run, spec.num_requests), rate
+    return TimedSource(run, spec.num_requests), None
 
 
 def start_run(spec: BenchSpec, workload: Workload) -> WorkloadRun:
@@ -228,6 +227,9 @@ async def run_live(
     workload = build_workload(spec)
     run = start_run(spec, workload)
     source, requested_rate = make_source(spec, run)
+    arrivals = getattr(workload, "arrivals", None)
+    if requested_rate is None and arrivals is not None and spec.arrival_mode == "timed":
+        requested_rate = arrivals.rate_per_s * spec.rate_scale  # the workload's own process
     salt = spec.prompt_salt if spec.prompt_salt is not None else random.getrandbits(63)
     builder = PromptBuilder(
         salt=salt,
