@@ -180,7 +180,7 @@ def _choice(r: Mapping[str, Any]) -> list[str]:
         lines.append(f"* {item['layout']} — {item['pools']}: {item['lost_because']}.")
     for item in s["runners_up"][:3]:
         lines.append(f"* {item['layout']} — {item['pools']}: {item['lost_because']}.")
-    for item in s["over_hardware"][:2]:
+    for item in s["over_hardware"][:3]:
         lines.append(f"* {item['layout']} — {item['pools']}: {item['lost_because']}.")
     for item in s["rejected_layouts"]:
         lines.append(f"* {item['layout']}: {'; '.join(item['why'])}.")
@@ -290,7 +290,16 @@ def _cost(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
     c = r["cost"]
     lines = ["## 6. Cost sheet", ""]
     for h in r["hardware"]:
-        lines.append(f"* {h['gpu']} x {h['gpus_used']} ({h['nodes']} node(s)): {h['arithmetic']}.")
+        if h["pricing"] == "hourly":
+            total = h["gpus_used"] * h["usd_per_gpu_hour"]
+            lines.append(
+                f"* {h['gpu']}, rented: {h['gpus_used']} GPUs x "
+                f"{_usd(h['usd_per_gpu_hour'])}/GPU-h = {_usd(total)}/h."
+            )
+        else:
+            lines.append(
+                f"* {h['gpu']}, {h['nodes']} node(s) of {h['gpus_per_node']}: {h['arithmetic']}."
+            )
     lines += [
         f"* Stack all-in: {_usd(c['usd_per_hour'])}/h x {c['hours_per_month']:.0f} h = "
         f"{_usd(c['usd_per_month'], 0)}/month; capex {_usd(c['capex_usd'], 0)}.",
@@ -364,7 +373,12 @@ def _sensitivity(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
     rows = []
     for s in r["sensitivity"]:
         first = s.get("first_break")
-        if first:
+        if first and first.get("predicted_ms") is None:
+            broke = (
+                f"{first['workload']} overloaded: queues grow without bound "
+                f"(target {METRIC_NAMES[first['metric']]} {_ms(first['target_ms'])})"
+            )
+        elif first:
             broke = (
                 f"{first['workload']} {METRIC_NAMES[first['metric']]} "
                 f"{_ms(first['predicted_ms'])} vs {_ms(first['target_ms'])}"

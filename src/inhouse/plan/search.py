@@ -14,6 +14,8 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from inhouse.plan.cost import hardware_usd_per_hour, node_cost, nodes_needed
 from inhouse.plan.dist import mix
 from inhouse.plan.layout import Layout, build_layouts, fallback_need
@@ -148,7 +150,15 @@ def _why_none(need: PoolNeed, rejected: Sequence[Rejected]) -> str:
     floors = [r for r in rejected if r.floor_ms > 0]
     if floors:
         best = min(floors, key=lambda r: r.floor_ms / r.target_ms)
-        return f"pool {need.name}: {best.reason} (best configuration: {best.choice.label})"  # type: ignore[union-attr]
+        assert best.choice is not None
+        prompts = ", ".join(
+            f"{s.name} p95 prompt {float(np.quantile(s.shapes.prompt, 0.95)):,.0f} tokens"
+            for s in need.streams
+        )
+        return (
+            f"pool {need.name}: {best.reason} ({prompts}; fastest configuration: "
+            f"{best.choice.label})"
+        )
     if rejected:
         return f"pool {need.name}: {rejected[0].reason}"
     return f"pool {need.name}: no configuration to try (no GPU on offer fits the model)"
@@ -304,3 +314,28 @@ def _margin(candidate: Candidate, requirements: Requirements, planning: Planning
         if pool.need.role != "fallback":
             slacks.append(1.0 - pool.forecast.utilization / planning.max_utilization)
     return min(slacks)
+
+
+def grow(
+    candidate: Candidate,
+    workloads: Sequence[str],
+    requirements: Requirements,
+    planning: Planning,
+    corrections: Corrections | None = None,
+) -> Candidate | None:
+    """The candidate with one more replica in each pool serving one of `workloads` (the
+    simulator's answer to a near miss), re-placed and re-priced; None if it no longer fits."""
+    pools = [
+        resize(p, p.replicas + 1, planning)
+        if p.need.role != "fallback" and any(w in p.need.slos for w in workloads)
+        else p
+        for p in candidate.pools
+    ]
+    grown = Candidate(candidate.layout, pools, dict(candidate.fallbacks))
+    _fit_hardware(grown, requirements, planning, 1.0)
+    if grown.problems:
+        return None
+    grown.predictions = predict_workloads(grown.pools, corrections)
+    grown.floors = predict_workloads(grown.pools, floor=True)
+    grown.margin = _margin(grown, requirements, planning)
+    return grown

@@ -300,11 +300,15 @@ def no_fp8(
         }
     else:
         misses = alternative.hardware_misses
+        if misses:
+            why = "; ".join(misses[0].problems)
+        elif alternative.rejected_layouts:
+            why = alternative.rejected_layouts[0][1][0]
+        else:
+            why = "no configuration meets the SLOs"
         result["replan"] = {
             "usd_per_hour": None,
-            "why_none": "; ".join(misses[0].problems)
-            if misses
-            else "no configuration meets the SLOs",
+            "why_none": why,
             "pools": misses[0].label if misses else None,
         }
     result["trigger"] = (

@@ -18,7 +18,7 @@ from inhouse.errors import DoesNotFitError
 from inhouse.plan.analytic import MAX_KV_UTILIZATION, PoolForecast, PoolModel, Stream
 from inhouse.plan.requirements import Planning, Slo
 from inhouse.spec.catalog import get_gpu, get_model
-from inhouse.spec.quant import normalize_quant
+from inhouse.spec.quant import kv_dtype_bytes, normalize_quant
 
 # Load at which latency floors are read (an idle replica).
 FLOOR_LOAD = 1e-4
@@ -201,8 +201,8 @@ def enumerate_choices(
                 limit = min(gpu.nvlink_domain, (max_tp or {}).get(gpu_name, gpu.gpus_per_node))
                 if tp > limit or model.num_attention_heads % tp:
                     continue
-                for quant in planning.quantizations:
-                    for kv in planning.kv_cache_dtypes:
+                for quant in undominated_quants(planning.quantizations, gpu_name):
+                    for kv in undominated_kv(planning.kv_cache_dtypes):
                         for budget in planning.max_num_batched_tokens:
                             yield Choice(
                                 model.name,
@@ -213,6 +213,31 @@ def enumerate_choices(
                                 budget,
                                 need.max_model_len,
                             )
+
+
+def undominated_quants(names: Sequence[str], gpu: str) -> list[str]:
+    """The allowed quantizations no other allowed one beats on this GPU: one dominates another
+    when its weights are no larger and its GEMMs no slower (FP8 over BF16 on an H100). A
+    dominated one could only win on quality, and every allowed one is acceptable."""
+    spec = get_gpu(gpu)
+    quants = {normalize_quant(n).name: normalize_quant(n) for n in names}
+
+    def beats(a: str, b: str) -> bool:
+        qa, qb = quants[a], quants[b]
+        faster = spec.peak_flops(qa.compute) >= spec.peak_flops(qb.compute)
+        smaller = qa.weight_bytes <= qb.weight_bytes
+        strictly = spec.peak_flops(qa.compute) > spec.peak_flops(qb.compute) or (
+            qa.weight_bytes < qb.weight_bytes
+        )
+        return faster and smaller and strictly
+
+    return [b for b in quants if not any(beats(a, b) for a in quants if a != b)]
+
+
+def undominated_kv(names: Sequence[str]) -> list[str]:
+    """An FP8 KV cache dominates a 16-bit one (half the bytes, same attention math)."""
+    eight = [n for n in names if kv_dtype_bytes(n) == 1.0]
+    return eight[:1] if eight else list(names)
 
 
 def size_choice(
