@@ -147,9 +147,9 @@ def dephase_spread_s(replica: Replica, isl: int, osl: int, concurrency: int) -> 
     """The spread over which `run_closed_loop` de-phases its clients after the first wave
     (client i pauses `spread * i / concurrency`): the same number, from predict itself."""
     # NOTE: a private helper of inhouse.predict, imported so there is one definition.
-    from inhouse.predict import _closed_loop_cycle_s
+    from inhouse.predict import closed_loop_cycle_s
 
-    cycle_s = _closed_loop_cycle_s(replica, isl, osl, concurrency)
+    cycle_s = closed_loop_cycle_s(replica, isl, osl, concurrency)
     return replica.constants.closed_loop_spread * cycle_s
 
 

@@ -70,7 +70,7 @@ def run_closed_loop(
     engine = replica.new_engine()
     sent = 0
     done: list[Request] = []
-    spread_s = replica.constants.closed_loop_spread * _closed_loop_cycle_s(
+    spread_s = replica.constants.closed_loop_spread * closed_loop_cycle_s(
         replica, isl, osl, concurrency
     )
     client_of: dict[str, int] = {}
@@ -120,7 +120,7 @@ def run_closed_loop(
     )
 
 
-def _closed_loop_cycle_s(replica: Replica, isl: int, osl: int, concurrency: int) -> float:
+def closed_loop_cycle_s(replica: Replica, isl: int, osl: int, concurrency: int) -> float:
     """Rough time for every client to finish one request in steady state: each prompt's
     prefill once, plus `osl` decode steps of the whole batch."""
     step = replica.step_model

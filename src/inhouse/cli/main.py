@@ -19,7 +19,12 @@ def _command_modules() -> list[ModuleType]:
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
         if info.name.startswith("_") or info.name == "main":
             continue
-        module = importlib.import_module(f"inhouse.cli.{info.name}")
+        try:
+            module = importlib.import_module(f"inhouse.cli.{info.name}")
+        except ImportError as exc:
+            # NOTE: one broken command must not take every other command down with it.
+            print(f"inhouse: skipping command module {info.name!r}: {exc}", file=sys.stderr)
+            continue
         if hasattr(module, "COMMAND"):
             modules.append(module)
     return modules
