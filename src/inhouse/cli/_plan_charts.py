@@ -71,12 +71,15 @@ def _cost(report: Mapping[str, Any]) -> Any:
 
 
 def _sensitivity(report: Mapping[str, Any]) -> Any:
-    rows = []
+    """Worst predicted p95 over its target under each change; an overloaded stack (queues that
+    grow without bound) is drawn hatched at the right edge."""
+    rows: list[tuple[str, float | None]] = []
     for change in report["sensitivity"]:
-        predicted = change.get("predicted_p95_ms") or (change.get("same_layout") or {}).get(
-            "predicted_p95_ms"
-        )
+        predicted = change.get("predicted_p95_ms")
+        if change["name"] == "no_fp8":
+            predicted = (change.get("same_layout") or {}).get("predicted_p95_ms")
         if not predicted:
+            rows.append((change["change"], None))
             continue
         worst = 0.0
         for workload, targets in report["slo_check"]["targets"].items():
@@ -85,8 +88,16 @@ def _sensitivity(report: Mapping[str, Any]) -> Any:
         rows.append((change["change"], worst))
     if not rows:
         return None
-    fig, ax = plt.subplots(figsize=(6.5, 3.2))
-    ax.barh([r[0] for r in rows], [r[1] for r in rows], color="tab:orange")
+    finite = [v for _, v in rows if v is not None]
+    edge = max([*finite, 1.0]) * 1.2
+    fig, ax = plt.subplots(figsize=(6.5, 3.4))
+    for i, (_, value) in enumerate(rows):
+        if value is None:
+            ax.barh(i, edge, color="white", edgecolor="tab:red", hatch="//")
+            ax.text(edge, i, " overloaded", va="center", fontsize=7, color="tab:red")
+        else:
+            ax.barh(i, value, color="tab:orange")
+    ax.set_yticks(range(len(rows)), [name for name, _ in rows])
     ax.axvline(1.0, color="black", linestyle="--", linewidth=1)
     ax.set_xlabel("worst predicted p95 / target")
     ax.set_title("What would invalidate the plan")
