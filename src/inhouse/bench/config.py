@@ -61,6 +61,7 @@ class BenchSpec:
     rate_scale: float = 1.0
     label: str | None = None
     stream: bool = True
+    trace_server_times: bool = False  # calibration against the mock server
 
     def __post_init__(self) -> None:
         if self.rate is not None and self.concurrency is not None:

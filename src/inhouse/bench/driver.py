@@ -183,6 +183,7 @@ class Driver:
                 payload.body,
                 payload.keep_text,
                 spec.request_timeout_s,
+                spec.trace_server_times,
             )
             self.sender.submit(job)
         self.sender.flush()

@@ -86,6 +86,7 @@ class Job:
     body: bytes
     keep_text: bool = False
     timeout_s: float = 600.0
+    trace: bool = False  # calibration: keep the server's per-chunk "t" (the mock server's)
 
 
 class _Exchange:
@@ -107,9 +108,12 @@ class _Exchange:
         "state",
         "t_ref",
         "text_parts",
+        "trace",
     )
 
-    def __init__(self, outcome: Outcome, keep_text: bool, t_ref: float) -> None:
+    def __init__(
+        self, outcome: Outcome, keep_text: bool, t_ref: float, trace: bool = False
+    ) -> None:
         self.outcome = outcome
         self.t_ref = t_ref
         self.state = _HEAD
@@ -125,6 +129,9 @@ class _Exchange:
         self.last_usage_tokens = 0
         self.text_parts: list[str] | None = [] if keep_text else None
         self.done: asyncio.Future[None] | None = None
+        self.trace = trace
+        if trace:
+            outcome.server_times_s = []
 
 
 class Connection(asyncio.Protocol):
@@ -289,6 +296,8 @@ class Connection(asyncio.Protocol):
             usage = data.get("usage")
             if usage:
                 self._per_token(ex, usage, now)
+            if ex.trace and o.server_times_s is not None:
+                o.server_times_s.append(float(data.get("t", 0.0)))
             o.num_chunks += 1
             ex.last_t = now
         elif (usage := data.get("usage")) is not None:
@@ -415,7 +424,7 @@ class Client:
             if conn is None:
                 conn = await self._open()
             loop = asyncio.get_running_loop()
-            exchange = _Exchange(outcome, job.keep_text, outcome.t_send)
+            exchange = _Exchange(outcome, job.keep_text, outcome.t_send, job.trace)
             exchange.done = loop.create_future()
             conn.send(self.target.head(job.path, len(job.body)) + job.body, exchange)
             timer = loop.call_later(job.timeout_s, _expire, conn, outcome, job.timeout_s)

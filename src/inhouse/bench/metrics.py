@@ -63,6 +63,7 @@ class Outcome:
     per_token_itl_s: list[float] | None = None
     text: str | None = None
     t_done: float = 0.0  # when the response was complete
+    server_times_s: list[float] | None = None  # calibration: the server's "t" in each chunk
 
 
 @dataclass(slots=True)

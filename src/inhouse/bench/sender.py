@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import multiprocessing
 import signal
+import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -136,6 +137,33 @@ class LocalSender:
 # -- worker processes ------------------------------------------------------------------------
 
 
+def start_pipe_reader(
+    conn: Connection,
+    loop: asyncio.AbstractEventLoop,
+    on_message: Callable[[tuple[str, Any] | None], None],
+) -> threading.Thread:
+    """Read `conn` with blocking `recv` in a thread and hand each message to the loop; `None`
+    when the other end closes. NOTE: not `loop.add_reader`: uvloop makes the fd non-blocking,
+    and `Connection.recv` then fails on a message that has only partly arrived."""
+
+    def run() -> None:
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                message = None
+            try:
+                loop.call_soon_threadsafe(on_message, message)
+            except RuntimeError:  # the loop has closed: nobody is listening any more
+                return
+            if message is None:
+                return
+
+    thread = threading.Thread(target=run, name="bench-pipe", daemon=True)
+    thread.start()
+    return thread
+
+
 def use_fast_loop() -> None:
     """uvloop when it is installed (a third less CPU per chunk); asyncio's loop otherwise."""
     try:
@@ -176,27 +204,21 @@ async def _worker(conn: Connection, target: Target, prewarm: int, name: str) -> 
     conn.send(("ready", name))
     stopped: asyncio.Future[bool] = loop.create_future()
 
-    def on_readable() -> None:
-        while conn.poll():
-            try:
-                kind, value = conn.recv()
-            except EOFError:
-                if not stopped.done():
-                    stopped.set_result(True)
-                return
-            if kind == "jobs":
-                for job in value:
-                    sender.submit(job)
-            elif kind == "stop" and not stopped.done():
-                stopped.set_result(bool(value))
+    def on_message(message: tuple[str, Any] | None) -> None:
+        if message is None or message[0] == "stop":
+            if not stopped.done():
+                stopped.set_result(True if message is None else bool(message[1]))
+        elif message[0] == "jobs":
+            for job in message[1]:
+                sender.submit(job)
 
-    loop.add_reader(conn.fileno(), on_readable)
+    reader = start_pipe_reader(conn, loop, on_message)
     cancel = await stopped
-    loop.remove_reader(conn.fileno())
     await sender.stop(cancel)
     flush()
     conn.send(("health", sender.health()))
     conn.close()
+    reader.join(timeout=1.0)
 
 
 class ProcessSender:
@@ -214,6 +236,7 @@ class ProcessSender:
         self._next = 0
         self._health: list[dict[str, Any]] = []
         self._closed: list[asyncio.Future[None]] = []
+        self._readers: list[threading.Thread] = []
         self.monitor = LagMonitor()
 
     async def start(self) -> None:
@@ -238,22 +261,21 @@ class ProcessSender:
         for conn in self._conns:
             closed: asyncio.Future[None] = loop.create_future()
             self._closed.append(closed)
-            loop.add_reader(conn.fileno(), self._on_readable, conn, closed)
+            self._readers.append(start_pipe_reader(conn, loop, self._handler(closed)))
         self.monitor.start()
 
-    def _on_readable(self, conn: Connection, closed: asyncio.Future[None]) -> None:
-        try:
-            while conn.poll():
-                kind, value = conn.recv()
-                if kind == "outcomes":
-                    for outcome in value:
-                        self.on_outcome(outcome)
-                elif kind == "health":
-                    self._health.extend(value)
-        except (EOFError, OSError):
-            asyncio.get_running_loop().remove_reader(conn.fileno())
-            if not closed.done():
-                closed.set_result(None)
+    def _handler(self, closed: asyncio.Future[None]) -> Callable[[tuple[str, Any] | None], None]:
+        def on_message(message: tuple[str, Any] | None) -> None:
+            if message is None:
+                if not closed.done():
+                    closed.set_result(None)
+            elif message[0] == "outcomes":
+                for outcome in message[1]:
+                    self.on_outcome(outcome)
+            elif message[0] == "health":
+                self._health.extend(message[1])
+
+        return on_message
 
     def submit(self, job: Job) -> None:
         self._batches[self._next].append(job)
@@ -275,6 +297,8 @@ class ProcessSender:
             proc.join(timeout=5)
         for conn in self._conns:
             conn.close()
+        for reader in self._readers:
+            reader.join(timeout=1.0)
         self.monitor.stop()
 
     def health(self) -> list[dict[str, Any]]:
