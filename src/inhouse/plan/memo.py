@@ -359,6 +359,14 @@ def _cost(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
         )
         lines.append("")
         lines += _table(["API", "API $/month", "stack $/month", "break-even"], api_rows)
+        if c.get("rented_usd_per_month_active_hours_only") is not None:
+            lines.append(
+                "Rented GPUs released outside the active hours would cost "
+                f"{_usd(c['rented_usd_per_month_active_hours_only'], 0)}/month "
+                f"({c['active_hours_per_month']:.0f} h) instead of "
+                f"{_usd(c['usd_per_month'], 0)}; the plan assumes 24/7."
+            )
+            lines.append("")
         lines.append(
             "Break-even = capex / (API $/month - (power + ops + rent) $/month). "
             f"Effective stack cost with idle hours: "

@@ -309,6 +309,11 @@ def cost(plan: Plan) -> dict[str, Any]:
     return {
         "usd_per_hour": chosen.usd_per_hour,
         "usd_per_month": monthly,
+        "rented_usd_per_month_active_hours_only": (
+            rent_hour * hours + (chosen.usd_per_hour - rent_hour) * HOURS_PER_MONTH
+            if rent_hour
+            else None
+        ),
         "hours_per_month": HOURS_PER_MONTH,
         "active_hours_per_month": hours,
         "capex_usd": capex,
