@@ -39,7 +39,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
     where.add_argument(
         "--metrics-url",
-        action="append",
+        action="extend",
+        nargs="+",
         default=None,
         metavar="URL",
         help="an engine's Prometheus /metrics (repeat per engine; default TARGET/metrics)",
@@ -113,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
     if command == "sweep":
         return _sweep(args, spec)
     result = run_point(spec, args.out, args)
+    if result["run"]["interrupted"]:
+        return 130  # what was measured is written; the run is incomplete
     return 0 if result["completed"] else 1
 
 
