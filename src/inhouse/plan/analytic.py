@@ -41,6 +41,8 @@ from inhouse.plan.traffic import Shapes, TrafficProfile
 Z95 = 1.6448536269514722
 ITERATIONS = 10
 SESSION_ITERATIONS = 16
+# Session scale bracket width (relative) at which the search stops.
+SESSION_TOLERANCE = 0.01
 # Exponent of each step toward the session rate the latency implies (1 would jump there).
 SESSION_DAMPING = 0.5
 # Floor of a session's cycle (think time plus latency) in the closed-loop rate.
@@ -234,33 +236,56 @@ class PoolModel:
         Session rates depend on the latency they cause: their common scale moves geometrically
         toward the one the latency implies (and halves while the replica is overloaded).
         """
-        batch, fit = 1.0, 1.0
-        scale = 0.5 if self.has_sessions else 1.0
+        if not self.has_sessions:
+            rates = [self._rate(s, load, 1.0) for s in self.streams]
+            settled, _, _ = self._settle(load, rates, 1.0, 1.0, servers)
+            return self._forecast(load, settled)
+        low, high = 0.0, 1.0  # session scales known too low / too high
+        scale, batch, fit = 0.5, 1.0, 1.0
+        stable: _State | None = None
         state: _State | None = None
-        for _ in range(SESSION_ITERATIONS if self.has_sessions else ITERATIONS):
+        for _ in range(SESSION_ITERATIONS):
             rates = [self._rate(s, load, scale) for s in self.streams]
-            state = self._solve(load, rates, batch, fit, servers)
-            # An overloaded pass leaves the batch where it was: shrink it with the rate.
-            if state.unstable:
-                batch = 0.5 * state.batch
-            else:
-                batch = 0.5 * (batch + state.batch) if self.has_sessions else state.batch
-            fit = 0.5 * (fit + state.fit)
-            if not self.has_sessions:
-                if state.unstable:
-                    break
-                continue
-            implied = 0.5
+            state, settled_batch, settled_fit = self._settle(load, rates, batch, fit, servers)
+            ratio = 0.5
             if not state.unstable:
+                batch, fit = settled_batch, settled_fit
                 means = self._stream_means(state.e2e_s + state.wait_mean)
-                implied = min(
+                ratio = min(
                     self._rate(s, load, 1.0, e) / r
                     for s, e, r in zip(self.streams, means, rates, strict=True)
                     if s.profile.is_sessions
                 )
-            scale *= implied**SESSION_DAMPING
+            if ratio >= 1.0:
+                low, stable = scale, state
+            else:
+                high = scale
+            # Step toward the implied scale, kept inside the bracket (bisection as fallback).
+            proposal = scale * ratio**SESSION_DAMPING
+            scale = proposal if low < proposal < high else 0.5 * (low + high)
+            if high - low < SESSION_TOLERANCE * high:
+                break
         assert state is not None
+        if stable is not None and (state.unstable or low > 0):
+            state = stable
         return self._forecast(load, state)
+
+    def _settle(
+        self, load: float, rates: list[float], batch: float, fit: float, servers: int
+    ) -> tuple[_State, float, float]:
+        """The batch and cache-fit fixed point at fixed rates (warm-started)."""
+        state = self._solve(load, rates, batch, fit, servers)
+        for _ in range(ITERATIONS):
+            if state.unstable:
+                break
+            new_fit = 0.5 * (fit + state.fit)
+            converged = abs(state.batch - batch) <= 0.01 * max(batch, 1.0)
+            converged = converged and abs(new_fit - fit) <= 0.01
+            batch, fit = state.batch, new_fit
+            if converged:
+                break
+            state = self._solve(load, rates, batch, fit, servers)
+        return state, batch, fit
 
     def _rate(self, stream: Stream, load: float, scale: float, e2e_s: float = 0.0) -> float:
         """Requests per second per replica: open loop at its share of the peak rate; sessions
