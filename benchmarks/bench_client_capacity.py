@@ -62,7 +62,9 @@ def server_stats(port: int) -> dict[str, float]:
         return json.loads(response.read())
 
 
-def short_requests(port: int, rate: float, seconds: float, workers: int) -> dict[str, object]:
+def short_requests(
+    port: int, rate: float, seconds: float, workers: int, kernel: bool
+) -> dict[str, object]:
     spec = BenchSpec(
         workload="fixed",
         target=f"http://127.0.0.1:{port}",
@@ -71,6 +73,7 @@ def short_requests(port: int, rate: float, seconds: float, workers: int) -> dict
         num_requests=int(rate * seconds),
         workers=workers,
         model="mock",
+        kernel_timestamps=kernel,
     )
     run = asyncio.run(run_live(spec))
     health = assess_client(
@@ -87,7 +90,7 @@ def short_requests(port: int, rate: float, seconds: float, workers: int) -> dict
 
 
 def streaming(
-    port: int, streams: int, tokens: int, itl_ms: float, seconds: float, workers: int
+    port: int, streams: int, tokens: int, itl_ms: float, seconds: float, workers: int, kernel: bool
 ) -> dict[str, object]:
     spec = BenchSpec(
         workload="fixed",
@@ -98,9 +101,9 @@ def streaming(
         workers=workers,
         model="mock",
         trace_server_times=True,
+        kernel_timestamps=kernel,
     )
     t = time.perf_counter()
-    use_fast_loop()
     run = asyncio.run(run_live(spec))
     wall = time.perf_counter() - t
     out = summarize(run.results, run.duration_s, (50, 99))
@@ -152,7 +155,11 @@ def main() -> None:
     parser.add_argument(
         "--pin", action="store_true", help="client on CPU 0, server on CPU 1 (Linux)"
     )
+    parser.add_argument(
+        "--kernel-timestamps", action="store_true", help="time reads by SO_TIMESTAMPNS"
+    )
     args = parser.parse_args()
+    use_fast_loop()
     if args.nice:
         os.nice(args.nice)
     if args.pin:
@@ -161,11 +168,14 @@ def main() -> None:
         f"reproduce: python benchmarks/bench_client_capacity.py --workers {args.workers} "
         f"--seconds {args.seconds:g} --rate {args.rate:g} --streams {args.streams} "
         f"--nice {args.nice}{' --pin' if args.pin else ''}"
+        f"{' --kernel-timestamps' if args.kernel_timestamps else ''}"
     )
     print(f"load average before: {os.getloadavg()}")
     server = start_server(args.port, ttft_ms=2.0, itl_ms=5.0, pin=args.pin)
     try:
-        short = short_requests(args.port, args.rate, args.seconds, args.workers)
+        short = short_requests(
+            args.port, args.rate, args.seconds, args.workers, args.kernel_timestamps
+        )
         short["server"] = server_stats(args.port)
     finally:
         server.terminate()
@@ -176,7 +186,13 @@ def main() -> None:
     server = start_server(args.port + 1, ttft_ms=20.0, itl_ms=args.itl_ms, pin=args.pin)
     try:
         stream = streaming(
-            args.port + 1, args.streams, args.tokens, args.itl_ms, args.seconds, args.workers
+            args.port + 1,
+            args.streams,
+            args.tokens,
+            args.itl_ms,
+            args.seconds,
+            args.workers,
+            args.kernel_timestamps,
         )
         stream["server"] = server_stats(args.port + 1)
     finally:

@@ -103,8 +103,7 @@ def test_closed_loop_keeps_concurrency() -> None:
         run = asyncio.run(run_live(spec))
     assert len(run.results) == 12
     events = sorted(
-        [(r.outcome.t_send, 1) for r in run.results]
-        + [(r.outcome.t_done, -1) for r in run.results]
+        [(r.outcome.t_send, 1) for r in run.results] + [(r.outcome.t_done, -1) for r in run.results]
     )
     running = peak = 0
     for _, step in events:
@@ -156,3 +155,29 @@ def test_agent_sessions_against_the_mock_server() -> None:
     assert len(sessions) >= 2 and all(r.success for r in run.results)
     assert run.meta["num_history_misses"] == 0
     assert not math.isnan(run.duration_s)
+
+
+def test_kernel_timestamps_measure_the_same_stream() -> None:
+    async def go():
+        server = MockServer(MockTiming(ttft_s=0.03, itl_s=0.01, grid=False))
+        port = await server.start()
+        client = Client(Target.parse(f"http://127.0.0.1:{port}"), kernel_timestamps=True)
+        body = json.dumps({"prompt": "x" * 40, "max_tokens": 5, "stream": True}).encode()
+        outcome = await client.send(Job(0, time.perf_counter(), "/v1/completions", body))
+        # The connection is reused for a second request.
+        again = await client.send(Job(1, time.perf_counter(), "/v1/completions", body))
+        client.close()
+        await server.stop()
+        return outcome, again
+
+    o, again = asyncio.run(go())
+    assert o.success and again.success and o.completion_tokens == 5
+    assert 0.029 <= o.ttft_s < 0.15
+    assert len(o.itl_s) == 4 and sum(o.itl_s) / 4 == pytest.approx(0.01, abs=0.004)
+
+
+def test_kernel_timestamps_through_the_driver() -> None:
+    with MockServerThread(MockTiming(ttft_s=0.01, itl_s=0.005)) as mock:
+        run = asyncio.run(run_live(spec_for(mock.url, kernel_timestamps=True, num_requests=10)))
+    assert len(run.results) == 10 and all(r.success for r in run.results)
+    assert run.meta["client"]["timestamps"] == "kernel"

@@ -62,6 +62,7 @@ class BenchSpec:
     label: str | None = None
     stream: bool = True
     trace_server_times: bool = False  # calibration against the mock server
+    kernel_timestamps: bool = False  # time reads by SO_TIMESTAMPNS (Linux)
 
     def __post_init__(self) -> None:
         if self.rate is not None and self.concurrency is not None:

@@ -250,10 +250,14 @@ async def run_live(
 
     prewarm = _prewarm_size(spec)
     sender: LocalSender | ProcessSender
+    if spec.kernel_timestamps:
+        from inhouse.bench.kernel_ts import check_available
+
+        check_available()
     if spec.workers > 1:
-        sender = ProcessSender(target, on_outcome, spec.workers, prewarm)
+        sender = ProcessSender(target, on_outcome, spec.workers, prewarm, spec.kernel_timestamps)
     else:
-        sender = LocalSender(target, on_outcome, prewarm)
+        sender = LocalSender(target, on_outcome, prewarm, kernel_timestamps=spec.kernel_timestamps)
     driver = Driver(spec, source, builder, sender, progress)
     driver_box.append(driver)
     if on_driver is not None:
@@ -267,7 +271,10 @@ async def run_live(
         "prompt_salt": salt,
         "arrival_mode": spec.arrival_mode,
         "workload_name": getattr(workload, "name", spec.workload),
-        "client": describe_stack(),
+        "client": {
+            **describe_stack(),
+            "timestamps": "kernel" if spec.kernel_timestamps else "user",
+        },
         "num_history_misses": builder.num_history_misses,
         "num_sent": driver.num_sent,
     }

@@ -170,7 +170,10 @@ class Connection(asyncio.Protocol):
     # -- parsing ---------------------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
-        now = time.perf_counter()
+        self.feed(data, time.perf_counter())
+
+    def feed(self, data: bytes, now: float) -> None:
+        """Bytes that arrived at `now` (`perf_counter` seconds)."""
         ex = self.exchange
         if ex is None or ex.state == _DONE:
             return
@@ -391,15 +394,22 @@ def _expire(conn: Connection, outcome: Outcome, timeout_s: float) -> None:
 class Client:
     """A pool of keep-alive connections to one target, sending `Job`s."""
 
-    def __init__(self, target: Target) -> None:
+    def __init__(self, target: Target, kernel_timestamps: bool = False) -> None:
         self.target = target
+        self.kernel_timestamps = kernel_timestamps
         self._idle: list[Connection] = []
         self.num_opened = 0
         self.num_open_errors = 0
 
     async def _open(self) -> Connection:
         loop = asyncio.get_running_loop()
-        _, conn = await loop.create_connection(Connection, self.target.host, self.target.port)
+        conn: Connection
+        if self.kernel_timestamps:
+            from inhouse.bench.kernel_ts import open_timestamped
+
+            conn = await open_timestamped(self.target.host, self.target.port)
+        else:
+            _, conn = await loop.create_connection(Connection, self.target.host, self.target.port)
         self.num_opened += 1
         return conn
 

@@ -78,9 +78,14 @@ class LagMonitor:
 
 class LocalSender:
     def __init__(
-        self, target: Target, on_outcome: OnOutcome, prewarm: int = 32, name: str = "main"
+        self,
+        target: Target,
+        on_outcome: OnOutcome,
+        prewarm: int = 32,
+        name: str = "main",
+        kernel_timestamps: bool = False,
     ) -> None:
-        self.client = Client(target)
+        self.client = Client(target, kernel_timestamps)
         self.on_outcome = on_outcome
         self.prewarm = prewarm
         self.name = name
@@ -173,14 +178,18 @@ def use_fast_loop() -> None:
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
-def worker_main(conn: Connection, target: Target, prewarm: int, name: str) -> None:
+def worker_main(
+    conn: Connection, target: Target, prewarm: int, name: str, kernel_timestamps: bool = False
+) -> None:
     """Entry point of a worker process: run jobs from the pipe, send outcomes back."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
     use_fast_loop()
-    asyncio.run(_worker(conn, target, prewarm, name))
+    asyncio.run(_worker(conn, target, prewarm, name, kernel_timestamps))
 
 
-async def _worker(conn: Connection, target: Target, prewarm: int, name: str) -> None:
+async def _worker(
+    conn: Connection, target: Target, prewarm: int, name: str, kernel_timestamps: bool
+) -> None:
     loop = asyncio.get_running_loop()
     outbox: list[Outcome] = []
     flush_armed = False
@@ -199,7 +208,7 @@ async def _worker(conn: Connection, target: Target, prewarm: int, name: str) -> 
             flush_armed = True
             loop.call_later(FLUSH_INTERVAL_S, flush)
 
-    sender = LocalSender(target, on_outcome, prewarm, name)
+    sender = LocalSender(target, on_outcome, prewarm, name, kernel_timestamps)
     await sender.start()
     conn.send(("ready", name))
     stopped: asyncio.Future[bool] = loop.create_future()
@@ -223,9 +232,15 @@ async def _worker(conn: Connection, target: Target, prewarm: int, name: str) -> 
 
 class ProcessSender:
     def __init__(
-        self, target: Target, on_outcome: OnOutcome, num_workers: int, prewarm: int = 32
+        self,
+        target: Target,
+        on_outcome: OnOutcome,
+        num_workers: int,
+        prewarm: int = 32,
+        kernel_timestamps: bool = False,
     ) -> None:
         assert num_workers > 1, "use LocalSender for one process"
+        self.kernel_timestamps = kernel_timestamps
         self.target = target
         self.on_outcome = on_outcome
         self.num_workers = num_workers
@@ -247,7 +262,7 @@ class ProcessSender:
             parent, child = ctx.Pipe()
             proc = ctx.Process(
                 target=worker_main,
-                args=(child, self.target, per_worker, f"worker-{i}"),
+                args=(child, self.target, per_worker, f"worker-{i}", self.kernel_timestamps),
                 daemon=True,
             )
             proc.start()

@@ -75,6 +75,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--slo", help="e.g. ttft_ms=800,itl_ms=60,e2el_ms=2000 (tpot_ms too)")
     out.add_argument("--percentiles", default="50,90,95,99", help="comma-separated")
     out.add_argument("--workers", type=int, default=1, help="client processes")
+    out.add_argument(
+        "--kernel-timestamps",
+        action="store_true",
+        help="time reads by the kernel's receive stamps (Linux): client delays drop out",
+    )
     out.add_argument("--label", help="free text stored in result.json")
     out.add_argument("--out", type=Path, help="output directory")
     out.add_argument("--no-charts", action="store_true")
@@ -156,6 +161,7 @@ def spec_from_args(args: argparse.Namespace) -> Any:
         rate_scale=args.rate_scale,
         label=args.label,
         stream=not args.no_stream,
+        kernel_timestamps=args.kernel_timestamps,
     )
 
 
