@@ -181,3 +181,36 @@ def test_kernel_timestamps_through_the_driver() -> None:
         run = asyncio.run(run_live(spec_for(mock.url, kernel_timestamps=True, num_requests=10)))
     assert len(run.results) == 10 and all(r.success for r in run.results)
     assert run.meta["client"]["timestamps"] == "kernel"
+
+
+def test_a_stale_kept_alive_connection_is_retried_once() -> None:
+    sse = b'data: {"choices":[{"index":0,"text":"a"}]}\n\ndata: [DONE]\n\n'
+    answer = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: "
+        + str(len(sse)).encode()
+        + b"\r\n\r\n"
+        + sse
+    )
+    seen = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(writer)
+        await reader.readuntil(b"\r\n\r\n")
+        if len(seen) > 1:  # the first connection plays one the server closed while idle
+            writer.write(answer)
+            await writer.drain()
+        writer.close()
+
+    async def go():
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = Client(Target("127.0.0.1", port))
+        await client.prewarm(1)
+        outcome = await client.send(Job(0, time.perf_counter(), "/v1/completions", b"{}"))
+        client.close()
+        server.close()
+        await server.wait_closed()
+        return outcome, client.num_retries
+
+    outcome, retries = asyncio.run(go())
+    assert outcome.success and outcome.num_chunks == 1 and retries == 1

@@ -400,6 +400,7 @@ class Client:
         self._idle: list[Connection] = []
         self.num_opened = 0
         self.num_open_errors = 0
+        self.num_retries = 0
 
     async def _open(self) -> Connection:
         loop = asyncio.get_running_loop()
@@ -425,27 +426,24 @@ class Client:
                 self.num_open_errors += 1
 
     async def send(self, job: Job) -> Outcome:
-        """Send now; the outcome says what happened (never raises for HTTP or socket errors)."""
+        """Send now; the outcome says what happened (never raises for HTTP or socket errors).
+
+        A kept-alive connection the server closed while idle fails before any byte comes back;
+        such a request is sent once more on a new connection (t_send stays the first one)."""
         outcome = Outcome(job.index, job.t_sched)
         outcome.t_send = time.perf_counter()
         conn: Connection | None = None
         try:
             conn = self._take()
+            reused = conn is not None
             if conn is None:
                 conn = await self._open()
-            loop = asyncio.get_running_loop()
-            exchange = _Exchange(outcome, job.keep_text, outcome.t_send, job.trace)
-            exchange.done = loop.create_future()
-            conn.send(self.target.head(job.path, len(job.body)) + job.body, exchange)
-            timer = loop.call_later(job.timeout_s, _expire, conn, outcome, job.timeout_s)
-            try:
-                await exchange.done
-            finally:
-                timer.cancel()
-            if exchange.reusable and conn.is_open and outcome.status:
-                self._idle.append(conn)
-            else:
-                conn.abort()
+            await self._exchange(conn, job, outcome)
+            if reused and outcome.status == 0 and not outcome.error.startswith("timed out"):
+                self.num_retries += 1
+                outcome.error = ""
+                conn = await self._open()
+                await self._exchange(conn, job, outcome)
         except OSError as exc:
             outcome.success = False
             outcome.error = f"{type(exc).__name__}: {exc}"
@@ -456,6 +454,21 @@ class Client:
             outcome.success = False
             outcome.error = "cancelled (interrupted)"
         return outcome
+
+    async def _exchange(self, conn: Connection, job: Job, outcome: Outcome) -> None:
+        loop = asyncio.get_running_loop()
+        exchange = _Exchange(outcome, job.keep_text, outcome.t_send, job.trace)
+        exchange.done = loop.create_future()
+        conn.send(self.target.head(job.path, len(job.body)) + job.body, exchange)
+        timer = loop.call_later(job.timeout_s, _expire, conn, outcome, job.timeout_s)
+        try:
+            await exchange.done
+        finally:
+            timer.cancel()
+        if exchange.reusable and conn.is_open and outcome.status:
+            self._idle.append(conn)
+        else:
+            conn.abort()
 
     def _take(self) -> Connection | None:
         while self._idle:

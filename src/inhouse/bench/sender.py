@@ -136,6 +136,7 @@ class LocalSender:
         report = self.monitor.report(self.name)
         report["connections_opened"] = self.client.num_opened
         report["connection_errors"] = self.client.num_open_errors
+        report["stale_connection_retries"] = self.client.num_retries
         return [report]
 
 
