@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import uvicorn
 
-from inhouse.gateway.app import create_app
+from inhouse.gateway.app import GatewayApp
 from inhouse.gateway.limits import LimitStore
 from inhouse.gateway.service import Gateway
 from inhouse.server.engine_app import create_engine_app
@@ -135,7 +135,7 @@ async def gateway_for(
     spec = parse_gateway(stack.gateway)
     gateway = Gateway(stack, spec, pool_urls, demo_key, limits)
     await gateway.start()
-    transport = httpx.ASGITransport(app=create_app(gateway))
+    transport = httpx.ASGITransport(app=GatewayApp(gateway))
     headers = {"authorization": f"Bearer {demo_key}"} if demo_key else {}
     try:
         async with httpx.AsyncClient(

@@ -13,6 +13,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from inhouse.gateway.errors import GatewayError, error_json
 from inhouse.gateway.metrics import CONTENT_TYPE
@@ -96,3 +97,24 @@ def create_app(gateway: Gateway) -> Starlette:
     app = Starlette(routes=routes, exception_handlers={HTTPException: http_error})
     app.state.gateway = gateway
     return app
+
+
+class GatewayApp:
+    """The ASGI entry point: POSTs to the two generation routes go straight to their handler
+    (no routing table or middleware wrapping each streamed `send`); the rest to Starlette."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.starlette = create_app(gateway)
+        self.fast = {
+            "/v1/chat/completions": GenerationRoute(gateway, "/v1/chat/completions", True),
+            "/v1/completions": GenerationRoute(gateway, "/v1/completions", False),
+        }
+        self.gateway = gateway
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            route = self.fast.get(scope["path"])
+            if route is not None:
+                await route(scope, receive, send)
+                return
+        await self.starlette(scope, receive, send)

@@ -11,6 +11,11 @@ pool's `max_num_seqs` + `saturation_waiting`; a tier may use only `max_share` of
 replica has room for a request's tier, the request waits in its pool's queue, one FIFO per tier,
 served in tier order (lower vLLM priority first) as slots free, for at most the tier's
 `queue_timeout_s`, then 503 + Retry-After; a full queue answers 503 at once.
+
+Prefill holdback: while a request of a better tier waits for its first token on a replica, no
+request of a worse tier is dispatched there (it waits in the queue), so a batch surge cannot
+put its prefills in the way of an interactive prefill (llm-d's flow control holds back lower
+bands the same way). Requests already running are not touched.
 """
 
 from __future__ import annotations
@@ -91,6 +96,8 @@ class Placement:
     decision: Decision
     request: RequestView
     pool_reason: str
+    priority: int = 0
+    is_prefilling: bool = True
 
     @property
     def reason_label(self) -> str:
@@ -142,10 +149,14 @@ class Dispatcher:
         cap = max(1, int(pool.max_inflight * tier.max_share))
         now = time.monotonic()
         age = self.scrape_max_age_s
+        priority = tier.priority
         views = []
         for replica in pool.replicas:
             view = replica.view(now, age)
-            if view.is_healthy and (replica.num_inflight >= cap or replica.index in exclude):
+            held = any(p < priority and n for p, n in replica.prefilling.items())
+            if view.is_healthy and (
+                replica.num_inflight >= cap or replica.index in exclude or held
+            ):
                 view = view.__class__(
                     view.index, view.num_inflight, view.num_waiting, view.kv_usage, False
                 )
@@ -156,7 +167,8 @@ class Dispatcher:
         pool.policy.observe(request, decision)
         replica = pool.replicas[decision.replica]
         replica.num_inflight += 1
-        return Placement(pool, replica, decision, request, "model")
+        replica.prefilling[priority] = replica.prefilling.get(priority, 0) + 1
+        return Placement(pool, replica, decision, request, "model", priority)
 
     async def place(
         self,
@@ -217,10 +229,19 @@ class Dispatcher:
 
     def first_token(self, placement: Placement) -> None:
         placement.pool.policy.on_first_token(placement.request.request_id)
+        self._end_prefill(placement)
+        if placement.pool.queues:
+            self.drain(placement.pool)
+
+    def _end_prefill(self, placement: Placement) -> None:
+        if placement.is_prefilling:
+            placement.is_prefilling = False
+            placement.replica.prefilling[placement.priority] -= 1
 
     def release(self, placement: Placement) -> None:
         """The request finished (or failed) on its replica: free the slot, serve the queue."""
         placement.replica.num_inflight -= 1
+        self._end_prefill(placement)
         placement.pool.policy.on_finish(placement.request.request_id)
         self.drain(placement.pool)
 

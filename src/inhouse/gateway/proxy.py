@@ -20,7 +20,14 @@ from starlette.types import Receive, Scope, Send
 from inhouse.gateway.dispatch import Placement
 from inhouse.gateway.errors import GatewayError
 from inhouse.gateway.prompt import ParsedRequest, parse_request
-from inhouse.gateway.relay import StreamState, error_event, flush, relay_piece, usage_of_body
+from inhouse.gateway.relay import (
+    StreamState,
+    error_event,
+    flush,
+    is_role_only,
+    relay_piece,
+    usage_of_body,
+)
 from inhouse.gateway.service import Admission, Gateway, new_request_id
 from inhouse.gateway.upstream import Response, UpstreamError
 from inhouse.spec.gateway import TenantSpec
@@ -186,6 +193,7 @@ class GenerationRoute:
                     admission.pool.name, replica.label, placement.reason_label
                 ).inc()
             path = replica.path_prefix + admission.path
+            outcome.sent_s = time.perf_counter()
             try:
                 response = await replica.upstream.request(
                     "POST",
@@ -198,6 +206,12 @@ class GenerationRoute:
                     text = await response.read_all()
                     raise UpstreamError(f"engine answered {response.status}: {text[:200]!r}", True)
                 first = await response.read()
+                while first is not None and is_role_only(first):
+                    more = await response.read()
+                    if more is None:
+                        break
+                    first += more
+                outcome.first_byte_s = time.perf_counter()
             except UpstreamError as exc:
                 last_error = str(exc)
                 outcome.retries += 1
@@ -235,7 +249,12 @@ class GenerationRoute:
             ) from None
         body = (first or b"") + rest
         kind = next((v for k, v in response.headers if k == b"content-type"), b"application/json")
-        headers = [(b"content-type", kind), (b"content-length", str(len(body)).encode()), *headers]
+        headers = [
+            (b"content-type", kind),
+            (b"content-length", str(len(body)).encode()),
+            *headers,
+            overhead_header(admission, outcome),
+        ]
         await send({"type": "http.response.start", "status": response.status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
         outcome.status = response.status
@@ -266,7 +285,8 @@ class GenerationRoute:
 
         outcome.is_relaying = True
         gone.add_done_callback(on_disconnect)
-        head = [(b"content-type", SSE_TYPE), (b"cache-control", b"no-cache"), *headers]
+        head = [(b"content-type", SSE_TYPE), (b"cache-control", b"no-cache"), *headers,
+                overhead_header(admission, outcome)]  # fmt: skip
         await send({"type": "http.response.start", "status": 200, "headers": head})
         piece = first
         try:
@@ -350,8 +370,16 @@ class GenerationRoute:
         gateway.log_request(record, admission.parsed)
 
 
+def overhead_header(admission: Admission, outcome: _Outcome) -> tuple[bytes, bytes]:
+    """`x-inhouse-overhead-ms`: the gateway's own time before the response head, without the
+    engine's (arrival to the request written, plus first engine bytes to the head sent)."""
+    own = (outcome.sent_s - admission.arrival_s) + (time.perf_counter() - outcome.first_byte_s)
+    return (b"x-inhouse-overhead-ms", f"{1000 * own:.3f}".encode())
+
+
 class _Outcome:
     __slots__ = (
+        "first_byte_s",
         "first_token_s",
         "is_relaying",
         "is_served",
@@ -359,6 +387,7 @@ class _Outcome:
         "reason",
         "replica",
         "retries",
+        "sent_s",
         "status",
         "usage",
     )
@@ -366,6 +395,8 @@ class _Outcome:
     def __init__(self) -> None:
         self.is_relaying = False
         self.is_served = False
+        self.sent_s = 0.0
+        self.first_byte_s = 0.0
         self.status = 502
         self.replica = ""
         self.reason = ""

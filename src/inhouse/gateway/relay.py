@@ -54,6 +54,12 @@ def relay_piece(state: StreamState, piece: bytes) -> bytes:
     return out
 
 
+def is_role_only(data: bytes) -> bool:
+    """Only the chat role chunk (no token yet): the gateway holds it back with the response
+    head until the first token, so a failure during prefill can still be retried."""
+    return data.count(b"data: ") == 1 and _ROLE_ONLY in data and data.endswith(b"\n\n")
+
+
 def flush(state: StreamState) -> bytes:
     rest, state.carry = state.carry, b""
     return rest

@@ -51,6 +51,7 @@ class Replica:
         self.running_capacity = running_capacity
         self.is_healthy = False
         self.num_inflight = 0
+        self.prefilling: dict[int, int] = {}  # tier priority -> requests before first token
         self.num_failures = 0
         self.num_successes = 0
         self.scraped_waiting = 0
@@ -143,6 +144,7 @@ class HealthMonitor:
             self._client = None
         for replica in self.replicas:
             replica.upstream.close()
+        await asyncio.sleep(0)  # let the closed transports release their sockets
 
     @property
     def client(self) -> httpx.AsyncClient:

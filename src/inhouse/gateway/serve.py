@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import uvicorn
 
-from inhouse.gateway.app import create_app
+from inhouse.gateway.app import GatewayApp
 from inhouse.gateway.service import Gateway
 
 log = logging.getLogger("inhouse.gateway")
@@ -43,7 +43,7 @@ def uvicorn_config(
     except ImportError:  # pragma: no cover
         http = "h11"
     return uvicorn.Config(
-        create_app(gateway),
+        GatewayApp(gateway),
         host=host,
         port=port,
         http=http,

@@ -132,7 +132,9 @@ class Gateway:
         ]
         counter: TokenCounter
         kind = self.stack.engine_of(pool)
-        if (Path(pool.model) / "tokenizer.json").is_file() and kind == "simulated":
+        if (Path(pool.model) / "tokenizer.json").is_file():
+            # NOTE: the model's own tokenizer, chat rendered with the ChatML-style template of
+            # the simulated engine: exact for completions, close for chat on a real vLLM.
             counter = LocalCounter(load_tokenizer(pool.model, 1 << 17))
         elif kind == "simulated":
             counter = LocalCounter(SimpleTokenizer())
@@ -258,6 +260,9 @@ class Gateway:
         pool = self.pools[choice.pool]
         max_tokens = self._check_lengths(tenant, pool, parsed, num_prompt)
         body = parsed.body
+        if pool.name != primary.name and model not in pool.spec.model_names:
+            # The long-context or fallback pool serves another model: name it to its engine.
+            body["model"] = pool.spec.client_model_name
         if parsed.max_tokens is None and tenant.limits.default_max_tokens is not None:
             body["max_tokens"] = max_tokens
         tier = self.tenants.tier_of(tenant)

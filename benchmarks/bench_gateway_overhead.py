@@ -1,0 +1,437 @@
+"""What the gateway costs: added latency at 500 streaming req/s, routing decision time on a
+32K-character prompt, the prefix index's memory cap, and SGLang's router side by side.
+
+    python benchmarks/bench_gateway_overhead.py                 # everything (~3 minutes)
+    python benchmarks/bench_gateway_overhead.py --rate 500 --seconds 10 --no-hit-rate
+
+1. Routing decision (in process): parse + count + block hashes + `cache_aware` choice +
+   observe, for 32K-character agent-like prompts over 4 replicas.
+2. Memory cap: 4 replicas' prefix indexes fed distinct 32K-character prompts well past their
+   cap; blocks held and Python heap before/after.
+3. Added latency (one run, interleaved windows, same Poisson load): client → mock engines
+   directly, → the gateway, → sglang-router (if it installs), each in turn for `--window` s.
+   Mock engines stream 16 tokens 10 ms apart after 20 ms; added = TTFT via the path minus TTFT
+   direct, per percentile, from the scheduled send time. The gateway and the router are pinned
+   to one core, the client and mocks to the other (shared/reference/router-overhead.md's set-up).
+   Router CPU seconds per 1,000 requests from /proc.
+4. Prefix-cache hit rate on the `agent` workload: two simulated engines (`inhouse engine`),
+   `inhouse bench --workload agent` through the gateway (cache_aware, and round_robin as the
+   floor) and through sglang-router (cache_aware); hits/queries from the engines' own
+   `vllm:prefix_cache_*` counters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gateway_harness import (
+    Client,
+    MockTiming,
+    PathStats,
+    cpu_seconds,
+    free_port,
+    one_request,
+    pct,
+    python,
+    start_mock,
+    start_process,
+    stop_process,
+    wait_ready,
+)
+
+from inhouse.gateway.prompt import ROUTER_BLOCK_TOKENS, LocalCounter, parse_request, prompt_blocks
+from inhouse.routing.framework import PolicyContext
+from inhouse.routing.registry import make_policy
+from inhouse.routing.view import ReplicaView, RequestView
+from inhouse.server.tokenizer import SimpleTokenizer
+
+SGLANG_VENV = Path.home() / ".cache/inhouse/sglang-router-venv"
+KEY = "bench-key"
+
+
+# -- 1. routing decision ----------------------------------------------------------------------
+
+
+def agent_prompts(num_sessions: int, turns: int, chars: int, rng: random.Random) -> list[bytes]:
+    system = "".join(rng.choice("abcdefghij ") for _ in range(chars // 4))
+    bodies = []
+    for s in range(num_sessions):
+        history = system + f" session {s} "
+        while len(history) < chars:
+            history += "".join(rng.choice("klmnopqrst ") for _ in range(chars // turns))
+            messages = [{"role": "user", "content": history[:chars]}]
+            bodies.append(json.dumps({"model": "m", "messages": messages}).encode())
+    return bodies
+
+
+def bench_decision(num_replicas: int = 4) -> dict[str, float]:
+    rng = random.Random(1)
+    bodies = agent_prompts(40, 8, 32_768, rng)
+    policy = make_policy("cache_aware", PolicyContext(num_replicas, ROUTER_BLOCK_TOKENS))
+    counter = LocalCounter(SimpleTokenizer())
+    views = [ReplicaView(i, num_inflight=i % 3) for i in range(num_replicas)]
+    times_us: list[float] = []
+    cpu_us: list[float] = []
+    parse_us: list[float] = []
+
+    async def run() -> None:
+        for n, raw in enumerate(bodies * 3):
+            t0 = time.perf_counter()
+            parsed = parse_request(raw, "application/json", True)
+            t1 = time.perf_counter()
+            c1 = time.thread_time()
+            tokens = await counter.count(parsed, "m", 131072)
+            blocks = prompt_blocks(parsed, 12345, ROUTER_BLOCK_TOKENS)
+            request = RequestView(f"r{n}", tokens, blocks, None, "m")
+            decision = policy.choose(request, views)
+            assert decision is not None
+            policy.observe(request, decision)
+            t2 = time.perf_counter()
+            cpu_us.append(1e6 * (time.thread_time() - c1))
+            policy.on_finish(request.request_id)
+            parse_us.append(1e6 * (t1 - t0))
+            times_us.append(1e6 * (t2 - t1))
+
+    asyncio.run(run())
+    warm = times_us[len(bodies) :]
+    return {
+        "prompt_chars": 32_768,
+        "decisions": len(warm),
+        "decision_p50_us": pct(warm, 50),
+        "decision_p90_us": pct(warm, 90),
+        "decision_p99_us": pct(warm, 99),
+        "decision_cpu_p50_us": pct(cpu_us[len(bodies) :], 50),
+        "decision_cpu_p99_us": pct(cpu_us[len(bodies) :], 99),
+        "json_parse_p50_us": pct(parse_us[len(bodies) :], 50),
+    }
+
+
+def bench_tokenize_vs_blocks() -> dict[str, float]:
+    """Why the router hashes character blocks: tokenizing 32K characters vs hashing them."""
+    from inhouse.hashing import hash_token_blocks
+
+    rng = random.Random(2)
+    text = "".join(rng.choice("abcdefgh ") for _ in range(32_768))
+    raw = json.dumps({"model": "m", "messages": [{"role": "user", "content": text}]}).encode()
+    parsed = parse_request(raw, "application/json", True)
+    tok = SimpleTokenizer()
+    t0 = time.perf_counter()
+    for _ in range(5):
+        hash_token_blocks(tok.encode(parsed.text or ""), 16)
+    t1 = time.perf_counter()
+    for _ in range(50):
+        prompt_blocks(parsed, 1, ROUTER_BLOCK_TOKENS)
+    t2 = time.perf_counter()
+    return {"tokenize_and_hash_ms": 1000 * (t1 - t0) / 5, "char_blocks_ms": 1000 * (t2 - t1) / 50}
+
+
+# -- 2. memory cap ----------------------------------------------------------------------------
+
+
+def bench_memory(num_replicas: int = 4, cap: int = 16_384) -> dict[str, float]:
+    params = {"max_blocks_per_replica": cap}
+    policy = make_policy("cache_aware", PolicyContext(num_replicas, ROUTER_BLOCK_TOKENS), params)
+    views = [ReplicaView(i) for i in range(num_replicas)]
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    samples = []
+    num_prompts = 4 * num_replicas * cap // 128 * 2  # twice what the caps hold
+    for n in range(num_prompts):
+        blocks = [hash((n, b)) for b in range(128)]  # a distinct 32K-character prompt
+        request = RequestView(f"r{n}", 8192, blocks)
+        decision = policy.choose(request, views)
+        assert decision is not None
+        policy.observe(request, decision)
+        policy.on_finish(request.request_id)
+        if n % (num_prompts // 4) == 0 or n == num_prompts - 1:
+            samples.append(tracemalloc.get_traced_memory()[0] - base)
+    tracemalloc.stop()
+    held = sum(index.num_blocks for index in policy.indexes)  # type: ignore[attr-defined]
+    return {
+        "prompts_inserted": num_prompts,
+        "blocks_inserted": num_prompts * 128,
+        "cap_blocks": cap * num_replicas,
+        "blocks_held": held,
+        "heap_mib_at_quarters": [round(s / 2**20, 1) for s in samples],
+    }
+
+
+# -- 3. added latency -------------------------------------------------------------------------
+
+
+def stack_yaml(num_replicas: int, policy: str = "cache_aware") -> str:
+    """The engines are mocks standing in for simulated ones (the gateway counts prompts with
+    the simulated engine's tokenizer and finds the mocks through --endpoints)."""
+    data = {
+        "version": 1,
+        "name": "bench",
+        "engine": "simulated",
+        "pools": [
+            {"name": "p", "model": "meta-llama/Llama-3.1-8B-Instruct", "served_model_name": "mock",
+             "replicas": num_replicas, "routing": {"policy": policy},
+             "knobs": {"max_num_seqs": 1024, "max_model_len": 32768}}
+        ],
+        "gateway": {"log": {"requests": False}, "health": {"interval_s": 2.0}},
+    }  # fmt: skip
+    return json.dumps(data)
+
+
+def start_gateway(tmp: Path, urls: list[str], policy: str, cpu: int | None) -> tuple[object, int]:
+    port = free_port()
+    stack = tmp / f"stack-{policy}.yaml"
+    stack.write_text(stack_yaml(len(urls), policy))
+    endpoints = tmp / f"endpoints-{policy}.json"
+    endpoints.write_text(json.dumps({"pools": {"p": urls}}))
+    argv = [python(), "-m", "inhouse.cli.gateway", "--stack", str(stack), "--endpoints",
+            str(endpoints), "--port", str(port)]  # fmt: skip
+    proc = start_process(argv, {"INHOUSE_DEMO_KEY": KEY}, cpu, tmp / f"gateway-{policy}.log")
+    return proc, port
+
+
+def sglang_router_argv(urls: list[str], port: int) -> list[str] | None:
+    py = SGLANG_VENV / "bin" / "python"
+    if not py.exists():
+        return None
+    return [str(py), "-m", "sglang_router.launch_router", "--worker-urls", *urls,
+            "--policy", "cache_aware", "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
+
+
+async def latency_run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
+    timing = MockTiming()
+    mocks = [await start_mock(timing) for _ in range(2)]
+    urls = [f"http://127.0.0.1:{port}" for _, port in mocks]
+    cpu = 1 if args.pin else None
+    gateway, gw_port = start_gateway(tmp, urls, "cache_aware", cpu)
+    routers = {"gateway": (gateway, gw_port)}
+    note = ""
+    argv = None if args.no_sglang else sglang_router_argv(urls, free_port())
+    if argv is not None:
+        sg_port = int(argv[-1])
+        sglang = start_process(argv, None, cpu, tmp / "sglang-router.log")
+        routers["sglang-router"] = (sglang, sg_port)
+    elif not args.no_sglang:
+        note = f"sglang-router not installed in {SGLANG_VENV} (see the log of its install)"
+    try:
+        for name, (_proc, port) in routers.items():
+            try:
+                await wait_ready("127.0.0.1", port, "/health", 60)
+            except RuntimeError:
+                note += f" {name} did not become ready (log in {tmp});"
+                routers = {k: v for k, v in routers.items() if k != name}
+        return await _interleave(args, mocks, routers, note)
+    finally:
+        for proc, _ in routers.values():
+            stop_process(proc)  # type: ignore[arg-type]
+        stop_process(gateway)  # type: ignore[arg-type]
+        for server, _ in mocks:
+            server.close()
+
+
+async def _interleave(args, mocks, routers, note) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    rng = random.Random(7)
+    prefixes = ["".join(rng.choice("abcdefgh") for _ in range(150)) for _ in range(32)]
+    direct = [Client(port) for _, port in mocks]
+    clients = {name: Client(port, KEY) for name, (_, port) in routers.items()}
+    per_path = int(args.rate * 0.4) + 20
+    for client in [*direct, *clients.values()]:
+        await client.warm(per_path)
+    stats = {"direct": PathStats("direct"), **{n: PathStats(n) for n in clients}}
+    cpu0 = {n: cpu_seconds(p.pid) for n, (p, _) in routers.items()}
+    loop = asyncio.get_running_loop()
+    tasks: list[asyncio.Task[None]] = []
+    paths = list(stats)
+    num_windows = max(1, round(args.seconds / args.window))
+    counts = dict.fromkeys(paths, 0)
+    clock = time.perf_counter
+    t = clock() + 0.2
+    for w in range(num_windows * len(paths)):
+        name = paths[w % len(paths)]
+        end = t + args.window
+        while t < end:
+            t += rng.expovariate(args.rate)
+            body = json.dumps({"model": "mock", "prompt": rng.choice(prefixes) + f" q{w} {t}",
+                               "max_tokens": 16, "stream": True}).encode()  # fmt: skip
+            delay = t - clock()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            client = direct[counts[name] % 2] if name == "direct" else clients[name]
+            counts[name] += 1
+            tasks.append(loop.create_task(one_request(client, "/v1/completions", body, t,
+                                                      stats[name])))  # fmt: skip
+        t = end + 0.3  # let the window drain before the next path
+        await asyncio.sleep(max(0.0, t - clock()))
+    await asyncio.gather(*tasks)
+    cpu1 = {n: cpu_seconds(p.pid) for n, (p, _) in routers.items()}
+    base = stats["direct"]
+    out: dict[str, object] = {
+        "rate_per_s": args.rate,
+        "window_s": args.window,
+        "note": note.strip(),
+    }
+    for name, s in stats.items():
+        row: dict[str, object] = {
+            "requests": len(s.ttft_s),
+            "errors": s.errors,
+            "ttft_p50_ms": round(1000 * pct(s.ttft_s, 50), 3),
+            "ttft_p99_ms": round(1000 * pct(s.ttft_s, 99), 3),
+            "client_lag_p99_ms": round(1000 * pct(s.lag_s, 99), 3),
+        }
+        if s.overhead_ms:
+            row["own_time_p50_ms"] = round(pct(s.overhead_ms, 50), 3)
+            row["own_time_p99_ms"] = round(pct(s.overhead_ms, 99), 3)
+        if name != "direct":
+            row["added_p50_ms"] = round(1000 * (pct(s.ttft_s, 50) - pct(base.ttft_s, 50)), 3)
+            row["added_p99_ms"] = round(1000 * (pct(s.ttft_s, 99) - pct(base.ttft_s, 99)), 3)
+            row["cpu_s_per_1000"] = round(
+                1000 * (cpu1[name] - cpu0[name]) / max(1, counts[name]), 3
+            )
+        out[name] = row
+    for client in [*direct, *clients.values()]:
+        client.close()
+    return out
+
+
+# -- 4. prefix-cache hit rate on the agent workload -------------------------------------------
+
+
+def engine_argv(port: int) -> list[str]:
+    return [python(), "-m", "inhouse.cli.engine", "--model", "meta-llama/Llama-3.1-8B-Instruct",
+            "--served-model-name", "mock", "--port", str(port), "--max-model-len", "32768",
+            "--gpu-memory-utilization", "0.3"]  # fmt: skip
+
+
+def scrape_hits(port: int) -> tuple[float, float]:
+    import httpx
+
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    hits = queries = 0.0
+    for line in text.splitlines():
+        if line.startswith("vllm:prefix_cache_hits_total"):
+            hits += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("vllm:prefix_cache_queries_total"):
+            queries += float(line.rsplit(" ", 1)[1])
+    return hits, queries
+
+
+async def hit_rate_run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
+    ports = [free_port(), free_port()]
+    urls = [f"http://127.0.0.1:{p}" for p in ports]
+    engines = [start_process(engine_argv(p), None, None, tmp / f"engine-{p}.log") for p in ports]
+    results: dict[str, object] = {}
+    try:
+        for port in ports:
+            await wait_ready("127.0.0.1", port, "/health", 120)
+        candidates: list[tuple[str, list[str] | None, str]] = [
+            ("gateway cache_aware", None, "cache_aware"),
+            ("gateway round_robin", None, "round_robin"),
+        ]
+        sg = None if args.no_sglang else sglang_router_argv(urls, free_port())
+        if sg is not None:
+            candidates.append(("sglang-router cache_aware", sg, ""))
+        for n, (name, argv, policy) in enumerate(candidates):
+            if argv is None:
+                proc, port = start_gateway(tmp, urls, policy, None)
+                key = KEY
+            else:
+                proc, port, key = (
+                    start_process(argv, None, None, tmp / "sg-hit.log"),
+                    int(argv[-1]),
+                    "",
+                )
+            try:
+                await wait_ready("127.0.0.1", port, "/health", 60)
+                before = [scrape_hits(p) for p in ports]
+                bench = [python(), "-m", "inhouse.cli.main", "bench", "--target",
+                         f"http://127.0.0.1:{port}", "--model", "mock", "--workload", "agent",
+                         "--rate", str(args.agent_rate), "--duration", str(args.agent_seconds),
+                         "--prompt-salt", str(n), "--no-charts", "--no-progress",
+                         "--out", str(tmp / f"agent-{n}"),
+                         *(["--api-key", key] if key else [])]  # fmt: skip
+                bench_proc = start_process(bench, None, None, tmp / f"bench-{n}.log")
+                code = await asyncio.to_thread(bench_proc.wait)
+                after = [scrape_hits(p) for p in ports]
+                hits = sum(a[0] - b[0] for a, b in zip(after, before, strict=True))
+                queries = sum(a[1] - b[1] for a, b in zip(after, before, strict=True))
+                results[name] = {
+                    "hit_rate": round(hits / queries, 4) if queries else None,
+                    "prompt_tokens_queried": int(queries),
+                    "bench_exit": code,
+                }
+            finally:
+                stop_process(proc)
+    finally:
+        for engine in engines:
+            stop_process(engine)
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rate", type=float, default=500.0, help="streaming requests/s")
+    parser.add_argument("--seconds", type=float, default=12.0, help="measured seconds per path")
+    parser.add_argument("--window", type=float, default=1.0, help="seconds per interleaved window")
+    parser.add_argument("--no-sglang", action="store_true")
+    parser.add_argument("--no-hit-rate", action="store_true")
+    parser.add_argument("--agent-rate", type=float, default=1.0, help="agent sessions/s")
+    parser.add_argument("--agent-seconds", type=float, default=30.0)
+    parser.add_argument("--pin", action="store_true",
+                        help="pin the routers to core 1 (on a quiet machine; on a shared one the "
+                        "wait for a time slice on that core dominates)")  # fmt: skip
+    parser.add_argument("--fifo", action="store_true",
+                        help="routers under SCHED_FIFO (root): on a shared machine, takes "
+                        "other tenants out of the routers' wake-up latency")  # fmt: skip
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    if args.fifo:
+        os.environ["BENCH_FIFO"] = "1"  # read by gateway_harness.start_process
+    command = "python benchmarks/bench_gateway_overhead.py " + " ".join(sys.argv[1:])
+    figures: dict[str, object] = {}
+    print("== routing decision, 32K-character prompts, cache_aware over 4 replicas")
+    figures["decision"] = bench_decision()
+    figures["tokenize_vs_char_blocks"] = bench_tokenize_vs_blocks()
+    print(json.dumps(figures["decision"]), json.dumps(figures["tokenize_vs_char_blocks"]))
+    print("== prefix index memory cap")
+    figures["memory"] = bench_memory()
+    print(json.dumps(figures["memory"]))
+    tmp = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
+    try:
+        print(f"== added latency at {args.rate:g} streaming req/s (interleaved, one run)")
+        figures["latency"] = run_loop(latency_run(args, tmp))
+        for name, row in figures["latency"].items():  # type: ignore[union-attr]
+            print(f"  {name}: {row}")
+        if not args.no_hit_rate:
+            print("== prefix-cache hit rate, agent workload, 2 simulated engines")
+            figures["hit_rate"] = run_loop(hit_rate_run(args, tmp))
+            for name, row in figures["hit_rate"].items():  # type: ignore[union-attr]
+                print(f"  {name}: {row}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+    print(f"reproduce: {command}")
+    return 0
+
+
+def run_loop(coro: object) -> dict[str, object]:
+    try:
+        import uvloop
+
+        return uvloop.run(coro)  # type: ignore[arg-type,no-any-return]
+    except ImportError:
+        return asyncio.run(coro)  # type: ignore[arg-type,no-any-return]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
