@@ -137,6 +137,58 @@ def bench_tokenize_vs_blocks() -> dict[str, float]:
     return {"tokenize_and_hash_ms": 1000 * (t1 - t0) / 5, "char_blocks_ms": 1000 * (t2 - t1) / 50}
 
 
+def bench_long_prompt_gate() -> dict[str, object]:
+    """A 200K-token prompt (800K characters) against a 32K-context pool: the gateway's whole
+    handling, body to 400, timed around its ASGI handler; the engine must see nothing."""
+    from inhouse.gateway.proxy import GenerationRoute
+    from inhouse.gateway.service import Gateway
+    from inhouse.spec.gateway import parse_gateway
+    from inhouse.spec.stack import parse_stack
+
+    async def run() -> dict[str, object]:
+        server, port = await start_mock(MockTiming())
+        stack = parse_stack(json.loads(stack_yaml(1)))
+        gateway = Gateway(stack, parse_gateway(stack.gateway), {"p": [f"http://127.0.0.1:{port}"]},
+                          "k")  # fmt: skip
+        await gateway.start()
+        route = GenerationRoute(gateway, "/v1/chat/completions", True)
+        text = "word " * 160_000
+        raw = json.dumps({"model": "mock", "messages": [{"role": "user", "content": text}]})
+        body = raw.encode()
+        headers = [(b"authorization", b"Bearer k"), (b"content-type", b"application/json"),
+                   (b"content-length", str(len(body)).encode())]  # fmt: skip
+        scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions",
+                 "headers": headers}  # fmt: skip
+        times_ms: list[float] = []
+        statuses: list[int] = []
+        for _ in range(20):
+            sent: list[dict[str, object]] = []
+
+            async def receive() -> dict[str, object]:
+                return {"type": "http.request", "body": body, "more_body": False}
+
+            async def send(message: dict[str, object], sent: list = sent) -> None:  # type: ignore[type-arg]
+                sent.append(message)
+
+            t0 = time.perf_counter()
+            await route(scope, receive, send)
+            times_ms.append(1000 * (time.perf_counter() - t0))
+            statuses.append(int(sent[0]["status"]))  # type: ignore[call-overload]
+        engine_calls = gateway.pools["p"].replicas[0].num_inflight
+        await gateway.stop()
+        server.close()
+        return {
+            "prompt_chars": len(text),
+            "body_bytes": len(body),
+            "status": sorted(set(statuses)),
+            "gate_p50_ms": round(pct(times_ms, 50), 3),
+            "gate_max_ms": round(max(times_ms), 3),
+            "engine_requests": engine_calls,
+        }
+
+    return asyncio.run(run())
+
+
 # -- 2. memory cap ----------------------------------------------------------------------------
 
 
@@ -402,6 +454,9 @@ def main() -> int:
     figures["decision"] = bench_decision()
     figures["tokenize_vs_char_blocks"] = bench_tokenize_vs_blocks()
     print(json.dumps(figures["decision"]), json.dumps(figures["tokenize_vs_char_blocks"]))
+    print("== long-prompt gate: a 200K-token prompt")
+    figures["long_prompt_gate"] = bench_long_prompt_gate()
+    print(json.dumps(figures["long_prompt_gate"]))
     print("== prefix index memory cap")
     figures["memory"] = bench_memory()
     print(json.dumps(figures["memory"]))

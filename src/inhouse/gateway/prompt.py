@@ -140,9 +140,10 @@ def _completion_prompt(prompt: object) -> tuple[str | None, list[int] | None]:
         if not prompt:
             raise bad_param("prompt", "prompt must not be empty")
         return prompt, None
-    is_ids = isinstance(prompt, list) and bool(prompt)
-    if is_ids and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
-        return None, prompt
+    if isinstance(prompt, list) and prompt:
+        ids: list[int] = [t for t in prompt if isinstance(t, int) and not isinstance(t, bool)]
+        if len(ids) == len(prompt) and min(ids) >= 0:
+            return None, ids
     raise bad_param("prompt", "prompt must be a non-empty string or list of token ids (one prompt)")
 
 

@@ -119,7 +119,7 @@ class RedisLimits:
     async def reserve(
         self, tenant: str, limits: LimitsSpec, request_id: str, tokens: int
     ) -> Reservation | Refusal:
-        args = [
+        args: list[str | int | float] = [
             request_id,
             tokens,
             limits.rpm or 0,
@@ -134,7 +134,13 @@ class RedisLimits:
         return refusal(str(result[1]), int(result[2]) / 1000.0, tokens, limits)
 
     async def settle(self, reservation: Reservation, limits: LimitsSpec, used: int) -> None:
-        args = [reservation.request_id, reservation.tokens, used, limits.tpm or 0, reservation.day]
+        args: list[str | int | float] = [
+            reservation.request_id,
+            reservation.tokens,
+            used,
+            limits.tpm or 0,
+            reservation.day,
+        ]
         await self._settle(keys=_keys(reservation.tenant), args=args)
 
     async def daily_used(self, tenant: str, day: int) -> int:

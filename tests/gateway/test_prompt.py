@@ -1,0 +1,60 @@
+"""Prompt reading and the relay's byte handling, without any server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from inhouse.gateway.prompt import LocalCounter, ParsedRequest, parse_request, prompt_blocks
+from inhouse.gateway.relay import StreamState, flush, is_role_only, relay_piece
+from inhouse.server.tokenizer import SimpleTokenizer
+
+
+def parsed(text: str) -> ParsedRequest:
+    body = json.dumps({"model": "m", "prompt": text}).encode()
+    return parse_request(body, "application/json", is_chat=False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(min_size=1, max_size=300))
+def test_local_count_equals_the_engine_tokenizer(text: str) -> None:
+    tokenizer = SimpleTokenizer()
+    count = asyncio.run(LocalCounter(tokenizer).count(parsed(text), "m", 10**6))
+    assert count == len(tokenizer.encode(text))
+
+
+def test_blocks_are_chained_and_prefix_stable() -> None:
+    a = prompt_blocks(parsed("x" * 1000 + "tail one"), 7, 64)
+    b = prompt_blocks(parsed("x" * 1000 + "tail two, longer"), 7, 64)
+    assert len(a) == 3 and a == b[:3]  # 256-character blocks; the tail is a partial block
+    other_root = prompt_blocks(parsed("x" * 1000), 8, 64)
+    assert not set(other_root) & set(a)
+
+
+def events(*payloads: str) -> bytes:
+    return b"".join(f"data: {p}\n\n".encode() for p in payloads)
+
+
+def test_relay_keeps_event_boundaries_and_drops_the_usage_it_added() -> None:
+    usage = '{"id":"x","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}'
+    stream = events('{"choices":[{"text":"a"}]}', '{"choices":[{"text":"b"}]}', usage, "[DONE]")
+    state = StreamState(wants_usage=False)
+    out = b"".join(relay_piece(state, stream[i : i + 7]) for i in range(0, len(stream), 7))
+    out += flush(state)
+    assert out == events('{"choices":[{"text":"a"}]}', '{"choices":[{"text":"b"}]}', "[DONE]")
+    assert state.usage == {"prompt_tokens": 3, "completion_tokens": 2}
+    assert state.has_first_token
+    kept = StreamState(wants_usage=True)
+    assert relay_piece(kept, stream) == stream
+
+
+def test_role_chunk_alone_is_held_back() -> None:
+    role = events('{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}')
+    assert is_role_only(role)
+    assert not is_role_only(role + events('{"choices":[{"delta":{"content":"x"}}]}'))
+    state = StreamState(wants_usage=False)
+    relay_piece(state, role)
+    assert not state.has_first_token
