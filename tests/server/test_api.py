@@ -416,3 +416,25 @@ def test_queue_limit_answers_busy(make_options: Callable[..., EngineOptions]) ->
             return sorted(r.status_code for r in await asyncio.gather(*tasks))
 
     assert asyncio.run(body()) == [200, 503, 503]
+
+
+def test_a_next_turn_that_resends_the_answer_hits_its_cached_blocks(
+    make_options: Callable[..., EngineOptions],
+) -> None:
+    """vLLM caches generated blocks too: a prompt that continues prompt + answer reuses them."""
+    prompt_ids = list(range(100, 164))  # 64 tokens: four full blocks
+    first_request = ("POST", "/v1/completions", {"prompt": prompt_ids, "max_tokens": 40})
+    (first,) = call(make_options(), first_request)
+    answer = first.json()["choices"][0]["text"]
+    options = make_options()
+    (tokenized,) = call(options, ("POST", "/tokenize", {"prompt": answer}))
+    answer_ids = tokenized.json()["tokens"]
+    follow_up = prompt_ids + answer_ids + [7, 8, 9]
+    _, second = call(
+        options,
+        first_request,
+        ("POST", "/v1/completions", {"prompt": follow_up, "max_tokens": 2}),
+    )
+    cached = second.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+    # The prompt's 4 blocks and the answer's full blocks (40 tokens: 2 more) are reused.
+    assert cached == 96

@@ -11,13 +11,21 @@ from pathlib import Path
 
 from inhouse.engine import Replica, ReplicaSpec, Request, build_replica
 from inhouse.hashing import hash_token_blocks
-from inhouse.server.generation import GenerationPlan, parse_eos_lengths, plan_generation
+from inhouse.server.generation import (
+    GenerationPlan,
+    output_token_ids,
+    parse_eos_lengths,
+    plan_generation,
+)
 from inhouse.server.metrics import EngineMetrics
 from inhouse.server.protocol import BUSY_MESSAGE, DRAINING_MESSAGE, ApiError, new_id
 from inhouse.server.runner import EngineRunner, Stream
 from inhouse.server.tokenizer import Tokenizer, load_tokenizer, seed_of
 
 log = logging.getLogger("inhouse.engine")
+
+# Generated tokens whose blocks are hashed for prefix caching (see `_block_hashes`).
+MAX_HASHED_OUTPUT_TOKENS = 8192
 
 
 @dataclass(frozen=True)
@@ -170,6 +178,14 @@ class EngineState:
             faults.fail_next -= 1
             raise ApiError("Injected failure (fault injection).", status=faults.fail_status)
 
+    def _block_hashes(self, prompt_ids: list[int], plan: GenerationPlan, salt: str) -> list[int]:
+        """Hashes of the prompt's blocks and of the answer's: vLLM caches generated blocks too,
+        so a next turn that re-sends this answer hits them. The answer is known up front here;
+        only its first `MAX_HASHED_OUTPUT_TOKENS` tokens are hashed, to bound the work."""
+        num_output = min(plan.output_len, MAX_HASHED_OUTPUT_TOKENS)
+        output_ids = output_token_ids(self.tokenizer, plan, num_output)
+        return hash_token_blocks(prompt_ids + output_ids, self.block_size, salt)
+
     def admit(
         self,
         prompt_ids: list[int],
@@ -229,7 +245,7 @@ class EngineState:
             num_prompt,
             plan.output_len,
             arrival_s=arrival_s,
-            block_hashes=hash_token_blocks(prompt_ids, self.block_size, salt),
+            block_hashes=self._block_hashes(prompt_ids, plan, salt),
             priority=priority,
         )
         stream = Stream(request, plan, max_tokens, prompt_ids)

@@ -17,7 +17,9 @@ from inhouse.server.state import EngineState
 
 def usage_of(state: EngineState, stream: Stream, details: bool = True) -> dict[str, Any]:
     request = stream.request
-    created = max(0, len(request.block_hashes) * state.block_size - request.num_cached_tokens)
+    # Only the prompt's full blocks count: `block_hashes` also covers the answer's blocks.
+    prompt_blocks = min(len(request.block_hashes), request.num_prompt_tokens // state.block_size)
+    created = max(0, prompt_blocks * state.block_size - request.num_cached_tokens)
     return usage(
         request.num_prompt_tokens,
         stream.num_tokens,
