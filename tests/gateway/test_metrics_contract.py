@@ -1,0 +1,43 @@
+"""`/metrics` implements the render contract: every GATEWAY_METRICS family with its exact type,
+labels and buckets."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from inhouse.gateway.metrics import EXTRA_METRICS, GatewayMetrics
+from inhouse.render.metric_names import GATEWAY_METRICS
+
+
+def test_exposition_matches_the_contract() -> None:
+    metrics = GatewayMetrics()
+    for spec in (*GATEWAY_METRICS, *EXTRA_METRICS):  # one child each, so every series shows
+        family = {
+            "inhouse_gateway_requests_total": metrics.requests,
+            "inhouse_gateway_tokens_total": metrics.tokens,
+            "inhouse_gateway_ttft_seconds": metrics.ttft,
+            "inhouse_gateway_e2e_seconds": metrics.e2e,
+            "inhouse_gateway_rejections_total": metrics.rejections,
+            "inhouse_gateway_queue_depth": metrics.queue_depth,
+            "inhouse_gateway_routing_decisions_total": metrics.decisions,
+            "inhouse_gateway_prefix_index_blocks": metrics.index_blocks,
+            "inhouse_gateway_replica_healthy": metrics.healthy,
+            "inhouse_gateway_retries_total": metrics.retries,
+            "inhouse_gateway_stream_errors_total": metrics.stream_errors,
+            "inhouse_gateway_inflight_requests": metrics.inflight,
+        }[spec.name]
+        child = family.child(*("x" for _ in spec.labels))
+        child.observe(0.5) if spec.kind == "histogram" else child.inc()
+    parsed = {f.name: f for f in text_string_to_metric_families(metrics.render().decode())}
+    for spec in GATEWAY_METRICS:
+        name = spec.name.removesuffix("_total") if spec.kind == "counter" else spec.name
+        family = parsed[name]
+        assert family.type == spec.kind, spec.name
+        samples = [s for s in family.samples if not s.name.endswith("_created")]
+        assert {s.name for s in samples} == set(spec.series_names()), spec.name
+        for sample in samples:
+            labels = set(sample.labels) - {"le"}
+            assert labels == set(spec.labels), (spec.name, labels)
+        if spec.kind == "histogram":
+            bounds = sorted(float(s.labels["le"]) for s in samples if s.name.endswith("_bucket"))
+            assert bounds[:-1] == list(spec.buckets), spec.name
