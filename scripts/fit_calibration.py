@@ -78,15 +78,20 @@ def predict_row(args: tuple[dict[str, str], EngineConstants]) -> tuple[float, fl
 
 class Fitter:
     def __init__(
-        self, rows: list[dict[str, str]], base: EngineConstants, pool: ProcessPoolExecutor
+        self,
+        rows: list[dict[str, str]],
+        base: EngineConstants,
+        pool: ProcessPoolExecutor,
+        fields: tuple[str, ...] = FITTED_FIELDS,
     ):
         self.rows = rows
         self.base = base
         self.pool = pool
+        self.fields = fields
         self.calls = 0
 
     def constants(self, x: np.ndarray) -> EngineConstants:
-        values = {name: float(math.exp(v)) for name, v in zip(FITTED_FIELDS, x, strict=True)}
+        values = {name: float(math.exp(v)) for name, v in zip(self.fields, x, strict=True)}
         return self.base.with_values(**values)
 
     def predictions(self, constants: EngineConstants) -> list[tuple[float, float] | None]:
@@ -142,12 +147,13 @@ def fit_backend(
     pool: ProcessPoolExecutor,
     max_evals: int,
     refine_evals: int,
+    fields: tuple[str, ...] = FITTED_FIELDS,
 ) -> tuple[EngineConstants, str]:
     base = get_engine_constants(backend)
-    fitter = Fitter(rows, base, pool)
-    x0 = np.array([math.log(getattr(base, f)) for f in FITTED_FIELDS])
-    lower = np.array([math.log(LOWER[f]) for f in FITTED_FIELDS])
-    upper = np.array([math.log(UPPER[f]) for f in FITTED_FIELDS])
+    fitter = Fitter(rows, base, pool, fields)
+    x0 = np.array([math.log(getattr(base, f)) for f in fields])
+    lower = np.array([math.log(LOWER[f]) for f in fields])
+    upper = np.array([math.log(UPPER[f]) for f in fields])
     x0 = np.clip(x0, lower + 1e-6, upper - 1e-6)
     started = time.perf_counter()
     print(f"[{backend}] start: {summarize(rows, fitter.predictions(base))}", flush=True)
@@ -197,11 +203,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--csv", type=Path, default=DEFAULT_CSV)
     parser.add_argument("--backend", action="append", help="fit only these backends")
-    parser.add_argument("--max-evals", type=int, default=80, help="least-squares evaluations")
+    parser.add_argument(
+        "--max-evals",
+        type=int,
+        default=80,
+        help="least-squares iterations (each also costs one evaluation per fitted constant)",
+    )
     parser.add_argument(
         "--refine-evals", type=int, default=60, help="Nelder-Mead evaluations on the median APE"
     )
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--fields",
+        help="comma-separated constants to fit (default: all); the others keep their values",
+    )
     parser.add_argument("--write", action="store_true", help="store the fit in engines.yaml")
     args = parser.parse_args(argv)
 
@@ -212,8 +227,12 @@ def main(argv: list[str] | None = None) -> int:
     with ProcessPoolExecutor(args.workers) as pool:
         for backend in backends:
             subset = [r for r in rows if r["backend"] == backend]
+            fields = tuple(args.fields.split(",")) if args.fields else FITTED_FIELDS
+            unknown = sorted(set(fields) - set(FITTED_FIELDS))
+            if unknown:
+                parser.error(f"unknown --fields {unknown}; choose from {FITTED_FIELDS}")
             fitted, summary = fit_backend(
-                backend, subset, pool, args.max_evals, args.refine_evals
+                backend, subset, pool, args.max_evals, args.refine_evals, fields
             )
             values = asdict(fitted)
             values.pop("name")
