@@ -237,6 +237,8 @@ class Scheduler:
     def finish(self, request: Request, end_s: float) -> None:
         request.status = Status.FINISHED
         request.finish_s = end_s
+        # Freed blocks may let a waiting request in: only a fresh admission pass can say.
+        self.admission_blocked_by_kv = False
         request.finish_reason = request.finish_reason or FinishReason.LENGTH
         self.kv.free(request)
 

@@ -219,14 +219,14 @@ class Fleet:
         replica.result = result
         self._schedule(replica, result.end_s, EventKind.STEP_END)
 
-    def _commit(self, replica: _Replica) -> StepResult:
+    def _commit(self, replica: _Replica, horizon_s: float = INF) -> StepResult:
         """Run a deferred jump from its start; the engine stops it early if a request is now
-        pending."""
+        pending, and before `horizon_s`."""
         start_s = replica.deferred_s
         assert start_s is not None, "only a deferred jump can be committed"
         replica.deferred_s = None
         self._num_calls += 1
-        result = replica.engine.step(start_s)
+        result = replica.engine.step(start_s, horizon_s=horizon_s)
         assert result is not None, "a deferred jump had nothing to run"
         return result
 
@@ -307,7 +307,10 @@ class Fleet:
         pool.policy.observe(view, decision)
         replica.num_inflight += 1
         if replica.deferred_s is not None:
-            replica.result = self._commit(replica)
+            # NOTE: a later arrival may reach the scheduler before this one (the API-server
+            # delay grows with the prompt), but never sooner than the fixed part after now.
+            earliest_ready_s = now + replica.engine.config.request_overhead_s
+            replica.result = self._commit(replica, earliest_ready_s)
             self._schedule(replica, replica.result.end_s, EventKind.STEP_END)
         elif replica.next_event_s == INF:
             ready = replica.engine.next_ready_s()
