@@ -7,12 +7,12 @@ mean TPOT follow vLLM's definitions: TTFT from send to first token, TPOT the mea
 `(e2e - ttft) / (osl - 1)` per request, averaged over all requests, the first wave included.
 
 NOTE: every client sends its first request at time 0, as `vllm bench serve` does, so the first wave
-queues for prefill. After it, each client pauses once, client *i* for *i/C* of a fraction (the engine's
-fitted `closed_loop_spread`) of the time all clients take to finish one request each, so the
-steady state is de-phased. A jitter-free closed loop would
-otherwise lock into waves that arrive together and wait for each other's prefill — a state that
-real runs leave (the calibration file's TTFTs at concurrency 64 are 3x below the locked state)
-because timing noise in the client and API server spreads them.
+queues for prefill. After it, each client pauses once, client *i* for *i/C* of a fraction (the
+engine's fitted `closed_loop_spread`) of the time all clients take to finish one request each, so
+the steady state is de-phased. A jitter-free closed loop would otherwise lock into waves that
+arrive together and wait for each other's prefill — a state that real runs leave (the calibration
+file's TTFTs at concurrency 64 are 3x below the locked state) because timing noise in the client
+and API server spreads them.
 """
 
 from __future__ import annotations
