@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
             values = asdict(fitted)
             values.pop("name")
             for key in FITTED_FIELDS:
-                values[key] = float(f"{values[key]:.4g}")
+                values[key] = float(f"{values[key]:.6g}")
             values["fitted_on"] = f"{len(subset)} rows of {args.csv.name} ({backend}); {summary}"
             table[backend] = values
             print(yaml.safe_dump({backend: values}, sort_keys=False))
