@@ -66,13 +66,14 @@ def main() -> int:
     for index, label in ((0, "TTFT"), (1, "TPOT")):
         print(f"\nworst {label} rows:")
         worst = sorted(scored, key=lambda s: -s[1][index])[: args.worst]
-        for row, errors in worst:
+        for row, _ in worst:
             key = "ttft_ms" if index == 0 else "tpot_ms"
             print(
                 f"  {row['model']:<14} {row['backend']:<6} {row['precision']} tp{row['tp']} "
                 f"{row['isl']}/{row['osl']} c{row['concurrency']:<4} "
                 f"measured {float(row[key]):9.1f}"
-                f"  predicted {float(row['pred_' + key]):9.1f}  ({100 * errors[index]:+.0f}% abs)"
+                f"  predicted {float(row['pred_' + key]):9.1f}  "
+                f"({100 * (float(row['pred_' + key]) / float(row[key]) - 1):+.0f}%)"
             )
 
     print(f"\npredict over {len(rows)} rows: {wall_s:.1f} s wall")
