@@ -9,30 +9,9 @@ from __future__ import annotations
 from inhouse.errors import SpecError
 from inhouse.render.alerts import Alert, Case, Recording, RunbookEntry, Series
 from inhouse.render.layout import engine_pools, slo_of
-from inhouse.render.metric_names import E2E_BUCKETS_S, TTFT_BUCKETS_S
+from inhouse.render.metric_names import E2E_BUCKETS_S
 from inhouse.spec.stack import PoolSpec, StackSpec
-
-ITL_BUCKETS_S = (
-    0.01,
-    0.025,
-    0.05,
-    0.075,
-    0.1,
-    0.15,
-    0.2,
-    0.3,
-    0.4,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-)
+from inhouse.spec.vllm_buckets import ITL_BUCKETS_S, TTFT_BUCKETS_S
 
 # (key, vLLM histogram, buckets, what it measures)
 LATENCIES = (

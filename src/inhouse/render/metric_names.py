@@ -21,57 +21,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from inhouse.spec.vllm_buckets import REQUEST_LATENCY_BUCKETS_S, TTFT_BUCKETS_S
+
 MetricKind = Literal["counter", "gauge", "histogram"]
 
-# vLLM's own bucket lists (vllm/v1/metrics/buckets.py): the gateway uses the same ones so that its
-# quantiles and vLLM's compare bucket for bucket.
-TTFT_BUCKETS_S = (
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-    160.0,
-    640.0,
-    2560.0,
-)
-E2E_BUCKETS_S = (
-    0.3,
-    0.5,
-    0.8,
-    1.0,
-    1.5,
-    2.0,
-    2.5,
-    5.0,
-    10.0,
-    15.0,
-    20.0,
-    30.0,
-    40.0,
-    50.0,
-    60.0,
-    120.0,
-    240.0,
-    480.0,
-    960.0,
-    1920.0,
-    7680.0,
-)
+# vLLM's own bucket lists: the gateway uses the same ones so that its quantiles and vLLM's
+# compare bucket for bucket.
+E2E_BUCKETS_S = REQUEST_LATENCY_BUCKETS_S
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,75 +25,16 @@ from prometheus_client import (
     process_collector,
 )
 
-TTFT_BUCKETS = (
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-    160.0,
-    640.0,
-    2560.0,
+from inhouse.spec.vllm_buckets import (
+    ITERATION_TOKENS_BUCKETS,
+    ITL_BUCKETS_S,
+    REQUEST_LATENCY_BUCKETS_S,
+    TTFT_BUCKETS_S,
 )
-ITL_BUCKETS = (
-    0.01,
-    0.025,
-    0.05,
-    0.075,
-    0.1,
-    0.15,
-    0.2,
-    0.3,
-    0.4,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-)
-REQUEST_LATENCY_BUCKETS = (
-    0.3,
-    0.5,
-    0.8,
-    1.0,
-    1.5,
-    2.0,
-    2.5,
-    5.0,
-    10.0,
-    15.0,
-    20.0,
-    30.0,
-    40.0,
-    50.0,
-    60.0,
-    120.0,
-    240.0,
-    480.0,
-    960.0,
-    1920.0,
-    7680.0,
-)
-ITERATION_TOKENS_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+
+TTFT_BUCKETS = TTFT_BUCKETS_S
+ITL_BUCKETS = ITL_BUCKETS_S
+REQUEST_LATENCY_BUCKETS = REQUEST_LATENCY_BUCKETS_S
 PARAMS_N_BUCKETS = (1, 2, 5, 10, 20)
 NUM_PREEMPTIONS_BUCKETS = (1, 2, 3, 4, 5, 10, 20)
 LAG_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
