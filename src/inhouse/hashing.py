@@ -17,9 +17,18 @@ Content comes in two forms that hash alike for equal content:
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from functools import cache
 from hashlib import blake2b
 
 ROOT_HASH = 0
+
+
+@cache
+def salt_key(salt: str) -> int:
+    """The integer a salt mixes into every parent hash (0 for no salt)."""
+    if not salt:
+        return 0
+    return int.from_bytes(blake2b(salt.encode(), digest_size=8).digest(), "little")
 
 
 def chain_hash(parent: int, content: object, salt: str = "") -> int:
@@ -28,10 +37,7 @@ def chain_hash(parent: int, content: object, salt: str = "") -> int:
     Python's `hash` of a tuple of ints is deterministic across processes for ints (no
     PYTHONHASHSEED dependence), so it is used for speed; strings go through blake2b once.
     """
-    if salt:
-        digest = blake2b(salt.encode(), digest_size=8).digest()
-        parent ^= int.from_bytes(digest, "little")
-    return hash((parent, content))
+    return hash((parent ^ salt_key(salt), content))
 
 
 def hash_token_blocks(
@@ -92,12 +98,14 @@ class SpanHasher:
             if not self._pending_len and length - offset >= bs:
                 # NOTE: fast path for the whole blocks inside one span: the same content key
                 # the general loop builds, `((span_id, start, end),)`, without its bookkeeping.
+                # `chain_hash` inlined: this loop hashes every token of an hour of traffic.
                 parent = self._parent
-                salt = self._salt
+                key = salt_key(self._salt)
                 last = offset + (length - offset) // bs * bs
+                append = new.append
                 for start in range(offset, last, bs):
-                    parent = chain_hash(parent, ((span_id, start, start + bs),), salt)
-                    new.append(parent)
+                    parent = hash((parent ^ key, ((span_id, start, start + bs),)))
+                    append(parent)
                 self._parent = parent
                 offset = last
                 continue
