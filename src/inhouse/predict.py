@@ -35,10 +35,6 @@ class ClosedLoopResult:
     num_preemptions: int
     output_throughput: float  # tokens/s
 
-    @property
-    def simulated_s(self) -> float:
-        return self.duration_s
-
 
 def default_num_requests(concurrency: int) -> int:
     """Ten waves: a common benchmark length (`--num-prompts` = 10 x `--max-concurrency`)."""

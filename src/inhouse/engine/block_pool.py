@@ -53,9 +53,6 @@ class BlockPool:
     def contains(self, block_hash: int) -> bool:
         return block_hash in self._cached
 
-    def cached_hashes(self) -> set[int]:
-        return set(self._cached)
-
     def allocate(self, num: int) -> list[int] | None:
         """Take `num` blocks from the head of the free queue, or `None` if there are too few."""
         if num > len(self._free):
@@ -108,13 +105,3 @@ class BlockPool:
     def drain_evicted(self) -> list[int]:
         out, self._evicted = self._evicted, []
         return out
-
-    def reset_cache(self) -> int:
-        """Forget every cached hash of unreferenced blocks (vLLM's `/reset_prefix_cache`)."""
-        dropped = 0
-        for block_hash, block_id in list(self._cached.items()):
-            if self.ref_cnt[block_id] == 0:
-                del self._cached[block_hash]
-                self.block_hash[block_id] = None
-                dropped += 1
-        return dropped

@@ -135,7 +135,3 @@ class KVCacheManager:
             self.pool.free(request.block_ids[::-1])
         request.block_ids = []
         request.num_cached_blocks = 0
-
-    def blocks_needed(self, request: Request, num_new_tokens: int) -> int:
-        total = request.num_computed_tokens + num_new_tokens
-        return max(0, -(-total // self.block_size) - len(request.block_ids))
