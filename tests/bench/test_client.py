@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -14,6 +17,8 @@ from inhouse.bench.driver import run_live
 from inhouse.bench.http import Client, Job, Target
 from inhouse.bench.metrics import summarize
 from inhouse.bench.mock_server import MockServer, MockServerThread, MockTiming
+from inhouse.bench.sender import use_realtime_priority
+from inhouse.errors import SpecError
 
 
 async def send_one(timing: MockTiming, *, chat: bool = False, max_tokens: int = 5):
@@ -181,6 +186,36 @@ def test_kernel_timestamps_through_the_driver() -> None:
         run = asyncio.run(run_live(spec_for(mock.url, kernel_timestamps=True, num_requests=10)))
     assert len(run.results) == 10 and all(r.success for r in run.results)
     assert run.meta["client"]["timestamps"] == "kernel"
+    assert run.meta["client"]["scheduling"] == "normal"
+
+
+def test_realtime_priority_is_refused_with_the_fix_when_not_permitted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refuse(*args: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "sched_setscheduler", refuse)
+    with pytest.raises(SpecError, match="CAP_SYS_NICE"):
+        use_realtime_priority()
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setscheduler") or os.geteuid() != 0, reason="needs Linux and root"
+)
+def test_realtime_priority_is_inherited_by_worker_processes() -> None:
+    # In a child interpreter, so this test process keeps its normal scheduling.
+    code = (
+        "import multiprocessing, os\n"
+        "from inhouse.bench.sender import use_realtime_priority\n"
+        "from inhouse.bench.driver import _scheduling_policy\n"
+        "use_realtime_priority()\n"
+        "ctx = multiprocessing.get_context('spawn')\n"
+        "with ctx.Pool(1) as pool:\n"
+        "    print(_scheduling_policy(), pool.apply(os.sched_getscheduler, (0,)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["realtime", str(os.SCHED_FIFO)]
 
 
 def test_a_stale_kept_alive_connection_is_retried_once() -> None:

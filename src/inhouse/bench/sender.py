@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing
+import os
 import signal
 import threading
 import time
@@ -24,6 +25,7 @@ import numpy as np
 
 from inhouse.bench.http import JSON_LIBRARY, Client, Job, Target
 from inhouse.bench.metrics import Outcome
+from inhouse.errors import SpecError
 
 LAG_PROBE_INTERVAL_S = 0.01
 FLUSH_INTERVAL_S = 0.005
@@ -177,6 +179,22 @@ def use_fast_loop() -> None:
     except ImportError:
         return
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+def use_realtime_priority(priority: int = 10) -> None:
+    """Run this process (and the worker processes it starts, which inherit it) under Linux's
+    `SCHED_FIFO` at `priority`, so that other jobs on a shared host cannot delay a read or a
+    send by a scheduler slice. The kernel still keeps 5% of each core for everything else
+    (`kernel.sched_rt_runtime_us`). Needs root or CAP_SYS_NICE."""
+    if not hasattr(os, "sched_setscheduler"):
+        raise SpecError("--realtime needs Linux (SCHED_FIFO); drop the flag")
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+    except PermissionError:
+        raise SpecError(
+            "--realtime: not permitted to use SCHED_FIFO; run as root, grant CAP_SYS_NICE "
+            "(setcap cap_sys_nice+ep on the interpreter) or drop the flag"
+        ) from None
 
 
 def worker_main(

@@ -80,6 +80,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="time reads by the kernel's receive stamps (Linux): client delays drop out",
     )
+    out.add_argument(
+        "--realtime",
+        action="store_true",
+        help="run the client at SCHED_FIFO priority (Linux, root): a shared host's other "
+        "jobs cannot delay its reads",
+    )
     out.add_argument("--label", help="free text stored in result.json")
     out.add_argument("--out", type=Path, help="output directory")
     out.add_argument("--no-charts", action="store_true")
@@ -175,8 +181,10 @@ def run_point(spec: Any, out_dir: Path, args: argparse.Namespace) -> dict[str, A
 
         bench_run = run_simulated(spec, args.simulate, args.policy)
     else:
-        from inhouse.bench.sender import use_fast_loop
+        from inhouse.bench.sender import use_fast_loop, use_realtime_priority
 
+        if getattr(args, "realtime", False):
+            use_realtime_priority()
         use_fast_loop()
         bench_run = asyncio.run(_live(spec, args))
     result = write_reports(bench_run, out_dir, charts=not args.no_charts)
