@@ -140,6 +140,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--port", type=int, default=18777)
     parser.add_argument(
+        "--model",
+        default="meta-llama/Llama-3.1-8B-Instruct",
+        help="the simulated engine's model (timing only; the tokenizer is the word-level one)",
+    )
+    parser.add_argument("--gpu", default="h100_sxm")
+    parser.add_argument("--tp", type=int, default=1)
+    parser.add_argument("--quant", default="bf16")
+    parser.add_argument(
         "--server",
         choices=("engine", "mock"),
         default="engine",
@@ -151,7 +159,9 @@ def main() -> None:
     print(
         "reproduce: python benchmarks/bench_vllm_agreement.py "
         f"--rate {args.rate:g} --num-prompts {args.num_prompts} --input-len {args.input_len} "
-        f"--output-len {args.output_len} --seed {args.seed} --rounds {args.rounds}"
+        f"--output-len {args.output_len} --seed {args.seed} --rounds {args.rounds} "
+        f"--server {args.server} --model {args.model} --gpu {args.gpu} --tp {args.tp} "
+        f"--quant {args.quant}"
     )
     print(f"load average before: {os.getloadavg()}")
     from inhouse.bench.prompts import WORDS
@@ -181,7 +191,13 @@ def main() -> None:
             "inhouse.cli.main",
             "engine",
             "--model",
-            "meta-llama/Llama-3.1-8B-Instruct",
+            args.model,
+            "--gpu",
+            args.gpu,
+            "--tp",
+            str(args.tp),
+            "--quant",
+            args.quant,
             "--served-model-name",
             "tiny",
             "--port",
