@@ -288,18 +288,22 @@ class GenerationRoute:
         head = [(b"content-type", SSE_TYPE), (b"cache-control", b"no-cache"), *headers,
                 overhead_header(admission, outcome)]  # fmt: skip
         await send({"type": "http.response.start", "status": 200, "headers": head})
+        out = b""
         piece = first
         try:
             while piece is not None:
                 out = relay_piece(state, piece)
+                if out and not outcome.is_served and state.has_first_token:
+                    outcome.is_served = True
+                    outcome.first_token_s = time.perf_counter()
+                    gateway.dispatcher.first_token(placement)
+                if response.is_complete:
+                    break  # the engine's last bytes go out with the end of the stream
                 if out:
-                    if not outcome.is_served and state.has_first_token:
-                        outcome.is_served = True
-                        outcome.first_token_s = time.perf_counter()
-                        gateway.dispatcher.first_token(placement)
                     await send({"type": "http.response.body", "body": out, "more_body": True})
+                out = b""
                 piece = await response.read()
-            tail = flush(state)
+            tail = out + flush(state)
             outcome.is_relaying = False
             response.release()
             await send({"type": "http.response.body", "body": tail, "more_body": False})

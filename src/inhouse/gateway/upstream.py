@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
+from collections.abc import Coroutine
+from typing import Any
 
 import httptools
 
@@ -39,6 +41,7 @@ class _Connection(asyncio.Protocol):
         "_done",
         "_error",
         "_head",
+        "_loop",
         "_parser",
         "_paused",
         "_pool",
@@ -54,6 +57,9 @@ class _Connection(asyncio.Protocol):
 
     def __init__(self, pool: UpstreamPool) -> None:
         self._pool = pool
+        # NOTE: the loop, kept: `asyncio.get_running_loop()` costs a getpid() system call per
+        # call on Python 3.11, and reads wait on a new future for every chunk.
+        self._loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.is_closed = False
         self.idle_since = 0.0
@@ -140,7 +146,7 @@ class _Connection(asyncio.Protocol):
         assert self.transport is not None, "connected before use"
         if self.is_closed:
             raise UpstreamError("engine closed the connection", True)
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         self._head = head = loop.create_future()
         self.transport.write(data)
         timer = loop.call_later(
@@ -153,8 +159,14 @@ class _Connection(asyncio.Protocol):
         finally:
             timer.cancel()
 
+    @property
+    def is_complete(self) -> bool:
+        """The whole body is in hand: nothing left to read but what `read` returns next."""
+        return self._done
+
     async def read(self) -> bytes | None:
-        """The body bytes received so far (waiting for some), None at the end."""
+        """The body bytes received so far (waiting for some), None at the end. A failure
+        here comes after the response head: never `is_before_response`."""
         while True:
             chunks = self._chunks
             if chunks:
@@ -167,9 +179,12 @@ class _Connection(asyncio.Protocol):
                 return data
             if self._done:
                 return None
-            if self._error is not None:
-                raise self._error
-            self._waiter = waiter = asyncio.get_running_loop().create_future()
+            error = self._error
+            if error is not None:
+                if error.is_before_response:
+                    raise UpstreamError(str(error), False)
+                raise error
+            self._waiter = waiter = self._loop.create_future()
             try:
                 await waiter
             finally:
@@ -188,11 +203,14 @@ class Response:
         self.status = conn.status
         self.headers = conn.headers
 
-    async def read(self) -> bytes | None:
-        try:
-            return await self._conn.read()
-        except UpstreamError as exc:
-            raise UpstreamError(str(exc), False) from None
+    def read(self) -> Coroutine[Any, Any, bytes | None]:
+        """The body bytes received so far (waiting for some), None at the end."""
+        return self._conn.read()
+
+    @property
+    def is_complete(self) -> bool:
+        """The engine sent the whole body (what `read` returns next is the rest)."""
+        return self._conn.is_complete
 
     async def read_all(self) -> bytes:
         parts = []
