@@ -1,3 +1,8 @@
+import random
+from collections import OrderedDict
+
+import pytest
+
 from inhouse.engine.block_pool import BlockPool
 
 
@@ -71,3 +76,84 @@ def test_usage_counts_blocks_held() -> None:
     pool = BlockPool(4)
     pool.allocate(1)
     assert pool.usage == 0.25
+
+
+class _ReferencePool:
+    """The free queue as an ordered dict, as vLLM's doubly linked list behaves."""
+
+    def __init__(self, num_blocks: int) -> None:
+        self.ref = [0] * num_blocks
+        self.hash: list[int | None] = [None] * num_blocks
+        self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self.cached: dict[int, int] = {}
+        self.evicted: list[int] = []
+
+    def allocate(self, num: int) -> list[int] | None:
+        if num > len(self.free):
+            return None
+        out = []
+        for _ in range(num):
+            block_id, _ = self.free.popitem(last=False)
+            old = self.hash[block_id]
+            if old is not None:
+                del self.cached[old]
+                self.hash[block_id] = None
+                self.evicted.append(old)
+            self.ref[block_id] = 1
+            out.append(block_id)
+        return out
+
+    def touch(self, block_ids: list[int]) -> None:
+        for block_id in block_ids:
+            if self.ref[block_id] == 0:
+                del self.free[block_id]
+            self.ref[block_id] += 1
+
+    def release(self, block_ids: list[int]) -> None:
+        for block_id in block_ids:
+            self.ref[block_id] -= 1
+            if self.ref[block_id] == 0:
+                self.free[block_id] = None
+
+    def cache(self, block_id: int, block_hash: int) -> None:
+        if block_hash not in self.cached:
+            self.cached[block_hash] = block_id
+            self.hash[block_id] = block_hash
+
+
+@pytest.mark.parametrize("num_blocks", [16, 48])
+def test_lazy_free_queue_matches_an_ordered_dict_over_random_traffic(num_blocks: int) -> None:
+    rng = random.Random(num_blocks)
+    pool, ref = BlockPool(num_blocks), _ReferencePool(num_blocks)
+    held: list[list[int]] = []
+    next_hash = 1000
+    for _ in range(3000):
+        op = rng.random()
+        if op < 0.4:
+            num = rng.choice([1, 2, 3, 5, 9, 20, 60])
+            got = pool.allocate(num)
+            assert got == ref.allocate(num)
+            if got is not None:
+                hashes = list(range(next_hash, next_hash + len(got)))
+                next_hash += len(got) // 2  # half the content repeats: duplicates stay uncached
+                pool.cache_blocks(got, hashes)
+                for block_id, block_hash in zip(got, hashes, strict=True):
+                    ref.cache(block_id, block_hash)
+                held.append(got)
+        elif op < 0.7 and held:
+            blocks = held.pop(rng.randrange(len(held)))
+            pool.free(blocks[::-1])
+            ref.release(blocks[::-1])
+        else:
+            wanted = rng.sample(sorted(ref.cached), min(len(ref.cached), rng.randrange(1, 12)))
+            blocks = pool.lookup_prefix(wanted, len(wanted))
+            assert blocks == [ref.cached[h] for h in wanted][: len(blocks)]
+            if blocks:
+                assert pool.count_free(blocks) == [ref.ref[b] for b in blocks].count(0)
+                pool.touch(blocks)
+                ref.touch(blocks)
+                held.append(blocks)
+        assert pool.num_free == len(ref.free)
+        assert pool.drain_evicted() == ref.evicted
+        ref.evicted = []
+    assert pool.block_hash == ref.hash

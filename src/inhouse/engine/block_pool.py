@@ -3,11 +3,39 @@
 Mechanics only, as vLLM V1's `BlockPool`: a block whose reference count drops to zero goes to
 the tail of the free queue *keeping its hash*, so a later request with the same prefix can take
 it back; allocation takes from the head, evicting the least recently freed cached block.
+
+Data structure. A turn of agent traffic takes back and releases hundreds of blocks at once, so
+reference counts and the free queue live in flat numpy arrays and `touch`, `free` and large
+`allocate`s work on whole runs of blocks; there is no per-block Python object.
+
+* `ref_cnt[b]`: references to block `b` (int32).
+* `block_hash[b]`: the hash block `b` is cached under, or None (a list: hashes are only ever
+  read and written a block at a time, and kept as the very objects the requests hold).
+* `_cached`: hash → block id (a dict: prefix lookup is a run of dict lookups in C).
+* The free queue is a *lazy* FIFO. `_queue[_head:_tail]` holds block ids in the order they were
+  freed; `_slot[b]` is the queue position of block `b`'s one live entry, or -1 while `b` is
+  held. Taking a free block back (a prefix hit) only sets its slot to -1, and freeing it again
+  appends a new entry, so older entries whose position differs from their block's slot are
+  stale and allocation skips them. The live entries, in queue order, are exactly vLLM's doubly
+  linked free list: least recently freed first, and blocks freed together in the order given
+  (a request passes its blocks tail first). When the queue array fills up, the live entries
+  are moved to its front in the same order (amortized O(1) per free).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections.abc import Sequence
+from itertools import repeat
+
+import numpy as np
+import numpy.typing as npt
+
+# Block-id runs come in as lists (a request's blocks) or int arrays (the pool's own output).
+BlockIds = Sequence[int] | npt.NDArray[np.int64]
+
+# Allocations of at most this many blocks (a decode crossing a block boundary) probe the queue
+# head one entry at a time instead of through a vectorized window.
+_SCALAR_ALLOCATE = 4
 
 
 class BlockPool:
@@ -17,10 +45,21 @@ class BlockPool:
         assert num_blocks > 0, "the KV cache needs at least one block"
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
-        self.ref_cnt = [0] * num_blocks
+        self.ref_cnt = np.zeros(num_blocks, dtype=np.int32)
         self.block_hash: list[int | None] = [None] * num_blocks
-        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
         self._cached: dict[int, int] = {}  # block hash -> block id
+        # Lazy free queue (see the module docstring): every block starts free, in id order.
+        self._queue = np.zeros(2 * num_blocks + 64, dtype=np.int64)
+        self._queue[:num_blocks] = np.arange(num_blocks)
+        self._slot = np.arange(num_blocks, dtype=np.int64)
+        self._head = 0
+        self._tail = num_blocks
+        self._num_free = num_blocks
+        # NOTE: memoryviews on the same arrays, for one-block reads and writes: they take and
+        # give Python ints, several times faster than numpy's scalar indexing.
+        self._ref_mv = self.ref_cnt.data
+        self._slot_mv = self._slot.data
+        self._queue_mv = self._queue.data
         # Hashes evicted since the last `drain_evicted()`: the host tier and KV-event
         # subscribers (the oracle router) read them.
         self._evicted: list[int] = []
@@ -28,7 +67,7 @@ class BlockPool:
     @property
     def num_free(self) -> int:
         """Blocks that can be handed out now (free, cached or not)."""
-        return len(self._free)
+        return self._num_free
 
     @property
     def num_cached(self) -> int:
@@ -37,58 +76,138 @@ class BlockPool:
     @property
     def usage(self) -> float:
         """Fraction of blocks held by running requests (vLLM's `kv_cache_usage_perc`)."""
-        return 1.0 - len(self._free) / self.num_blocks
+        return 1.0 - self._num_free / self.num_blocks
 
     def lookup(self, block_hash: int) -> int | None:
         return self._cached.get(block_hash)
 
     def lookup_prefix(self, hashes: list[int], max_blocks: int) -> list[int]:
         """Blocks holding the longest cached run of `hashes[:max_blocks]` from the start."""
-        # NOTE: `map` walks the hashes in C; a prompt's hit is hundreds of blocks.
-        block_ids = list(map(self._cached.get, hashes[:max_blocks]))
-        if None in block_ids:
-            del block_ids[block_ids.index(None) :]
-        return block_ids  # type: ignore[return-value]
+        return self.prefix_blocks(hashes, max_blocks).tolist()  # type: ignore[no-any-return]
+
+    def prefix_blocks(self, hashes: list[int], max_blocks: int) -> npt.NDArray[np.int64]:
+        """`lookup_prefix` as an array of block ids (what `touch` takes)."""
+        hashes = hashes[:max_blocks]
+        # NOTE: `map` walks the hashes in C; a prompt's hit is hundreds of blocks. Block ids are
+        # never negative, so -1 marks a miss.
+        block_ids = np.fromiter(
+            map(self._cached.get, hashes, repeat(-1)), dtype=np.int64, count=len(hashes)
+        )
+        misses = np.flatnonzero(block_ids < 0)
+        return block_ids[: misses[0]] if len(misses) else block_ids
 
     def contains(self, block_hash: int) -> bool:
         return block_hash in self._cached
 
+    def count_free(self, block_ids: BlockIds) -> int:
+        """How many of these blocks are free now (a prefix hit would take them back)."""
+        return int(np.count_nonzero(self.ref_cnt[np.asarray(block_ids, dtype=np.int64)] == 0))
+
     def allocate(self, num: int) -> list[int] | None:
         """Take `num` blocks from the head of the free queue, or `None` if there are too few."""
-        if num > len(self._free):
+        if num > self._num_free:
             return None
-        out: list[int] = []
-        free = self._free
-        for _ in range(num):
-            block_id, _ = free.popitem(last=False)
-            old_hash = self.block_hash[block_id]
-            if old_hash is not None:
-                del self._cached[old_hash]
-                self.block_hash[block_id] = None
-                self._evicted.append(old_hash)
-            self.ref_cnt[block_id] = 1
-            out.append(block_id)
+        if num <= _SCALAR_ALLOCATE:
+            out = self._pop_few(num)
+        else:
+            taken = self._pop_window(num)
+            self.ref_cnt[taken] = 1
+            self._slot[taken] = -1
+            out = taken.tolist()
+        self._num_free -= num
+        if self._cached:
+            self._evict(out)
         return out
 
-    def touch(self, block_ids: list[int]) -> None:
-        """Take a reference on cached blocks (a prefix hit), pulling free ones off the queue."""
-        ref = self.ref_cnt
-        for block_id in block_ids:
-            if ref[block_id] == 0:
-                del self._free[block_id]
-            ref[block_id] += 1
+    def _pop_few(self, num: int) -> list[int]:
+        """`_pop_window` one entry at a time (cheaper for a handful), taking the blocks."""
+        queue, slot, ref = self._queue_mv, self._slot_mv, self._ref_mv
+        head = self._head
+        out: list[int] = []
+        while len(out) < num:
+            block_id = queue[head]
+            if slot[block_id] == head:
+                out.append(block_id)
+                ref[block_id] = 1
+                slot[block_id] = -1
+            head += 1
+        self._head = head
+        return out
 
-    def free(self, block_ids: list[int]) -> None:
+    def _pop_window(self, num: int) -> npt.NDArray[np.int64]:
+        """The first `num` live entries from the head, found a window of entries at a time."""
+        queue, slot = self._queue, self._slot
+        head, tail = self._head, self._tail
+        size = num
+        while True:
+            end = min(head + size, tail)
+            window = queue[head:end]
+            live = np.flatnonzero(slot[window] == np.arange(head, end))
+            if len(live) >= num or end == tail:
+                break
+            size *= 2
+        assert len(live) >= num, "the free queue holds fewer live blocks than counted"
+        self._head = head + int(live[num - 1]) + 1
+        return window[live[:num]]
+
+    def _evict(self, block_ids: list[int]) -> None:
+        """Uncache newly taken blocks, recording their hashes."""
+        block_hash, cached, evicted = self.block_hash, self._cached, self._evicted
+        for block_id in block_ids:
+            old_hash = block_hash[block_id]
+            if old_hash is not None:
+                block_hash[block_id] = None
+                del cached[old_hash]
+                evicted.append(old_hash)
+
+    def touch(self, block_ids: BlockIds) -> None:
+        """Take a reference on cached blocks (a prefix hit), pulling free ones off the queue.
+        The blocks must be distinct."""
+        ids = np.asarray(block_ids, dtype=np.int64)
+        ref = self.ref_cnt
+        held = ref[ids]
+        self._num_free -= len(ids) - int(np.count_nonzero(held))
+        ref[ids] = held + 1
+        self._slot[ids] = -1  # their queue entries, if any, go stale
+
+    def free(self, block_ids: BlockIds) -> None:
         """Drop one reference on each block; unreferenced blocks join the free queue's tail
         in the given order (callers pass a request's blocks tail-first, as vLLM does, so a
-        prefix's last blocks are evicted before its shared first ones)."""
+        prefix's last blocks are evicted before its shared first ones). The blocks must be
+        distinct."""
+        ids = np.asarray(block_ids, dtype=np.int64)
+        if not len(ids):
+            return
         ref = self.ref_cnt
-        free = self._free
-        for block_id in block_ids:
-            ref[block_id] -= 1
-            assert ref[block_id] >= 0, f"block {block_id} freed more often than taken"
-            if ref[block_id] == 0:
-                free[block_id] = None
+        left = ref[ids] - 1
+        assert left.min() >= 0, f"a block of {ids.tolist()} freed more often than taken"
+        ref[ids] = left
+        released = ids[left == 0]
+        num = len(released)
+        if not num:
+            return
+        if self._tail + num > len(self._queue):
+            self._compact(num)
+        tail = self._tail
+        self._queue[tail : tail + num] = released
+        self._slot[released] = np.arange(tail, tail + num)
+        self._tail = tail + num
+        self._num_free += num
+
+    def _compact(self, room: int) -> None:
+        """Move the live queue entries to the front, in order, leaving room for `room` more."""
+        head, tail = self._head, self._tail
+        window = self._queue[head:tail]
+        live = window[self._slot[window] == np.arange(head, tail)]
+        num_live = len(live)
+        size = max(len(self._queue), 2 * (num_live + room))
+        if size > len(self._queue):
+            self._queue_mv.release()
+            self._queue = np.zeros(size, dtype=np.int64)
+            self._queue_mv = self._queue.data
+        self._queue[:num_live] = live
+        self._slot[live] = np.arange(num_live)
+        self._head, self._tail = 0, num_live
 
     def cache(self, block_id: int, block_hash: int) -> None:
         """Register a full block under its hash. If another block already holds the same
@@ -97,6 +216,18 @@ class BlockPool:
             return
         self._cached[block_hash] = block_id
         self.block_hash[block_id] = block_hash
+
+    def cache_blocks(self, block_ids: list[int], hashes: list[int]) -> None:
+        """`cache` each `(block_ids[i], hashes[i])` in order."""
+        if not self.enable_caching:
+            return
+        # NOTE: `setdefault` inserts a hash not yet cached and returns the block holding it,
+        # so one pass in C both caches new content and keeps the first copy of duplicates.
+        holders = list(map(self._cached.setdefault, hashes, block_ids))
+        block_hash = self.block_hash
+        for block_id, new_hash, holder in zip(block_ids, hashes, holders, strict=True):
+            if holder == block_id:
+                block_hash[block_id] = new_hash
 
     @property
     def has_evicted(self) -> bool:

@@ -12,6 +12,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
+
 from inhouse.engine.block_pool import BlockPool
 from inhouse.engine.request import Request
 
@@ -21,11 +24,11 @@ class PrefixHit:
     """Blocks of a prompt already computed: on the GPU (`gpu_blocks`) and, after those, in the
     host tier (`num_host_blocks`, to be loaded)."""
 
-    gpu_blocks: list[int]
+    gpu_blocks: npt.NDArray[np.int64]
     num_host_blocks: int
 
 
-NO_HIT = PrefixHit([], 0)
+NO_HIT = PrefixHit(np.zeros(0, dtype=np.int64), 0)
 
 
 class KVCacheManager:
@@ -59,7 +62,7 @@ class KVCacheManager:
             return NO_HIT
         max_blocks = min((request.num_tokens - 1) // self.block_size, len(request.block_hashes))
         hashes = request.block_hashes
-        gpu = self.pool.lookup_prefix(hashes, max_blocks)
+        gpu = self.pool.prefix_blocks(hashes, max_blocks)
         i = len(gpu)
         num_host = 0
         if self._host:
@@ -82,16 +85,15 @@ class KVCacheManager:
         """
         pool = self.pool
         bs = self.block_size
-        if hit.gpu_blocks:
-            total = len(hit.gpu_blocks) * bs + num_new_tokens
-            num_needed = -(-total // bs) - len(hit.gpu_blocks)
-            reclaim = list(map(pool.ref_cnt.__getitem__, hit.gpu_blocks)).count(0)
-            if num_needed + reclaim > pool.num_free:
+        num_hit = len(hit.gpu_blocks)
+        if num_hit:
+            num_needed = -(-(num_hit * bs + num_new_tokens) // bs) - num_hit
+            if num_needed + pool.count_free(hit.gpu_blocks) > pool.num_free:
                 return False
             pool.touch(hit.gpu_blocks)
-            request.block_ids = list(hit.gpu_blocks)
-            request.num_cached_blocks = len(hit.gpu_blocks)
-            computed = len(hit.gpu_blocks) * bs
+            request.block_ids = hit.gpu_blocks.tolist()
+            request.num_cached_blocks = num_hit
+            computed = num_hit * bs
         else:
             computed = request.num_computed_tokens
             num_needed = -(-(computed + num_new_tokens) // bs) - len(request.block_ids)
@@ -111,11 +113,10 @@ class KVCacheManager:
         start = request.num_cached_blocks
         if full <= start:
             return
-        ids = request.block_ids
-        hashes = request.block_hashes
-        cache = self.pool.cache
-        for i in range(start, full):
-            cache(ids[i], hashes[i])
+        if full - start == 1:
+            self.pool.cache(request.block_ids[start], request.block_hashes[start])
+        else:
+            self.pool.cache_blocks(request.block_ids[start:full], request.block_hashes[start:full])
         request.num_cached_blocks = full
 
     def _offload_evicted(self) -> None:

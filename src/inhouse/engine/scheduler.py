@@ -127,6 +127,7 @@ class Scheduler:
         budget = self.config.max_num_batched_tokens
         bs = self.config.block_size
         kv = self.kv
+        caching = kv.enable_caching
         scheduled = batch.scheduled
         i = 0
         while i < len(self.running) and budget > 0:
@@ -136,10 +137,15 @@ class Scheduler:
             if (
                 num_new == 1
                 and computed < len(request.block_ids) * bs
-                and request.num_cached_blocks >= len(request.block_hashes)
+                and (
+                    (computed + 1) // bs <= request.num_cached_blocks
+                    or request.num_cached_blocks >= len(request.block_hashes)
+                    or not caching
+                )
             ):
-                # NOTE: the common decode case, inlined: its slot is already allocated and no
-                # block of it can newly become cacheable, so it needs no allocator call.
+                # NOTE: the common decode case, inlined: its slot is already allocated and the
+                # token completes no block that could newly be cached, so `kv.allocate` would
+                # do nothing.
                 scheduled.append((request, 1))
                 batch.num_tokens += 1
                 batch.ctx_tokens += computed
