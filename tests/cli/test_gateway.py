@@ -179,6 +179,16 @@ def test_tls(tmp_path: Path) -> None:
             verify=False,
         )
         assert reply.status_code == 200
+        streamed = httpx.post(
+            f"{url}/v1/completions",
+            json={"model": "tiny", "prompt": "hi", "max_tokens": 8, "stream": True,
+                  "ignore_eos": True},
+            headers={"authorization": f"Bearer {stack.key}"},
+            verify=False,
+        )  # fmt: skip
+        events = [e for e in streamed.text.split("\n\n") if e]
+        assert events[-1] == "data: [DONE]"
+        assert sum('"text"' in e for e in events) == 8
     finally:
         stack.close()
 

@@ -13,10 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
+from inhouse.gateway.direct import EXTENSION, ChunkWriter
 from inhouse.gateway.dispatch import Placement
 from inhouse.gateway.errors import GatewayError
 from inhouse.gateway.prompt import ParsedRequest, parse_request
@@ -73,6 +75,15 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
             return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
+def chunk_writer(scope: Scope) -> ChunkWriter | None:
+    """The server's direct chunk writer (`direct.GatewayProtocol`), if it offers one."""
+    extensions = scope.get("extensions")
+    if not extensions or scope.get("http_version") != "1.1":
+        return None
+    writer: ChunkWriter | None = extensions.get(EXTENSION)
+    return writer
+
+
 async def send_error(send: Send, error: GatewayError, extra: list[tuple[bytes, bytes]]) -> None:
     body = error.body()
     headers = [*error.headers(), (b"content-length", str(len(body)).encode()), *extra]
@@ -121,7 +132,7 @@ class GenerationRoute:
             gateway.end()
             return
         try:
-            await self._serve(admission, receive, send, rid_header)
+            await self._serve(admission, receive, send, rid_header, chunk_writer(scope))
         finally:
             gateway.end()
 
@@ -149,7 +160,12 @@ class GenerationRoute:
         self.gateway.log_request(record, parsed)
 
     async def _serve(
-        self, admission: Admission, receive: Receive, send: Send, rid: tuple[bytes, bytes]
+        self,
+        admission: Admission,
+        receive: Receive,
+        send: Send,
+        rid: tuple[bytes, bytes],
+        writer: ChunkWriter | None,
     ) -> None:
         gateway = self.gateway
         outcome = _Outcome()
@@ -161,7 +177,7 @@ class GenerationRoute:
                 headers.append((b"x-inhouse-fallback", admission.primary_pool.encode()))
             if admission.parsed.is_stream and response.status == 200:
                 await self._stream(
-                    admission, placement, response, first, send, receive, headers, outcome
+                    admission, placement, response, first, send, receive, headers, outcome, writer
                 )
             else:
                 await self._whole(admission, placement, response, first, send, headers, outcome)
@@ -272,6 +288,7 @@ class GenerationRoute:
         receive: Receive,
         headers: list[tuple[bytes, bytes]],
         outcome: _Outcome,
+        writer: ChunkWriter | None,
     ) -> None:
         gateway = self.gateway
         outcome.replica = placement.replica.label
@@ -288,22 +305,21 @@ class GenerationRoute:
         head = [(b"content-type", SSE_TYPE), (b"cache-control", b"no-cache"), *headers,
                 overhead_header(admission, outcome)]  # fmt: skip
         await send({"type": "http.response.start", "status": 200, "headers": head})
-        out = b""
-        piece = first
+
+        def take(piece: bytes) -> bytes:
+            out = relay_piece(state, piece)
+            if out and not outcome.is_served and state.has_first_token:
+                outcome.is_served = True
+                outcome.first_token_s = time.perf_counter()
+                gateway.dispatcher.first_token(placement)
+            return out
+
         try:
-            while piece is not None:
-                out = relay_piece(state, piece)
-                if out and not outcome.is_served and state.has_first_token:
-                    outcome.is_served = True
-                    outcome.first_token_s = time.perf_counter()
-                    gateway.dispatcher.first_token(placement)
-                if response.is_complete:
-                    break  # the engine's last bytes go out with the end of the stream
-                if out:
-                    await send({"type": "http.response.body", "body": out, "more_body": True})
-                out = b""
-                piece = await response.read()
-            tail = out + flush(state)
+            if writer is None:
+                tail = await _relay_through_send(take, response, first, send)
+            else:
+                tail = await _relay_direct(take, response, first, writer)
+            tail += flush(state)
             outcome.is_relaying = False
             response.release()
             await send({"type": "http.response.body", "body": tail, "more_body": False})
@@ -372,6 +388,52 @@ class GenerationRoute:
         if outcome.reason:
             record["reason"] = outcome.reason
         gateway.log_request(record, admission.parsed)
+
+
+async def _relay_through_send(
+    take: Callable[[bytes], bytes], response: Response, first: bytes | None, send: Send
+) -> bytes:
+    """Relay the engine's pieces as ASGI messages; returns the last (sent with the end)."""
+    piece = first
+    while piece is not None:
+        out = take(piece)
+        if response.is_complete:
+            return out  # the engine's last bytes go out with the end of the stream
+        if out:
+            await send({"type": "http.response.body", "body": out, "more_body": True})
+        piece = await response.read()
+    return b""
+
+
+async def _relay_direct(
+    take: Callable[[bytes], bytes], response: Response, first: bytes | None, writer: ChunkWriter
+) -> bytes:
+    """Relay from the upstream connection's callback straight to the client's transport;
+    returns the last piece. A full client buffer pauses reading the engine until it drains."""
+    resumes: list[asyncio.Future[None]] = []
+
+    def resume(_: object) -> None:
+        resumes.clear()
+        response.resume_reading()
+
+    def sink(piece: bytes) -> None:
+        out = take(piece)
+        if out and not writer.write(out) and not resumes:
+            response.pause_reading()
+            resumes.append(asyncio.ensure_future(writer.wait_writable()))
+            resumes[0].add_done_callback(resume)
+
+    if first is None:
+        return b""
+    if response.is_complete:
+        return take(first)
+    sink(first)
+    try:
+        last = await response.relay(sink)
+    finally:
+        for waiting in resumes:
+            waiting.cancel()
+    return take(last) if last else b""
 
 
 def overhead_header(admission: Admission, outcome: _Outcome) -> tuple[bytes, bytes]:

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import uvicorn
 
 from inhouse.gateway.app import GatewayApp
+from inhouse.gateway.direct import GatewayProtocol
 from inhouse.gateway.service import Gateway
 
 log = logging.getLogger("inhouse.gateway")
@@ -37,17 +38,11 @@ def uvicorn_config(
     certfile: str | None = None,
     keyfile: str | None = None,
 ) -> uvicorn.Config:
-    try:
-        import httptools  # noqa: F401
-
-        http = "httptools"
-    except ImportError:  # pragma: no cover
-        http = "h11"
     return uvicorn.Config(
         GatewayApp(gateway),
         host=host,
         port=port,
-        http=http,
+        http=GatewayProtocol,
         loop="none",
         lifespan="off",
         log_config=None,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import httptools
@@ -45,6 +45,7 @@ class _Connection(asyncio.Protocol):
         "_parser",
         "_paused",
         "_pool",
+        "_sink",
         "_waiter",
         "headers",
         "idle_since",
@@ -74,6 +75,7 @@ class _Connection(asyncio.Protocol):
         self._done = False
         self._error: UpstreamError | None = None
         self._paused = False
+        self._sink: Callable[[bytes], None] | None = None
         self.status = 0
         self.headers: list[tuple[bytes, bytes]] = []
         self.keep_alive = True
@@ -91,6 +93,10 @@ class _Connection(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             self._fail(UpstreamError(f"bad response from engine: {exc}", self.status == 0))
             self.close()
+            return
+        sink = self._sink
+        if sink is not None and self._chunks and not self._done:
+            sink(self._take_chunks())
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.is_closed = True
@@ -116,7 +122,8 @@ class _Connection(asyncio.Protocol):
         if self._body_bytes > PAUSE_BUFFER_BYTES and not self._paused and self.transport:
             self._paused = True
             self.transport.pause_reading()
-        self._wake()
+        if self._sink is None:
+            self._wake()
 
     def on_message_complete(self) -> None:
         self._done = True
@@ -164,31 +171,62 @@ class _Connection(asyncio.Protocol):
         """The whole body is in hand: nothing left to read but what `read` returns next."""
         return self._done
 
+    def _take_chunks(self) -> bytes:
+        chunks = self._chunks
+        data = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        self._body_bytes = 0
+        if self._paused and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+        return data
+
+    def _raise_error(self) -> None:
+        error = self._error
+        if error is not None:
+            if error.is_before_response:
+                raise UpstreamError(str(error), False)
+            raise error
+
+    async def _wait(self) -> None:
+        self._waiter = waiter = self._loop.create_future()
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+
     async def read(self) -> bytes | None:
         """The body bytes received so far (waiting for some), None at the end. A failure
         here comes after the response head: never `is_before_response`."""
         while True:
-            chunks = self._chunks
-            if chunks:
-                data = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
-                chunks.clear()
-                self._body_bytes = 0
-                if self._paused and self.transport is not None:
-                    self._paused = False
-                    self.transport.resume_reading()
-                return data
+            if self._chunks:
+                return self._take_chunks()
             if self._done:
                 return None
-            error = self._error
-            if error is not None:
-                if error.is_before_response:
-                    raise UpstreamError(str(error), False)
-                raise error
-            self._waiter = waiter = self._loop.create_future()
-            try:
-                await waiter
-            finally:
-                self._waiter = None
+            self._raise_error()
+            await self._wait()
+
+    async def relay(self, sink: Callable[[bytes], None]) -> bytes:
+        """Hand body bytes to `sink` from `data_received` as they arrive (no future, no task
+        switch per chunk) until the body is complete; returns its last bytes (maybe b"")."""
+        if self._chunks and not self._done:
+            sink(self._take_chunks())
+        self._sink = sink
+        try:
+            while not self._done:
+                self._raise_error()
+                await self._wait()  # woken at the end of the body or by a failure
+        finally:
+            self._sink = None
+        return self._take_chunks() if self._chunks else b""
+
+    def pause_reading(self) -> None:
+        if self.transport is not None and not self.is_closed:
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.transport is not None and not self.is_closed:
+            self.transport.resume_reading()
 
 
 class Response:
@@ -206,6 +244,17 @@ class Response:
     def read(self) -> Coroutine[Any, Any, bytes | None]:
         """The body bytes received so far (waiting for some), None at the end."""
         return self._conn.read()
+
+    def relay(self, sink: Callable[[bytes], None]) -> Coroutine[Any, Any, bytes]:
+        """Body bytes to `sink` as they arrive; returns the last ones (see `_Connection`)."""
+        return self._conn.relay(sink)
+
+    def pause_reading(self) -> None:
+        """Backpressure: stop reading the engine (the client's buffer is full)."""
+        self._conn.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._conn.resume_reading()
 
     @property
     def is_complete(self) -> bool:

@@ -1,0 +1,172 @@
+"""The direct chunk path (`direct.GatewayProtocol`): the gateway served by uvicorn on a real
+socket, as `inhouse gateway` runs it, streams what the ASGI path streams; a broken engine still
+ends the stream with an error event; a client that leaves stops the engine's work; a full
+client buffer pauses reading the engine until it drains."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable
+
+import httpx
+import pytest
+from tests.gateway.conftest import KEY, chat, engines, free_port, gateway_for, stack_data
+from tests.gateway.test_failures import wait_for
+
+from inhouse.gateway.direct import ChunkWriter
+from inhouse.gateway.proxy import _relay_direct
+from inhouse.gateway.serve import _Server, uvicorn_config
+from inhouse.gateway.service import Gateway
+from inhouse.spec.gateway import parse_gateway
+from inhouse.spec.stack import parse_stack
+
+
+@contextlib.asynccontextmanager
+async def served(data: dict, urls: list[str]) -> AsyncIterator[tuple[Gateway, httpx.AsyncClient]]:
+    stack = parse_stack(data)
+    gateway = Gateway(stack, parse_gateway(stack.gateway), {"chat": urls}, KEY)
+    await gateway.start()
+    port = free_port()
+    server = _Server(uvicorn_config(gateway, "127.0.0.1", port))
+    task = asyncio.create_task(server.serve())
+    await wait_for(lambda: server.started)
+    try:
+        async with httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{port}",
+            headers={"authorization": f"Bearer {KEY}"},
+            timeout=30,
+        ) as client:
+            yield gateway, client
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 10)
+        await gateway.stop()
+
+
+def events_of(text: str) -> list[str]:
+    return [e for e in text.split("\n\n") if e]
+
+
+def test_socket_stream_matches_the_asgi_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    body = chat(max_tokens=12, stream=True, ignore_eos=True)
+    chunks: list[bytes] = []
+    write = ChunkWriter.write
+
+    def counted(self: ChunkWriter, data: bytes) -> bool:
+        chunks.append(data)
+        return write(self, data)
+
+    monkeypatch.setattr(ChunkWriter, "write", counted)
+
+    async def main() -> None:
+        async with engines(1) as live:
+            urls = [live[0].url]
+            async with gateway_for(stack_data(replicas=1), {"chat": urls}) as (_, asgi):
+                via_asgi = events_of((await asgi.post("/v1/chat/completions", json=body)).text)
+            async with served(stack_data(replicas=1), urls) as (gateway, client):
+                for _ in range(3):  # one keep-alive connection, several streams
+                    r = await client.post("/v1/chat/completions", json=body)
+                    assert r.status_code == 200
+                    assert r.headers["content-type"].startswith("text/event-stream")
+                    via_socket = events_of(r.text)
+                    assert len(via_socket) == len(via_asgi)
+                    assert via_socket[-1] == "data: [DONE]"
+                    assert '"usage"' not in r.text
+                    contents = [json.loads(e[6:])["choices"][0]["delta"] for e in via_socket[:-1]]
+                    expected = [json.loads(e[6:])["choices"][0]["delta"] for e in via_asgi[:-1]]
+                    assert contents == expected
+                assert gateway.pools["chat"].replicas[0].num_inflight == 0
+        assert len(chunks) >= 3  # the tokens went out through the direct path, whole events
+        assert all(c.startswith(b"data: ") and c.endswith(b"\n\n") for c in chunks)
+
+    asyncio.run(main())
+
+
+def test_socket_stream_broken_mid_way_ends_with_an_error_event() -> None:
+    async def main() -> None:
+        async with (
+            engines(1, time_scale=1.0) as live,
+            served(stack_data(replicas=1), [live[0].url]) as (_, client),
+        ):
+            body = chat(max_tokens=300, stream=True, ignore_eos=True)
+            request = asyncio.create_task(client.post("/v1/chat/completions", json=body))
+            await wait_for(lambda: live[0].state.runner.num_in_flight > 0)
+            await asyncio.sleep(0.3)
+            await live[0].kill()
+            r = await request
+        assert r.status_code == 200
+        events = events_of(r.text)
+        assert events[-1] == "data: [DONE]"
+        assert events[-2].startswith('data: {"error":')
+        assert any('"content"' in e for e in events[:-2])
+
+    asyncio.run(main())
+
+
+def test_client_leaving_mid_stream_stops_the_engine_request() -> None:
+    async def main() -> None:
+        async with (
+            engines(1, time_scale=1.0) as live,
+            served(stack_data(replicas=1), [live[0].url]) as (gateway, client),
+        ):
+            body = chat(max_tokens=2000, stream=True, ignore_eos=True)
+            async with client.stream("POST", "/v1/chat/completions", json=body) as r:
+                async for line in r.aiter_lines():
+                    if '"content"' in line:
+                        break  # leave after the first token
+            replica = gateway.pools["chat"].replicas[0]
+            await wait_for(lambda: replica.num_inflight == 0)
+            await wait_for(lambda: live[0].state.runner.num_in_flight == 0)
+
+    asyncio.run(main())
+
+
+class _FakeResponse:
+    def __init__(self, pieces: list[bytes], last: bytes) -> None:
+        self.pieces = pieces
+        self.last = last
+        self.calls: list[str] = []
+        self.is_complete = False
+
+    def pause_reading(self) -> None:
+        self.calls.append("pause")
+
+    def resume_reading(self) -> None:
+        self.calls.append("resume")
+
+    async def relay(self, sink: Callable[[bytes], None]) -> bytes:
+        for piece in self.pieces:
+            sink(piece)
+            await asyncio.sleep(0)
+        await asyncio.sleep(0.01)
+        return self.last
+
+
+class _FullWriter:
+    """A client whose buffer is full after the first write, until `drained` is set."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.drained = asyncio.Event()
+
+    def write(self, data: bytes) -> bool:
+        self.written.append(data)
+        return self.drained.is_set()
+
+    async def wait_writable(self) -> None:
+        await self.drained.wait()
+
+
+def test_full_client_buffer_pauses_the_engine_until_it_drains() -> None:
+    async def main() -> None:
+        response = _FakeResponse([b"data: 2\n\n", b"data: 3\n\n"], b"data: [DONE]\n\n")
+        writer = _FullWriter()
+        asyncio.get_running_loop().call_later(0.005, writer.drained.set)
+        last = await _relay_direct(lambda b: b, response, b"data: 1\n\n", writer)  # type: ignore[arg-type]
+        assert writer.written == [b"data: 1\n\n", b"data: 2\n\n", b"data: 3\n\n"]
+        assert response.calls == ["pause", "resume"]
+        assert last == b"data: [DONE]\n\n"
+
+    asyncio.run(main())
