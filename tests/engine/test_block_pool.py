@@ -1,5 +1,7 @@
 import random
+from array import array
 from collections import OrderedDict
+from itertools import takewhile
 
 import pytest
 
@@ -122,14 +124,17 @@ class _ReferencePool:
 
 
 @pytest.mark.parametrize("num_blocks", [16, 48])
-def test_lazy_free_queue_matches_an_ordered_dict_over_random_traffic(num_blocks: int) -> None:
+def test_pool_matches_a_plain_reference_over_random_traffic(num_blocks: int) -> None:
+    """The lazy free queue evicts as an ordered dict would, and prefix lookups helped by
+    remembered runs (stale ones included) find what a scan of the hash map finds."""
     rng = random.Random(num_blocks)
     pool, ref = BlockPool(num_blocks), _ReferencePool(num_blocks)
-    held: list[list[int]] = []
+    held: list[tuple[list[int], list[int]]] = []  # (blocks, the hashes they were asked for)
+    seen: list[list[int]] = []
     next_hash = 1000
-    for _ in range(3000):
+    for _ in range(4000):
         op = rng.random()
-        if op < 0.4:
+        if op < 0.35:
             num = rng.choice([1, 2, 3, 5, 9, 20, 60])
             got = pool.allocate(num)
             assert got == ref.allocate(num)
@@ -139,20 +144,26 @@ def test_lazy_free_queue_matches_an_ordered_dict_over_random_traffic(num_blocks:
                 pool.cache_blocks(got, hashes)
                 for block_id, block_hash in zip(got, hashes, strict=True):
                     ref.cache(block_id, block_hash)
-                held.append(got)
-        elif op < 0.7 and held:
-            blocks = held.pop(rng.randrange(len(held)))
+                held.append((got, hashes))
+                seen.append(hashes)
+        elif op < 0.65 and held:
+            blocks, hashes = held.pop(rng.randrange(len(held)))
+            pool.remember_prefix(hashes, array("q", blocks))
             pool.free(blocks[::-1])
             ref.release(blocks[::-1])
-        else:
-            wanted = rng.sample(sorted(ref.cached), min(len(ref.cached), rng.randrange(1, 12)))
-            blocks = pool.lookup_prefix(wanted, len(wanted))
-            assert blocks == [ref.cached[h] for h in wanted][: len(blocks)]
+        elif seen:
+            known = rng.choice(seen)
+            query = known[: rng.randrange(1, len(known) + 1)] + [rng.randrange(10**9)] * (
+                rng.random() < 0.5
+            )
+            blocks = pool.lookup_prefix(query, len(query))
+            expected = list(takewhile(lambda b: b is not None, map(ref.cached.get, query)))
+            assert blocks == expected
             if blocks:
                 assert pool.count_free(blocks) == [ref.ref[b] for b in blocks].count(0)
                 pool.touch(blocks)
                 ref.touch(blocks)
-                held.append(blocks)
+                held.append((blocks, query[: len(blocks)]))
         assert pool.num_free == len(ref.free)
         assert pool.drain_evicted() == ref.evicted
         ref.evicted = []

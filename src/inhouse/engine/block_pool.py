@@ -24,14 +24,21 @@ reference counts and the free queue live in flat numpy arrays and `touch`, `free
 
 from __future__ import annotations
 
+from array import array
+from collections import OrderedDict
 from collections.abc import Sequence
 from itertools import repeat
 
 import numpy as np
 import numpy.typing as npt
 
-# Block-id runs come in as lists (a request's blocks) or int arrays (the pool's own output).
+# Runs of block ids: lists, compact arrays (a request's blocks) or numpy arrays.
 BlockIds = Sequence[int] | npt.NDArray[np.int64]
+
+# Prefix lookups go through the hash map this many blocks at a time.
+_LOOKUP_CHUNK = 32
+# Remembered runs of blocks (see `remember_prefix`), least recently stored dropped first.
+_MAX_RUNS = 512
 
 # Allocations of at most this many blocks (a decode crossing a block boundary) probe the queue
 # head one entry at a time instead of through a vectorized window.
@@ -60,6 +67,8 @@ class BlockPool:
         self._ref_mv = self.ref_cnt.data
         self._slot_mv = self._slot.data
         self._queue_mv = self._queue.data
+        # Runs of blocks that held a prefix, keyed by the hash at its last checkpoint.
+        self._runs: OrderedDict[int, array[int]] = OrderedDict()
         # Hashes evicted since the last `drain_evicted()`: the host tier and KV-event
         # subscribers (the oracle router) read them.
         self._evicted: list[int] = []
@@ -83,18 +92,62 @@ class BlockPool:
 
     def lookup_prefix(self, hashes: list[int], max_blocks: int) -> list[int]:
         """Blocks holding the longest cached run of `hashes[:max_blocks]` from the start."""
-        return self.prefix_blocks(hashes, max_blocks).tolist()  # type: ignore[no-any-return]
+        return self.prefix_blocks(hashes, max_blocks).tolist()
 
-    def prefix_blocks(self, hashes: list[int], max_blocks: int) -> npt.NDArray[np.int64]:
-        """`lookup_prefix` as an array of block ids (what `touch` takes)."""
+    def prefix_blocks(self, hashes: list[int], max_blocks: int) -> array[int]:
+        """`lookup_prefix` as a compact array (what a request's `block_ids` are)."""
         hashes = hashes[:max_blocks]
-        # NOTE: `map` walks the hashes in C; a prompt's hit is hundreds of blocks. Block ids are
-        # never negative, so -1 marks a miss.
-        block_ids = np.fromiter(
-            map(self._cached.get, hashes, repeat(-1)), dtype=np.int64, count=len(hashes)
-        )
-        misses = np.flatnonzero(block_ids < 0)
-        return block_ids[: misses[0]] if len(misses) else block_ids
+        num = len(hashes)
+        out = self._recall(hashes) if self._runs and num else array("q")
+        start = len(out)
+        get = self._cached.get
+        # NOTE: `map` walks the hashes in C, a chunk at a time so as to stop near the first
+        # miss. Block ids are never negative, so -1 marks a miss.
+        while start < num:
+            chunk = list(map(get, hashes[start : start + _LOOKUP_CHUNK], repeat(-1)))
+            if -1 in chunk:
+                out.extend(chunk[: chunk.index(-1)])
+                break
+            out.extend(chunk)
+            start += len(chunk)
+        return out
+
+    def remember_prefix(self, hashes: list[int], block_ids: array[int]) -> None:
+        """Note that `block_ids` hold `hashes[:len(block_ids)]` (a request letting go of its
+        cached blocks), so that a later prompt re-sending this prefix finds its blocks without
+        a lookup per block. A hint only: `prefix_blocks` checks it block by block."""
+        num = len(block_ids)
+        if not num or not self.enable_caching:
+            return
+        key = hashes[_checkpoint(num)]
+        runs = self._runs
+        runs[key] = block_ids
+        runs.move_to_end(key)
+        if len(runs) > _MAX_RUNS:
+            runs.popitem(last=False)
+
+    def _recall(self, hashes: list[int]) -> array[int]:
+        """The longest leading run of `hashes` that a remembered run shows still cached."""
+        runs = self._runs
+        position = _checkpoint(len(hashes))
+        while (run := runs.get(hashes[position])) is None:
+            if not position:
+                return array("q")
+            position >>= 1  # the checkpoint below: 2**j - 1 -> 2**(j-1) - 1
+        num = min(len(run), len(hashes))
+        # Block b still holds hash h exactly when `block_hash[b] == h` (a block's hash is set
+        # and cleared together with its entry in `_cached`).
+        held = list(map(self.block_hash.__getitem__, run[:num]))
+        if held == hashes[:num]:
+            return run[:num]
+        low, high = 0, num  # held[:low] matches; held[:high] does not
+        while high - low > 1:
+            mid = (low + high) // 2
+            if held[:mid] == hashes[:mid]:
+                low = mid
+            else:
+                high = mid
+        return run[:low]
 
     def contains(self, block_hash: int) -> bool:
         return block_hash in self._cached
@@ -217,10 +270,11 @@ class BlockPool:
         self._cached[block_hash] = block_id
         self.block_hash[block_id] = block_hash
 
-    def cache_blocks(self, block_ids: list[int], hashes: list[int]) -> None:
+    def cache_blocks(self, block_ids: Sequence[int], hashes: list[int]) -> None:
         """`cache` each `(block_ids[i], hashes[i])` in order."""
         if not self.enable_caching:
             return
+        block_ids = list(block_ids)
         # NOTE: `setdefault` inserts a hash not yet cached and returns the block holding it,
         # so one pass in C both caches new content and keeps the first copy of duplicates.
         holders = list(map(self._cached.setdefault, hashes, block_ids))
@@ -236,3 +290,9 @@ class BlockPool:
     def drain_evicted(self) -> list[int]:
         out, self._evicted = self._evicted, []
         return out
+
+
+def _checkpoint(num_blocks: int) -> int:
+    """The position a run of `num_blocks` is remembered under: the last `2**j - 1` in it, so
+    a prompt extending the run finds it in `log2` probes."""
+    return (1 << (num_blocks.bit_length() - 1)) - 1

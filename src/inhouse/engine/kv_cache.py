@@ -9,11 +9,9 @@ the step pays for the transfer.
 
 from __future__ import annotations
 
+from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
-
-import numpy as np
-import numpy.typing as npt
 
 from inhouse.engine.block_pool import BlockPool
 from inhouse.engine.request import Request
@@ -24,11 +22,11 @@ class PrefixHit:
     """Blocks of a prompt already computed: on the GPU (`gpu_blocks`) and, after those, in the
     host tier (`num_host_blocks`, to be loaded)."""
 
-    gpu_blocks: npt.NDArray[np.int64]
+    gpu_blocks: array[int]
     num_host_blocks: int
 
 
-NO_HIT = PrefixHit(np.zeros(0, dtype=np.int64), 0)
+NO_HIT = PrefixHit(array("q"), 0)
 
 
 class KVCacheManager:
@@ -91,7 +89,7 @@ class KVCacheManager:
             if num_needed + pool.count_free(hit.gpu_blocks) > pool.num_free:
                 return False
             pool.touch(hit.gpu_blocks)
-            request.block_ids = hit.gpu_blocks.tolist()
+            request.block_ids = hit.gpu_blocks[:]
             request.num_cached_blocks = num_hit
             computed = num_hit * bs
         else:
@@ -132,7 +130,12 @@ class KVCacheManager:
 
     def free(self, request: Request) -> None:
         """Release a request's blocks, tail first."""
-        if request.block_ids:
-            self.pool.free(request.block_ids[::-1])
-        request.block_ids = []
+        block_ids = request.block_ids
+        if block_ids:
+            if request.num_cached_blocks:
+                self.pool.remember_prefix(
+                    request.block_hashes, block_ids[: request.num_cached_blocks]
+                )
+            self.pool.free(block_ids[::-1])
+        request.block_ids = array("q")
         request.num_cached_blocks = 0

@@ -8,6 +8,7 @@ just movements of that counter.
 from __future__ import annotations
 
 import enum
+from array import array
 
 
 class Status(enum.Enum):
@@ -80,7 +81,7 @@ class Request:
         self.status = Status.PENDING
         self.num_computed_tokens = 0
         self.num_output_tokens = 0
-        self.block_ids: list[int] = []
+        self.block_ids: array[int] = array("q")  # KV blocks held, in sequence order
         self.num_cached_blocks = 0
         self.first_scheduled_s: float | None = None
         self.first_token_s: float | None = None
