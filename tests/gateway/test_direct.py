@@ -52,13 +52,13 @@ def events_of(text: str) -> list[str]:
 def test_socket_stream_matches_the_asgi_stream(monkeypatch: pytest.MonkeyPatch) -> None:
     body = chat(max_tokens=12, stream=True, ignore_eos=True)
     chunks: list[bytes] = []
-    write = ChunkWriter.write
+    write = ChunkWriter.write_chunk
 
     def counted(self: ChunkWriter, data: bytes) -> bool:
         chunks.append(data)
         return write(self, data)
 
-    monkeypatch.setattr(ChunkWriter, "write", counted)
+    monkeypatch.setattr(ChunkWriter, "write_chunk", counted)
 
     async def main() -> None:
         async with engines(1) as live:
@@ -151,7 +151,7 @@ class _FullWriter:
         self.written: list[bytes] = []
         self.drained = asyncio.Event()
 
-    def write(self, data: bytes) -> bool:
+    def write_chunk(self, data: bytes) -> bool:
         self.written.append(data)
         return self.drained.is_set()
 

@@ -1,13 +1,17 @@
 """A direct write path for streamed bodies, offered by the gateway's own uvicorn protocol.
 
 Through ASGI, every SSE chunk the engine sends costs the gateway a future, a task switch, a
-message dict and uvicorn's `send` coroutine. `GatewayProtocol` (uvicorn's httptools protocol,
-nothing else changed) puts a `ChunkWriter` for the connection in the request's
-`scope["extensions"]`; the generation routes then write the engine's chunks to the client's
-transport straight from the upstream connection's `data_received`, in HTTP/1.1 chunked framing.
-The response head and the stream's end still go through ASGI `send`, so uvicorn keeps its
-keep-alive, disconnect and drain bookkeeping. Any other ASGI server (and `httpx.ASGITransport`
-in the tests) offers no writer, and the routes relay through `send` as before.
+message dict and uvicorn's `send` coroutine. `GatewayProtocol` is uvicorn's httptools protocol
+with one `ChunkWriter` per connection, put in every request's `scope["extensions"]`; the
+generation routes write the engine's chunks with it straight from the upstream connection's
+`data_received`, in HTTP/1.1 chunked framing. The response head and the stream's end still go
+through ASGI `send`, so uvicorn keeps its keep-alive, disconnect and drain bookkeeping. Any other
+ASGI server (and `httpx.ASGITransport` in the tests) offers no writer, and the routes relay
+through `send` as before.
+
+NOTE: this leans on three uvicorn internals (`self.scope`, `self.cycle`, and the cycle's
+`transport` attribute, which uvicorn only writes, closes and asks `is_closing`);
+tests/gateway/test_direct.py runs the real server, so an uvicorn that changes them fails there.
 """
 
 from __future__ import annotations
@@ -22,25 +26,64 @@ EXTENSION = "inhouse.chunk_writer"
 
 
 class ChunkWriter:
-    """Writes body chunks of the connection's current (chunked, HTTP/1.1) response."""
+    """Writes body chunks of the connection's current (chunked, HTTP/1.1) response. It is
+    also the transport uvicorn's request cycles write through (`write`, `close`,
+    `is_closing`), so the response head can wait for the first chunk: one write, one segment,
+    one wake-up of the client for both."""
 
-    __slots__ = ("_flow", "_transport")
+    __slots__ = ("_flow", "_held", "_is_holding", "_transport")
 
     def __init__(self, transport: asyncio.Transport, flow: FlowControl) -> None:
         self._transport = transport
         self._flow = flow
+        self._is_holding = False
+        self._held = b""
 
-    def write(self, data: bytes) -> bool:
+    def hold(self) -> None:
+        """Keep the next write back until the one after it (the head until the first chunk
+        or the stream's end, written in the same turn of the loop)."""
+        self._is_holding = True
+
+    def write_chunk(self, data: bytes) -> bool:
         """One chunk; False when the client's buffer is full (stop the source until
         `wait_writable`). A client already gone costs nothing (its disconnect ends the
         stream)."""
+        framed = b"%x\r\n%b\r\n" % (len(data), data)
+        if self._held:
+            framed, self._held = self._held + framed, b""
         if self._transport.is_closing():
             return True
-        self._transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        self._transport.write(framed)
         return not self._flow.write_paused
 
     async def wait_writable(self) -> None:
         await self._flow.drain()
+
+    # -- the transport of uvicorn's RequestResponseCycle ---------------------------------
+
+    def write(self, data: bytes) -> None:
+        if self._is_holding:
+            self._is_holding = False
+            self._held = data
+            return
+        if self._held:
+            data, self._held = self._held + data, b""
+        self._transport.write(data)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def flush(self) -> None:
+        """Write anything held back (a stream that ends without another write)."""
+        self._is_holding = False
+        if self._held:
+            data, self._held = self._held, b""
+            if not self._transport.is_closing():
+                self._transport.write(data)
 
 
 class GatewayProtocol(HttpToolsProtocol):
@@ -53,3 +96,9 @@ class GatewayProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self.scope["extensions"] = self._extensions
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.scope is self.scope:
+            cycle.transport = self._extensions[EXTENSION]

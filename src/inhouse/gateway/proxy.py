@@ -304,6 +304,8 @@ class GenerationRoute:
         gone.add_done_callback(on_disconnect)
         head = [(b"content-type", SSE_TYPE), (b"cache-control", b"no-cache"), *headers,
                 overhead_header(admission, outcome)]  # fmt: skip
+        if writer is not None:
+            writer.hold()  # the head goes out with the first chunk, in one write
         await send({"type": "http.response.start", "status": 200, "headers": head})
 
         def take(piece: bytes) -> bytes:
@@ -336,6 +338,8 @@ class GenerationRoute:
                 )
         finally:
             outcome.is_relaying = False
+            if writer is not None:
+                writer.flush()
             if not gone.done():
                 gone.cancel()
             outcome.usage = state.usage
@@ -418,7 +422,7 @@ async def _relay_direct(
 
     def sink(piece: bytes) -> None:
         out = take(piece)
-        if out and not writer.write(out) and not resumes:
+        if out and not writer.write_chunk(out) and not resumes:
             response.pause_reading()
             resumes.append(asyncio.ensure_future(writer.wait_writable()))
             resumes[0].add_done_callback(resume)
