@@ -111,14 +111,16 @@ def test_client_leaving_mid_stream_stops_the_engine_request() -> None:
             engines(1, time_scale=1.0) as live,
             served(stack_data(replicas=1), [live[0].url]) as (gateway, client),
         ):
-            body = chat(max_tokens=2000, stream=True, ignore_eos=True)
+            body = chat(max_tokens=400, stream=True, ignore_eos=True)
             async with client.stream("POST", "/v1/chat/completions", json=body) as r:
+                assert r.status_code == 200
                 async for line in r.aiter_lines():
                     if '"content"' in line:
                         break  # leave after the first token
             replica = gateway.pools["chat"].replicas[0]
             await wait_for(lambda: replica.num_inflight == 0)
             await wait_for(lambda: live[0].state.runner.num_in_flight == 0)
+            assert 'code="499"' in gateway.metrics.render().decode()
 
     asyncio.run(main())
 

@@ -17,6 +17,7 @@ tests/gateway/test_direct.py runs the real server, so an uvicorn that changes th
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.http.flow_control import FlowControl
@@ -31,13 +32,26 @@ class ChunkWriter:
     `is_closing`), so the response head can wait for the first chunk: one write, one segment,
     one wake-up of the client for both."""
 
-    __slots__ = ("_flow", "_held", "_is_holding", "_transport")
+    __slots__ = ("_flow", "_held", "_is_holding", "_on_lost", "_transport", "is_lost")
 
     def __init__(self, transport: asyncio.Transport, flow: FlowControl) -> None:
         self._transport = transport
         self._flow = flow
         self._is_holding = False
         self._held = b""
+        self._on_lost: Callable[[], None] | None = None
+        self.is_lost = False
+
+    def watch(self, on_lost: Callable[[], None] | None) -> None:
+        """Call `on_lost` if the client goes away (None: stop watching). Cheaper than a task
+        waiting on ASGI `receive` for `http.disconnect` in every stream."""
+        self._on_lost = on_lost
+
+    def connection_lost(self) -> None:
+        self.is_lost = True
+        on_lost, self._on_lost = self._on_lost, None
+        if on_lost is not None:
+            on_lost()
 
     def hold(self) -> None:
         """Keep the next write back until the one after it (the head until the first chunk
@@ -91,7 +105,12 @@ class GatewayProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._extensions: dict[str, Any] = {EXTENSION: ChunkWriter(transport, self.flow)}
+        self._writer = ChunkWriter(transport, self.flow)
+        self._extensions: dict[str, Any] = {EXTENSION: self._writer}
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self._writer.connection_lost()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -101,4 +120,4 @@ class GatewayProtocol(HttpToolsProtocol):
         super().on_headers_complete()
         cycle = self.cycle
         if cycle is not None and cycle.scope is self.scope:
-            cycle.transport = self._extensions[EXTENSION]
+            cycle.transport = self._writer  # type: ignore[assignment]  # duck-typed: see NOTE

@@ -294,14 +294,18 @@ class GenerationRoute:
         outcome.replica = placement.replica.label
         outcome.status = 200
         state = StreamState(admission.parsed.wants_usage)
-        gone = asyncio.ensure_future(receive())
 
-        def on_disconnect(_: object) -> None:
+        def on_disconnect(_: object = None) -> None:
             if outcome.is_relaying:  # the client left mid-stream: stop the engine's work
                 response.abort()
 
         outcome.is_relaying = True
-        gone.add_done_callback(on_disconnect)
+        gone: asyncio.Future[Any] | None = None
+        if writer is None:
+            gone = asyncio.ensure_future(receive())
+            gone.add_done_callback(on_disconnect)
+        else:
+            writer.watch(on_disconnect)
         head = [(b"content-type", SSE_TYPE), (b"cache-control", b"no-cache"), *headers,
                 overhead_header(admission, outcome)]  # fmt: skip
         if writer is not None:
@@ -326,7 +330,8 @@ class GenerationRoute:
             response.release()
             await send({"type": "http.response.body", "body": tail, "more_body": False})
         except UpstreamError as exc:
-            if gone.done():
+            is_gone = writer.is_lost if writer is not None else gone is not None and gone.done()
+            if is_gone:
                 outcome.status = 499
                 outcome.reason = "client_disconnect"
             else:
@@ -339,8 +344,9 @@ class GenerationRoute:
         finally:
             outcome.is_relaying = False
             if writer is not None:
+                writer.watch(None)
                 writer.flush()
-            if not gone.done():
+            elif gone is not None and not gone.done():
                 gone.cancel()
             outcome.usage = state.usage
             outcome.num_events = state.num_events

@@ -143,6 +143,9 @@ class _Connection(asyncio.Protocol):
             if future is not None and not future.done():
                 future.set_exception(error)
 
+    def _time_out(self, timeout_s: float) -> None:
+        self._fail(UpstreamError(f"no response from engine within {timeout_s:.0f} s", True))
+
     def close(self) -> None:
         self.is_closed = True
         if self.transport is not None:
@@ -156,11 +159,7 @@ class _Connection(asyncio.Protocol):
         loop = self._loop
         self._head = head = loop.create_future()
         self.transport.write(data)
-        timer = loop.call_later(
-            timeout_s,
-            self._fail,
-            UpstreamError(f"no response from engine within {timeout_s:.0f} s", True),
-        )
+        timer = loop.call_later(timeout_s, self._time_out, timeout_s)
         try:
             await head
         finally:
