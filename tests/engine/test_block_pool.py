@@ -167,4 +167,4 @@ def test_pool_matches_a_plain_reference_over_random_traffic(num_blocks: int) -> 
         assert pool.num_free == len(ref.free)
         assert pool.drain_evicted() == ref.evicted
         ref.evicted = []
-    assert pool.block_hash == ref.hash
+    assert pool.block_hash.tolist() == ref.hash

@@ -9,8 +9,9 @@ reference counts and the free queue live in flat numpy arrays and `touch`, `free
 `allocate`s work on whole runs of blocks; there is no per-block Python object.
 
 * `ref_cnt[b]`: references to block `b` (int32).
-* `block_hash[b]`: the hash block `b` is cached under, or None (a list: hashes are only ever
-  read and written a block at a time, and kept as the very objects the requests hold).
+* `block_hash[b]`: the hash block `b` is cached under, or None (an object array: it keeps the
+  very int objects the requests hold, which makes comparing runs of them cheap), and
+  `_has_hash[b]`, whether it is set.
 * `_cached`: hash → block id (a dict: prefix lookup is a run of dict lookups in C).
 * The free queue is a *lazy* FIFO. `_queue[_head:_tail]` holds block ids in the order they were
   freed; `_slot[b]` is the queue position of block `b`'s one live entry, or -1 while `b` is
@@ -53,7 +54,8 @@ class BlockPool:
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
         self.ref_cnt = np.zeros(num_blocks, dtype=np.int32)
-        self.block_hash: list[int | None] = [None] * num_blocks
+        self.block_hash: npt.NDArray[np.object_] = np.full(num_blocks, None, dtype=object)
+        self._has_hash = np.zeros(num_blocks, dtype=np.bool_)
         self._cached: dict[int, int] = {}  # block hash -> block id
         # Lazy free queue (see the module docstring): every block starts free, in id order.
         self._queue = np.zeros(2 * num_blocks + 64, dtype=np.int64)
@@ -67,6 +69,7 @@ class BlockPool:
         self._ref_mv = self.ref_cnt.data
         self._slot_mv = self._slot.data
         self._queue_mv = self._queue.data
+        self._has_mv = self._has_hash.data
         # Runs of blocks that held a prefix, keyed by the hash at its last checkpoint.
         self._runs: OrderedDict[int, array[int]] = OrderedDict()
         # Hashes evicted since the last `drain_evicted()`: the host tier and KV-event
@@ -137,7 +140,7 @@ class BlockPool:
         num = min(len(run), len(hashes))
         # Block b still holds hash h exactly when `block_hash[b] == h` (a block's hash is set
         # and cleared together with its entry in `_cached`).
-        held = list(map(self.block_hash.__getitem__, run[:num]))
+        held = self.block_hash[np.frombuffer(run, dtype=np.int64, count=num)].tolist()
         if held == hashes[:num]:
             return run[:num]
         low, high = 0, num  # held[:low] matches; held[:high] does not
@@ -160,30 +163,43 @@ class BlockPool:
         """Take `num` blocks from the head of the free queue, or `None` if there are too few."""
         if num > self._num_free:
             return None
-        if num <= _SCALAR_ALLOCATE:
-            out = self._pop_few(num)
-        else:
-            taken = self._pop_window(num)
-            self.ref_cnt[taken] = 1
-            self._slot[taken] = -1
-            out = taken.tolist()
         self._num_free -= num
+        if num <= _SCALAR_ALLOCATE:
+            return self._allocate_few(num)
+        taken = self._pop_window(num)
+        self.ref_cnt[taken] = 1
+        self._slot[taken] = -1
         if self._cached:
-            self._evict(out)
-        return out
+            evicted = taken[self._has_hash[taken]]
+            if len(evicted):
+                hashes = self.block_hash[evicted].tolist()
+                self.block_hash[evicted] = None
+                self._has_hash[evicted] = False
+                cached = self._cached
+                for old_hash in hashes:
+                    del cached[old_hash]
+                self._evicted.extend(hashes)
+        return taken.tolist()  # type: ignore[no-any-return]
 
-    def _pop_few(self, num: int) -> list[int]:
-        """`_pop_window` one entry at a time (cheaper for a handful), taking the blocks."""
-        queue, slot, ref = self._queue_mv, self._slot_mv, self._ref_mv
+    def _allocate_few(self, num: int) -> list[int]:
+        """`allocate` a block at a time: cheaper than array operations for a handful."""
+        queue, slot, ref, has_hash = self._queue_mv, self._slot_mv, self._ref_mv, self._has_mv
         head = self._head
         out: list[int] = []
         while len(out) < num:
             block_id = queue[head]
-            if slot[block_id] == head:
-                out.append(block_id)
-                ref[block_id] = 1
-                slot[block_id] = -1
             head += 1
+            if slot[block_id] != head - 1:
+                continue  # stale entry
+            out.append(block_id)
+            ref[block_id] = 1
+            slot[block_id] = -1
+            if has_hash[block_id]:
+                has_hash[block_id] = False
+                old_hash = self.block_hash[block_id]
+                self.block_hash[block_id] = None
+                del self._cached[old_hash]
+                self._evicted.append(old_hash)
         self._head = head
         return out
 
@@ -202,16 +218,6 @@ class BlockPool:
         assert len(live) >= num, "the free queue holds fewer live blocks than counted"
         self._head = head + int(live[num - 1]) + 1
         return window[live[:num]]
-
-    def _evict(self, block_ids: list[int]) -> None:
-        """Uncache newly taken blocks, recording their hashes."""
-        block_hash, cached, evicted = self.block_hash, self._cached, self._evicted
-        for block_id in block_ids:
-            old_hash = block_hash[block_id]
-            if old_hash is not None:
-                block_hash[block_id] = None
-                del cached[old_hash]
-                evicted.append(old_hash)
 
     def touch(self, block_ids: BlockIds) -> None:
         """Take a reference on cached blocks (a prefix hit), pulling free ones off the queue.
@@ -269,19 +275,23 @@ class BlockPool:
             return
         self._cached[block_hash] = block_id
         self.block_hash[block_id] = block_hash
+        self._has_mv[block_id] = True
 
-    def cache_blocks(self, block_ids: Sequence[int], hashes: list[int]) -> None:
+    def cache_blocks(self, block_ids: BlockIds, hashes: list[int]) -> None:
         """`cache` each `(block_ids[i], hashes[i])` in order."""
         if not self.enable_caching:
             return
-        block_ids = list(block_ids)
+        ids = np.asarray(block_ids, dtype=np.int64)
         # NOTE: `setdefault` inserts a hash not yet cached and returns the block holding it,
         # so one pass in C both caches new content and keeps the first copy of duplicates.
-        holders = list(map(self._cached.setdefault, hashes, block_ids))
-        block_hash = self.block_hash
-        for block_id, new_hash, holder in zip(block_ids, hashes, holders, strict=True):
-            if holder == block_id:
-                block_hash[block_id] = new_hash
+        id_list = ids.tolist()
+        holders = list(map(self._cached.setdefault, hashes, id_list))
+        if holders != id_list:
+            is_new = [holder == block_id for holder, block_id in zip(holders, id_list, strict=True)]
+            hashes = [h for h, new in zip(hashes, is_new, strict=True) if new]
+            ids = ids[np.array(is_new, dtype=np.bool_)]
+        self.block_hash[ids] = hashes
+        self._has_hash[ids] = True
 
     @property
     def has_evicted(self) -> bool:
