@@ -103,9 +103,14 @@ class SpanHasher:
                 key = salt_key(self._salt)
                 last = offset + (length - offset) // bs * bs
                 append = new.append
-                for start in range(offset, last, bs):
-                    parent = hash((parent ^ key, ((span_id, start, start + bs),)))
-                    append(parent)
+                if key:
+                    for start in range(offset, last, bs):
+                        parent = hash((parent ^ key, ((span_id, start, start + bs),)))
+                        append(parent)
+                else:  # no salt: `parent ^ 0` is `parent`
+                    for start in range(offset, last, bs):
+                        parent = hash((parent, ((span_id, start, start + bs),)))
+                        append(parent)
                 self._parent = parent
                 offset = last
                 continue

@@ -62,6 +62,9 @@ class EngineCore:
         self._pending: list[tuple[float, int, Request]] = []
         self._seq = itertools.count()
         self._capacity_tokens = config.num_gpu_blocks * config.block_size
+        # The jump `fast_forward_end_s` planned, kept for the `step` that commits it:
+        # (now_s, horizon_s, free KV blocks then, plan). Any change to the engine drops it.
+        self._planned: tuple[float, float, int, tuple[int, float, float] | None] | None = None
 
     # -- admission -----------------------------------------------------------------------
 
@@ -102,9 +105,11 @@ class EngineCore:
         )
         request.status = Status.PENDING
         heapq.heappush(self._pending, (request.ready_s, next(self._seq), request))
+        self._planned = None
         return None
 
     def abort_request(self, request: Request, now_s: float) -> bool:
+        self._planned = None
         if request.status is Status.PENDING:
             self._pending = [p for p in self._pending if p[2] is not request]
             heapq.heapify(self._pending)
@@ -161,12 +166,20 @@ class EngineCore:
         """Run one step starting at `now_s`, or several decode-only steps at once when nothing
         can change before `horizon_s` (the caller's next event). None if there is nothing to run
         now (see `next_ready_s`)."""
+        planned, self._planned = self._planned, None
         self._release_pending(now_s)
         scheduler = self.scheduler
         if not scheduler.running and not scheduler.waiting:
             return None
         if max_steps >= MIN_FAST_FORWARD_STEPS:
-            jumped = self._fast_forward(now_s, horizon_s, max_steps)
+            plan = (
+                planned[3]  # NOTE: nothing changed since `fast_forward_end_s` planned this jump
+                if planned is not None
+                and max_steps == 1 << 30
+                and planned[:3] == (now_s, horizon_s, scheduler.kv.num_free_blocks)
+                else self._plan_fast_forward(now_s, horizon_s, max_steps)
+            )
+            jumped = self._fast_forward(now_s, plan)
             if jumped is not None:
                 return jumped
         batch = scheduler.schedule(now_s)
@@ -197,6 +210,7 @@ class EngineCore:
         if self._pending and self._pending[0][0] <= now_s:
             return None
         plan = self._plan_fast_forward(now_s, horizon_s, 1 << 30)
+        self._planned = (now_s, horizon_s, self.scheduler.kv.num_free_blocks, plan)
         if plan is None:
             return None
         steps, first_s, growth_s = plan
@@ -219,7 +233,10 @@ class EngineCore:
         ctx_sum = 0
         steps = max_steps
         for request in running:
-            if request.num_tokens - request.num_computed_tokens != 1:
+            if (
+                request.num_prompt_tokens + request.num_output_tokens
+                != request.num_computed_tokens + 1
+            ):
                 return None
             ctx_sum += request.num_computed_tokens
             remaining = request.output_len - request.num_output_tokens
@@ -241,8 +258,9 @@ class EngineCore:
             return None
         return steps, first_s, growth_s
 
-    def _fast_forward(self, now_s: float, horizon_s: float, max_steps: int) -> StepResult | None:
-        plan = self._plan_fast_forward(now_s, horizon_s, max_steps)
+    def _fast_forward(
+        self, now_s: float, plan: tuple[int, float, float] | None
+    ) -> StepResult | None:
         if plan is None:
             return None
         steps, first_s, growth_s = plan
