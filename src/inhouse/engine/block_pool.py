@@ -21,6 +21,12 @@ reference counts and the free queue live in flat numpy arrays and `touch`, `free
   linked free list: least recently freed first, and blocks freed together in the order given
   (a request passes its blocks tail first). When the queue array fills up, the live entries
   are moved to its front in the same order (amortized O(1) per free).
+* `_runs`: runs of blocks that requests let go of, keyed by the hash at the run's last
+  power-of-two position (at most `_MAX_RUNS`, oldest dropped). A prompt that re-sends such a
+  prefix (every later turn of a session) gets its blocks from the run after one comparison of
+  the run's `block_hash` entries with its hashes, instead of a hash-map lookup per block; where
+  they differ (blocks since evicted or reused) only the matching lead is used, so lookups find
+  exactly what a scan of `_cached` would.
 """
 
 from __future__ import annotations
