@@ -3,6 +3,12 @@
 
     python benchmarks/bench_gateway_overhead.py                 # everything (~3 minutes)
     python benchmarks/bench_gateway_overhead.py --rate 500 --seconds 10 --no-hit-rate
+    python benchmarks/bench_gateway_overhead.py --rate 500 --seconds 10 --no-hit-rate --realtime
+
+On the project's shared 2-core machine other sessions' jobs take the cores for milliseconds at
+a time, and that wait lands in whichever path's window it hits: `--realtime` runs every process
+of the benchmark (client, mock engines, gateway, sglang-router) under SCHED_FIFO so that all
+paths are measured alike without them.
 
 1. Routing decision (in process): parse + count + block hashes + `cache_aware` choice +
    observe, for 32K-character agent-like prompts over 4 replicas.
@@ -444,8 +450,16 @@ def main() -> int:
     parser.add_argument("--fifo", action="store_true",
                         help="routers under SCHED_FIFO (root): on a shared machine, takes "
                         "other tenants out of the routers' wake-up latency")  # fmt: skip
+    parser.add_argument("--realtime", action="store_true",
+                        help="this script (client and mock engines) and every router it starts "
+                        "under SCHED_FIFO (root): other jobs on a shared host drop out of all "
+                        "paths alike")  # fmt: skip
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
+    if args.realtime:
+        from inhouse.bench.sender import use_realtime_priority
+
+        use_realtime_priority()  # inherited by the gateway and sglang-router processes
     if args.fifo:
         os.environ["BENCH_FIFO"] = "1"  # read by gateway_harness.start_process
     command = "python benchmarks/bench_gateway_overhead.py " + " ".join(sys.argv[1:])
