@@ -15,6 +15,7 @@ import pytest
 from tests.gateway.conftest import KEY, chat, engines, free_port, gateway_for, stack_data
 from tests.gateway.test_failures import wait_for
 
+from inhouse.gateway import direct
 from inhouse.gateway.direct import ChunkWriter
 from inhouse.gateway.proxy import _relay_direct
 from inhouse.gateway.serve import _Server, uvicorn_config
@@ -172,3 +173,21 @@ def test_full_client_buffer_pauses_the_engine_until_it_drains() -> None:
         assert last == b"data: [DONE]\n\n"
 
     asyncio.run(main())
+
+
+def test_an_unknown_uvicorn_falls_back_to_asgi_send(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert direct.is_supported()  # the pinned uvicorn has what the direct path needs
+    monkeypatch.setattr(direct, "is_supported", lambda: False)
+    chunks: list[bytes] = []
+    monkeypatch.setattr(ChunkWriter, "write_chunk", lambda self, data: chunks.append(data))
+    body = chat(max_tokens=8, stream=True, ignore_eos=True)
+
+    async def main() -> None:
+        async with engines(1) as live, served(stack_data(replicas=1), [live[0].url]) as (_, c):
+            r = await c.post("/v1/chat/completions", json=body)
+        assert r.status_code == 200
+        events = events_of(r.text)
+        assert events[-1] == "data: [DONE]" and len(events) >= 9
+
+    asyncio.run(main())
+    assert chunks == []  # nothing went through the direct writer

@@ -11,19 +11,39 @@ through `send` as before.
 
 NOTE: this leans on three uvicorn internals (`self.scope`, `self.cycle`, and the cycle's
 `transport` attribute, which uvicorn only writes, closes and asks `is_closing`);
-tests/gateway/test_direct.py runs the real server, so an uvicorn that changes them fails there.
+tests/gateway/test_direct.py runs the real server, so an uvicorn that changes them fails there,
+and `is_supported` checks their shape at start-up: where it does not match, the gateway serves
+with uvicorn's own protocol and relays through `send` (slower, same behaviour).
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.http.flow_control import FlowControl
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 EXTENSION = "inhouse.chunk_writer"
+
+
+def is_supported() -> bool:
+    """Whether this uvicorn has the internals `GatewayProtocol` leans on (see NOTE)."""
+    try:
+        cycle_params = inspect.signature(RequestResponseCycle.__init__).parameters
+        flow_has_state = hasattr(FlowControl(None), "write_paused")  # type: ignore[arg-type]
+    except Exception:
+        return False
+    hooks = ("connection_made", "connection_lost", "on_message_begin", "on_headers_complete")
+    return (
+        "transport" in cycle_params
+        and "flow" in cycle_params
+        and all(callable(getattr(HttpToolsProtocol, name, None)) for name in hooks)
+        and callable(getattr(FlowControl, "drain", None))
+        and flow_has_state
+    )
 
 
 class ChunkWriter:

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 import uvicorn
 
+from inhouse.gateway import direct
 from inhouse.gateway.app import GatewayApp
 from inhouse.gateway.direct import GatewayProtocol
 from inhouse.gateway.service import Gateway
@@ -38,11 +39,19 @@ def uvicorn_config(
     certfile: str | None = None,
     keyfile: str | None = None,
 ) -> uvicorn.Config:
+    http: type[GatewayProtocol] | str = GatewayProtocol
+    if not direct.is_supported():
+        log.warning(
+            "uvicorn %s lacks what the direct chunk path needs; relaying through ASGI send "
+            "(slower). Install the uvicorn version pyproject.toml names.",
+            uvicorn.__version__,
+        )
+        http = "httptools"
     return uvicorn.Config(
         GatewayApp(gateway),
         host=host,
         port=port,
-        http=GatewayProtocol,
+        http=http,
         loop="none",
         lifespan="off",
         log_config=None,
