@@ -50,6 +50,8 @@ _MAX_RUNS = 512
 # Allocations of at most this many blocks (a decode crossing a block boundary) probe the queue
 # head one entry at a time instead of through a vectorized window.
 _SCALAR_ALLOCATE = 4
+# Caching at most this many blocks at once goes block by block instead of through numpy.
+_SCALAR_CACHE = 8
 
 
 class BlockPool:
@@ -208,6 +210,56 @@ class BlockPool:
                 self._evicted.append(old_hash)
         self._head = head
         return out
+
+    def grow(
+        self,
+        block_ids: array[int],
+        num_blocks: int,
+        hashes: list[int],
+        num_cached: int,
+        num_full: int,
+    ) -> None:
+        """A decode's `allocate` then `cache` in one call: append free blocks to `block_ids`
+        (a request's blocks) until it holds `num_blocks`, then cache its blocks
+        `num_cached .. num_full-1` under `hashes`. The blocks must fit (`num_free`)."""
+        num = num_blocks - len(block_ids)
+        if num > _SCALAR_ALLOCATE:
+            taken = self.allocate(num)
+            assert taken is not None, "grow past the free blocks"
+            block_ids.extend(taken)
+        elif num > 0:
+            assert num <= self._num_free, "grow past the free blocks"
+            self._num_free -= num
+            # `_allocate_few`, inlined (the common case: one block per decode jump).
+            queue, slot, ref, has_hash = self._queue_mv, self._slot_mv, self._ref_mv, self._has_mv
+            head = self._head
+            while num:
+                block_id = queue[head]
+                head += 1
+                if slot[block_id] != head - 1:
+                    continue  # stale entry
+                block_ids.append(block_id)
+                num -= 1
+                ref[block_id] = 1
+                slot[block_id] = -1
+                if has_hash[block_id]:
+                    has_hash[block_id] = False
+                    old_hash = self.block_hash[block_id]
+                    self.block_hash[block_id] = None
+                    del self._cached[old_hash]
+                    self._evicted.append(old_hash)
+            self._head = head
+        if num_full - num_cached > _SCALAR_CACHE:
+            self.cache_blocks(block_ids[num_cached:num_full], hashes[num_cached:num_full])
+        elif num_full > num_cached and self.enable_caching:
+            # `cache` per block, inlined.
+            cached, block_hash, has_hash = self._cached, self.block_hash, self._has_mv
+            for k in range(num_cached, num_full):
+                if hashes[k] not in cached:
+                    block_id = block_ids[k]
+                    cached[hashes[k]] = block_id
+                    block_hash[block_id] = hashes[k]
+                    has_hash[block_id] = True
 
     def _pop_window(self, num: int) -> npt.NDArray[np.int64]:
         """The first `num` live entries from the head, found a window of entries at a time."""

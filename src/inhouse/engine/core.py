@@ -271,24 +271,26 @@ class EngineCore:
         ends = [now_s + j * first_s + growth_s * j * (j - 1) / 2 for j in range(1, steps + 1)]
         self.timeline.extend(ends)
         end_s = ends[-1]
-        kv = scheduler.kv
-        bs = self.config.block_size
+        # NOTE: all allocations before any request finishes, unlike a step-by-step run: the
+        # jump's blocks fit in the blocks free before it, which precede in the free queue any
+        # block a finishing request frees, so the same blocks are taken either way.
+        scheduler.kv.grow_decodes(running, steps)
         finished: list[Request] = []
+        end_index = index + steps
         for request in running:
-            total = request.num_computed_tokens + steps
-            if total > len(request.block_ids) * bs or request.num_cached_blocks < min(
-                total // bs, len(request.block_hashes)
-            ):
-                # NOTE: only when the jump needs a new block or completes a hashed one; else
-                # `allocate` would do nothing (most jumps of short decodes).
-                allocated = kv.allocate(request, steps)
-                assert allocated, "fast-forward checked KV room beforehand"
             request.num_computed_tokens += steps
-            request.num_output_tokens += steps
-            request.record_tokens(index, steps)
-            if request.num_output_tokens >= request.output_len:
-                scheduler.finish(request, end_s)
+            num_output = request.num_output_tokens + steps
+            request.num_output_tokens = num_output
+            runs = request.token_runs  # `record_tokens`, inlined
+            if runs and runs[-1] == index:
+                runs[-1] = end_index
+            else:
+                runs.append(index)
+                runs.append(end_index)
+            if num_output >= request.output_len:
                 finished.append(request)
+        for request in finished:
+            scheduler.finish(request, end_s)
         emitted = list(running)
         if finished:
             scheduler.running = [r for r in running if r.status is Status.RUNNING]

@@ -106,6 +106,34 @@ class KVCacheManager:
             self._cache_full_blocks(request, computed + num_new_tokens)
         return True
 
+    def grow_decodes(self, requests: list[Request], num_new_tokens: int) -> None:
+        """`allocate(request, num_new_tokens)` for each request in turn (a decode jump), which
+        the caller has checked fit the free blocks: the same blocks, cached hashes and
+        evictions, in the same order, without the per-request calls."""
+        pool = self.pool
+        grow = pool.grow
+        bs = self.block_size
+        caching = self.enable_caching
+        for request in requests:
+            total = request.num_computed_tokens + num_new_tokens
+            num_blocks = -(-total // bs)
+            block_ids = request.block_ids
+            hashes = request.block_hashes
+            start = request.num_cached_blocks
+            full = total // bs
+            if not caching:
+                full = start
+            elif full > len(hashes):
+                full = len(hashes)
+            if num_blocks <= len(block_ids) and full <= start:
+                continue  # NOTE: no new block and none to cache (most short decodes)
+            if full < start:
+                full = start
+            grow(block_ids, num_blocks, hashes, start, full)
+            request.num_cached_blocks = full
+            if pool.has_evicted:
+                self._offload_evicted()
+
     def _cache_full_blocks(self, request: Request, num_tokens: int) -> None:
         full = min(num_tokens // self.block_size, len(request.block_hashes))
         start = request.num_cached_blocks
