@@ -233,15 +233,13 @@ class EngineCore:
         ctx_sum = 0
         steps = max_steps
         for request in running:
-            if (
-                request.num_prompt_tokens + request.num_output_tokens
-                != request.num_computed_tokens + 1
-            ):
+            computed = request.num_computed_tokens
+            num_output = request.num_output_tokens
+            if request.num_prompt_tokens + num_output != computed + 1:
                 return None
-            ctx_sum += request.num_computed_tokens
-            remaining = request.output_len - request.num_output_tokens
-            if remaining < steps:
-                steps = remaining
+            ctx_sum += computed
+            if request.output_len - num_output < steps:
+                steps = request.output_len - num_output
         if steps < MIN_FAST_FORWARD_STEPS:
             return None
         if self._pending:

@@ -129,9 +129,13 @@ class Scheduler:
         kv = self.kv
         caching = kv.enable_caching
         scheduled = batch.scheduled
+        append = scheduled.append
+        running = self.running  # NOTE: `_preempt` removes from this very list
+        # The common decode case's sums, added to the batch when the loop ends.
+        num_decodes = decode_ctx = 0
         i = 0
-        while i < len(self.running) and budget > 0:
-            request = self.running[i]
+        while i < len(running) and budget > 0:
+            request = running[i]
             computed = request.num_computed_tokens
             num_new = request.num_prompt_tokens + request.num_output_tokens - computed
             if (
@@ -146,11 +150,9 @@ class Scheduler:
                 # NOTE: the common decode case, inlined: its slot is already allocated and the
                 # token completes no block that could newly be cached, so `kv.allocate` would
                 # do nothing.
-                scheduled.append((request, 1))
-                batch.num_tokens += 1
-                batch.ctx_tokens += computed
-                batch.attn_pairs += computed + 1
-                batch.num_sampled += 1
+                append((request, 1))
+                num_decodes += 1
+                decode_ctx += computed
                 budget -= 1
                 i += 1
                 continue
@@ -174,6 +176,10 @@ class Scheduler:
             batch.add(request, num_new)
             budget -= num_new
             i += 1
+        batch.num_tokens += num_decodes
+        batch.ctx_tokens += decode_ctx
+        batch.attn_pairs += decode_ctx + num_decodes
+        batch.num_sampled += num_decodes
         if batch.preempted:
             self.admission_blocked_by_kv = True
         elif admit:
