@@ -300,6 +300,10 @@ class EngineCore:
         running = self.scheduler.running
         bs = self.config.block_size
         free = self.scheduler.kv.num_free_blocks
+        if len(running) * -(-steps // bs) <= free:
+            # NOTE: a running request's blocks hold all its computed tokens, so `steps` more
+            # tokens take at most ceil(steps / bs) new blocks each.
+            return steps
 
         def need(k: int) -> int:
             total = 0

@@ -224,22 +224,26 @@ class Scheduler:
         Returns the requests that produced a token and those that finished."""
         emitted: list[Request] = []
         finished: list[Request] = []
+        emit = emitted.append
+        next_index = step_index + 1
         for request, num_new in batch.scheduled:
             computed = request.num_computed_tokens + num_new
             request.num_computed_tokens = computed
-            if computed < request.num_prompt_tokens + request.num_output_tokens:
+            num_output = request.num_output_tokens
+            if computed < request.num_prompt_tokens + num_output:
                 continue  # a prefill chunk that did not reach the end of the prompt
-            emitted.append(request)
-            request.num_output_tokens += 1
+            emit(request)
+            num_output += 1
+            request.num_output_tokens = num_output
             runs = request.token_runs
             if runs and runs[-1] == step_index:
-                runs[-1] = step_index + 1
+                runs[-1] = next_index
             else:
                 runs.append(step_index)
-                runs.append(step_index + 1)
+                runs.append(next_index)
             if request.first_token_s is None:
                 request.first_token_s = end_s
-            if request.num_output_tokens >= request.output_len:
+            if num_output >= request.output_len:
                 self.finish(request, end_s)
                 finished.append(request)
         if finished:
