@@ -32,7 +32,7 @@ reference counts and the free queue live in flat numpy arrays and `touch`, `free
 from __future__ import annotations
 
 from array import array
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from itertools import repeat
 
@@ -49,9 +49,9 @@ _MAX_RUNS = 512
 
 # Allocations of at most this many blocks (a decode crossing a block boundary) probe the queue
 # head one entry at a time instead of through a vectorized window.
-_SCALAR_ALLOCATE = 4
+_SCALAR_ALLOCATE = 16
 # Caching at most this many blocks at once goes block by block instead of through numpy.
-_SCALAR_CACHE = 8
+_SCALAR_CACHE = 16
 
 
 class BlockPool:
@@ -183,29 +183,29 @@ class BlockPool:
                 hashes = self.block_hash[evicted].tolist()
                 self.block_hash[evicted] = None
                 self._has_hash[evicted] = False
-                cached = self._cached
-                for old_hash in hashes:
-                    del cached[old_hash]
+                deque(map(self._cached.__delitem__, hashes), maxlen=0)  # a `del` each, in C
                 self._evicted.extend(hashes)
         return taken.tolist()  # type: ignore[no-any-return]
 
     def _allocate_few(self, num: int) -> list[int]:
         """`allocate` a block at a time: cheaper than array operations for a handful."""
         queue, slot, ref, has_hash = self._queue_mv, self._slot_mv, self._ref_mv, self._has_mv
+        block_hash = self.block_hash
         head = self._head
         out: list[int] = []
-        while len(out) < num:
+        while num:
             block_id = queue[head]
             head += 1
             if slot[block_id] != head - 1:
                 continue  # stale entry
             out.append(block_id)
+            num -= 1
             ref[block_id] = 1
             slot[block_id] = -1
             if has_hash[block_id]:
                 has_hash[block_id] = False
-                old_hash = self.block_hash[block_id]
-                self.block_hash[block_id] = None
+                old_hash = block_hash[block_id]
+                block_hash[block_id] = None
                 del self._cached[old_hash]
                 self._evicted.append(old_hash)
         self._head = head
@@ -223,32 +223,29 @@ class BlockPool:
         (a request's blocks) until it holds `num_blocks`, then cache its blocks
         `num_cached .. num_full-1` under `hashes`. The blocks must fit (`num_free`)."""
         num = num_blocks - len(block_ids)
-        if num > _SCALAR_ALLOCATE:
+        if num > 1:
             taken = self.allocate(num)
             assert taken is not None, "grow past the free blocks"
             block_ids.extend(taken)
-        elif num > 0:
-            assert num <= self._num_free, "grow past the free blocks"
-            self._num_free -= num
-            # `_allocate_few`, inlined (the common case: one block per decode jump).
-            queue, slot, ref, has_hash = self._queue_mv, self._slot_mv, self._ref_mv, self._has_mv
+        elif num == 1:
+            assert self._num_free, "grow past the free blocks"
+            self._num_free -= 1
+            # `_allocate_few(1)`, inlined (the common case: one block per decode jump).
+            queue, slot = self._queue_mv, self._slot_mv
             head = self._head
-            while num:
-                block_id = queue[head]
-                head += 1
-                if slot[block_id] != head - 1:
-                    continue  # stale entry
-                block_ids.append(block_id)
-                num -= 1
-                ref[block_id] = 1
-                slot[block_id] = -1
-                if has_hash[block_id]:
-                    has_hash[block_id] = False
-                    old_hash = self.block_hash[block_id]
-                    self.block_hash[block_id] = None
-                    del self._cached[old_hash]
-                    self._evicted.append(old_hash)
-            self._head = head
+            while slot[queue[head]] != head:
+                head += 1  # stale entry
+            block_id = queue[head]
+            self._head = head + 1
+            block_ids.append(block_id)
+            self._ref_mv[block_id] = 1
+            slot[block_id] = -1
+            if self._has_mv[block_id]:
+                self._has_mv[block_id] = False
+                old_hash = self.block_hash[block_id]
+                self.block_hash[block_id] = None
+                del self._cached[old_hash]
+                self._evicted.append(old_hash)
         if num_full - num_cached > _SCALAR_CACHE:
             self.cache_blocks(block_ids[num_cached:num_full], hashes[num_cached:num_full])
         elif num_full > num_cached and self.enable_caching:
@@ -338,6 +335,15 @@ class BlockPool:
     def cache_blocks(self, block_ids: BlockIds, hashes: list[int]) -> None:
         """`cache` each `(block_ids[i], hashes[i])` in order."""
         if not self.enable_caching:
+            return
+        if len(hashes) <= _SCALAR_CACHE:
+            cached, block_hash, has_hash = self._cached, self.block_hash, self._has_mv
+            for block_id, new_hash in zip(block_ids, hashes, strict=True):
+                if new_hash not in cached:
+                    block_id = int(block_id)
+                    cached[new_hash] = block_id
+                    block_hash[block_id] = new_hash
+                    has_hash[block_id] = True
             return
         ids = np.asarray(block_ids, dtype=np.int64)
         # NOTE: `setdefault` inserts a hash not yet cached and returns the block holding it,
