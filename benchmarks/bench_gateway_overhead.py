@@ -258,6 +258,28 @@ def start_gateway(tmp: Path, urls: list[str], policy: str, cpu: int | None) -> t
     return proc, port
 
 
+def gateway_loop_lag(port: int) -> dict[str, float]:
+    """The gateway's own event-loop lag histogram over the run (from its /metrics): how many
+    50 ms timers ran more than 1/5/25 ms late, and the worst bucket reached."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    buckets: dict[float, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name == "inhouse_gateway_event_loop_lag_seconds":
+            for sample in family.samples:
+                if sample.name.endswith("_bucket"):
+                    buckets[float(sample.labels["le"])] = sample.value
+    total = buckets.get(float("inf"), 0.0)
+    out = {"timers": total}
+    for bound in (0.001, 0.005, 0.025):
+        out[f"late_over_{bound * 1000:g}ms"] = total - buckets.get(bound, total)
+    return out
+
+
 def sglang_router_argv(urls: list[str], port: int) -> list[str] | None:
     py = SGLANG_VENV / "bin" / "python"
     if not py.exists():
@@ -288,7 +310,10 @@ async def latency_run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
             except RuntimeError:
                 note += f" {name} did not become ready (log in {tmp});"
                 routers = {k: v for k, v in routers.items() if k != name}
-        return await _interleave(args, mocks, routers, note)
+        result = await _interleave(args, mocks, routers, note)
+        if isinstance(result.get("gateway"), dict):
+            result["gateway"]["loop_lag"] = gateway_loop_lag(gw_port)  # type: ignore[index]
+        return result
     finally:
         for proc, _ in routers.values():
             stop_process(proc)  # type: ignore[arg-type]

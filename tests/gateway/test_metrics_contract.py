@@ -25,6 +25,7 @@ def test_exposition_matches_the_contract() -> None:
             "inhouse_gateway_retries_total": metrics.retries,
             "inhouse_gateway_stream_errors_total": metrics.stream_errors,
             "inhouse_gateway_inflight_requests": metrics.inflight,
+            "inhouse_gateway_event_loop_lag_seconds": metrics.loop_lag,
         }[spec.name]
         child = family.child(*("x" for _ in spec.labels))
         child.observe(0.5) if spec.kind == "histogram" else child.inc()

@@ -7,6 +7,8 @@ Label children are cached in plain dicts, so the hot path pays a dict lookup and
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +24,8 @@ from prometheus_client import (
 from inhouse.render.metric_names import GATEWAY_METRICS, MetricDef
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+LOOP_LAG_PERIOD_S = 0.05
 
 EXTRA_METRICS: tuple[MetricDef, ...] = (
     MetricDef(
@@ -66,7 +70,8 @@ class _Family:
     def child(self, *labels: str) -> Any:
         found = self._children.get(labels)
         if found is None:
-            found = self._children[labels] = self._metric.labels(*labels)
+            metric = self._metric
+            found = self._children[labels] = metric.labels(*labels) if labels else metric
         return found
 
 
@@ -87,7 +92,17 @@ class GatewayMetrics:
         self.retries = families["inhouse_gateway_retries_total"]
         self.stream_errors = families["inhouse_gateway_stream_errors_total"]
         self.inflight = families["inhouse_gateway_inflight_requests"]
+        self.loop_lag = families["inhouse_gateway_event_loop_lag_seconds"]
         self._refreshers: list[Callable[[GatewayMetrics], None]] = []
+
+    async def watch_loop_lag(self, period_s: float = LOOP_LAG_PERIOD_S) -> None:
+        """Observe how late a timer due every `period_s` runs, until cancelled."""
+        lag = self.loop_lag.child()
+        clock = time.perf_counter  # NOTE: uvloop's loop.time() is cached per iteration
+        while True:
+            due = clock() + period_s
+            await asyncio.sleep(period_s)
+            lag.observe(max(0.0, clock() - due))
 
     def on_render(self, refresh: Callable[[GatewayMetrics], None]) -> None:
         """Call `refresh` before every exposition (gauges read from live state)."""

@@ -10,6 +10,7 @@ and writes what this module answers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import time
@@ -97,6 +98,7 @@ class Gateway:
         self.tenants = Tenants(spec, demo_key, base_dir)
         self.limits: LimitStore = limits or MemoryLimits(lease_s=spec.proxy.request_timeout_s)
         self.metrics = GatewayMetrics()
+        self._lag_task: asyncio.Task[None] | None = None
         self.log_prompts = spec.log.prompts if log_prompts is None else log_prompts
         self.is_draining = False
         self.tracer: Any | None = None
@@ -166,8 +168,14 @@ class Gateway:
 
     async def start(self) -> None:
         await self.monitor.start()
+        self._lag_task = asyncio.get_running_loop().create_task(self.metrics.watch_loop_lag())
 
     async def stop(self) -> None:
+        lag_task, self._lag_task = self._lag_task, None
+        if lag_task is not None:
+            lag_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await lag_task
         await self.monitor.stop()
         await self.limits.close()
 

@@ -322,8 +322,64 @@ def gateway_alerts(ns: str) -> list[Alert]:
                     None,
                 ),
             ),
-        )
+        ),
+        loop_lag_alert(ns),
     ]
+
+
+def loop_lag_alert(ns: str) -> Alert:
+    """The gateway's event loop runs its 50 ms timer over 25 ms late in more than 5% of ticks
+    for 10 minutes: every request and streamed chunk through that replica waits as long."""
+    metric = "inhouse_gateway_event_loop_lag_seconds"
+    sel = f'namespace="{ns}", job="gateway"'
+    pod = {"namespace": ns, "job": "gateway", "pod": "gateway-0"}
+
+    def series(late_per_tick: float) -> tuple[Series, ...]:
+        # 20 timer ticks a second, 15 s between samples: 300 more ticks per sample.
+        late = round(300 * late_per_tick)
+        return (
+            Series(pod, "0+300x60", f"{metric}_count"),
+            Series({**pod, "le": "0.025"}, f"0+{300 - late}x60", f"{metric}_bucket"),
+        )
+
+    return Alert(
+        name="InhouseGatewayEventLoopLagging",
+        group=ENGINE_GROUP,
+        expr=(
+            f'1 - sum by (namespace, pod) (rate({metric}_bucket{{{sel}, le="0.025"}}[5m]))\n'
+            f"/ sum by (namespace, pod) (rate({metric}_count{{{sel}}}[5m]))\n> 0.05"
+        ),
+        hold="10m",
+        severity="ticket",
+        summary="gateway {{ $labels.pod }}: event loop over 25 ms late in over 5% of ticks",
+        description="The gateway process cannot keep up: its added latency grows for every "
+        "request it serves.",
+        runbook=RunbookEntry(
+            meaning="One gateway replica's Python event loop is busy or stalled: its core is "
+            "saturated (too many streamed chunks per second for one process), the node is "
+            "CPU-throttled (a CPU limit below what it uses), or something blocks the loop.",
+            first_promql=f"histogram_quantile(0.99, sum by (pod, le) "
+            f"(rate({metric}_bucket{{{sel}}}[5m])))",
+            mitigations=(
+                "Compare the pod's CPU use with its limit (`container_cpu_cfs_throttled_"
+                "periods_total`): raise the limit or remove it.",
+                "Add gateway replicas (the Deployment's `replicas`; limits stay exact with the "
+                "Redis store) so each process relays fewer chunks per second.",
+                "Turned on prompt logging or tracing recently? Both cost CPU per request.",
+            ),
+            escalate="TTFT SLO alerts firing as well: page the platform owner.",
+        ),
+        cases=(
+            Case(
+                "a tenth of ticks late",
+                "15s",
+                series(0.1),
+                "15m",
+                {"pod": "gateway-0", "namespace": ns},
+            ),
+            Case("one tick in a hundred late", "15s", series(0.01), "15m", None),
+        ),
+    )
 
 
 def engine_rules(stack: StackSpec, ns: str) -> list[Alert]:

@@ -28,6 +28,7 @@ MetricKind = Literal["counter", "gauge", "histogram"]
 # vLLM's own bucket lists: the gateway uses the same ones so that its quantiles and vLLM's
 # compare bucket for bucket.
 E2E_BUCKETS_S = REQUEST_LATENCY_BUCKETS_S
+LOOP_LAG_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +100,14 @@ GATEWAY_METRICS: tuple[MetricDef, ...] = (
         "gauge",
         ("pool", "replica"),
         "Prefix blocks the router's bounded index currently attributes to a replica.",
+    ),
+    MetricDef(
+        "inhouse_gateway_event_loop_lag_seconds",
+        "histogram",
+        (),
+        "How late the gateway's event loop ran a timer due every 50 ms: every request and "
+        "every streamed chunk waits as long (a busy core, a long garbage collection, a stall).",
+        LOOP_LAG_BUCKETS_S,
     ),
     MetricDef(
         "inhouse_gateway_replica_healthy",
