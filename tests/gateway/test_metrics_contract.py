@@ -3,6 +3,9 @@ labels and buckets."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 from prometheus_client.parser import text_string_to_metric_families
 
 from inhouse.gateway.metrics import EXTRA_METRICS, GatewayMetrics
@@ -42,3 +45,25 @@ def test_exposition_matches_the_contract() -> None:
         if spec.kind == "histogram":
             bounds = sorted(float(s.labels["le"]) for s in samples if s.name.endswith("_bucket"))
             assert bounds[:-1] == list(spec.buckets), spec.name
+
+
+def test_event_loop_lag_sees_a_blocked_loop() -> None:
+    async def main() -> GatewayMetrics:
+        metrics = GatewayMetrics()
+        task = asyncio.create_task(metrics.watch_loop_lag(period_s=0.01))
+        await asyncio.sleep(0.05)
+        time.sleep(0.08)  # blocks the loop: the pending timer runs ~70 ms late
+        await asyncio.sleep(0.03)
+        task.cancel()
+        return metrics
+
+    metrics = asyncio.run(main())
+    samples = {
+        (s.name, s.labels.get("le")): s.value
+        for f in text_string_to_metric_families(metrics.render().decode())
+        if f.name == "inhouse_gateway_event_loop_lag_seconds"
+        for s in f.samples
+    }
+    count = samples[("inhouse_gateway_event_loop_lag_seconds_count", None)]
+    assert count >= 4
+    assert count - samples[("inhouse_gateway_event_loop_lag_seconds_bucket", "0.05")] == 1
