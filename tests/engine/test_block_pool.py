@@ -136,12 +136,20 @@ def test_pool_matches_a_plain_reference_over_random_traffic(num_blocks: int) -> 
         op = rng.random()
         if op < 0.35:
             num = rng.choice([1, 2, 3, 5, 9, 20, 60])
-            got = pool.allocate(num)
-            assert got == ref.allocate(num)
+            hashes = list(range(next_hash, next_hash + num))
+            if num <= pool.num_free and rng.random() < 0.5:
+                # A decode's allocate-then-cache in one call.
+                grown = array("q")
+                pool.grow(grown, num, hashes, 0, num)
+                got = list(grown)
+                assert got == ref.allocate(num)
+            else:
+                got = pool.allocate(num)
+                assert got == ref.allocate(num)
+                if got is not None:
+                    pool.cache_blocks(got, hashes)
             if got is not None:
-                hashes = list(range(next_hash, next_hash + len(got)))
                 next_hash += len(got) // 2  # half the content repeats: duplicates stay uncached
-                pool.cache_blocks(got, hashes)
                 for block_id, block_hash in zip(got, hashes, strict=True):
                     ref.cache(block_id, block_hash)
                 held.append((got, hashes))
@@ -160,8 +168,14 @@ def test_pool_matches_a_plain_reference_over_random_traffic(num_blocks: int) -> 
             expected = list(takewhile(lambda b: b is not None, map(ref.cached.get, query)))
             assert blocks == expected
             if blocks:
-                assert pool.count_free(blocks) == [ref.ref[b] for b in blocks].count(0)
-                pool.touch(blocks)
+                num_free = [ref.ref[b] for b in blocks].count(0)
+                assert pool.count_free(blocks) == num_free
+                too_many = pool.num_free - num_free + 1
+                assert not pool.take_back(blocks, too_many)  # changes nothing
+                if rng.random() < 0.5:
+                    assert pool.take_back(blocks, too_many - 1)
+                else:
+                    pool.touch(blocks)
                 ref.touch(blocks)
                 held.append((blocks, query[: len(blocks)]))
         assert pool.num_free == len(ref.free)

@@ -86,9 +86,8 @@ class KVCacheManager:
         num_hit = len(hit.gpu_blocks)
         if num_hit:
             num_needed = -(-(num_hit * bs + num_new_tokens) // bs) - num_hit
-            if num_needed + pool.count_free(hit.gpu_blocks) > pool.num_free:
+            if not pool.take_back(hit.gpu_blocks, num_needed):
                 return False
-            pool.touch(hit.gpu_blocks)
             request.block_ids = hit.gpu_blocks[:]
             request.num_cached_blocks = num_hit
             computed = num_hit * bs
