@@ -303,8 +303,12 @@ class BlockPool:
         if not len(ids):
             return
         ref = self.ref_cnt
-        left = ref[ids] - 1
-        assert left.min() >= 0, f"a block of {ids.tolist()} freed more often than taken"
+        held = ref[ids]
+        # NOTE: `count_nonzero` rather than `min`: no ufunc reduction (counts are never < 0).
+        assert np.count_nonzero(held) == len(ids), (
+            f"a block of {ids.tolist()} freed more often than taken"
+        )
+        left = held - 1
         ref[ids] = left
         released = ids[left == 0]
         num = len(released)
