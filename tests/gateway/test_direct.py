@@ -17,9 +17,10 @@ from tests.gateway.test_failures import wait_for
 
 from inhouse.gateway import direct
 from inhouse.gateway.direct import ChunkWriter
-from inhouse.gateway.proxy import _relay_direct
+from inhouse.gateway.proxy import _relay_direct, _relay_through_send
 from inhouse.gateway.serve import _Server, uvicorn_config
 from inhouse.gateway.service import Gateway
+from inhouse.gateway.upstream import Response, UpstreamPool, _Connection
 from inhouse.spec.gateway import parse_gateway
 from inhouse.spec.stack import parse_stack
 
@@ -191,3 +192,61 @@ def test_an_unknown_uvicorn_falls_back_to_asgi_send(monkeypatch: pytest.MonkeyPa
 
     asyncio.run(main())
     assert chunks == []  # nothing went through the direct writer
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def is_closing(self) -> bool:
+        return False
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class _OpenWriter:
+    """A client transport with room: records what the direct path writes."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+
+    def write_chunk(self, data: bytes) -> bool:
+        self.written.append(data)
+        return True
+
+    async def wait_writable(self) -> None: ...
+
+
+@pytest.mark.parametrize("path", ["direct", "send"])
+def test_body_that_ends_while_the_head_is_sent_is_relayed_whole(path: str) -> None:
+    # The engine's first piece is read; while the gateway waits to send the response head
+    # (a slow client), the engine sends the rest and ends. Nothing may be left behind.
+    async def main() -> list[bytes]:
+        conn = _Connection(UpstreamPool("127.0.0.1", 1))
+        conn.connection_made(_Transport())  # type: ignore[arg-type]
+        response = Response(conn._pool, conn)
+        head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        conn.data_received(head + b"8\r\ndata: 1\n\r\n")
+        first = await response.read()
+        conn.data_received(b"8\r\ndata: 2\n\r\n8\r\ndata: 3\n\r\n0\r\n\r\n")  # during the head
+        out: list[bytes] = []
+        if path == "direct":
+            writer = _OpenWriter()
+            last = await _relay_direct(lambda b: b, response, first, writer)  # type: ignore[arg-type]
+            out = [*writer.written, last]
+        else:
+
+            async def send(message: dict) -> None:
+                out.append(message["body"])
+
+            out.append(await _relay_through_send(lambda b: b, response, first, send))
+        return out
+
+    assert b"".join(asyncio.run(main())) == b"data: 1\ndata: 2\ndata: 3\n"

@@ -167,8 +167,8 @@ class _Connection(asyncio.Protocol):
 
     @property
     def is_complete(self) -> bool:
-        """The whole body is in hand: nothing left to read but what `read` returns next."""
-        return self._done
+        """The body has ended and every byte of it has been read: nothing is left."""
+        return self._done and not self._chunks
 
     def _take_chunks(self) -> bytes:
         chunks = self._chunks
