@@ -16,7 +16,7 @@ from tests.gateway.conftest import KEY, chat, engines, free_port, gateway_for, s
 from tests.gateway.test_failures import wait_for
 
 from inhouse.gateway import direct
-from inhouse.gateway.direct import ChunkWriter
+from inhouse.gateway.chunk_writer import ChunkWriter
 from inhouse.gateway.proxy import _relay_direct, _relay_through_send
 from inhouse.gateway.serve import _Server, uvicorn_config
 from inhouse.gateway.service import Gateway
@@ -250,3 +250,23 @@ def test_body_that_ends_while_the_head_is_sent_is_relayed_whole(path: str) -> No
         return out
 
     assert b"".join(asyncio.run(main())) == b"data: 1\ndata: 2\ndata: 3\n"
+
+
+def test_a_relay_failure_of_the_gateway_is_raised_in_the_task_not_blamed_on_the_engine() -> None:
+    async def main() -> None:
+        conn = _Connection(UpstreamPool("127.0.0.1", 1))
+        conn.connection_made(_Transport())  # type: ignore[arg-type]
+        response = Response(conn._pool, conn)
+        conn.data_received(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+
+        def sink(piece: bytes) -> None:
+            raise RuntimeError("a bug in the gateway")
+
+        relay = asyncio.ensure_future(response.relay(sink))
+        await asyncio.sleep(0)
+        conn.data_received(b"8\r\ndata: 1\n\r\n")  # would reach asyncio's protocol handler
+        with pytest.raises(RuntimeError, match="a bug in the gateway"):
+            await relay
+        assert not conn.is_closed  # the engine connection was not failed for it
+
+    asyncio.run(main())

@@ -11,6 +11,7 @@ request ends in a response, an error event, or a logged client disconnect.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
-from inhouse.gateway.direct import EXTENSION, ChunkWriter
+from inhouse.gateway.chunk_writer import EXTENSION, ChunkWriter
 from inhouse.gateway.dispatch import Placement
 from inhouse.gateway.errors import GatewayError
 from inhouse.gateway.prompt import ParsedRequest, parse_request
@@ -310,7 +311,6 @@ class GenerationRoute:
                 overhead_header(admission, outcome)]  # fmt: skip
         if writer is not None:
             writer.hold()  # the head goes out with the first chunk, in one write
-        await send({"type": "http.response.start", "status": 200, "headers": head})
 
         def take(piece: bytes) -> bytes:
             out = relay_piece(state, piece)
@@ -320,7 +320,9 @@ class GenerationRoute:
                 gateway.dispatcher.first_token(placement)
             return out
 
+        is_released = False
         try:
+            await send({"type": "http.response.start", "status": 200, "headers": head})
             if writer is None:
                 tail = await _relay_through_send(take, response, first, send)
             else:
@@ -328,6 +330,7 @@ class GenerationRoute:
             tail += flush(state)
             outcome.is_relaying = False
             response.release()
+            is_released = True
             await send({"type": "http.response.body", "body": tail, "more_body": False})
         except UpstreamError as exc:
             is_gone = writer.is_lost if writer is not None else gone is not None and gone.done()
@@ -341,8 +344,20 @@ class GenerationRoute:
                 await send(
                     {"type": "http.response.body", "body": error_event(message), "more_body": False}
                 )
+        except Exception:
+            # A failure of the gateway's own, mid-stream: the client still gets an error
+            # event it can act on, the log gets the trace (never the prompt).
+            log.exception("relaying request %s failed", admission.request_id)
+            outcome.reason = "gateway_error"
+            message = "The gateway failed while relaying this stream; please retry."
+            with contextlib.suppress(Exception):
+                await send(
+                    {"type": "http.response.body", "body": error_event(message), "more_body": False}
+                )
         finally:
             outcome.is_relaying = False
+            if not is_released:  # cancelled, or failed: the connection's state is unknown
+                response.abort()
             if writer is not None:
                 writer.watch(None)
                 writer.flush()
@@ -422,9 +437,10 @@ async def _relay_direct(
     returns the last piece. A full client buffer pauses reading the engine until it drains."""
     resumes: list[asyncio.Future[None]] = []
 
-    def resume(_: object) -> None:
+    def resume(waiting: asyncio.Future[None]) -> None:
         resumes.clear()
-        response.resume_reading()
+        if not waiting.cancelled():  # cancelled: the relay is over, the connection let go
+            response.resume_reading()
 
     def sink(piece: bytes) -> None:
         out = take(piece)

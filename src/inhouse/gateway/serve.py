@@ -16,9 +16,7 @@ from collections.abc import Iterator
 
 import uvicorn
 
-from inhouse.gateway import direct
 from inhouse.gateway.app import GatewayApp
-from inhouse.gateway.direct import GatewayProtocol
 from inhouse.gateway.service import Gateway
 
 log = logging.getLogger("inhouse.gateway")
@@ -39,14 +37,19 @@ def uvicorn_config(
     certfile: str | None = None,
     keyfile: str | None = None,
 ) -> uvicorn.Config:
-    http: type[GatewayProtocol] | str = GatewayProtocol
-    if not direct.is_supported():
+    http: type[asyncio.Protocol] | str = "httptools"
+    try:
+        from inhouse.gateway import direct
+    except ImportError:  # an uvicorn that moved the internals it builds on
+        direct = None  # type: ignore[assignment]
+    if direct is not None and direct.is_supported():
+        http = direct.GatewayProtocol
+    else:
         log.warning(
             "uvicorn %s lacks what the direct chunk path needs; relaying through ASGI send "
             "(slower). Install the uvicorn version pyproject.toml names.",
             uvicorn.__version__,
         )
-        http = "httptools"
     return uvicorn.Config(
         GatewayApp(gateway),
         host=host,

@@ -46,6 +46,7 @@ class _Connection(asyncio.Protocol):
         "_paused",
         "_pool",
         "_sink",
+        "_sink_error",
         "_waiter",
         "headers",
         "idle_since",
@@ -76,6 +77,7 @@ class _Connection(asyncio.Protocol):
         self._error: UpstreamError | None = None
         self._paused = False
         self._sink: Callable[[bytes], None] | None = None
+        self._sink_error: Exception | None = None
         self.status = 0
         self.headers: list[tuple[bytes, bytes]] = []
         self.keep_alive = True
@@ -96,7 +98,14 @@ class _Connection(asyncio.Protocol):
             return
         sink = self._sink
         if sink is not None and self._chunks and not self._done:
-            sink(self._take_chunks())
+            try:
+                sink(self._take_chunks())
+            except Exception as exc:
+                # NOTE: raised here it would reach asyncio, which closes this connection and
+                # the relay would blame the engine; `relay` raises it in the request's task.
+                self._sink = None
+                self._sink_error = exc
+                self._wake()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.is_closed = True
@@ -215,6 +224,8 @@ class _Connection(asyncio.Protocol):
             while not self._done:
                 self._raise_error()
                 await self._wait()  # woken at the end of the body or by a failure
+                if self._sink_error is not None:
+                    raise self._sink_error
         finally:
             self._sink = None
         return self._take_chunks() if self._chunks else b""
