@@ -21,11 +21,10 @@ from prometheus_client import (
     generate_latest,
 )
 
-from inhouse.render.metric_names import GATEWAY_METRICS, MetricDef
+from inhouse.render.metric_names import GATEWAY_METRICS, LOOP_LAG_PERIOD_S, MetricDef
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
-LOOP_LAG_PERIOD_S = 0.05
 
 EXTRA_METRICS: tuple[MetricDef, ...] = (
     MetricDef(

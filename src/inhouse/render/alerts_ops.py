@@ -10,6 +10,7 @@ from collections.abc import Callable
 from inhouse.render.alerts import Alert, Case, RunbookEntry, Series
 from inhouse.render.alerts_slo import engine_labels
 from inhouse.render.layout import QUEUE_DEPTH_PER_REPLICA, engine_pools, slo_of
+from inhouse.render.metric_names import LOOP_LAG_PERIOD_S
 from inhouse.spec.stack import PoolSpec, StackSpec
 
 ENGINE_GROUP = "inhouse-engines"
@@ -328,18 +329,18 @@ def gateway_alerts(ns: str) -> list[Alert]:
 
 
 def loop_lag_alert(ns: str) -> Alert:
-    """The gateway's event loop runs its 50 ms timer over 25 ms late in more than 5% of ticks
+    """The gateway's event loop runs its lag timer over 25 ms late in more than 5% of ticks
     for 10 minutes: every request and streamed chunk through that replica waits as long."""
     metric = "inhouse_gateway_event_loop_lag_seconds"
     sel = f'namespace="{ns}", job="gateway"'
     pod = {"namespace": ns, "job": "gateway", "pod": "gateway-0"}
 
     def series(late_per_tick: float) -> tuple[Series, ...]:
-        # 20 timer ticks a second, 15 s between samples: 300 more ticks per sample.
-        late = round(300 * late_per_tick)
+        ticks = round(15 / LOOP_LAG_PERIOD_S)  # timer ticks between samples 15 s apart
+        late = round(ticks * late_per_tick)
         return (
-            Series(pod, "0+300x60", f"{metric}_count"),
-            Series({**pod, "le": "0.025"}, f"0+{300 - late}x60", f"{metric}_bucket"),
+            Series(pod, f"0+{ticks}x60", f"{metric}_count"),
+            Series({**pod, "le": "0.025"}, f"0+{ticks - late}x60", f"{metric}_bucket"),
         )
 
     return Alert(

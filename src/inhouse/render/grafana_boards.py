@@ -304,7 +304,7 @@ def tenant_board(stack: StackSpec) -> Board:
                 panel("Gateway queue", "Admitted requests waiting for a replica, per pool.",
                       ("sum by (pool) (inhouse_gateway_queue_depth)", "{{pool}}")),
                 panel("Gateway event-loop lag p99", "How late each gateway process ran its "
-                      "50 ms timer: what every request and chunk through it waits.",
+                      "lag timer: what every request and chunk through it waits.",
                       ("histogram_quantile(0.99, sum by (pod, le) (rate("
                        f"inhouse_gateway_event_loop_lag_seconds_bucket[{RATE}])))", "{{pod}}"),
                       unit="s"),

@@ -28,6 +28,7 @@ MetricKind = Literal["counter", "gauge", "histogram"]
 # vLLM's own bucket lists: the gateway uses the same ones so that its quantiles and vLLM's
 # compare bucket for bucket.
 E2E_BUCKETS_S = REQUEST_LATENCY_BUCKETS_S
+LOOP_LAG_PERIOD_S = 0.05  # the gateway's lag timer is due this often
 LOOP_LAG_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 
@@ -105,7 +106,8 @@ GATEWAY_METRICS: tuple[MetricDef, ...] = (
         "inhouse_gateway_event_loop_lag_seconds",
         "histogram",
         (),
-        "How late the gateway's event loop ran a timer due every 50 ms: every request and "
+        f"How late the gateway's event loop ran a timer due every {1000 * LOOP_LAG_PERIOD_S:g} "
+        "ms: every request and "
         "every streamed chunk waits as long (a busy core, a long garbage collection, a stall).",
         LOOP_LAG_BUCKETS_S,
     ),
