@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import shutil
 import sys
@@ -478,9 +477,6 @@ def main() -> int:
     parser.add_argument("--pin", action="store_true",
                         help="pin the routers to core 1 (on a quiet machine; on a shared one the "
                         "wait for a time slice on that core dominates)")  # fmt: skip
-    parser.add_argument("--fifo", action="store_true",
-                        help="routers under SCHED_FIFO (root): on a shared machine, takes "
-                        "other tenants out of the routers' wake-up latency")  # fmt: skip
     parser.add_argument("--realtime", action="store_true",
                         help="this script (client and mock engines) and every router it starts "
                         "under SCHED_FIFO (root): other jobs on a shared host drop out of all "
@@ -491,8 +487,6 @@ def main() -> int:
         from inhouse.bench.sender import use_realtime_priority
 
         use_realtime_priority()  # inherited by the gateway and sglang-router processes
-    if args.fifo:
-        os.environ["BENCH_FIFO"] = "1"  # read by gateway_harness.start_process
     command = "python benchmarks/bench_gateway_overhead.py " + " ".join(sys.argv[1:])
     figures: dict[str, object] = {}
     print("== routing decision, 32K-character prompts, cache_aware over 4 replicas")

@@ -54,9 +54,6 @@ def start_process(
     log: Path | None = None,
 ) -> subprocess.Popen[bytes]:
     def pin() -> None:
-        if os.environ.get("BENCH_FIFO") and hasattr(os, "sched_setscheduler"):
-            with contextlib.suppress(OSError):
-                os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
         if os.environ.get("BENCH_NICE"):
             with contextlib.suppress(OSError):
                 os.nice(int(os.environ["BENCH_NICE"]))

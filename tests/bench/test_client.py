@@ -208,11 +208,11 @@ def test_realtime_priority_is_inherited_by_worker_processes() -> None:
     code = (
         "import multiprocessing, os\n"
         "from inhouse.bench.sender import use_realtime_priority\n"
-        "from inhouse.bench.driver import _scheduling_policy\n"
+        "from inhouse.bench.sender import scheduling_policy\n"
         "use_realtime_priority()\n"
         "ctx = multiprocessing.get_context('spawn')\n"
         "with ctx.Pool(1) as pool:\n"
-        "    print(_scheduling_policy(), pool.apply(os.sched_getscheduler, (0,)))\n"
+        "    print(scheduling_policy(), pool.apply(os.sched_getscheduler, (0,)))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["realtime", str(os.SCHED_FIFO)]

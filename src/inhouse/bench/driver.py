@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import random
 import time
 from collections import deque
@@ -275,7 +274,6 @@ async def run_live(
         "client": {
             **describe_stack(),
             "timestamps": "kernel" if spec.kernel_timestamps else "user",
-            "scheduling": _scheduling_policy(),
         },
         "num_history_misses": builder.num_history_misses,
         "num_sent": driver.num_sent,
@@ -304,11 +302,3 @@ def _prewarm_size(spec: BenchSpec) -> int:
     if spec.rate is not None and not math.isinf(spec.rate):
         return int(min(max(8, spec.rate * 0.25), 256))
     return 32
-
-
-def _scheduling_policy() -> str:
-    """ "realtime" when the client runs under SCHED_FIFO (`--realtime`), else "normal"."""
-    getter = getattr(os, "sched_getscheduler", None)
-    if getter is None:
-        return "normal"
-    return "realtime" if getter(0) in (os.SCHED_FIFO, os.SCHED_RR) else "normal"

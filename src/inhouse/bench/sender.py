@@ -341,4 +341,12 @@ class ProcessSender:
 
 
 def describe_stack() -> dict[str, str]:
-    return {"event_loop": loop_kind(), "json": JSON_LIBRARY}
+    return {"event_loop": loop_kind(), "json": JSON_LIBRARY, "scheduling": scheduling_policy()}
+
+
+def scheduling_policy() -> str:
+    """ "realtime" when the client runs under SCHED_FIFO (`--realtime`), else "normal"."""
+    getter = getattr(os, "sched_getscheduler", None)
+    if getter is None:
+        return "normal"
+    return "realtime" if getter(0) in (os.SCHED_FIFO, os.SCHED_RR) else "normal"
