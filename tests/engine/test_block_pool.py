@@ -35,13 +35,13 @@ def test_freed_cached_blocks_are_evicted_in_lru_order() -> None:
     assert pool.drain_evicted() == [102, 100, 103, 101]
 
 
-def test_touch_revives_a_free_cached_block() -> None:
+def test_take_back_revives_a_free_cached_block() -> None:
     pool = BlockPool(2)
     [block] = pool.allocate(1)
     pool.cache(block, 7)
     pool.free([block])
     assert pool.num_free == 2
-    pool.touch([pool.lookup(7)])  # type: ignore[list-item]
+    assert pool.take_back([pool.lookup(7)], 0)  # type: ignore[list-item]
     assert pool.num_free == 1
     assert pool.ref_cnt[block] == 1
     assert pool.allocate(1) == [1]  # the revived block is not handed out
@@ -51,7 +51,7 @@ def test_shared_block_is_freed_only_when_the_last_user_lets_go() -> None:
     pool = BlockPool(2)
     [block] = pool.allocate(1)
     pool.cache(block, 9)
-    pool.touch([block])
+    assert pool.take_back([block], 0)
     pool.free([block])
     assert pool.num_free == 1
     pool.free([block])
@@ -137,17 +137,14 @@ def test_pool_matches_a_plain_reference_over_random_traffic(num_blocks: int) -> 
         if op < 0.35:
             num = rng.choice([1, 2, 3, 5, 9, 20, 60])
             hashes = list(range(next_hash, next_hash + num))
-            if num <= pool.num_free and rng.random() < 0.5:
-                # A decode's allocate-then-cache in one call.
-                grown = array("q")
-                pool.grow(grown, num, hashes, 0, num)
-                got = list(grown)
-                assert got == ref.allocate(num)
-            else:
-                got = pool.allocate(num)
-                assert got == ref.allocate(num)
-                if got is not None:
+            got = pool.allocate(num)
+            assert got == ref.allocate(num)
+            if got is not None:
+                if rng.random() < 0.5:
                     pool.cache_blocks(got, hashes)
+                else:
+                    for block_id, block_hash in zip(got, hashes, strict=True):
+                        pool.cache(block_id, block_hash)
             if got is not None:
                 next_hash += len(got) // 2  # half the content repeats: duplicates stay uncached
                 for block_id, block_hash in zip(got, hashes, strict=True):
@@ -164,18 +161,15 @@ def test_pool_matches_a_plain_reference_over_random_traffic(num_blocks: int) -> 
             query = known[: rng.randrange(1, len(known) + 1)] + [rng.randrange(10**9)] * (
                 rng.random() < 0.5
             )
-            blocks = pool.lookup_prefix(query, len(query))
+            blocks = pool.prefix_blocks(query, len(query)).tolist()
             expected = list(takewhile(lambda b: b is not None, map(ref.cached.get, query)))
             assert blocks == expected
             if blocks:
                 num_free = [ref.ref[b] for b in blocks].count(0)
-                assert pool.count_free(blocks) == num_free
+                assert [pool.ref_cnt[b] for b in blocks].count(0) == num_free
                 too_many = pool.num_free - num_free + 1
                 assert not pool.take_back(blocks, too_many)  # changes nothing
-                if rng.random() < 0.5:
-                    assert pool.take_back(blocks, too_many - 1)
-                else:
-                    pool.touch(blocks)
+                assert pool.take_back(blocks, rng.choice([0, too_many - 1]))
                 ref.touch(blocks)
                 held.append((blocks, query[: len(blocks)]))
         assert pool.num_free == len(ref.free)

@@ -1,5 +1,5 @@
 """The engine additions the fleet simulator relies on: `fast_forward_end_s` and
-`BlockPool.lookup_prefix`."""
+`BlockPool.prefix_blocks`."""
 
 from __future__ import annotations
 
@@ -49,12 +49,12 @@ def test_a_request_arriving_mid_jump_cuts_it_at_its_ready_time(make_engine) -> N
     assert engine.fast_forward_end_s(result.end_s) is None  # the new request is ready: no jump
 
 
-def test_lookup_prefix_stops_at_the_first_missing_block() -> None:
+def test_prefix_blocks_stops_at_the_first_missing_block() -> None:
     pool = BlockPool(8)
     hashes = hash_spans([(1, 16 * 6)], 16)
     for block_id, block_hash in enumerate(hashes[:3]):
         pool.cache(block_id, block_hash)
     pool.cache(4, hashes[4])  # present, but after a gap
-    assert pool.lookup_prefix(hashes, 6) == [0, 1, 2]
-    assert pool.lookup_prefix(hashes, 2) == [0, 1]
-    assert pool.lookup_prefix(hashes[3:], 3) == []
+    assert pool.prefix_blocks(hashes, 6).tolist() == [0, 1, 2]
+    assert pool.prefix_blocks(hashes, 2).tolist() == [0, 1]
+    assert pool.prefix_blocks(hashes[3:], 3).tolist() == []

@@ -25,6 +25,8 @@ from inhouse.perf.step import StepModel
 
 # A jump over fewer steps than this is not worth its bookkeeping.
 MIN_FAST_FORWARD_STEPS = 2
+# `step`'s default `max_steps`: no limit but the horizon and the KV cache.
+UNLIMITED_STEPS = 1 << 30
 
 
 @dataclass(slots=True)
@@ -161,7 +163,7 @@ class EngineCore:
     # -- stepping ------------------------------------------------------------------------
 
     def step(
-        self, now_s: float, horizon_s: float = math.inf, max_steps: int = 1 << 30
+        self, now_s: float, horizon_s: float = math.inf, max_steps: int = UNLIMITED_STEPS
     ) -> StepResult | None:
         """Run one step starting at `now_s`, or several decode-only steps at once when nothing
         can change before `horizon_s` (the caller's next event). None if there is nothing to run
@@ -175,7 +177,7 @@ class EngineCore:
             plan = (
                 planned[3]  # NOTE: nothing changed since `fast_forward_end_s` planned this jump
                 if planned is not None
-                and max_steps == 1 << 30
+                and max_steps == UNLIMITED_STEPS
                 and planned[:3] == (now_s, horizon_s, scheduler.kv.num_free_blocks)
                 else self._plan_fast_forward(now_s, horizon_s, max_steps)
             )
@@ -208,8 +210,9 @@ class EngineCore:
         jump; changes nothing. A caller may leave a decode-only engine alone until something
         reaches it (the fleet simulator does), then step it from `now_s` after all."""
         if self._pending and self._pending[0][0] <= now_s:
+            self._planned = None
             return None
-        plan = self._plan_fast_forward(now_s, horizon_s, 1 << 30)
+        plan = self._plan_fast_forward(now_s, horizon_s, UNLIMITED_STEPS)
         self._planned = (now_s, horizon_s, self.scheduler.kv.num_free_blocks, plan)
         if plan is None:
             return None
@@ -279,7 +282,9 @@ class EngineCore:
             request.num_computed_tokens += steps
             num_output = request.num_output_tokens + steps
             request.num_output_tokens = num_output
-            runs = request.token_runs  # `record_tokens`, inlined
+            # Extend the request's last run of steps or start one; `Scheduler.update` does the
+            # same per step (keep the two identical).
+            runs = request.token_runs
             if runs and runs[-1] == index:
                 runs[-1] = end_index
             else:

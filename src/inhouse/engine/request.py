@@ -102,14 +102,6 @@ class Request:
     def is_finished(self) -> bool:
         return self.status is Status.FINISHED
 
-    def record_tokens(self, step_index: int, num_steps: int = 1) -> None:
-        runs = self.token_runs
-        if runs and runs[-1] == step_index:
-            runs[-1] = step_index + num_steps
-        else:
-            runs.append(step_index)
-            runs.append(step_index + num_steps)
-
     def __repr__(self) -> str:
         return (
             f"Request({self.request_id!r}, prompt={self.num_prompt_tokens}, "

@@ -235,6 +235,7 @@ class Scheduler:
             emit(request)
             num_output += 1
             request.num_output_tokens = num_output
+            # NOTE: `EngineCore._fast_forward` extends runs the same way (keep the two identical).
             runs = request.token_runs
             if runs and runs[-1] == step_index:
                 runs[-1] = next_index

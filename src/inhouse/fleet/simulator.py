@@ -81,7 +81,7 @@ class _Replica:
 
     def count_cached_prefix(self, hashes: Sequence[int]) -> int:
         """Leading blocks of `hashes` the engine holds on the GPU (the oracle's view)."""
-        return len(self.engine.scheduler.kv.pool.lookup_prefix(list(hashes), len(hashes)))
+        return len(self.engine.scheduler.kv.pool.prefix_blocks(list(hashes), len(hashes)))
 
 
 @dataclass(slots=True)
