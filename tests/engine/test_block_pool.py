@@ -137,14 +137,17 @@ def test_pool_matches_a_plain_reference_over_random_traffic(num_blocks: int) -> 
         if op < 0.35:
             num = rng.choice([1, 2, 3, 5, 9, 20, 60])
             hashes = list(range(next_hash, next_hash + num))
-            got = pool.allocate(num)
-            assert got == ref.allocate(num)
-            if got is not None:
-                if rng.random() < 0.5:
+            if num <= pool.num_free and rng.random() < 0.5:
+                # A decode's allocate-then-cache in one call.
+                grown = array("q")
+                pool.grow(grown, num, hashes, 0, num)
+                got = list(grown)
+                assert got == ref.allocate(num)
+            else:
+                got = pool.allocate(num)
+                assert got == ref.allocate(num)
+                if got is not None:
                     pool.cache_blocks(got, hashes)
-                else:
-                    for block_id, block_hash in zip(got, hashes, strict=True):
-                        pool.cache(block_id, block_hash)
             if got is not None:
                 next_hash += len(got) // 2  # half the content repeats: duplicates stay uncached
                 for block_id, block_hash in zip(got, hashes, strict=True):

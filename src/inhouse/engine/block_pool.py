@@ -5,8 +5,8 @@ the tail of the free queue *keeping its hash*, so a later request with the same 
 it back; allocation takes from the head, evicting the least recently freed cached block.
 
 Data structure. A turn of agent traffic takes back and releases hundreds of blocks at once, so
-reference counts and the free queue live in flat numpy arrays and `take_back`, `free` and
-large `allocate`s work on whole runs of blocks; there is no per-block Python object.
+reference counts and the free queue live in flat numpy arrays and `touch`, `free` and large
+`allocate`s work on whole runs of blocks; there is no per-block Python object.
 
 * `ref_cnt[b]`: references to block `b` (int32).
 * `block_hash[b]`: the hash block `b` is cached under, or None (an object array: it keeps the
@@ -51,7 +51,7 @@ _MAX_RUNS = 512
 # Allocations of at most this many blocks (a decode crossing a block boundary) probe the queue
 # head one entry at a time instead of through a vectorized window.
 _SCALAR_ALLOCATE = 16
-# Caching at most this many blocks at once writes them one by one instead of through numpy.
+# Caching at most this many blocks at once goes block by block instead of through numpy.
 _SCALAR_CACHE = 16
 
 
@@ -166,8 +166,6 @@ class BlockPool:
         self.ref_cnt[taken] = 1
         self._slot[taken] = -1
         if self._cached:
-            # NOTE: eviction over an array; `_allocate_few` does the same a block at a time
-            # (keep the two identical).
             evicted = taken[self._has_hash[taken]]
             if len(evicted):
                 hashes = self.block_hash[evicted].tolist()
@@ -178,7 +176,8 @@ class BlockPool:
         return taken.tolist()  # type: ignore[no-any-return]
 
     def _allocate_few(self, num: int) -> list[int]:
-        """`allocate` a block at a time: cheaper than array operations for a handful."""
+        """`allocate` a block at a time: cheaper than array operations for a handful.
+        `allocate` (vectorised) and `grow` (one block, inlined) hold twins of its eviction."""
         queue, slot, ref, has_hash = self._queue_mv, self._slot_mv, self._ref_mv, self._has_mv
         block_hash = self.block_hash
         head = self._head
@@ -192,7 +191,7 @@ class BlockPool:
             num -= 1
             ref[block_id] = 1
             slot[block_id] = -1
-            if has_hash[block_id]:  # eviction, as in `allocate` (keep the two identical)
+            if has_hash[block_id]:
                 has_hash[block_id] = False
                 old_hash = block_hash[block_id]
                 block_hash[block_id] = None
@@ -200,6 +199,57 @@ class BlockPool:
                 self._evicted.append(old_hash)
         self._head = head
         return out
+
+    def grow(
+        self,
+        block_ids: array[int],
+        num_blocks: int,
+        hashes: list[int],
+        num_cached: int,
+        num_full: int,
+    ) -> None:
+        """A decode's `allocate` then `cache` in one call: append free blocks to `block_ids`
+        (a request's blocks) until it holds `num_blocks`, then cache its blocks
+        `num_cached .. num_full-1` under `hashes`. The blocks must fit (`num_free`).
+
+        NOTE: the one-block allocation and the block-at-a-time caching below are inlined
+        copies of `_allocate_few` and `cache_blocks` (the decode jumps' hot path: one call
+        instead of four measured ~10% of a simulated hour); keep them identical to those."""
+        num = num_blocks - len(block_ids)
+        if num > 1:
+            taken = self.allocate(num)
+            assert taken is not None, "grow past the free blocks"
+            block_ids.extend(taken)
+        elif num == 1:
+            assert self._num_free, "grow past the free blocks"
+            self._num_free -= 1
+            # `_allocate_few(1)`, inlined (the common case: one block per decode jump).
+            queue, slot = self._queue_mv, self._slot_mv
+            head = self._head
+            while slot[queue[head]] != head:
+                head += 1  # stale entry
+            block_id = queue[head]
+            self._head = head + 1
+            block_ids.append(block_id)
+            self._ref_mv[block_id] = 1
+            slot[block_id] = -1
+            if self._has_mv[block_id]:
+                self._has_mv[block_id] = False
+                old_hash = self.block_hash[block_id]
+                self.block_hash[block_id] = None
+                del self._cached[old_hash]
+                self._evicted.append(old_hash)
+        if num_full - num_cached > _SCALAR_CACHE:
+            self.cache_blocks(block_ids[num_cached:num_full], hashes[num_cached:num_full])
+        elif num_full > num_cached and self.enable_caching:
+            # `cache` per block, inlined.
+            cached, block_hash, has_hash = self._cached, self.block_hash, self._has_mv
+            for k in range(num_cached, num_full):
+                if hashes[k] not in cached:
+                    block_id = block_ids[k]
+                    cached[hashes[k]] = block_id
+                    block_hash[block_id] = hashes[k]
+                    has_hash[block_id] = True
 
     def _pop_window(self, num: int) -> npt.NDArray[np.int64]:
         """The first `num` live entries from the head, found a window of entries at a time."""
@@ -218,9 +268,9 @@ class BlockPool:
         return window[live[:num]]
 
     def take_back(self, block_ids: BlockIds, num_more: int) -> bool:
-        """Take a reference on these cached blocks (a prefix hit), pulling free ones off the
-        queue, if `num_more` blocks can still be allocated after that; else `False`, changing
-        nothing. The blocks must be distinct."""
+        """Take a reference on these cached, distinct blocks (a prefix hit), pulling the free
+        ones off the queue, if `num_more` blocks can still be allocated afterwards; else
+        `False`, changing nothing."""
         ids = np.asarray(block_ids, dtype=np.int64)
         ref = self.ref_cnt
         held = ref[ids]
@@ -274,35 +324,36 @@ class BlockPool:
         self._head, self._tail = 0, num_live
 
     def cache(self, block_id: int, block_hash: int) -> None:
-        """`cache_blocks` for one block."""
-        self.cache_blocks((block_id,), (block_hash,))
+        """Register a full block under its hash. If another block already holds the same
+        content (two requests computed it at once), the first one stays the cached copy."""
+        if not self.enable_caching or block_hash in self._cached:
+            return
+        self._cached[block_hash] = block_id
+        self.block_hash[block_id] = block_hash
+        self._has_mv[block_id] = True
 
-    def cache_blocks(self, block_ids: BlockIds, hashes: Sequence[int]) -> None:
-        """Register full blocks, `block_ids[i]` under `hashes[i]`. If another block already
-        holds the same content (two requests computed it at once), the first one stays the
-        cached copy."""
+    def cache_blocks(self, block_ids: BlockIds, hashes: list[int]) -> None:
+        """`cache` each `(block_ids[i], hashes[i])` in order (`grow` inlines the scalar path)."""
         if not self.enable_caching:
             return
-        if isinstance(block_ids, np.ndarray):
-            block_ids = block_ids.tolist()
-        # NOTE: `setdefault` inserts a hash not yet cached and returns the block holding it,
-        # which is this one unless another block cached the same content first (it stays).
-        setdefault = self._cached.setdefault
         if len(hashes) <= _SCALAR_CACHE:
-            block_hash, has_hash = self.block_hash, self._has_mv
+            cached, block_hash, has_hash = self._cached, self.block_hash, self._has_mv
             for block_id, new_hash in zip(block_ids, hashes, strict=True):
-                if setdefault(new_hash, block_id) == block_id:
+                if new_hash not in cached:
+                    block_id = int(block_id)
+                    cached[new_hash] = block_id
                     block_hash[block_id] = new_hash
                     has_hash[block_id] = True
             return
-        # The same over arrays: one pass in C, then one numpy write per array.
-        id_list = list(block_ids)
-        holders = list(map(setdefault, hashes, id_list))
+        ids = np.asarray(block_ids, dtype=np.int64)
+        # NOTE: `setdefault` inserts a hash not yet cached and returns the block holding it,
+        # so one pass in C both caches new content and keeps the first copy of duplicates.
+        id_list = ids.tolist()
+        holders = list(map(self._cached.setdefault, hashes, id_list))
         if holders != id_list:
             is_new = [holder == block_id for holder, block_id in zip(holders, id_list, strict=True)]
             hashes = [h for h, new in zip(hashes, is_new, strict=True) if new]
-            id_list = [block_id for block_id, new in zip(id_list, is_new, strict=True) if new]
-        ids = np.array(id_list, dtype=np.int64)
+            ids = ids[np.array(is_new, dtype=np.bool_)]
         self.block_hash[ids] = hashes
         self._has_hash[ids] = True
 

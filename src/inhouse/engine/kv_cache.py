@@ -81,55 +81,68 @@ class KVCacheManager:
         `hit` (first scheduling only) supplies the cached GPU blocks to reuse; the tokens of
         host-tier blocks are part of `num_new_tokens` and get fresh GPU blocks.
         """
+        pool = self.pool
+        bs = self.block_size
         num_hit = len(hit.gpu_blocks)
-        if not num_hit:
-            return self._extend(request, request.num_computed_tokens + num_new_tokens)
-        bs = self.block_size
-        num_needed = -(-(num_hit * bs + num_new_tokens) // bs) - num_hit
-        if not self.pool.take_back(hit.gpu_blocks, num_needed):
-            return False
-        request.block_ids = hit.gpu_blocks[:]
-        request.num_cached_blocks = num_hit
-        return self._extend(request, num_hit * bs + num_new_tokens)
-
-    def grow_decodes(self, requests: list[Request], num_new_tokens: int) -> None:
-        """`allocate(request, num_new_tokens)` for each request in turn (a decode jump), which
-        the caller has checked fit the free blocks."""
-        bs = self.block_size
-        caching = self.enable_caching
-        extend = self._extend
-        for request in requests:
-            num_tokens = request.num_computed_tokens + num_new_tokens
-            # NOTE: a pre-check only, skipping the call where `_extend` would do nothing (no
-            # new block, none to cache: most short decodes); `_extend` decides the rest.
-            if num_tokens <= len(request.block_ids) * bs and (
-                not caching or num_tokens // bs <= request.num_cached_blocks
-            ):
-                continue
-            grown = extend(request, num_tokens)
-            assert grown, "a decode jump grew past the free blocks"
-
-    def _extend(self, request: Request, num_tokens: int) -> bool:
-        """Give `request` blocks for `num_tokens` tokens in all and cache its full blocks;
-        `False`, changing nothing, if blocks run short."""
-        pool, bs = self.pool, self.block_size
-        block_ids = request.block_ids
-        num_needed = -(-num_tokens // bs) - len(block_ids)
+        if num_hit:
+            num_needed = -(-(num_hit * bs + num_new_tokens) // bs) - num_hit
+            if not pool.take_back(hit.gpu_blocks, num_needed):
+                return False
+            request.block_ids = hit.gpu_blocks[:]
+            request.num_cached_blocks = num_hit
+            computed = num_hit * bs
+        else:
+            computed = request.num_computed_tokens
+            num_needed = -(-(computed + num_new_tokens) // bs) - len(request.block_ids)
         if num_needed > 0:
             new = pool.allocate(num_needed)
             if new is None:
                 return False
-            block_ids.extend(new)
+            request.block_ids.extend(new)
             if pool.has_evicted:
                 self._offload_evicted()
-        if self.enable_caching:
-            hashes = request.block_hashes
-            full = min(num_tokens // bs, len(hashes))
-            start = request.num_cached_blocks
-            if full > start:
-                pool.cache_blocks(block_ids[start:full], hashes[start:full])
-                request.num_cached_blocks = full
+        if self.enable_caching and request.block_hashes:
+            self._cache_full_blocks(request, computed + num_new_tokens)
         return True
+
+    def grow_decodes(self, requests: list[Request], num_new_tokens: int) -> None:
+        """`allocate(request, num_new_tokens)` for each request in turn (a decode jump), which
+        the caller has checked fit the free blocks: the same blocks, cached hashes and
+        evictions, in the same order, without the per-request calls."""
+        pool = self.pool
+        grow = pool.grow
+        bs = self.block_size
+        caching = self.enable_caching
+        for request in requests:
+            total = request.num_computed_tokens + num_new_tokens
+            num_blocks = -(-total // bs)
+            block_ids = request.block_ids
+            hashes = request.block_hashes
+            start = request.num_cached_blocks
+            full = total // bs
+            if not caching:
+                full = start
+            elif full > len(hashes):
+                full = len(hashes)
+            if num_blocks <= len(block_ids) and full <= start:
+                continue  # NOTE: no new block and none to cache (most short decodes)
+            if full < start:
+                full = start
+            grow(block_ids, num_blocks, hashes, start, full)
+            request.num_cached_blocks = full
+            if pool.has_evicted:
+                self._offload_evicted()
+
+    def _cache_full_blocks(self, request: Request, num_tokens: int) -> None:
+        full = min(num_tokens // self.block_size, len(request.block_hashes))
+        start = request.num_cached_blocks
+        if full <= start:
+            return
+        if full - start == 1:
+            self.pool.cache(request.block_ids[start], request.block_hashes[start])
+        else:
+            self.pool.cache_blocks(request.block_ids[start:full], request.block_hashes[start:full])
+        request.num_cached_blocks = full
 
     def _offload_evicted(self) -> None:
         evicted = self.pool.drain_evicted()
