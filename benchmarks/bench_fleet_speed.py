@@ -79,12 +79,25 @@ def index_memory(num_prompts: int = 2000, blocks_per_prompt: int = 500, cap: int
     return ok
 
 
+def host_speed() -> float:
+    """CPU seconds of a fixed pure-Python loop: the VM's own speed drifts by tens of percent
+    from one minute to the next on a shared host, so read the wall time against this."""
+    start = time.process_time()
+    total = 0
+    for i in range(10_000_000):
+        total += i
+    return time.process_time() - start
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--duration", type=float, default=3600.0)
     parser.add_argument("--policy", default="cache_aware")
     args = parser.parse_args()
+    before = host_speed()
     ok = fleet_speed(args.duration, args.policy)
+    after = host_speed()
+    print(f"   host speed check        fixed loop {before:.2f} CPU s before, {after:.2f} after")
     ok = index_memory() and ok
     print(f"\nreproduce: {COMMAND} --duration {args.duration:g} --policy {args.policy}")
     return 0 if ok else 1
