@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from inhouse.server.generation import output_text
@@ -68,14 +68,8 @@ async def stream_chat(
             f'"logprobs":null{tail}]{usage_json}}}'
         )
 
-    async for batch in _batches(state, stream, continuous):
-        yield b"".join(chunk(*piece) for piece in batch)
-    if include_usage:
-        body = json.dumps(_stream_usage(state, stream), separators=(",", ":"))
-        yield sse(
-            f'{head}"choices":[],"usage":{body},"system_fingerprint":"{SYSTEM_FINGERPRINT}"}}'
-        )
-    yield DONE
+    async for data in _events(state, stream, continuous, chunk, head, include_usage):
+        yield data
 
 
 async def stream_completion(
@@ -97,14 +91,8 @@ async def stream_completion(
             f'"prompt_token_ids":null,"token_ids":null}}]{usage_json}{fingerprint}}}'
         )
 
-    async for batch in _batches(state, stream, continuous):
-        yield b"".join(chunk(*piece) for piece in batch)
-    if include_usage:
-        body = json.dumps(_stream_usage(state, stream), separators=(",", ":"))
-        yield sse(
-            f'{head}"choices":[],"usage":{body},"system_fingerprint":"{SYSTEM_FINGERPRINT}"}}'
-        )
-    yield DONE
+    async for data in _events(state, stream, continuous, chunk, head, include_usage):
+        yield data
 
 
 def _stop_json(stream: Stream, reason: str) -> str:
@@ -123,6 +111,26 @@ def _stream_usage(state: EngineState, stream: Stream) -> dict[str, Any]:
 
 
 Piece = tuple[str, str | None, str]
+
+
+async def _events(
+    state: EngineState,
+    stream: Stream,
+    continuous: bool,
+    chunk: Callable[[str, str | None, str], bytes],
+    head: str,
+    include_usage: bool,
+) -> AsyncIterator[bytes]:
+    """The token chunks of either endpoint (`chunk` shapes one), then the usage-only chunk
+    when asked for, then `[DONE]`."""
+    async for batch in _batches(state, stream, continuous):
+        yield b"".join(chunk(*piece) for piece in batch)
+    if include_usage:
+        body = json.dumps(_stream_usage(state, stream), separators=(",", ":"))
+        yield sse(
+            f'{head}"choices":[],"usage":{body},"system_fingerprint":"{SYSTEM_FINGERPRINT}"}}'
+        )
+    yield DONE
 
 
 async def _batches(
