@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from inhouse.bench.mock_server import take_request
 from inhouse.gateway.upstream import UpstreamPool
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,20 +121,8 @@ class _MockConn(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
-        while True:
-            end = self.buffer.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            head = self.buffer[:end].decode("latin-1")
-            length = 0
-            for line in head.split("\r\n")[1:]:
-                name, _, value = line.partition(":")
-                if name.strip().lower() == "content-length":
-                    length = int(value)
-            if len(self.buffer) < end + 4 + length:
-                return
-            body = self.buffer[end + 4 : end + 4 + length]
-            self.buffer = self.buffer[end + 4 + length :]
+        while (request := take_request(self.buffer)) is not None:
+            head, body, self.buffer = request
             parts = head.lstrip("\r\n").split(" ", 2)
             if len(parts) < 2:
                 self.reply(400, "text/plain", b"bad request line")

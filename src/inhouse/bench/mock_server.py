@@ -51,6 +51,24 @@ class MockStats:
     cached_tokens: int = 0
 
 
+def take_request(buffer: bytes) -> tuple[str, bytes, bytes] | None:
+    """The first whole HTTP/1.1 request in `buffer` (a Content-Length body, no chunked
+    uploads): its head (request line and headers), its body and the bytes after it; None
+    until it has all arrived."""
+    end = buffer.find(b"\r\n\r\n")
+    if end < 0:
+        return None
+    head = buffer[:end].decode("latin-1")
+    length = 0
+    for line in head.split("\r\n")[1:]:
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "content-length":
+            length = int(value)
+    if len(buffer) < end + 4 + length:
+        return None
+    return head, buffer[end + 4 : end + 4 + length], buffer[end + 4 + length :]
+
+
 class _Handler(asyncio.Protocol):
     def __init__(self, server: MockServer) -> None:
         self.server = server
@@ -63,20 +81,8 @@ class _Handler(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
-        while True:
-            end = self.buffer.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            head = self.buffer[:end].decode("latin-1")
-            length = 0
-            for line in head.split("\r\n")[1:]:
-                name, _, value = line.partition(":")
-                if name.strip().lower() == "content-length":
-                    length = int(value)
-            if len(self.buffer) < end + 4 + length:
-                return
-            body = self.buffer[end + 4 : end + 4 + length]
-            self.buffer = self.buffer[end + 4 + length :]
+        while (request := take_request(self.buffer)) is not None:
+            head, body, self.buffer = request
             method, path = head.split(" ", 2)[:2]
             self.server.handle(self, method, path, body)
 
