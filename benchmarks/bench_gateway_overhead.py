@@ -14,12 +14,17 @@ paths are measured alike without them.
    observe, for 32K-character agent-like prompts over 4 replicas.
 2. Memory cap: 4 replicas' prefix indexes fed distinct 32K-character prompts well past their
    cap; blocks held and Python heap before/after.
-3. Added latency (one run, interleaved windows, same Poisson load): client → mock engines
-   directly, → the gateway, → sglang-router (if it installs), each in turn for `--window` s.
-   Mock engines stream 16 tokens 10 ms apart after 20 ms; added = TTFT via the path minus TTFT
-   direct, per percentile, from the scheduled send time. The gateway and the router are pinned
-   to one core, the client and mocks to the other (shared/reference/router-overhead.md's set-up).
-   Router CPU seconds per 1,000 requests from /proc.
+3. Added latency (one run, same Poisson load): each router in turn for `--window` s at
+   `--rate` (the gateway, `tcp_relay.py` — a byte relay, the floor for any router process on
+   this host — and sglang-router if it installs), with direct requests to the same mock
+   engines at `--probe-rate` in the same windows. Mock engines stream 16 tokens 10 ms apart
+   after 20 ms; added = TTFT via the router minus TTFT direct in the same windows, per
+   percentile, from the scheduled send time. Both are timed at the same moments under the same
+   load, so a stall of the client, the engines or the host lands on both (on a 2-core VM it
+   otherwise decides which path's p99 is worse); the router's own queueing and any stall of
+   its process count against it. The client's heap is not collected while measuring (a
+   collection stops its loop for tens of ms); every path is warmed first. Per path: the host's
+   stolen CPU and major faults during its windows, router CPU seconds per 1,000 requests.
 4. Prefix-cache hit rate on the `agent` workload: two simulated engines (`inhouse engine`),
    `inhouse bench --workload agent` through the gateway (cache_aware, and round_robin as the
    floor) and through sglang-router (cache_aware); hits/queries from the engines' own
@@ -30,13 +35,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import gc
 import json
+import os
 import random
 import shutil
 import sys
 import tempfile
 import time
 import tracemalloc
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -294,6 +303,13 @@ async def latency_run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
     cpu = 1 if args.pin else None
     gateway, gw_port = start_gateway(tmp, urls, "cache_aware", cpu)
     routers = {"gateway": (gateway, gw_port)}
+    if not args.no_floor:
+        relay_port = free_port()
+        hosts = [u.removeprefix("http://") for u in urls]
+        relay_argv = [python(), str(Path(__file__).with_name("tcp_relay.py")), "--port",
+                      str(relay_port), "--upstream", *hosts]  # fmt: skip
+        relay = start_process(relay_argv, None, cpu, tmp / "tcp-relay.log")
+        routers["tcp-relay"] = (relay, relay_port)
     note = ""
     argv = None if args.no_sglang else sglang_router_argv(urls, free_port())
     if argv is not None:
@@ -302,8 +318,9 @@ async def latency_run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
         routers["sglang-router"] = (sglang, sg_port)
     elif not args.no_sglang:
         note = f"sglang-router not installed in {SGLANG_VENV} (see the log of its install)"
+    started = [proc for proc, _ in routers.values()]
     try:
-        for name, (_proc, port) in routers.items():
+        for name, (_proc, port) in list(routers.items()):
             try:
                 await wait_ready("127.0.0.1", port, "/health", 60)
             except RuntimeError:
@@ -314,52 +331,132 @@ async def latency_run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
             result["gateway"]["loop_lag"] = gateway_loop_lag(gw_port)  # type: ignore[index]
         return result
     finally:
-        for proc, _ in routers.values():
+        for proc in started:  # the ones that never became ready too
             stop_process(proc)  # type: ignore[arg-type]
-        stop_process(gateway)  # type: ignore[arg-type]
         for server, _ in mocks:
             server.close()
 
 
+def host_counters(pid: int | None) -> tuple[float, int, int]:
+    """The host's stolen CPU time (s, all CPUs: the hypervisor ran something else), and major
+    page faults of this process and of the router (a page read back from disk mid-request)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    with open("/proc/stat") as f:
+        steal = int(f.readline().split()[8]) / ticks
+    own = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[9])
+    router = 0
+    if pid is not None:
+        with contextlib.suppress(OSError):
+            router = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[9])
+    return steal, own, router
+
+
+@dataclass
+class HostNoise:
+    """What the host did to one path's measured windows: so that a tail is read alongside the
+    stolen CPU and page faults it landed with, and the windows the client itself fell behind."""
+
+    steal_s: float = 0.0
+    major_faults: int = 0
+    windows: int = 0
+    late_windows: int = 0  # windows where the client sent a request > 10 ms after its time
+
+    def add(self, start: tuple[float, int, int], end: tuple[float, int, int], late: float) -> None:
+        self.steal_s += end[0] - start[0]
+        self.major_faults += (end[1] - start[1]) + (end[2] - start[2])
+        self.windows += 1
+        self.late_windows += late > 0.010
+
+    def summary(self) -> dict[str, float]:
+        return {"steal_ms": round(1000 * self.steal_s), "major_faults": self.major_faults,
+                "windows": self.windows, "client_late_windows": self.late_windows}  # fmt: skip
+
+
 async def _interleave(args, mocks, routers, note) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    """Each router in turn for `--window` s at `--rate`, while direct requests to the same
+    engines (`--probe-rate`, Poisson, merged with the router's) run in the same windows: the
+    two are timed under the same load at the same moments, so a stall of the client, the
+    engines or the whole host lands on both and only what the router adds is left."""
     rng = random.Random(7)
     prefixes = ["".join(rng.choice("abcdefgh") for _ in range(150)) for _ in range(32)]
     direct = [Client(port) for _, port in mocks]
     clients = {name: Client(port, KEY) for name, (_, port) in routers.items()}
-    per_path = int(args.rate * 0.4) + 20
+    per_path = int((args.rate + args.probe_rate) * 0.4) + 20
     for client in [*direct, *clients.values()]:
         await client.warm(per_path)
-    stats = {"direct": PathStats("direct"), **{n: PathStats(n) for n in clients}}
-    cpu0 = {n: cpu_seconds(p.pid) for n, (p, _) in routers.items()}
-    own0, wall0 = time.process_time(), time.perf_counter()
+    paths = list(clients)
+    stats = {n: PathStats(n) for n in paths}
+    probes = {n: PathStats(f"direct during {n}") for n in paths}
+    if args.trace:
+        for s in [*stats.values(), *probes.values()]:
+            s.trace = []
+    counts = dict.fromkeys(paths, 0)
     loop = asyncio.get_running_loop()
     tasks: list[asyncio.Task[None]] = []
-    paths = list(stats)
-    num_windows = max(1, round(args.seconds / args.window))
+    noise = {n: HostNoise() for n in paths}
+    pids = {n: p.pid for n, (p, _) in routers.items()}
+    num_direct = 0
+
+    async def windows(order: list[str], seconds: float, sink: dict[str, PathStats],
+                      probe_sink: dict[str, PathStats]) -> None:  # fmt: skip
+        nonlocal num_direct
+        clock = time.perf_counter
+        t = clock() + 0.2
+        for w, name in enumerate(order):
+            end = t + seconds
+            start = host_counters(pids.get(name))
+            late_max = 0.0
+            next_router = t + rng.expovariate(args.rate)
+            next_probe = t + rng.expovariate(args.probe_rate) if args.probe_rate else end
+            while min(next_router, next_probe) < end:
+                is_probe = next_probe < next_router
+                t = next_probe if is_probe else next_router
+                if is_probe:
+                    next_probe += rng.expovariate(args.probe_rate)
+                else:
+                    next_router += rng.expovariate(args.rate)
+                body = json.dumps({"model": "mock", "prompt": rng.choice(prefixes) + f" q{w} {t}",
+                                   "max_tokens": 16, "stream": True}).encode()  # fmt: skip
+                delay = t - clock()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                late_max = max(late_max, clock() - t)
+                if is_probe:
+                    client, into = direct[num_direct % 2], probe_sink[name]
+                    num_direct += 1
+                else:
+                    client, into = clients[name], sink[name]
+                    counts[name] += 1
+                tasks.append(loop.create_task(one_request(client, "/v1/completions", body, t,
+                                                          into)))  # fmt: skip
+            t = end + 0.3  # let the window drain before the next path
+            await asyncio.sleep(max(0.0, t - clock()))
+            if sink is stats:
+                noise[name].add(start, host_counters(pids.get(name)), late_max)
+        await asyncio.gather(*tasks)
+        tasks.clear()
+
+    # Warm-up, not measured: every path at full rate once, so the routers' own connections to
+    # the engines are open (the direct clients' are, above) and first-use costs are paid.
+    spare = {n: PathStats(n) for n in paths}
+    await windows(paths, min(args.window, 0.5), spare, spare)
     counts = dict.fromkeys(paths, 0)
-    clock = time.perf_counter
-    t = clock() + 0.2
-    for w in range(num_windows * len(paths)):
-        name = paths[w % len(paths)]
-        end = t + args.window
-        while t < end:
-            t += rng.expovariate(args.rate)
-            body = json.dumps({"model": "mock", "prompt": rng.choice(prefixes) + f" q{w} {t}",
-                               "max_tokens": 16, "stream": True}).encode()  # fmt: skip
-            delay = t - clock()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            client = direct[counts[name] % 2] if name == "direct" else clients[name]
-            counts[name] += 1
-            tasks.append(loop.create_task(one_request(client, "/v1/completions", body, t,
-                                                      stats[name])))  # fmt: skip
-        t = end + 0.3  # let the window drain before the next path
-        await asyncio.sleep(max(0.0, t - clock()))
-    await asyncio.gather(*tasks)
+    # The client and the mock engines are the measuring instrument: a collection of this
+    # process's heap (every request's task, response and timings, growing through the run)
+    # stops its loop for tens of milliseconds, and lands in whichever path's window it hits.
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    cpu0 = {n: cpu_seconds(p.pid) for n, (p, _) in routers.items()}
+    own0, wall0 = time.process_time(), time.perf_counter()
+    num_windows = max(1, round(args.seconds / args.window))
+    await windows(paths * num_windows, args.window, stats, probes)
     cpu1 = {n: cpu_seconds(p.pid) for n, (p, _) in routers.items()}
-    base = stats["direct"]
+    gc.enable()
+    gc.unfreeze()
     out: dict[str, object] = {
         "rate_per_s": args.rate,
+        "direct_probe_rate_per_s": args.probe_rate,
         "window_s": args.window,
         # The client and the mock engines share this process: near 1.0 it, not the router,
         # sets the tail (its lag shows in client_lag_p99_ms).
@@ -368,29 +465,44 @@ async def _interleave(args, mocks, routers, note) -> dict[str, object]:  # type:
         ),
         "note": note.strip(),
     }
-    for name, s in stats.items():
-        row: dict[str, object] = {
+
+    def summary(s: PathStats) -> dict[str, object]:
+        return {
             "requests": len(s.ttft_s),
             "errors": s.errors,
             "ttft_p50_ms": round(1000 * pct(s.ttft_s, 50), 3),
             "ttft_p99_ms": round(1000 * pct(s.ttft_s, 99), 3),
             "client_lag_p99_ms": round(1000 * pct(s.lag_s, 99), 3),
         }
+
+    every_probe = PathStats("direct")
+    for name in paths:
+        every_probe.ttft_s += probes[name].ttft_s
+        every_probe.lag_s += probes[name].lag_s
+        every_probe.errors += probes[name].errors
+    out["direct"] = summary(every_probe)
+    for name in paths:
+        s, base = stats[name], probes[name]
+        row = summary(s)
+        row["direct_same_windows"] = summary(base)
         if s.overhead_ms:
             row["own_time_p50_ms"] = round(pct(s.overhead_ms, 50), 3)
             row["own_time_p99_ms"] = round(pct(s.overhead_ms, 99), 3)
-        if name != "direct":
-            row["added_p50_ms"] = round(1000 * (pct(s.ttft_s, 50) - pct(base.ttft_s, 50)), 3)
-            row["added_p99_ms"] = round(1000 * (pct(s.ttft_s, 99) - pct(base.ttft_s, 99)), 3)
-            # The same from the client's actual send: the client's own lag (which differs from
-            # window to window on a shared host) taken out of both paths.
-            for q in (50, 99):
-                added = pct(s.ttft_from_send_s, q) - pct(base.ttft_from_send_s, q)
-                row[f"added_from_send_p{q}_ms"] = round(1000 * added, 3)
-            row["cpu_s_per_1000"] = round(
-                1000 * (cpu1[name] - cpu0[name]) / max(1, counts[name]), 3
-            )
+        row["host"] = noise[name].summary()
+        for q in (50, 99):
+            row[f"added_p{q}_ms"] = round(1000 * (pct(s.ttft_s, q) - pct(base.ttft_s, q)), 3)
+        # The same from the client's actual send: the client's own lag taken out of both.
+        for q in (50, 99):
+            added = pct(s.ttft_from_send_s, q) - pct(base.ttft_from_send_s, q)
+            row[f"added_from_send_p{q}_ms"] = round(1000 * added, 3)
+        row["cpu_s_per_1000"] = round(1000 * (cpu1[name] - cpu0[name]) / max(1, counts[name]), 3)
         out[name] = row
+    if args.trace:
+        with args.trace.open("w") as f:
+            f.write("path,scheduled_s,client_lag_ms,ttft_ms\n")
+            for s in [*stats.values(), *probes.values()]:
+                for at, lag, ttft in s.trace or []:
+                    f.write(f"{s.name},{at - wall0:.6f},{1000 * lag:.3f},{1000 * ttft:.3f}\n")
     for client in [*direct, *clients.values()]:
         client.close()
     return out
@@ -475,8 +587,14 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=500.0, help="streaming requests/s")
     parser.add_argument("--seconds", type=float, default=12.0, help="measured seconds per path")
     parser.add_argument("--window", type=float, default=1.0, help="seconds per interleaved window")
+    parser.add_argument("--probe-rate", type=float, default=150.0,
+                        help="direct requests/s sent in every router's windows, the baseline "
+                        "it is compared with (on top of --rate)")  # fmt: skip
     parser.add_argument("--no-sglang", action="store_true")
     parser.add_argument("--no-hit-rate", action="store_true")
+    parser.add_argument("--no-floor", action="store_true",
+                        help="leave out the tcp-relay path (a byte relay: the floor for any "
+                        "router process on this host)")  # fmt: skip
     parser.add_argument("--agent-rate", type=float, default=1.0, help="agent sessions/s")
     parser.add_argument("--agent-seconds", type=float, default=30.0)
     parser.add_argument("--pin", action="store_true",
@@ -487,6 +605,9 @@ def main() -> int:
                         "under SCHED_FIFO (root): other jobs on a shared host drop out of all "
                         "paths alike")  # fmt: skip
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--trace", type=Path,
+                        help="write every measured request's send lag and TTFT here (CSV), to "
+                        "see whether a tail is spread out or one stall")  # fmt: skip
     args = parser.parse_args()
     if args.realtime:
         from inhouse.bench.sender import use_realtime_priority

@@ -234,6 +234,7 @@ class PathStats:
     ttft_from_send_s: list[float] = field(default_factory=list)  # without the client's lag
     errors: int = 0
     overhead_ms: list[float] = field(default_factory=list)  # the gateway's own, by its header
+    trace: list[tuple[float, float, float]] | None = None  # (scheduled, lag, ttft) per request
 
 
 async def one_request(
@@ -260,6 +261,8 @@ async def one_request(
                 t = now()
                 stats.ttft_s.append(t - scheduled)
                 stats.ttft_from_send_s.append(t - sent)
+                if stats.trace is not None:
+                    stats.trace.append((scheduled, sent - scheduled, t - scheduled))
                 first = False
         response.release()
         stats.e2e_s.append(now() - scheduled)
