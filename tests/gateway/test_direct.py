@@ -270,3 +270,156 @@ def test_a_relay_failure_of_the_gateway_is_raised_in_the_task_not_blamed_on_the_
         assert not conn.is_closed  # the engine connection was not failed for it
 
     asyncio.run(main())
+
+
+# -- failures before the first token, on the direct path ----------------------------------
+
+_ROLE_EVENT = (
+    b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,'
+    b'"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
+)
+
+
+@contextlib.asynccontextmanager
+async def fake_engine(mode: str) -> AsyncIterator[str]:
+    """An engine that is healthy but, asked to generate, answers 200 and closes before any
+    token (`"head"`), after the chat role chunk (`"role"`), or answers 400 (`"bad_request"`)."""
+    from inhouse.bench.mock_server import take_request
+
+    class Conn(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport: asyncio.Transport = transport  # type: ignore[assignment]
+            self.buffer = b""
+
+        def reply(self, status: str, payload: bytes) -> None:
+            self.transport.write(
+                f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\n"
+                f"content-length: {len(payload)}\r\n\r\n".encode()
+                + payload
+            )
+
+        def data_received(self, data: bytes) -> None:
+            self.buffer += data
+            while (request := take_request(self.buffer)) is not None:
+                head, _, self.buffer = request
+                method, path = head.lstrip("\r\n").split(" ", 2)[:2]
+                if method == "GET" and path.startswith("/v1/models"):
+                    card = {"id": "tiny", "object": "model", "max_model_len": 512}
+                    self.reply("200 OK", json.dumps({"data": [card]}).encode())
+                elif method == "GET":
+                    self.reply("200 OK", b"{}")
+                elif mode == "bad_request":
+                    error = {"error": {"message": "no", "type": "BadRequestError", "code": 400}}
+                    self.reply("400 Bad Request", json.dumps(error).encode())
+                else:
+                    self.transport.write(
+                        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                        b"transfer-encoding: chunked\r\n\r\n"
+                    )
+                    if mode == "role":
+                        self.transport.write(b"%x\r\n%b\r\n" % (len(_ROLE_EVENT), _ROLE_EVENT))
+                    self.transport.close()
+                    return
+
+    server = await asyncio.get_running_loop().create_server(Conn, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("mode", ["head", "role"])
+def test_a_stream_that_fails_before_its_first_token_is_retried_unseen(mode: str) -> None:
+    data = stack_data(replicas=2, routing={"policy": "round_robin"},
+                      gateway={"health": {"interval_s": 30}})  # fmt: skip
+    body = chat(max_tokens=6, stream=True, ignore_eos=True)
+
+    async def main() -> None:
+        async with (
+            fake_engine(mode) as broken,
+            engines(1) as live,
+            served(data, [broken, live[0].url]) as (gateway, client),
+        ):
+            for _ in range(2):  # round robin: one of the two starts on the broken engine
+                r = await client.post("/v1/chat/completions", json=body)
+                assert r.status_code == 200
+                events = events_of(r.text)
+                assert events[-1] == "data: [DONE]"
+                assert not any('"error"' in e for e in events)
+                roles = [e for e in events if '"role":"assistant"' in e]
+                assert len(roles) == 1  # the broken engine's role chunk never reached the client
+                assert sum('"content"' in e for e in events) >= 6
+            text = (await client.get("/metrics")).text
+            # Both requests went to the broken engine first (the retry moves the round robin
+            # on); its two consecutive failures removed it, as failures before a byte do.
+            assert 'inhouse_gateway_retries_total{pool="chat",replica="0"} 2.0' in text
+            assert not gateway.pools["chat"].replicas[0].is_healthy
+            assert gateway.pools["chat"].replicas[1].num_failures == 0
+            assert all(r.num_inflight == 0 for r in gateway.pools["chat"].replicas)
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(("retries", "status"), [(1, 502), (2, 503)])
+def test_a_stream_no_replica_can_start_gets_an_error_status_not_a_broken_200(
+    retries: int, status: int
+) -> None:
+    gateway_spec = {"health": {"interval_s": 30}, "proxy": {"retries": retries}}
+    data = stack_data(replicas=2, gateway=gateway_spec)
+    body = chat(max_tokens=6, stream=True)
+
+    async def main() -> None:
+        async with (
+            fake_engine("head") as one,
+            fake_engine("role") as two,
+            served(data, [one, two]) as (_, client),
+        ):
+            r = await client.post("/v1/chat/completions", json=body)
+            # Both replicas tried; with one more retry allowed, none is left to try.
+            assert r.status_code == status
+            error = r.json()["error"]
+            assert error["code"] == status and "chat" in error["message"]
+            assert "retry-after" in r.headers
+            # The connection (kept alive) serves the next request normally.
+            models = await client.get("/v1/models")
+            assert models.status_code == 200
+
+    asyncio.run(main())
+
+
+def test_a_retry_that_gets_a_client_error_answers_with_it() -> None:
+    data = stack_data(replicas=2, routing={"policy": "round_robin"},
+                      gateway={"health": {"interval_s": 30}})  # fmt: skip
+    body = chat(max_tokens=6, stream=True)
+
+    async def main() -> None:
+        async with (
+            fake_engine("head") as broken,
+            fake_engine("bad_request") as refusing,
+            served(data, [broken, refusing]) as (_, client),
+        ):
+            statuses = set()
+            for _ in range(2):
+                r = await client.post("/v1/chat/completions", json=body)
+                statuses.add(r.status_code)
+                assert r.json()["error"]["type"] == "BadRequestError"
+            assert statuses == {400}
+
+    asyncio.run(main())
+
+
+def test_without_a_way_to_take_the_head_back_the_stream_ends_with_an_error_event(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(direct.GatewayProtocol, "_unstart", lambda self: False)
+    data = stack_data(replicas=1, gateway={"health": {"interval_s": 30}})
+
+    async def main() -> None:
+        async with fake_engine("head") as broken, served(data, [broken]) as (_, client):
+            r = await client.post("/v1/chat/completions", json=chat(max_tokens=6, stream=True))
+        assert r.status_code == 200
+        events = events_of(r.text)
+        assert events[-1] == "data: [DONE]"
+        assert events[-2].startswith('data: {"error":')
+
+    asyncio.run(main())

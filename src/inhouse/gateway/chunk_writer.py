@@ -28,7 +28,15 @@ class ChunkWriter:
     `is_closing`), so the response head can wait for the first chunk: one write, one segment,
     one wake-up of the client for both."""
 
-    __slots__ = ("_flow", "_held", "_is_holding", "_on_lost", "_transport", "is_lost")
+    __slots__ = (
+        "_flow",
+        "_held",
+        "_is_holding",
+        "_on_lost",
+        "_transport",
+        "is_lost",
+        "on_unstart",
+    )
 
     def __init__(self, transport: asyncio.Transport, flow: Flow) -> None:
         self._transport = transport
@@ -37,6 +45,8 @@ class ChunkWriter:
         self._held = b""
         self._on_lost: Callable[[], None] | None = None
         self.is_lost = False
+        # Set by the server: forget that the current response started (True if it could).
+        self.on_unstart: Callable[[], bool] | None = None
 
     def watch(self, on_lost: Callable[[], None] | None) -> None:
         """Call `on_lost` if the client goes away (None: stop watching). Cheaper than a task
@@ -53,6 +63,16 @@ class ChunkWriter:
         """Keep the next write back until the one after it (the head until the first chunk
         or the stream's end, written in the same turn of the loop)."""
         self._is_holding = True
+
+    def unstart(self) -> bool:
+        """Take back a response head that is still held (nothing of the response reached the
+        client), so that another status can be sent instead. False if the server cannot."""
+        on_unstart = self.on_unstart
+        if not self._held or on_unstart is None or not on_unstart():
+            return False
+        self._is_holding = False
+        self._held = b""
+        return True
 
     def write_chunk(self, data: bytes) -> bool:
         """One chunk; False when the client's buffer is full (stop the source until

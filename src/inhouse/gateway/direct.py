@@ -10,8 +10,12 @@ through ASGI `send`, so uvicorn keeps its keep-alive, disconnect and drain bookk
 ASGI server (and `httpx.ASGITransport` in the tests) offers no writer, and the routes relay
 through `send` as before.
 
-NOTE: this leans on three uvicorn internals (`self.scope`, `self.cycle`, and the cycle's
-`transport` attribute, which uvicorn only writes, closes and asks `is_closing`);
+NOTE: this leans on uvicorn internals: `self.scope`, `self.cycle`, the cycle's `transport`
+attribute (which uvicorn only writes, closes and asks `is_closing`), and — only when a stream
+fails before its first token and no other replica can stream it — the cycle's
+`response_started`, `chunked_encoding` and `expected_content_length`, reset so that the error
+goes out with its own status (checked when used; without them the stream ends with an error
+event instead);
 tests/gateway/test_direct.py runs the real server, so an uvicorn that changes them fails there,
 and `is_supported` checks their shape at start-up: where it does not match, or this module
 cannot even be imported, the gateway serves with uvicorn's own protocol and relays through
@@ -53,6 +57,7 @@ class GatewayProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._writer = ChunkWriter(transport, self.flow)
+        self._writer.on_unstart = self._unstart
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
@@ -62,6 +67,18 @@ class GatewayProtocol(HttpToolsProtocol):
         super().on_message_begin()
         extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
         extensions[EXTENSION] = self._writer
+
+    def _unstart(self) -> bool:
+        """The current cycle's response has not started after all (its head was held back by
+        the writer and never written): uvicorn's three fields for it, back to their start."""
+        cycle = self.cycle
+        fields = ("response_started", "chunked_encoding", "expected_content_length")
+        if cycle is None or cycle.response_complete or not all(hasattr(cycle, f) for f in fields):
+            return False
+        cycle.response_started = False
+        cycle.chunked_encoding = None
+        cycle.expected_content_length = 0
+        return True
 
     def on_headers_complete(self) -> None:
         super().on_headers_complete()

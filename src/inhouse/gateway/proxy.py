@@ -1,8 +1,9 @@
 """`/v1/chat/completions` and `/v1/completions`: one raw ASGI handler per route.
 
 Raw ASGI, not Starlette's Request/Response: the hot path pays for no object it does not use.
-The response head goes to the client only once the engine's first body bytes are in hand, so
-a replica that fails before its first byte is retried on another one (at most
+The response head goes to the client only with the engine's first token (for a stream served
+by `direct.GatewayProtocol`, written from the engine connection's callback, head and token in
+one write), so a replica that fails before it is retried on another one (at most
 `proxy.retries` times) and the client never sees it; after that, a failure ends the stream
 with an error event the client sees. Nothing accepted is dropped silently: every admitted
 request ends in a response, an error event, or a logged client disconnect.
@@ -170,18 +171,23 @@ class GenerationRoute:
     ) -> None:
         gateway = self.gateway
         outcome = _Outcome()
-        placement: Placement | None = None
+        # With the direct writer a stream's head is readied as soon as the engine answers 200
+        # and goes out with the first token from the engine connection's callback: no task
+        # switch between the engine's first token and the client's.
+        early = writer is not None and admission.parsed.is_stream
         try:
-            placement, response, first = await self._dispatch(admission, outcome)
+            response, first = await self._dispatch(admission, outcome, early)
             headers = [rid, (b"x-inhouse-pool", admission.pool.name.encode())]
             if admission.pool_reason.startswith("fallback"):
                 headers.append((b"x-inhouse-fallback", admission.primary_pool.encode()))
             if admission.parsed.is_stream and response.status == 200:
-                await self._stream(
-                    admission, placement, response, first, send, receive, headers, outcome, writer
+                other = await self._stream(
+                    admission, response, first, send, receive, headers, outcome, writer
                 )
-            else:
-                await self._whole(admission, placement, response, first, send, headers, outcome)
+                if other is None:
+                    return
+                response, first = other  # a retry after a failure before the first token
+            await self._whole(admission, response, first, send, headers, outcome)
         except GatewayError as error:
             outcome.status = error.status
             outcome.reason = error.reason
@@ -189,21 +195,22 @@ class GenerationRoute:
             if error.reason in ("queue_full", "no_replica"):
                 gateway.metrics.rejections.child(admission.tenant.name, error.reason).inc()
         finally:
-            if placement is not None:
-                gateway.dispatcher.release(placement)
-            await self._finish(admission, placement, outcome)
+            if outcome.placement is not None:
+                gateway.dispatcher.release(outcome.placement)
+            await self._finish(admission, outcome.placement, outcome)
 
     async def _dispatch(
-        self, admission: Admission, outcome: _Outcome
-    ) -> tuple[Placement, Response, bytes | None]:
+        self, admission: Admission, outcome: _Outcome, early: bool = False
+    ) -> tuple[Response, bytes | None]:
         """Place, send, and get the head and first body bytes, retrying other replicas on a
-        failure before the first byte."""
+        failure before the first byte (`outcome.placement` is the replica's). With `early`, a
+        200 returns before any body byte (b""): `_stream` holds everything back until the first
+        token and, on a failure before it, continues the attempts here."""
         gateway = self.gateway
         spec = gateway.spec
-        exclude: frozenset[int] = frozenset()
-        last_error = "no attempt"
-        for attempt in range(spec.proxy.retries + 1):
-            placement = await gateway.place(admission, exclude)
+        for attempt in range(outcome.retries, spec.proxy.retries + 1):
+            placement = await gateway.place(admission, outcome.exclude)
+            outcome.placement = placement
             replica = placement.replica
             if attempt == 0:
                 gateway.metrics.decisions.child(
@@ -222,6 +229,9 @@ class GenerationRoute:
                 if response.status in RETRY_STATUSES and attempt < spec.proxy.retries:
                     text = await response.read_all()
                     raise UpstreamError(f"engine answered {response.status}: {text[:200]!r}", True)
+                if early and response.status == 200:
+                    outcome.first_byte_s = time.perf_counter()
+                    return response, b""
                 first = await response.read()
                 while first is not None and is_role_only(first):
                     more = await response.read()
@@ -230,34 +240,45 @@ class GenerationRoute:
                     first += more
                 outcome.first_byte_s = time.perf_counter()
             except UpstreamError as exc:
-                last_error = str(exc)
-                outcome.retries += 1
-                gateway.metrics.retries.child(admission.pool.name, replica.label).inc()
-                if replica.record_failure(spec.health):
-                    log.warning("replica %s/%s removed: %s", replica.pool, replica.index, exc)
-                gateway.dispatcher.release(placement)
-                exclude = exclude | {replica.index}
+                self._failed(admission, outcome, exc)
                 continue
             replica.num_failures = 0
-            return placement, response, first
+            return response, first
         raise GatewayError(
             502,
-            f"No replica of pool {admission.pool.name!r} answered ({last_error}). Please retry.",
+            f"No replica of pool {admission.pool.name!r} answered ({outcome.last_error}). "
+            "Please retry.",
             reason="upstream_error",
             retry_after_s=1.0,
         )
 
+    def _failed(self, admission: Admission, outcome: _Outcome, exc: UpstreamError) -> None:
+        """An attempt that failed before the client saw a byte: count it against the replica
+        and let go of it (the next attempt goes elsewhere)."""
+        gateway = self.gateway
+        placement = outcome.placement
+        assert placement is not None
+        replica = placement.replica
+        outcome.last_error = str(exc)
+        outcome.retries += 1
+        gateway.metrics.retries.child(admission.pool.name, replica.label).inc()
+        if replica.record_failure(gateway.spec.health):
+            log.warning("replica %s/%s removed: %s", replica.pool, replica.index, exc)
+        gateway.dispatcher.release(placement)
+        outcome.placement = None
+        outcome.exclude = outcome.exclude | {replica.index}
+
     async def _whole(
         self,
         admission: Admission,
-        placement: Placement,
         response: Response,
         first: bytes | None,
         send: Send,
         headers: list[tuple[bytes, bytes]],
         outcome: _Outcome,
     ) -> None:
-        outcome.replica = placement.replica.label
+        assert outcome.placement is not None
+        outcome.replica = outcome.placement.replica.label
         try:
             rest = await response.read_all() if first is not None else b""
         except UpstreamError as exc:
@@ -282,7 +303,6 @@ class GenerationRoute:
     async def _stream(
         self,
         admission: Admission,
-        placement: Placement,
         response: Response,
         first: bytes | None,
         send: Send,
@@ -290,11 +310,14 @@ class GenerationRoute:
         headers: list[tuple[bytes, bytes]],
         outcome: _Outcome,
         writer: ChunkWriter | None,
-    ) -> None:
+    ) -> tuple[Response, bytes | None] | None:
+        """Relay a 200 stream. Returns None when the response is over, or the engine response
+        to answer with instead (not a stream) when a failure before the first token led to a
+        retry that got one."""
         gateway = self.gateway
-        outcome.replica = placement.replica.label
         outcome.status = 200
         state = StreamState(admission.parsed.wants_usage)
+        held: list[bytes] = []  # what came before the first token (the chat role chunk)
 
         def on_disconnect(_: object = None) -> None:
             if outcome.is_relaying:  # the client left mid-stream: stop the engine's work
@@ -310,24 +333,59 @@ class GenerationRoute:
         head = [(b"content-type", SSE_TYPE), (b"cache-control", b"no-cache"), *headers,
                 overhead_header(admission, outcome)]  # fmt: skip
         if writer is not None:
-            writer.hold()  # the head goes out with the first chunk, in one write
+            writer.hold()  # the head goes out with the first token, in one write
 
         def take(piece: bytes) -> bytes:
             out = relay_piece(state, piece)
-            if out and not outcome.is_served and state.has_first_token:
+            if not state.has_first_token:  # nothing to the client yet: a failure is retried
+                if out:
+                    held.append(out)
+                return b""
+            if held:
+                out = b"".join(held) + out
+                held.clear()
+            if out and not outcome.is_served:
+                placement = outcome.placement
+                assert placement is not None
                 outcome.is_served = True
                 outcome.first_token_s = time.perf_counter()
+                placement.replica.num_failures = 0
                 gateway.dispatcher.first_token(placement)
             return out
 
         is_released = False
         try:
             await send({"type": "http.response.start", "status": 200, "headers": head})
-            if writer is None:
-                tail = await _relay_through_send(take, response, first, send)
-            else:
-                tail = await _relay_direct(take, response, first, writer)
-            tail += flush(state)
+            while True:
+                assert outcome.placement is not None
+                outcome.replica = outcome.placement.replica.label
+                try:
+                    if writer is None:
+                        tail = await _relay_through_send(take, response, first, send)
+                    else:
+                        tail = await _relay_direct(take, response, first, writer)
+                    break
+                except UpstreamError as exc:
+                    if writer is None or writer.is_lost or state.has_first_token:
+                        raise
+                    # Before the first token the client has seen nothing (its head is held):
+                    # the next replica, as a failure before the first byte would be.
+                    response.abort()
+                    self._failed(admission, outcome, exc)
+                    try:
+                        response, first = await self._dispatch(admission, outcome, True)
+                    except GatewayError as error:
+                        if writer.unstart():
+                            raise
+                        raise UpstreamError(error.message, False) from None
+                    if response.status != 200:
+                        if writer.unstart():
+                            is_released = True  # handed back: answered whole by the caller
+                            return response, first
+                        raise UpstreamError(f"engine answered {response.status}", False) from None
+                    state = StreamState(admission.parsed.wants_usage)
+                    held.clear()
+            tail = b"".join(held) + tail + flush(state)
             outcome.is_relaying = False
             response.release()
             is_released = True
@@ -344,6 +402,8 @@ class GenerationRoute:
                 await send(
                     {"type": "http.response.body", "body": error_event(message), "more_body": False}
                 )
+        except GatewayError:
+            raise  # no replica answered before the first token: the caller answers with it
         except Exception:
             # A failure of the gateway's own, mid-stream: the client still gets an error
             # event it can act on, the log gets the trace (never the prompt).
@@ -365,6 +425,7 @@ class GenerationRoute:
                 gone.cancel()
             outcome.usage = state.usage
             outcome.num_events = state.num_events
+        return None
 
     async def _finish(
         self, admission: Admission, placement: Placement | None, outcome: _Outcome
@@ -471,11 +532,14 @@ def overhead_header(admission: Admission, outcome: _Outcome) -> tuple[bytes, byt
 
 class _Outcome:
     __slots__ = (
+        "exclude",
         "first_byte_s",
         "first_token_s",
         "is_relaying",
         "is_served",
+        "last_error",
         "num_events",
+        "placement",
         "reason",
         "replica",
         "retries",
@@ -496,3 +560,6 @@ class _Outcome:
         self.first_token_s = 0.0
         self.num_events = 0
         self.usage: dict[str, Any] | None = None
+        self.placement: Placement | None = None
+        self.exclude: frozenset[int] = frozenset()
+        self.last_error = "no attempt"
