@@ -58,6 +58,7 @@ from gateway_harness import (
     free_port,
     one_request,
     pct,
+    proc_stat,
     python,
     start_mock,
     start_process,
@@ -343,11 +344,11 @@ def host_counters(pid: int | None) -> tuple[float, int, int]:
     ticks = os.sysconf("SC_CLK_TCK")
     with open("/proc/stat") as f:
         steal = int(f.readline().split()[8]) / ticks
-    own = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[9])
+    own = int(proc_stat("self")[9])
     router = 0
     if pid is not None:
         with contextlib.suppress(OSError):
-            router = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[9])
+            router = int(proc_stat(pid)[9])
     return steal, own, router
 
 
