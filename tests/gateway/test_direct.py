@@ -17,6 +17,7 @@ from tests.gateway.test_failures import wait_for
 
 from inhouse.gateway import direct
 from inhouse.gateway.chunk_writer import ChunkWriter
+from inhouse.gateway.limits import LimitStore
 from inhouse.gateway.proxy import _relay_direct, _relay_through_send
 from inhouse.gateway.serve import _Server, uvicorn_config
 from inhouse.gateway.service import Gateway
@@ -26,9 +27,11 @@ from inhouse.spec.stack import parse_stack
 
 
 @contextlib.asynccontextmanager
-async def served(data: dict, urls: list[str]) -> AsyncIterator[tuple[Gateway, httpx.AsyncClient]]:
+async def served(
+    data: dict, urls: list[str], limits: LimitStore | None = None
+) -> AsyncIterator[tuple[Gateway, httpx.AsyncClient]]:
     stack = parse_stack(data)
-    gateway = Gateway(stack, parse_gateway(stack.gateway), {"chat": urls}, KEY)
+    gateway = Gateway(stack, parse_gateway(stack.gateway), {"chat": urls}, KEY, limits)
     await gateway.start()
     port = free_port()
     server = _Server(uvicorn_config(gateway, "127.0.0.1", port))

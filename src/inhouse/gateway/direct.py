@@ -25,6 +25,7 @@ cannot even be imported, the gateway serves with uvicorn's own protocol and rela
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 from typing import Any
 
@@ -32,6 +33,10 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from inhouse.gateway.chunk_writer import EXTENSION, ChunkWriter
+from inhouse.gateway.eager import start_eagerly
+
+# POSTs to these paths start their handler with the whole body, eagerly (`on_message_complete`).
+EAGER_PATHS = frozenset(("/v1/chat/completions", "/v1/completions"))
 
 
 def is_supported() -> bool:
@@ -41,10 +46,19 @@ def is_supported() -> bool:
         flow_has_state = hasattr(FlowControl(None), "write_paused")  # type: ignore[arg-type]
     except Exception:
         return False
-    hooks = ("connection_made", "connection_lost", "on_message_begin", "on_headers_complete")
+    hooks = (
+        "connection_made",
+        "connection_lost",
+        "on_message_begin",
+        "on_headers_complete",
+        "on_body",
+        "on_message_complete",
+        "_start_asgi_task",
+    )
     return (
         "transport" in cycle_params
         and "flow" in cycle_params
+        and callable(getattr(RequestResponseCycle, "run_asgi", None))
         and all(callable(getattr(HttpToolsProtocol, name, None)) for name in hooks)
         and callable(getattr(FlowControl, "drain", None))
         and flow_has_state
@@ -56,10 +70,12 @@ class GatewayProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self._deferred: tuple[RequestResponseCycle, Any] | None = None
         self._writer = ChunkWriter(transport, self.flow)
         self._writer.on_unstart = self._unstart
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._deferred = None  # its body never came: nothing was accepted
         super().connection_lost(exc)
         self._writer.connection_lost()
 
@@ -81,7 +97,48 @@ class GatewayProtocol(HttpToolsProtocol):
         return True
 
     def on_headers_complete(self) -> None:
+        self._deferred = None
         super().on_headers_complete()
         cycle = self.cycle
         if cycle is not None and cycle.scope is self.scope:
             cycle.transport = self._writer  # type: ignore[assignment]  # duck-typed: see NOTE
+
+    # -- eager start of the generation routes ----------------------------------------------
+    # uvicorn starts a request's task when its headers are parsed; the task's first step runs
+    # on a later turn of the loop, after every other callback due in this one, and then waits
+    # for the body. A POST to a generation route is started instead when its body is complete,
+    # eagerly (`eager.start_eagerly`): its handler runs from this callback up to its first
+    # wait, so the request is written to the engine without a turn of the loop in between.
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        scope = cycle.scope
+        if (
+            getattr(cycle, "more_body", False) is True
+            and getattr(cycle, "waiting_for_100_continue", True) is False
+            and scope["method"] == "POST"
+            and scope.get("path") in EAGER_PATHS
+        ):
+            self._deferred = (cycle, app)  # started by on_message_complete, or on_body
+            return
+        super()._start_asgi_task(cycle, app)
+
+    def on_body(self, body: bytes) -> None:
+        super().on_body(body)
+        deferred = self._deferred
+        if deferred is not None and self.flow.read_paused:
+            # A body too big to wait for: uvicorn paused reading until the app reads it.
+            self._deferred = None
+            super()._start_asgi_task(*deferred)
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        deferred = self._deferred
+        if deferred is None:
+            return
+        self._deferred = None
+        cycle, app = deferred
+        reset = getattr(self.config, "reset_contextvars", False)
+        context = contextvars.Context() if reset else None
+        task = start_eagerly(self.loop, cycle.run_asgi(app), context)
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
