@@ -181,3 +181,42 @@ def test_queue_timeout_and_full_queue_are_503_with_retry_after() -> None:
             assert 'inhouse_gateway_rejections_total{reason="queue_full",tenant="bulk"} 2.0' in text
 
     asyncio.run(main())
+
+
+def test_the_quick_pool_choice_is_the_simulators_choice_on_random_states() -> None:
+    """`Dispatcher.choose_pool` answers the common case from the replicas' counts without
+    building views; on random health, load, scrapes, prompt lengths and fallbacks it chooses
+    as `routing.pools.choose_pool` over the live views does."""
+    import random
+    import time
+
+    from inhouse.gateway.service import Gateway
+    from inhouse.routing.pools import choose_pool
+    from inhouse.spec.gateway import parse_gateway
+    from inhouse.spec.stack import parse_stack
+
+    rng = random.Random(5)
+    for trial in range(40):
+        fallback = rng.choice([None, "small"])
+        long_rule = rng.choice([{}, {"long_prompt_tokens": 50, "long_pool": "small"}])
+        data = two_pools(saturation_waiting=rng.randint(1, 4), fallback=fallback, **long_rule)
+        data["pools"][0]["replicas"] = rng.randint(1, 3)
+        stack = parse_stack(data)
+        urls = {p.name: [f"http://127.0.0.1:{9000 + i}" for i in range(p.replicas)]
+                for p in stack.pools}  # fmt: skip
+        gateway = Gateway(stack, parse_gateway(stack.gateway), urls, "k")
+        dispatcher = gateway.dispatcher
+        for _ in range(25):
+            now = time.monotonic()
+            for pool in gateway.pools.values():
+                for replica in pool.replicas:
+                    replica.is_healthy = rng.random() < 0.7
+                    replica.num_inflight = rng.randint(0, 20)
+                    replica.running_capacity = rng.randint(1, 20)
+                    replica.scraped_waiting = rng.randint(0, 6)
+                    replica.scraped_at = now - rng.choice([0.0, 1e6])
+            model = rng.choice([None, "tiny", "small"])
+            tokens = rng.choice([10, 60, 500])
+            quick = dispatcher.choose_pool(model, tokens)
+            full = choose_pool(stack, model, tokens, dispatcher.views)  # type: ignore[arg-type]
+            assert quick == full, (trial, model, tokens)

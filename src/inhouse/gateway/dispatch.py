@@ -132,6 +132,11 @@ class Dispatcher:
         self.pools = pools
         self.scrape_max_age_s = scrape_max_age_s
         self._now = time.monotonic()
+        self._by_model: dict[str, PoolSpec] = {}
+        for spec in stack.pools:
+            for name in spec.model_names:
+                self._by_model.setdefault(name, spec)
+        self._as_is = {spec.name: PoolChoice(spec.name, "model") for spec in stack.pools}
 
     def views(self, pool_name: str) -> list[object]:
         pool = self.pools[pool_name]
@@ -140,7 +145,26 @@ class Dispatcher:
         return [r.view(now, age) for r in pool.replicas]
 
     def choose_pool(self, model: str | None, num_prompt_tokens: int) -> PoolChoice:
-        self._now = time.monotonic()
+        """`routing.pools.choose_pool` over live views. The common case, the model's pool
+        with no length rule to apply, up and not saturated, is answered from the replicas'
+        own counts without building views (the same tests as `is_down` and `is_saturated`)."""
+        now = self._now = time.monotonic()
+        pool = self.stack.pools[0] if model is None else self._by_model.get(model)
+        if pool is not None and (
+            pool.long_pool is None
+            or pool.long_prompt_tokens is None
+            or num_prompt_tokens <= pool.long_prompt_tokens
+        ):
+            age = self.scrape_max_age_s
+            limit = pool.saturation_waiting
+            is_up = False
+            for replica in self.pools[pool.name].replicas:
+                if replica.is_healthy:
+                    is_up = True
+                    if replica.num_waiting(now, age) < limit:
+                        return self._as_is[pool.name]  # up, and not every replica saturated
+            if not is_up and pool.fallback is None:
+                return PoolChoice(None, "pool_down")
         return choose_pool(self.stack, model, num_prompt_tokens, self.views)  # type: ignore[arg-type]
 
     def try_place(
@@ -153,7 +177,11 @@ class Dispatcher:
         views = []
         for replica in pool.replicas:
             view = replica.view(now, age)
-            held = any(p < priority and n for p, n in replica.prefilling.items())
+            held = False
+            for p, n in replica.prefilling.items():
+                if n and p < priority:
+                    held = True
+                    break
             if view.is_healthy and (
                 replica.num_inflight >= cap or replica.index in exclude or held
             ):

@@ -1,5 +1,10 @@
 """API keys: created once, stored only as salted SHA-256 hashes, checked in one dict lookup.
 
+A key seen before is recognised by its keyed BLAKE2b MAC under a salt drawn for this process
+(one C call, no OpenSSL name lookup: ~0.7 µs against ~2.4 µs for `hmac.digest`); only keys that
+passed the full check enter that table, so it holds at most one entry per valid key and never a
+key in the clear.
+
 A key reads `ihk-<id>-<secret>`: 8 hex digits of public id and 32 URL-safe characters (192
 bits) of secret. The stored line is `ihk1$<id>$<salt hex>$<sha256(salt + key) hex>`. Random
 192-bit secrets cannot be guessed, so a fast hash is enough (no password stretching); the salt
@@ -42,30 +47,38 @@ class KeyRing:
     """Key id → (tenant, salt, digest). `tenant_of(key)` is None for an unknown or wrong key.
 
     A key given in the clear at start-up (the demo key of `inhouse up`, any string) is kept
-    only as an HMAC under a salt drawn for this process."""
+    only as its MAC (keyed BLAKE2b) under a salt drawn for this process."""
 
     def __init__(self, entries: Iterable[tuple[str, str]] = ()) -> None:
         self._by_id: dict[str, tuple[str, bytes, bytes]] = {}
         self._salt = secrets.token_bytes(16)
-        self._plain: dict[bytes, str] = {}
+        self._known: dict[bytes, str] = {}  # MAC of a plain or already verified key -> tenant
+        self._plain: set[bytes] = set()  # MACs of the keys given in the clear
         for tenant, entry in entries:
             self.add(tenant, entry)
 
+    def _mac(self, key: str) -> bytes:
+        return hashlib.blake2b(key.encode(), key=self._salt, digest_size=32).digest()
+
     def add_plain(self, tenant: str, key: str) -> None:
-        self._plain[hmac.digest(self._salt, key.encode(), "sha256")] = tenant
+        mac = self._mac(key)
+        self._plain.add(mac)
+        self._known[mac] = tenant
 
     def add(self, tenant: str, entry: str) -> None:
         key_id, salt, digest = parse_key_hash(entry)
         self._by_id[key_id] = (tenant, salt, digest)
+        # A verdict cached for a key with this id may be stale now: keep only the plain keys.
+        self._known = {mac: t for mac, t in self._known.items() if mac in self._plain}
 
     def __len__(self) -> int:
         return len(self._by_id) + len(self._plain)
 
     def tenant_of(self, key: str) -> str | None:
-        if self._plain:
-            tenant = self._plain.get(hmac.digest(self._salt, key.encode(), "sha256"))
-            if tenant is not None:
-                return tenant
+        mac = self._mac(key)
+        tenant = self._known.get(mac)
+        if tenant is not None:
+            return tenant
         key_id = key_id_of(key)
         if key_id is None:
             return None
@@ -74,5 +87,6 @@ class KeyRing:
             return None
         tenant, salt, digest = found
         if hmac.compare_digest(hashlib.sha256(salt + key.encode()).digest(), digest):
+            self._known[mac] = tenant
             return tenant
         return None

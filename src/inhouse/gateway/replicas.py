@@ -59,15 +59,20 @@ class Replica:
         self.scraped_at = -1e18
         self.max_model_len: int | None = None
 
+    def num_waiting(self, now: float, max_age_s: float) -> int:
+        """Requests queued in the engine: the scrape while fresh, and at least what exceeds
+        its running batch by the gateway's own in-flight count (a live estimate)."""
+        over = self.num_inflight - self.running_capacity
+        if now - self.scraped_at <= max_age_s and self.scraped_waiting > over:
+            return self.scraped_waiting
+        return over if over > 0 else 0
+
     def view(self, now: float, max_age_s: float) -> ReplicaView:
         fresh = now - self.scraped_at <= max_age_s
-        waiting = self.scraped_waiting if fresh else 0
-        # The engine queues what exceeds its running batch: the gateway's own live estimate.
-        waiting = max(waiting, self.num_inflight - self.running_capacity)
         return ReplicaView(
             self.index,
             self.num_inflight,
-            waiting,
+            self.num_waiting(now, max_age_s),
             self.scraped_kv_usage if fresh else 0.0,
             self.is_healthy,
         )

@@ -112,6 +112,14 @@ class Gateway:
             state = self._build_pool(pool, urls)
             self.pools[pool.name] = state
             replicas.extend(state.replicas)
+        # Every name a client may put in `model` -> (the name, its pool); the first pool wins,
+        # as in `StackSpec.pool_for_model` (a dict lookup per request instead of a scan).
+        self._models: dict[str | None, tuple[str, PoolSpec]] = {}
+        for pool in stack.pools:
+            for name in pool.model_names:
+                self._models.setdefault(name, (name, pool))
+        first = stack.pools[0]
+        self._models[None] = (first.client_model_name, first)
         self.dispatcher = Dispatcher(stack, self.pools, spec.health.scrape_max_age_s)
         self.monitor = HealthMonitor(replicas, spec.health, on_join=self._on_join)
         self.metrics.on_render(self._refresh_gauges)
@@ -226,20 +234,16 @@ class Gateway:
         return [n for n in names if tenant.may_use(n)]
 
     def resolve_model(self, tenant: TenantSpec, model: str | None) -> tuple[str, PoolSpec]:
-        if model is None:
-            pool = self.stack.pools[0]
-            model = pool.client_model_name
-        else:
-            found = self.stack.pool_for_model(model)
-            if found is None:
-                valid = ", ".join(self.model_names(tenant))
-                raise GatewayError(
-                    404,
-                    f"The model `{model}` does not exist. Valid aliases: {valid}.",
-                    param="model",
-                    reason="unknown_model",
-                )
-            pool = found
+        found = self._models.get(model)
+        if found is None:
+            valid = ", ".join(self.model_names(tenant))
+            raise GatewayError(
+                404,
+                f"The model `{model}` does not exist. Valid aliases: {valid}.",
+                param="model",
+                reason="unknown_model",
+            )
+        model, pool = found
         if not tenant.may_use(model):
             raise GatewayError(
                 403,
@@ -305,11 +309,13 @@ class Gateway:
         )
 
     def _count_limit(self, pool: PoolSpec) -> int:
-        lengths = [self.pools[pool.name].max_model_len()]
+        """Counted exactly up to the longest context the request could be sent to."""
+        limit = self.pools[pool.name].max_model_len()
         if pool.long_pool is not None:
-            lengths.append(self.pools[pool.long_pool].max_model_len())
-        known = [n for n in lengths if n is not None]
-        return max(known) if known else 1 << 22
+            longer = self.pools[pool.long_pool].max_model_len()
+            if longer is not None and (limit is None or longer > limit):
+                limit = longer
+        return 1 << 22 if limit is None else limit
 
     def _check_lengths(
         self, tenant: TenantSpec, pool: PoolState, parsed: ParsedRequest, num_prompt: int
@@ -360,8 +366,18 @@ class Gateway:
         room = max_len - num_prompt
         return requested or (min(default, room) if default else room)
 
-    async def _reserve(self, tenant: TenantSpec, request_id: str, tokens: int) -> Reservation:
-        result = await self.limits.reserve(tenant.name, tenant.limits, request_id, tokens)
+    async def _reserve(
+        self, tenant: TenantSpec, request_id: str, tokens: int
+    ) -> Reservation | None:
+        limits = tenant.limits
+        if (
+            limits.rpm is None
+            and limits.tpm is None
+            and limits.max_concurrency is None
+            and limits.daily_tokens is None
+        ):
+            return None  # nothing to hold: no round trip to the store (Redis) at all
+        result = await self.limits.reserve(tenant.name, limits, request_id, tokens)
         if isinstance(result, Refusal):
             raise GatewayError(
                 429,
