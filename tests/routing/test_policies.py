@@ -217,3 +217,33 @@ def test_registry_names_policies_and_checks_parameters() -> None:
         make_policy("cache_aware", PolicyContext(2), {"max_blocks_per_replica": 1.5})
     policy = make_policy("cache_aware", PolicyContext(2), {"load_factor": 2})
     assert policy.filters  # built with the given parameter
+
+
+@pytest.mark.parametrize("name", ["cache_aware", "oracle"])
+def test_the_written_out_choose_decides_as_the_generic_pipeline(name: str) -> None:
+    """`CacheAware.choose` is `Policy.choose` over the same filters and scorers, written out:
+    on random loads, KV usage, health, cached prefixes and ties, the two decide alike."""
+    import random
+
+    rng = random.Random(11)
+    for trial in range(60):
+        n = rng.randint(1, 5)
+        pool = Pool(name, n, load_slack=rng.choice([0.0, 1.0, 3.0]))
+        pool.cached = [rng.randint(0, 8) for _ in range(n)]
+        finished = []
+        for k in range(rng.randint(0, 40)):
+            spans = [(rng.randint(0, 3), BS * rng.randint(1, 6)), (k, BS * rng.randint(0, 4))]
+            rid = f"{trial}-{k}"
+            replica = pool.send(request(rid, spans))
+            if rng.random() < 0.5:
+                pool.policy.on_first_token(rid)
+            if rng.random() < 0.3:
+                finished.append((rid, replica))
+        for rid, replica in finished:
+            pool.finish(rid, replica)
+        for _ in range(20):
+            pool.healthy = [rng.random() < 0.85 for _ in range(n)]
+            pool.kv = [rng.choice([0.1, 0.5, 0.96, 0.99]) for _ in range(n)]
+            probe = request("probe", [(rng.randint(0, 3), BS * rng.randint(0, 6))])
+            views = pool.views()
+            assert pool.policy.choose(probe, views) == Policy.choose(pool.policy, probe, views)

@@ -105,7 +105,11 @@ class CacheAware(Policy):
         assert prefix_weight >= 0 and load_weight >= 0, "weights must be non-negative"
         assert load_factor >= 1.0, "load_factor must be at least 1"
         self.request_cost_tokens = request_cost_tokens
-        self.filters = (keep_under_load_ceiling(load_factor, load_slack), keep_kv_below(kv_ceiling))
+        self._keep_load = keep_under_load_ceiling(load_factor, load_slack)
+        self._keep_kv = keep_kv_below(kv_ceiling)
+        self._weights = (prefix_weight, load_weight)
+        # The pipeline `choose` writes out; `Policy.choose` runs it as is (tests compare).
+        self.filters = (self._keep_load, self._keep_kv)
         self.scorers = ((_prefix_score, prefix_weight), (_load_score, load_weight))
         cap = max_blocks_per_replica or context.kv_blocks_per_replica
         self.indexes = [PrefixIndex(cap) for _ in range(context.num_replicas)]
@@ -114,6 +118,27 @@ class CacheAware(Policy):
 
     def matched_blocks(self, request: RequestView, view: ReplicaView) -> int:
         return self.indexes[view.index].match(request.block_hashes)
+
+    def choose(self, request: RequestView, replicas: Sequence[ReplicaView]) -> Decision | None:
+        """The filters → scorers → picker pipeline of `Policy.choose` with this policy's own
+        filters and scorers written out in one pass: the same decision, bit for bit (the
+        sums are taken in the same order; tests compare the two on random states), for about
+        half the time on the gateway's request path."""
+        candidates = [view for view in replicas if view.is_healthy]
+        if len(candidates) > 1:
+            candidates = self._keep_load(request, candidates)
+            if len(candidates) > 1:
+                candidates = self._keep_kv(request, candidates)
+        if not candidates:
+            return None
+        estimate = self.prepare(request, candidates)
+        scale = estimate.scale
+        prefix_weight, load_weight = self._weights
+        totals = [
+            (0.0 + prefix_weight * (saved / scale)) + load_weight * (1.0 - load / scale)
+            for saved, load in zip(estimate.saved_tokens, estimate.load_tokens, strict=True)
+        ]
+        return self.explain(request, candidates, estimate, self.pick(totals))
 
     def prepare(self, request: RequestView, candidates: list[ReplicaView]) -> _Estimate:
         bs = self.context.block_size

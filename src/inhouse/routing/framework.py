@@ -76,9 +76,11 @@ class Policy:
         prepared = self.prepare(request, candidates)
         totals = [0.0] * len(candidates)
         for scorer, weight in self.scorers:
-            for i, score in enumerate(scorer(request, candidates, prepared)):
-                assert -1e-9 <= score <= 1 + 1e-9, f"{self.name}: score {score} outside 0..1"
-                totals[i] += weight * score
+            scores = scorer(request, candidates, prepared)
+            assert min(scores) >= -1e-9 and max(scores) <= 1 + 1e-9, (
+                f"{self.name}: a score outside 0..1 in {scores}"
+            )
+            totals = [total + weight * score for total, score in zip(totals, scores, strict=True)]
         best = self.pick(totals)
         return self.explain(request, candidates, prepared, best)
 
