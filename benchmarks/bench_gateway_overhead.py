@@ -255,15 +255,23 @@ def stack_yaml(num_replicas: int, policy: str = "cache_aware") -> str:
     return json.dumps(data)
 
 
-def start_gateway(tmp: Path, urls: list[str], policy: str, cpu: int | None) -> tuple[object, int]:
+def start_gateway(
+    tmp: Path, urls: list[str], policy: str, cpu: int | None, src: Path | None = None
+) -> tuple[object, int]:
+    """`inhouse gateway` in front of `urls`; from another checkout's `src` when given (an A/B of
+    two builds in one run)."""
     port = free_port()
-    stack = tmp / f"stack-{policy}.yaml"
+    name = policy if src is None else f"{policy}-{port}"
+    stack = tmp / f"stack-{name}.yaml"
     stack.write_text(stack_yaml(len(urls), policy))
-    endpoints = tmp / f"endpoints-{policy}.json"
+    endpoints = tmp / f"endpoints-{name}.json"
     endpoints.write_text(json.dumps({"pools": {"p": urls}}))
     argv = [python(), "-m", "inhouse.cli.gateway", "--stack", str(stack), "--endpoints",
             str(endpoints), "--port", str(port)]  # fmt: skip
-    proc = start_process(argv, {"INHOUSE_DEMO_KEY": KEY}, cpu, tmp / f"gateway-{policy}.log")
+    env = {"INHOUSE_DEMO_KEY": KEY}
+    if src is not None:
+        env["PYTHONPATH"] = str(src.resolve())  # found before the installed package
+    proc = start_process(argv, env, cpu, tmp / f"gateway-{name}.log")
     return proc, port
 
 
@@ -303,7 +311,11 @@ async def latency_run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
     urls = [f"http://127.0.0.1:{port}" for _, port in mocks]
     cpu = 1 if args.pin else None
     gateway, gw_port = start_gateway(tmp, urls, "cache_aware", cpu)
-    routers = {"gateway": (gateway, gw_port)}
+    routers: dict[str, tuple[object, int]] = {"gateway": (gateway, gw_port)}
+    if args.compare_src is not None:
+        routers["gateway@compare"] = start_gateway(
+            tmp, urls, "cache_aware", cpu, args.compare_src / "src"
+        )
     if not args.no_floor:
         relay_port = free_port()
         hosts = [u.removeprefix("http://") for u in urls]
@@ -605,6 +617,10 @@ def main() -> int:
                         help="this script (client and mock engines) and every router it starts "
                         "under SCHED_FIFO (root): other jobs on a shared host drop out of all "
                         "paths alike")  # fmt: skip
+    parser.add_argument("--compare-src", type=Path, metavar="CHECKOUT",
+                        help="also measure the gateway of another checkout (e.g. `git worktree "
+                        "add /tmp/base HEAD~1`) as path gateway@compare, in the same "
+                        "interleaved windows: an A/B of two builds in one run")  # fmt: skip
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--trace", type=Path,
                         help="write every measured request's send lag and TTFT here (CSV), to "
