@@ -25,6 +25,7 @@ from inhouse.gateway.dispatch import Placement
 from inhouse.gateway.errors import GatewayError
 from inhouse.gateway.prompt import ParsedRequest, parse_request
 from inhouse.gateway.relay import (
+    USAGE_MARK,
     StreamState,
     error_event,
     flush,
@@ -41,15 +42,21 @@ SSE_TYPE = b"text/event-stream; charset=utf-8"
 log = logging.getLogger("inhouse.gateway")
 
 
-def header(scope: Scope, name: bytes) -> str | None:
+_HEADERS = frozenset(
+    (b"authorization", b"content-length", b"content-type", b"x-request-id", b"x-session-id")
+)
+
+
+def request_headers(scope: Scope) -> dict[bytes, str]:
+    """The headers the generation routes read, each its first value, in one pass."""
+    found: dict[bytes, str] = {}
     for key, value in scope["headers"]:
-        if key == name:
-            return str(value.decode("latin-1"))
-    return None
+        if key in _HEADERS and key not in found:
+            found[key] = value.decode("latin-1")
+    return found
 
 
-async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
-    length = header(scope, b"content-length")
+async def read_body(receive: Receive, length: str | None, limit: int) -> bytes:
     if length is not None and length.isdigit() and int(length) > limit:
         raise GatewayError(
             413,
@@ -104,7 +111,8 @@ class GenerationRoute:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gateway = self.gateway
         t0 = time.perf_counter()
-        request_id = header(scope, b"x-request-id") or new_request_id()
+        headers = request_headers(scope)
+        request_id = headers.get(b"x-request-id") or new_request_id()
         rid_header = (b"x-request-id", request_id.encode())
         tenant: TenantSpec | None = None
         parsed: ParsedRequest | None = None
@@ -118,10 +126,11 @@ class GenerationRoute:
                     reason="draining",
                     retry_after_s=1.0,
                 )
-            tenant = gateway.tenants.authenticate(header(scope, b"authorization"))
-            raw = await read_body(scope, receive, gateway.spec.max_body_bytes)
-            parsed = parse_request(raw, header(scope, b"content-type") or "", self.is_chat)
-            session = header(scope, b"x-session-id")
+            tenant = gateway.tenants.authenticate(headers.get(b"authorization"))
+            length = headers.get(b"content-length")
+            raw = await read_body(receive, length, gateway.spec.max_body_bytes)
+            parsed = parse_request(raw, headers.get(b"content-type", ""), self.is_chat)
+            session = headers.get(b"x-session-id")
             if session:
                 parsed.session_key = session
             admission = await gateway.admit(tenant, parsed, self.path, request_id, t0)
@@ -212,20 +221,22 @@ class GenerationRoute:
             placement = await gateway.place(admission, outcome.exclude)
             outcome.placement = placement
             replica = placement.replica
-            if attempt == 0:
-                gateway.metrics.decisions.child(
-                    admission.pool.name, replica.label, placement.reason_label
-                ).inc()
             path = replica.path_prefix + admission.path
             outcome.sent_s = time.perf_counter()
             try:
-                response = await replica.upstream.request(
-                    "POST",
-                    path,
-                    admission.body,
-                    admission.request_id,
-                    spec.proxy.first_byte_timeout_s,
-                )
+                try:
+                    response = await replica.upstream.request(
+                        "POST",
+                        path,
+                        admission.body,
+                        admission.request_id,
+                        spec.proxy.first_byte_timeout_s,
+                    )
+                finally:  # counted once the request is on its way, not in its way
+                    if attempt == 0:
+                        gateway.metrics.decisions.child(
+                            admission.pool.name, replica.label, placement.reason_label
+                        ).inc()
                 if response.status in RETRY_STATUSES and attempt < spec.proxy.retries:
                     text = await response.read_all()
                     raise UpstreamError(f"engine answered {response.status}: {text[:200]!r}", True)
@@ -336,6 +347,13 @@ class GenerationRoute:
             writer.hold()  # the head goes out with the first token, in one write
 
         def take(piece: bytes) -> bytes:
+            if (
+                outcome.is_served  # the first token went out: nothing is held any more
+                and not state.carry
+                and piece.endswith(b"\n\n")
+                and USAGE_MARK not in piece
+            ):
+                return piece  # whole events, no usage chunk: what relay_piece would return
             out = relay_piece(state, piece)
             if not state.has_first_token:  # nothing to the client yet: a failure is retried
                 if out:

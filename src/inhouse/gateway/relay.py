@@ -20,7 +20,7 @@ from typing import Any
 from inhouse.gateway.prompt import _loads
 
 _ROLE_ONLY = b'"delta":{"role":"assistant","content":""}'
-_USAGE = b'"usage":{'
+USAGE_MARK = b'"usage":{'
 _EMPTY_CHOICES = b'"choices":[]'
 
 
@@ -44,7 +44,7 @@ def relay_piece(state: StreamState, piece: bytes) -> bytes:
         state.carry = data
         return b""
     out, state.carry = data[: cut + 2], data[cut + 2 :]
-    if _USAGE in out:
+    if USAGE_MARK in out:
         out = _take_usage(state, out)
     if not state.has_first_token and out:
         count = out.count(b"data: ")
@@ -68,7 +68,7 @@ def flush(state: StreamState) -> bytes:
 def _take_usage(state: StreamState, out: bytes) -> bytes:
     kept = []
     for event in out.split(b"\n\n")[:-1]:
-        if _USAGE in event and event.startswith(b"data: "):
+        if USAGE_MARK in event and event.startswith(b"data: "):
             try:
                 body = _loads(event[6:])
             except ValueError:
