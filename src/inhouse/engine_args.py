@@ -7,7 +7,7 @@
 * `simulated_engine_args(...)`: the arguments that follow `inhouse engine`, the same replica
   simulated.
 * `replica_env(pool, replica_index)`: environment for the replica (`CUDA_VISIBLE_DEVICES` from
-  `gpu_ids`).
+  `gpu_ids`, and `VLLM_HTTP_TIMEOUT_KEEP_ALIVE`: see `ENGINE_KEEP_ALIVE_S`).
 * `replica_ports(stack, base_port)`: one port per replica of every pool that `up` launches.
 
 Conventions: quantization `fp8` renders `--quantization fp8` (online FP8 of a 16-bit checkpoint);
@@ -23,6 +23,12 @@ from inhouse.spec.stack import PoolSpec, StackSpec
 LORA_ROOT = "/models/lora"
 ATTACHED_KINDS = ("url", "sglang")  # engines `up` attaches to rather than launches
 DEFAULT_ENGINE_BASE_PORT = 8100
+# How long an engine keeps an idle HTTP connection (vLLM's VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s by
+# default, which the simulated engine honours too): longer than the gateway keeps its idle
+# connections to the engines (`proxy.upstream_idle_s`, 60 s), so a burst reuses them instead of
+# paying a connect on each request's path.
+ENGINE_KEEP_ALIVE_S = 75
+KEEP_ALIVE_ENV = "VLLM_HTTP_TIMEOUT_KEEP_ALIVE"
 
 
 def _served_names(pool: PoolSpec) -> list[str]:
@@ -109,10 +115,12 @@ def simulated_engine_args(
 
 
 def replica_env(pool: PoolSpec, replica_index: int) -> dict[str, str]:
-    """Environment a replica needs: its GPUs, when the stack pins them."""
-    if not pool.gpu_ids:
-        return {}
-    return {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in pool.gpu_ids[replica_index])}
+    """Environment a replica needs: its HTTP keep-alive, and its GPUs when the stack pins them."""
+    env = {}
+    if pool.gpu_ids:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in pool.gpu_ids[replica_index])
+    env[KEEP_ALIVE_ENV] = str(ENGINE_KEEP_ALIVE_S)
+    return env
 
 
 def replica_ports(

@@ -19,3 +19,18 @@ def test_waiting_is_the_fresh_scrape_or_the_live_estimate_never_a_stale_scrape()
     assert replica.num_waiting(101.0, 2.0) == 3
     view = replica.view(101.0, 2.0)
     assert (view.num_inflight, view.num_waiting, view.is_healthy) == (7, 3, True)
+
+
+def test_idle_engine_connections_are_kept_as_long_as_the_spec_says() -> None:
+    from tests.gateway.conftest import stack_data
+
+    from inhouse.gateway.service import Gateway
+    from inhouse.spec.gateway import parse_gateway
+    from inhouse.spec.stack import parse_stack
+
+    for given, expected in (({}, 60.0), ({"proxy": {"upstream_idle_s": 12}}, 12.0)):
+        stack = parse_stack(stack_data(replicas=2, gateway=given))
+        gateway = Gateway(
+            stack, parse_gateway(stack.gateway), {"chat": ["http://a:1", "http://b:2"]}
+        )
+        assert [r.upstream.idle_s for r in gateway.pools["chat"].replicas] == [expected] * 2

@@ -38,8 +38,11 @@ def test_crm_script_pins_the_two_replicas_to_the_nvlink_halves(crm: Rendered) ->
     assert "  0) export CUDA_VISIBLE_DEVICES=0,1,2,3; port=8000 ;;" in script
     assert "  1) export CUDA_VISIBLE_DEVICES=4,5,6,7; port=8001 ;;" in script
     assert (
-        "#   CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve meta-llama/Llama-3.3-70B-Instruct " in script
+        "#   CUDA_VISIBLE_DEVICES=4,5,6,7 VLLM_HTTP_TIMEOUT_KEEP_ALIVE=75 vllm serve "
+        "meta-llama/Llama-3.3-70B-Instruct " in script
     )
+    # Engines keep idle connections longer than the gateway does (a burst reuses them).
+    assert 'export VLLM_HTTP_TIMEOUT_KEEP_ALIVE="${VLLM_HTTP_TIMEOUT_KEEP_ALIVE:-75}"' in script
 
 
 def test_crm_flags_are_the_stack_choices_and_each_is_explained(crm_stack: StackSpec) -> None:

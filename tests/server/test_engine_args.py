@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from inhouse.engine_args import (
     replica_env,
     replica_ports,
@@ -38,7 +40,11 @@ def test_vllm_args_for_the_crm_copilot() -> None:
         "--shutdown-timeout", "30",
         "--enable-prompt-tokens-details",
     ]  # fmt: skip
-    assert replica_env(pool, 1) == {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}
+    # The engine keeps idle connections longer than the gateway does (no connect on a burst).
+    assert replica_env(pool, 1) == {
+        "CUDA_VISIBLE_DEVICES": "4,5,6,7",
+        "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "75",
+    }
 
 
 def test_knobs_render_only_when_set_and_extra_args_come_last() -> None:
@@ -71,3 +77,19 @@ def test_ports_are_consecutive_and_skip_attached_pools() -> None:
                   {"name": "c", "model": "m3"}],
     })  # fmt: skip
     assert replica_ports(stack, 8100) == {("a", 0): 8100, ("a", 1): 8101, ("c", 0): 8102}
+
+
+def test_the_simulated_engine_keeps_idle_connections_as_vllm_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """vLLM's VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s unless set; `up` sets 75 for every replica."""
+    from inhouse.errors import SpecError
+    from inhouse.server.serve import keep_alive_s
+
+    monkeypatch.delenv("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", raising=False)
+    assert keep_alive_s() == 5
+    monkeypatch.setenv("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "75")
+    assert keep_alive_s() == 75
+    monkeypatch.setenv("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "soon")
+    with pytest.raises(SpecError, match="VLLM_HTTP_TIMEOUT_KEEP_ALIVE='soon'"):
+        keep_alive_s()

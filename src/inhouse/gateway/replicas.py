@@ -39,6 +39,7 @@ class Replica:
         url: str,
         running_capacity: int,
         connect_timeout_s: float,
+        idle_s: float = 60.0,
     ) -> None:
         parts = urlsplit(url)
         assert parts.hostname, f"engine URL {url!r} has no host"
@@ -46,7 +47,7 @@ class Replica:
         self.index = index
         self.label = str(index)
         self.url = url.rstrip("/")
-        self.upstream = UpstreamPool(parts.hostname, parts.port or 80, connect_timeout_s)
+        self.upstream = UpstreamPool(parts.hostname, parts.port or 80, connect_timeout_s, idle_s)
         self.path_prefix = parts.path.rstrip("/")
         self.running_capacity = running_capacity
         self.is_healthy = False

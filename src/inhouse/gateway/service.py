@@ -133,11 +133,10 @@ class Gateway:
                 "give --endpoints (written by `inhouse up`) or the pool's `urls`"
             )
         capacity = running_capacity(pool)
-        max_inflight = self.spec.proxy.max_inflight_per_replica or (
-            capacity + pool.saturation_waiting
-        )
+        proxy = self.spec.proxy
+        max_inflight = proxy.max_inflight_per_replica or (capacity + pool.saturation_waiting)
         replicas = [
-            Replica(pool.name, i, url, capacity, self.spec.proxy.connect_timeout_s)
+            Replica(pool.name, i, url, capacity, proxy.connect_timeout_s, proxy.upstream_idle_s)
             for i, url in enumerate(urls)
         ]
         counter: TokenCounter

@@ -6,10 +6,17 @@ machine, an httpx `AsyncClient` spent ~5 ms of CPU per streamed 16-chunk request
 five times the whole budget; this client spends one `data_received` and one parser callback
 per chunk. Bytes are relayed as they come, never re-serialized.
 
-One `UpstreamPool` per replica keeps idle keep-alive connections (dropped after `idle_s`, under
-the engine's keep-alive timeout). A request that fails on a reused connection before any byte
-came back is retried once on a fresh connection (the server may have closed the idle one);
-any other failure is the caller's to retry elsewhere.
+One `UpstreamPool` per replica keeps idle keep-alive connections, the most recently used first,
+for up to `idle_s` (the gateway's `proxy.upstream_idle_s`). An engine that closes an idle one
+sooner is seen closing it (never reused); a request that fails on a reused connection before
+any byte came back (the engine closed it as it was written) is retried once on a fresh
+connection; any other failure is the caller's to retry elsewhere.
+
+Why keep them long: a connect on a request's path costs it a round trip, and under bursty
+traffic the connections beyond the usual concurrency idle between bursts. With a 4 s idle limit
+the overhead benchmark's p99 read +4.0 and +4.4 ms; with 60 s, +2.4 ms (docs/gateway.md). So
+the engines `inhouse up` launches and `inhouse render` deploys keep idle connections 75 s
+(`ENGINE_KEEP_ALIVE_S`), vLLM's default being 5 s.
 """
 
 from __future__ import annotations
@@ -292,7 +299,7 @@ class Response:
 class UpstreamPool:
     """Keep-alive connections to one engine replica."""
 
-    def __init__(self, host: str, port: int, connect_timeout_s: float = 2.0, idle_s: float = 4.0):
+    def __init__(self, host: str, port: int, connect_timeout_s: float = 2.0, idle_s: float = 60.0):
         self.host = host
         self.port = port
         self.connect_timeout_s = connect_timeout_s

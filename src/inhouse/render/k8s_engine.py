@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from inhouse.engine_args import ENGINE_KEEP_ALIVE_S, KEEP_ALIVE_ENV
 from inhouse.render import layout
 from inhouse.render.layout import EngineUnit
 from inhouse.render.options import RenderOptions
@@ -170,6 +171,7 @@ def vllm_container(
             {"name": "TRANSFORMERS_OFFLINE", "value": "1"},
             {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
             {"name": "DO_NOT_TRACK", "value": "1"},
+            {"name": KEEP_ALIVE_ENV, "value": str(ENGINE_KEEP_ALIVE_S)},
         ],
         "ports": [{"name": "http", "containerPort": options.engine_port, "protocol": "TCP"}],
         "resources": {"requests": resources, "limits": resources},

@@ -11,7 +11,13 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from inhouse.engine_args import LORA_ROOT, replica_env, vllm_serve_args
+from inhouse.engine_args import (
+    ENGINE_KEEP_ALIVE_S,
+    KEEP_ALIVE_ENV,
+    LORA_ROOT,
+    replica_env,
+    vllm_serve_args,
+)
 from inhouse.spec.stack import PoolSpec, StackSpec
 
 
@@ -125,9 +131,19 @@ def render_vllm_script(stack: StackSpec, pool: PoolSpec, *, base_port: int) -> s
     lines += ["set -euo pipefail", "", 'replica="${1:?usage: $0 REPLICA}"', 'case "$replica" in']
     for index, port in enumerate(ports):
         env = replica_env(pool, index)
-        pin = "".join(f"export {k}={v}; " for k, v in env.items()) or "# GPUs: as given; "
+        gpus = {k: v for k, v in env.items() if k != KEEP_ALIVE_ENV}
+        pin = "".join(f"export {k}={v}; " for k, v in gpus.items()) or "# GPUs: as given; "
         lines.append(f"  {index}) {pin}port={port} ;;")
-    lines += [f'  *) echo "REPLICA must be 0..{last}" >&2; exit 2 ;;', "esac", "", "args=("]
+    lines += [
+        f'  *) echo "REPLICA must be 0..{last}" >&2; exit 2 ;;',
+        "esac",
+        f"# Idle HTTP connections kept {ENGINE_KEEP_ALIVE_S} s (vLLM's default is 5 s): longer "
+        "than the gateway keeps",
+        "# its own (proxy.upstream_idle_s), so a burst reuses them instead of reconnecting.",
+        f'export {KEEP_ALIVE_ENV}="${{{KEEP_ALIVE_ENV}:-{ENGINE_KEEP_ALIVE_S}}}"',
+        "",
+        "args=(",
+    ]
     for flag in flags:
         lines.append(f"  # {flag.why}")
         if flag.flag == "--port":

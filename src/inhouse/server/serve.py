@@ -11,12 +11,15 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import signal
 import socket
 from collections.abc import Iterator
 
 import uvicorn
 
+from inhouse.engine_args import KEEP_ALIVE_ENV
+from inhouse.errors import SpecError
 from inhouse.server.admin_app import create_admin_app
 from inhouse.server.engine_app import create_engine_app
 from inhouse.server.state import EngineOptions, EngineState
@@ -116,8 +119,21 @@ def _config(app: object, host: str, port: int, sock: socket.socket | None) -> uv
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=5,
-        timeout_keep_alive=30,
+        timeout_keep_alive=keep_alive_s(),
     )
+
+
+def keep_alive_s() -> int:
+    """Idle HTTP connections are closed after this many seconds: vLLM's
+    `VLLM_HTTP_TIMEOUT_KEEP_ALIVE`, 5 unless set (`inhouse up` sets it for its replicas)."""
+    value = os.environ.get(KEEP_ALIVE_ENV, "5")
+    try:
+        return max(1, int(value))
+    except ValueError:
+        raise SpecError(
+            f"{KEEP_ALIVE_ENV}={value!r} is not a whole number of seconds; unset it or give "
+            "one, e.g. 75"
+        ) from None
 
 
 async def serve_engine(

@@ -111,6 +111,13 @@ class ProxySpec(_Strict):
         "max_num_seqs + saturation_waiting, else 256)",
     )
     connect_timeout_s: float = Field(default=2.0, gt=0)
+    upstream_idle_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="idle engine connections are kept this long for reuse; an engine that "
+        "closes one sooner (vLLM's VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s unless set; `inhouse up` "
+        "and `inhouse render` set 75) costs a reconnect, never a failed request",
+    )
     first_byte_timeout_s: float = Field(default=600.0, gt=0)
     request_timeout_s: float = Field(default=3600.0, gt=0)
     drain_timeout_s: float = Field(default=30.0, ge=0)
