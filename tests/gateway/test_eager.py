@@ -4,19 +4,27 @@ the rest of it behaves as any task's (result, exception, cancellation, context).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import json
+import time
 import uuid
+from collections.abc import AsyncIterator
 
 import pytest
-from tests.gateway.conftest import KEY, chat, engines, stack_data
+from tests.gateway.conftest import KEY, chat, engines, free_port, stack_data
 from tests.gateway.test_direct import served
+from tests.gateway.test_failures import wait_for
 from tests.gateway.test_limits import REDIS_URL, needs_redis
 
 from inhouse.gateway import direct
 from inhouse.gateway.eager import start_eagerly
 from inhouse.gateway.keys import create_key
+from inhouse.gateway.serve import _Server, uvicorn_config
+from inhouse.gateway.service import Gateway
 from inhouse.gateway.upstream import UpstreamPool
+from inhouse.spec.gateway import parse_gateway
+from inhouse.spec.stack import parse_stack
 
 VAR: contextvars.ContextVar[str] = contextvars.ContextVar("VAR", default="unset")
 
@@ -130,6 +138,61 @@ def test_a_cancel_before_the_tasks_first_turn_reaches_the_coroutine() -> None:
         with pytest.raises(asyncio.CancelledError):
             await task  # type: ignore[misc]
         assert cleaned == ["finally"]
+
+    asyncio.run(main())
+
+
+def test_a_cancel_before_the_first_turn_cancels_what_the_coroutine_waited_on() -> None:
+    """As `Task.cancel` cancels the future a task waits on: a semaphore waited on in the eager
+    part and cancelled before the task's first turn keeps no permit."""
+
+    async def handler(semaphore: asyncio.Semaphore) -> None:
+        async with semaphore:
+            await asyncio.sleep(10)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        semaphore = asyncio.Semaphore(1)
+        await semaphore.acquire()  # held: the handler waits in acquire()
+
+        def start() -> asyncio.Task[None]:
+            task = start_eagerly(loop, handler(semaphore))
+            task.cancel()
+            return task
+
+        task = await in_callback(start)
+        with pytest.raises(asyncio.CancelledError):
+            await task  # type: ignore[misc]
+        semaphore.release()
+        await asyncio.wait_for(semaphore.acquire(), 1)  # the permit was not lost to it
+        assert semaphore.locked()
+
+    asyncio.run(main())
+
+
+def test_a_cancel_after_the_eager_part_ended_keeps_its_outcome() -> None:
+    """A task that ended before a cancel keeps its result, or its error (which would be lost
+    behind a CancelledError otherwise)."""
+
+    async def ok() -> int:
+        return 3
+
+    async def bad() -> int:
+        raise ValueError("the real error")
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+
+        def start(coro: object) -> asyncio.Task[int]:
+            task = start_eagerly(loop, coro)  # type: ignore[arg-type]
+            task.cancel()
+            return task
+
+        task = await in_callback(lambda: start(ok()))
+        assert await task == 3  # type: ignore[misc]
+        task = await in_callback(lambda: start(bad()))
+        with pytest.raises(ValueError, match="the real error"):
+            await task  # type: ignore[misc]
 
     asyncio.run(main())
 
@@ -309,3 +372,98 @@ def test_limits_shared_in_redis_work_from_the_eager_start() -> None:
             await limits.close()
 
     asyncio.run(main())
+
+
+@contextlib.asynccontextmanager
+async def _served_with_keep_alive(data: dict, url: str, keep_alive_s: float) -> AsyncIterator[int]:
+    stack = parse_stack(data)
+    gateway = Gateway(stack, parse_gateway(stack.gateway), {"chat": [url]}, KEY)
+    await gateway.start()
+    port = free_port()
+    config = uvicorn_config(gateway, "127.0.0.1", port)
+    config.timeout_keep_alive = keep_alive_s  # type: ignore[assignment]
+    server = _Server(config)
+    task = asyncio.create_task(server.serve())
+    await wait_for(lambda: server.started)
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 10)
+        await gateway.stop()
+
+
+def test_a_request_pipelined_behind_an_answer_given_at_once_is_not_cut_by_keep_alive() -> None:
+    """A 401 is answered inside the read that brought it, which arms uvicorn's keep-alive
+    timer; the stream pipelined behind it in the same read must outlive that timer."""
+    data = stack_data(replicas=1)
+    body = json.dumps(chat("tell me", max_tokens=60, ignore_eos=True, stream=True)).encode()
+    refused = _raw_post("/v1/chat/completions", body).replace(KEY.encode(), b"wrong-key")
+
+    async def main() -> bytes:
+        async with (
+            engines(1, time_scale=1.0) as live,
+            _served_with_keep_alive(data, live[0].url, 0.3) as port,
+        ):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            started = time.perf_counter()
+            writer.write(refused + _raw_post("/v1/chat/completions", body))
+            received = b""
+            while b"data: [DONE]" not in received:
+                chunk = await asyncio.wait_for(reader.read(65536), 30)
+                if not chunk:
+                    break  # closed: cut off
+                received += chunk
+            assert time.perf_counter() - started > 0.3, "too fast to test the timer"
+            writer.close()
+            return received
+
+    received = asyncio.run(main())
+    assert received.startswith(b"HTTP/1.1 401")
+    assert b"HTTP/1.1 200" in received and b"data: [DONE]" in received
+
+
+def test_nothing_pipelined_behind_a_closing_answer_reaches_an_engine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """uvicorn's 500 for a handler that failed closes the connection; when it went out inside
+    the read, a request pipelined behind it is dropped (as uvicorn drops it), not served."""
+    from inhouse.gateway.proxy import GenerationRoute
+
+    handle = GenerationRoute.__call__
+    calls = [0]
+
+    async def failing_once(
+        self: GenerationRoute, scope: dict, receive: object, send: object
+    ) -> None:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise RuntimeError("a bug in the handler")
+        await handle(self, scope, receive, send)  # type: ignore[arg-type]
+
+    sent: list[int] = []
+    request = UpstreamPool.request
+
+    def counted(self: UpstreamPool, *args: object, **kwargs: object) -> object:
+        sent.append(1)
+        return request(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(GenerationRoute, "__call__", failing_once)
+    monkeypatch.setattr(UpstreamPool, "request", counted)
+    data = stack_data(replicas=1)
+    body = json.dumps(chat("hello", max_tokens=4)).encode()
+
+    async def main() -> bytes:
+        async with engines(1) as live, served(data, [live[0].url]) as (_, client):
+            port = int(str(client.base_url).rsplit(":", 1)[1].rstrip("/"))
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(_raw_post("/v1/chat/completions", body) * 2)
+            received = await asyncio.wait_for(reader.read(), 30)  # until the server closes
+            writer.close()
+            await asyncio.sleep(0.2)
+            return received
+
+    received = asyncio.run(main())
+    assert received.startswith(b"HTTP/1.1 500")
+    assert received.count(b"HTTP/1.1") == 1
+    assert sent == [] and calls[0] == 1

@@ -46,6 +46,8 @@ def is_supported() -> bool:
         flow_has_state = hasattr(FlowControl(None), "write_paused")  # type: ignore[arg-type]
     except Exception:
         return False
+    # NOTE: `_start_asgi_task` (the eager start's hook) is not required: an uvicorn without it
+    # never calls the override, nothing is deferred, and requests start the ordinary way.
     hooks = (
         "connection_made",
         "connection_lost",
@@ -53,7 +55,6 @@ def is_supported() -> bool:
         "on_headers_complete",
         "on_body",
         "on_message_complete",
-        "_start_asgi_task",
     )
     return (
         "transport" in cycle_params
@@ -80,6 +81,12 @@ class GatewayProtocol(HttpToolsProtocol):
         self._writer.connection_lost()
 
     def on_message_begin(self) -> None:
+        # A response the eager start completed inside this read armed uvicorn's keep-alive
+        # timer (`on_response_complete`), which only the next read would disarm; a request
+        # pipelined in this same read must not be cut off by it.
+        unset = getattr(self, "_unset_keepalive_if_required", None)
+        if unset is not None:
+            unset()
         super().on_message_begin()
         extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
         extensions[EXTENSION] = self._writer
@@ -111,6 +118,10 @@ class GatewayProtocol(HttpToolsProtocol):
     # wait, so the request is written to the engine without a turn of the loop in between.
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        if self.transport.is_closing():
+            # A response completed inside this read closed the connection (uvicorn's 500 says
+            # `connection: close`): a request pipelined behind it is dropped, as uvicorn does.
+            return
         scope = cycle.scope
         if (
             getattr(cycle, "more_body", False) is True
@@ -136,6 +147,8 @@ class GatewayProtocol(HttpToolsProtocol):
         if deferred is None:
             return
         self._deferred = None
+        if self.transport.is_closing():
+            return  # see _start_asgi_task
         cycle, app = deferred
         reset = getattr(self.config, "reset_contextvars", False)
         context = contextvars.Context() if reset else None

@@ -42,7 +42,7 @@ class _Rest(Coroutine[Any, Any, Any]):
         self._error: BaseException | None = None
 
     def send(self, value: Any) -> Any:
-        if self._is_first:
+        if self._is_first or self._is_done:
             self._is_first = False
             if self._is_done:
                 if self._error is not None:
@@ -54,8 +54,14 @@ class _Rest(Coroutine[Any, Any, Any]):
     def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
         if self._is_first:
             self._is_first = False
-            if self._is_done:  # a cancel that came too late: the coroutine is over
-                raise typ if val is None else val
+            if self._is_done:  # a cancel that came too late: the coroutine is over, as it ended
+                return self.send(None)
+            # What `Task.cancel` does to the future a task waits on, which this task never got
+            # to see: code that awaited it tells "cancelled" from "granted, then cancelled" by
+            # it (asyncio.Semaphore.acquire would otherwise keep a permit).
+            pending = self._pending
+            if isinstance(pending, asyncio.Future) and not pending.done():
+                pending.cancel()
         if val is None:
             return self._coro.throw(typ)
         return self._coro.throw(typ, val, tb)  # pragma: no cover - the task throws one value
