@@ -36,9 +36,11 @@ class UpstreamError(Exception):
     """The engine could not be reached or the connection broke. `is_before_response`: no
     byte of the response came back (safe to retry on another replica)."""
 
-    def __init__(self, message: str, is_before_response: bool) -> None:
+    def __init__(self, message: str, is_before_response: bool, is_timeout: bool = False) -> None:
         super().__init__(message)
         self.is_before_response = is_before_response
+        # No answer in time: the engine may be working on the request, never send it again.
+        self.is_timeout = is_timeout
 
 
 class _Connection(asyncio.Protocol):
@@ -160,7 +162,8 @@ class _Connection(asyncio.Protocol):
                 future.set_exception(error)
 
     def _time_out(self, timeout_s: float) -> None:
-        self._fail(UpstreamError(f"no response from engine within {timeout_s:.0f} s", True))
+        message = f"no response from engine within {timeout_s:g} s"
+        self._fail(UpstreamError(message, True, is_timeout=True))
 
     def close(self) -> None:
         self.is_closed = True
@@ -317,7 +320,9 @@ class UpstreamPool:
         idle = self._idle
         while idle:
             conn = idle.pop()  # most recently used: the warmest
-            if not conn.is_closed and now - conn.idle_since < self.idle_s:
+            # Bytes that came while idle (a 408 before a close, say) were no answer to anything
+            # and would be read as the next one's: such a connection is not reused.
+            if not conn.is_closed and not conn.num_received and now - conn.idle_since < self.idle_s:
                 return conn
             conn.close()
         return None
@@ -353,9 +358,9 @@ class UpstreamPool:
             try:
                 await conn.send(data, timeout_s)
                 return Response(self, conn)
-            except UpstreamError:
+            except UpstreamError as exc:
                 conn.close()
-                if conn.num_received:
+                if conn.num_received or exc.is_timeout:
                     raise
                 # The engine closed the idle connection as we reused it: one fresh try.
         conn = await self._connect()
