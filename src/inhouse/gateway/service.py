@@ -369,12 +369,7 @@ class Gateway:
         self, tenant: TenantSpec, request_id: str, tokens: int
     ) -> Reservation | None:
         limits = tenant.limits
-        if (
-            limits.rpm is None
-            and limits.tpm is None
-            and limits.max_concurrency is None
-            and limits.daily_tokens is None
-        ):
+        if not limits.needs_store:
             return None  # nothing to hold: no round trip to the store (Redis) at all
         result = await self.limits.reserve(tenant.name, limits, request_id, tokens)
         if isinstance(result, Refusal):

@@ -74,6 +74,16 @@ class LimitsSpec(_Strict):
         "reservation is the rest of the context window)",
     )
 
+    @property
+    def needs_store(self) -> bool:
+        """Whether a request reserves anything in the limit store (the limits it enforces)."""
+        return (
+            self.rpm is not None
+            or self.tpm is not None
+            or self.max_concurrency is not None
+            or self.daily_tokens is not None
+        )
+
 
 class TenantSpec(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*$", max_length=64)
