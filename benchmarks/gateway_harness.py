@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inhouse.bench.mock_server import take_request
+from inhouse.engine_args import ENGINE_KEEP_ALIVE_S, KEEP_ALIVE_ENV
 from inhouse.gateway.upstream import UpstreamPool
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,7 +72,8 @@ def start_process(
     out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 - the child owns it
     return subprocess.Popen(
         argv,
-        env={**os.environ, **(env or {})},
+        # Engines keep idle connections as `inhouse up` has them do (vLLM's default is 5 s).
+        env={KEEP_ALIVE_ENV: str(ENGINE_KEEP_ALIVE_S), **os.environ, **(env or {})},
         stdout=out,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
