@@ -35,7 +35,10 @@ def chain_hash(parent: int, content: object, salt: str = "") -> int:
     """Hash of one full block from its parent's hash, its content key and a salt.
 
     Python's `hash` of a tuple of ints is deterministic across processes for ints (no
-    PYTHONHASHSEED dependence), so it is used for speed; strings go through blake2b once.
+    PYTHONHASHSEED dependence), so it is used for speed; a salt goes through blake2b once.
+    NOTE: `str` content (the gateway's character blocks, its model roots) hashes with the
+    process's string seed: equal within a process, which is all a router's own index needs,
+    different across processes (never compare such hashes between processes).
     """
     return hash((parent ^ salt_key(salt), content))
 
