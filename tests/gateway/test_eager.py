@@ -9,7 +9,8 @@ import contextvars
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
 
 import pytest
 from tests.gateway.conftest import KEY, chat, engines, free_port, stack_data
@@ -74,7 +75,11 @@ def test_the_first_step_runs_before_start_returns_and_the_rest_in_the_task() -> 
     asyncio.run(main())
 
 
-def test_a_coroutine_that_never_waits_ends_its_task_with_its_result_or_error() -> None:
+@pytest.mark.parametrize("cancel", [False, True])
+def test_a_coroutine_that_never_waits_ends_its_task_with_its_result_or_error(cancel: bool) -> None:
+    """Even when the task is cancelled before its first turn: a task that ended before a cancel
+    keeps its outcome (its error would be lost behind a CancelledError otherwise)."""
+
     async def ok() -> int:
         return 7
 
@@ -83,9 +88,16 @@ def test_a_coroutine_that_never_waits_ends_its_task_with_its_result_or_error() -
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        task = await in_callback(lambda: start_eagerly(loop, ok()))
+
+        def start(coro: Coroutine[Any, Any, int]) -> asyncio.Task[int]:
+            task = start_eagerly(loop, coro)
+            if cancel:
+                task.cancel()
+            return task
+
+        task = await in_callback(lambda: start(ok()))
         assert await task == 7  # type: ignore[misc]
-        task = await in_callback(lambda: start_eagerly(loop, bad()))
+        task = await in_callback(lambda: start(bad()))
         with pytest.raises(ValueError, match="broken"):
             await task  # type: ignore[misc]
 
@@ -166,33 +178,6 @@ def test_a_cancel_before_the_first_turn_cancels_what_the_coroutine_waited_on() -
         semaphore.release()
         await asyncio.wait_for(semaphore.acquire(), 1)  # the permit was not lost to it
         assert semaphore.locked()
-
-    asyncio.run(main())
-
-
-def test_a_cancel_after_the_eager_part_ended_keeps_its_outcome() -> None:
-    """A task that ended before a cancel keeps its result, or its error (which would be lost
-    behind a CancelledError otherwise)."""
-
-    async def ok() -> int:
-        return 3
-
-    async def bad() -> int:
-        raise ValueError("the real error")
-
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-
-        def start(coro: object) -> asyncio.Task[int]:
-            task = start_eagerly(loop, coro)  # type: ignore[arg-type]
-            task.cancel()
-            return task
-
-        task = await in_callback(lambda: start(ok()))
-        assert await task == 3  # type: ignore[misc]
-        task = await in_callback(lambda: start(bad()))
-        with pytest.raises(ValueError, match="the real error"):
-            await task  # type: ignore[misc]
 
     asyncio.run(main())
 
