@@ -1,4 +1,4 @@
-from inhouse.hashing import SpanHasher, chain_hash, hash_spans, hash_token_blocks
+from inhouse.hashing import SpanHasher, chain_hash, chain_hashes, hash_spans, hash_token_blocks
 
 
 def test_only_full_blocks_are_hashed() -> None:
@@ -39,3 +39,21 @@ def test_span_boundaries_inside_a_block_change_its_hash() -> None:
 def test_chain_hash_is_stable_across_processes() -> None:
     # Integers and tuples of integers hash the same in every Python process (no hash seed).
     assert chain_hash(0, (1, 2, 3)) == hash((0, (1, 2, 3)))
+
+
+def test_chain_hashes_is_chain_hash_down_the_sequence() -> None:
+    contents: list[object] = [(1, 2, 3), "a block of text", ((7, 0, 16),), (4,)]
+    for salt in ("", "tenant-a"):
+        expected, parent = [], 99
+        for content in contents:
+            parent = chain_hash(parent, content, salt)
+            expected.append(parent)
+        assert chain_hashes(99, contents, salt) == expected
+    assert chain_hashes(5, []) == []
+    ids = list(range(50))
+    by_hand, parent = [], 0
+    for start in (0, 16, 32):  # the 2 ids left over make no block
+        parent = chain_hash(parent, tuple(ids[start : start + 16]))
+        by_hand.append(parent)
+    assert hash_token_blocks(ids, 16) == by_hand
+    assert hash_token_blocks(ids[:15], 16) == []

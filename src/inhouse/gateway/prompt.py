@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from inhouse.gateway.errors import GatewayError, bad_param
-from inhouse.hashing import ROOT_HASH, chain_hash, hash_token_blocks
+from inhouse.hashing import ROOT_HASH, chain_hash, chain_hashes, hash_token_blocks
 from inhouse.server.tokenizer import CHARS_PER_TOKEN, SimpleTokenizer, Tokenizer, render_chat
 
 try:  # orjson parses a 32K-character body ~5x faster than the standard library
@@ -214,10 +214,4 @@ def prompt_blocks(request: ParsedRequest, root: int, block_tokens: int) -> list[
     text = request.text or ""
     size = block_tokens * CHARS_PER_TOKEN
     end = min(len(text), size * MAX_HASHED_BLOCKS) - size + 1
-    out: list[int] = []
-    append = out.append
-    parent = root
-    for start in range(0, end, size):
-        parent = chain_hash(parent, text[start : start + size])
-        append(parent)
-    return out
+    return chain_hashes(root, [text[start : start + size] for start in range(0, end, size)])
