@@ -132,10 +132,12 @@ class Dispatcher:
         self.pools = pools
         self.scrape_max_age_s = scrape_max_age_s
         self._now = time.monotonic()
-        self._by_model: dict[str, PoolSpec] = {}
+        # Every name a client may put in `model` -> its pool; the first pool wins, as in
+        # `StackSpec.pool_for_model` (a dict lookup per request instead of a scan).
+        self.models: dict[str, PoolSpec] = {}
         for spec in stack.pools:
             for name in spec.model_names:
-                self._by_model.setdefault(name, spec)
+                self.models.setdefault(name, spec)
         self._as_is = {spec.name: PoolChoice(spec.name, "model") for spec in stack.pools}
 
     def views(self, pool_name: str) -> list[object]:
@@ -149,7 +151,7 @@ class Dispatcher:
         with no length rule to apply, up and not saturated, is answered from the replicas'
         own counts without building views (the same tests as `is_down` and `is_saturated`)."""
         now = self._now = time.monotonic()
-        pool = self.stack.pools[0] if model is None else self._by_model.get(model)
+        pool = self.stack.pools[0] if model is None else self.models.get(model)
         if pool is not None and (
             pool.long_pool is None
             or pool.long_prompt_tokens is None

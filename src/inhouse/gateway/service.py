@@ -112,14 +112,6 @@ class Gateway:
             state = self._build_pool(pool, urls)
             self.pools[pool.name] = state
             replicas.extend(state.replicas)
-        # Every name a client may put in `model` -> (the name, its pool); the first pool wins,
-        # as in `StackSpec.pool_for_model` (a dict lookup per request instead of a scan).
-        self._models: dict[str | None, tuple[str, PoolSpec]] = {}
-        for pool in stack.pools:
-            for name in pool.model_names:
-                self._models.setdefault(name, (name, pool))
-        first = stack.pools[0]
-        self._models[None] = (first.client_model_name, first)
         self.dispatcher = Dispatcher(stack, self.pools, spec.health.scrape_max_age_s)
         self.monitor = HealthMonitor(replicas, spec.health, on_join=self._on_join)
         self.metrics.on_render(self._refresh_gauges)
@@ -233,16 +225,20 @@ class Gateway:
         return [n for n in names if tenant.may_use(n)]
 
     def resolve_model(self, tenant: TenantSpec, model: str | None) -> tuple[str, PoolSpec]:
-        found = self._models.get(model)
-        if found is None:
-            valid = ", ".join(self.model_names(tenant))
-            raise GatewayError(
-                404,
-                f"The model `{model}` does not exist. Valid aliases: {valid}.",
-                param="model",
-                reason="unknown_model",
-            )
-        model, pool = found
+        if model is None:
+            pool = self.stack.pools[0]
+            model = pool.client_model_name
+        else:
+            found = self.dispatcher.models.get(model)
+            if found is None:
+                valid = ", ".join(self.model_names(tenant))
+                raise GatewayError(
+                    404,
+                    f"The model `{model}` does not exist. Valid aliases: {valid}.",
+                    param="model",
+                    reason="unknown_model",
+                )
+            pool = found
         if not tenant.may_use(model):
             raise GatewayError(
                 403,
