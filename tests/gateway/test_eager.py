@@ -12,6 +12,7 @@ import uuid
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
+import httpx
 import pytest
 from tests.gateway.conftest import KEY, chat, engines, free_port, stack_data
 from tests.gateway.test_direct import served
@@ -234,6 +235,14 @@ def _raw_post(path: str, body: bytes, extra: bytes = b"") -> bytes:
     )
 
 
+async def _raw_connection(
+    client: httpx.AsyncClient,
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A plain socket to the server `client` talks to (for what httpx will not send)."""
+    port = int(str(client.base_url).rsplit(":", 1)[1].rstrip("/"))
+    return await asyncio.open_connection("127.0.0.1", port)
+
+
 async def _read_responses(
     reader: asyncio.StreamReader, count: int
 ) -> list[tuple[int, dict[str, str], bytes]]:
@@ -300,8 +309,7 @@ def test_requests_the_eager_start_does_not_wait_for_are_answered() -> None:
 
     async def main() -> None:
         async with engines(1) as live, served(data, [live[0].url]) as (_, client):
-            port = int(str(client.base_url).rsplit(":", 1)[1].rstrip("/"))
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            reader, writer = await _raw_connection(client)
             try:
                 # 1. 200 KB of body: counted, refused by the long-prompt gate, never hung.
                 big = json.dumps(chat("word " * 40_000, max_tokens=4)).encode()
@@ -440,8 +448,7 @@ def test_nothing_pipelined_behind_a_closing_answer_reaches_an_engine(
 
     async def main() -> bytes:
         async with engines(1) as live, served(data, [live[0].url]) as (_, client):
-            port = int(str(client.base_url).rsplit(":", 1)[1].rstrip("/"))
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            reader, writer = await _raw_connection(client)
             writer.write(_raw_post("/v1/chat/completions", body) * 2)
             received = await asyncio.wait_for(reader.read(), 30)  # until the server closes
             writer.close()
