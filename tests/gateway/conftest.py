@@ -1,5 +1,7 @@
 """Fixtures for the gateway tests: simulated engines on loopback sockets inside the test's
-event loop, and a gateway in front of them driven through `httpx.ASGITransport`."""
+event loop, and a gateway in front of them, driven through `httpx.ASGITransport`
+(`gateway_for`) or served by its own HTTP server on a real socket, as `inhouse gateway` runs it
+(`served`)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import uvicorn
 
 from inhouse.gateway.app import GatewayApp
 from inhouse.gateway.limits import LimitStore
+from inhouse.gateway.serve import gateway_server
 from inhouse.gateway.service import Gateway
 from inhouse.server.engine_app import create_engine_app
 from inhouse.server.state import EngineOptions, EngineState
@@ -160,3 +163,31 @@ def chat(text: str = "Hello there, how are you?", **extra: Any) -> dict[str, Any
     body: dict[str, Any] = {"model": "tiny", "messages": [{"role": "user", "content": text}]}
     body.update(extra)
     return body
+
+
+@contextlib.asynccontextmanager
+async def served(
+    data: dict,
+    urls: list[str],
+    limits: LimitStore | None = None,
+    keep_alive_s: float | None = None,
+) -> AsyncIterator[tuple[Gateway, httpx.AsyncClient]]:
+    """The gateway of pool `chat` in front of `urls`, served by its HTTP server on a free
+    port, and a keep-alive client to it with the demo key."""
+    stack = parse_stack(data)
+    gateway = Gateway(stack, parse_gateway(stack.gateway), {"chat": urls}, KEY, limits)
+    await gateway.start()
+    server = gateway_server(gateway)
+    if keep_alive_s is not None:
+        server.keep_alive_s = keep_alive_s
+    await server.start("127.0.0.1", 0)
+    try:
+        async with httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{server.port}",
+            headers={"authorization": f"Bearer {KEY}"},
+            timeout=30,
+        ) as client:
+            yield gateway, client
+    finally:
+        await server.shutdown(5.0)
+        await gateway.stop()

@@ -1,21 +1,34 @@
 """The writer the generation routes stream through when the server offers one.
 
-`inhouse.gateway.direct.GatewayProtocol` puts a `ChunkWriter` in every request's
-`scope["extensions"][EXTENSION]`; this module has no uvicorn import, so the routes (and any
-other ASGI server, which offers no writer) do not depend on uvicorn's internals.
+The gateway's HTTP server (`http_server.GatewayProtocol`) puts its connection's `ChunkWriter` in
+every request's `scope["extensions"][EXTENSION]`; the server itself writes each response's
+head and body through it too. This module imports nothing of the server, so the routes (and any
+other ASGI server, which offers no writer) do not depend on it.
+
+The response head is held back until the first body bytes, so head and first chunk go out in
+one write: one segment and one wake-up of the client. Until then the head can be taken back
+(`unstart`), which lets a stream that failed before its first token answer with another
+status.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Protocol
 
 EXTENSION = "inhouse.chunk_writer"
 
 
+class Transport(Protocol):
+    """The part of `asyncio.Transport` the writer uses."""
+
+    def write(self, data: bytes) -> None: ...
+
+    def is_closing(self) -> bool: ...
+
+
 class Flow(Protocol):
-    """uvicorn's per-connection flow control, as far as the writer uses it."""
+    """The connection's write flow control, as far as the writer uses it."""
 
     write_paused: bool
 
@@ -23,25 +36,14 @@ class Flow(Protocol):
 
 
 class ChunkWriter:
-    """Writes body chunks of the connection's current (chunked, HTTP/1.1) response. It is
-    also the transport uvicorn's request cycles write through (`write`, `close`,
-    `is_closing`), so the response head can wait for the first chunk: one write, one segment,
-    one wake-up of the client for both."""
+    """Writes the connection's current response: its held head (`hold_head`), chunks of a
+    chunked body (`write_chunk`, for the routes), raw bytes (`write`, for the server)."""
 
-    __slots__ = (
-        "_flow",
-        "_held",
-        "_is_holding",
-        "_on_lost",
-        "_transport",
-        "is_lost",
-        "on_unstart",
-    )
+    __slots__ = ("_flow", "_held", "_on_lost", "_transport", "is_lost", "on_unstart")
 
-    def __init__(self, transport: asyncio.Transport, flow: Flow) -> None:
+    def __init__(self, transport: Transport, flow: Flow) -> None:
         self._transport = transport
         self._flow = flow
-        self._is_holding = False
         self._held = b""
         self._on_lost: Callable[[], None] | None = None
         self.is_lost = False
@@ -59,18 +61,16 @@ class ChunkWriter:
         if on_lost is not None:
             on_lost()
 
-    def hold(self) -> None:
-        """Keep the next write back until the one after it (the head until the first chunk
-        or the stream's end, written in the same turn of the loop)."""
-        self._is_holding = True
+    def hold_head(self, head: bytes) -> None:
+        """The response head, written with the next bytes (or by `flush`)."""
+        self._held = head
 
     def unstart(self) -> bool:
         """Take back a response head that is still held (nothing of the response reached the
-        client), so that another status can be sent instead. False if the server cannot."""
+        client), so that another status can be sent instead. False if it cannot."""
         on_unstart = self.on_unstart
         if not self._held or on_unstart is None or not on_unstart():
             return False
-        self._is_holding = False
         self._held = b""
         return True
 
@@ -89,28 +89,13 @@ class ChunkWriter:
     async def wait_writable(self) -> None:
         await self._flow.drain()
 
-    # -- the transport of uvicorn's RequestResponseCycle ---------------------------------
-
     def write(self, data: bytes) -> None:
-        if self._is_holding:
-            self._is_holding = False
-            self._held = data
-            return
+        """Bytes as they are, after the held head."""
         if self._held:
             data, self._held = self._held + data, b""
-        self._transport.write(data)
-
-    def close(self) -> None:
-        self.flush()
-        self._transport.close()
-
-    def is_closing(self) -> bool:
-        return self._transport.is_closing()
+        if data and not self._transport.is_closing():
+            self._transport.write(data)
 
     def flush(self) -> None:
-        """Write anything held back (a stream that ends without another write)."""
-        self._is_holding = False
-        if self._held:
-            data, self._held = self._held, b""
-            if not self._transport.is_closing():
-                self._transport.write(data)
+        """Write the head if it is still held (a response that ends without body bytes)."""
+        self.write(b"")

@@ -2,8 +2,8 @@
 
 Raw ASGI, not Starlette's Request/Response: the hot path pays for no object it does not use.
 The response head goes to the client only with the engine's first token (for a stream served
-by `direct.GatewayProtocol`, written from the engine connection's callback, head and token in
-one write), so a replica that fails before it is retried on another one (at most
+by the gateway's own server, `http_server.py`, written from the engine connection's callback,
+head and token in one write), so a replica that fails before it is retried on another one (at most
 `proxy.retries` times) and the client never sees it; after that, a failure ends the stream
 with an error event the client sees. Nothing accepted is dropped silently: every admitted
 request ends in a response, an error event, or a logged client disconnect.
@@ -85,7 +85,7 @@ async def read_body(receive: Receive, length: str | None, limit: int) -> bytes:
 
 
 def chunk_writer(scope: Scope) -> ChunkWriter | None:
-    """The server's direct chunk writer (`direct.GatewayProtocol`), if it offers one."""
+    """The server's direct chunk writer (`http_server.GatewayProtocol`), if it offers one."""
     extensions = scope.get("extensions")
     if not extensions or scope.get("http_version") != "1.1":
         return None
@@ -341,10 +341,9 @@ class GenerationRoute:
             gone.add_done_callback(on_disconnect)
         else:
             writer.watch(on_disconnect)
+        # With the direct writer the head is held until the first token (one write for both).
         head = [(b"content-type", SSE_TYPE), (b"cache-control", b"no-cache"), *headers,
                 overhead_header(admission, outcome)]  # fmt: skip
-        if writer is not None:
-            writer.hold()  # the head goes out with the first token, in one write
 
         def take(piece: bytes) -> bytes:
             if (

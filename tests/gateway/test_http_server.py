@@ -1,53 +1,29 @@
-"""The direct chunk path (`direct.GatewayProtocol`): the gateway served by uvicorn on a real
-socket, as `inhouse gateway` runs it, streams what the ASGI path streams; a broken engine still
-ends the stream with an error event; a client that leaves stops the engine's work; a full
-client buffer pauses reading the engine until it drains."""
+"""The gateway's HTTP server (`http_server.py`) on a real socket, as `inhouse gateway` runs it:
+streams go out through the direct chunk path as the ASGI path streams them; a broken engine
+still ends the stream with an error event; a client that leaves stops the engine's work; a full
+client buffer pauses reading the engine until it drains; HTTP/1.1 itself (keep-alive,
+pipelining, bodies, bad input, shutdown)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
+import time
+import uuid
 from collections.abc import AsyncIterator, Callable
 
 import httpx
 import pytest
-from tests.gateway.conftest import KEY, chat, engines, free_port, gateway_for, stack_data
+from tests.gateway.conftest import KEY, chat, engines, gateway_for, served, stack_data
 from tests.gateway.test_failures import wait_for
+from tests.gateway.test_limits import REDIS_URL, needs_redis
 
-from inhouse.gateway import direct
+from inhouse.gateway import http_server
 from inhouse.gateway.chunk_writer import ChunkWriter
-from inhouse.gateway.limits import LimitStore
+from inhouse.gateway.keys import create_key
 from inhouse.gateway.proxy import _relay_direct, _relay_through_send
-from inhouse.gateway.serve import _Server, uvicorn_config
-from inhouse.gateway.service import Gateway
 from inhouse.gateway.upstream import Response, UpstreamPool, _Connection
-from inhouse.spec.gateway import parse_gateway
-from inhouse.spec.stack import parse_stack
-
-
-@contextlib.asynccontextmanager
-async def served(
-    data: dict, urls: list[str], limits: LimitStore | None = None
-) -> AsyncIterator[tuple[Gateway, httpx.AsyncClient]]:
-    stack = parse_stack(data)
-    gateway = Gateway(stack, parse_gateway(stack.gateway), {"chat": urls}, KEY, limits)
-    await gateway.start()
-    port = free_port()
-    server = _Server(uvicorn_config(gateway, "127.0.0.1", port))
-    task = asyncio.create_task(server.serve())
-    await wait_for(lambda: server.started)
-    try:
-        async with httpx.AsyncClient(
-            base_url=f"http://127.0.0.1:{port}",
-            headers={"authorization": f"Bearer {KEY}"},
-            timeout=30,
-        ) as client:
-            yield gateway, client
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 10)
-        await gateway.stop()
 
 
 def events_of(text: str) -> list[str]:
@@ -177,24 +153,6 @@ def test_full_client_buffer_pauses_the_engine_until_it_drains() -> None:
         assert last == b"data: [DONE]\n\n"
 
     asyncio.run(main())
-
-
-def test_an_unknown_uvicorn_falls_back_to_asgi_send(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert direct.is_supported()  # the pinned uvicorn has what the direct path needs
-    monkeypatch.setattr(direct, "is_supported", lambda: False)
-    chunks: list[bytes] = []
-    monkeypatch.setattr(ChunkWriter, "write_chunk", lambda self, data: chunks.append(data))
-    body = chat(max_tokens=8, stream=True, ignore_eos=True)
-
-    async def main() -> None:
-        async with engines(1) as live, served(stack_data(replicas=1), [live[0].url]) as (_, c):
-            r = await c.post("/v1/chat/completions", json=body)
-        assert r.status_code == 200
-        events = events_of(r.text)
-        assert events[-1] == "data: [DONE]" and len(events) >= 9
-
-    asyncio.run(main())
-    assert chunks == []  # nothing went through the direct writer
 
 
 class _Transport:
@@ -414,7 +372,7 @@ def test_a_retry_that_gets_a_client_error_answers_with_it() -> None:
 def test_without_a_way_to_take_the_head_back_the_stream_ends_with_an_error_event(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(direct.GatewayProtocol, "_unstart", lambda self: False)
+    monkeypatch.setattr(http_server.GatewayProtocol, "_unstart", lambda self: False)
     data = stack_data(replicas=1, gateway={"health": {"interval_s": 30}})
 
     async def main() -> None:
@@ -426,3 +384,225 @@ def test_without_a_way_to_take_the_head_back_the_stream_ends_with_an_error_event
         assert events[-2].startswith('data: {"error":')
 
     asyncio.run(main())
+
+
+# -- requests on a raw connection: eager start, bodies, pipelining, keep-alive ---------------
+
+
+def _raw_post(path: str, body: bytes, extra: bytes = b"") -> bytes:
+    return (
+        f"POST {path} HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\n"
+        f"authorization: Bearer {KEY}\r\ncontent-length: {len(body)}\r\n".encode()
+        + extra
+        + b"\r\n"
+        + body
+    )
+
+
+async def _raw_connection(
+    client: httpx.AsyncClient,
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A plain socket to the server `client` talks to (for what httpx will not send)."""
+    port = int(str(client.base_url).rsplit(":", 1)[1].rstrip("/"))
+    return await asyncio.open_connection("127.0.0.1", port)
+
+
+async def _read_responses(
+    reader: asyncio.StreamReader, count: int
+) -> list[tuple[int, dict[str, str], bytes]]:
+    """`count` whole HTTP/1.1 responses with a content-length (no chunked bodies here)."""
+    out = []
+    while len(out) < count:
+        line = await asyncio.wait_for(reader.readline(), 30)
+        if line.startswith(b"HTTP/1.1 100"):
+            await reader.readline()
+            continue
+        status = int(line.split()[1])
+        headers: dict[str, str] = {}
+        while (line := await reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode().partition(":")
+            headers[name.strip().lower()] = value.strip()
+        body = await reader.readexactly(int(headers["content-length"]))
+        out.append((status, headers, body))
+    return out
+
+
+def test_a_generation_request_reaches_the_engine_from_the_callback_that_read_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No turn of the loop between reading a request and writing it to the engine: the write
+    happens inside the client connection's `data_received`."""
+    inside: list[bool] = []
+    reading = [False]
+    received = http_server.GatewayProtocol.data_received
+
+    def data_received(self: http_server.GatewayProtocol, data: bytes) -> None:
+        reading[0] = True
+        try:
+            received(self, data)
+        finally:
+            reading[0] = False
+
+    request = UpstreamPool.request
+
+    def traced(self: UpstreamPool, *args: object, **kwargs: object) -> object:
+        inside.append(reading[0])
+        return request(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(http_server.GatewayProtocol, "data_received", data_received)
+    monkeypatch.setattr(UpstreamPool, "request", traced)
+    data = stack_data(replicas=1)
+
+    async def main() -> None:
+        async with engines(1) as live, served(data, [live[0].url]) as (_, client):
+            for stream in (False, True):
+                r = await client.post("/v1/chat/completions", json=chat(stream=stream))
+                assert r.status_code == 200
+            r = await client.post("/v1/completions", json={"model": "tiny", "prompt": "hi"})
+            assert r.status_code == 200
+
+    asyncio.run(main())
+    assert inside == [True, True, True]
+
+
+def test_requests_the_eager_start_does_not_wait_for_are_answered() -> None:
+    """A body past the server's high-water mark (started as it arrives), `Expect:
+    100-continue` (the client waits for the 100 before its body), and two requests pipelined
+    in one write."""
+    data = stack_data(replicas=1)
+    small = json.dumps(chat("hello", max_tokens=4)).encode()
+
+    async def main() -> None:
+        async with engines(1) as live, served(data, [live[0].url]) as (_, client):
+            reader, writer = await _raw_connection(client)
+            try:
+                # 1. 200 KB of body: counted, refused by the long-prompt gate, never hung.
+                big = json.dumps(chat("word " * 40_000, max_tokens=4)).encode()
+                writer.write(_raw_post("/v1/chat/completions", big))
+                [(status, _, body)] = await _read_responses(reader, 1)
+                assert status == 400 and json.loads(body)["error"]["param"] == "input_tokens"
+                # 2. Expect: 100-continue: the head alone first, the body after the 100.
+                raw = _raw_post("/v1/chat/completions", small, b"expect: 100-continue\r\n")
+                head, _, body_part = raw.partition(b"\r\n\r\n")
+                writer.write(head + b"\r\n\r\n")
+                assert (await asyncio.wait_for(reader.readline(), 30)).startswith(b"HTTP/1.1 100")
+                await reader.readline()
+                writer.write(body_part)
+                [(status, _, body)] = await _read_responses(reader, 1)
+                assert status == 200 and json.loads(body)["choices"]
+                # 3. Two requests in one write, answered in order.
+                writer.write(_raw_post("/v1/chat/completions", small) * 2)
+                answers = await _read_responses(reader, 2)
+                assert [status for status, _, _ in answers] == [200, 200]
+                ids = [h["x-request-id"] for _, h, _ in answers]
+                assert len(set(ids)) == 2
+            finally:
+                writer.close()
+
+    asyncio.run(main())
+
+
+@needs_redis
+def test_limits_shared_in_redis_work_from_the_eager_start() -> None:
+    """redis-py's client needs a current task (`asyncio.timeout`): the eager part runs as the
+    request's task, so reserving in Redis from it works, and the limit holds."""
+    from inhouse.gateway.redis_limits import RedisLimits
+
+    tenant = f"eager-{uuid.uuid4().hex[:6]}"
+    key, entry = create_key()
+    tenants = [{"name": tenant, "keys": [entry], "limits": {"rpm": 2}}]
+    data = stack_data(replicas=1, gateway={"tenants": tenants})
+    auth = {"authorization": f"Bearer {key}"}
+
+    async def main() -> None:
+        limits = RedisLimits(REDIS_URL)
+        await limits.reset(tenant)
+        try:
+            async with engines(1) as live, served(data, [live[0].url], limits) as (_, client):
+                codes = []
+                for _ in range(3):
+                    body = chat(max_tokens=4, stream=True)
+                    r = await client.post("/v1/chat/completions", json=body, headers=auth)
+                    codes.append(r.status_code)
+                assert codes == [200, 200, 429]
+        finally:
+            await limits.reset(tenant)
+            await limits.close()
+
+    asyncio.run(main())
+
+
+def test_a_request_pipelined_behind_an_answer_given_at_once_is_not_cut_by_keep_alive() -> None:
+    """A 401 is answered inside the read that brought it, and the connection goes idle for a
+    moment; the stream pipelined behind it in the same read must outlive the keep-alive
+    timer that moment armed."""
+    data = stack_data(replicas=1)
+    body = json.dumps(chat("tell me", max_tokens=60, ignore_eos=True, stream=True)).encode()
+    refused = _raw_post("/v1/chat/completions", body).replace(KEY.encode(), b"wrong-key")
+
+    async def main() -> bytes:
+        async with (
+            engines(1, time_scale=1.0) as live,
+            served(data, [live[0].url], keep_alive_s=0.3) as (_, client),
+        ):
+            reader, writer = await _raw_connection(client)
+            started = time.perf_counter()
+            writer.write(refused + _raw_post("/v1/chat/completions", body))
+            received = b""
+            while b"data: [DONE]" not in received:
+                chunk = await asyncio.wait_for(reader.read(65536), 30)
+                if not chunk:
+                    break  # closed: cut off
+                received += chunk
+            assert time.perf_counter() - started > 0.3, "too fast to test the timer"
+            writer.close()
+            return received
+
+    received = asyncio.run(main())
+    assert received.startswith(b"HTTP/1.1 401")
+    assert b"HTTP/1.1 200" in received and b"data: [DONE]" in received
+
+
+def test_nothing_pipelined_behind_a_closing_answer_reaches_an_engine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The 500 for a handler that failed closes the connection; when it went out inside the
+    read, a request pipelined behind it is dropped, not served."""
+    from inhouse.gateway.proxy import GenerationRoute
+
+    handle = GenerationRoute.__call__
+    calls = [0]
+
+    async def failing_once(
+        self: GenerationRoute, scope: dict, receive: object, send: object
+    ) -> None:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise RuntimeError("a bug in the handler")
+        await handle(self, scope, receive, send)  # type: ignore[arg-type]
+
+    sent: list[int] = []
+    request = UpstreamPool.request
+
+    def counted(self: UpstreamPool, *args: object, **kwargs: object) -> object:
+        sent.append(1)
+        return request(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(GenerationRoute, "__call__", failing_once)
+    monkeypatch.setattr(UpstreamPool, "request", counted)
+    data = stack_data(replicas=1)
+    body = json.dumps(chat("hello", max_tokens=4)).encode()
+
+    async def main() -> bytes:
+        async with engines(1) as live, served(data, [live[0].url]) as (_, client):
+            reader, writer = await _raw_connection(client)
+            writer.write(_raw_post("/v1/chat/completions", body) * 2)
+            received = await asyncio.wait_for(reader.read(), 30)  # until the server closes
+            writer.close()
+            await asyncio.sleep(0.2)
+            return received
+
+    received = asyncio.run(main())
+    assert received.startswith(b"HTTP/1.1 500")
+    assert received.count(b"HTTP/1.1") == 1
+    assert sent == [] and calls[0] == 1

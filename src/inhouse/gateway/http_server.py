@@ -1,0 +1,634 @@
+"""The gateway's HTTP/1.1 server: httptools' parser under asyncio protocols, an ASGI app on top.
+
+Why not uvicorn (the engines keep it): per request, uvicorn built a scope, a request cycle with
+its own flow control and events, a task started on the loop's next turn, a keep-alive timer
+cancelled and re-armed, and a response head written on its own; the gateway then patched its
+internals to write stream chunks directly, to start generation requests eagerly and to hold the
+head back until the first token. Measured in-process (`benchmarks/bench_gateway_path.py`),
+that was a third of the Python a streamed request costs the gateway. This server does what the
+gateway needs, and nothing else, in the open:
+
+* **One request at a time per connection, in order.** A request is answered before the next
+  one on the connection (HTTP/1.1 pipelining) starts; while one waits, reading pauses.
+* **A request starts when its body is complete,** eagerly (`eager.start_eagerly`): the handler
+  runs from the read that completed it up to its first wait, so a generation request reaches
+  its engine without a turn of the loop. A body past `HIGH_WATER_BYTES` starts its handler at
+  once and is read as the handler takes it (reading pauses above the mark); `Expect:
+  100-continue` starts at the head and gets its `100 Continue` at the handler's first read.
+* **The response head waits for the first body bytes** (`ChunkWriter`): head and body, or head
+  and first token, go out in one write, and a stream that failed before its first token can
+  still be answered with another status (`ChunkWriter.unstart`).
+* **Keep-alive** for `keep_alive_s` after the last response, with one timer per connection
+  that is re-armed only when it fires early; `Connection: close`, HTTP/1.0 without keep-alive,
+  a response with `connection: close` and a handler failure close after the response.
+* **Bad input** (a malformed request, a head over `MAX_HEAD_BYTES`) gets a 400 or 431 in
+  OpenAI's error shape and the connection closes; a handler that fails before its response
+  gets a 500, one that fails mid-response has its connection cut (the client sees the stream
+  end early, never a silent success).
+* **Shutdown** (`GatewayServer.shutdown`): the listeners close, idle connections close, busy
+  ones close after their response; handlers still running after the grace period are
+  cancelled.
+
+Chunked request bodies, HEAD, absolute-form request targets and percent-encoded paths are
+handled; WebSocket and HTTP/2 upgrades are not offered (the request is answered as HTTP/1.1
+and the connection then closes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import email.utils
+import logging
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import unquote
+
+import httptools
+
+from inhouse.gateway.chunk_writer import EXTENSION, ChunkWriter
+from inhouse.gateway.eager import start_eagerly
+from inhouse.gateway.errors import error_json
+
+log = logging.getLogger("inhouse.gateway")
+
+App = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
+HIGH_WATER_BYTES = 1 << 16  # request body buffered ahead of the handler before reading pauses
+MAX_HEAD_BYTES = 1 << 16  # request line and headers together
+_ASGI = {"version": "3.0", "spec_version": "2.4"}
+
+
+def _status_line(status: int) -> bytes:
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        phrase = ""
+    return b"HTTP/1.1 %d %s\r\n" % (status, phrase.encode())
+
+
+_STATUS_LINES = {status.value: _status_line(status.value) for status in HTTPStatus}
+
+
+class _HeadTooLarge(Exception):
+    pass
+
+
+class Exchange:
+    """One request and its response on a connection: the ASGI scope, `receive` and `send`."""
+
+    __slots__ = (
+        "_body",
+        "_chunked",
+        "_conn",
+        "_is_body_read",
+        "_is_head_method",
+        "_remaining",
+        "_waiter",
+        "expects_continue",
+        "is_disconnected",
+        "is_started",
+        "keep_alive",
+        "more_body",
+        "num_buffered",
+        "response_complete",
+        "response_started",
+        "scope",
+    )
+
+    def __init__(
+        self, conn: GatewayProtocol, scope: dict[str, Any], keep_alive: bool, expects: bool
+    ) -> None:
+        self._conn = conn
+        self.scope = scope
+        self.keep_alive = keep_alive
+        self.expects_continue = expects
+        self._is_head_method = scope["method"] == "HEAD"
+        self._body: list[bytes] = []
+        self.num_buffered = 0
+        self.more_body = True
+        self._is_body_read = False
+        self._waiter: asyncio.Future[None] | None = None
+        self.is_started = False
+        self.is_disconnected = False
+        self.response_started = False
+        self.response_complete = False
+        self._chunked = False
+        self._remaining: int | None = 0  # body bytes the content-length still owes; None: all
+
+    @property
+    def is_ready(self) -> bool:
+        """Its handler may start: the body is complete, past the mark, or to be asked for."""
+        return not self.more_body or self.expects_continue or self.num_buffered > HIGH_WATER_BYTES
+
+    # -- fed by the connection ------------------------------------------------------------
+
+    def add_body(self, data: bytes) -> None:
+        self._body.append(data)
+        self.num_buffered += len(data)
+        self._wake()
+
+    def end_body(self) -> None:
+        self.more_body = False
+        self._wake()
+
+    def disconnect(self) -> None:
+        self.is_disconnected = True
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _wait(self) -> None:
+        self._waiter = waiter = self._conn.loop.create_future()
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+
+    # -- ASGI ---------------------------------------------------------------------------
+
+    async def receive(self) -> dict[str, Any]:
+        if self.expects_continue:
+            self.expects_continue = False
+            self._conn.write_continue()
+        if not self._is_body_read:
+            while not self._body and self.more_body and not self.is_disconnected:
+                await self._wait()
+            if not self.is_disconnected:
+                parts = self._body
+                body = parts[0] if len(parts) == 1 else b"".join(parts)
+                self._body = []
+                self.num_buffered = 0
+                self._is_body_read = not self.more_body
+                self._conn.update_reading()
+                return {"type": "http.request", "body": body, "more_body": self.more_body}
+        while not self.is_disconnected and not self.response_complete:
+            await self._wait()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: dict[str, Any]) -> None:
+        conn = self._conn
+        if conn.write_paused and not self.is_disconnected:
+            await conn.drain()
+        if self.is_disconnected:
+            return
+        kind = message["type"]
+        if not self.response_started:
+            if kind != "http.response.start":
+                raise RuntimeError(f"expected 'http.response.start', got {kind!r}")
+            self._start(message["status"], message.get("headers", ()))
+        elif not self.response_complete:
+            if kind != "http.response.body":
+                raise RuntimeError(f"expected 'http.response.body', got {kind!r}")
+            self._write_body(message.get("body", b""), message.get("more_body", False))
+        else:
+            raise RuntimeError(f"{kind!r} sent after the response was complete")
+
+    def _start(self, status: int, headers: Any) -> None:
+        self.expects_continue = False  # answered before its body: no 100 owed
+        conn = self._conn
+        parts = [_STATUS_LINES.get(status) or _status_line(status), conn.server.date_line()]
+        chunked: bool | None = None
+        remaining: int | None = 0
+        for name, value in headers:
+            # NOTE: a CR or LF would let a value start a header or a response of its own.
+            if b"\r" in value or b"\n" in value or b"\r" in name or b"\n" in name:
+                raise RuntimeError(f"invalid response header {name!r}")
+            name = name.lower()
+            if name == b"content-length":
+                remaining, chunked = int(value), False
+            elif name == b"transfer-encoding":
+                chunked = b"chunked" in value.lower()
+            elif name == b"connection" and b"close" in value.lower():
+                self.keep_alive = False
+                continue  # written once, below
+            parts += (name, b": ", value, b"\r\n")
+        if (
+            chunked is None
+            and not self._is_head_method
+            and status >= 200
+            and status not in (204, 304)
+        ):
+            if self.scope["http_version"] == "1.1":
+                chunked = True
+                parts.append(b"transfer-encoding: chunked\r\n")
+            else:  # HTTP/1.0: the body ends with the connection
+                remaining = None
+                self.keep_alive = False
+        if not self.keep_alive:
+            parts.append(b"connection: close\r\n")
+        parts.append(b"\r\n")
+        self._chunked = bool(chunked)
+        self._remaining = remaining
+        self.response_started = True
+        conn.writer.hold_head(b"".join(parts))
+
+    def _write_body(self, body: bytes, more_body: bool) -> None:
+        if self._is_head_method:
+            data = b""
+        elif self._chunked:
+            data = b"%x\r\n%b\r\n" % (len(body), body) if body else b""
+            if not more_body:
+                data += b"0\r\n\r\n"
+        else:
+            data = body
+            if self._remaining is not None:
+                if len(body) > self._remaining:
+                    raise RuntimeError("response body longer than its content-length")
+                self._remaining -= len(body)
+        self._conn.writer.write(data)
+        if not more_body:
+            if self._remaining and not self._is_head_method:
+                raise RuntimeError("response body shorter than its content-length")
+            self.response_complete = True
+            self._wake()
+            self._conn.response_done(self)
+
+    def unstart(self) -> bool:
+        """The response's head was taken back unwritten: it has not started after all."""
+        if self.response_complete:
+            return False
+        self.response_started = False
+        return True
+
+    async def run(self, app: App) -> None:
+        """The handler's task: the app, and an answer for the client if the app fails."""
+        try:
+            await app(self.scope, self.receive, self.send)
+        except Exception:
+            log.exception("the handler of %s %s failed", self.scope["method"], self.scope["path"])
+            conn = self._conn
+            if self.is_disconnected:
+                return
+            if not self.response_started or conn.writer.unstart():
+                self.keep_alive = False
+                body = error_json("The gateway failed on this request.", "InternalServerError",
+                                  None, 500)  # fmt: skip
+                length = str(len(body)).encode()
+                headers = [(b"content-type", b"application/json"), (b"content-length", length)]
+                self._start(500, headers)
+                self._write_body(body, False)
+            elif not self.response_complete:
+                conn.close()  # cut mid-response: the client sees it end early
+        else:
+            if not self.response_complete and not self.is_disconnected:
+                log.error("the handler of %s returned before its response", self.scope["path"])
+                self._conn.close()
+
+
+class GatewayProtocol(asyncio.Protocol):
+    """One client connection."""
+
+    def __init__(self, server: GatewayServer) -> None:
+        self.server = server
+        self.loop = server.loop
+        self.parser = httptools.HttpRequestParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.writer: ChunkWriter = None  # type: ignore[assignment]  # set on connection_made
+        self.write_paused = False
+        self._drains: list[asyncio.Future[None]] = []
+        self._is_read_paused = False
+        self._url = b""
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._num_head_bytes = 0
+        self._is_in_message = False
+        self._parsing: Exchange | None = None  # the request whose bytes are being read
+        self._active: Exchange | None = None  # the request being answered
+        self._pipeline: collections.deque[Exchange] = collections.deque()
+        self._is_shutting_down = False
+        self._idle_since = 0.0
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._addresses: tuple[Any, Any, str] = (None, None, "http")
+
+    # -- asyncio.Protocol ---------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.writer = ChunkWriter(self.transport, self)  # type: ignore[arg-type]
+        self.writer.on_unstart = self._unstart
+        scheme = "https" if transport.get_extra_info("sslcontext") else "http"
+        self._addresses = (
+            _address(transport.get_extra_info("sockname")),
+            _address(transport.get_extra_info("peername")),
+            scheme,
+        )
+        self.server.connections.add(self)
+        self._go_idle()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            # Not offered: the request is answered as HTTP/1.1, then the connection closes.
+            last = self._parsing or (self._pipeline[-1] if self._pipeline else self._active)
+            if last is None:
+                self.close()  # answered already: nothing more will be read
+            else:
+                last.keep_alive = False
+        except httptools.HttpParserError as exc:
+            too_large = isinstance(exc.__context__, _HeadTooLarge)
+            if not too_large and exc.__context__ is not None:
+                log.warning("reading a request failed", exc_info=exc.__context__)
+            self._refuse(431 if too_large else 400)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server.connections.discard(self)
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        for exchange in (self._active, *self._pipeline):
+            if exchange is not None:
+                exchange.disconnect()
+        self._pipeline.clear()
+        self._parsing = None
+        self.write_paused = False
+        self._wake_drains()
+        self.writer.connection_lost()
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        self._wake_drains()
+
+    def _wake_drains(self) -> None:
+        drains, self._drains = self._drains, []
+        for waiter in drains:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def drain(self) -> None:
+        """Wait until the client's buffer has room (or the client is gone)."""
+        if self.write_paused and self.transport is not None and not self.transport.is_closing():
+            waiter = self.loop.create_future()
+            self._drains.append(waiter)
+            await waiter
+
+    # -- httptools callbacks ------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._is_in_message = True
+        self._url = b""
+        self._headers = []
+        self._num_head_bytes = 0
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+        self._count_head(len(url))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_head(len(name) + len(value) + 4)
+        self._headers.append((name.lower(), value))
+
+    def _count_head(self, num_bytes: int) -> None:
+        self._num_head_bytes += num_bytes
+        if self._num_head_bytes > MAX_HEAD_BYTES:
+            raise _HeadTooLarge()
+
+    def on_headers_complete(self) -> None:
+        if self.transport is None or self.transport.is_closing():
+            return
+        parser = self.parser
+        url = httptools.parse_url(self._url)
+        raw_path = url.path
+        path = raw_path.decode("latin-1")
+        if "%" in path:
+            path = unquote(path)
+        server, client, scheme = self._addresses
+        headers = self._headers
+        scope = {
+            "type": "http",
+            "asgi": _ASGI,
+            "http_version": parser.get_http_version(),
+            "server": server,
+            "client": client,
+            "scheme": scheme,
+            "method": parser.get_method().decode("ascii"),
+            "root_path": "",
+            "path": path,
+            "raw_path": raw_path,
+            "query_string": url.query or b"",
+            "headers": headers,
+            "extensions": {EXTENSION: self.writer},
+        }
+        expects = any(n == b"expect" and v.lower() == b"100-continue" for n, v in headers)
+        exchange = Exchange(self, scope, parser.should_keep_alive(), expects)
+        self._parsing = exchange
+        if self._active is None:
+            self._active = exchange
+            if expects:
+                self._start(exchange)
+        else:
+            self._pipeline.append(exchange)
+            self.update_reading()
+
+    def on_body(self, body: bytes) -> None:
+        exchange = self._parsing
+        if exchange is None:
+            return
+        exchange.add_body(body)
+        if exchange.num_buffered > HIGH_WATER_BYTES:
+            if exchange is self._active and not exchange.is_started:
+                self._start(exchange)  # too big to wait for: the handler reads it as it comes
+            self.update_reading()
+
+    def on_message_complete(self) -> None:
+        self._is_in_message = False
+        exchange, self._parsing = self._parsing, None
+        if exchange is None:
+            return
+        exchange.end_body()
+        if exchange is self._active and not exchange.is_started:
+            self._start(exchange)
+
+    # -- requests and responses ---------------------------------------------------------
+
+    def _start(self, exchange: Exchange) -> None:
+        """Run the app for `exchange` (the active one): eagerly, from this callback."""
+        exchange.is_started = True
+        task = start_eagerly(self.loop, exchange.run(self.server.app))
+        tasks = self.server.tasks
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    def response_done(self, exchange: Exchange) -> None:
+        """`exchange`'s response is complete: close, or go on to the next request."""
+        if self._active is exchange:
+            self._active = None
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if not exchange.keep_alive or (self._is_shutting_down and not self._pipeline):
+            self.close()
+            return
+        if self._pipeline:
+            following = self._active = self._pipeline.popleft()
+            self.update_reading()
+            if following.is_ready:
+                self._start(following)  # else when its body is complete (or big)
+            return
+        self._go_idle()
+
+    def _unstart(self) -> bool:
+        exchange = self._active
+        return exchange is not None and exchange.unstart()
+
+    def write_continue(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def update_reading(self) -> None:
+        """Pause reading while a request waits behind the active one or a body is buffered
+        past the mark; resume when neither holds."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        parsing = self._parsing
+        pause = bool(self._pipeline) or (
+            parsing is not None and parsing.num_buffered > HIGH_WATER_BYTES
+        )
+        if pause != self._is_read_paused:
+            self._is_read_paused = pause
+            if pause:
+                transport.pause_reading()
+            else:
+                transport.resume_reading()
+
+    def _refuse(self, status: int) -> None:
+        """Answer a request that could not be read, then close."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if self._active is None or not self._active.response_started:
+            message = (
+                "The request's line and headers exceed the gateway's limit."
+                if status == 431
+                else "Invalid HTTP request."
+            )
+            body = error_json(message, "BadRequestError", None, status)
+            head = b"".join(
+                (
+                    _STATUS_LINES[status],
+                    self.server.date_line(),
+                    b"content-type: application/json\r\ncontent-length: %d\r\n" % len(body),
+                    b"connection: close\r\n\r\n",
+                )
+            )
+            transport.write(head + body)
+        self.close()
+
+    def close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.writer.flush()
+            self.transport.close()
+
+    # -- idle connections ---------------------------------------------------------------
+
+    def _is_idle(self) -> bool:
+        return self._active is None and not self._is_in_message and not self._pipeline
+
+    def _go_idle(self) -> None:
+        self._idle_since = self.loop.time()
+        if self._idle_timer is None:
+            self._idle_timer = self.loop.call_later(self.server.keep_alive_s, self._on_idle)
+
+    def _on_idle(self) -> None:
+        self._idle_timer = None
+        if self.transport is None or self.transport.is_closing() or not self._is_idle():
+            return  # busy: armed again when it next goes idle
+        left = self._idle_since + self.server.keep_alive_s - self.loop.time()
+        if left <= 0:
+            self.close()
+        else:
+            self._idle_timer = self.loop.call_later(left, self._on_idle)
+
+    def shutdown(self) -> None:
+        """Close now if idle, else after the response in progress."""
+        self._is_shutting_down = True
+        if self._is_idle():
+            self.close()
+        elif self._active is not None:
+            self._active.keep_alive = False
+
+
+class GatewayServer:
+    """The listening sockets and the connections of one gateway process."""
+
+    def __init__(
+        self, app: App, keep_alive_s: float = 75.0, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
+        self.app = app
+        self.keep_alive_s = keep_alive_s
+        self.ssl_context = ssl_context
+        self.connections: set[GatewayProtocol] = set()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]  # set by start
+        self._servers: list[asyncio.Server] = []
+        self._date = (0, b"")
+
+    async def start(self, host: str, port: int, backlog: int = 4096) -> None:
+        self.loop = asyncio.get_running_loop()
+        server = await self.loop.create_server(
+            lambda: GatewayProtocol(self),
+            host,
+            port,
+            ssl=self.ssl_context,
+            backlog=backlog,
+            reuse_address=True,
+        )
+        self._servers.append(server)
+
+    @property
+    def port(self) -> int:
+        """The port of the first listening socket (the one chosen for port 0)."""
+        port: int = self._servers[0].sockets[0].getsockname()[1]
+        return port
+
+    def date_line(self) -> bytes:
+        """The `date` header line, made once a second."""
+        now = int(time.time())
+        if now != self._date[0]:
+            text = email.utils.formatdate(now, usegmt=True)
+            self._date = (now, b"date: %s\r\n" % text.encode())
+        return self._date[1]
+
+    async def shutdown(self, grace_s: float = 5.0) -> None:
+        """Stop listening; close idle connections at once and busy ones after their response;
+        after `grace_s`, cancel the handlers still running and cut their connections."""
+        for server in self._servers:
+            server.close()
+        for conn in list(self.connections):
+            conn.shutdown()
+        deadline = time.monotonic() + grace_s
+        while self.tasks and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        for task in list(self.tasks):
+            task.cancel()
+        if self.tasks:
+            with contextlib.suppress(Exception):
+                await asyncio.wait(list(self.tasks), timeout=1.0)
+        for conn in list(self.connections):
+            if conn.transport is not None:
+                conn.transport.abort()
+        self._servers.clear()
+
+
+def tls_context(certfile: str | None, keyfile: str | None) -> ssl.SSLContext | None:
+    if not certfile:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(certfile, keyfile)
+    return context
+
+
+def _address(value: Any) -> tuple[str, int] | None:
+    if isinstance(value, tuple) and len(value) >= 2:
+        return (str(value[0]), int(value[1]))
+    return None

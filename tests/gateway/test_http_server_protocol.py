@@ -1,0 +1,495 @@
+"""`http_server.GatewayProtocol` on a fake transport, with small ASGI apps: what goes out in
+which write, when a request starts, pipelining, backpressure, failures and keep-alive, each
+exactly (the socket-level tests with the real gateway are in test_http_server.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from inhouse.gateway import http_server
+from inhouse.gateway.chunk_writer import EXTENSION
+from inhouse.gateway.http_server import GatewayProtocol, GatewayServer
+
+Scope = dict[str, Any]
+App = Callable[[Scope, Any, Any], Awaitable[None]]
+
+
+class FakeTransport:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+        self.reading = True
+
+    def write(self, data: bytes) -> None:
+        assert not self.closed, "write after close"
+        self.writes.append(data)
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.closed = True
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"sockname": ("127.0.0.1", 8000), "peername": ("10.0.0.9", 5555)}.get(name, default)
+
+    @property
+    def data(self) -> bytes:
+        return b"".join(self.writes)
+
+
+def connect(app: App, keep_alive_s: float = 75.0) -> tuple[GatewayProtocol, FakeTransport]:
+    server = GatewayServer(app, keep_alive_s)
+    server.loop = asyncio.get_running_loop()
+    protocol = GatewayProtocol(server)
+    transport = FakeTransport()
+    protocol.connection_made(transport)  # type: ignore[arg-type]
+    return protocol, transport
+
+
+def request(method: str = "GET", path: str = "/x", body: bytes = b"", extra: bytes = b"") -> bytes:
+    head = f"{method} {path} HTTP/1.1\r\nhost: gw\r\n".encode() + extra
+    if body or method == "POST":
+        head += b"content-length: %d\r\n" % len(body)
+    return head + b"\r\n" + body
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def responses(data: bytes) -> list[tuple[int, dict[str, str], bytes]]:
+    """Split what was written into responses (content-length or chunked bodies)."""
+    out = []
+    while data:
+        head, _, data = data.partition(b"\r\n\r\n")
+        lines = head.decode().split("\r\n")
+        status = int(lines[0].split()[1])
+        headers = {k.lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:])}
+        if "content-length" in headers:
+            n = int(headers["content-length"])
+            body, data = data[:n], data[n:]
+        elif headers.get("transfer-encoding") == "chunked":
+            body = b""
+            while True:
+                size_line, _, data = data.partition(b"\r\n")
+                size = int(size_line, 16)
+                body += data[:size]
+                data = data[size + 2 :]
+                if size == 0:
+                    break
+        else:
+            body, data = data, b""
+        out.append((status, headers, body))
+    return out
+
+
+async def hello(scope: Scope, receive: Any, send: Any) -> None:
+    message = await receive()
+    body = b"hello " + message["body"]
+    headers = [(b"content-type", b"text/plain"), (b"content-length", b"%d" % len(body))]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def test_head_and_body_go_out_in_one_write_and_the_connection_stays_open() -> None:
+    async def main() -> None:
+        protocol, transport = connect(hello)
+        protocol.data_received(request("POST", "/x", b"you"))
+        await settle()
+        assert len(transport.writes) == 1
+        [(status, headers, body)] = responses(transport.data)
+        assert (status, body) == (200, b"hello you")
+        assert "date" in headers and "connection" not in headers
+        assert not transport.closed
+
+    asyncio.run(main())
+
+
+def test_the_scope_is_what_an_asgi_app_expects() -> None:
+    seen: list[Scope] = []
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        seen.append(scope)
+        await hello(scope, receive, send)
+
+    async def main() -> None:
+        protocol, _ = connect(app)
+        protocol.data_received(request("GET", "/v1/a%20b?x=1&y=2", extra=b"X-Thing: v\r\n"))
+        await settle()
+
+    asyncio.run(main())
+    [scope] = seen
+    assert scope["path"] == "/v1/a b" and scope["raw_path"] == b"/v1/a%20b"
+    assert scope["query_string"] == b"x=1&y=2"
+    assert scope["method"] == "GET" and scope["http_version"] == "1.1"
+    assert (b"x-thing", b"v") in scope["headers"]  # names lower-cased
+    assert scope["client"] == ("10.0.0.9", 5555) and scope["server"] == ("127.0.0.1", 8000)
+    assert scope["scheme"] == "http" and EXTENSION in scope["extensions"]
+
+
+def test_a_request_starts_only_when_its_body_is_complete() -> None:
+    started: list[bytes] = []
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        message = await receive()
+        started.append(message["body"])
+        await hello(scope, _replay(message), send)
+
+    async def main() -> None:
+        protocol, transport = connect(app)
+        raw = request("POST", "/x", b"0123456789")
+        protocol.data_received(raw[:-4])
+        await settle()
+        assert started == []  # the handler has not run: nothing to wait on in it
+        seen: list[list[bytes]] = []
+
+        def read_the_rest() -> None:  # as the loop calls a protocol, outside any task
+            protocol.data_received(raw[-4:])
+            seen.append(list(started))
+
+        asyncio.get_running_loop().call_soon(read_the_rest)
+        await settle()
+        assert seen == [[b"0123456789"]]  # eagerly, inside the read that completed it
+        assert responses(transport.data)[0][2] == b"hello 0123456789"
+
+    asyncio.run(main())
+
+
+def test_a_large_body_starts_its_handler_at_once_and_pauses_reading_until_read() -> None:
+    parts: list[int] = []
+    gate = asyncio.Event()
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        await gate.wait()
+        while True:
+            message = await receive()
+            parts.append(len(message["body"]))
+            if not message["more_body"]:
+                break
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def main() -> None:
+        protocol, transport = connect(app)
+        size = 3 * http_server.HIGH_WATER_BYTES
+        raw = request("POST", "/x", b"x" * size)
+        head_len = len(raw) - size
+        protocol.data_received(raw[: head_len + http_server.HIGH_WATER_BYTES + 1])
+        assert not transport.reading  # past the mark, nothing read by the handler yet
+        gate.set()
+        await settle()
+        assert transport.reading  # the handler took it
+        protocol.data_received(raw[head_len + http_server.HIGH_WATER_BYTES + 1 :])
+        await settle()
+        assert sum(parts) == size
+        assert responses(transport.data)[0][0] == 204
+
+    asyncio.run(main())
+
+
+def test_expect_100_continue_is_answered_at_the_first_read_of_the_body() -> None:
+    async def main() -> None:
+        protocol, transport = connect(hello)
+        raw = request("POST", "/x", b"abc", extra=b"expect: 100-continue\r\n")
+        head, _, body = raw.partition(b"\r\n\r\n")
+        protocol.data_received(head + b"\r\n\r\n")
+        await settle()
+        assert transport.writes == [b"HTTP/1.1 100 Continue\r\n\r\n"]
+        protocol.data_received(body)
+        await settle()
+        assert responses(transport.data[25:])[0][2] == b"hello abc"
+
+    asyncio.run(main())
+
+
+def test_pipelined_requests_are_answered_in_order_one_at_a_time() -> None:
+    order: list[str] = []
+    release = asyncio.Event()
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        order.append(f"start {scope['path']}")
+        if scope["path"] == "/slow":
+            await release.wait()
+        order.append(f"end {scope['path']}")
+        await hello(scope, receive, send)
+
+    async def main() -> None:
+        protocol, transport = connect(app)
+        protocol.data_received(request("GET", "/slow") + request("GET", "/fast"))
+        await settle()
+        assert order == ["start /slow"]  # the second waits for the first's response
+        assert not transport.reading  # and nothing more is read meanwhile
+        release.set()
+        await settle()
+        assert order == ["start /slow", "end /slow", "start /fast", "end /fast"]
+        assert [s for s, _, _ in responses(transport.data)] == [200, 200]
+        assert transport.reading and not transport.closed
+
+    asyncio.run(main())
+
+
+def test_chunked_streams_and_their_end_in_the_same_write_as_the_last_chunk() -> None:
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"a", "more_body": True})
+        await send({"type": "http.response.body", "body": b"bc", "more_body": False})
+
+    async def main() -> None:
+        protocol, transport = connect(app)
+        protocol.data_received(request())
+        await settle()
+        assert len(transport.writes) == 2  # head with the first chunk, the last with the end
+        assert transport.writes[1] == b"2\r\nbc\r\n0\r\n\r\n"
+        [(status, headers, body)] = responses(transport.data)
+        assert (status, headers["transfer-encoding"], body) == (200, "chunked", b"abc")
+
+    asyncio.run(main())
+
+
+def test_http_1_0_gets_a_close_delimited_body_and_a_close() -> None:
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"old", "more_body": False})
+
+    async def main() -> None:
+        protocol, transport = connect(app)
+        protocol.data_received(b"GET / HTTP/1.0\r\n\r\n")
+        await settle()
+        head, _, body = transport.data.partition(b"\r\n\r\n")
+        assert b"transfer-encoding" not in head and b"connection: close" in head
+        assert body == b"old" and transport.closed
+
+    asyncio.run(main())
+
+
+def test_connection_close_from_the_client_closes_after_the_response() -> None:
+    async def main() -> None:
+        protocol, transport = connect(hello)
+        protocol.data_received(request("GET", "/", extra=b"connection: close\r\n"))
+        await settle()
+        assert b"connection: close\r\n" in transport.data and transport.closed
+
+    asyncio.run(main())
+
+
+def test_head_requests_get_no_body() -> None:
+    async def main() -> None:
+        protocol, transport = connect(hello)
+        protocol.data_received(request("HEAD", "/"))
+        await settle()
+        assert transport.data.endswith(b"\r\n\r\n") and b"hello" not in transport.data
+        assert not transport.closed
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    ("raw", "status"),
+    [
+        (b"NOT HTTP AT ALL\r\n\r\n", 400),
+        (b"GET / HTTP/1.1\r\nx-big: " + b"a" * (http_server.MAX_HEAD_BYTES + 1) + b"\r\n\r\n", 431),
+    ],
+)
+def test_unreadable_requests_get_an_error_in_openai_shape_and_a_close(
+    raw: bytes, status: int
+) -> None:
+    called: list[bool] = []
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        called.append(True)
+
+    async def main() -> None:
+        protocol, transport = connect(app)
+        protocol.data_received(raw)
+        await settle()
+        [(got, headers, body)] = responses(transport.data)
+        assert got == status and headers["connection"] == "close"
+        assert json.loads(body)["error"]["code"] == status
+        assert transport.closed and not called
+
+    asyncio.run(main())
+
+
+def test_an_upgrade_request_is_answered_as_http_1_1_then_closed() -> None:
+    async def main() -> None:
+        protocol, transport = connect(hello)
+        protocol.data_received(
+            request("GET", "/", extra=b"connection: upgrade\r\nupgrade: h2c\r\n") + request()
+        )
+        await settle()
+        assert [s for s, _, _ in responses(transport.data)] == [200]
+        assert transport.closed
+
+    asyncio.run(main())
+
+
+def test_a_handler_failing_before_its_response_gets_a_500_and_a_close() -> None:
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        raise RuntimeError("a bug")
+
+    async def main() -> None:
+        protocol, transport = connect(app)
+        protocol.data_received(request())
+        await settle()
+        [(status, headers, body)] = responses(transport.data)
+        assert status == 500 and headers["connection"] == "close"
+        assert json.loads(body)["error"]["type"] == "InternalServerError"
+        assert transport.closed
+
+    asyncio.run(main())
+
+
+def test_a_handler_failing_with_its_head_still_held_gets_a_500_instead() -> None:
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        raise RuntimeError("a bug before the first byte")
+
+    async def main() -> None:
+        protocol, transport = connect(app)
+        protocol.data_received(request())
+        await settle()
+        assert [s for s, _, _ in responses(transport.data)] == [500]  # the 200 never went out
+
+    asyncio.run(main())
+
+
+def test_a_handler_failing_mid_response_has_its_connection_cut() -> None:
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"part", "more_body": True})
+        raise RuntimeError("a bug mid-stream")
+
+    async def main() -> None:
+        protocol, transport = connect(app)
+        protocol.data_received(request())
+        await settle()
+        assert transport.data.endswith(b"4\r\npart\r\n")  # no end chunk: the client sees it cut
+        assert transport.closed
+
+    asyncio.run(main())
+
+
+def test_a_handler_returning_without_a_response_closes_the_connection() -> None:
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        await receive()
+
+    async def main() -> None:
+        protocol, transport = connect(app)
+        protocol.data_received(request())
+        await settle()
+        assert transport.closed and transport.writes == []
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    ("headers", "body"),
+    [
+        ([(b"x-evil", b"a\r\nset-cookie: b")], b""),  # a header that would split the response
+        ([(b"content-length", b"10")], b"short"),
+        ([(b"content-length", b"2")], b"too long"),
+    ],
+)
+def test_a_malformed_response_is_refused(headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    async def main() -> None:
+        protocol, transport = connect(app)
+        protocol.data_received(request())
+        await settle()
+        assert b"set-cookie" not in transport.data
+        assert transport.closed
+
+    asyncio.run(main())
+
+
+def test_a_client_that_leaves_is_told_through_receive_and_the_writer() -> None:
+    events: list[str] = []
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        scope["extensions"][EXTENSION].watch(lambda: events.append("writer"))
+        await receive()  # the body
+        events.append((await receive())["type"])
+
+    async def main() -> None:
+        protocol, _ = connect(app)
+        protocol.data_received(request())
+        await settle()
+        protocol.connection_lost(None)
+        await settle()
+
+    asyncio.run(main())
+    assert events == ["writer", "http.disconnect"]
+
+
+def test_an_idle_connection_closes_after_keep_alive_and_a_busy_one_does_not() -> None:
+    release = asyncio.Event()
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        if scope["path"] == "/slow":
+            await release.wait()
+        await hello(scope, receive, send)
+
+    async def main() -> None:
+        protocol, transport = connect(app, keep_alive_s=0.05)
+        protocol.data_received(request("GET", "/fast") + request("GET", "/slow"))
+        await asyncio.sleep(0.15)  # the idle moment between the two armed the timer
+        assert not transport.closed  # busy with /slow
+        release.set()
+        await settle()
+        assert not transport.closed
+        await asyncio.sleep(0.15)
+        assert transport.closed  # idle past keep-alive
+
+    asyncio.run(main())
+
+
+def test_shutdown_closes_idle_connections_now_and_busy_ones_after_their_response() -> None:
+    release = asyncio.Event()
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        await release.wait()
+        await hello(scope, receive, send)
+
+    async def main() -> None:
+        idle, idle_transport = connect(app)
+        busy, busy_transport = connect(app)
+        busy.server = idle.server  # one server, two connections
+        idle.server.connections.add(busy)
+        busy.data_received(request())
+        await settle()
+        shutdown = asyncio.ensure_future(idle.server.shutdown(5.0))
+        await settle()
+        assert idle_transport.closed and not busy_transport.closed
+        release.set()
+        await shutdown
+        assert busy_transport.closed
+        assert [s for s, _, _ in responses(busy_transport.data)] == [200]
+        assert b"connection: close" in busy_transport.data
+
+    asyncio.run(main())
+
+
+def _replay(message: dict[str, Any]) -> Callable[[], Awaitable[dict[str, Any]]]:
+    async def receive() -> dict[str, Any]:
+        return message
+
+    return receive
