@@ -67,3 +67,30 @@ def test_event_loop_lag_sees_a_blocked_loop() -> None:
     count = samples[("inhouse_gateway_event_loop_lag_seconds_count", None)]
     assert count >= 4
     assert count - samples[("inhouse_gateway_event_loop_lag_seconds_bucket", "0.05")] == 1
+
+
+def test_series_values_are_exact_and_histogram_buckets_inclusive_and_cumulative() -> None:
+    metrics = GatewayMetrics()
+    metrics.tokens.child("t", "m", "prompt").inc(30)
+    metrics.tokens.child("t", "m", "prompt").inc(12)
+    metrics.queue_depth.child("p").set(3)
+    metrics.queue_depth.child("p").set(1)
+    ttft = metrics.ttft.child("t", "m", "p")
+    bounds = next(m.buckets for m in GATEWAY_METRICS if m.name == "inhouse_gateway_ttft_seconds")
+    for value in (bounds[0], bounds[0] * 1.5, bounds[-1] + 1.0):  # on a bound, between, past all
+        ttft.observe(value)
+    samples = {
+        (s.name, s.labels.get("le")): s.value
+        for f in text_string_to_metric_families(metrics.render().decode())
+        for s in f.samples
+        if not s.name.endswith("_created")
+    }
+    assert samples[("inhouse_gateway_tokens_total", None)] == 42
+    assert samples[("inhouse_gateway_queue_depth", None)] == 1
+    name = "inhouse_gateway_ttft_seconds"
+    assert samples[(f"{name}_bucket", repr(bounds[0]))] == 1  # `le` includes the bound
+    assert samples[(f"{name}_bucket", repr(bounds[1]))] == 2  # cumulative
+    assert samples[(f"{name}_bucket", repr(bounds[-1]))] == 2
+    assert samples[(f"{name}_bucket", "+Inf")] == 3
+    assert samples[(f"{name}_count", None)] == 3
+    assert abs(samples[(f"{name}_sum", None)] - (bounds[0] * 2.5 + bounds[-1] + 1.0)) < 1e-9
