@@ -196,10 +196,8 @@ class Exchange:
         parts = [_STATUS_LINES.get(status) or _status_line(status), conn.server.date_line()]
         chunked: bool | None = None
         remaining: int | None = 0
+        num_headers = 0
         for name, value in headers:
-            # NOTE: a CR or LF would let a value start a header or a response of its own.
-            if b"\r" in value or b"\n" in value or b"\r" in name or b"\n" in name:
-                raise RuntimeError(f"invalid response header {name!r}")
             name = name.lower()
             if name == b"content-length":
                 remaining, chunked = int(value), False
@@ -209,6 +207,7 @@ class Exchange:
                 self.keep_alive = False
                 continue  # written once, below
             parts += (name, b": ", value, b"\r\n")
+            num_headers += 1
         if (
             chunked is None
             and not self._is_head_method
@@ -224,10 +223,16 @@ class Exchange:
         if not self.keep_alive:
             parts.append(b"connection: close\r\n")
         parts.append(b"\r\n")
+        head = b"".join(parts)
+        # NOTE: a CR or LF inside a name or value would start a header (or a response) of its
+        # own; every line above ends in the one CRLF it was given, so the counts tell.
+        num_lines = len(parts) - 3 * num_headers
+        if head.count(b"\n") != num_lines or head.count(b"\r") != num_lines:
+            raise RuntimeError("a response header name or value holds a CR or LF")
         self._chunked = bool(chunked)
         self._remaining = remaining
         self.response_started = True
-        conn.writer.hold_head(b"".join(parts))
+        conn.writer.hold_head(head)
 
     def _write_body(self, body: bytes, more_body: bool) -> None:
         if self._is_head_method:
@@ -297,6 +302,7 @@ class GatewayProtocol(asyncio.Protocol):
         self._url = b""
         self._headers: list[tuple[bytes, bytes]] = []
         self._num_head_bytes = 0
+        self._expects_continue = False
         self._is_in_message = False
         self._parsing: Exchange | None = None  # the request whose bytes are being read
         self._active: Exchange | None = None  # the request being answered
@@ -378,6 +384,7 @@ class GatewayProtocol(asyncio.Protocol):
         self._url = b""
         self._headers = []
         self._num_head_bytes = 0
+        self._expects_continue = False
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -385,7 +392,10 @@ class GatewayProtocol(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._count_head(len(name) + len(value) + 4)
-        self._headers.append((name.lower(), value))
+        name = name.lower()
+        if name == b"expect":
+            self._expects_continue = value.lower() == b"100-continue"
+        self._headers.append((name, value))
 
     def _count_head(self, num_bytes: int) -> None:
         self._num_head_bytes += num_bytes
@@ -418,7 +428,7 @@ class GatewayProtocol(asyncio.Protocol):
             "headers": headers,
             "extensions": {EXTENSION: self.writer},
         }
-        expects = any(n == b"expect" and v.lower() == b"100-continue" for n, v in headers)
+        expects = self._expects_continue
         exchange = Exchange(self, scope, parser.should_keep_alive(), expects)
         self._parsing = exchange
         if self._active is None:

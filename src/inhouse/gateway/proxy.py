@@ -160,6 +160,8 @@ class GenerationRoute:
         model = (parsed.model or "") if parsed is not None else ""
         metrics.rejections.child(name, error.reason).inc()
         metrics.requests.child(name, model, "", "", str(error.status)).inc()
+        if not self.gateway.keeps_records:
+            return
         record = {
             "request_id": request_id,
             "tenant": name,
@@ -473,6 +475,8 @@ class GenerationRoute:
             metrics.ttft.child(tenant, admission.model, pool).observe(ttft)
         if outcome.status < 400:
             metrics.e2e.child(tenant, admission.model, pool).observe(end - admission.arrival_s)
+        if not gateway.keeps_records:
+            return
         record: dict[str, Any] = {
             "request_id": admission.request_id,
             "tenant": tenant,

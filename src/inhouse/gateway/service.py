@@ -391,6 +391,12 @@ class Gateway:
 
     # -- logging --------------------------------------------------------------------------
 
+    @property
+    def keeps_records(self) -> bool:
+        """Whether a request's record goes anywhere (the request log or a trace span): when
+        not, the request path does not build it."""
+        return self.tracer is not None or self.spec.log.requests
+
     def log_request(self, record: dict[str, Any], parsed: ParsedRequest | None) -> None:
         if self.tracer is not None:
             end = time.time()
