@@ -488,6 +488,178 @@ def test_shutdown_closes_idle_connections_now_and_busy_ones_after_their_response
     asyncio.run(main())
 
 
+def test_a_request_answered_before_its_body_is_read_does_not_stall_the_connection() -> None:
+    async def refuse(scope: Scope, receive: Any, send: Any) -> None:  # a 401 before the body
+        if scope["path"] == "/next":
+            await hello(scope, receive, send)
+            return
+        headers = [(b"content-length", b"2")]
+        await send({"type": "http.response.start", "status": 401, "headers": headers})
+        await send({"type": "http.response.body", "body": b"no"})
+
+    async def main() -> None:
+        protocol, transport = connect(refuse)
+        size = 4 * http_server.HIGH_WATER_BYTES
+        raw = request("POST", "/big", b"x" * size)
+        protocol.data_received(raw[: len(raw) - size + http_server.HIGH_WATER_BYTES + 1])
+        await settle()
+        assert [s for s, _, _ in responses(transport.data)] == [401]
+        assert transport.reading  # the rest of the body is read (and dropped)
+        protocol.data_received(raw[len(raw) - size + http_server.HIGH_WATER_BYTES + 1 :])
+        protocol.data_received(request("GET", "/next"))
+        await settle()
+        assert [s for s, _, _ in responses(transport.data)] == [401, 200]
+        assert not transport.closed
+
+    asyncio.run(main())
+
+
+def test_a_head_that_never_ends_is_refused_once_its_reads_pass_the_limit() -> None:
+    async def main() -> None:
+        protocol, transport = connect(hello)
+        protocol.data_received(b"GET / HTTP/1.1\r\nx-endless: ")
+        piece = b"a" * 4096
+        for _ in range(http_server.MAX_HEAD_BYTES // len(piece) + 1):
+            protocol.data_received(piece)
+        [(status, _, _)] = responses(transport.data)
+        assert status == 431 and transport.closed
+
+    asyncio.run(main())
+
+
+def test_a_handler_failing_after_its_response_leaves_the_next_request_alone() -> None:
+    finished = asyncio.Event()
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        if scope["path"] == "/first":
+            await hello(scope, receive, send)
+            await finished.wait()  # settling after the response, say
+            raise RuntimeError("the store failed after the response")
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await finished.wait()
+        await send({"type": "http.response.body", "body": b"second", "more_body": False})
+
+    async def main() -> None:
+        protocol, transport = connect(app)
+        protocol.data_received(request("GET", "/first") + request("GET", "/second"))
+        await settle()  # /second's head is held now
+        finished.set()
+        await settle()
+        assert [(s, b) for s, _, b in responses(transport.data)] == [
+            (200, b"hello "),
+            (200, b"second"),
+        ]
+        assert not transport.closed
+
+    asyncio.run(main())
+
+
+def test_a_request_that_stops_half_way_is_closed_after_keep_alive() -> None:
+    async def main() -> None:
+        protocol, transport = connect(hello, keep_alive_s=0.05)
+        protocol.data_received(b"GET / HTTP/1.1\r\nhost: gw\r\n")  # and nothing more
+        await asyncio.sleep(0.2)
+        assert transport.closed and transport.writes == []
+
+    asyncio.run(main())
+
+
+def test_garbage_after_a_good_request_closes_after_its_answer_not_before() -> None:
+    release = asyncio.Event()
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        await release.wait()
+        await hello(scope, receive, send)
+
+    async def main() -> None:
+        protocol, transport = connect(app)
+        protocol.data_received(request("GET", "/good") + b"NOT HTTP\r\n\r\n")
+        await settle()
+        assert transport.writes == [] and not transport.closed
+        release.set()
+        await settle()
+        [(status, headers, _)] = responses(transport.data)
+        assert status == 200 and headers["connection"] == "close" and transport.closed
+
+    asyncio.run(main())
+
+
+def test_trailers_of_a_chunked_body_are_not_request_headers() -> None:
+    seen: list[Scope] = []
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        seen.append(scope)
+        await hello(scope, receive, send)
+
+    async def main() -> None:
+        protocol, transport = connect(app)
+        protocol.data_received(
+            b"POST / HTTP/1.1\r\nhost: gw\r\ntransfer-encoding: chunked\r\n\r\n"
+            b"5\r\nhello\r\n0\r\nauthorization: Bearer smuggled\r\n\r\n"
+        )
+        await settle()
+        assert responses(transport.data)[0][2] == b"hello hello"
+
+    asyncio.run(main())
+    assert all(name != b"authorization" for name, _ in seen[0]["headers"])
+
+
+def test_the_server_alone_writes_the_connection_header() -> None:
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        headers = [(b"connection", b"keep-alive"), (b"content-length", b"0")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def main() -> tuple[bytes, bytes]:
+        protocol, transport = connect(app)
+        protocol.data_received(request("GET", "/", extra=b"connection: close\r\n"))
+        old, old_transport = connect(app)
+        old.data_received(b"GET / HTTP/1.0\r\nconnection: keep-alive\r\n\r\n")
+        await settle()
+        return transport.data, old_transport.data
+
+    closing, kept = asyncio.run(main())
+    assert closing.count(b"connection:") == 1 and b"connection: close" in closing
+    assert kept.count(b"connection:") == 1 and b"connection: keep-alive" in kept
+
+
+def test_shutdown_waits_for_closed_connections_to_send_what_they_hold() -> None:
+    lost: list[str] = []
+
+    class SlowToClose(FakeTransport):
+        """close() hands the buffer to a slow client: the connection is lost 0.2 s later."""
+
+        protocol: GatewayProtocol
+
+        def close(self) -> None:
+            if not self.closed:
+                self.closed = True
+                asyncio.get_running_loop().call_later(0.2, self._lost)
+
+        def _lost(self) -> None:
+            lost.append("flushed")
+            self.protocol.connection_lost(None)
+
+        def abort(self) -> None:
+            lost.append("aborted")
+            self.closed = True
+
+    async def main() -> None:
+        server = GatewayServer(hello)
+        server.loop = asyncio.get_running_loop()
+        protocol = GatewayProtocol(server)
+        transport = SlowToClose()
+        transport.protocol = protocol
+        protocol.connection_made(transport)  # type: ignore[arg-type]
+        protocol.data_received(request("GET", "/", extra=b"connection: close\r\n"))
+        await settle()
+        await server.shutdown(5.0)
+        assert not server.connections
+
+    asyncio.run(main())
+    assert lost == ["flushed"]
+
+
 def _replay(message: dict[str, Any]) -> Callable[[], Awaitable[dict[str, Any]]]:
     async def receive() -> dict[str, Any]:
         return message

@@ -18,16 +18,20 @@ gateway needs, and nothing else, in the open:
 * **The response head waits for the first body bytes** (`ChunkWriter`): head and body, or head
   and first token, go out in one write, and a stream that failed before its first token can
   still be answered with another status (`ChunkWriter.unstart`).
-* **Keep-alive** for `keep_alive_s` after the last response, with one timer per connection
-  that is re-armed only when it fires early; `Connection: close`, HTTP/1.0 without keep-alive,
-  a response with `connection: close` and a handler failure close after the response.
-* **Bad input** (a malformed request, a head over `MAX_HEAD_BYTES`) gets a 400 or 431 in
-  OpenAI's error shape and the connection closes; a handler that fails before its response
+* **Keep-alive** for `keep_alive_s` without a byte read while no handler is at work (idle
+  between requests, or a request that stopped half way), with one timer per connection that
+  is re-armed only when it fires early; `Connection: close`, HTTP/1.0 without keep-alive, a
+  response with `connection: close` and a handler failure close after the response. A request
+  answered before its body was read (a 401, a 413, a 503 while draining) has the rest of its
+  body read and dropped, and the connection goes on.
+* **Bad input** (a malformed request, a head over `MAX_HEAD_BYTES`, counted as it is read)
+  gets a 400 or 431 in OpenAI's error shape and the connection closes (after the answers to
+  the requests read before it); a handler that fails before its response
   gets a 500, one that fails mid-response has its connection cut (the client sees the stream
   end early, never a silent success).
 * **Shutdown** (`GatewayServer.shutdown`): the listeners close, idle connections close, busy
-  ones close after their response; handlers still running after the grace period are
-  cancelled.
+  ones close after their response, and the server waits until their buffers are sent;
+  handlers still running after the grace period are cancelled and their connections cut.
 
 Chunked request bodies, HEAD, absolute-form request targets and percent-encoded paths are
 handled; WebSocket and HTTP/2 upgrades are not offered (the request is answered as HTTP/1.1
@@ -127,9 +131,15 @@ class Exchange:
     # -- fed by the connection ------------------------------------------------------------
 
     def add_body(self, data: bytes) -> None:
+        if self.response_complete:
+            return  # answered before its body was read: the rest is read and dropped
         self._body.append(data)
         self.num_buffered += len(data)
         self._wake()
+
+    def drop_body(self) -> None:
+        self._body = []
+        self.num_buffered = 0
 
     def end_body(self) -> None:
         self.more_body = False
@@ -203,9 +213,10 @@ class Exchange:
                 remaining, chunked = int(value), False
             elif name == b"transfer-encoding":
                 chunked = b"chunked" in value.lower()
-            elif name == b"connection" and b"close" in value.lower():
-                self.keep_alive = False
-                continue  # written once, below
+            elif name == b"connection":
+                if b"close" in value.lower():
+                    self.keep_alive = False
+                continue  # the server's own, below
             parts += (name, b": ", value, b"\r\n")
             num_headers += 1
         if (
@@ -222,6 +233,8 @@ class Exchange:
                 self.keep_alive = False
         if not self.keep_alive:
             parts.append(b"connection: close\r\n")
+        elif self.scope["http_version"] == "1.0":
+            parts.append(b"connection: keep-alive\r\n")
         parts.append(b"\r\n")
         head = b"".join(parts)
         # NOTE: a CR or LF inside a name or value would start a header (or a response) of its
@@ -269,8 +282,8 @@ class Exchange:
         except Exception:
             log.exception("the handler of %s %s failed", self.scope["method"], self.scope["path"])
             conn = self._conn
-            if self.is_disconnected:
-                return
+            if self.is_disconnected or self.response_complete:
+                return  # NOTE: the writer may hold the next request's head by now
             if not self.response_started or conn.writer.unstart():
                 self.keep_alive = False
                 body = error_json("The gateway failed on this request.", "InternalServerError",
@@ -299,17 +312,20 @@ class GatewayProtocol(asyncio.Protocol):
         self.write_paused = False
         self._drains: list[asyncio.Future[None]] = []
         self._is_read_paused = False
+        self._is_refused = False  # a request could not be read: nothing more will be
         self._url = b""
         self._headers: list[tuple[bytes, bytes]] = []
-        self._num_head_bytes = 0
+        self._num_head_bytes = 0  # of the head being read, as parsed
+        self._num_head_read = 0  # bytes read while a head stayed incomplete
         self._expects_continue = False
+        self._is_in_head = False
         self._is_in_message = False
         self._parsing: Exchange | None = None  # the request whose bytes are being read
         self._active: Exchange | None = None  # the request being answered
         self._pipeline: collections.deque[Exchange] = collections.deque()
         self._is_shutting_down = False
-        self._idle_since = 0.0
-        self._idle_timer: asyncio.TimerHandle | None = None
+        self._quiet_since = 0.0
+        self._timer: asyncio.TimerHandle | None = None
         self._addresses: tuple[Any, Any, str] = (None, None, "http")
 
     # -- asyncio.Protocol ---------------------------------------------------------------
@@ -325,9 +341,19 @@ class GatewayProtocol(asyncio.Protocol):
             scheme,
         )
         self.server.connections.add(self)
-        self._go_idle()
+        self._go_quiet()
 
     def data_received(self, data: bytes) -> None:
+        if self._is_refused:
+            return
+        self._quiet_since = self.loop.time()
+        if self._is_in_head:
+            # NOTE: httptools hands over a header only once it is complete; a value that never
+            # ends would grow unseen (and be copied on every read), so reads count too.
+            self._num_head_read += len(data)
+            if self._num_head_read > MAX_HEAD_BYTES:
+                self._refuse(431)
+                return
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -345,10 +371,10 @@ class GatewayProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
-        for exchange in (self._active, *self._pipeline):
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for exchange in (self._active, self._parsing, *self._pipeline):
             if exchange is not None:
                 exchange.disconnect()
         self._pipeline.clear()
@@ -381,9 +407,11 @@ class GatewayProtocol(asyncio.Protocol):
 
     def on_message_begin(self) -> None:
         self._is_in_message = True
+        self._is_in_head = True
         self._url = b""
         self._headers = []
         self._num_head_bytes = 0
+        self._num_head_read = 0
         self._expects_continue = False
 
     def on_url(self, url: bytes) -> None:
@@ -391,6 +419,8 @@ class GatewayProtocol(asyncio.Protocol):
         self._count_head(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if not self._is_in_head:
+            return  # a trailer of a chunked body: not a request header
         self._count_head(len(name) + len(value) + 4)
         name = name.lower()
         if name == b"expect":
@@ -403,16 +433,16 @@ class GatewayProtocol(asyncio.Protocol):
             raise _HeadTooLarge()
 
     def on_headers_complete(self) -> None:
+        self._is_in_head = False
         if self.transport is None or self.transport.is_closing():
             return
         parser = self.parser
         url = httptools.parse_url(self._url)
-        raw_path = url.path
+        raw_path = url.path or b"/"  # an absolute-form target may have none
         path = raw_path.decode("latin-1")
         if "%" in path:
             path = unquote(path)
         server, client, scheme = self._addresses
-        headers = self._headers
         scope = {
             "type": "http",
             "asgi": _ASGI,
@@ -425,7 +455,7 @@ class GatewayProtocol(asyncio.Protocol):
             "path": path,
             "raw_path": raw_path,
             "query_string": url.query or b"",
-            "headers": headers,
+            "headers": self._headers,
             "extensions": {EXTENSION: self.writer},
         }
         expects = self._expects_continue
@@ -472,6 +502,10 @@ class GatewayProtocol(asyncio.Protocol):
         """`exchange`'s response is complete: close, or go on to the next request."""
         if self._active is exchange:
             self._active = None
+        if exchange is self._parsing:
+            # Answered before its body was read (a 401, a 413, a 503 while draining): what is
+            # buffered goes, the rest is read and dropped, and the next request is read after.
+            exchange.drop_body()
         transport = self.transport
         if transport is None or transport.is_closing():
             return
@@ -484,7 +518,8 @@ class GatewayProtocol(asyncio.Protocol):
             if following.is_ready:
                 self._start(following)  # else when its body is complete (or big)
             return
-        self._go_idle()
+        self.update_reading()
+        self._go_quiet()
 
     def _unstart(self) -> bool:
         exchange = self._active
@@ -496,13 +531,16 @@ class GatewayProtocol(asyncio.Protocol):
 
     def update_reading(self) -> None:
         """Pause reading while a request waits behind the active one or a body is buffered
-        past the mark; resume when neither holds."""
+        past the mark (or for good, once a request could not be read); resume when neither
+        holds."""
         transport = self.transport
         if transport is None or transport.is_closing():
             return
         parsing = self._parsing
-        pause = bool(self._pipeline) or (
-            parsing is not None and parsing.num_buffered > HIGH_WATER_BYTES
+        pause = (
+            self._is_refused
+            or bool(self._pipeline)
+            or (parsing is not None and parsing.num_buffered > HIGH_WATER_BYTES)
         )
         if pause != self._is_read_paused:
             self._is_read_paused = pause
@@ -512,26 +550,43 @@ class GatewayProtocol(asyncio.Protocol):
                 transport.resume_reading()
 
     def _refuse(self, status: int) -> None:
-        """Answer a request that could not be read, then close."""
+        """A request could not be read: the requests read before it are answered, this one
+        gets `status` (400 or 431) if nothing of its own response went out, then the
+        connection closes."""
         transport = self.transport
-        if transport is None or transport.is_closing():
+        if transport is None or transport.is_closing() or self._is_refused:
             return
-        if self._active is None or not self._active.response_started:
-            message = (
-                "The request's line and headers exceed the gateway's limit."
-                if status == 431
-                else "Invalid HTTP request."
+        self._is_refused = True
+        self.update_reading()
+        broken, self._parsing = self._parsing, None
+        if broken is not None:  # its body could not be read
+            broken.disconnect()  # its handler, if it started, sees the client gone
+            if broken is self._active:
+                self._active = None
+            elif broken in self._pipeline:
+                self._pipeline.remove(broken)
+            if broken.response_started:
+                self.close()  # something of its own answer may be out: no other
+                return
+        before = self._pipeline[-1] if self._pipeline else self._active
+        if before is not None:
+            before.keep_alive = False  # answer the requests read before it, then close
+            return
+        message = (
+            "The request's line and headers exceed the gateway's limit."
+            if status == 431
+            else "Invalid HTTP request."
+        )
+        body = error_json(message, "BadRequestError", None, status)
+        head = b"".join(
+            (
+                _STATUS_LINES[status],
+                self.server.date_line(),
+                b"content-type: application/json\r\ncontent-length: %d\r\n" % len(body),
+                b"connection: close\r\n\r\n",
             )
-            body = error_json(message, "BadRequestError", None, status)
-            head = b"".join(
-                (
-                    _STATUS_LINES[status],
-                    self.server.date_line(),
-                    b"content-type: application/json\r\ncontent-length: %d\r\n" % len(body),
-                    b"connection: close\r\n\r\n",
-                )
-            )
-            transport.write(head + body)
+        )
+        transport.write(head + body)
         self.close()
 
     def close(self) -> None:
@@ -539,30 +594,34 @@ class GatewayProtocol(asyncio.Protocol):
             self.writer.flush()
             self.transport.close()
 
-    # -- idle connections ---------------------------------------------------------------
+    # -- quiet connections --------------------------------------------------------------
 
-    def _is_idle(self) -> bool:
-        return self._active is None and not self._is_in_message and not self._pipeline
+    def _is_busy(self) -> bool:
+        """A handler is at work on the active request (its own timeouts apply)."""
+        active = self._active
+        return active is not None and active.is_started
 
-    def _go_idle(self) -> None:
-        self._idle_since = self.loop.time()
-        if self._idle_timer is None:
-            self._idle_timer = self.loop.call_later(self.server.keep_alive_s, self._on_idle)
+    def _go_quiet(self) -> None:
+        """Nothing in progress from here: the connection closes after `keep_alive_s` without
+        a byte read (idle between requests, or a request that stopped half way)."""
+        self._quiet_since = self.loop.time()
+        if self._timer is None:
+            self._timer = self.loop.call_later(self.server.keep_alive_s, self._on_timer)
 
-    def _on_idle(self) -> None:
-        self._idle_timer = None
-        if self.transport is None or self.transport.is_closing() or not self._is_idle():
-            return  # busy: armed again when it next goes idle
-        left = self._idle_since + self.server.keep_alive_s - self.loop.time()
+    def _on_timer(self) -> None:
+        self._timer = None
+        if self.transport is None or self.transport.is_closing() or self._is_busy():
+            return  # busy: armed again when its response is done
+        left = self._quiet_since + self.server.keep_alive_s - self.loop.time()
         if left <= 0:
             self.close()
         else:
-            self._idle_timer = self.loop.call_later(left, self._on_idle)
+            self._timer = self.loop.call_later(left, self._on_timer)
 
     def shutdown(self) -> None:
-        """Close now if idle, else after the response in progress."""
+        """Close now unless a handler is at work; then after its response."""
         self._is_shutting_down = True
-        if self._is_idle():
+        if not self._is_busy():
             self.close()
         elif self._active is not None:
             self._active.keep_alive = False
@@ -616,8 +675,10 @@ class GatewayServer:
             server.close()
         for conn in list(self.connections):
             conn.shutdown()
+        # Until the handlers are done and the closed connections have sent what they hold
+        # (a response still in a slow client's buffer is not cut).
         deadline = time.monotonic() + grace_s
-        while self.tasks and time.monotonic() < deadline:
+        while (self.tasks or self.connections) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         for task in list(self.tasks):
             task.cancel()
