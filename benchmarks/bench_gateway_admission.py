@@ -60,7 +60,7 @@ async def measure(args: argparse.Namespace) -> dict[str, object]:
         tenant = gateway.tenants.authenticate(authorization)
         parsed = parse_request(raw, "application/json", False)
         t1 = clock()
-        admission = await gateway.admit(tenant, parsed, "/v1/completions", f"r{i}", t0)
+        admission = await gateway.admit(tenant, parsed, "/v1/completions", "bench", f"r{i}", t0)
         t2 = clock()
         placement = await gateway.place(admission, frozenset())
         t3 = clock()

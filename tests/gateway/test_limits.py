@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 from tests.gateway.conftest import KEY, chat, engines, gateway_for, stack_data
+from tests.gateway.test_failures import wait_for
 
 from inhouse.gateway.limits import LimitStore, MemoryLimits, Refusal, Reservation
 from inhouse.spec.gateway import LimitsSpec
@@ -269,5 +270,46 @@ def test_a_tenant_without_limits_costs_no_round_trip_to_the_store() -> None:
                                       headers=auth)  # fmt: skip
                 assert r.status_code == 200
                 assert store.calls == ["reserve limited", "settle limited"]
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("use_redis", [False, pytest.param(True, marks=needs_redis)])
+def test_a_reused_request_id_does_not_lift_the_concurrency_limit(use_redis: bool) -> None:
+    """The client's `x-request-id` is the client's: requests that share one are still one
+    lease each, so a tenant at `max_concurrency: 2` gets a 429 for the third."""
+    from inhouse.gateway.keys import create_key
+
+    key, entry = create_key()
+    tenant = f"reuse-{uuid.uuid4().hex[:6]}"
+    tenants = [{"name": tenant, "keys": [entry], "limits": {"max_concurrency": 2}}]
+    data = stack_data(replicas=1, gateway={"tenants": tenants})
+
+    async def main() -> None:
+        store: LimitStore
+        if use_redis:
+            from inhouse.gateway.redis_limits import RedisLimits
+
+            store = RedisLimits(REDIS_URL)
+        else:
+            store = MemoryLimits()
+        headers = {"authorization": f"Bearer {key}", "x-request-id": "the-same-id"}
+        async with (
+            engines(1, time_scale=1.0) as live,
+            gateway_for(data, {"chat": [live[0].url]}, None, store) as (_, client),
+        ):
+            body = chat("take your time", max_tokens=40, ignore_eos=True)
+            running = [
+                asyncio.create_task(client.post("/v1/chat/completions", json=body, headers=headers))
+                for _ in range(2)
+            ]
+            await wait_for(lambda: live[0].state.runner.num_in_flight == 2)
+            third = await client.post("/v1/chat/completions", json=body, headers=headers)
+            assert third.status_code == 429, third.text
+            assert third.headers["x-request-id"] == "the-same-id"
+            assert [(await r).status_code for r in running] == [200, 200]
+        if use_redis:
+            await store.reset(tenant)  # type: ignore[attr-defined]
+            await store.close()
 
     asyncio.run(main())

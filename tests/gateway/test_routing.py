@@ -220,3 +220,25 @@ def test_the_quick_pool_choice_is_the_simulators_choice_on_random_states() -> No
             quick = dispatcher.choose_pool(model, tokens)
             full = choose_pool(stack, model, tokens, dispatcher.views)  # type: ignore[arg-type]
             assert quick == full, (trial, model, tokens)
+
+
+def test_requests_sharing_a_request_id_are_routed_and_released_apart() -> None:
+    """The policy's own books (cache_aware's pending prefill tokens per replica) are kept per
+    request, not per the client's `x-request-id`: after concurrent requests that share one,
+    nothing is left pending."""
+
+    async def main() -> None:
+        async with engines(2, time_scale=1.0) as live:
+            urls = {"chat": [e.url for e in live]}
+            async with gateway_for(stack_data(), urls) as (gateway, client):
+                headers = {"x-request-id": "reused"}
+                bodies = [chat(f"question {i} " * 20, max_tokens=8) for i in range(6)]
+                results = await asyncio.gather(
+                    *(client.post("/v1/chat/completions", json=b, headers=headers) for b in bodies)
+                )
+                assert [r.status_code for r in results] == [200] * 6
+                policy = gateway.pools["chat"].policy
+                assert list(policy.pending_tokens) == [0, 0]  # type: ignore[attr-defined]
+                assert not policy._inflight  # type: ignore[attr-defined]
+
+    asyncio.run(main())

@@ -33,7 +33,7 @@ from inhouse.gateway.relay import (
     relay_piece,
     usage_of_body,
 )
-from inhouse.gateway.service import Admission, Gateway, new_request_id
+from inhouse.gateway.service import Admission, Gateway
 from inhouse.gateway.upstream import Response, UpstreamError
 from inhouse.spec.gateway import TenantSpec
 
@@ -112,7 +112,8 @@ class GenerationRoute:
         gateway = self.gateway
         t0 = time.perf_counter()
         headers = request_headers(scope)
-        request_id = headers.get(b"x-request-id") or new_request_id()
+        key = gateway.ids.new()
+        request_id = headers.get(b"x-request-id") or key
         rid_header = (b"x-request-id", request_id.encode())
         tenant: TenantSpec | None = None
         parsed: ParsedRequest | None = None
@@ -133,7 +134,7 @@ class GenerationRoute:
             session = headers.get(b"x-session-id")
             if session:
                 parsed.session_key = session
-            admission = await gateway.admit(tenant, parsed, self.path, request_id, t0)
+            admission = await gateway.admit(tenant, parsed, self.path, request_id, key, t0)
         except GatewayError as error:
             gateway.end()
             self._reject(tenant, parsed, error, request_id, t0)
@@ -231,7 +232,7 @@ class GenerationRoute:
                         "POST",
                         path,
                         admission.body,
-                        admission.request_id,
+                        admission.key,
                         spec.proxy.first_byte_timeout_s,
                     )
                 finally:  # counted once the request is on its way, not in its way
@@ -494,6 +495,8 @@ class GenerationRoute:
         }
         if outcome.reason:
             record["reason"] = outcome.reason
+        if admission.key != admission.request_id:
+            record["engine_request_id"] = admission.key  # the client's id is not unique
         gateway.log_request(record, admission.parsed)
 
 

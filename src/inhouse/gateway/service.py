@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import secrets
 import time
@@ -64,9 +65,15 @@ access_log = logging.getLogger("inhouse.gateway.access")
 
 @dataclass(slots=True)
 class Admission:
-    """An admitted request: who, what, where, and what it reserved."""
+    """An admitted request: who, what, where, and what it reserved.
+
+    `request_id` is the client's `x-request-id` (or `key` when it sent none): echoed and
+    logged, but a client may reuse it. `key` is the gateway's own, unique, id: the routing
+    policy's books, the limit store's leases and the engine know the request by it.
+    """
 
     request_id: str
+    key: str
     tenant: TenantSpec
     tier: TierSpec
     parsed: ParsedRequest
@@ -102,6 +109,7 @@ class Gateway:
         self.log_prompts = spec.log.prompts if log_prompts is None else log_prompts
         self.is_draining = False
         self.tracer: Any | None = None
+        self.ids = RequestIds()
         self.num_active = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -250,7 +258,13 @@ class Gateway:
         return model, pool
 
     async def admit(
-        self, tenant: TenantSpec, parsed: ParsedRequest, path: str, request_id: str, t0: float
+        self,
+        tenant: TenantSpec,
+        parsed: ParsedRequest,
+        path: str,
+        request_id: str,
+        key: str,
+        t0: float,
     ) -> Admission:
         model, primary = self.resolve_model(tenant, parsed.model)
         counted_pool = self.pools[primary.name]
@@ -281,13 +295,14 @@ class Gateway:
         if parsed.is_stream:
             options = body.get("stream_options") or {}
             body["stream_options"] = {**options, "include_usage": True}
-        reservation = await self._reserve(tenant, request_id, num_prompt + max_tokens)
+        reservation = await self._reserve(tenant, key, num_prompt + max_tokens)
         blocks: list[int] = []
         if pool.needs_hashes:
             blocks = prompt_blocks(parsed, pool.root(model), pool.block_tokens)
-        view = RequestView(request_id, num_prompt, blocks, parsed.session_key, model)
+        view = RequestView(key, num_prompt, blocks, parsed.session_key, model)
         return Admission(
             request_id,
+            key,
             tenant,
             tier,
             parsed,
@@ -361,13 +376,11 @@ class Gateway:
         room = max_len - num_prompt
         return requested or (min(default, room) if default else room)
 
-    async def _reserve(
-        self, tenant: TenantSpec, request_id: str, tokens: int
-    ) -> Reservation | None:
+    async def _reserve(self, tenant: TenantSpec, key: str, tokens: int) -> Reservation | None:
         limits = tenant.limits
         if not limits.needs_store:
             return None  # nothing to hold: no round trip to the store (Redis) at all
-        result = await self.limits.reserve(tenant.name, limits, request_id, tokens)
+        result = await self.limits.reserve(tenant.name, limits, key, tokens)
         if isinstance(result, Refusal):
             raise GatewayError(
                 429,
@@ -408,8 +421,16 @@ class Gateway:
         access_log.info("request", extra={"fields": record})
 
 
-def new_request_id() -> str:
-    return f"gw-{secrets.token_hex(8)}"
+class RequestIds:
+    """The gateway's own request ids: unique across gateways and restarts (a random prefix
+    per process) and cheap (a counter after it: no system call per request)."""
+
+    def __init__(self) -> None:
+        self._prefix = f"gw-{secrets.token_hex(6)}-"
+        self._next = itertools.count(1).__next__
+
+    def new(self) -> str:
+        return f"{self._prefix}{self._next():x}"
 
 
 def monotonic() -> float:
