@@ -178,19 +178,13 @@ class Dispatcher:
         priority = tier.priority
         views = []
         for replica in pool.replicas:
-            view = replica.view(now, age)
-            held = False
-            for p, n in replica.prefilling.items():
-                if n and p < priority:
-                    held = True
-                    break
-            if view.is_healthy and (
-                replica.num_inflight >= cap or replica.index in exclude or held
-            ):
-                view = view.__class__(
-                    view.index, view.num_inflight, view.num_waiting, view.kv_usage, False
-                )
-            views.append(view)
+            is_eligible = replica.num_inflight < cap and replica.index not in exclude
+            if is_eligible:
+                for p, n in replica.prefilling.items():
+                    if n and p < priority:
+                        is_eligible = False  # held back: a better tier is in prefill there
+                        break
+            views.append(replica.view(now, age, is_eligible))
         decision = pool.policy.choose(request, views)
         if decision is None:
             return None
@@ -255,7 +249,8 @@ class Dispatcher:
 
     def _has_waiters_above(self, pool: PoolState, priority: int) -> bool:
         """Requests of this or a better tier already wait: do not jump the queue."""
-        return any(q for p, q in pool.queues.items() if p <= priority)
+        queues = pool.queues
+        return bool(queues) and any(q for p, q in queues.items() if p <= priority)
 
     def first_token(self, placement: Placement) -> None:
         placement.pool.policy.on_first_token(placement.request.request_id)

@@ -68,14 +68,16 @@ class Replica:
             return self.scraped_waiting
         return over if over > 0 else 0
 
-    def view(self, now: float, max_age_s: float) -> ReplicaView:
+    def view(self, now: float, max_age_s: float, is_eligible: bool = True) -> ReplicaView:
+        """What the routing policy sees; a replica that is not `is_eligible` (at its cap,
+        excluded, held back) is shown as not healthy, so the policy passes it over."""
         fresh = now - self.scraped_at <= max_age_s
         return ReplicaView(
             self.index,
             self.num_inflight,
             self.num_waiting(now, max_age_s),
             self.scraped_kv_usage if fresh else 0.0,
-            self.is_healthy,
+            self.is_healthy and is_eligible,
         )
 
     def record_success(self, health: HealthSpec) -> bool:
