@@ -10,6 +10,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from inhouse.gateway import http_server
 from inhouse.gateway.chunk_writer import EXTENSION
@@ -20,10 +22,14 @@ App = Callable[[Scope, Any, Any], Awaitable[None]]
 
 
 class FakeTransport:
+    """Records writes; `close` tells the protocol the connection is gone, as asyncio does
+    once the buffer is sent."""
+
     def __init__(self) -> None:
         self.writes: list[bytes] = []
         self.closed = False
         self.reading = True
+        self.protocol: GatewayProtocol | None = None
 
     def write(self, data: bytes) -> None:
         assert not self.closed, "write after close"
@@ -33,6 +39,8 @@ class FakeTransport:
         return self.closed
 
     def close(self) -> None:
+        if not self.closed and self.protocol is not None:
+            asyncio.get_running_loop().call_soon(self.protocol.connection_lost, None)
         self.closed = True
 
     def abort(self) -> None:
@@ -57,6 +65,7 @@ def connect(app: App, keep_alive_s: float = 75.0) -> tuple[GatewayProtocol, Fake
     server.loop = asyncio.get_running_loop()
     protocol = GatewayProtocol(server)
     transport = FakeTransport()
+    transport.protocol = protocol
     protocol.connection_made(transport)  # type: ignore[arg-type]
     return protocol, transport
 
@@ -472,8 +481,9 @@ def test_shutdown_closes_idle_connections_now_and_busy_ones_after_their_response
     async def main() -> None:
         idle, idle_transport = connect(app)
         busy, busy_transport = connect(app)
+        idle.server.connections.discard(idle)
         busy.server = idle.server  # one server, two connections
-        idle.server.connections.add(busy)
+        idle.server.connections.update((idle, busy))
         busy.data_received(request())
         await settle()
         shutdown = asyncio.ensure_future(idle.server.shutdown(5.0))
@@ -629,8 +639,6 @@ def test_shutdown_waits_for_closed_connections_to_send_what_they_hold() -> None:
     class SlowToClose(FakeTransport):
         """close() hands the buffer to a slow client: the connection is lost 0.2 s later."""
 
-        protocol: GatewayProtocol
-
         def close(self) -> None:
             if not self.closed:
                 self.closed = True
@@ -638,6 +646,7 @@ def test_shutdown_waits_for_closed_connections_to_send_what_they_hold() -> None:
 
         def _lost(self) -> None:
             lost.append("flushed")
+            assert self.protocol is not None
             self.protocol.connection_lost(None)
 
         def abort(self) -> None:
@@ -658,6 +667,60 @@ def test_shutdown_waits_for_closed_connections_to_send_what_they_hold() -> None:
 
     asyncio.run(main())
     assert lost == ["flushed"]
+
+
+_REQUEST_PARTS = st.sampled_from(
+    [
+        b"GET / HTTP/1.1\r\n",
+        b"POST /v1/completions HTTP/1.1\r\n",
+        b"GET http://h HTTP/1.1\r\n",
+        b"HEAD /x HTTP/1.0\r\n",
+        b"host: gw\r\n",
+        b"content-length: 3\r\n",
+        b"content-length: 99999999999999999999\r\n",
+        b"transfer-encoding: chunked\r\n",
+        b"expect: 100-continue\r\n",
+        b"connection: close\r\n",
+        b"upgrade: h2c\r\nconnection: upgrade\r\n",
+        b"\r\n",
+        b"abc",
+        b"3\r\nabc\r\n0\r\n\r\n",
+        b"\n",
+        b" ",
+        b"\x00\xff",
+    ]
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    parts=st.lists(_REQUEST_PARTS | st.binary(max_size=24), max_size=14),
+    cuts=st.lists(st.integers(1, 40), max_size=6),
+)
+def test_fuzzed_bytes_never_crash_the_connection_or_get_a_5xx(
+    parts: list[bytes], cuts: list[int]
+) -> None:
+    """Whatever bytes come, in whatever reads: nothing escapes `data_received`, every answer
+    is a whole HTTP/1.1 response with a 1xx, 2xx or 4xx status (the app answers 200 to what
+    it gets), and nothing is written after the connection closed (FakeTransport asserts it)."""
+    data = b"".join(parts)
+
+    async def main() -> None:
+        protocol, transport = connect(hello, keep_alive_s=0.01)
+        rest = data
+        for cut in cuts:
+            protocol.data_received(rest[:cut])
+            rest = rest[cut:]
+        protocol.data_received(rest)
+        await settle()
+        await asyncio.sleep(0.015)  # past keep-alive: a half request is closed
+        for line in transport.data.split(b"\r\n"):
+            if line.startswith(b"HTTP/1.1 "):
+                assert line[9:10] in (b"1", b"2", b"4"), line
+        protocol.connection_lost(None)
+        await settle()
+
+    asyncio.run(main())
 
 
 def _replay(message: dict[str, Any]) -> Callable[[], Awaitable[dict[str, Any]]]:
