@@ -130,15 +130,21 @@ def test_head_and_body_go_out_in_one_write_and_the_connection_stays_open() -> No
     asyncio.run(main())
 
 
-def test_the_scope_is_what_an_asgi_app_expects() -> None:
-    seen: list[Scope] = []
+def recording(seen: list[Scope]) -> App:
+    """`hello`, noting each request's scope in `seen`."""
 
     async def app(scope: Scope, receive: Any, send: Any) -> None:
         seen.append(scope)
         await hello(scope, receive, send)
 
+    return app
+
+
+def test_the_scope_is_what_an_asgi_app_expects() -> None:
+    seen: list[Scope] = []
+
     async def main() -> None:
-        protocol, _ = connect(app)
+        protocol, _ = connect(recording(seen))
         protocol.data_received(request("GET", "/v1/a%20b?x=1&y=2", extra=b"X-Thing: v\r\n"))
         await settle()
 
@@ -597,12 +603,8 @@ def test_garbage_after_a_good_request_closes_after_its_answer_not_before() -> No
 def test_trailers_of_a_chunked_body_are_not_request_headers() -> None:
     seen: list[Scope] = []
 
-    async def app(scope: Scope, receive: Any, send: Any) -> None:
-        seen.append(scope)
-        await hello(scope, receive, send)
-
     async def main() -> None:
-        protocol, transport = connect(app)
+        protocol, transport = connect(recording(seen))
         protocol.data_received(
             b"POST / HTTP/1.1\r\nhost: gw\r\ntransfer-encoding: chunked\r\n\r\n"
             b"5\r\nhello\r\n0\r\nauthorization: Bearer smuggled\r\n\r\n"

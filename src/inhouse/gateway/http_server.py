@@ -292,7 +292,7 @@ class Exchange:
                 headers = [(b"content-type", b"application/json"), (b"content-length", length)]
                 self._start(500, headers)
                 self._write_body(body, False)
-            elif not self.response_complete:
+            else:
                 conn.close()  # cut mid-response: the client sees it end early
         else:
             if not self.response_complete and not self.is_disconnected:
