@@ -12,6 +12,7 @@ import asyncio
 import gc
 import logging
 import signal
+import time
 
 from inhouse.gateway.app import GatewayApp
 from inhouse.gateway.http_server import GatewayServer, tls_context
@@ -21,6 +22,9 @@ log = logging.getLogger("inhouse.gateway")
 
 KEEP_ALIVE_S = 75.0  # idle client connections (longer than a load balancer's 60 s)
 SHUTDOWN_GRACE_S = 5.0
+GC_CHECK_S = 1.0
+GC_MAX_NEW_OBJECTS = 200_000  # tracked objects that outlived their allocation since the last run
+GC_EVERY_S = 600.0
 
 
 def gateway_server(
@@ -41,6 +45,11 @@ async def serve_gateway(
     # unfrozen, one took 20-40 ms mid-run, all requests on the core waiting behind it.
     gc.collect()
     gc.freeze()
+    # NOTE: and the collector's own runs stop: a request leaves no reference cycles (none on
+    # the error paths either; measured), so they found nothing, yet at 500 req/s they scanned
+    # the in-flight requests' objects every few ms (pauses up to 5 ms) and all of them every
+    # 10-15 s (40 ms). `collect_garbage` runs it when objects pile up, and every 10 minutes.
+    gc.disable()
     stopped = asyncio.Event()
     forced: list[bool] = []
     tasks: list[asyncio.Task[None]] = []
@@ -60,6 +69,7 @@ async def serve_gateway(
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
+    collector = loop.create_task(collect_garbage())
     try:
         try:
             await server.start(host, port)
@@ -80,10 +90,36 @@ async def serve_gateway(
         await stopped.wait()
         await server.shutdown(0.0 if forced else SHUTDOWN_GRACE_S)
     finally:
+        collector.cancel()
+        gc.enable()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
         await gateway.stop()
     return 0
+
+
+async def collect_garbage(
+    check_s: float = GC_CHECK_S,
+    max_new_objects: int = GC_MAX_NEW_OBJECTS,
+    every_s: float = GC_EVERY_S,
+) -> None:
+    """Run the cycle collector (its automatic runs off) when more than `max_new_objects`
+    tracked objects have outlived their allocation since the last run, or `every_s` after it:
+    whatever cycles something makes are freed within bounds, in a few pauses an hour."""
+    last = time.monotonic()
+    while True:
+        await asyncio.sleep(check_s)
+        now = time.monotonic()
+        if gc.get_count()[0] <= max_new_objects and now - last < every_s:
+            continue
+        started = time.perf_counter()
+        found = gc.collect()
+        last = time.monotonic()
+        log.debug(
+            "garbage collection: %d unreachable objects in %.1f ms",
+            found,
+            1000 * (time.perf_counter() - started),
+        )
 
 
 def run_event_loop(main: object) -> int:
