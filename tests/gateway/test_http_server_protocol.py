@@ -130,6 +130,16 @@ def test_head_and_body_go_out_in_one_write_and_the_connection_stays_open() -> No
     asyncio.run(main())
 
 
+def gated(release: asyncio.Event) -> App:
+    """`hello`, once `release` is set."""
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        await release.wait()
+        await hello(scope, receive, send)
+
+    return app
+
+
 def recording(seen: list[Scope]) -> App:
     """`hello`, noting each request's scope in `seen`."""
 
@@ -479,10 +489,7 @@ def test_an_idle_connection_closes_after_keep_alive_and_a_busy_one_does_not() ->
 
 def test_shutdown_closes_idle_connections_now_and_busy_ones_after_their_response() -> None:
     release = asyncio.Event()
-
-    async def app(scope: Scope, receive: Any, send: Any) -> None:
-        await release.wait()
-        await hello(scope, receive, send)
+    app = gated(release)
 
     async def main() -> None:
         idle, idle_transport = connect(app)
@@ -582,10 +589,7 @@ def test_a_request_that_stops_half_way_is_closed_after_keep_alive() -> None:
 
 def test_garbage_after_a_good_request_closes_after_its_answer_not_before() -> None:
     release = asyncio.Event()
-
-    async def app(scope: Scope, receive: Any, send: Any) -> None:
-        await release.wait()
-        await hello(scope, receive, send)
+    app = gated(release)
 
     async def main() -> None:
         protocol, transport = connect(app)

@@ -99,8 +99,8 @@ class _Family:
     def child(self, *labels: str) -> Any:
         found = self._children.get(labels)
         if found is None:
-            assert len(labels) == len(self.spec.labels), (self.spec.name, labels)
             spec = self.spec
+            assert len(labels) == len(spec.labels), (spec.name, labels)
             found = _Histogram(self._bounds) if spec.kind == "histogram" else _Value()
             self._children[labels] = found
         return found
@@ -108,12 +108,9 @@ class _Family:
     def collect(self) -> Metric:
         spec = self.spec
         names = list(spec.labels)
-        if spec.kind == "counter":
-            family: Any = CounterMetricFamily(spec.name, spec.help, labels=names)
-            for labels, value in self._children.items():
-                family.add_metric(labels, value.value)
-        elif spec.kind == "gauge":
-            family = GaugeMetricFamily(spec.name, spec.help, labels=names)
+        if spec.kind != "histogram":
+            kind = CounterMetricFamily if spec.kind == "counter" else GaugeMetricFamily
+            family: Any = kind(spec.name, spec.help, labels=names)
             for labels, value in self._children.items():
                 family.add_metric(labels, value.value)
         else:
