@@ -81,8 +81,10 @@ class DrillContext:
         profile: Profile,
         out_dir: Path,
         quick: bool,
+        soak_duration_s: float | None = None,
     ) -> None:
         self.result = result
+        self.soak_duration_s = soak_duration_s
         self.stack = stack
         self.judge = judge
         self.profile = profile
@@ -112,20 +114,14 @@ class DrillContext:
         def firing(n: Notified) -> bool:
             return n.status == "firing" and n.matches(name, labels)
 
-        return await asyncio.to_thread(
-            self.judge.receiver.wait_for, firing, timeout_s, self.t0
-        )
+        return await asyncio.to_thread(self.judge.receiver.wait_for, firing, timeout_s, self.t0)
 
-    async def wait_resolved(
-        self, fired: Notified, timeout_s: float
-    ) -> Notified | None:
+    async def wait_resolved(self, fired: Notified, timeout_s: float) -> Notified | None:
         def resolved(n: Notified) -> bool:
             same = all(n.labels.get(k) == v for k, v in fired.labels.items())
             return n.status == "resolved" and same
 
-        return await asyncio.to_thread(
-            self.judge.receiver.wait_for, resolved, timeout_s, fired.at
-        )
+        return await asyncio.to_thread(self.judge.receiver.wait_for, resolved, timeout_s, fired.at)
 
     def record_alert(
         self, name: str, fired: Notified | None, resolved: Notified | None = None

@@ -20,7 +20,9 @@ import numpy as np
 from inhouse.bench.config import BenchSpec
 from inhouse.bench.driver import BenchRun, Driver, run_live
 from inhouse.bench.metrics import RequestResult
+from inhouse.bench.schedule import INF, RanDry, Source
 from inhouse.drill.evidence import Sample
+from inhouse.workload import WorkRequest
 
 BEFORE, MID, REJECTED = "before-stream", "mid-stream", "rejected-4xx"
 
@@ -34,6 +36,28 @@ def classify(result: RequestResult) -> str:
     if 400 <= o.status < 500:
         return REJECTED
     return BEFORE
+
+
+class _StoppableSource:
+    """The run's own source until `stop()`; then no more requests (in-flight ones finish)."""
+
+    def __init__(self, inner: Source) -> None:
+        self.inner = inner
+        self.stopped = False
+
+    def next_time_s(self, now_s: float) -> float:
+        return INF if self.stopped else self.inner.next_time_s(now_s)
+
+    def pop(self, now_s: float) -> tuple[WorkRequest, float]:
+        if self.stopped:
+            raise RanDry
+        return self.inner.pop(now_s)
+
+    def complete(self, request: WorkRequest, finish_s: float, ok: bool) -> None:
+        self.inner.complete(request, finish_s, ok)
+
+    def is_exhausted(self) -> bool:
+        return self.stopped or self.inner.is_exhausted()
 
 
 class Load:
@@ -68,10 +92,12 @@ class Load:
         self.driver: Driver | None = None
         self.task: asyncio.Task[BenchRun] | None = None
         self.run: BenchRun | None = None
+        self.source: _StoppableSource | None = None
 
     def start(self) -> Load:
         def keep(driver: Driver) -> None:
             self.driver = driver
+            self.source = driver.source = _StoppableSource(driver.source)
 
         self.task = asyncio.get_running_loop().create_task(run_live(self.spec, on_driver=keep))
         return self
@@ -82,10 +108,16 @@ class Load:
             return self.run.results
         return list(self.driver.results) if self.driver is not None else []
 
+    def stop_sending(self) -> None:
+        """No new requests from now; those in flight run to their end."""
+        if self.source is not None:
+            self.source.stopped = True
+
     async def finish(self, timeout_s: float = 180.0) -> list[RequestResult]:
         """Wait for the run to end (the arrivals stop at its duration, in-flight requests run
         to their end); interrupt it if it has not ended after `timeout_s`."""
         assert self.task is not None, "start() first"
+        self.stop_sending()
         try:
             self.run = await asyncio.wait_for(asyncio.shield(self.task), timeout_s)
         except TimeoutError:

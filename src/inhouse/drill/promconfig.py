@@ -35,9 +35,7 @@ class ScrapeTarget:
     metrics_path: str = "/metrics"
 
 
-def prometheus_config(
-    targets: Sequence[ScrapeTarget], rules_file: str, alertmanager: str
-) -> str:
+def prometheus_config(targets: Sequence[ScrapeTarget], rules_file: str, alertmanager: str) -> str:
     jobs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for target in targets:
         group = {"targets": [target.address], "labels": dict(target.labels)}

@@ -171,7 +171,7 @@ class LiveStack:
         pool = self.pool_of(replica.name)
         args = simulated_engine_args(self.stack, pool, replica.index, replica.port, HOST)
         if load_time_s is not None:
-            args = _without_flag(args, "--load-time-s") + ["--load-time-s", f"{load_time_s:g}"]
+            args = [*_without_flag(args, "--load-time-s"), "--load-time-s", f"{load_time_s:g}"]
         return [*INHOUSE_ENGINE, *args, "--admin-port", str(replica.admin_port),
                 *replica.extra_args]  # fmt: skip
 
@@ -256,10 +256,8 @@ class LiveStack:
                 proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + 20
         for proc in procs:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
