@@ -60,6 +60,7 @@ class Options:
     quick: bool = False
     time_scale: float = DEFAULT_TIME_SCALE
     soak_duration_s: float | None = None
+    flood_limits: dict[str, int] | None = None  # tests: break the flood tenant's limits
 
 
 def _stack(options: Options) -> tuple[StackSpec, str]:
@@ -114,7 +115,7 @@ async def run_one(
 
 async def _run_all(options: Options, say: Callable[[str], None]) -> list[DrillResult]:
     base, stack_desc = _stack(options)
-    stack, keys = drill_stack(base)
+    stack, keys = drill_stack(base, options.flood_limits)
     work = options.out_dir / "_run"
     live = LiveStack(stack, keys, work)
     say(f"inhouse drill: time scale {options.time_scale:g} (rules' `for:` and range windows "
