@@ -79,6 +79,12 @@ class RouteWatch:
             prev = count
         return None
 
+    def first_healthy(self, replica: str, after: float) -> float | None:
+        for t, _, healthy in self.samples:
+            if t > after and healthy.get(replica, 0.0) == 1.0:
+                return t
+        return None
+
     def first_unhealthy(self, replica: str, after: float) -> float | None:
         for t, _, healthy in self.samples:
             if t > after and healthy.get(replica, 1.0) == 0.0:

@@ -19,6 +19,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import httpx
+
 from inhouse.drill.context import DrillContext
 from inhouse.drill.load import BEFORE, Load, count, samples
 from inhouse.drill.probes import health_code, wait_healthy
@@ -98,6 +100,7 @@ async def run(ctx: DrillContext) -> None:
         ctx.event(f"start {victim.name} on the intact weights")
         t_ready = await wait_healthy(victim.url, 60.0)
         ctx.event(f"{victim.name} /health 200")
+        serves = await _serves(victim.url, p.model)
         await ctx.sleep(5.0)
     finally:
         victim.extra_args = []
@@ -113,13 +116,24 @@ async def run(ctx: DrillContext) -> None:
     routed = watch.routed_count(index, t_bad, t_refused)
     res.check("never ready, never routed to", "no /health 200 and no request routed to it",
               f"/health 200 seen: {saw_200}; {routed:.0f} routed", not saw_200 and routed == 0)  # fmt: skip
-    after = watch.first_routed(index, (t_ready or 1e18) - 0.3)
-    res.check("intact weights start and serve", "/health 200 and traffic routed to it",
+    joined = watch.first_healthy(index, t_ready or 1e18)
+    res.check("intact weights start and serve",
+              "/health 200, answers a completion, the gateway takes it back",
               "never ready" if t_ready is None else
-              ("ready; " + ("routed to" if after else "not routed to")),
-              t_ready is not None and after is not None)  # fmt: skip
+              f"ready; completion {'200' if serves else 'failed'}; gateway "
+              + ("healthy" if joined else "not healthy"),
+              t_ready is not None and serves and joined is not None)  # fmt: skip
     failed = count(results, BEFORE)
     res.check("clients unaffected", "no request fails meanwhile", f"{failed} failed", failed == 0)
+
+
+async def _serves(url: str, model: str) -> bool:
+    body = {"model": model, "prompt": "drill", "max_tokens": 4}
+    async with httpx.AsyncClient(timeout=30) as client:
+        try:
+            return (await client.post(f"{url}/v1/completions", json=body)).status_code == 200
+        except httpx.HTTPError:
+            return False
 
 
 async def _watch_refusal(ctx: DrillContext, name: str, url: str) -> tuple[int | None, bool]:
