@@ -38,6 +38,7 @@ class Profile:
     ttft_slo_ms: float
     degraded_ttft_slo_ms: float
     agent_params: Mapping[str, str]
+    plan_path: Path | None = None
 
 
 def _plan_profile(plan: dict[str, Any], pool: PoolSpec, path: Path) -> Profile | None:
@@ -52,7 +53,7 @@ def _plan_profile(plan: dict[str, Any], pool: PoolSpec, path: Path) -> Profile |
         degraded = float(ttft.get("target_ms", degraded))
     return Profile(
         f"plan {path}", pool.name, pool.client_model_name, max(peak, 1),
-        slo_of(pool).ttft_p95_ms, degraded, {},
+        slo_of(pool).ttft_p95_ms, degraded, {}, path,
     )  # fmt: skip
 
 
@@ -82,9 +83,11 @@ class DrillContext:
         out_dir: Path,
         quick: bool,
         soak_duration_s: float | None = None,
+        soak_day_s: float | None = None,
     ) -> None:
         self.result = result
         self.soak_duration_s = soak_duration_s
+        self.soak_day_s = soak_day_s  # tests: a short simulated day
         self.stack = stack
         self.judge = judge
         self.profile = profile

@@ -61,6 +61,7 @@ class Options:
     time_scale: float = DEFAULT_TIME_SCALE
     soak_duration_s: float | None = None
     flood_limits: dict[str, int] | None = None  # tests: break the flood tenant's limits
+    soak_day_s: float | None = None  # tests: a shorter simulated day for the virtual soak
 
 
 def _stack(options: Options) -> tuple[StackSpec, str]:
@@ -100,8 +101,9 @@ async def run_one(
                          "time_scale": options.time_scale}  # fmt: skip
     profile = load_profile(stack.stack.pools[0], options.stack_path)
     ctx = DrillContext(
-        result, stack, judge, profile, options.out_dir, options.quick, options.soak_duration_s
-    )
+        result, stack, judge, profile, options.out_dir, options.quick,
+        options.soak_duration_s, options.soak_day_s,
+    )  # fmt: skip
     try:
         await restore(stack)
         await drill_function(name)(ctx)

@@ -133,6 +133,7 @@ class Fleet:
         self.records: list[RequestRecord] = []
         self._arrival_event_s = INF
         self._num_calls = 0
+        self._started = False
 
     def _build_pool(self, spec: PoolSpec, policy: str | None) -> _Pool:
         replica = build_replica(replica_spec_for_pool(spec))
@@ -153,9 +154,19 @@ class Fleet:
     # -- the loop --------------------------------------------------------------------------
 
     def run(self) -> FleetResult:
-        self._schedule_arrival()
+        self.run_until(INF)
+        return self._result()
+
+    def run_until(self, end_s: float) -> bool:
+        """Process the events up to `end_s` of virtual time; False once none are left. A long
+        run (a soak) calls it day by day and takes the records as it goes (`take_records`)."""
+        if not self._started:
+            self._started = True
+            self._schedule_arrival()
         queue = self.queue
         while queue:
+            if queue.peek_time_s() > end_s:
+                return True
             now, kind, payload = queue.pop()
             if kind is EventKind.ARRIVAL:
                 if now == self._arrival_event_s:
@@ -169,7 +180,16 @@ class Fleet:
                 self._end_step(replica, now)
             else:
                 self._step(replica, now)
-        return self._result()
+        return False
+
+    def take_records(self) -> list[RequestRecord]:
+        """The records of requests finished (or failed) since the last call, in finish order."""
+        records, self.records = self.records, []
+        return records
+
+    def kv_usage(self) -> dict[tuple[str, int], float]:
+        """Each replica's KV cache use now (0..1), as vLLM's `kv_cache_usage_perc`."""
+        return {(r.pool, r.index): r.engine.kv_usage for r in self.replicas}
 
     def _schedule_arrival(self) -> None:
         at_s = self.workload.next_arrival_s()
