@@ -30,8 +30,12 @@ def _run_flags(parser: argparse.ArgumentParser, names: bool) -> None:
     parser.add_argument("--stack", type=Path, help="stack file (default: the built-in demo)")
     parser.add_argument("--out", type=Path, default=Path("drills"), help="evidence directory")
     parser.add_argument("--quick", action="store_true", help="short phases; soak: two days")
-    parser.add_argument("--time-scale", type=float, default=None,
-                        help="factor on the rules' `for:` and range windows (default 0.1)")  # fmt: skip
+    parser.add_argument(
+        "--time-scale",
+        type=float,
+        default=None,
+        help="factor on the rules' `for:` and range windows (default 0.1)",
+    )
     parser.add_argument("--duration", type=float, help="the live soak's length in seconds")
     parser.add_argument("--attach", metavar="URL", help="drill a running stack's gateway")
 
@@ -80,8 +84,10 @@ def _run(args: argparse.Namespace, names: list[str]) -> int:
     )
     results = run_drills(options)
     passed = sum(1 for r in results if r.verdict == "pass")
-    print(f"inhouse drill: {passed} of {len(results)} passed; evidence in {args.out}/ "
-          f"(drills.md, summary.json)")  # fmt: skip
+    print(
+        f"inhouse drill: {passed} of {len(results)} passed; evidence in {args.out}/ "
+        f"(drills.md, summary.json)"
+    )
     return 0 if passed == len(results) else 1
 
 
@@ -94,6 +100,8 @@ def _plan(args: argparse.Namespace) -> int:
     result = write_plan(stack, args.out, RenderOptions(namespace=args.namespace))
     for check in result.validations:
         print(f"  [{'ok' if check.ok else 'FAIL'}] {check.name}: {check.detail}")
-    print(f"inhouse drill plan: {len(result.validations)} offline checks, "
-          f"{'all passed' if result.ok else 'some FAILED'}; see {args.out}/drills.md")  # fmt: skip
+    print(
+        f"inhouse drill plan: {len(result.validations)} offline checks, "
+        f"{'all passed' if result.ok else 'some FAILED'}; see {args.out}/drills.md"
+    )
     return 0 if result.ok else 1

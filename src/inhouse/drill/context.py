@@ -19,7 +19,7 @@ from inhouse.drill.evidence import AlertRecord, DrillResult, Event
 from inhouse.drill.judge import Judge
 from inhouse.drill.receiver import Notified
 from inhouse.drill.stack import LiveStack
-from inhouse.render.layout import slo_of
+from inhouse.render.layout import DEFAULT_SLO, slo_of
 from inhouse.spec.stack import PoolSpec
 
 # The built-in demo stack's profile: the sessions two simulated replicas carry on a small
@@ -41,6 +41,10 @@ class Profile:
     plan_path: Path | None = None
 
 
+def ttft_slo_ms(pool: PoolSpec) -> float:
+    return slo_of(pool).ttft_p95_ms or DEFAULT_SLO.ttft_p95_ms or 800.0
+
+
 def _plan_profile(plan: dict[str, Any], pool: PoolSpec, path: Path) -> Profile | None:
     workloads = plan.get("workloads", {})
     agent = next((n for n, w in workloads.items() if w.get("kind") == "agent"), None)
@@ -52,9 +56,15 @@ def _plan_profile(plan: dict[str, Any], pool: PoolSpec, path: Path) -> Profile |
         ttft = ((entry.get("degraded_slo") or {}).get(agent) or {}).get("ttft") or {}
         degraded = float(ttft.get("target_ms", degraded))
     return Profile(
-        f"plan {path}", pool.name, pool.client_model_name, max(peak, 1),
-        slo_of(pool).ttft_p95_ms, degraded, {}, path,
-    )  # fmt: skip
+        f"plan {path}",
+        pool.name,
+        pool.client_model_name,
+        max(peak, 1),
+        ttft_slo_ms(pool),
+        degraded,
+        {},
+        path,
+    )
 
 
 def load_profile(pool: PoolSpec, stack_path: Path | None) -> Profile:
@@ -66,9 +76,13 @@ def load_profile(pool: PoolSpec, stack_path: Path | None) -> Profile:
     return Profile(
         "demo profile (no plan.json beside the stack): "
         f"{DEMO_PEAK_SESSIONS} agent sessions as planned peak, the seeds' degraded SLO",
-        pool.name, pool.client_model_name, DEMO_PEAK_SESSIONS, slo_of(pool).ttft_p95_ms,
-        SEEDS_DEGRADED_TTFT_MS, {},
-    )  # fmt: skip
+        pool.name,
+        pool.client_model_name,
+        DEMO_PEAK_SESSIONS,
+        ttft_slo_ms(pool),
+        SEEDS_DEGRADED_TTFT_MS,
+        {},
+    )
 
 
 class DrillContext:

@@ -65,9 +65,12 @@ class _Proc:
 def _start(name: str, argv: list[str], url: str, ready_path: str, log: Path) -> _Proc:
     with log.open("ab") as handle:
         process = subprocess.Popen(
-            argv, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            argv,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
             start_new_session=True,
-        )  # fmt: skip
+        )
     proc = _Proc(name, process, url, log)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -115,13 +118,19 @@ class Judge:
         am_conf = self.work_dir / "alertmanager.yml"
         am_conf.write_text(alertmanager_config(self.receiver.url), encoding="utf-8")
         am_argv = [
-            am_bin, f"--config.file={am_conf}", f"--storage.path={self.work_dir / 'am-data'}",
-            f"--web.listen-address=127.0.0.1:{am_port}", "--cluster.listen-address=",
-        ]  # fmt: skip
+            am_bin,
+            f"--config.file={am_conf}",
+            f"--storage.path={self.work_dir / 'am-data'}",
+            f"--web.listen-address=127.0.0.1:{am_port}",
+            "--cluster.listen-address=",
+        ]
         self.alertmanager = _start(
-            "alertmanager", am_argv, f"http://127.0.0.1:{am_port}", "/-/ready",
+            "alertmanager",
+            am_argv,
+            f"http://127.0.0.1:{am_port}",
+            "/-/ready",
             self.work_dir / "alertmanager.log",
-        )  # fmt: skip
+        )
         self.rules_path.write_text(self.rules_text, encoding="utf-8")
         prom_conf = self.work_dir / "prometheus.yml"
         prom_conf.write_text(
@@ -129,15 +138,20 @@ class Judge:
             encoding="utf-8",
         )
         prom_argv = [
-            prom_bin, f"--config.file={prom_conf}",
+            prom_bin,
+            f"--config.file={prom_conf}",
             f"--storage.tsdb.path={self.work_dir / 'prom-data'}",
-            f"--web.listen-address=127.0.0.1:{prom_port}", "--web.enable-lifecycle",
+            f"--web.listen-address=127.0.0.1:{prom_port}",
+            "--web.enable-lifecycle",
             "--storage.tsdb.retention.time=1d",
-        ]  # fmt: skip
+        ]
         self.prometheus = _start(
-            "prometheus", prom_argv, f"http://127.0.0.1:{prom_port}", "/-/ready",
+            "prometheus",
+            prom_argv,
+            f"http://127.0.0.1:{prom_port}",
+            "/-/ready",
             self.work_dir / "prometheus.log",
-        )  # fmt: skip
+        )
         info = httpx.get(f"{self.prometheus.url}/api/v1/status/buildinfo", timeout=5).json()
         self.version = str(info.get("data", {}).get("version", ""))
         self._check_rules_loaded()
@@ -190,8 +204,11 @@ class Judge:
         down: list[str] = []
         while time.monotonic() < deadline:
             active = self.api("/api/v1/targets")["activeTargets"]
-            down = [f"{t['labels'].get('job')} {t['scrapeUrl']}" for t in active
-                    if t.get("health") != "up"]  # fmt: skip
+            down = [
+                f"{t['labels'].get('job')} {t['scrapeUrl']}"
+                for t in active
+                if t.get("health") != "up"
+            ]
             if active and not down:
                 return []
             time.sleep(0.5)

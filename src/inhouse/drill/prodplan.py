@@ -57,9 +57,14 @@ def write_plan(stack: StackSpec, out_dir: Path, options: RenderOptions | None = 
     (out_dir / "prometheus").mkdir(exist_ok=True)
     (out_dir / "prometheus" / "rules.yaml").write_text(rendered["prometheus/rules.yaml"])
     result = PlanResult(out_dir)
-    sections = ["# Drills for production", "", f"Stack `{stack.name}`, namespace `{ns}`. Fill "
-                "in `PROM`, `AM`, `GATEWAY`, `INHOUSE_API_KEY`, `FLOOD_KEY` (and `NODE`), then "
-                "run each script step by step; read each check before the next step.", ""]  # fmt: skip
+    sections = [
+        "# Drills for production",
+        "",
+        f"Stack `{stack.name}`, namespace `{ns}`. Fill "
+        "in `PROM`, `AM`, `GATEWAY`, `INHOUSE_API_KEY`, `FLOOD_KEY` (and `NODE`), then "
+        "run each script step by step; read each check before the next step.",
+        "",
+    ]
     promql: list[str] = []
     for info in DRILLS:
         steps = drill_steps(info.name, stack, ns)
@@ -74,15 +79,21 @@ def write_plan(stack: StackSpec, out_dir: Path, options: RenderOptions | None = 
         result.validations.append(_bash_n(path))
     result.validations.append(_check_promql(promql, out_dir))
     (out_dir / "drills.md").write_text("\n".join(sections) + "\n", encoding="utf-8")
-    write_json(out_dir / "validation.json", {
-        "ok": result.ok, "checks": [v.__dict__ for v in result.validations]})  # fmt: skip
+    write_json(
+        out_dir / "validation.json",
+        {"ok": result.ok, "checks": [v.__dict__ for v in result.validations]},
+    )
     return result
 
 
 def _script(name: str, steps: list[Step]) -> str:
-    lines = ["#!/usr/bin/env bash", f"# inhouse drill plan: {name}. Run step by step; read each "
-             "CHECK before going on.", "set -euo pipefail", ': "${PROM:?}" "${AM:?}" '
-             '"${GATEWAY:?}"', ""]  # fmt: skip
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# inhouse drill plan: {name}. Run step by step; read each CHECK before going on.",
+        "set -euo pipefail",
+        ': "${PROM:?}" "${AM:?}" "${GATEWAY:?}"',
+        "",
+    ]
     for i, step in enumerate(steps, 1):
         lines.append(f"# --- step {i}: {step.title}")
         lines += [f"# CHECK: {c}" for c in step.checks]
@@ -92,8 +103,16 @@ def _script(name: str, steps: list[Step]) -> str:
 
 def _section(name: str, steps: list[Step]) -> list[str]:
     info = next(d for d in DRILLS if d.name == name)
-    lines = [f"## {name}: {info.title}", "", info.purpose, "", f"Script: `{name}.sh`.", "",
-             "Expected:", ""] + [f"* {e}" for e in info.expected]  # fmt: skip
+    lines = [
+        f"## {name}: {info.title}",
+        "",
+        info.purpose,
+        "",
+        f"Script: `{name}.sh`.",
+        "",
+        "Expected:",
+        "",
+    ] + [f"* {e}" for e in info.expected]
     lines += ["", "Red flags:", ""] + [f"* {r}" for r in info.red_flags] + ["", "Steps:", ""]
     for i, step in enumerate(steps, 1):
         lines.append(f"{i}. {step.title}")
@@ -116,14 +135,18 @@ def _validate_step(drill: str, step: Step, out_dir: Path) -> list[Validation]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
     if step.rule_test:
-        out.append(_promtool(["test", "rules", str(out_dir / step.rule_test)],
-                             f"{drill}: promtool test rules {step.rule_test}"))  # fmt: skip
+        out.append(
+            _promtool(
+                ["test", "rules", str(out_dir / step.rule_test)],
+                f"{drill}: promtool test rules {step.rule_test}",
+            )
+        )
     return out
 
 
 def _kube_validate(name: str, manifest: dict[str, Any]) -> Validation:
     try:
-        import kubernetes_validate  # type: ignore[import-not-found]
+        import kubernetes_validate
     except ImportError:
         return Validation(name, False, "kubernetes-validate not installed (pip install it)")
     try:
@@ -153,4 +176,6 @@ def _check_promql(queries: list[str], out_dir: Path) -> Validation:
 
 def _bash_n(path: Path) -> Validation:
     done = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True, timeout=30)
-    return Validation(f"bash -n {path.name}", done.returncode == 0, done.stderr.strip()[:300] or "ok")
+    return Validation(
+        f"bash -n {path.name}", done.returncode == 0, done.stderr.strip()[:300] or "ok"
+    )

@@ -20,6 +20,13 @@ def ecc_remediation(pool: PoolSpec, replica_index: int, node: str) -> list[list[
     selector = f"inhouse.dev/pool={pool.name},inhouse.dev/replica={replica_index}"
     return [
         ["cordon", node],
-        ["drain", node, f"--pod-selector={selector}", "--ignore-daemonsets",
-         "--delete-emptydir-data", f"--grace-period={grace}", f"--timeout={grace + 60}s"],
-    ]  # fmt: skip
+        [
+            "drain",
+            node,
+            f"--pod-selector={selector}",
+            "--ignore-daemonsets",
+            "--delete-emptydir-data",
+            f"--grace-period={grace}",
+            f"--timeout={grace + 60}s",
+        ],
+    ]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,7 @@ def write_timeline(result: DrillResult, path: Path) -> None:
         ax_load.plot(mids, counts / WINDOW_S, label=label, color=color)
     ax_load.set_ylabel("requests / s")
     p95 = []
-    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+    for lo, hi in itertools.pairwise(edges):
         ttfts = [s.ttft_s * 1000 for s in result.samples if lo <= s.t_s < hi and s.ttft_s]
         p95.append(float(np.percentile(ttfts, 95)) if ttfts else np.nan)
     ax_ttft.plot(mids, p95, color="#70ad47", marker=".", label="p95 TTFT (ms)")
@@ -67,12 +68,26 @@ def write_timeline(result: DrillResult, path: Path) -> None:
                 stop = alert.resolved_s if alert.resolved_s is not None else end
                 ax.axvspan(alert.fired_s, stop, color="#ffc000", alpha=0.25)
     for event in result.events:
-        ax_load.annotate(event.what[:40], (event.t_s, 0), rotation=90, fontsize=7,
-                         va="bottom", ha="right", color="#404040")  # fmt: skip
+        ax_load.annotate(
+            event.what[:40],
+            (event.t_s, 0),
+            rotation=90,
+            fontsize=7,
+            va="bottom",
+            ha="right",
+            color="#404040",
+        )
     for alert in result.alerts:
         if alert.fired_s is not None:
-            ax_ttft.annotate(f"{alert.name} fired", (alert.fired_s, 0), rotation=90,
-                             fontsize=7, va="bottom", ha="left", color="#7f6000")  # fmt: skip
+            ax_ttft.annotate(
+                f"{alert.name} fired",
+                (alert.fired_s, 0),
+                rotation=90,
+                fontsize=7,
+                va="bottom",
+                ha="left",
+                color="#7f6000",
+            )
     ax_load.legend(fontsize=8, loc="upper right")
     fig.suptitle(f"drill {result.drill}: {result.verdict}")
     fig.tight_layout()
@@ -91,9 +106,17 @@ def _table(rows: Sequence[Sequence[str]], head: Sequence[str]) -> list[str]:
 
 def report_md(result: DrillResult) -> str:
     info = BY_NAME[result.drill]
-    lines = [f"# Drill `{result.drill}`: {info.title}", "", f"**Verdict: {result.verdict}.** "
-             f"Started {result.started}, {result.duration_s:.0f} s, stack {result.stack}.", "",
-             info.purpose, "", "## Expected outcome", ""]  # fmt: skip
+    lines = [
+        f"# Drill `{result.drill}`: {info.title}",
+        "",
+        f"**Verdict: {result.verdict}.** "
+        f"Started {result.started}, {result.duration_s:.0f} s, stack {result.stack}.",
+        "",
+        info.purpose,
+        "",
+        "## Expected outcome",
+        "",
+    ]
     lines += [f"* {item}" for item in info.expected]
     lines += ["", "## Red flags", ""] + [f"* {item}" for item in info.red_flags]
     lines += ["", "## What was observed", ""]
@@ -102,14 +125,29 @@ def report_md(result: DrillResult) -> str:
         ("check", "expected", "observed", "result"),
     )
     lines += ["", "### Alerts (as Alertmanager's receiver got them)", ""]
-    lines += _table(
-        [(a.name, a.severity, _t(a.fired_s), _t(a.resolved_s),
-          "yes" if a.received_by_alertmanager else "no") for a in result.alerts],
-        ("alert", "severity", "fired (s)", "resolved (s)", "received"),
-    ) if result.alerts else ["None expected in this drill."]  # fmt: skip
+    lines += (
+        _table(
+            [
+                (
+                    a.name,
+                    a.severity,
+                    _t(a.fired_s),
+                    _t(a.resolved_s),
+                    "yes" if a.received_by_alertmanager else "no",
+                )
+                for a in result.alerts
+            ],
+            ("alert", "severity", "fired (s)", "resolved (s)", "received"),
+        )
+        if result.alerts
+        else ["None expected in this drill."]
+    )
     prom = result.prometheus
-    lines += ["", f"Judge: Prometheus {prom.get('version', '?')}, rules `{prom.get('rules_file')}`"
-              f", time scale {prom.get('time_scale')} (holds and windows only)."]  # fmt: skip
+    lines += [
+        "",
+        f"Judge: Prometheus {prom.get('version', '?')}, rules `{prom.get('rules_file')}`"
+        f", time scale {prom.get('time_scale')} (holds and windows only).",
+    ]
     if result.notes:
         lines += ["", "Notes:", ""] + [f"* {n}" for n in result.notes]
     lines += ["", "![timeline](timeline.png)", "", *_postmortem(result)]
@@ -132,8 +170,16 @@ def _postmortem(result: DrillResult) -> list[str]:
     lines += [f"* {t:7.1f} s: {what}" for t, what in sorted(timeline)]
     lines += ["", "**Impact.** " + _impact(result), "", "**What went wrong.** "]
     lines[-1] += "; ".join(f"{c.name}: {c.observed}" for c in failed) if failed else "Nothing."
-    lines += ["", "**Root cause.** _(to fill in)_", "", "**Action items** (owner, due date):", "",
-              "* _(to fill in)_", "", "**Detection.** " + _detection(result)]  # fmt: skip
+    lines += [
+        "",
+        "**Root cause.** _(to fill in)_",
+        "",
+        "**Action items** (owner, due date):",
+        "",
+        "* _(to fill in)_",
+        "",
+        "**Detection.** " + _detection(result),
+    ]
     return lines
 
 
@@ -156,22 +202,37 @@ def _detection(result: DrillResult) -> str:
 
 
 def write_summary(results: Sequence[DrillResult], out_dir: Path, meta: dict[str, Any]) -> None:
-    drills = [
-        {"drill": r.drill, "verdict": r.verdict, "duration_s": round(r.duration_s, 1),
-         "failed_checks": r.failed_checks,
-         "alerts_received": [a.name for a in r.alerts if a.received_by_alertmanager]}
+    drills: list[dict[str, Any]] = [
+        {
+            "drill": r.drill,
+            "verdict": r.verdict,
+            "duration_s": round(r.duration_s, 1),
+            "failed_checks": r.failed_checks,
+            "alerts_received": [a.name for a in r.alerts if a.received_by_alertmanager],
+        }
         for r in results
-    ]  # fmt: skip
+    ]
     passed = sum(1 for r in results if r.verdict == "pass")
     summary = {**meta, "passed": passed, "failed": len(results) - passed, "drills": drills}
     write_json(out_dir / "summary.json", summary)
-    lines = [f"# Drills: {passed} of {len(results)} passed", "",
-             f"Stack {meta.get('stack')}, started {meta.get('started')}, "
-             f"{meta.get('duration_s', 0):.0f} s; time scale {meta.get('time_scale')}.", ""]  # fmt: skip
+    lines = [
+        f"# Drills: {passed} of {len(results)} passed",
+        "",
+        f"Stack {meta.get('stack')}, started {meta.get('started')}, "
+        f"{meta.get('duration_s', 0):.0f} s; time scale {meta.get('time_scale')}.",
+        "",
+    ]
     lines += _table(
-        [(f"[{d['drill']}]({d['drill']}/report.md)", d["verdict"], f"{d['duration_s']:.0f} s",
-          ", ".join(d["alerts_received"]) or "-", ", ".join(d["failed_checks"]) or "-")
-         for d in drills],
+        [
+            (
+                f"[{d['drill']}]({d['drill']}/report.md)",
+                d["verdict"],
+                f"{d['duration_s']:.0f} s",
+                ", ".join(d["alerts_received"]) or "-",
+                ", ".join(d["failed_checks"]) or "-",
+            )
+            for d in drills
+        ],
         ("drill", "verdict", "duration", "alerts received", "failed checks"),
-    )  # fmt: skip
+    )
     (out_dir / "drills.md").write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import yaml
 
 from inhouse.drill.catalog import NAMES
 from inhouse.drill.context import DrillContext, load_profile
@@ -30,6 +31,7 @@ from inhouse.drill.timescale import check_factor, scale_rules
 from inhouse.errors import SpecError
 from inhouse.render.prometheus import render_prometheus, stack_rules
 from inhouse.render.runbook import render_runbook
+from inhouse.render.yamltext import dump_yaml
 from inhouse.server.demo_stack import demo_stack
 from inhouse.spec.stack import StackSpec, load_stack
 
@@ -62,6 +64,7 @@ class Options:
     soak_duration_s: float | None = None
     flood_limits: dict[str, int] | None = None  # tests: break the flood tenant's limits
     soak_day_s: float | None = None  # tests: a shorter simulated day for the virtual soak
+    drop_alerts: tuple[str, ...] = ()  # tests: a rules file without these alerts
 
 
 def _stack(options: Options) -> tuple[StackSpec, str]:
@@ -70,13 +73,22 @@ def _stack(options: Options) -> tuple[StackSpec, str]:
     return load_stack(options.stack_path), str(options.stack_path)
 
 
-def _rules(stack: StackSpec, namespace: str, out_dir: Path, factor: float) -> tuple[str, Path]:
+def drill_rules(
+    stack: StackSpec, namespace: str, out_dir: Path, factor: float, drop: tuple[str, ...] = ()
+) -> str:
+    """The stack's rendered rules (runbook links to DIR/runbook.md, written here too), scaled
+    by `factor`; `drop` removes alerts by name (the tests' broken rules files)."""
     runbook = out_dir / "runbook.md"
     _, alerts = stack_rules(stack, namespace)
     runbook.write_text(render_runbook(stack, alerts, namespace), encoding="utf-8")
-    rendered = render_prometheus(stack, namespace, runbook.resolve().as_uri())
-    (out_dir / "rules.rendered.yaml").write_text(rendered["prometheus/rules.yaml"])
-    return scale_rules(rendered["prometheus/rules.yaml"], factor), out_dir / "rules.yaml"
+    text = render_prometheus(stack, namespace, runbook.resolve().as_uri())["prometheus/rules.yaml"]
+    if drop:
+        data = yaml.safe_load(text)
+        for group in data["groups"]:
+            group["rules"] = [r for r in group["rules"] if r.get("alert") not in drop]
+        text = dump_yaml(data)
+    (out_dir / "rules.rendered.yaml").write_text(text, encoding="utf-8")
+    return scale_rules(text, factor)
 
 
 async def restore(stack: LiveStack) -> None:
@@ -97,13 +109,22 @@ async def run_one(
     name: str, stack: LiveStack, judge: Judge, options: Options, stack_desc: str
 ) -> DrillResult:
     result = DrillResult(name, dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), stack_desc)
-    result.prometheus = {"version": judge.version, "rules_file": str(judge.rules_path),
-                         "time_scale": options.time_scale}  # fmt: skip
+    result.prometheus = {
+        "version": judge.version,
+        "rules_file": str(judge.rules_path),
+        "time_scale": options.time_scale,
+    }
     profile = load_profile(stack.stack.pools[0], options.stack_path)
     ctx = DrillContext(
-        result, stack, judge, profile, options.out_dir, options.quick,
-        options.soak_duration_s, options.soak_day_s,
-    )  # fmt: skip
+        result,
+        stack,
+        judge,
+        profile,
+        options.out_dir,
+        options.quick,
+        options.soak_duration_s,
+        options.soak_day_s,
+    )
     try:
         await restore(stack)
         await drill_function(name)(ctx)
@@ -120,17 +141,23 @@ async def _run_all(options: Options, say: Callable[[str], None]) -> list[DrillRe
     stack, keys = drill_stack(base, options.flood_limits)
     work = options.out_dir / "_run"
     live = LiveStack(stack, keys, work)
-    say(f"inhouse drill: time scale {options.time_scale:g} (rules' `for:` and range windows "
-        "only; thresholds as rendered)")  # fmt: skip
+    say(
+        f"inhouse drill: time scale {options.time_scale:g} (rules' `for:` and range windows "
+        "only; thresholds as rendered)"
+    )
     judge: Judge | None = None
     results: list[DrillResult] = []
     try:
         await asyncio.to_thread(live.start)
-        rules, _ = _rules(stack, live.namespace, options.out_dir, options.time_scale)
+        rules = drill_rules(
+            stack, live.namespace, options.out_dir, options.time_scale, options.drop_alerts
+        )
         judge = Judge(work / "judge", rules, live.scrape_targets())
         await asyncio.to_thread(judge.start)
-        say(f"stack {stack.name} up at {live.gateway_url}; Prometheus {judge.version} at "
-            f"{judge.prometheus_url}")  # fmt: skip
+        say(
+            f"stack {stack.name} up at {live.gateway_url}; Prometheus {judge.version} at "
+            f"{judge.prometheus_url}"
+        )
         await asyncio.to_thread(judge.wait_scraped)
         for name in options.names:
             say(f"== {name}")
@@ -154,8 +181,12 @@ def run_drills(options: Options, say: Callable[[str], None] = print) -> list[Dri
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     t0 = time.perf_counter()
     results = asyncio.run(_run_all(options, say))
-    meta = {"started": started, "duration_s": round(time.perf_counter() - t0, 1),
-            "stack": str(options.stack_path or "built-in demo"), "quick": options.quick,
-            "time_scale": options.time_scale}  # fmt: skip
+    meta = {
+        "started": started,
+        "duration_s": round(time.perf_counter() - t0, 1),
+        "stack": str(options.stack_path or "built-in demo"),
+        "quick": options.quick,
+        "time_scale": options.time_scale,
+    }
     write_summary(results, options.out_dir, meta)
     return results

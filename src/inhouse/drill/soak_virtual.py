@@ -12,6 +12,7 @@ prompt tokens), and KV use (mean and max of each replica, sampled every `CHUNK_S
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -108,10 +109,16 @@ class _Day:
             return float(np.percentile(values, 95)) * 1000 if values else 0.0
 
         return DayStats(
-            day, len(self.ttft) + self.failed, self.failed, p95_ms(self.ttft),
-            p95_ms(self.tpot), self.cached / self.prompt if self.prompt else 0.0,
-            float(np.mean(self.kv)) if self.kv else 0.0, max(self.kv, default=0.0), wall_s,
-        )  # fmt: skip
+            day,
+            len(self.ttft) + self.failed,
+            self.failed,
+            p95_ms(self.ttft),
+            p95_ms(self.tpot),
+            self.cached / self.prompt if self.prompt else 0.0,
+            float(np.mean(self.kv)) if self.kv else 0.0,
+            max(self.kv, default=0.0),
+            wall_s,
+        )
 
 
 def simulate_soak(
@@ -125,9 +132,14 @@ def simulate_soak(
 ) -> list[DayStats]:
     workload = mixed_workload(requirements, model_names(requirements, stack))
     fleet = Fleet(
-        stack, workload, policy=requirements.planning.routing_policy, duration_s=days * day_s,
-        seed=requirements.planning.seed, rate_scale=load_share, down_replicas={},
-    )  # fmt: skip
+        stack,
+        workload,
+        policy=requirements.planning.routing_policy,
+        duration_s=days * day_s,
+        seed=requirements.planning.seed,
+        rate_scale=load_share,
+        down_replicas={},
+    )
     out: list[DayStats] = []
     for day in range(days):
         wall = time.perf_counter()
@@ -148,7 +160,7 @@ def simulate_soak(
 def drifts(days: list[DayStats], limit: float = DRIFT_LIMIT) -> list[Drift]:
     """Every metric that moved more than `limit` (relative) from one day to the next."""
     found = []
-    for before, after in zip(days, days[1:], strict=False):
+    for before, after in itertools.pairwise(days):
         for metric in DRIFT_METRICS:
             a, b = getattr(before, metric), getattr(after, metric)
             if a and abs(b - a) / a > limit:
@@ -157,8 +169,11 @@ def drifts(days: list[DayStats], limit: float = DRIFT_LIMIT) -> list[Drift]:
 
 
 def soak_report(days: list[DayStats], info: Mapping[str, Any]) -> dict[str, Any]:
-    return {**info, "days": [asdict(d) for d in days],
-            "drifts": [{**asdict(d), "change": d.change} for d in drifts(days)]}  # fmt: skip
+    return {
+        **info,
+        "days": [asdict(d) for d in days],
+        "drifts": [{**asdict(d), "change": d.change} for d in drifts(days)],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -185,9 +200,13 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(asdict(day)), flush=True)
 
     days = simulate_soak(stack, requirements, args.days, day_s=args.day_s, on_day=say)
-    info = {"stack": str(args.stack), "requirements": str(args.requirements),
-            "load_share": LOAD_SHARE, "day_s": args.day_s,
-            "wall_s": round(time.perf_counter() - started, 1)}  # fmt: skip
+    info = {
+        "stack": str(args.stack),
+        "requirements": str(args.requirements),
+        "load_share": LOAD_SHARE,
+        "day_s": args.day_s,
+        "wall_s": round(time.perf_counter() - started, 1),
+    }
     args.out.write_text(json.dumps(soak_report(days, info), indent=2), encoding="utf-8")
     return 0
 

@@ -99,9 +99,13 @@ def _gpus_of(pool: PoolSpec, index: int, first_free: int) -> tuple[int, ...]:
 def _spawn(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as handle:
         return subprocess.Popen(
-            argv, env=env, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            argv,
+            env=env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
             start_new_session=True,
-        )  # fmt: skip
+        )
 
 
 class LiveStack:
@@ -131,9 +135,14 @@ class LiveStack:
                 next_gpu = max(next_gpu, max(gpus) + 1)
                 name = f"{pool.name}-{index}"
                 self.replicas[name] = Replica(
-                    name, pool.name, index, free_port(), free_port(), gpus,
+                    name,
+                    pool.name,
+                    index,
+                    free_port(),
+                    free_port(),
+                    gpus,
                     self.log_dir / f"{name}.log",
-                )  # fmt: skip
+                )
         self.num_gpus = max(8, next_gpu)
 
     # -- paths and URLs --------------------------------------------------------------------
@@ -162,10 +171,13 @@ class LiveStack:
     def scrape_targets(self) -> list[ScrapeTarget]:
         ns = self.namespace
         targets = [
-            ScrapeTarget(f"{r.pool}-engine", f"{HOST}:{r.port}",
-                         {"namespace": ns, "pod": r.name, "pool": r.pool})
+            ScrapeTarget(
+                f"{r.pool}-engine",
+                f"{HOST}:{r.port}",
+                {"namespace": ns, "pod": r.name, "pool": r.pool},
+            )
             for r in self.replicas.values()
-        ]  # fmt: skip
+        ]
         gw = self.gateway_metrics_url.removeprefix("http://").removesuffix("/metrics")
         targets.append(ScrapeTarget("gateway", gw, {"namespace": ns, "pod": "gateway"}))
         targets.append(ScrapeTarget("dcgm-exporter", f"{HOST}:{self.dcgm_port}", {}))
@@ -177,8 +189,13 @@ class LiveStack:
         args = simulated_engine_args(self.stack, pool, replica.index, replica.port, HOST)
         if load_time_s is not None:
             args = [*_without_flag(args, "--load-time-s"), "--load-time-s", f"{load_time_s:g}"]
-        return [*INHOUSE_ENGINE, *args, "--admin-port", str(replica.admin_port),
-                *replica.extra_args]  # fmt: skip
+        return [
+            *INHOUSE_ENGINE,
+            *args,
+            "--admin-port",
+            str(replica.admin_port),
+            *replica.extra_args,
+        ]
 
     def start_replica(self, name: str, load_time_s: float | None = None) -> Replica:
         replica = self.replicas[name]
@@ -210,10 +227,24 @@ class LiveStack:
         return self
 
     def _start_dcgm(self, timeout_s: float) -> None:
-        argv = [*INHOUSE, "dcgm-exporter", "--gpu", self.stack.pools[0].gpu,
-                "--num-gpus", str(self.num_gpus), "--hostname", NODE_NAME,
-                "--namespace", self.namespace, "--host", HOST, "--port", str(self.dcgm_port),
-                "--admin-port", str(self.dcgm_admin_port)]  # fmt: skip
+        argv = [
+            *INHOUSE,
+            "dcgm-exporter",
+            "--gpu",
+            self.stack.pools[0].gpu,
+            "--num-gpus",
+            str(self.num_gpus),
+            "--hostname",
+            NODE_NAME,
+            "--namespace",
+            self.namespace,
+            "--host",
+            HOST,
+            "--port",
+            str(self.dcgm_port),
+            "--admin-port",
+            str(self.dcgm_admin_port),
+        ]
         for r in self.replicas.values():
             argv += ["--replica", f"{r.name}={','.join(map(str, r.gpus))}@{r.url}"]
         proc = _spawn(argv, child_env_for({}), self.log_dir / "dcgm-exporter.log")

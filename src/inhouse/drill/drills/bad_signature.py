@@ -47,7 +47,9 @@ def make_signed_model(root: Path) -> tuple[Path, Path, Path]:
     (model / "tokenizer_config.json").write_text("{}")
     for i in range(1, 4):
         name = f"model-0000{i}-of-00003.safetensors"
-        (model / name).write_bytes(bytes((i * 31 + j) % 251 for j in range(256)) * (SHARD_BYTES // 256))
+        (model / name).write_bytes(
+            bytes((i * 31 + j) % 251 for j in range(256)) * (SHARD_BYTES // 256)
+        )
     _weights(["keygen", "--out", str(root / "keys")])
     _weights(["sign", str(model), "--key", str(root / "keys" / "key.priv")])
     altered = root / "drill-model-altered"
@@ -69,12 +71,18 @@ def _weights(args: list[str]) -> None:
 async def run(ctx: DrillContext) -> None:
     res = ctx.result
     if not weights_available():
-        res.check("`inhouse weights` present", "issue 17's sign/verify commands in this build",
-                  "missing: this build has no `inhouse weights`", False)  # fmt: skip
+        res.check(
+            "`inhouse weights` present",
+            "issue 17's sign/verify commands in this build",
+            "missing: this build has no `inhouse weights`",
+            False,
+        )
         return
     p = ctx.profile
     victim = [r for r in ctx.stack.replicas.values() if r.pool == p.pool][-1]
-    model, altered, public = await asyncio.to_thread(make_signed_model, ctx.out_dir / "_run" / "weights")
+    model, altered, public = await asyncio.to_thread(
+        make_signed_model, ctx.out_dir / "_run" / "weights"
+    )
     ctx.event(f"signed {model.name}; {altered.name}: one byte of {SHARD} changed")
     params = {"sessions": p.peak_sessions, "model": p.model, "output": "60:200"}
     load = Load(ctx.gateway, ctx.key(LOAD_TENANT), "agent", params, 3600, model=p.model).start()
@@ -107,22 +115,38 @@ async def run(ctx: DrillContext) -> None:
         results = await load.finish()
         await watch.stop()
     res.samples = samples(results, ctx.t0)
-    res.check("the altered replica refuses to start",
-              f"exits non-zero within {REFUSE_WITHIN_S:g} s", f"exit code {code}",
-              code not in (None, 0))  # fmt: skip
-    last_lines = [line for line in said.splitlines() if SHARD in line][-1:] or said.splitlines()[-1:]
-    res.check("the refusal names the file", f"its output names {SHARD}",
-              (last_lines[0][:300] if last_lines else "no output"), SHARD in said)  # fmt: skip
+    res.check(
+        "the altered replica refuses to start",
+        f"exits non-zero within {REFUSE_WITHIN_S:g} s",
+        f"exit code {code}",
+        code not in (None, 0),
+    )
+    last_lines = [line for line in said.splitlines() if SHARD in line][-1:] or said.splitlines()[
+        -1:
+    ]
+    res.check(
+        "the refusal names the file",
+        f"its output names {SHARD}",
+        (last_lines[0][:300] if last_lines else "no output"),
+        SHARD in said,
+    )
     routed = watch.routed_count(index, t_bad, t_refused)
-    res.check("never ready, never routed to", "no /health 200 and no request routed to it",
-              f"/health 200 seen: {saw_200}; {routed:.0f} routed", not saw_200 and routed == 0)  # fmt: skip
+    res.check(
+        "never ready, never routed to",
+        "no /health 200 and no request routed to it",
+        f"/health 200 seen: {saw_200}; {routed:.0f} routed",
+        not saw_200 and routed == 0,
+    )
     joined = watch.first_healthy(index, t_ready or 1e18)
-    res.check("intact weights start and serve",
-              "/health 200, answers a completion, the gateway takes it back",
-              "never ready" if t_ready is None else
-              f"ready; completion {'200' if serves else 'failed'}; gateway "
-              + ("healthy" if joined else "not healthy"),
-              t_ready is not None and serves and joined is not None)  # fmt: skip
+    res.check(
+        "intact weights start and serve",
+        "/health 200, answers a completion, the gateway takes it back",
+        "never ready"
+        if t_ready is None
+        else f"ready; completion {'200' if serves else 'failed'}; gateway "
+        + ("healthy" if joined else "not healthy"),
+        t_ready is not None and serves and joined is not None,
+    )
     failed = count(results, BEFORE)
     res.check("clients unaffected", "no request fails meanwhile", f"{failed} failed", failed == 0)
 

@@ -67,14 +67,24 @@ async def run(ctx: DrillContext) -> None:
     else:
         window = health_window_s(ctx)
         last = watch.last_routed(str(victim.index), t_drain + 0.5)
-        res.check("no new requests to the drained replica",
-                  f"no routing decision to it later than {window:g} s after the drain began",
-                  "none" if last is None else f"last {last - t_drain:.1f} s after",
-                  last is None or last - t_drain <= window + 0.5)  # fmt: skip
-        cut = [r for r in results if r.outcome.t_send < t_drain < (r.outcome.t_done or 0)
-               and (r.outcome.error or not r.outcome.success)]  # fmt: skip
-        res.check("in-flight requests finish", "every request in flight at the drain completes",
-                  f"{len(cut)} failed or cut; exit code {code}", not cut and code == 0)  # fmt: skip
+        res.check(
+            "no new requests to the drained replica",
+            f"no routing decision to it later than {window:g} s after the drain began",
+            "none" if last is None else f"last {last - t_drain:.1f} s after",
+            last is None or last - t_drain <= window + 0.5,
+        )
+        cut = [
+            r
+            for r in results
+            if r.outcome.t_send < t_drain < (r.outcome.t_done or 0)
+            and (r.outcome.error or not r.outcome.success)
+        ]
+        res.check(
+            "in-flight requests finish",
+            "every request in flight at the drain completes",
+            f"{len(cut)} failed or cut; exit code {code}",
+            not cut and code == 0,
+        )
     _check_remediation(ctx, victim.index)
 
 
@@ -84,24 +94,32 @@ def _check_page(ctx: DrillContext, fired: Notified | None, gpu: int, pod: str) -
         res.check("ECC page", f"{ALERT} reaches Alertmanager's receiver", "not received", False)
         return
     labels, notes = fired.labels, fired.annotations
-    res.check("ECC page", f"{ALERT} (page) reaches Alertmanager's receiver",
-              f"received {fired.at - ctx.t0:.1f} s into the drill, severity "
-              f"{labels.get('severity')}", labels.get("severity") == "page")  # fmt: skip
+    res.check(
+        "ECC page",
+        f"{ALERT} (page) reaches Alertmanager's receiver",
+        f"received {fired.at - ctx.t0:.1f} s into the drill, severity {labels.get('severity')}",
+        labels.get("severity") == "page",
+    )
     summary = notes.get("summary", "")
     named = labels.get("gpu") == str(gpu) and labels.get("Hostname") == NODE_NAME
-    res.check("the page names GPU and node",
-              f"gpu={gpu}, Hostname={NODE_NAME} (pod {pod}) in its labels and summary",
-              f"gpu={labels.get('gpu')} Hostname={labels.get('Hostname')} pod={labels.get('pod')}"
-              f"; summary: {summary}",
-              named and f"GPU {gpu}" in summary and NODE_NAME in summary)  # fmt: skip
+    res.check(
+        "the page names GPU and node",
+        f"gpu={gpu}, Hostname={NODE_NAME} (pod {pod}) in its labels and summary",
+        f"gpu={labels.get('gpu')} Hostname={labels.get('Hostname')} pod={labels.get('pod')}"
+        f"; summary: {summary}",
+        named and f"GPU {gpu}" in summary and NODE_NAME in summary,
+    )
     url = notes.get("runbook_url", "")
     anchor = urlsplit(url).fragment
     path = Path(urlsplit(url).path)
     section = f"## {ALERT}"
     has = path.is_file() and section in path.read_text(encoding="utf-8")
-    res.check("the page links its runbook entry",
-              f"runbook_url to the runbook's `{section}` section (#{ALERT.lower()})",
-              url or "no runbook_url", has and anchor == ALERT.lower())  # fmt: skip
+    res.check(
+        "the page links its runbook entry",
+        f"runbook_url to the runbook's `{section}` section (#{ALERT.lower()})",
+        url or "no runbook_url",
+        has and anchor == ALERT.lower(),
+    )
 
 
 def _check_remediation(ctx: DrillContext, replica_index: int) -> None:

@@ -137,10 +137,12 @@ def _check_kill(
         before == 0,
     )
     cut = [
-        r for r in results
-        if r.outcome.num_chunks > 0 and not r.outcome.error.startswith("error event")
+        r
+        for r in results
+        if r.outcome.num_chunks > 0
+        and not r.outcome.error.startswith("error event")
         and not r.outcome.success
-    ]  # fmt: skip
+    ]
     killed = count(results, MID)
     res.check(
         "streams cut by SIGKILL end with an error event",
@@ -199,10 +201,11 @@ def _check_drain(
 ) -> None:
     res = ctx.result
     cut_after = [
-        r for r in results
-        if r.outcome.t_send < t_term < (r.outcome.t_done or 0) and (
-            r.outcome.error or not r.outcome.success)
-    ]  # fmt: skip
+        r
+        for r in results
+        if r.outcome.t_send < t_term < (r.outcome.t_done or 0)
+        and (r.outcome.error or not r.outcome.success)
+    ]
     res.check(
         "drain: streams in flight complete",
         "every request in flight at SIGTERM completes",

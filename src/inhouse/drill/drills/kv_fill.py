@@ -3,8 +3,8 @@ then drop the load and watch it recover.
 
 The fault port holds `HOLD_FRACTION` of each replica's KV blocks (what many idle long contexts
 would hold); the planned agent load plus a burst of long-context requests needs the rest and
-more, so the scheduler queues and preempts (vLLM's recompute path). Quick / full: warm-up 5 / 20 s, pressure until the page plus 8 / 60 s,
-then the hold is released and the load stops.
+more, so the scheduler queues and preempts (vLLM's recompute path). Quick / full: warm-up 5 /
+20 s, pressure until the page plus 8 / 60 s, then the hold is released and the load stops.
 """
 
 from __future__ import annotations
@@ -31,8 +31,9 @@ async def run(ctx: DrillContext) -> None:
     if ctx.quick:
         params.setdefault("output", "120:400")
     res.notes.append(f"load: agent {params}; {HOLD_FRACTION:.0%} of each replica's KV held")
-    before = {r.name: await engine_value(r.url, "vllm:num_preemptions_total") or 0.0
-              for r in replicas}  # fmt: skip
+    before = {
+        r.name: await engine_value(r.url, "vllm:num_preemptions_total") or 0.0 for r in replicas
+    }
     load = Load(ctx.gateway, ctx.key(LOAD_TENANT), "agent", params, 3600, model=p.model).start()
     fired = None
     burst: Load | None = None
@@ -59,26 +60,45 @@ async def run(ctx: DrillContext) -> None:
     ctx.record_alert(ALERT, fired, resolved)
     after_kv = _now_kv(ctx)
     res.samples = samples(results, ctx.t0)
-    after = {r.name: await engine_value(r.url, "vllm:num_preemptions_total") or 0.0
-             for r in replicas}  # fmt: skip
+    after = {
+        r.name: await engine_value(r.url, "vllm:num_preemptions_total") or 0.0 for r in replicas
+    }
     preempted = sum(after[n] - before[n] for n in before)
-    res.check("KV cache use reaches 95%", f">= {KV_PAGE_AT:.0%} on a replica (Prometheus)",
-              "no data" if peak is None else f"max {peak:.1%}",
-              peak is not None and peak >= KV_PAGE_AT)  # fmt: skip
-    res.check("preemptions counted", "vllm:num_preemptions_total rises",
-              f"+{preempted:.0f}", preempted > 0)  # fmt: skip
+    res.check(
+        "KV cache use reaches 95%",
+        f">= {KV_PAGE_AT:.0%} on a replica (Prometheus)",
+        "no data" if peak is None else f"max {peak:.1%}",
+        peak is not None and peak >= KV_PAGE_AT,
+    )
+    res.check(
+        "preemptions counted",
+        "vllm:num_preemptions_total rises",
+        f"+{preempted:.0f}",
+        preempted > 0,
+    )
     dead = [r.name for r in replicas if not r.is_running]
-    res.check("no engine crash", "every replica still running", ", ".join(dead) or "all running",
-              not dead)  # fmt: skip
+    res.check(
+        "no engine crash", "every replica still running", ", ".join(dead) or "all running", not dead
+    )
     dropped = count(results, BEFORE) + count(results, MID)
-    res.check("no dropped connection", "every request completes (queued, not refused or cut)",
-              f"{dropped} of {len(results)} failed", dropped == 0 and bool(results))  # fmt: skip
-    res.check("KV page", f"{ALERT} reaches Alertmanager's receiver",
-              f"received {fired.at - ctx.t0:.1f} s into the drill" if fired else "not received",
-              fired is not None)  # fmt: skip
-    res.check("recovery", f"KV below {KV_PAGE_AT:.0%} and the page resolved once load drops",
-              f"KV now {after_kv:.1%}; " + ("resolved" if resolved else "not resolved"),
-              after_kv < KV_PAGE_AT and resolved is not None)  # fmt: skip
+    res.check(
+        "no dropped connection",
+        "every request completes (queued, not refused or cut)",
+        f"{dropped} of {len(results)} failed",
+        dropped == 0 and bool(results),
+    )
+    res.check(
+        "KV page",
+        f"{ALERT} reaches Alertmanager's receiver",
+        f"received {fired.at - ctx.t0:.1f} s into the drill" if fired else "not received",
+        fired is not None,
+    )
+    res.check(
+        "recovery",
+        f"KV below {KV_PAGE_AT:.0%} and the page resolved once load drops",
+        f"KV now {after_kv:.1%}; " + ("resolved" if resolved else "not resolved"),
+        after_kv < KV_PAGE_AT and resolved is not None,
+    )
 
 
 def _max_kv(ctx: DrillContext, span_s: float) -> float | None:

@@ -67,21 +67,33 @@ async def run(ctx: DrillContext) -> None:
         res.check("replica becomes ready", "/health 200 after the load", "never", False)
         return
     early = watch.routed_count(index, t_start, t_ready - 0.3)
-    res.check("nothing reaches it while loading",
-              "no routing decision to it and no prompt token on it before /health is 200",
-              f"{early:.0f} routed; engine counted {seen_loading:.0f} prompt tokens while loading",
-              early == 0 and seen_loading == 0)  # fmt: skip
+    res.check(
+        "nothing reaches it while loading",
+        "no routing decision to it and no prompt token on it before /health is 200",
+        f"{early:.0f} routed; engine counted {seen_loading:.0f} prompt tokens while loading",
+        early == 0 and seen_loading == 0,
+    )
     first = watch.first_routed(index, t_ready - 0.3)
-    res.check("it receives traffic once ready", "routed to within a few seconds of /health 200",
-              "never" if first is None else f"{first - t_ready:+.1f} s after ready",
-              first is not None)  # fmt: skip
+    res.check(
+        "it receives traffic once ready",
+        "routed to within a few seconds of /health 200",
+        "never" if first is None else f"{first - t_ready:+.1f} s after ready",
+        first is not None,
+    )
     failed = count(results, BEFORE)
-    res.check("clients unaffected", "no request fails while the replica loads",
-              f"{failed} of {len(results)} failed", failed == 0 and bool(results))  # fmt: skip
+    res.check(
+        "clients unaffected",
+        "no request fails while the replica loads",
+        f"{failed} of {len(results)} failed",
+        failed == 0 and bool(results),
+    )
     window, load_s = startup_probe_window_s(ctx.stack.stack, pool), model_load_s(pool)
-    res.check("startupProbe covers the model load",
-              f">= the model's load time ({load_s:.0f} s) and the drill's ({load_time:g} s)",
-              f"rendered window {window} s", window >= max(load_s, load_time))  # fmt: skip
+    res.check(
+        "startupProbe covers the model load",
+        f">= the model's load time ({load_s:.0f} s) and the drill's ({load_time:g} s)",
+        f"rendered window {window} s",
+        window >= max(load_s, load_time),
+    )
 
 
 async def _watch_loading(url: str, timeout_s: float) -> tuple[float | None, float]:

@@ -34,19 +34,35 @@ async def run(ctx: DrillContext) -> None:
     base_s, flood_s = (10.0, 15.0) if ctx.quick else (30.0, 60.0)
     await _huge_prompts(ctx)
     params = {"sessions": 4, "model": p.model, "output": "60:200"}
-    flood = {"prompt": f"{FLOOD_TOKENS}:{FLOOD_TOKENS}", "question": "60:60",
-             "output": "16:16", "questions_per_document": 1, "model": p.model}  # fmt: skip
-    res.notes.append(f"interactive: agent {params} as {INTERACTIVE_TENANT}; flood: longctx "
-                     f"{flood} at {FLOOD_RATE:g} req/s as {FLOOD_TENANT}")  # fmt: skip
-    interactive = Load(ctx.gateway, ctx.key(INTERACTIVE_TENANT), "agent", params, 3600,
-                       model=p.model, seed=1).start()  # fmt: skip
+    flood = {
+        "prompt": f"{FLOOD_TOKENS}:{FLOOD_TOKENS}",
+        "question": "60:60",
+        "output": "16:16",
+        "questions_per_document": 1,
+        "model": p.model,
+    }
+    res.notes.append(
+        f"interactive: agent {params} as {INTERACTIVE_TENANT}; flood: longctx "
+        f"{flood} at {FLOOD_RATE:g} req/s as {FLOOD_TENANT}"
+    )
+    interactive = Load(
+        ctx.gateway, ctx.key(INTERACTIVE_TENANT), "agent", params, 3600, model=p.model, seed=1
+    ).start()
     flood_load: Load | None = None
     try:
         await ctx.sleep(base_s)
         t_flood = time.perf_counter()
         ctx.event(f"flood: {FLOOD_TOKENS}-token prompts at {FLOOD_RATE:g} req/s")
-        flood_load = Load(ctx.gateway, ctx.key(FLOOD_TENANT), "longctx", flood, flood_s,
-                          model=p.model, rate=FLOOD_RATE, seed=2).start()  # fmt: skip
+        flood_load = Load(
+            ctx.gateway,
+            ctx.key(FLOOD_TENANT),
+            "longctx",
+            flood,
+            flood_s,
+            model=p.model,
+            rate=FLOOD_RATE,
+            seed=2,
+        ).start()
         await ctx.sleep(flood_s)
         t_end = time.perf_counter()
         ctx.event("flood ends")
@@ -88,21 +104,33 @@ async def _huge_prompts(ctx: DrillContext) -> None:
     ctx.event(f"3 prompts of {HUGE_TOKENS:,} tokens")
     async with httpx.AsyncClient(timeout=60) as client:
         for _ in range(3):
-            response = await client.post(f"{ctx.gateway}/v1/completions", json=body,
-                                         headers=headers)  # fmt: skip
+            response = await client.post(
+                f"{ctx.gateway}/v1/completions", json=body, headers=headers
+            )
             codes.append(response.status_code)
     await ctx.sleep(1.0)
     moved = await _prompt_tokens(ctx) - before
-    res.check("200K-token prompts refused at the gateway", "400 for each",
-              ", ".join(map(str, codes)), codes == [400, 400, 400])  # fmt: skip
-    res.check("they never reach an engine", "engines' vllm:prompt_tokens_total unchanged",
-              f"{moved:+.0f} tokens", moved == 0)  # fmt: skip
+    res.check(
+        "200K-token prompts refused at the gateway",
+        "400 for each",
+        ", ".join(map(str, codes)),
+        codes == [400, 400, 400],
+    )
+    res.check(
+        "they never reach an engine",
+        "engines' vllm:prompt_tokens_total unchanged",
+        f"{moved:+.0f} tokens",
+        moved == 0,
+    )
 
 
 async def _probe_flood(ctx: DrillContext) -> tuple[int, str | None]:
     """One more flood request right after the flood: refused, and told when to come back?"""
-    body = {"model": ctx.profile.model, "prompt": "word " * (FLOOD_TOKENS * 4 // 5),
-            "max_tokens": 16}  # fmt: skip
+    body = {
+        "model": ctx.profile.model,
+        "prompt": "word " * (FLOOD_TOKENS * 4 // 5),
+        "max_tokens": 16,
+    }
     headers = {"Authorization": f"Bearer {ctx.key(FLOOD_TENANT)}"}
     async with httpx.AsyncClient(timeout=120) as client:
         response = await client.post(f"{ctx.gateway}/v1/completions", json=body, headers=headers)
@@ -113,8 +141,9 @@ def _check_flood(
     ctx: DrillContext, flooded: list[RequestResult], probe: tuple[int, str | None], span_s: float
 ) -> None:
     res = ctx.result
-    limits = next(t.limits for t in parse_gateway(ctx.stack.stack.gateway).tenants
-                  if t.name == FLOOD_TENANT)  # fmt: skip
+    limits = next(
+        t.limits for t in parse_gateway(ctx.stack.stack.gateway).tenants if t.name == FLOOD_TENANT
+    )
     tpm = limits.tpm or 0
     ok = sum(1 for r in flooded if r.outcome.num_chunks > 0)
     limited = sum(1 for r in flooded if r.outcome.status == 429)
@@ -129,5 +158,9 @@ def _check_flood(
         ok <= allowed and limited > 0 and other == 0,
     )
     status, retry_after = probe
-    res.check("refusals say when to retry", "429 with Retry-After",
-              f"{status}, Retry-After {retry_after}", status == 429 and bool(retry_after))  # fmt: skip
+    res.check(
+        "refusals say when to retry",
+        "429 with Retry-After",
+        f"{status}, Retry-After {retry_after}",
+        status == 429 and bool(retry_after),
+    )

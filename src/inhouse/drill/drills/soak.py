@@ -73,8 +73,19 @@ async def _start_virtual(ctx: DrillContext, days: int) -> tuple[asyncio.subproce
     stack_file.write_text(dump_stack(ctx.stack.stack), encoding="utf-8")
     out = where / "virtual.json"
     reqs = requirements_path(ctx)
-    argv = [sys.executable, "-m", "inhouse.drill.soak_virtual", "--stack", str(stack_file),
-            "--requirements", str(reqs), "--days", str(days), "--out", str(out)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "inhouse.drill.soak_virtual",
+        "--stack",
+        str(stack_file),
+        "--requirements",
+        str(reqs),
+        "--days",
+        str(days),
+        "--out",
+        str(out),
+    ]
     if ctx.soak_day_s is not None:
         argv += ["--day-s", f"{ctx.soak_day_s:g}"]
     proc = await asyncio.create_subprocess_exec(
@@ -99,26 +110,41 @@ async def _finish_virtual(
     report = json.loads(out.read_text())
     done = report["days"]
     res.notes.append(f"virtual soak: {report['wall_s']:.0f} s of wall time for {len(done)} days")
-    res.check("virtual soak ran", f"{days} simulated days at 60% of planned peak",
-              f"{len(done)} days, {sum(d['num_requests'] for d in done):,} requests, "
-              f"{report['wall_s']:.0f} s wall", len(done) == days)  # fmt: skip
+    res.check(
+        "virtual soak ran",
+        f"{days} simulated days at 60% of planned peak",
+        f"{len(done)} days, {sum(d['num_requests'] for d in done):,} requests, "
+        f"{report['wall_s']:.0f} s wall",
+        len(done) == days,
+    )
     failed = sum(d["num_failed"] for d in done)
-    res.notes.append("virtual days: " + "; ".join(
-        f"day {d['day']}: p95 TTFT {d['p95_ttft_ms']:.0f} ms, TPOT {d['p95_tpot_ms']:.1f} ms, "
-        f"hit {d['prefix_hit_rate']:.1%}, KV {d['kv_use_mean']:.1%}" for d in done))  # fmt: skip
+    res.notes.append(
+        "virtual days: "
+        + "; ".join(
+            f"day {d['day']}: p95 TTFT {d['p95_ttft_ms']:.0f} ms, TPOT {d['p95_tpot_ms']:.1f} ms, "
+            f"hit {d['prefix_hit_rate']:.1%}, KV {d['kv_use_mean']:.1%}"
+            for d in done
+        )
+    )
     drift = report["drifts"]
-    res.check("no drift day over day",
-              f"p95 TTFT, p95 TPOT, prefix hit rate, KV use within {DRIFT_LIMIT:.0%} day to day",
-              "none" if not drift else "; ".join(
-                  f"day {d['day']} {d['metric']} {d['change']:+.1%}" for d in drift),
-              not drift)  # fmt: skip
+    res.check(
+        "no drift day over day",
+        f"p95 TTFT, p95 TPOT, prefix hit rate, KV use within {DRIFT_LIMIT:.0%} day to day",
+        "none"
+        if not drift
+        else "; ".join(f"day {d['day']} {d['metric']} {d['change']:+.1%}" for d in drift),
+        not drift,
+    )
     res.notes.append(f"virtual soak: {failed} requests failed in {len(done)} days")
 
 
 async def _live(ctx: DrillContext, duration: float, window: float) -> list[dict[str, float]]:
     p = ctx.profile
-    params = {"sessions": max(1, round(0.6 * p.peak_sessions)), "model": p.model,
-              "output": "60:200"}  # fmt: skip
+    params = {
+        "sessions": max(1, round(0.6 * p.peak_sessions)),
+        "model": p.model,
+        "output": "60:200",
+    }
     ctx.result.notes.append(f"live soak: agent {params} for {duration:g} s, windows {window:g} s")
     load = Load(ctx.gateway, ctx.key(LOAD_TENANT), "agent", params, 3600, model=p.model).start()
     ctx.event(f"live soak: {duration:g} s")
@@ -144,8 +170,11 @@ async def _live(ctx: DrillContext, duration: float, window: float) -> list[dict[
 
 
 def window_ttfts_ms(results: list[RequestResult], start: float, end: float) -> list[float]:
-    return [r.outcome.ttft_s * 1000 for r in results
-            if start <= r.outcome.t_send < end and r.outcome.num_chunks > 0]  # fmt: skip
+    return [
+        r.outcome.ttft_s * 1000
+        for r in results
+        if start <= r.outcome.t_send < end and r.outcome.num_chunks > 0
+    ]
 
 
 def p95_lower_bound(values: list[float], confidence: float = 0.9, seed: int = 0) -> float:
@@ -196,25 +225,45 @@ def _check_live(ctx: DrillContext, rows: list[dict[str, float]]) -> None:
             bound = first[key] * (1 + RSS_SHARE) + RSS_SLACK_MIB
             if last[key] > bound:
                 grew.append(f"{key} {first[key]:.0f} -> {last[key]:.0f} MiB")
-    res.check("memory flat", f"RSS grows at most {RSS_SHARE:.0%} + {RSS_SLACK_MIB:g} MiB "
-              "(second window to last)", "; ".join(grew) or _rss(first, last), not grew)  # fmt: skip
-    fds = [f"{k} {first[k]:.0f} -> {last[k]:.0f}" for k in first
-           if k.endswith(".fds") and k in last and last[k] > first[k] + FD_SLACK]  # fmt: skip
-    res.check("descriptors flat", f"open descriptors grow at most {FD_SLACK}",
-              "; ".join(fds) or "within the bound", not fds)  # fmt: skip
+    res.check(
+        "memory flat",
+        f"RSS grows at most {RSS_SHARE:.0%} + {RSS_SLACK_MIB:g} MiB (second window to last)",
+        "; ".join(grew) or _rss(first, last),
+        not grew,
+    )
+    fds = [
+        f"{k} {first[k]:.0f} -> {last[k]:.0f}"
+        for k in first
+        if k.endswith(".fds") and k in last and last[k] > first[k] + FD_SLACK
+    ]
+    res.check(
+        "descriptors flat",
+        f"open descriptors grow at most {FD_SLACK}",
+        "; ".join(fds) or "within the bound",
+        not fds,
+    )
     base = rows[0]["p95_ttft_ms"]
     limit = base * (1 + P95_SHARE)
     worst = max(rows[1:], key=lambda r: r["p95_low_ms"])
-    res.check("p95 TTFT stable",
-              f"no window's p95 TTFT above {limit:.0f} ms (the first window's {base:.0f} ms + "
-              f"{P95_SHARE:.0%}) with 90% confidence (bootstrap lower bound)",
-              f"highest window p95 {worst['p95_ttft_ms']:.0f} ms (lower bound "
-              f"{worst['p95_low_ms']:.0f} ms, {worst['num_requests']:.0f} requests)",
-              base > 0 and worst["p95_low_ms"] <= limit)  # fmt: skip
-    res.notes.append("live windows: " + json.dumps(
-        [{k: round(v, 3) for k, v in r.items() if k not in ("t0", "t1")} for r in rows]))
+    res.check(
+        "p95 TTFT stable",
+        f"no window's p95 TTFT above {limit:.0f} ms (the first window's {base:.0f} ms + "
+        f"{P95_SHARE:.0%}) with 90% confidence (bootstrap lower bound)",
+        f"highest window p95 {worst['p95_ttft_ms']:.0f} ms (lower bound "
+        f"{worst['p95_low_ms']:.0f} ms, {worst['num_requests']:.0f} requests)",
+        base > 0 and worst["p95_low_ms"] <= limit,
+    )
+    res.notes.append(
+        "live windows: "
+        + json.dumps(
+            [{k: round(v, 3) for k, v in r.items() if k not in ("t0", "t1")} for r in rows]
+        )
+    )
 
 
 def _rss(first: dict[str, float], last: dict[str, float]) -> str:
-    return ", ".join(f"{k.split('.')[0]} {first[k]:.0f} -> {last[k]:.0f} MiB"
-                     for k in first if k.endswith(".rss_mib") and k in last)  # fmt: skip
+    return ", ".join(
+        f"{k.split('.')[0]} {first[k]:.0f} -> {last[k]:.0f} MiB"
+        for k in first
+        if k.endswith(".rss_mib") and k in last
+    )
