@@ -27,6 +27,7 @@ from inhouse.spec.stack import PoolSpec
 # and the seeds' degraded-mode SLO (1200 ms p95 TTFT with one replica lost).
 DEMO_PEAK_SESSIONS = 12
 SEEDS_DEGRADED_TTFT_MS = 1200.0
+ALERT_MARGIN_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +99,9 @@ class DrillContext:
         quick: bool,
         soak_duration_s: float | None = None,
         soak_day_s: float | None = None,
+        time_scale: float = 1.0,
     ) -> None:
+        self.time_scale = time_scale
         self.result = result
         self.soak_duration_s = soak_duration_s
         self.soak_day_s = soak_day_s  # tests: a short simulated day
@@ -109,6 +112,11 @@ class DrillContext:
         self.quick = quick
         self.t0 = time.perf_counter()
         self.t0_wall = time.time()
+
+    def alert_timeout_s(self, hold_s: float) -> float:
+        """How long to wait for an alert whose rule holds `hold_s` as rendered: the scaled hold,
+        plus scrapes, evaluation, Alertmanager's group wait and a margin for a busy host."""
+        return hold_s * self.time_scale + ALERT_MARGIN_S
 
     def now(self) -> float:
         return time.perf_counter() - self.t0

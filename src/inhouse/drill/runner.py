@@ -124,6 +124,7 @@ async def run_one(
         options.quick,
         options.soak_duration_s,
         options.soak_day_s,
+        options.time_scale,
     )
     try:
         await restore(stack)

@@ -48,7 +48,7 @@ async def run(ctx: DrillContext) -> None:
             await asyncio.sleep(0.2)
         await ctx.stack.dcgm_fault("ecc_dbe", {"gpu": gpu, "count": 1})
         ctx.event(f"ECC double-bit error on GPU {gpu} ({victim.name})")
-        fired = await ctx.wait_alert(ALERT, {"gpu": str(gpu)}, 60.0)
+        fired = await ctx.wait_alert(ALERT, {"gpu": str(gpu)}, ctx.alert_timeout_s(0.0))
         if fired is not None:
             t_drain = time.perf_counter()
             ctx.stack.signal(victim.name, signal.SIGTERM)

@@ -46,7 +46,7 @@ async def run(ctx: DrillContext) -> None:
         burst = Load(ctx.gateway, ctx.key(LOAD_TENANT), "fixed", BURST, 3600, model=p.model)
         burst.start()
         ctx.event(f"long-context burst: {BURST}")
-        fired = await ctx.wait_alert(ALERT, None, 60.0)
+        fired = await ctx.wait_alert(ALERT, None, ctx.alert_timeout_s(60.0))
         await ctx.sleep(pressure)
         peak = _max_kv(ctx, time.perf_counter() - t_fill)
         for r in replicas:
