@@ -106,7 +106,7 @@ DRILLS: tuple[DrillInfo, ...] = (
         (
             "Traffic sent from 30 s after the replica's start reaches none of it before its "
             "/health is 200.",
-            "Once ready, it receives traffic.",
+            "Once ready, the gateway takes it back into the pool.",
             "The rendered startupProbe window covers the model's load time.",
         ),
         (

@@ -179,13 +179,13 @@ def _check_rejoin(
         res.check(f"rejoin {phase}", "the replica's /health turns 200", "never healthy", False)
         return
     early = watch.routed_count(index, t_start, t_ready - 0.3)
-    later = watch.first_routed(index, t_ready - 0.3)
+    joined = watch.first_healthy(index, t_ready - 0.3)
     res.check(
         f"rejoins only once healthy ({phase})",
-        "no request routed to it before /health is 200; requests after",
-        f"{early:.0f} before ready; first after ready "
-        + ("never" if later is None else f"{later - t_ready:+.1f} s"),
-        early == 0 and later is not None,
+        "no request routed to it before /health is 200; the gateway takes it back after",
+        f"{early:.0f} routed before ready; back in the gateway "
+        + ("never" if joined is None else f"{joined - t_ready:+.1f} s after ready"),
+        early == 0 and joined is not None,
     )
 
 

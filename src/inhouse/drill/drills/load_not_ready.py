@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from inhouse.drill.context import DrillContext
+from inhouse.drill.drills.kill_replica import health_window_s
 from inhouse.drill.load import BEFORE, Load, count, samples
 from inhouse.drill.probes import engine_value, health_code
 from inhouse.drill.stack import LOAD_TENANT
@@ -73,12 +74,15 @@ async def run(ctx: DrillContext) -> None:
         f"{early:.0f} routed; engine counted {seen_loading:.0f} prompt tokens while loading",
         early == 0 and seen_loading == 0,
     )
-    first = watch.first_routed(index, t_ready - 0.3)
+    joined = watch.first_healthy(index, t_ready - 0.3)
+    routed = watch.routed_count(index, t_ready - 0.3, float("inf"))
     res.check(
-        "it receives traffic once ready",
-        "routed to within a few seconds of /health 200",
-        "never" if first is None else f"{first - t_ready:+.1f} s after ready",
-        first is not None,
+        "it joins once ready",
+        "the gateway counts it healthy within its health window of /health 200",
+        "never"
+        if joined is None
+        else f"{joined - t_ready:+.1f} s after ready; {routed:.0f} requests routed to it since",
+        joined is not None and joined - t_ready <= health_window_s(ctx) + 1.0,
     )
     failed = count(results, BEFORE)
     res.check(

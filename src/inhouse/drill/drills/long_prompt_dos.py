@@ -26,6 +26,9 @@ HUGE_TOKENS = 200_000
 FLOOD_TOKENS = 32_000
 FLOOD_RATE = 10.0
 SLO_MARGIN = 1.10
+PROBE_TIMEOUT_S = 20.0
+# After the flood, its requests in flight get this long; the rest are cut (they are the flood).
+FLOOD_DRAIN_S = 30.0
 CHARS_PER_TOKEN = 4  # the simulated tokenizer's count is ceil(len / 4)
 
 
@@ -69,7 +72,7 @@ async def run(ctx: DrillContext) -> None:
         probe = await _probe_flood(ctx)
     finally:
         mine = await interactive.finish()
-        flooded = await flood_load.finish() if flood_load is not None else []
+        flooded = await flood_load.finish(FLOOD_DRAIN_S) if flood_load is not None else []
     res.samples = samples([*mine, *flooded], ctx.t0)
     _check_flood(ctx, flooded, probe, flood_s)
     baseline = p95_ttft_ms(mine, 0.0, t_flood)
@@ -132,8 +135,13 @@ async def _probe_flood(ctx: DrillContext) -> tuple[int, str | None]:
         "max_tokens": 16,
     }
     headers = {"Authorization": f"Bearer {ctx.key(FLOOD_TENANT)}"}
-    async with httpx.AsyncClient(timeout=120) as client:
-        response = await client.post(f"{ctx.gateway}/v1/completions", json=body, headers=headers)
+    async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S) as client:
+        try:
+            response = await client.post(
+                f"{ctx.gateway}/v1/completions", json=body, headers=headers
+            )
+        except httpx.HTTPError as exc:  # admitted and stuck behind the flood: not refused
+            return 0, f"no answer in {PROBE_TIMEOUT_S:g} s ({type(exc).__name__})"
     return response.status_code, response.headers.get("retry-after")
 
 
