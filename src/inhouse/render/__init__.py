@@ -14,6 +14,7 @@ from inhouse.render.k8s_cluster import render_cluster
 from inhouse.render.k8s_engine import namespace_of, render_engines
 from inhouse.render.options import RenderOptions
 from inhouse.render.prometheus import render_prometheus, stack_rules
+from inhouse.render.prometheus_config import render_prometheus_config
 from inhouse.render.runbook import render_runbook
 from inhouse.render.vllm import render_vllm_script
 from inhouse.spec.stack import StackSpec
@@ -40,6 +41,7 @@ def render_stack(stack: StackSpec, options: RenderOptions | None = None) -> Rend
     files.update(render_engines(stack, options))
     files.update(render_cluster(stack, options))
     files.update(render_prometheus(stack, ns, options.runbook_url))
+    files.update(render_prometheus_config(stack, ns, options))
     files.update(render_grafana(stack))
     _, alerts = stack_rules(stack, ns)
     files["runbook.md"] = render_runbook(stack, alerts, ns)

@@ -28,6 +28,10 @@ class RenderOptions:
     dcgm_namespace: str = "gpu-operator"
     prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
     runbook_url: str = "runbook.md"
+    # Alertmanager receivers (webhooks): the site's pager bridge and ticket system.
+    page_webhook_url: str = "http://alert-bridge.monitoring.svc:9095/page"
+    ticket_webhook_url: str = "http://alert-bridge.monitoring.svc:9095/ticket"
+    alertmanager_address: str = "alertmanager-operated.monitoring.svc:9093"
     engine_port: int = 8000
     gateway_port: int = 8080
     prestop_sleep_s: int = 15
