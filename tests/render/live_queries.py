@@ -14,7 +14,12 @@ import httpx
 import promql_parser
 
 # What Grafana puts in for its built-in variables when the test runs a panel's query.
-GRAFANA_BUILTINS = {"__rate_interval": "30s", "__range": "2m", "__interval": "1s"}
+GRAFANA_BUILTINS = {
+    "__rate_interval": "30s",
+    "__range": "2m",
+    "__range_s": "120",
+    "__interval": "1s",
+}
 SYSTEM = (
     "You are the CRM copilot of an enterprise. Answer from the customer record below; cite the "
     "field you used. Never invent an account number. "

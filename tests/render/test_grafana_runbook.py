@@ -5,7 +5,7 @@ import re
 
 from inhouse.render import Rendered
 
-BOARDS = ("slo", "engine", "kv-cache", "hardware", "tenants")
+BOARDS = ("fleet", "slo", "latency", "engine", "kv-cache", "hardware", "cost", "tenants")
 
 
 def test_dashboards_are_importable_with_a_datasource_variable(crm: Rendered) -> None:
@@ -42,7 +42,9 @@ def test_tenant_dashboard_reads_the_gateway(crm: Rendered) -> None:
     text = crm.files["grafana/tenants.json"]
     for name in ("inhouse_gateway_requests_total", "inhouse_gateway_tokens_total"):
         assert name in text
-    assert "$usd_per_million_tokens" in text
+    assert "$usd_per_hour" in text
+    variables = {v["name"]: v for v in json.loads(text)["templating"]["list"]}
+    assert variables["usd_per_hour"]["query"] == "4.6"  # the stack's observability.usd_per_hour
 
 
 def test_runbook_has_a_section_for_every_alert_link(crm: Rendered) -> None:

@@ -49,6 +49,45 @@ def quantiles(metric: str, selector: str, by: str = "") -> tuple[tuple[str, str]
     )
 
 
+def rate_sum(metric: str, selector: str = "", by: str = "", window: str = RATE) -> str:
+    grouping = f" by ({by})" if by else ""
+    return f"sum{grouping} (rate({metric}{{{selector}}}[{window}]))"
+
+
+def hist(q: str, metric: str, selector: str = "", by: str = "") -> str:
+    group = f"le, {by}" if by else "le"
+    return f"histogram_quantile({q}, {rate_sum(metric + '_bucket', selector, group)})"
+
+
+def mean(metric: str, selector: str = "", by: str = "") -> str:
+    """A histogram's mean over the rate window: rate of its sum over rate of its count."""
+    return (
+        f"{rate_sum(metric + '_sum', selector, by)} / {rate_sum(metric + '_count', selector, by)}"
+    )
+
+
+def panel(title: str, description: str, *targets: tuple[str, str], **style: object) -> Panel:
+    return Panel(title, description, targets, **style)  # type: ignore[arg-type]
+
+
+def le_label(bound: float) -> str:
+    """A bucket bound as prometheus_client writes its `le` label (0.75, 1.0, 2.5)."""
+    return str(float(bound))
+
+
+def textbox(name: str, label: str, value: str, description: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "label": label,
+        "description": description,
+        "type": "textbox",
+        "query": value,
+        "current": {"text": value, "value": value},
+        "hide": 0,
+        "options": [],
+    }
+
+
 def panel_json(panel: Panel, panel_id: int, x: int, y: int) -> dict[str, Any]:
     defaults: dict[str, Any] = {"unit": panel.unit}
     if panel.threshold is not None:
