@@ -19,7 +19,7 @@ from inhouse.render.grafana import (
     rate_sum,
     render_boards,
 )
-from inhouse.render.grafana_cost import cost_board, usd_per_hour_variable, within_bucket
+from inhouse.render.grafana_cost import cost_board, ttft_bound_s, usd_per_hour_variable
 from inhouse.render.grafana_fleet import fleet_board, latency_board
 from inhouse.render.layout import engine_pools, nvml_name, slo_of
 from inhouse.spec.catalog import get_gpu
@@ -374,7 +374,9 @@ def sla_panels(stack: StackSpec) -> list[Panel]:
     histogram, the largest bucket within it), and the share without a 5xx."""
     ttft = []
     for pool in engine_pools(stack):
-        bound = within_bucket(slo_of(pool).ttft_p95_ms / 1000)
+        bound = ttft_bound_s(pool)
+        if bound is None:
+            continue
         sel = f'{TENANT},pool="{pool.name}"'
         bucket = f'{sel},le="{le_label(bound)}"'
         within = rate_sum("inhouse_gateway_ttft_seconds_bucket", bucket, "tenant", "$__range")
@@ -382,13 +384,15 @@ def sla_panels(stack: StackSpec) -> list[Panel]:
         ttft.append((f"{within} / {everything}", f"{{{{tenant}}}} {pool.name}"))
     ok = rate_sum("inhouse_gateway_requests_total", f'{TENANT},code!~"5.."', "tenant", "$__range")
     everything = rate_sum("inhouse_gateway_requests_total", TENANT, "tenant", "$__range")
-    return [
-        panel("Within the TTFT target", "Share of the tenant's requests whose first token "
-              "came within the pool's target, over the range.", *ttft, unit="percentunit",
-              threshold=0.95),
+    panels = [
         panel("Availability", "Share of the tenant's responses without a 5xx (1 when none).",
               (f"{ok} / {everything}", "{{tenant}}"), unit="percentunit"),
     ]  # fmt: skip
+    if ttft:
+        panels.insert(0, panel("Within the TTFT target", "Share of the tenant's requests whose "
+                               "first token came within the pool's target, over the range.",
+                               *ttft, unit="percentunit", threshold=0.95))  # fmt: skip
+    return panels
 
 
 BOARDS = (

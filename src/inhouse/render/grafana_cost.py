@@ -31,9 +31,14 @@ def usd_per_hour_variable(stack: StackSpec) -> dict[str, object]:
     )
 
 
-def within_bucket(target_s: float) -> float:
-    """The largest histogram bound at or under a target: requests in it surely met it."""
-    return max(b for b in TTFT_BUCKETS_S if b <= target_s + 1e-12)
+def ttft_bound_s(pool: PoolSpec) -> float | None:
+    """The largest TTFT bucket bound at or under the pool's TTFT target (requests in it surely
+    met it); None when the pool states no TTFT target or it is under the first bucket."""
+    target_ms = slo_of(pool).ttft_p95_ms
+    if target_ms is None:
+        return None
+    bounds = [b for b in TTFT_BUCKETS_S if b <= target_ms / 1000 + 1e-12]
+    return max(bounds) if bounds else None
 
 
 def model_regex(pool: PoolSpec) -> str:
@@ -98,7 +103,12 @@ def slo_panels(pool: PoolSpec) -> list[Panel]:
         )
         for w in BURN_WINDOWS
     )
-    bound = within_bucket(slo.ttft_p95_ms / 1000)
+    burn = panel("Error budget burn", f"5xx share / budget ({budget:.4g}) over 1 h, 6 h, "
+                 "7 d; above 1 the budget runs out before the SLO window ends.", *burns,
+                 threshold=1)  # fmt: skip
+    bound = ttft_bound_s(pool)
+    if bound is None:
+        return [burn]
     model = f'model_name="{pool.client_model_name}"'
     bucket = f'{model},le="{le_label(bound)}"'
     within = tuple(
@@ -110,9 +120,8 @@ def slo_panels(pool: PoolSpec) -> list[Panel]:
         for w in BURN_WINDOWS
     )
     return [
-        panel("Error budget burn", f"5xx share / budget ({budget:.4g}) over 1 h, 6 h, 7 d; "
-              "above 1 the budget runs out before the SLO window ends.", *burns, threshold=1),
+        burn,
         panel("Requests within the TTFT target", f"Share with TTFT <= {bound * 1000:g} ms "
-              f"(the largest bucket within the {slo.ttft_p95_ms:g} ms target); the SLO wants "
+              f"(the largest bucket within the {slo.ttft_p95_ms} ms target); the SLO wants "
               "0.95.", *within, unit="percentunit", threshold=0.95),
     ]  # fmt: skip
