@@ -99,8 +99,9 @@ def dashboard_queries(path: str, model: dict[str, Any]) -> Iterator[Query]:
             yield Query(f"{path}: {panel['title']}", substitute(target["expr"], variables))
     for var in model["templating"]["list"]:
         if var["type"] == "query":
-            match = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", var["definition"])
-            assert match, f"{path}: variable {var['name']}: {var['definition']}"
+            definition = var["query"]["query"]
+            match = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", definition)
+            assert match, f"{path}: variable {var['name']}: {definition}"
             yield Query(f"{path}: variable {var['name']}", f"count by ({match[2]}) ({match[1]})")
 
 

@@ -11,6 +11,10 @@ from typing import Any
 
 from inhouse.spec.stack import StackSpec
 
+# The dashboards are checked against Grafana 12.4's dashboard schema (tests/render); they keep
+# schemaVersion 39, so they import from Grafana 10.4 on and 12.4 migrates them as it loads them.
+GRAFANA_SCHEMA_VERSION = "12.4.11"
+SCHEMA_VERSION = 39
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 RATE = "$__rate_interval"
 QUANTILES = (("0.5", "p50"), ("0.95", "p95"), ("0.99", "p99"))
@@ -150,7 +154,6 @@ def board_json(stack: StackSpec, board: Board) -> dict[str, Any]:
         "label": "Prometheus",
         "type": "datasource",
         "query": "prometheus",
-        "current": {},
         "hide": 0,
         "includeAll": False,
         "multi": False,
@@ -167,7 +170,7 @@ def board_json(stack: StackSpec, board: Board) -> dict[str, Any]:
         "timezone": "browser",
         "editable": True,
         "graphTooltip": 1,
-        "schemaVersion": 39,
+        "schemaVersion": SCHEMA_VERSION,
         "version": 1,
         "refresh": "30s",
         "time": {"from": "now-6h", "to": "now"},
@@ -184,13 +187,11 @@ def query_variable(name: str, label: str, query: str) -> dict[str, Any]:
         "label": label,
         "type": "query",
         "datasource": DATASOURCE,
-        "definition": query,
         "query": {"query": query, "refId": "variable"},
         "refresh": 2,
         "includeAll": True,
         "multi": True,
         "allValue": ".*",
-        "current": {},
         "options": [],
         "hide": 0,
         "regex": "",
@@ -210,5 +211,5 @@ def dashboard_exprs(model: dict[str, Any]) -> list[str]:
     exprs = [t["expr"] for p in model["panels"] for t in p.get("targets", [])]
     for var in model["templating"]["list"]:
         if var["type"] == "query":
-            exprs.append(var["definition"].removeprefix("label_values(").split(",")[0])
+            exprs.append(var["query"]["query"].removeprefix("label_values(").split(",")[0])
     return exprs
