@@ -3,8 +3,9 @@ shipping the gateway's and engines' container logs to it: `k8s/logging.yaml`.
 
 Prompts stay out of Loki unless the operator turned prompt logging on (`gateway.log.prompts`):
 the gateway and the simulated engine never write them by default, and Alloy's pipeline drops
-any line that carries one anyway (a JSON `"prompt"`/`"messages"` field, or vLLM's
-`Received request ...: prompt:` request log) as a second lock. Neither Loki nor Alloy reports
+any line that carries one anyway (a JSON `"prompt"`/`"messages"` field, a `prompt: '...'` or
+`prompt_token_ids: [...]` request log as vLLM's and the simulated engine's loggers write
+them) as a second lock. Neither Loki nor Alloy reports
 usage to Grafana Labs (both switches off: nothing leaves the building).
 """
 
@@ -21,7 +22,8 @@ from inhouse.spec.stack import StackSpec
 LOKI_PORT = 3100
 ALLOY_PORT = 12345
 # RE2 (Alloy's regexp engine) and Python's re read this alike; tests apply it to real lines.
-PROMPT_LINE = r'"(prompt|messages)"\s*:|Received request \S+: prompt:'
+PROMPT_LINE = r'"(prompt|messages)"\s*:|\bprompt: [' + "'" + r'"]|prompt_token_ids: \['
+
 
 
 def loki_url(options: RenderOptions) -> str:
