@@ -3,7 +3,10 @@ from __future__ import annotations
 import json
 import re
 
+import yaml
+
 from inhouse.render import Rendered
+from inhouse.render.dashboard_guide import DASHBOARDS, FIRST_LOOK
 
 BOARDS = ("fleet", "slo", "latency", "engine", "kv-cache", "hardware", "cost", "tenants")
 
@@ -56,3 +59,23 @@ def test_runbook_has_a_section_for_every_alert_link(crm: Rendered) -> None:
     for part in ("**What it means.**", "```promql", "**Mitigations.**", "**Escalate.**"):
         assert part in section
     assert "| chat-r1 | chat | chat-70b | 4 | 4,5,6,7 |" in runbook
+
+
+def test_every_page_alert_names_the_panel_to_look_at_first(crm: Rendered) -> None:
+    rules = yaml.safe_load(crm.files["prometheus/rules.yaml"])["groups"]
+    alerts = {r["alert"]: r for g in rules for r in g["rules"] if "alert" in r}
+    for name, rule in alerts.items():
+        look = FIRST_LOOK.get(name)
+        if rule["labels"]["severity"] == "page":
+            assert look is not None, f"{name}: add its FirstLook to render/dashboard_guide.py"
+        if look is None:
+            continue
+        model = json.loads(crm.files[f"grafana/{look.dashboard}.json"])
+        titles = {p["title"] for p in model["panels"]}
+        assert look.panel in titles, (name, look.panel, look.dashboard)
+    runbook = crm.files["runbook.md"]
+    section = runbook.split("## InhouseKVCacheFull", 1)[1].split("\n## ", 1)[0]
+    assert "**Look first.** Dashboard *KV cache* (`grafana/kv-cache.json`)" in section
+    for board in DASHBOARDS:
+        assert f"| {board.title} | `grafana/{board.key}.json` |" in runbook
+        assert f"grafana/{board.key}.json" in crm.files

@@ -25,7 +25,6 @@ ALLOY_PORT = 12345
 PROMPT_LINE = r'"(prompt|messages)"\s*:|\bprompt: [' + "'" + r'"]|prompt_token_ids: \['
 
 
-
 def loki_url(options: RenderOptions) -> str:
     return f"http://loki.{options.monitoring_namespace}.svc:{LOKI_PORT}"
 
