@@ -13,7 +13,9 @@ TOPO = ROOT / "tests" / "topology" / "data"
 
 
 def test_render_writes_every_artifact(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["render", str(CRM), "--out", str(tmp_path), "--namespace", "crm"]) == 0
+    args = ["render", str(CRM), "--out", str(tmp_path), "--namespace", "crm"]
+    args += ["--page-webhook", "http://pager.local/hook"]
+    assert main(args) == 0
     out, err = capsys.readouterr()
     assert "rendered 26 files" in out
     assert "no `slo` section" not in err  # the CRM example states its SLO table
@@ -47,6 +49,9 @@ def test_render_writes_every_artifact(tmp_path: Path, capsys: pytest.CaptureFixt
         "vllm/chat.sh",
     ]
     assert (tmp_path / "vllm" / "chat.sh").stat().st_mode & 0o111
+    routes = yaml.safe_load((tmp_path / "alertmanager" / "alertmanager.yml").read_text())
+    urls = {r["name"]: r["webhook_configs"][0]["url"] for r in routes["receivers"]}
+    assert urls["page"] == "http://pager.local/hook"
     namespace = yaml.safe_load((tmp_path / "k8s" / "namespace.yaml").read_text())
     assert namespace["metadata"]["name"] == "crm"
 

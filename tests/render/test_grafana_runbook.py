@@ -2,11 +2,12 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import yaml
 
 from inhouse.render import Rendered
-from inhouse.render.dashboard_guide import DASHBOARDS, FIRST_LOOK
+from inhouse.render.dashboard_guide import DASHBOARDS, FIRST_LOOK, dashboard_title
 
 BOARDS = ("fleet", "slo", "latency", "engine", "kv-cache", "hardware", "cost", "tenants")
 
@@ -79,3 +80,20 @@ def test_every_page_alert_names_the_panel_to_look_at_first(crm: Rendered) -> Non
     for board in DASHBOARDS:
         assert f"| {board.title} | `grafana/{board.key}.json` |" in runbook
         assert f"grafana/{board.key}.json" in crm.files
+
+
+def test_docs_name_each_dashboard_and_the_first_look_of_each_page_alert(crm: Rendered) -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "render.md").read_text()
+    for board in DASHBOARDS:
+        assert f"| {board.title} | `grafana/{board.key}.json` |" in docs, board.key
+    table = docs.split("### What to look at first, per page alert", 1)[1].split("\n## ", 1)[0]
+    rules = yaml.safe_load(crm.files["prometheus/rules.yaml"])["groups"]
+    pages = {
+        r["alert"]
+        for g in rules
+        for r in g["rules"]
+        if r.get("labels", {}).get("severity") == "page"
+    }
+    for name in pages:
+        look = FIRST_LOOK[name]
+        assert f"| {name} | {dashboard_title(look.dashboard)} | {look.panel} |" in table, name
