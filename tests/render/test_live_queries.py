@@ -68,6 +68,23 @@ def _faults_during_load(live_admin: list[str], dcgm_admin: str, gateway: str) ->
     assert reply.status_code == 401
 
 
+def _rules(stack: StackSpec) -> list[dict[str, object]]:
+    groups = yaml.safe_load(render_stack(stack).files["prometheus/rules.yaml"])["groups"]
+    return [rule for group in groups for rule in group["rules"]]
+
+
+def rule_health(prometheus: str, expected: int) -> list[str]:
+    """Prometheus loaded every rendered rule and evaluated each without an error (a
+    many-to-many match, say, only shows at evaluation)."""
+    groups = httpx.get(f"{prometheus}/api/v1/rules", timeout=30).json()["data"]["groups"]
+    rules = [rule for group in groups for rule in group["rules"]]
+    problems = [f"rule {r['name']}: {r['health']} {r.get('lastError', '')}" for r in rules
+                if r["health"] != "ok"]  # fmt: skip
+    if len(rules) != expected:
+        problems.append(f"Prometheus loaded {len(rules)} rules, rules.yaml has {expected}")
+    return problems
+
+
 def _queries(stack: StackSpec) -> list[Query]:
     files = render_stack(stack).files
     queries: list[Query] = []
@@ -96,6 +113,7 @@ def test_every_panel_and_rule_returns_live_data(crm_stack: StackSpec, tmp_path: 
         for canary in CANARIES:
             error, result = run_query(obs.prometheus_url, canary)
             assert not error and not has_value(result), canary
+        failures += rule_health(obs.prometheus_url, len(_rules(crm_stack)))
         for query in queries:
             error, result = run_query(obs.prometheus_url, query)
             if error:
