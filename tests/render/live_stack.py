@@ -64,6 +64,11 @@ class LiveStack:
             )
         self.processes.append(process)
 
+    @property
+    def gateway_metrics_url(self) -> str:
+        """Where the gateway serves /metrics (today its API port)."""
+        return self.gateway_url
+
     def log_text(self) -> str:
         return "".join(p.read_text(errors="replace") for p in self.logs.values())
 
@@ -163,7 +168,7 @@ def observed(live: LiveStack) -> Iterator[Observed]:
             live.stack,
             live.namespace,
             live.engine_urls,
-            gateway=live.gateway_url,
+            gateway=live.gateway_metrics_url,
             dcgm=f"http://127.0.0.1:{dcgm_port}",
             node=f"http://127.0.0.1:{node_port}",
         )

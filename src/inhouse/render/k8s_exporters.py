@@ -193,7 +193,7 @@ def node_exporter_docs(stack: StackSpec, options: RenderOptions) -> list[Doc]:
 def gateway_scrape_doc(stack: StackSpec, options: RenderOptions) -> Doc:
     """A headless Service over the gateway pods' metrics port: each replica scraped on its own
     (the gateway's own Service load-balances, so it would sample one replica at random)."""
-    port_name, port = gateway_metrics_port(options)
+    port_name, port = gateway_metrics_port(stack, options)
     service = headless_service(
         GATEWAY_SCRAPE_SERVICE,
         namespace_of(stack, options),

@@ -174,9 +174,10 @@ def alertmanager_config(
     }
 
 
-def gateway_metrics_port(options: RenderOptions) -> tuple[str, int]:
+def gateway_metrics_port(stack: StackSpec, options: RenderOptions) -> tuple[str, int]:
     """The gateway's metrics port (name, number). NOTE: today `/metrics` is on the API port;
     when the gateway moves it to `gateway.metrics_port`, this is the one place to change."""
+    del stack
     return "http", options.gateway_port
 
 
@@ -208,7 +209,7 @@ def stack_scrape_jobs(
         else:
             labels = {"namespace": namespace, "pool": pool.name, "service": job}
             jobs.append(dns_job(job, f"{job}.{svc}", options.engine_port, labels))
-    _, port = gateway_metrics_port(options)
+    _, port = gateway_metrics_port(stack, options)
     gateway_labels = {"namespace": namespace, "service": "gateway"}
     jobs.append(dns_job("gateway", f"{GATEWAY_SCRAPE_SERVICE}.{svc}", port, gateway_labels))
     monitoring = f"{options.monitoring_namespace}.svc.cluster.local"
