@@ -16,9 +16,11 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,12 @@ import httpx
 
 from inhouse.render import render_stack
 from inhouse.render.layout import engine_units
-from inhouse.render.prometheus_config import local_scrape_jobs, prometheus_config
+from inhouse.render.prometheus_config import (
+    Receiver,
+    alertmanager_config,
+    local_scrape_jobs,
+    prometheus_config,
+)
 from inhouse.render.yamltext import dump_yaml
 from inhouse.server.stack_plan import gateway_process, plan_stack
 from inhouse.spec.catalog import get_gpu
@@ -35,6 +42,7 @@ from inhouse.spec.stack import StackSpec, dump_stack
 DEMO_KEY = "sk-live-query-test-key-0123456789"
 NODE_EXPORTER = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
 PROMETHEUS = shutil.which("prometheus")
+ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
 
 
 def free_port() -> int:
@@ -140,15 +148,75 @@ class Observed:
     prometheus_url: str
     dcgm_url: str
     dcgm_admin_url: str
+    notifications: list[tuple[str, dict[str, Any]]]  # (receiver path, Alertmanager's body)
+
+
+@contextlib.contextmanager
+def webhook() -> Iterator[tuple[str, list[tuple[str, dict[str, Any]]]]]:
+    """A local receiver for Alertmanager's webhooks: (base URL, what arrived, by path)."""
+    received: list[tuple[str, dict[str, Any]]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("content-length", 0)))
+            received.append((self.path, json.loads(body)))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", received
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _start_alertmanager(extra: LiveStack, base_url: str) -> str:
+    """Alertmanager with the rendered routes, its receivers pointed at the local webhook."""
+    config = alertmanager_config(Receiver("page", f"{base_url}/page"),
+                                 Receiver("ticket", f"{base_url}/ticket"))  # fmt: skip
+    (extra.workdir / "alertmanager.yml").write_text(dump_yaml(config))
+    port = free_port()
+    extra.start(
+        "alertmanager",
+        [
+            str(ALERTMANAGER),
+            f"--config.file={extra.workdir / 'alertmanager.yml'}",
+            f"--storage.path={extra.workdir / 'alertmanager'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",  # no gossip port: one Alertmanager
+            "--log.level=warn",
+        ],
+    )
+    wait_http(f"http://127.0.0.1:{port}/-/ready", processes=extra.processes)
+    return f"127.0.0.1:{port}"
 
 
 @contextlib.contextmanager
 def observed(live: LiveStack) -> Iterator[Observed]:
-    """dcgm-exporter (simulated), node_exporter and Prometheus (1 s scrapes, rendered rules)."""
-    assert PROMETHEUS and NODE_EXPORTER, "prometheus and prometheus-node-exporter are needed"
+    """dcgm-exporter (simulated), node_exporter, Alertmanager (the rendered routes, a local
+    webhook) and Prometheus (1 s scrapes, the rendered rules)."""
+    assert PROMETHEUS and NODE_EXPORTER and ALERTMANAGER, "Debian's Prometheus packages"
     processes: list[subprocess.Popen[bytes]] = []
     extra = LiveStack(live.stack, live.namespace, live.workdir, {}, [], "", live.logs, processes)
+    with webhook() as (hook_url, notifications):
+        yield from _observed(live, extra, hook_url, notifications)
+
+
+def _observed(
+    live: LiveStack,
+    extra: LiveStack,
+    hook_url: str,
+    notifications: list[tuple[str, dict[str, Any]]],
+) -> Iterator[Observed]:
+    processes = extra.processes
     try:
+        alertmanager = _start_alertmanager(extra, hook_url)
         dcgm_port, dcgm_admin = free_port(), free_port()
         units = engine_units(live.stack)
         gpu = get_gpu(units[0].pool.gpu)
@@ -173,7 +241,11 @@ def observed(live: LiveStack) -> Iterator[Observed]:
             node=f"http://127.0.0.1:{node_port}",
         )
         config = prometheus_config(
-            jobs, rule_files=["rules.yaml"], scrape_interval="1s", evaluation_interval="1s"
+            jobs,
+            rule_files=["rules.yaml"],
+            alertmanagers=[alertmanager],
+            scrape_interval="1s",
+            evaluation_interval="1s",
         )
         (live.workdir / "prometheus.yml").write_text(dump_yaml(config))
         prom_port = free_port()
@@ -190,8 +262,7 @@ def observed(live: LiveStack) -> Iterator[Observed]:
         prometheus_url = f"http://127.0.0.1:{prom_port}"
         wait_http(f"{prometheus_url}/-/ready", processes=processes)
         wait_http(f"http://127.0.0.1:{dcgm_port}/health", processes=processes)
-        yield Observed(
-            prometheus_url, f"http://127.0.0.1:{dcgm_port}", f"http://127.0.0.1:{dcgm_admin}"
-        )
+        dcgm = f"http://127.0.0.1:{dcgm_port}"
+        yield Observed(prometheus_url, dcgm, f"http://127.0.0.1:{dcgm_admin}", notifications)
     finally:
         _stop(processes)

@@ -1,5 +1,7 @@
 """Every dashboard panel's and every rule's PromQL, run against a real Prometheus scraping the
-live simulated CRM stack (engines, gateway), the DCGM-compatible exporter and node_exporter.
+live simulated CRM stack (engines, gateway), the DCGM-compatible exporter and node_exporter;
+then a GPU fault goes through the rendered rule and the rendered Alertmanager routes to the
+page receiver.
 
 Each query must parse and evaluate; each must return data, except the few listed in
 `NO_DATA_ON_SIMULATED` with the reason. A metric name nothing exposes, a label matcher nothing
@@ -13,6 +15,7 @@ import json
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -29,7 +32,7 @@ from .live_queries import (
     rule_queries,
     run_query,
 )
-from .live_stack import DEMO_KEY, NODE_EXPORTER, PROMETHEUS, live_stack, observed
+from .live_stack import ALERTMANAGER, DEMO_KEY, NODE_EXPORTER, PROMETHEUS, live_stack, observed
 
 NAMESPACE = "crm-copilot"
 LOAD_S = 24.0
@@ -50,8 +53,9 @@ CANARIES = (
 )
 
 pytestmark = pytest.mark.skipif(
-    PROMETHEUS is None or NODE_EXPORTER is None,
-    reason="needs Debian `prometheus` and `prometheus-node-exporter` (.ci/apt-packages.txt)",
+    PROMETHEUS is None or NODE_EXPORTER is None or ALERTMANAGER is None,
+    reason="needs Debian `prometheus`, `prometheus-node-exporter` and `prometheus-alertmanager` "
+    "(.ci/apt-packages.txt)",
 )
 
 
@@ -66,6 +70,22 @@ def _faults_during_load(live_admin: list[str], dcgm_admin: str, gateway: str) ->
     body = {"model": "chat-70b", "messages": [{"role": "user", "content": "hi"}]}
     reply = httpx.post(f"{gateway}/v1/chat/completions", json=body, headers=bad)
     assert reply.status_code == 401
+
+
+def page_arrives(dcgm_admin: str, notifications: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """A double-bit ECC error on GPU 5: the rendered rule fires, the rendered routes page."""
+    httpx.post(f"{dcgm_admin}/faults/ecc_dbe", json={"gpu": 5, "count": 1}).raise_for_status()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for path, body in list(notifications):
+            for alert in body["alerts"]:
+                labels = alert["labels"]
+                if labels["alertname"] == "InhouseGPUDoubleBitECC" and labels["gpu"] == "5":
+                    if path == "/page" and alert["status"] == "firing":
+                        return []
+                    return [f"InhouseGPUDoubleBitECC reached {path} ({alert['status']}), not /page"]
+        time.sleep(0.5)
+    return [f"no page for InhouseGPUDoubleBitECC within 60 s; received: {notifications}"]
 
 
 def _rules(stack: StackSpec) -> list[dict[str, object]]:
@@ -120,6 +140,7 @@ def test_every_panel_and_rule_returns_live_data(crm_stack: StackSpec, tmp_path: 
                 failures.append(f"{query.where}: {query.expr}\n    {error}")
             elif query.needs_data and not has_value(result):
                 empty.append(query)
+        failures += page_arrives(obs.dcgm_admin_url, obs.notifications)
     keys = {f"{q.where}: {q.expr}" for q in empty}
     failures += [f"no data: {key}" for key in sorted(keys - set(NO_DATA_ON_SIMULATED))]
     failures += [
