@@ -279,8 +279,13 @@ def tracing_notes(
         return []
     if all("--otlp-traces-endpoint" in args for args in engine_args):
         return []
+    detailed = (
+        " and `--collect-detailed-traces=all` (tracing.detailed)"
+        if stack.observability.tracing.detailed
+        else ""
+    )
     return [
         "tracing is on: the gateway sends its spans to Tempo, but the vLLM arguments carry no "
-        f"--otlp-traces-endpoint; add `--otlp-traces-endpoint {otlp_grpc_endpoint(options)}` "
-        "to each pool's knobs.extra_args for engine spans"
+        f"--otlp-traces-endpoint; add `--otlp-traces-endpoint {otlp_grpc_endpoint(options)}`"
+        f"{detailed} to each pool's knobs.extra_args for engine spans"
     ]
