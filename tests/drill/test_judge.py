@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.drill.conftest import needs_judge
 
 from inhouse.drill.judge import Judge, JudgeError, find_binary
-from inhouse.drill.promconfig import ScrapeTarget
 from inhouse.drill.receiver import Receiver
-from tests.drill.conftest import needs_judge
+from inhouse.render.prometheus_config import static_job
 
 RULES = """groups:
 - name: test
@@ -61,7 +61,9 @@ class _Target:
 @needs_judge
 def test_alert_reaches_receiver_by_severity_then_resolves(tmp_path: Path) -> None:
     target = _Target()
-    judge = Judge(tmp_path, RULES, [ScrapeTarget("t", target.address, {"pod": "p-1"})]).start()
+    judge = Judge(
+        tmp_path, RULES, [static_job("t", [(target.address, {"pod": "p-1"})], interval="1s")]
+    ).start()
     try:
         assert judge.version.startswith("2.")
         assert judge.wait_scraped() == []

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.drill.conftest import needs_judge
 
 from inhouse.drill.drills.bad_signature import weights_available
 from inhouse.drill.evidence import DrillResult
@@ -19,7 +20,6 @@ from inhouse.drill.judge import Judge
 from inhouse.drill.runner import Options, drill_rules, run_one
 from inhouse.drill.stack import LiveStack, drill_stack
 from inhouse.server.demo_stack import demo_stack
-from tests.drill.conftest import needs_judge
 
 pytestmark = [needs_judge, pytest.mark.slow]
 SCALE = 0.1
@@ -28,7 +28,7 @@ SCALE = 0.1
 def _judge(live: LiveStack, where: Path, drop: tuple[str, ...] = ()) -> Judge:
     where.mkdir(parents=True, exist_ok=True)
     rules = drill_rules(live.stack, live.namespace, where, SCALE, drop)
-    judge = Judge(where / "judge", rules, live.scrape_targets()).start()
+    judge = Judge(where / "judge", rules, live.scrape_jobs()).start()
     assert judge.wait_scraped() == []
     return judge
 
@@ -69,7 +69,7 @@ def test_kill_replica(live: LiveStack, judge: Judge, out: Path) -> None:
     _passes(result)
     alert = result.alerts[0]
     assert alert.name == "InhouseEngineReplicaDown" and alert.received_by_alertmanager
-    assert alert.labels["pod"] == "chat-1" and alert.severity == "page"
+    assert alert.labels["pod"] == "chat-r1" and alert.severity == "page"
     assert (out / "kill-replica" / "timeline.png").exists()
 
 
@@ -128,9 +128,7 @@ def test_ecc_fails_without_the_ecc_alert(live: LiveStack, blind_judge: Judge, ou
     assert {"ECC page", "replica drained"} <= set(result.failed_checks)
 
 
-def test_long_prompt_fails_when_the_flooding_tenant_has_no_limits(
-    judge: Judge, out: Path
-) -> None:
+def test_long_prompt_fails_when_the_flooding_tenant_has_no_limits(judge: Judge, out: Path) -> None:
     stack, keys = drill_stack(demo_stack(2), flood_limits={})
     unlimited = LiveStack(stack, keys, out / "unlimited" / "_run").start()
     try:

@@ -16,14 +16,14 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from inhouse.drill.promconfig import ScrapeTarget, alertmanager_config, prometheus_config
+from inhouse.drill.promconfig import drill_alertmanager_config, drill_prometheus_config
 from inhouse.drill.receiver import Receiver
 from inhouse.errors import InhouseError
 
@@ -99,10 +99,10 @@ def _stop(proc: _Proc) -> None:
 class Judge:
     """Prometheus + Alertmanager + receiver for one drill session."""
 
-    def __init__(self, work_dir: Path, rules_text: str, targets: Sequence[ScrapeTarget]) -> None:
+    def __init__(self, work_dir: Path, rules_text: str, jobs: Sequence[Mapping[str, Any]]) -> None:
         self.work_dir = work_dir
         self.rules_text = rules_text
-        self.targets = list(targets)
+        self.jobs = list(jobs)
         self.receiver = Receiver()
         self.prometheus: _Proc | None = None
         self.alertmanager: _Proc | None = None
@@ -116,7 +116,7 @@ class Judge:
         self.receiver.start()
         am_port, prom_port = free_port(), free_port()
         am_conf = self.work_dir / "alertmanager.yml"
-        am_conf.write_text(alertmanager_config(self.receiver.url), encoding="utf-8")
+        am_conf.write_text(drill_alertmanager_config(self.receiver.url), encoding="utf-8")
         am_argv = [
             am_bin,
             f"--config.file={am_conf}",
@@ -134,7 +134,7 @@ class Judge:
         self.rules_path.write_text(self.rules_text, encoding="utf-8")
         prom_conf = self.work_dir / "prometheus.yml"
         prom_conf.write_text(
-            prometheus_config(self.targets, str(self.rules_path), f"127.0.0.1:{am_port}"),
+            drill_prometheus_config(self.jobs, str(self.rules_path), f"127.0.0.1:{am_port}"),
             encoding="utf-8",
         )
         prom_argv = [

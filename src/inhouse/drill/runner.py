@@ -153,7 +153,7 @@ async def _run_all(options: Options, say: Callable[[str], None]) -> list[DrillRe
         rules = drill_rules(
             stack, live.namespace, options.out_dir, options.time_scale, options.drop_alerts
         )
-        judge = Judge(work / "judge", rules, live.scrape_targets())
+        judge = Judge(work / "judge", rules, live.scrape_jobs())
         await asyncio.to_thread(judge.start)
         say(
             f"stack {stack.name} up at {live.gateway_url}; Prometheus {judge.version} at "

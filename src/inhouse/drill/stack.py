@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 
 from inhouse.drill.judge import free_port
-from inhouse.drill.promconfig import ScrapeTarget
+from inhouse.drill.promconfig import drill_jobs
 from inhouse.engine_args import ATTACHED_KINDS, replica_env, simulated_engine_args
 from inhouse.errors import InhouseError
 from inhouse.gateway.keys import create_key, hash_key
@@ -133,7 +133,7 @@ class LiveStack:
             for index in range(pool.replicas):
                 gpus = _gpus_of(pool, index, next_gpu)
                 next_gpu = max(next_gpu, max(gpus) + 1)
-                name = f"{pool.name}-{index}"
+                name = f"{pool.name}-r{index}"  # the static layout's name, as in a cluster
                 self.replicas[name] = Replica(
                     name,
                     pool.name,
@@ -168,20 +168,13 @@ class LiveStack:
     def pool_of(self, name: str) -> PoolSpec:
         return next(p for p in self.stack.pools if p.name == self.replicas[name].pool)
 
-    def scrape_targets(self) -> list[ScrapeTarget]:
-        ns = self.namespace
-        targets = [
-            ScrapeTarget(
-                f"{r.pool}-engine",
-                f"{HOST}:{r.port}",
-                {"namespace": ns, "pod": r.name, "pool": r.pool},
-            )
-            for r in self.replicas.values()
-        ]
-        gw = self.gateway_metrics_url.removeprefix("http://").removesuffix("/metrics")
-        targets.append(ScrapeTarget("gateway", gw, {"namespace": ns, "pod": "gateway"}))
-        targets.append(ScrapeTarget("dcgm-exporter", f"{HOST}:{self.dcgm_port}", {}))
-        return targets
+    def scrape_jobs(self) -> list[dict[str, Any]]:
+        """Prometheus jobs for the stack's processes, labelled as a cluster scrape labels them."""
+        pools: dict[str, list[str]] = {}
+        for r in sorted(self.replicas.values(), key=lambda r: (r.pool, r.index)):
+            pools.setdefault(r.pool, []).append(r.url)
+        return drill_jobs(self.stack, self.namespace, pools, self.gateway_metrics_url,
+                          f"http://{HOST}:{self.dcgm_port}/metrics")  # fmt: skip
 
     # -- processes -------------------------------------------------------------------------
     def engine_argv(self, replica: Replica, load_time_s: float | None = None) -> list[str]:

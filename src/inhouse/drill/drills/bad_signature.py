@@ -91,6 +91,7 @@ async def run(ctx: DrillContext) -> None:
     try:
         ctx.stack.signal(victim.name, signal.SIGTERM)
         await asyncio.to_thread(ctx.stack.wait_exit, victim.name, 60.0)
+        await _until_gateway_drops(watch, index, time.perf_counter(), 15.0)
         log_start = victim.log.stat().st_size if victim.log.exists() else 0
         t_bad = time.perf_counter()
         victim.extra_args = ["--weights-dir", str(altered), "--public-key", str(public)]
@@ -149,6 +150,16 @@ async def run(ctx: DrillContext) -> None:
     )
     failed = count(results, BEFORE)
     res.check("clients unaffected", "no request fails meanwhile", f"{failed} failed", failed == 0)
+
+
+async def _until_gateway_drops(
+    watch: RouteWatch, index: str, since: float, timeout_s: float
+) -> None:
+    """Wait until the gateway counts the stopped replica unhealthy, so that what it routes
+    afterwards is to the new process, not retries against the old one's closed port."""
+    deadline = time.perf_counter() + timeout_s
+    while time.perf_counter() < deadline and watch.first_unhealthy(index, since - 5.0) is None:
+        await asyncio.sleep(0.2)
 
 
 async def _serves(url: str, model: str) -> bool:
