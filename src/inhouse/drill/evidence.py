@@ -5,7 +5,8 @@ ok), `checks` (`name`, `expected`, `observed`, `ok`), `alerts` (`name`, `severit
 `resolved_s`, `received_by_alertmanager`), `prometheus` (`version`, `rules_file`,
 `time_scale`), `started`, `duration_s`, `stack`; and, for the timeline and the post-mortem,
 `events` (each fault and action, `t_s` and `what`) and `samples` (one per request the drill
-sent: when, TTFT, and whether and how it failed). Times `_s` are seconds from the drill's start.
+sent: when it left and ended, TTFT, and whether and how it failed). Times `_s` are seconds
+from the drill's start.
 """
 
 from __future__ import annotations
@@ -46,13 +47,15 @@ class Event:
 
 @dataclass(frozen=True, slots=True)
 class Sample:
-    """One request the drill sent: `t_s` when it left; `ttft_s` None when no token came;
-    `error` empty on success, else `before-stream`, `mid-stream` or `rejected-4xx`."""
+    """One request the drill sent: `t_s` when it left, `end_s` when it ended; `ttft_s` None
+    when no token came; `error` empty on success, else `before-stream`, `mid-stream` or
+    `rejected-4xx`."""
 
     t_s: float
     ttft_s: float | None
     error: str
     status: int
+    end_s: float | None = None
 
 
 @dataclass

@@ -140,7 +140,8 @@ def samples(results: Iterable[RequestResult], t0: float) -> list[Sample]:
     for r in results:
         o = r.outcome
         ttft = o.ttft_s if o.num_chunks > 0 else None
-        out.append(Sample(round(o.t_send - t0, 4), ttft, classify(r), o.status))
+        end = round(o.t_done - t0, 4) if o.t_done else None
+        out.append(Sample(round(o.t_send - t0, 4), ttft, classify(r), o.status, end))
     return sorted(out, key=lambda s: s.t_s)
 
 

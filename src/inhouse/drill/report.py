@@ -41,7 +41,9 @@ def write_timeline(result: DrillResult, path: Path) -> None:
     end = max([result.duration_s, *(s.t_s for s in result.samples)], default=1.0) + WINDOW_S
     edges = np.arange(0.0, end + WINDOW_S, WINDOW_S)
     sent = [s.t_s for s in result.samples]
-    errors = [s.t_s for s in result.samples if s.error and s.error != "rejected-4xx"]
+    # failures where they happened (the request's end), sends and refusals when they left
+    errors = [s.end_s if s.end_s is not None else s.t_s for s in result.samples
+              if s.error and s.error != "rejected-4xx"]  # fmt: skip
     rejected = [s.t_s for s in result.samples if s.error == "rejected-4xx"]
     fig, (ax_load, ax_ttft) = plt.subplots(2, 1, figsize=(11, 6), sharex=True)
     mids = edges[:-1] + WINDOW_S / 2
