@@ -238,7 +238,10 @@ class EngineCore:
         for request in running:
             computed = request.num_computed_tokens
             num_output = request.num_output_tokens
-            if request.num_prompt_tokens + num_output != computed + 1:
+            # NOTE: a sequence with no output yet whose chunks (or prefix hit) left one prompt
+            # token also runs one token against `computed` of context, but that step samples its
+            # first token: it is a prefill's end, stepped on its own, not a decode to jump over.
+            if num_output == 0 or request.num_prompt_tokens + num_output != computed + 1:
                 return None
             ctx_sum += computed
             if request.output_len - num_output < steps:

@@ -73,6 +73,9 @@ class Scheduler:
     def add(self, request: Request) -> None:
         request.status = Status.WAITING
         self.waiting.add(request)
+        # NOTE: a newcomer may sort ahead of the request that found no room (priority) or
+        # need fewer blocks: only a fresh admission pass can say it cannot get in.
+        self.admission_blocked_by_kv = False
 
     def _chunk(self, num_new: int, budget: int) -> int:
         threshold = self.config.long_prefill_token_threshold
@@ -181,7 +184,10 @@ class Scheduler:
         batch.attn_pairs += decode_ctx + num_decodes
         batch.num_sampled += num_decodes
         if batch.preempted:
-            self.admission_blocked_by_kv = True
+            # NOTE: as in vLLM, a step that preempted admits no one, but the next step tries:
+            # the victim's freed blocks may let it (or another) back in, so nothing here says
+            # that decode-only steps are all that can follow.
+            self.admission_blocked_by_kv = False
         elif admit:
             self._admit(batch, budget, now_s)
         return batch
