@@ -27,17 +27,21 @@ def test_vllm_args_for_the_crm_copilot() -> None:
         "--host", "0.0.0.0", "--port", "8101",
         "--tensor-parallel-size", "4",
         "--quantization", "fp8",
-        "--max-model-len", "32768",
         "--max-num-seqs", "128",
+        "--max-model-len", "32768",
         "--gpu-memory-utilization", "0.9",
         "--enable-prefix-caching",
         "--scheduling-policy", "priority",
-        "--enable-lora", "--max-loras", "3",
+        "--block-size", "16",
+        "--shutdown-timeout", "30",
+        # one GPU slot per adapter, rank 16, every adapter in host memory
+        "--enable-lora", "--max-loras", "3", "--max-lora-rank", "16", "--max-cpu-loras", "3",
         "--lora-modules",
         "utility-summarize=/models/lora/utility-summarize",
         "utility-classify=/models/lora/utility-classify",
         "utility-extract=/models/lora/utility-extract",
-        "--shutdown-timeout", "30",
+        # Llama 3.x calls tools in JSON (the catalog's parser for the family)
+        "--enable-auto-tool-choice", "--tool-call-parser", "llama3_json",
         "--enable-prompt-tokens-details",
     ]  # fmt: skip
     # The engine keeps idle connections longer than the gateway does (no connect on a burst).

@@ -18,6 +18,7 @@ from inhouse.errors import DoesNotFitError
 from inhouse.plan.analytic import MAX_KV_UTILIZATION, PoolForecast, PoolModel, Stream
 from inhouse.plan.requirements import Planning, Slo
 from inhouse.spec.catalog import get_gpu, get_model
+from inhouse.spec.knobs import EngineKnobs
 from inhouse.spec.quant import kv_dtype_bytes, normalize_quant
 
 # Load at which latency floors are read (an idle replica).
@@ -48,10 +49,16 @@ class Choice:
             tp=self.tp,
             quant=self.quant,
             backend=backend,
-            kv_dtype=self.kv_dtype,
+            knobs=self.knobs(max_num_seqs),
+        )
+
+    def knobs(self, max_num_seqs: int) -> EngineKnobs:
+        """The engine knobs this configuration runs with (the stack file's, as written)."""
+        return EngineKnobs(
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=self.max_num_batched_tokens,
             max_model_len=self.max_model_len,
+            kv_cache_dtype=self.kv_dtype,
         )
 
     @property
