@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from inhouse.engine import EngineCore, Request, Status
 from inhouse.hashing import hash_spans
+from inhouse.perf.lora import LoraCost
 
 BLOCK = 16
 
@@ -58,9 +59,9 @@ def test_last_prompt_token_left_by_a_prefix_hit_and_a_chunk_is_not_a_decode(make
 @st.composite
 def shapes(
     draw: st.DrawFn,
-) -> tuple[dict[str, object], list[tuple[int, int, int, int, float, int]]]:
+) -> tuple[dict[str, object], list[tuple[int, int, int, int, float, int, str | None]]]:
     """Engine config and requests: (shared prefix group, prefix tokens, own tokens, output,
-    arrival, priority)."""
+    arrival, priority, LoRA adapter)."""
     knobs = {
         "max_num_batched_tokens": draw(st.sampled_from([16, 33, 64, 100, 512])),
         "max_num_seqs": draw(st.integers(1, 8)),
@@ -71,6 +72,9 @@ def shapes(
         "scheduling_policy": draw(st.sampled_from(["fcfs", "priority"])),
         "num_host_blocks": draw(st.sampled_from([0, 0, 16])),
         "mixed_batches": draw(st.sampled_from([True, True, False])),
+        "lora": draw(
+            st.sampled_from([None, LoraCost(2, 1, 16, 1e8, 0.003), LoraCost(2, 2, 16, 1e8, 0.0)])
+        ),
     }
     if not knobs["enable_chunked_prefill"]:
         # vLLM's rule without chunking: a whole prompt must fit one step's budget.
@@ -84,6 +88,7 @@ def shapes(
                 st.integers(1, 40),
                 st.floats(0.0, 0.2, allow_nan=False),
                 st.integers(0, 2),
+                st.sampled_from([None, "a", "b"]),
             ),
             min_size=1,
             max_size=10,
@@ -92,13 +97,14 @@ def shapes(
     return knobs, requests
 
 
-def build(shape: list[tuple[int, int, int, int, float, int]]) -> list[Request]:
+def build(shape: list[tuple[int, int, int, int, float, int, str | None]]) -> list[Request]:
     out = []
-    for i, (group, prefix, own, output, at, priority) in enumerate(shape):
+    for i, (group, prefix, own, output, at, priority, *lora) in enumerate(shape):
         spans = [(100 + group, prefix)] if prefix else []
         spans.append((1000 + i, own))
         hashes = hash_spans(spans, BLOCK)
-        out.append(Request(f"r{i}", prefix + own, output, at, hashes, priority=priority))
+        adapter = lora[0] if lora else None
+        out.append(Request(f"r{i}", prefix + own, output, at, hashes, priority, lora=adapter))
     return out
 
 
@@ -144,7 +150,8 @@ NEWCOMER_WHILE_BLOCKED = (
 )
 @given(shapes())
 def test_jumps_give_the_step_by_step_tokens_for_any_prompt_hit_and_chunk_shape(
-    make_engine, shape: tuple[dict[str, object], list[tuple[int, int, int, int, float, int]]]
+    make_engine,
+    shape: tuple[dict[str, object], list[tuple[int, int, int, int, float, int, str | None]]],
 ) -> None:
     knobs, requests = shape
     results = []

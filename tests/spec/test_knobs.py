@@ -105,7 +105,7 @@ def test_the_core_config_has_the_knobs_names_and_defaults() -> None:
 
 
 def _timings(knob_values: EngineKnobs) -> list[tuple[Any, ...]]:
-    sessions = AgentWorkload(
+    sessions = dict(
         sessions=8,
         num_apps=2,
         system_prompt_tokens=3000,
@@ -115,8 +115,13 @@ def _timings(knob_values: EngineKnobs) -> list[tuple[Any, ...]]:
         think_time_s=1.0,
         ramp_s=2.0,
     )
-    # two tiers of the same traffic, so that the scheduling policy has priorities to order by
-    workload = MixedWorkload((("a", sessions), ("b", sessions)), priorities=(("b", 1),))
+    # Two tiers of the same traffic (the scheduling policy has priorities to order by), each on
+    # a LoRA adapter of its own (the adapters' slots and costs matter).
+    parts = (
+        ("a", AgentWorkload(**sessions, model="a")),
+        ("b", AgentWorkload(**sessions, model="b")),
+    )
+    workload = MixedWorkload(parts, priorities=(("b", 1),))
     result = simulate_stack(pool_stack(knob_values), workload, duration_s=30, seed=1)
     return [
         (r.request_id, r.first_token_s, r.finish_s, r.num_cached_tokens, r.error)

@@ -6,8 +6,9 @@ from dataclasses import dataclass, field
 
 from inhouse.engine.config import EngineConfig
 from inhouse.engine.core import EngineCore
-from inhouse.errors import SpecError
+from inhouse.errors import DoesNotFitError, SpecError
 from inhouse.perf.constants import EngineConstants, get_engine_constants
+from inhouse.perf.lora import LoraCost, lora_cost, with_lora_slots
 from inhouse.perf.memory import MemoryPlan, plan_memory
 from inhouse.perf.step import StepModel
 from inhouse.spec.catalog import GpuSpec, ModelSpec, get_gpu, get_model
@@ -68,6 +69,11 @@ def build_replica(spec: ReplicaSpec, constants: EngineConstants | None = None) -
         block_size=knobs.block_size,
         min_kv_tokens=max_model_len if knobs.max_model_len else 0,
     )
+    lora = None
+    if spec.lora_adapters:
+        slots = knobs.max_loras or len(spec.lora_adapters)
+        lora = lora_cost(model, gpu, spec.tp, len(spec.lora_adapters), slots, knobs.max_lora_rank)
+        memory = _take_lora_slots(memory, lora, max_model_len if knobs.max_model_len else 0)
     host_blocks = 0
     if knobs.host_kv_gib > 0:
         per_block = memory.kv_bytes_per_token_per_gpu * spec.tp * knobs.block_size
@@ -86,9 +92,23 @@ def build_replica(spec: ReplicaSpec, constants: EngineConstants | None = None) -
         request_overhead_s=consts.request_overhead_s,
         prompt_token_overhead_s=consts.prompt_token_overhead_s,
         mixed_batches=consts.mixed_batches,
+        lora=lora,
     )
     step_model = StepModel(model, gpu, spec.tp, quant, consts, knobs.kv_cache_dtype)
     return Replica(spec, model, gpu, quant, consts, memory, config, step_model)
+
+
+def _take_lora_slots(memory: MemoryPlan, lora: LoraCost, min_kv_tokens: int) -> MemoryPlan:
+    """The KV cache less the adapters' GPU slots (`max_loras` of them at `max_lora_rank`)."""
+    after = with_lora_slots(memory, lora)
+    if after.num_blocks <= 0 or after.kv_tokens < min_kv_tokens:
+        raise DoesNotFitError(
+            f"{lora.max_loras} LoRA slot(s) of rank {lora.max_lora_rank} take "
+            f"{lora.slot_bytes_per_gpu / 1024**3:.1f} GiB per GPU, leaving "
+            f"{max(after.kv_tokens, 0):,} tokens of KV cache (one {min_kv_tokens:,}-token "
+            "sequence must fit). Lower knobs.max_loras or knobs.max_lora_rank."
+        )
+    return after
 
 
 def _token_budget(knobs: EngineKnobs, consts: EngineConstants, max_model_len: int) -> int:

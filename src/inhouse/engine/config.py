@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from inhouse.perf.lora import LoraCost
+
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
@@ -21,6 +23,8 @@ class EngineConfig:
       runs prefill batches and decode batches apart, prefill first.
     * `request_overhead_s`, `prompt_token_overhead_s`: delay between a request's arrival and
       the scheduler seeing it, fixed plus per prompt token (the API server's work).
+    * `lora`: the adapters' slots and costs (`perf.lora`), when the replica serves LoRA
+      adapters; requests naming an adapter then share `lora.max_loras` GPU slots.
     """
 
     num_gpu_blocks: int
@@ -36,6 +40,7 @@ class EngineConfig:
     request_overhead_s: float = 0.0
     mixed_batches: bool = True
     prompt_token_overhead_s: float = 0.0
+    lora: LoraCost | None = None
 
     def __post_init__(self) -> None:
         assert self.num_gpu_blocks > 0, "num_gpu_blocks must be positive"

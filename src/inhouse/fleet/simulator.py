@@ -291,6 +291,7 @@ class Fleet:
             block_hashes=work.block_hashes,
             priority=work.priority,
             tag=_InFlight(work, pool, replica, route),
+            lora=work.model if work.model in pool.spec.lora_adapters else None,
         )
         reason = replica.engine.add_request(request)
         if reason is not None:

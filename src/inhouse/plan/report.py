@@ -2,6 +2,7 @@
 
 Keys: `workloads` (characterization), `pools` (configuration, memory, analytic and simulated
 p95s), `slo_check` (per workload and load multiple), `degraded` (one replica lost per pool),
+`lora` (per pool serving adapters: the slot, swap and kernel costs used, with sources),
 `cost`, `sensitivity`, `search` (layouts, verification rounds, runners-up, rejections) and
 `assumptions`.
 """
@@ -20,6 +21,7 @@ from inhouse.plan.cost import (
     node_cost,
     usd_per_million,
 )
+from inhouse.plan.lora_report import lora_assumptions, lora_pools
 from inhouse.plan.planner import Plan
 from inhouse.plan.search import Candidate, offers_by_gpu
 from inhouse.plan.sensitivity import run_sensitivity
@@ -50,6 +52,7 @@ def build_report(
         "hardware": hardware(plan),
         "slo_check": slo_check(plan),
         "degraded": degraded(plan),
+        "lora": lora_pools(plan),
         "cost": cost(plan),
         "sensitivity": (
             run_sensitivity(req, chosen, plan.profiles, plan.corrections) if sensitivity else []
@@ -475,7 +478,7 @@ def assumptions(plan: Plan) -> list[str]:
         "Average rates hold during active hours only "
         f"({req.usage.active_hours_per_month:g} h/month); the stack runs all "
         f"{HOURS_PER_MONTH:g} h.",
-        "LoRA adapters are modelled as the base model (no adapter compute or swap cost).",
+        *lora_assumptions(plan),
     ]
     for name, profile in plan.profiles.items():
         w = req.workload(name)

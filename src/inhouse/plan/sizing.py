@@ -42,7 +42,12 @@ class Choice:
     max_num_batched_tokens: int
     max_model_len: int
 
-    def spec(self, backend: str, max_num_seqs: int = SIZING_MAX_NUM_SEQS) -> ReplicaSpec:
+    def spec(
+        self,
+        backend: str,
+        max_num_seqs: int = SIZING_MAX_NUM_SEQS,
+        lora_adapters: tuple[str, ...] = (),
+    ) -> ReplicaSpec:
         return ReplicaSpec(
             model=self.model,
             gpu=self.gpu,
@@ -50,6 +55,7 @@ class Choice:
             quant=self.quant,
             backend=backend,
             knobs=self.knobs(max_num_seqs),
+            lora_adapters=lora_adapters,
         )
 
     def knobs(self, max_num_seqs: int) -> EngineKnobs:
@@ -259,7 +265,7 @@ def size_choice(
 ) -> Sized | Rejected:
     """The fewest replicas of `choice` that meet the need, or why none do."""
     try:
-        replica = build_replica(choice.spec(planning.backend))
+        replica = build_replica(choice.spec(planning.backend, lora_adapters=need.lora_adapters))
     except DoesNotFitError as exc:
         return Rejected(choice, f"does not fit: {exc}", "memory")
     model = PoolModel(replica, need.streams, time_scale)

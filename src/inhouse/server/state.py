@@ -232,6 +232,7 @@ class EngineState:
             arrival_s=arrival_s,
             block_hashes=self._block_hashes(prompt_ids, plan, salt),
             priority=priority,
+            lora=None if model in self.served_names else model,
         )
         stream = Stream(request, plan, max_tokens, prompt_ids)
         reason = self.runner.submit(stream)

@@ -88,12 +88,12 @@ class EngineKnobs(BaseModel):
     host_kv_gib: Annotated[float, _acts("core", "vllm")] = Field(
         default=0.0, ge=0, description="host-RAM KV tier per replica"
     )
-    max_loras: Annotated[int | None, _acts("vllm")] = Field(
+    max_loras: Annotated[int | None, _acts("core", "vllm")] = Field(
         default=None,
         gt=0,
         description="adapters in one batch (GPU slots); null: one per adapter of the pool",
     )
-    max_lora_rank: Annotated[int, _acts("vllm")] = Field(
+    max_lora_rank: Annotated[int, _acts("core", "vllm")] = Field(
         default=16, gt=0, description="largest adapter rank; sizes each slot and its loads"
     )
     tool_call_parser: Annotated[str | None, _acts("vllm")] = Field(
