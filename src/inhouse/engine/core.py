@@ -267,7 +267,7 @@ class EngineCore:
             # The adapters' share of each decode step is constant over the jump, so the steps'
             # times stay an arithmetic series (`LoraCost.step_s`, exactly).
             scale = 1.0 + lora.token_slowdown * num_lora / num_seqs
-            first_s = first_s * scale + lora.step_overhead_s
+            first_s *= scale
             growth_s *= scale
         steps = min(steps, _steps_starting_before(now_s, horizon_s, first_s, growth_s, steps))
         steps = min(steps, self._steps_kv_allows(steps))

@@ -3,10 +3,11 @@
 A pool serving adapters on its base model (vLLM's `--enable-lora`) pays three things the base
 model alone does not:
 
-* **Kernel time.** Each step that holds a token of an adapter request runs the batched LoRA
-  kernels (shrink and expand for every adapted projection, every layer): a fixed
-  `LORA_STEP_OVERHEAD_S` per such step, plus `LORA_TOKEN_SLOWDOWN` of the step's time in
-  proportion to the share of its tokens that carry an adapter.
+* **Kernel time.** Each step that holds tokens of adapter requests runs the batched LoRA
+  kernels (shrink and expand for every adapted projection, every layer): `LORA_TOKEN_SLOWDOWN`
+  of the step's time in proportion to the share of its tokens that carry an adapter. (No
+  separate fixed cost per step: vLLM's measurement below includes whatever fixed part there
+  is, and a second term would count it twice.)
 * **Slots.** vLLM keeps `max_loras` adapters on the GPU, each slot sized for `max_lora_rank`;
   one batch mixes at most `max_loras` distinct adapters, and a request whose adapter would make
   one too many waits (vLLM's scheduler skips it that step: `reason="deferred"` in
@@ -23,15 +24,14 @@ slot to it). Per GPU, the share `1/tp` (vLLM shards the larger side of each pair
 
 Sources:
 
-* `LORA_STEP_OVERHEAD_S` = 2 ms: Punica (Chen et al., "Punica: Multi-Tenant LoRA Serving",
-  MLSys 2024, arXiv:2310.18547): its batched SGMV kernels serve a batch of requests on
-  different adapters "while only adding 2 ms latency per token" (an A100 figure, kept for
-  newer GPUs: it errs high).
 * `LORA_TOKEN_SLOWDOWN` = 0.045: vLLM's own throughput benchmark, Llama-2-7B on one A100,
   ShareGPT, 1,000 prompts (`benchmarks/benchmark_throughput.py`): 5,509.93 total tokens/s on the
   base model (vLLM PR #11267) against 5,272.77 with every request on a rank-8 adapter under the
   V1 engine and its Triton LoRA kernels (vLLM PR #11613, `--max-loras 4`): 4.5% more time per
   token. (The same benchmark under the V0 engine's kernels gave 3,656.98, 1.51x: superseded.)
+  Punica (Chen et al., "Punica: Multi-Tenant LoRA Serving", MLSys 2024, arXiv:2310.18547)
+  corroborates the order: its batched SGMV kernels add "only 2 ms latency per token", 4-7% of
+  a 30-50 ms decode step.
 * Slots and `max_cpu_loras`: vLLM's `LoRAConfig` (`max_loras` "max number of LoRAs in a single
   batch", default 1; `max_cpu_loras` default `max_loras`).
 """
@@ -45,7 +45,6 @@ from dataclasses import dataclass
 from inhouse.perf.memory import MemoryPlan
 from inhouse.spec.catalog import GpuSpec, ModelSpec
 
-LORA_STEP_OVERHEAD_S = 2e-3
 LORA_TOKEN_SLOWDOWN = 0.045
 LORA_BYTES_PER_PARAM = 2.0
 
@@ -68,15 +67,13 @@ class LoraCost:
     max_lora_rank: int
     adapter_bytes_per_gpu: float
     load_s: float
-    step_overhead_s: float = LORA_STEP_OVERHEAD_S
     token_slowdown: float = LORA_TOKEN_SLOWDOWN
 
     def step_s(self, base_s: float, num_tokens: int, num_lora_tokens: int) -> float:
         """Time the adapters add to a step of `base_s` seconds (without loads)."""
         if num_lora_tokens == 0 or num_tokens == 0:
             return 0.0
-        share = num_lora_tokens / num_tokens
-        return self.step_overhead_s + self.token_slowdown * share * base_s
+        return self.token_slowdown * base_s * num_lora_tokens / num_tokens
 
     @property
     def slot_bytes_per_gpu(self) -> float:

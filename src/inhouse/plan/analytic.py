@@ -36,7 +36,7 @@ import numpy as np
 from inhouse.engine.build import Replica
 from inhouse.perf.step import StepShape
 from inhouse.plan.dist import Dist
-from inhouse.plan.lora_share import lora_step_terms
+from inhouse.plan.lora_share import lora_step_scale
 from inhouse.plan.traffic import Shapes, TrafficProfile
 
 Z95 = 1.6448536269514722
@@ -176,14 +176,14 @@ class PoolModel:
         self.has_sessions = any(s.profile.is_sessions for s in streams)
         cv2 = [1.0 if s.profile.is_sessions else s.profile.arrival_cv2 for s in streams]
         self.cv2 = cv2
-        # LoRA adapters' kernels on every step (plan/lora_share.py); 1 and 0 without adapters.
-        self.lora_scale, self.lora_fixed_s = lora_step_terms(replica, self.streams)
+        # LoRA adapters' kernels on every step (plan/lora_share.py); 1 without adapters.
+        self.lora_scale = lora_step_scale(replica, self.streams)
 
     # -- step times ----------------------------------------------------------------------
 
     def _step(self, shape: StepShape) -> float:
         step_s = self.replica.step_model.step_time(shape)
-        return (step_s * self.lora_scale + self.lora_fixed_s) * self.time_scale
+        return step_s * self.lora_scale * self.time_scale
 
     def decode_s(self, batch: float, ctx: float) -> tuple[float, float]:
         """`(t_dec(batch), d t_dec / d batch)` for sequences of mean context `ctx`."""
@@ -193,8 +193,7 @@ class PoolModel:
         base_hi, _ = step.decode_coefficients(lo + 1)
         scale = self.lora_scale * self.time_scale
         slope = (base_hi - base_lo + per_ctx * ctx) * scale
-        base = (base_lo + per_ctx * ctx * lo) * self.lora_scale + self.lora_fixed_s
-        value = base * self.time_scale + slope * (batch - lo)
+        value = (base_lo + per_ctx * ctx * lo) * scale + slope * (batch - lo)
         return max(value, 0.0), slope
 
     def prefill_s(

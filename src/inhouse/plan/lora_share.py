@@ -1,11 +1,9 @@
 """The LoRA terms of the analytic pool model (the engine core charges them exactly).
 
 A pool that serves some workloads as LoRA adapters pays, per step, the batched-adapter
-kernels (`perf.lora`): a fixed `step_overhead_s` whenever a step holds an adapter token, and
-`token_slowdown` of the step in proportion to the share of its tokens on an adapter. The
-analytic model takes that share as the adapter streams' share of the tokens the pool computes
-(uncached prompt plus output) at peak, and charges the fixed part on every step (with adapter
-traffic in flight, nearly every step of continuous batching holds one of its tokens). Session
+kernels (`perf.lora`): `token_slowdown` of the step in proportion to the share of its tokens on
+an adapter. The analytic model takes that share as the adapter streams' share of the tokens the
+pool computes (uncached prompt plus output) at peak. Session
 streams' rates depend on the latency the model is solving for; here a turn is taken to last
 its think time plus `DECODE_STEP_GUESS_S` per output token, a rough weight the simulator's check
 corrects. Slot swaps are not in the analytic model: the plans' pools hold every adapter
@@ -28,12 +26,12 @@ if TYPE_CHECKING:
 DECODE_STEP_GUESS_S = 0.03
 
 
-def lora_step_terms(replica: Replica, streams: Sequence[Stream]) -> tuple[float, float]:
-    """`(scale, fixed_s)`: a step of `t` seconds takes `t * scale + fixed_s` on this pool."""
+def lora_step_scale(replica: Replica, streams: Sequence[Stream]) -> float:
+    """A step of `t` seconds takes `t * scale` on this pool."""
     lora = replica.config.lora
     adapters = set(replica.spec.lora_adapters)
     if lora is None or not any(s.name in adapters for s in streams):
-        return 1.0, 0.0
+        return 1.0
     total = on_adapters = 0.0
     for stream in streams:
         shapes = stream.shapes
@@ -49,4 +47,4 @@ def lora_step_terms(replica: Replica, streams: Sequence[Stream]) -> tuple[float,
         if stream.name in adapters:
             on_adapters += weight
     share = on_adapters / total if total > 0 else 0.0
-    return 1.0 + lora.token_slowdown * share, lora.step_overhead_s
+    return 1.0 + lora.token_slowdown * share
