@@ -7,9 +7,9 @@
 * `simulated_knob_args(knobs)`: the flags `inhouse engine` needs to run `knobs`; parsing them
   with `add_knob_arguments`' parser gives `knobs` back (vLLM-only knobs aside).
 * `vllm_knob_args(knobs)`: vLLM's flags for the knobs, in field order. A knob is rendered when
-  it differs from its default or is marked `always`. The `HAND_RENDERED` ones are rendered by
-  `engine_args` beside the flags they belong with (the host KV tier's two flags, the LoRA
-  block, `extra_args` last so they win).
+  it differs from its default, is marked `always`, or is marked `explicit` and set. The
+  `HAND_RENDERED` ones are rendered by `engine_args` beside the flags they belong with (the
+  host KV tier's two flags, the LoRA block, `extra_args` last so they win).
 """
 
 from __future__ import annotations
@@ -135,7 +135,8 @@ def vllm_knob_args(knobs: EngineKnobs) -> list[str]:
             continue
         value = getattr(knobs, name)
         default = EngineKnobs.model_fields[name].default
-        if value is not None and (knob.always or value != default):
+        is_set = knob.explicit and name in knobs.model_fields_set
+        if value is not None and (knob.always or is_set or value != default):
             flag = knob.vllm_flag or knob.flag or "--" + name.replace("_", "-")
             args += _scalar_args(flag, value)
     return args

@@ -32,7 +32,6 @@ def test_vllm_args_for_the_crm_copilot() -> None:
         "--gpu-memory-utilization", "0.9",
         "--enable-prefix-caching",
         "--scheduling-policy", "priority",
-        "--block-size", "16",
         "--shutdown-timeout", "30",
         # one GPU slot per adapter, rank 16, every adapter in host memory
         "--enable-lora", "--max-loras", "3", "--max-lora-rank", "16", "--max-cpu-loras", "3",
@@ -97,3 +96,15 @@ def test_the_simulated_engine_keeps_idle_connections_as_vllm_does(
     monkeypatch.setenv("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "soon")
     with pytest.raises(SpecError, match="VLLM_HTTP_TIMEOUT_KEEP_ALIVE='soon'"):
         keep_alive_s()
+
+
+def test_block_size_is_rendered_only_when_the_stack_sets_it() -> None:
+    # vLLM's CPU build uses 128-token blocks and refuses 16: an unset block size is left to
+    # the platform, a set one (even to 16) is passed.
+    def args(knobs: dict[str, object]) -> list[str]:
+        stack = parse_stack({"name": "s", "pools": [{"name": "p", "model": "m", "knobs": knobs}]})
+        return vllm_serve_args(stack, stack.pools[0], 0, 9000)
+
+    assert "--block-size" not in args({})
+    rendered = args({"block_size": 16})
+    assert rendered[rendered.index("--block-size") + 1] == "16"

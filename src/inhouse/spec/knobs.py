@@ -42,18 +42,26 @@ class Knob:
     * `flag`: `inhouse engine`'s flag for it ('' for a vLLM-only knob); vLLM's own by default.
     * `vllm_flag`: vLLM's flag when it differs from `flag` ('' when rendered by hand or not
       at all: see `inhouse.knob_flags.vllm_knob_args`).
-    * `always`: rendered for vLLM even at its default (vLLM's own default differs, or varies
-      by platform).
+    * `always`: rendered for vLLM even at its default (vLLM's own default differs).
+    * `explicit`: rendered for vLLM when the stack file sets it, even to the default (vLLM's
+      default varies by platform; unset, the platform's is left alone).
     """
 
     acts: frozenset[Place]
     flag: str = ""
     vllm_flag: str = ""
     always: bool = False
+    explicit: bool = False
 
 
-def _acts(*places: Place, flag: str = "", vllm_flag: str = "", always: bool = False) -> Knob:
-    return Knob(frozenset(places), flag, vllm_flag, always)
+def _acts(
+    *places: Place,
+    flag: str = "",
+    vllm_flag: str = "",
+    always: bool = False,
+    explicit: bool = False,
+) -> Knob:
+    return Knob(frozenset(places), flag, vllm_flag, always, explicit)
 
 
 class EngineKnobs(BaseModel):
@@ -81,9 +89,9 @@ class EngineKnobs(BaseModel):
     scheduling_policy: Annotated[
         Literal["fcfs", "priority"], _acts("core", "vllm", always=True)
     ] = "priority"
-    # NOTE: always rendered: router and engine hash prefixes per block, so vLLM must not pick
-    # a platform default of its own (its CPU build's differs).
-    block_size: Annotated[int, _acts("core", "vllm", always=True)] = Field(default=16, gt=0)
+    # NOTE: rendered only when the stack sets it: vLLM's CPU build refuses 16 (its blocks are
+    # 128 tokens), while every GPU backend's default is 16.
+    block_size: Annotated[int, _acts("core", "vllm", explicit=True)] = Field(default=16, gt=0)
     kv_cache_dtype: Annotated[str, _acts("core", "vllm")] = "auto"
     host_kv_gib: Annotated[float, _acts("core", "vllm")] = Field(
         default=0.0, ge=0, description="host-RAM KV tier per replica"
