@@ -65,7 +65,9 @@ def _lora_args(pool: PoolSpec) -> list[str]:
 
 
 def _agent_args(pool: PoolSpec) -> list[str]:
-    """Tool calling by model family, and OTLP tracing when an endpoint is set."""
+    """Tool calling by model family; OTLP tracing when an endpoint is set (render sets Tempo's
+    when `observability.tracing.enabled`), detailed spans when asked for (they cost step
+    time: `observability.tracing.detailed` or `knobs.collect_detailed_traces`)."""
     args: list[str] = []
     parser = tool_call_parser(pool)
     if parser is not None:
@@ -73,7 +75,8 @@ def _agent_args(pool: PoolSpec) -> list[str]:
     knobs = pool.knobs
     if knobs.otlp_traces_endpoint:
         args += ["--otlp-traces-endpoint", knobs.otlp_traces_endpoint]
-        args += ["--collect-detailed-traces", knobs.collect_detailed_traces or "all"]
+        if knobs.collect_detailed_traces:
+            args += ["--collect-detailed-traces", knobs.collect_detailed_traces]
     return args
 
 

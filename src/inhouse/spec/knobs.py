@@ -110,12 +110,14 @@ class EngineKnobs(BaseModel):
         "'none': tool calling off",
     )
     otlp_traces_endpoint: Annotated[str | None, _acts("vllm")] = Field(
-        default=None, description="OTLP endpoint vLLM sends traces to; null: tracing off"
+        default=None,
+        description="OTLP (gRPC) endpoint vLLM sends traces to; null: off, or Tempo's when "
+        "`observability.tracing.enabled` (render fills it in)",
     )
     collect_detailed_traces: Annotated[str | None, _acts("vllm")] = Field(
         default=None,
-        description="vLLM's detailed-trace modules (model, worker, all) when tracing is on; "
-        "null: all",
+        description="vLLM's detailed-trace modules (model, worker, all) with tracing on; null: "
+        "none, or all when `observability.tracing.detailed`",
     )
     shutdown_timeout_s: Annotated[
         int, _acts("server", "vllm", flag="--shutdown-timeout", always=True)
