@@ -1,0 +1,232 @@
+"""Pull a signed model from the registry into the node's cache, verified before it appears.
+
+    result = pull_model(PullRequest(registry, "org/model", "v1", cache_root, trust))
+
+1. Read the revision's manifest and signature; check the signature with the trusted key before
+   fetching anything (a wrong key fails in milliseconds, not after 140 GB), and that it covers
+   exactly the manifest's files.
+2. If the model's content is cached, link this name and revision to it: no bytes move (with
+   `verify_cached`, the cached copy is re-hashed first, and set aside if it fails).
+3. Otherwise fetch the files in parallel ranged parts into `partial/`, resuming what an
+   interrupted pull left, verify the signature over them with model-signing, and only then
+   rename the directory to its content address.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from inhouse.weights.cache import WeightCache, write_atomic
+from inhouse.weights.download import (
+    DEFAULT_PART_BYTES,
+    DEFAULT_WORKERS,
+    JOURNAL,
+    Fetcher,
+    Journal,
+    Part,
+    RateLimit,
+    plan_parts,
+    prepare_files,
+)
+from inhouse.weights.errors import VerificationFailed
+from inhouse.weights.manifest import RegistryManifest
+from inhouse.weights.messages import describe_failure
+from inhouse.weights.registry import blob_key, read_revision, resolve_revision
+from inhouse.weights.s3 import RegistryUrl, make_client, s3_errors
+from inhouse.weights.signature import read_statement
+from inhouse.weights.trust import Trust
+from inhouse.weights.verdict import Problem, Verification
+from inhouse.weights.verify import check_signature, diff_resources, verify_model
+
+log = logging.getLogger("inhouse.weights")
+
+
+@dataclass(frozen=True)
+class PullRequest:
+    registry: RegistryUrl
+    name: str
+    revision: str | None  # None: the newest pushed
+    cache: Path
+    trust: Trust
+    verify_cached: bool = False
+    workers: int = DEFAULT_WORKERS
+    part_bytes: int = DEFAULT_PART_BYTES
+    max_bytes_per_s: float | None = None
+    on_start: Callable[[int, int], None] = field(default=lambda total, have: None)
+    on_bytes: Callable[[int], None] = field(default=lambda n: None)
+
+
+@dataclass(frozen=True, slots=True)
+class PullResult:
+    name: str
+    revision: str
+    digest: str
+    path: Path  # CACHE/by-name/<name>/<revision>: serve this
+    signature: Path
+    total_bytes: int
+    fetched_bytes: int  # downloaded by this pull
+    resumed_bytes: int  # already on disk from an interrupted pull
+    was_cached: bool
+    verification: Verification | None  # None: served from the cache without re-hashing
+    quarantined: Path | None = None  # a cached copy that failed verification, moved here
+
+
+def pull_model(request: PullRequest, client: Any = None) -> PullResult:
+    client = client or make_client(max_connections=request.workers * 2)
+    registry = request.registry
+    revision = resolve_revision(client, registry, request.name, request.revision)
+    manifest, signature = read_revision(client, registry, request.name, revision)
+    cache = WeightCache(request.cache)
+    with cache.lock(manifest.digest):
+        quarantined = None
+        if cache.is_cached(manifest):
+            cached = _use_cached(request, cache, manifest, signature)
+            if isinstance(cached, PullResult):
+                return cached
+            quarantined = cached
+        result = _fetch_and_verify(request, client, cache, manifest, signature)
+        return dataclasses.replace(result, quarantined=quarantined)
+
+
+def _use_cached(
+    request: PullRequest, cache: WeightCache, manifest: RegistryManifest, signature: bytes
+) -> PullResult | Path:
+    """The cached copy, linked for this name and revision; or, when `verify_cached` finds it
+    altered, the place it was moved to."""
+    link = cache.link(manifest, signature)
+    verification = None
+    if request.verify_cached:
+        verification = verify_model(link, request.trust)
+        if not verification.ok:
+            moved = cache.quarantine(manifest.digest)
+            log.warning(
+                "%s\nmoved the bad copy to %s; fetching a fresh one",
+                describe_failure(verification),
+                moved,
+            )
+            return moved
+    return PullResult(
+        manifest.name,
+        manifest.revision,
+        manifest.digest,
+        link,
+        cache.signature_of(manifest.name, manifest.revision),
+        manifest.total_bytes,
+        0,
+        0,
+        True,
+        verification,
+    )
+
+
+def _check_before_fetch(
+    request: PullRequest, manifest: RegistryManifest, signature_path: Path, signature: bytes
+) -> None:
+    """Refuse before any download: a signature that is not the one pushed, does not verify
+    with the trusted key, or lists other files than the manifest."""
+    where = f"{request.registry}/models/{manifest.name}/{manifest.revision}/model.sig"
+    problem = None
+    if hashlib.sha256(signature).hexdigest() != manifest.signature.sha256:
+        problem = Problem("signature", where, "it is not the signature pushed with this revision")
+    else:
+        checked = check_signature(signature_path, request.trust)
+        if not checked.ok:
+            assert checked.first is not None, "a failed check has a problem"
+            problem = Problem("signature", where, checked.first.detail)
+    if problem is None:
+        statement = read_statement(signature_path)
+        listed = {f.path: f.sha256 for f in manifest.files}
+        signed = {p: listed.get(p, "?") for p in statement.files}
+        if statement.method == "files" and statement.serialization.get("hash_type") == "sha256":
+            signed = statement.resources
+        problems = diff_resources(signed, listed)
+        if problems:
+            problem = Problem(
+                problems[0].kind,
+                problems[0].path,
+                "the registry's manifest disagrees with the signature",
+            )
+    if problem is not None:
+        trust = request.trust.describe()
+        verification = Verification(Path(where), signature_path, trust, (problem,))
+        raise VerificationFailed(verification, _refusal(manifest, verification))
+
+
+def _refusal(manifest: RegistryManifest, verification: Verification) -> str:
+    return f"refusing {manifest.name}@{manifest.revision}: " + describe_failure(verification)
+
+
+def _fetch_and_verify(
+    request: PullRequest,
+    client: Any,
+    cache: WeightCache,
+    manifest: RegistryManifest,
+    signature: bytes,
+) -> PullResult:
+    partial = cache.partial_dir(manifest.digest)
+    model_dir = partial / "model"
+    signature_path = partial / "model.sig"
+    write_atomic(signature_path, signature)
+    _check_before_fetch(request, manifest, signature_path, signature)
+    files = list(manifest.files)
+    prepare_files(model_dir, files)
+    parts = plan_parts(
+        [(f, blob_key(request.registry, f.sha256)) for f in files], request.part_bytes
+    )
+    journal = Journal(partial / JOURNAL, f"inhouse-pull {manifest.digest} {request.part_bytes}")
+    have = journal.load()
+    journal.reset(have)
+    resumed = sum(p.num_bytes for p in parts if p.index in have)
+    request.on_start(manifest.total_bytes, resumed)
+    rate = RateLimit(request.max_bytes_per_s) if request.max_bytes_per_s else None
+    fetcher = Fetcher(
+        client, request.registry.bucket, model_dir, journal, request.workers, rate, request.on_bytes
+    )
+    with s3_errors(f"pull {manifest.name}@{manifest.revision}", request.registry):
+        fetched = fetcher.fetch([p for p in parts if p.index not in have])
+        verification = verify_model(model_dir, request.trust, signature_path)
+        resumed_files = {p.path for p in parts if p.index in have}
+        retry = {p.path for p in verification.file_problems} & resumed_files
+        if retry and len(retry) == len(verification.file_problems):
+            # Parts kept from an interrupted pull did not survive (a crash before the page
+            # cache reached the disk): fetch those files again, once.
+            _forget(journal, parts, retry)
+            again = [p for p in parts if p.path in retry]
+            fetched += fetcher.fetch(again)
+            resumed -= sum(p.num_bytes for p in again)
+            verification = verify_model(model_dir, request.trust, signature_path)
+    if not verification.ok:
+        _forget(journal, parts, {p.path for p in verification.file_problems})
+        raise VerificationFailed(verification, _refusal(manifest, verification))
+    cache.install(model_dir, manifest)
+    link = cache.link(manifest, signature)
+    _remove_partial(partial)
+    return PullResult(
+        manifest.name,
+        manifest.revision,
+        manifest.digest,
+        link,
+        cache.signature_of(manifest.name, manifest.revision),
+        manifest.total_bytes,
+        fetched,
+        resumed,
+        False,
+        verification,
+    )
+
+
+def _forget(journal: Journal, parts: list[Part], paths: set[str]) -> None:
+    """Drop the journaled parts of `paths`, so they are fetched again."""
+    journal.reset({i for i in journal.load() if parts[i].path not in paths})
+
+
+def _remove_partial(partial: Path) -> None:
+    for leaf in (JOURNAL, "model.sig"):
+        (partial / leaf).unlink(missing_ok=True)
+    partial.rmdir()
