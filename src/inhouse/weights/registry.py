@@ -135,7 +135,7 @@ def push_model(
             revision=revision,
             digest=model_digest(files),
             license=license or catalog_license(name),
-            pushed_at=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            pushed_at=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
             signature=SignatureEntry(
                 size=len(signature_bytes), sha256=hashlib.sha256(signature_bytes).hexdigest()
             ),
@@ -179,8 +179,10 @@ def _upload_blobs(
     return sum(c[0] for c in counts), sum(c[1] for c in counts)
 
 
-def list_revisions(client: Any, registry: RegistryUrl, name: str | None = None) -> list[Any]:
-    """(name, revision, last-modified) of every complete revision, newest first."""
+def list_revisions(
+    client: Any, registry: RegistryUrl, name: str | None = None
+) -> list[tuple[str, str]]:
+    """(name, revision) of every complete revision (its manifest exists)."""
     base = registry.key("models", name or "") + "/"
     found = []
     with s3_errors(f"list {registry}", registry):
@@ -195,20 +197,20 @@ def list_revisions(client: Any, registry: RegistryUrl, name: str | None = None) 
                 middle = key[len(registry.key("models")) + 1 : -len(MANIFEST) - 1]
                 model, _, revision = middle.rpartition("/")
                 if model and (name is None or model == name):
-                    found.append((model, revision, item["LastModified"]))
-    return sorted(found, key=lambda f: f[2], reverse=True)
+                    found.append((model, revision))
+    return found
 
 
 def resolve_revision(client: Any, registry: RegistryUrl, name: str, revision: str | None) -> str:
     if revision is not None:
         return check_revision(revision)
-    revisions = list_revisions(client, registry, check_model_name(name))
-    if not revisions:
+    manifests = read_manifests(client, registry, check_model_name(name))
+    if not manifests:
         raise WeightsError(
             f"no revision of {name!r} in {registry}; `inhouse weights ls --registry "
             f"{registry}` lists what is there"
         )
-    return str(revisions[0][1])
+    return manifests[0].revision
 
 
 def read_revision(
@@ -222,7 +224,7 @@ def read_revision(
         except Exception as exc:
             if not is_not_found(exc):
                 raise
-            known = [r for _, r, _ in list_revisions(client, registry, name)]
+            known = [m.revision for m in read_manifests(client, registry, name)]
             raise WeightsError(
                 f"{name}@{revision} is not in {registry}; revisions there: "
                 f"{', '.join(known) or 'none'}"
@@ -234,13 +236,16 @@ def read_revision(
     return manifest, signature
 
 
-def read_manifests(client: Any, registry: RegistryUrl) -> list[RegistryManifest]:
+def read_manifests(
+    client: Any, registry: RegistryUrl, name: str | None = None
+) -> list[RegistryManifest]:
+    """Every complete revision's manifest (of `name`, or all), the newest pushed first."""
     manifests = []
-    for name, revision, _ in list_revisions(client, registry):
-        with s3_errors(f"read {name}@{revision}", registry):
-            text = _get(client, registry.bucket, revision_key(registry, name, revision, MANIFEST))
-        manifests.append(parse_manifest(text, f"{registry}/models/{name}/{revision}"))
-    return manifests
+    for model, revision in list_revisions(client, registry, name):
+        with s3_errors(f"read {model}@{revision}", registry):
+            text = _get(client, registry.bucket, revision_key(registry, model, revision, MANIFEST))
+        manifests.append(parse_manifest(text, f"{registry}/models/{model}/{revision}"))
+    return sorted(manifests, key=lambda m: (m.pushed_at, m.revision), reverse=True)
 
 
 def _get(client: Any, bucket: str, key: str) -> bytes:

@@ -4,7 +4,8 @@ Any S3 API works (MinIO in production, SeaweedFS in the tests). The endpoint and
 come from `AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` (and
 `AWS_SESSION_TOKEN`, `AWS_REGION` when set). Credentials must be in the environment: we never
 let boto3 go looking for an instance-metadata service, which does not exist in the building and
-would only stall. Path-style addressing, which on-prem servers expect.
+would only stall. Path-style addressing, which on-prem servers expect. Requests are retried
+(`AWS_MAX_ATTEMPTS`, default 5, with backoff).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import boto3
+import boto3.exceptions
 import botocore.config
 import botocore.exceptions
 
@@ -64,7 +66,10 @@ def make_client(max_connections: int = 16) -> Any:
         s3={"addressing_style": "path"},
         connect_timeout=CONNECT_TIMEOUT_S,
         read_timeout=READ_TIMEOUT_S,
-        retries={"max_attempts": MAX_ATTEMPTS, "mode": "standard"},
+        retries={
+            "max_attempts": int(os.environ.get("AWS_MAX_ATTEMPTS") or MAX_ATTEMPTS),
+            "mode": "standard",
+        },
         max_pool_connections=max_connections,
         # Checksums on every request only where the API requires them (older on-prem servers
         # reject the newer default headers).
@@ -96,26 +101,38 @@ def is_not_found(exc: Exception) -> bool:
 
 @contextlib.contextmanager
 def s3_errors(what: str, registry: RegistryUrl) -> Iterator[None]:
-    """Turn botocore's exceptions into a WeightsError that says what to check."""
+    """Turn boto3's exceptions into a WeightsError that says what to check."""
     try:
         yield
+    except boto3.exceptions.S3UploadFailedError as exc:
+        # s3transfer wraps the server's answer; the ClientError is its context.
+        cause = exc.__context__
+        if isinstance(cause, botocore.exceptions.ClientError):
+            raise _client_error(what, registry, cause) from exc
+        raise WeightsError(f"{what}: upload failed: {exc}") from exc
     except botocore.exceptions.EndpointConnectionError as exc:
         raise WeightsError(
             f"{what}: cannot reach the S3 server at {endpoint()}: is it up, and is "
             "AWS_ENDPOINT_URL right?"
         ) from exc
     except botocore.exceptions.ClientError as exc:
-        code = error_code(exc)
-        if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403"):
-            raise WeightsError(
-                f"{what}: the S3 server refused our credentials ({code}): check "
-                f"AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY and the bucket policy of {registry}"
-            ) from exc
-        if code == "NoSuchBucket":
-            raise WeightsError(
-                f"{what}: bucket {registry.bucket!r} does not exist at {endpoint()}: create it "
-                "or fix the registry URL"
-            ) from exc
-        raise WeightsError(f"{what}: S3 error {code}: {exc}") from exc
+        raise _client_error(what, registry, exc) from exc
     except botocore.exceptions.BotoCoreError as exc:
         raise WeightsError(f"{what}: S3 client error: {exc}") from exc
+
+
+def _client_error(
+    what: str, registry: RegistryUrl, exc: botocore.exceptions.ClientError
+) -> WeightsError:
+    code = error_code(exc)
+    if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403"):
+        return WeightsError(
+            f"{what}: the S3 server refused our credentials ({code}): check "
+            f"AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY and the bucket policy of {registry}"
+        )
+    if code == "NoSuchBucket":
+        return WeightsError(
+            f"{what}: bucket {registry.bucket!r} does not exist at {endpoint()}: create it or "
+            "fix the registry URL"
+        )
+    return WeightsError(f"{what}: S3 error {code}: {exc}")

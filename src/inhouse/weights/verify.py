@@ -93,7 +93,8 @@ def check_signature(signature: Path, trust: Trust) -> Verification:
     with tempfile.TemporaryDirectory(prefix="inhouse-sigcheck-") as empty:
         result = verify_model(Path(empty), trust, signature)
     bad = tuple(p for p in result.problems if p.kind != "missing")
-    return Verification(signature.parent, signature, result.trust, bad, result.num_files)
+    num_files = sum(1 for p in result.problems if p.kind == "missing")
+    return Verification(signature.parent, signature, result.trust, bad, num_files)
 
 
 def require_verified(model_dir: Path, trust: Trust, signature: Path | None = None) -> Verification:
