@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from tests.weights.s3_server import SeaweedS3
+from tests.weights.tiny_model import shards, write_tiny_model
 
 from inhouse.weights.signature import sign_model
 from inhouse.weights.trust import Trust, keygen
-from tests.weights.s3_server import SeaweedS3
-from tests.weights.tiny_model import shards, write_tiny_model
 
 
 @dataclass(frozen=True)

@@ -101,8 +101,9 @@ class SeaweedS3:
     def start(self) -> SeaweedS3:
         config = self.root / "s3.json"
         self.root.mkdir(parents=True, exist_ok=True)
-        identity = {"name": "inhouse", "actions": ["Admin", "Read", "Write", "List", "Tagging"],
-                    "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}]}  # fmt: skip
+        credential = {"accessKey": self.access_key, "secretKey": self.secret_key}
+        actions = ["Admin", "Read", "Write", "List", "Tagging"]
+        identity = {"name": "inhouse", "actions": actions, "credentials": [credential]}
         config.write_text(json.dumps({"identities": [identity]}))
         for attempt in range(NUM_ATTEMPTS):
             if self._start_once(config, attempt):
@@ -120,8 +121,13 @@ class SeaweedS3:
         argv += [f"-{flag}={port}" for flag, port in ports.items()]
         self.endpoint = f"http://127.0.0.1:{ports['s3.port']}"
         with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+            self.process = subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         if self._wait_ready():
             return True
         self.stop()
@@ -141,7 +147,7 @@ class SeaweedS3:
                 client.list_objects_v2(Bucket=probe)
                 client.delete_bucket(Bucket=probe)
                 return True
-            except Exception:  # noqa: BLE001 - not up yet: connection refused, 5xx, ...
+            except Exception:
                 time.sleep(0.3)
         return False
 

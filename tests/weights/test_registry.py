@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.weights.conftest import SHARD, Keys, Tampering
+from tests.weights.s3_server import SeaweedS3
 
 from inhouse.errors import SpecError
 from inhouse.weights.errors import WeightsError
@@ -20,8 +22,6 @@ from inhouse.weights.registry import (
 )
 from inhouse.weights.s3 import RegistryUrl, make_client
 from inhouse.weights.signature import sign_model
-from tests.weights.conftest import SHARD, Keys, Tampering
-from tests.weights.s3_server import SeaweedS3
 
 CATALOG_NAME = "meta-llama/Llama-3.1-8B-Instruct"
 
@@ -107,7 +107,7 @@ def test_s3_errors_say_what_to_check(
         list_revisions(make_client(), url)
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens on 9
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
-    with pytest.raises(WeightsError, match="cannot reach the S3 server at http://127.0.0.1:9"):
+    with pytest.raises(WeightsError, match=r"cannot reach the S3 server at http://127\.0\.0\.1:9"):
         list_revisions(make_client(), url)
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
     with pytest.raises(WeightsError, match="no S3 credentials"):

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 from model_signing import verifying
+from tests.weights.conftest import SHARD, Keys, Tampering
+from tests.weights.tiny_model import write_tiny_model
 
+from inhouse.weights.errors import VerificationFailed, WeightsError
 from inhouse.weights.messages import describe_failure
 from inhouse.weights.signature import default_signature_path, sign_model
 from inhouse.weights.trust import Trust, keygen
 from inhouse.weights.verify import check_signature, require_verified, verify_model
-from inhouse.weights.errors import VerificationFailed, WeightsError
-from tests.weights.conftest import SHARD, Keys, Tampering
-from tests.weights.tiny_model import write_tiny_model
 
 
 def test_default_signature_sits_beside_the_directory(tmp_path: Path) -> None:
