@@ -59,7 +59,7 @@ def describe_failure(verification: Verification) -> str:
     problems = verification.problems
     lines = [
         f"{verification.model_dir} does not match its signature {verification.signature} "
-        f"({len(problems)} problem(s)); refusing it.",
+        f"({len(problems)} problem(s)):",
     ]
     lines += [f"  {describe_problem(p)}" for p in problems[:MAX_LISTED]]
     if len(problems) > MAX_LISTED:
