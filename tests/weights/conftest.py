@@ -4,7 +4,7 @@ the three tamperings every refusal test runs (one byte changed, a file added, a 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,12 +52,6 @@ TAMPERINGS = (
 @pytest.fixture(params=TAMPERINGS, ids=[t.name for t in TAMPERINGS])
 def tampering(request: pytest.FixtureRequest) -> Tampering:
     return request.param  # type: ignore[no-any-return]
-
-
-@pytest.fixture(scope="session")
-def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
-    with SeaweedS3(tmp_path_factory.mktemp("seaweed")) as server:
-        yield server
 
 
 @pytest.fixture
