@@ -16,9 +16,9 @@ from tests.weights.tiny_model import write_tiny_model
 
 from inhouse.weights.errors import VerificationFailed, WeightsError
 from inhouse.weights.messages import describe_failure
-from inhouse.weights.signature import default_signature_path, sign_model
+from inhouse.weights.signature import default_signature_path, read_statement, sign_model
 from inhouse.weights.trust import Trust, keygen
-from inhouse.weights.verify import check_signature, require_verified, verify_model
+from inhouse.weights.verify import FileHashes, check_signature, require_verified, verify_model
 
 
 def test_default_signature_sits_beside_the_directory(tmp_path: Path) -> None:
@@ -212,3 +212,32 @@ def test_keygen_never_overwrites(tmp_path: Path) -> None:
     with pytest.raises(WeightsError, match="never overwrites"):
         keygen(tmp_path / "k")
     assert (tmp_path / "k" / "key.priv").read_bytes() == before
+
+
+def _library_digests(model: Path) -> dict[str, object]:
+    hashes = FileHashes(model, read_statement(default_signature_path(model)))
+    for path in model.iterdir():
+        hashes.add(path.name)
+    digests = hashes.digests()
+    assert digests is not None
+    return digests
+
+
+def test_precomputed_digests_are_used_only_for_exactly_the_files_there(
+    signed_model: Path, keys: Keys
+) -> None:
+    digests = _library_digests(signed_model)
+    assert verify_model(signed_model, keys.trust, precomputed=digests).ok
+    # Digests are taken as given when the directory holds exactly their files: a wrong one
+    # is a wrong file (the library compares them with the signature).
+    wrong = {**digests, SHARD: _library_digests(signed_model)["config.json"]}
+    (problem,) = verify_model(signed_model, keys.trust, precomputed=wrong).problems
+    assert (problem.kind, problem.path) == ("altered", SHARD)
+    # A file they do not cover, or a symlink, and the library hashes everything itself.
+    (signed_model / "extra.bin").write_bytes(b"x")
+    (problem,) = verify_model(signed_model, keys.trust, precomputed=digests).problems
+    assert (problem.kind, problem.path) == ("extra", "extra.bin")
+    (signed_model / "extra.bin").unlink()
+    os.symlink("config.json", signed_model / "link.json")
+    (problem,) = verify_model(signed_model, keys.trust, precomputed=digests).problems
+    assert problem.kind == "unreadable"

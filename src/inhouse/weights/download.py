@@ -122,7 +122,8 @@ def prepare_files(model_dir: Path, files: list[FileEntry]) -> None:
 
 @dataclass
 class Fetcher:
-    """Runs the GETs. `on_bytes` sees every chunk written (the progress bar)."""
+    """Runs the GETs. `on_bytes` sees every chunk written (the progress bar); `on_file` each
+    file whose last part of this fetch was written (to hash it while the rest downloads)."""
 
     client: Any
     bucket: str
@@ -131,14 +132,29 @@ class Fetcher:
     workers: int = DEFAULT_WORKERS
     rate: RateLimit | None = None
     on_bytes: Callable[[int], None] = lambda n: None
+    on_file: Callable[[str], None] = lambda path: None
 
     def fetch(self, parts: list[Part]) -> int:
         """Fetch `parts`; returns the bytes fetched. On the first failure the rest are
         cancelled (finished ones stay journaled) and the error is raised."""
         if not parts:
             return 0
+        remaining: dict[str, int] = {}
+        for part in parts:
+            remaining[part.path] = remaining.get(part.path, 0) + 1
+        lock = threading.Lock()
+
+        def fetch_part(part: Part) -> int:
+            size = self._fetch_part(part)
+            with lock:
+                remaining[part.path] -= 1
+                is_last = remaining[part.path] == 0
+            if is_last:
+                self.on_file(part.path)
+            return size
+
         pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="weights-pull")
-        futures = [pool.submit(self._fetch_part, part) for part in parts]
+        futures = [pool.submit(fetch_part, part) for part in parts]
         try:
             done, _ = wait(futures, return_when=FIRST_EXCEPTION)
             for future in done:

@@ -35,14 +35,14 @@ from inhouse.weights.download import (
     prepare_files,
 )
 from inhouse.weights.errors import VerificationFailed
-from inhouse.weights.manifest import RegistryManifest
+from inhouse.weights.manifest import FileEntry, RegistryManifest
 from inhouse.weights.messages import describe_failure
 from inhouse.weights.registry import blob_key, read_revision, resolve_revision
 from inhouse.weights.s3 import RegistryUrl, make_client, s3_errors
 from inhouse.weights.signature import read_statement
 from inhouse.weights.trust import Trust
 from inhouse.weights.verdict import Problem, Verification
-from inhouse.weights.verify import check_signature, diff_resources, verify_model
+from inhouse.weights.verify import FileHashes, check_signature, diff_resources, verify_model
 
 log = logging.getLogger("inhouse.weights")
 
@@ -185,20 +185,20 @@ def _fetch_and_verify(
     resumed = sum(p.num_bytes for p in parts if p.index in have)
     request.on_start(manifest.total_bytes, resumed)
     rate = RateLimit(request.max_bytes_per_s) if request.max_bytes_per_s else None
-    fetcher = Fetcher(
-        client, request.registry.bucket, model_dir, journal, request.workers, rate, request.on_bytes
-    )
+    hashes = FileHashes(model_dir, read_statement(signature_path))
+    fetcher = Fetcher(client, request.registry.bucket, model_dir, journal, request.workers, rate,
+                      request.on_bytes, hashes.add)  # fmt: skip
     with s3_errors(f"pull {manifest.name}@{manifest.revision}", request.registry):
-        fetched = fetcher.fetch([p for p in parts if p.index not in have])
-        verification = verify_model(model_dir, request.trust, signature_path)
+        missing = [p for p in parts if p.index not in have]
+        fetched, verification = _download(request, fetcher, hashes, files, missing, signature_path)
         resumed_files = {p.path for p in parts if p.index in have}
         retry = {p.path for p in verification.file_problems} & resumed_files
         if retry and len(retry) == len(verification.file_problems):
             # Parts kept from an interrupted pull did not survive (a crash before the page
-            # cache reached the disk): fetch those files again, once.
+            # cache reached the disk): fetch those files again, once, and hash everything.
             _forget(journal, parts, retry)
             again = [p for p in parts if p.path in retry]
-            fetched += fetcher.fetch(again)
+            fetched += dataclasses.replace(fetcher, on_file=lambda path: None).fetch(again)
             resumed -= sum(p.num_bytes for p in again)
             verification = verify_model(model_dir, request.trust, signature_path)
     if not verification.ok:
@@ -219,6 +219,27 @@ def _fetch_and_verify(
         False,
         verification,
     )
+
+
+def _download(
+    request: PullRequest,
+    fetcher: Fetcher,
+    hashes: FileHashes,
+    files: list[FileEntry],
+    missing: list[Part],
+    signature_path: Path,
+) -> tuple[int, Verification]:
+    """Fetch the missing parts while the library hashes each file as it completes (files
+    already whole are hashed at once), then verify the signature over those digests."""
+    pending = {p.path for p in missing}
+    for entry in files:
+        if entry.path not in pending:
+            hashes.add(entry.path)
+    try:
+        fetched = fetcher.fetch(missing)
+    finally:
+        digests = hashes.digests()
+    return fetched, verify_model(fetcher.model_dir, request.trust, signature_path, digests)
 
 
 def _forget(journal: Journal, parts: list[Part], paths: set[str]) -> None:

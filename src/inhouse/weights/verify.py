@@ -16,7 +16,9 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from model_signing import hashing, manifest, verifying
 
@@ -26,20 +28,33 @@ from inhouse.weights.signature import (
     configure_hashing,
     default_signature_path,
     inside,
+    new_hashing,
     new_verifying,
     read_statement,
 )
 from inhouse.weights.trust import Trust
 from inhouse.weights.verdict import Problem, Verification, sorted_problems
 
+# resource (file, or `file:start:end`) -> the library's Digest (its class is in a private module)
+Digests = dict[str, Any]
+
 
 class _RecordingHashing(hashing.Config):
-    """The library's hashing configuration, remembering whether it ran and what it found."""
+    """The library's hashing configuration, remembering whether it ran and what it found.
 
-    def __init__(self) -> None:
+    With `precomputed` digests (a pull hashes each file with the library as soon as its last
+    byte is written, while the rest downloads), the manifest is built from them instead of
+    reading the files again, but only when the directory holds exactly those regular files
+    and nothing else (no symlink, no special file, no extra or missing file); otherwise the
+    library hashes everything as usual.
+    """
+
+    def __init__(self, statement: Statement, precomputed: Digests | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.started = False
         self.result: manifest.Manifest | None = None
+        self._statement = statement
+        self._precomputed = precomputed
 
     def hash(
         self,
@@ -48,8 +63,58 @@ class _RecordingHashing(hashing.Config):
         files_to_hash: Iterable[hashing.PathLike] | None = None,
     ) -> manifest.Manifest:
         self.started = True
-        self.result = super().hash(model_path, files_to_hash=files_to_hash)
+        root = Path(os.fsdecode(model_path))
+        if self._precomputed is not None and files_to_hash is None and self._covers(root):
+            kind = manifest.SerializationType.from_args(self._statement.serialization)
+            items = [kind.new_item(name, d) for name, d in self._precomputed.items()]
+            self.result = manifest.Manifest(root.name, items, kind)
+        else:
+            self.result = super().hash(model_path, files_to_hash=files_to_hash)
         return self.result
+
+    def _covers(self, root: Path) -> bool:
+        assert self._precomputed is not None, "only with precomputed digests"
+        expected = {name.split(":")[0] for name in self._precomputed}
+        found: set[str] = set()
+        for directory, subdirs, files in os.walk(root):
+            for name in subdirs + files:
+                path = Path(directory) / name
+                if path.is_symlink() or not (path.is_dir() or path.is_file()):
+                    return False
+            found.update((Path(directory) / f).relative_to(root).as_posix() for f in files)
+        return found == expected
+
+
+class FileHashes:
+    """Library digests of a model's files, computed in the background as each file completes
+    (`add(path)`); `digests()` waits for them all."""
+
+    def __init__(self, model_dir: Path, statement: Statement, workers: int = 2) -> None:
+        self.model_dir = model_dir
+        self.statement = statement
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="weights-hash")
+        self._futures: list[Future[Digests]] = []
+
+    def add(self, path: str) -> None:
+        self._futures.append(self._pool.submit(self._hash, path))
+
+    def _hash(self, path: str) -> Digests:
+        config = configure_hashing(new_hashing(), self.statement, [])
+        result = config.hash(self.model_dir, files_to_hash=[self.model_dir / path])
+        return {rd.identifier: rd.digest for rd in result.resource_descriptors()}
+
+    def digests(self) -> Digests | None:
+        """Every digest, or None when a file could not be hashed (verification then hashes
+        everything and reports why)."""
+        merged: Digests = {}
+        try:
+            for future in self._futures:
+                merged.update(future.result())
+        except (OSError, ValueError):
+            return None
+        finally:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+        return merged
 
 
 def _verifier(trust: Trust) -> verifying.Config:
@@ -59,10 +124,16 @@ def _verifier(trust: Trust) -> verifying.Config:
     return config.use_certificate_verifier(certificate_chain=trust.certificate_chain)
 
 
-def verify_model(model_dir: Path, trust: Trust, signature: Path | None = None) -> Verification:
+def verify_model(
+    model_dir: Path,
+    trust: Trust,
+    signature: Path | None = None,
+    precomputed: Digests | None = None,
+) -> Verification:
     """Check `model_dir` against `signature` (default `MODEL_DIR.sig`). Never raises for a
     verification failure: the result says what failed. A symlinked directory (a cache's
-    by-name link) is followed; symlinks inside it are refused unless the signer allowed them."""
+    by-name link) is followed; symlinks inside it are refused unless the signer allowed them.
+    `precomputed`: the library's digests of the files, taken as they were written (pull)."""
     signature = signature or default_signature_path(model_dir)
     base = Verification(model_dir, signature, trust.describe())
     try:
@@ -76,7 +147,7 @@ def verify_model(model_dir: Path, trust: Trust, signature: Path | None = None) -
     if not real_dir.is_dir():
         return _with(base, Problem("unreadable", str(model_dir), "no such directory"))
     within = inside(signature, real_dir)
-    hashes = _RecordingHashing()
+    hashes = _RecordingHashing(statement, precomputed)
     configure_hashing(hashes, statement, [within] if within else [])
     try:
         _verifier(trust).set_hashing_config(hashes).verify(real_dir, signature)
