@@ -110,8 +110,15 @@ def test_resumed_parts_that_did_not_survive_are_fetched_again(
     with (partial / "model-00001-of-00002.safetensors").open("r+b") as handle:
         handle.seek(PART // 3)
         handle.write(b"\0" * 64)  # lost bytes of a journaled part
+    journal = (partial.parent / "parts.journal").read_text().splitlines()[1:]
+    manifest, _ = read_revision(make_client(), pushed, NAME, "v1")
+    parts = plan_parts([(f, "") for f in manifest.files], PART)
+    kept = [parts[int(i)] for i in journal]
     result = pull_model(request(pushed, cache, keys.trust, workers=1))
     assert result.verification is not None and result.verification.ok
+    lost_file = "model-00001-of-00002.safetensors"
+    assert result.resumed_bytes == sum(p.num_bytes for p in kept if p.path != lost_file)
+    assert result.fetched_bytes == result.total_bytes - result.resumed_bytes
 
 
 def _tamper_registry(url: RegistryUrl, tampering: Tampering, signed_model: Path) -> None:

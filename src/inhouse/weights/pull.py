@@ -162,6 +162,37 @@ def _refusal(manifest: RegistryManifest, verification: Verification) -> str:
     return f"refusing {manifest.name}@{manifest.revision}: " + describe_failure(verification)
 
 
+@dataclass(frozen=True)
+class _Job:
+    """A download in `partial/`: its files pre-sized, its parts, what the journal has."""
+
+    model_dir: Path
+    signature_path: Path
+    parts: list[Part]
+    journal: Journal
+    have: set[int]
+
+    @property
+    def resumed_bytes(self) -> int:
+        return sum(p.num_bytes for p in self.parts if p.index in self.have)
+
+
+def _start_job(
+    request: PullRequest, cache: WeightCache, manifest: RegistryManifest, signature: bytes
+) -> _Job:
+    partial = cache.partial_dir(manifest.digest)
+    signature_path = partial / "model.sig"
+    write_atomic(signature_path, signature)
+    _check_before_fetch(request, manifest, signature_path, signature)
+    prepare_files(partial / "model", list(manifest.files))
+    keyed = [(f, blob_key(request.registry, f.sha256)) for f in manifest.files]
+    journal = Journal(partial / JOURNAL, f"inhouse-pull {manifest.digest} {request.part_bytes}")
+    have = journal.load()
+    journal.reset(have)
+    parts = plan_parts(keyed, request.part_bytes)
+    return _Job(partial / "model", signature_path, parts, journal, have)
+
+
 def _fetch_and_verify(
     request: PullRequest,
     client: Any,
@@ -169,56 +200,46 @@ def _fetch_and_verify(
     manifest: RegistryManifest,
     signature: bytes,
 ) -> PullResult:
-    partial = cache.partial_dir(manifest.digest)
-    model_dir = partial / "model"
-    signature_path = partial / "model.sig"
-    write_atomic(signature_path, signature)
-    _check_before_fetch(request, manifest, signature_path, signature)
-    files = list(manifest.files)
-    prepare_files(model_dir, files)
-    parts = plan_parts(
-        [(f, blob_key(request.registry, f.sha256)) for f in files], request.part_bytes
-    )
-    journal = Journal(partial / JOURNAL, f"inhouse-pull {manifest.digest} {request.part_bytes}")
-    have = journal.load()
-    journal.reset(have)
-    resumed = sum(p.num_bytes for p in parts if p.index in have)
-    request.on_start(manifest.total_bytes, resumed)
+    job = _start_job(request, cache, manifest, signature)
+    request.on_start(manifest.total_bytes, job.resumed_bytes)
     rate = RateLimit(request.max_bytes_per_s) if request.max_bytes_per_s else None
-    hashes = FileHashes(model_dir, read_statement(signature_path))
-    fetcher = Fetcher(client, request.registry.bucket, model_dir, journal, request.workers, rate,
-                      request.on_bytes, hashes.add)  # fmt: skip
+    hashes = FileHashes(job.model_dir, read_statement(job.signature_path))
+    fetcher = Fetcher(client, request.registry.bucket, job.model_dir, job.journal,
+                      request.workers, rate, request.on_bytes, hashes.add)  # fmt: skip
     with s3_errors(f"pull {manifest.name}@{manifest.revision}", request.registry):
-        missing = [p for p in parts if p.index not in have]
-        fetched, verification = _download(request, fetcher, hashes, files, missing, signature_path)
-        resumed_files = {p.path for p in parts if p.index in have}
-        retry = {p.path for p in verification.file_problems} & resumed_files
-        if retry and len(retry) == len(verification.file_problems):
-            # Parts kept from an interrupted pull did not survive (a crash before the page
-            # cache reached the disk): fetch those files again, once, and hash everything.
-            _forget(journal, parts, retry)
-            again = [p for p in parts if p.path in retry]
-            fetched += dataclasses.replace(fetcher, on_file=lambda path: None).fetch(again)
-            resumed -= sum(p.num_bytes for p in again)
-            verification = verify_model(model_dir, request.trust, signature_path)
+        missing = [p for p in job.parts if p.index not in job.have]
+        fetched, verification = _download(request, fetcher, hashes, list(manifest.files),
+                                          missing, job.signature_path)  # fmt: skip
+        refetched, lost, verification = _refetch_lost(request, job, fetcher, verification)
     if not verification.ok:
-        _forget(journal, parts, {p.path for p in verification.file_problems})
+        _forget(job.journal, job.parts, {p.path for p in verification.file_problems})
         raise VerificationFailed(verification, _refusal(manifest, verification))
-    cache.install(model_dir, manifest)
+    cache.install(job.model_dir, manifest)
     link = cache.link(manifest, signature)
-    _remove_partial(partial)
+    _remove_partial(job.model_dir.parent)
     return PullResult(
-        manifest.name,
-        manifest.revision,
-        manifest.digest,
-        link,
-        cache.signature_of(manifest.name, manifest.revision),
-        manifest.total_bytes,
-        fetched,
-        resumed,
-        False,
-        verification,
-    )
+        manifest.name, manifest.revision, manifest.digest, link,
+        cache.signature_of(manifest.name, manifest.revision), manifest.total_bytes,
+        fetched + refetched, job.resumed_bytes - lost, False, verification,
+    )  # fmt: skip
+
+
+def _refetch_lost(
+    request: PullRequest, job: _Job, fetcher: Fetcher, verification: Verification
+) -> tuple[int, int, Verification]:
+    """When every problem is in a file that had parts from an interrupted pull, those parts did
+    not survive (a crash before the page cache reached the disk): fetch those files again,
+    once, and verify by hashing everything. Returns (bytes fetched again, bytes of kept parts
+    that were dropped, the new verification)."""
+    resumed_files = {p.path for p in job.parts if p.index in job.have}
+    retry = {p.path for p in verification.file_problems}
+    if not retry or not retry <= resumed_files:
+        return 0, 0, verification
+    _forget(job.journal, job.parts, retry)
+    again = [p for p in job.parts if p.path in retry]
+    fetched = dataclasses.replace(fetcher, on_file=lambda path: None).fetch(again)
+    lost = sum(p.num_bytes for p in again if p.index in job.have)
+    return fetched, lost, verify_model(job.model_dir, request.trust, job.signature_path)
 
 
 def _download(

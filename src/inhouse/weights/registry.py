@@ -130,17 +130,7 @@ def push_model(
             )
         uploaded, reused = _upload_blobs(client, model_dir, registry, files)
         signature_bytes = signature.read_bytes()
-        manifest = RegistryManifest(
-            name=name,
-            revision=revision,
-            digest=model_digest(files),
-            license=license or catalog_license(name),
-            pushed_at=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-            signature=SignatureEntry(
-                size=len(signature_bytes), sha256=hashlib.sha256(signature_bytes).hexdigest()
-            ),
-            files=tuple(files),
-        )
+        manifest = new_manifest(name, revision, files, signature_bytes, license)
         key = revision_key(registry, name, revision, SIGNATURE)
         client.put_object(Bucket=registry.bucket, Key=key, Body=signature_bytes)
         client.put_object(
@@ -150,6 +140,20 @@ def push_model(
             ContentType="application/json",
         )
     return PushResult(manifest, uploaded, reused)
+
+
+def new_manifest(
+    name: str, revision: str, files: list[FileEntry], signature: bytes, license: str | None
+) -> RegistryManifest:
+    return RegistryManifest(
+        name=name,
+        revision=revision,
+        digest=model_digest(files),
+        license=license or catalog_license(name),
+        pushed_at=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        signature=SignatureEntry(size=len(signature), sha256=hashlib.sha256(signature).hexdigest()),
+        files=tuple(files),
+    )
 
 
 def _exists(client: Any, bucket: str, key: str, size: int | None = None) -> bool:
