@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import shutil
 import threading
 from pathlib import Path
 
@@ -237,3 +238,14 @@ def test_unknown_model_and_default_part_size(
     assert DEFAULT_PART_BYTES == 16 * 2**20
     with pytest.raises(WeightsError, match="no revision of 'acme/none'"):
         pull_model(PullRequest(pushed, "acme/none", None, tmp_path / "c", keys.trust))
+
+
+def test_a_pull_that_cannot_fit_says_so_before_fetching(
+    pushed: RegistryUrl, keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    full = shutil._ntuple_diskusage(total=10**9, used=10**9 - 1000, free=1000)  # type: ignore[attr-defined]
+    monkeypatch.setattr("inhouse.weights.pull.shutil.disk_usage", lambda path: full)
+    counting = CountingClient(make_client())
+    with pytest.raises(WeightsError, match="not enough space for the pull"):
+        pull_model(request(pushed, tmp_path / "c", keys.trust), counting)
+    assert counting.blob_gets == 0

@@ -225,6 +225,13 @@ def _pull(args: argparse.Namespace) -> int:
     )
     try:
         result = pull_model(request)
+    except KeyboardInterrupt:
+        print(
+            "\ninhouse weights pull: interrupted; the finished parts are kept: run the same "
+            "command again to resume",
+            file=sys.stderr,
+        )
+        return 130
     finally:
         if progress is not None:
             progress.finish()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +35,7 @@ from inhouse.weights.download import (
     plan_parts,
     prepare_files,
 )
-from inhouse.weights.errors import VerificationFailed
+from inhouse.weights.errors import VerificationFailed, WeightsError
 from inhouse.weights.manifest import FileEntry, RegistryManifest
 from inhouse.weights.messages import describe_failure
 from inhouse.weights.registry import blob_key, read_revision, resolve_revision
@@ -190,7 +191,19 @@ def _start_job(
     have = journal.load()
     journal.reset(have)
     parts = plan_parts(keyed, request.part_bytes)
-    return _Job(partial / "model", signature_path, parts, journal, have)
+    job = _Job(partial / "model", signature_path, parts, journal, have)
+    _check_space(partial, manifest.total_bytes - job.resumed_bytes)
+    return job
+
+
+def _check_space(directory: Path, needed_bytes: int) -> None:
+    free = shutil.disk_usage(directory).free
+    if free < needed_bytes:
+        raise WeightsError(
+            f"not enough space for the pull in {directory}: it needs {needed_bytes / 1e9:.1f} GB "
+            f"more, {free / 1e9:.1f} GB are free; free some (old models in sha256/ that no "
+            "by-name link points at, quarantine/) or use another --cache"
+        )
 
 
 def _fetch_and_verify(
