@@ -7,7 +7,9 @@ against the stack, every request through the router and engine code that serves,
 carries over from day to day. Records are taken every simulated `CHUNK_S` and folded into the
 day's figures, so two weeks never hold two weeks of records. Per day: requests, failures, p95
 TTFT, p95 TPOT (each request's mean inter-token latency), prefix-cache hit rate (cached over
-prompt tokens), and KV use (mean and max of each replica, sampled every `CHUNK_S`).
+prompt tokens), and KV use (mean and max of each replica, sampled every `CHUNK_S`). Day 1 leaves
+out the requests of the cold start, as the planner's verification does (those arriving in the
+first 20% of the day, at most 30 s).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import yaml
 from inhouse.errors import SpecError
 from inhouse.fleet import Fleet, RequestRecord
 from inhouse.plan.requirements import Requirements, parse_requirements
-from inhouse.plan.verify import mixed_workload
+from inhouse.plan.verify import MAX_WARMUP_S, WARMUP_FRACTION, mixed_workload
 from inhouse.spec.stack import StackSpec
 
 DAY_S = 86_400.0
@@ -87,7 +89,9 @@ def model_names(requirements: Requirements, stack: StackSpec) -> dict[str, str]:
 
 
 class _Day:
-    def __init__(self) -> None:
+    def __init__(self, warmup_until_s: float = 0.0) -> None:
+        self.warmup_until_s = warmup_until_s
+        self.num_warmup = 0
         self.ttft: list[float] = []
         self.tpot: list[float] = []
         self.prompt = self.cached = self.failed = 0
@@ -95,6 +99,9 @@ class _Day:
 
     def add(self, records: list[RequestRecord]) -> None:
         for r in records:
+            if r.arrival_s < self.warmup_until_s:
+                self.num_warmup += 1
+                continue
             if not r.ok:
                 self.failed += 1
                 continue
@@ -143,7 +150,7 @@ def simulate_soak(
     out: list[DayStats] = []
     for day in range(days):
         wall = time.perf_counter()
-        acc = _Day()
+        acc = _Day(min(MAX_WARMUP_S, WARMUP_FRACTION * day_s) if day == 0 else 0.0)
         t = day * day_s
         while t < (day + 1) * day_s:
             t += min(CHUNK_S, day_s)
