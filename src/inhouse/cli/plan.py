@@ -17,7 +17,7 @@ import yaml
 from inhouse.errors import SpecError
 from inhouse.plan.memo import render_memo
 from inhouse.plan.planner import PlanInfeasibleError, make_plan
-from inhouse.plan.report import build_report
+from inhouse.plan.report import build_report, final_stack
 from inhouse.plan.requirements import Requirements, parse_requirements
 from inhouse.spec.stack import dump_stack
 
@@ -65,8 +65,9 @@ def run(args: argparse.Namespace) -> int:
         command=command,
         stack_path=str(out / "stack.yaml"),
     )
+    stack = final_stack(plan, report)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "stack.yaml").write_text(_stack_header(args) + dump_stack(plan.stack), encoding="utf-8")
+    (out / "stack.yaml").write_text(_stack_header(args) + dump_stack(stack), encoding="utf-8")
     (out / "plan.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     charts: dict[str, str] = {}
     if not args.no_charts:

@@ -26,7 +26,10 @@ from inhouse.plan.sensitivity import run_sensitivity
 from inhouse.plan.sizing import Sized
 from inhouse.plan.traffic import TrafficProfile
 from inhouse.plan.verify import METRIC_KEYS, SimCheck, simulate_command
+from inhouse.plan.stackgen import with_plan_alerts, workload_specs
 from inhouse.spec.catalog import GIB
+from inhouse.spec.stack import StackSpec
+from inhouse.spec.triggers import Trigger
 
 PLAN_VERSION = 1
 
@@ -71,6 +74,16 @@ def build_report(
     }
     cleaned: dict[str, Any] = _clean(report)
     return cleaned
+
+
+def final_stack(plan: Plan, report: dict[str, Any]) -> StackSpec:
+    """The plan's stack with its workloads' own SLOs and the sensitivity's re-plan triggers:
+    what `inhouse render` alerts on, from the same triggers the memo words."""
+    check = next((c for c in plan.checks if c.multiple == 1.0), None)
+    triggers = tuple(
+        Trigger.model_validate(t) for row in report["sensitivity"] for t in row.get("triggers", ())
+    )
+    return with_plan_alerts(plan.stack, workload_specs(plan.requirements, check), triggers)
 
 
 def characterize(profile: TrafficProfile, kind: str) -> dict[str, Any]:
