@@ -415,7 +415,8 @@ def _sensitivity(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
         "Analytic re-forecasts of the chosen stack at its replica counts (scaled by the "
         "simulator's corrections where the plan needed them); 'breaks at' is the size of the "
         "change at which the first SLO breaks. Each trigger is a ticket alert in `inhouse "
-        "render`'s rules (InhouseReplan*), at the same level."
+        "render`'s rules at the same level (InhousePrefixHitRateLow and InhouseReplan*, their "
+        "`change` label naming the row)."
     )
     if "sensitivity" in charts:
         lines += ["", f"![SLO ratios under each change]({charts['sensitivity']})"]

@@ -64,6 +64,9 @@ class Alert:
     runbook: RunbookEntry
     cases: tuple[Case, ...]
     labels: Mapping[str, str] = field(default_factory=dict)
+    # Where the threshold came from (the plan's trigger, a workload's SLO, a default), for the
+    # person paged: rendered as the `threshold_source` annotation.
+    threshold_source: str = ""
 
     @property
     def anchor(self) -> str:
@@ -92,11 +95,14 @@ def alert_rule(alert: Alert, runbook_url: str) -> dict[str, Any]:
 
 
 def alert_annotations(alert: Alert, runbook_url: str) -> dict[str, str]:
-    return {
+    notes = {
         "summary": alert.summary,
         "description": alert.description,
         "runbook_url": f"{runbook_url}#{alert.anchor}",
     }
+    if alert.threshold_source:
+        notes["threshold_source"] = alert.threshold_source
+    return notes
 
 
 def rule_groups(
