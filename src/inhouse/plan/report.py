@@ -24,9 +24,9 @@ from inhouse.plan.planner import Plan
 from inhouse.plan.search import Candidate, offers_by_gpu
 from inhouse.plan.sensitivity import run_sensitivity
 from inhouse.plan.sizing import Sized
+from inhouse.plan.stackgen import with_plan_alerts, workload_specs
 from inhouse.plan.traffic import TrafficProfile
 from inhouse.plan.verify import METRIC_KEYS, SimCheck, simulate_command
-from inhouse.plan.stackgen import with_plan_alerts, workload_specs
 from inhouse.spec.catalog import GIB
 from inhouse.spec.stack import StackSpec
 from inhouse.spec.triggers import Trigger
@@ -55,7 +55,9 @@ def build_report(
         "degraded": degraded(plan),
         "cost": cost(plan),
         "sensitivity": (
-            run_sensitivity(req, chosen, plan.profiles, plan.corrections) if sensitivity else []
+            run_sensitivity(req, chosen, plan.profiles, plan.corrections, _observed(plan))
+            if sensitivity
+            else []
         ),
         "search": search_summary(plan),
         "assumptions": assumptions(plan),
@@ -74,6 +76,12 @@ def build_report(
     }
     cleaned: dict[str, Any] = _clean(report)
     return cleaned
+
+
+def _observed(plan: Plan) -> dict[str, dict[str, dict[str, float]]] | None:
+    """The trigger signals the 1x simulation showed (None: an unverified plan)."""
+    check = next((c for c in plan.checks if c.multiple == 1.0 and not c.down), None)
+    return check.signals if check is not None else None
 
 
 def final_stack(plan: Plan, report: dict[str, Any]) -> StackSpec:

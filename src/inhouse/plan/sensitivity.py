@@ -22,12 +22,13 @@ from dataclasses import dataclass
 
 from inhouse.engine.build import build_replica
 from inhouse.errors import DoesNotFitError
-from inhouse.plan.analytic import PoolModel, Stream
+from inhouse.plan.analytic import PoolModel
 from inhouse.plan.requirements import Requirements
 from inhouse.plan.search import Candidate, predict_workloads, search
 from inhouse.plan.sizing import Corrections, Sized
 from inhouse.plan.traffic import TrafficProfile
 from inhouse.plan.triggers import (
+    anchored,
     early_size,
     hit_triggers,
     prompt_triggers,
@@ -139,7 +140,10 @@ def run_sensitivity(
     candidate: Candidate,
     profiles: dict[str, TrafficProfile],
     corrections: Corrections,
+    observed: dict[str, dict[str, dict[str, float]]] | None = None,
 ) -> list[dict[str, object]]:
+    """Each change's re-forecast, break point and triggers; `observed`: the signals of the
+    plan's 1x simulation, which anchor the triggers' planned values (`triggers.anchored`)."""
     out: list[dict[str, object]] = []
     for change in changes(requirements, profiles):
         changed, time_scale = change.apply(change.full)
@@ -159,7 +163,10 @@ def run_sensitivity(
                 "breaks_at_size": breaks_at,
             }
         )
-        found = triggers(change, candidate, profiles, breaks_at)
+        found = [
+            anchored(t, observed) if observed else t
+            for t in triggers(change, candidate, profiles, breaks_at)
+        ]
         out[-1]["triggers"] = [t.model_dump(mode="json") for t in found]
         out[-1]["trigger"] = "; ".join(describe(t) for t in found)
     out.append(no_fp8(requirements, candidate, profiles, corrections))

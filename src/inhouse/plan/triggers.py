@@ -20,6 +20,7 @@ from inhouse.plan.search import Candidate
 from inhouse.plan.sizing import Sized
 from inhouse.plan.traffic import TrafficProfile
 from inhouse.spec.triggers import Trigger
+from inhouse.spec.vllm_buckets import ITL_BUCKETS_S, build_1_2_5_buckets, histogram_quantile
 
 # Pools whose planned hit rate is below this get no hit-rate trigger: nothing to lose.
 MIN_HIT_RATE = 0.05
@@ -57,7 +58,10 @@ def _rates(pool: Sized) -> dict[str, float]:
 
 
 def prompt_p95(pool: Sized, streams: tuple[Stream, ...]) -> float:
-    """p95 prompt length of the pool's mix, requests weighted by their forecast rate."""
+    """p95 prompt length of the pool's mix (requests weighted by their forecast rate) as
+    `histogram_quantile` reads it from vLLM's `request_prompt_tokens` buckets (1-2-5 up to the
+    pool's max_model_len): the figure the rule compares, which between two bucket bounds an
+    order of magnitude apart is not the sample p95."""
     rates = _rates(pool)
     values, weights = [], []
     for stream in streams:
@@ -67,9 +71,17 @@ def prompt_p95(pool: Sized, streams: tuple[Stream, ...]) -> float:
         values.append(prompt)
         weights.append(np.full(len(prompt), rates.get(stream.name, 0.0) / len(prompt)))
     v, w = np.concatenate(values), np.concatenate(weights)
-    order = np.argsort(v)
-    cumulative = np.cumsum(w[order]) / w.sum()
-    return float(v[order][min(int(np.searchsorted(cumulative, PROMPT_QUANTILE)), len(v) - 1)])
+    bounds = [float(b) for b in build_1_2_5_buckets(pool.choice.max_model_len)]
+    cumulative = [float(w[v <= b].sum() / w.sum()) for b in bounds]
+    return histogram_quantile(PROMPT_QUANTILE, bounds, cumulative)
+
+
+def tpot_median_ms(pool: Sized) -> float:
+    """Median TPOT of the pool's mix (the forecast's distributions, weighted by rate) as
+    `histogram_quantile` reads it from vLLM's TPOT buckets."""
+    dist = mix([(s.tpot, s.rate_per_s) for s in pool.forecast.streams.values()])
+    cumulative = [1.0 - dist.exceed(b) for b in ITL_BUCKETS_S]
+    return 1000.0 * histogram_quantile(0.5, ITL_BUCKETS_S, cumulative)
 
 
 def hit_rate(pool: Sized) -> float:
@@ -113,9 +125,9 @@ def prompt_triggers(
     return out
 
 
-def hit_triggers(candidate: Candidate, size: float, base: tuple[str, str, float | None]) -> list[
-    Trigger
-]:
+def hit_triggers(
+    candidate: Candidate, size: float, base: tuple[str, str, float | None]
+) -> list[Trigger]:
     out = []
     for pool in serving_pools(candidate):
         planned = hit_rate(pool)
@@ -162,10 +174,10 @@ def traffic_triggers(
                 primary[name] = pool
     out = []
     for name, rate in rates.items():
-        pool = primary.get(name)
-        if pool is None:
+        owner = primary.get(name)
+        if owner is None:
             continue
-        fields = {**_base(pool, *base), "model": name, "workloads": (name,)}
+        fields = {**_base(owner, *base), "model": name, "workloads": (name,)}
         out.append(
             Trigger(
                 **fields,  # type: ignore[arg-type]
@@ -187,8 +199,7 @@ def tpot_triggers(
     for pool in serving_pools(candidate):
         if pool.choice.tp <= 1:
             continue
-        streams = pool.forecast.streams.values()
-        median_ms = 1000.0 * mix([(s.tpot, s.rate_per_s) for s in streams]).quantile(0.5)
+        median_ms = tpot_median_ms(pool)
         out.append(
             Trigger(
                 **_base(pool, *base),  # type: ignore[arg-type]
@@ -200,3 +211,33 @@ def tpot_triggers(
             )
         )
     return out
+
+
+# signal -> (where the run's figure sits in `observed_signals`, its key, decimals kept)
+OBSERVED = {
+    "prompt_tokens_p95": ("pools", "prompt_p95_tokens", 0),
+    "prefix_hit_rate": ("pools", "prefix_hit_rate", 2),
+    "request_rate": ("workloads", "rate_per_s", 2),
+    "tpot_median": ("pools", "tpot_median_ms", 1),
+}
+
+
+def anchored(trigger: Trigger, observed: dict[str, dict[str, dict[str, float]]]) -> Trigger:
+    """The trigger with its planned value taken from the plan's simulation at 1x peak (what
+    production at peak shows, which the analytic characterization only approximates: e.g. a
+    session's later, longer turns), and its level moved by the same factor the analytic
+    re-forecast found between the plan and the trigger."""
+    where = OBSERVED.get(trigger.signal)
+    if where is None:
+        return trigger
+    scope, key, digits = where
+    name = trigger.model if scope == "workloads" else trigger.pool
+    value = observed.get(scope, {}).get(name, {}).get(key)
+    if value is None or trigger.planned <= 0:
+        return trigger
+    planned = round(value, digits)
+    level = round(value * trigger.threshold / trigger.planned, digits)
+    if level == planned:  # rounding swallowed the change: one step past the plan
+        step = 10.0**-digits
+        level = planned - step if trigger.falls else planned + step
+    return trigger.model_copy(update={"planned": planned, "threshold": level})

@@ -17,6 +17,7 @@ import numpy as np
 from inhouse.fleet import FleetResult, RequestRecord, simulate_stack
 from inhouse.plan.mix import MixedWorkload, workload_of
 from inhouse.plan.requirements import Requirements, Slo
+from inhouse.plan.signals import observed_signals
 from inhouse.plan.traffic import make_workload
 from inhouse.spec.stack import StackSpec
 from inhouse.workload import Arrivals, Lengths
@@ -39,6 +40,8 @@ class SimCheck:
     down: dict[str, int]
     duration_s: float
     workloads: dict[str, dict[str, Any]]
+    # The re-plan triggers' signals as this run shows them (`inhouse.plan.signals`).
+    signals: dict[str, dict[str, dict[str, float]]] = dataclasses.field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -96,7 +99,8 @@ def run_check(
     for req in requirements.workloads:
         slo = (req.degraded_slo or req.slo) if degraded else req.slo
         out[req.name] = summarize(result, req.name, warmup_s, slo)
-    return SimCheck(multiple, dict(down or {}), duration, out)
+    signals = observed_signals(stack, result, warmup_s, duration)
+    return SimCheck(multiple, dict(down or {}), duration, out, signals)
 
 
 def summarize(result: FleetResult, workload: str, warmup_s: float, slo: Slo) -> dict[str, Any]:

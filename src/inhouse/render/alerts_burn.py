@@ -130,8 +130,7 @@ def _burn_runbook(factor: float, window: str) -> RunbookEntry:
         meaning=f"The share of gateway responses with a 5xx status is {factor:g} times what the "
         f"availability SLO allows, over {window} and recently: at this rate the monthly "
         "budget is gone in days (fast) or weeks (slow).",
-        first_promql=f"sum by (model, pool, replica, code) "
-        f'(rate({METRIC}{{code=~"5.."}}[5m]))',
+        first_promql=f'sum by (model, pool, replica, code) (rate({METRIC}{{code=~"5.."}}[5m]))',
         mitigations=(
             "Errors from one replica: drain it; the gateway retries elsewhere.",
             "503 from every replica: engines full or draining; check replica health and queue.",

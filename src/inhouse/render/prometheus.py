@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from inhouse.render.alerts import Alert, Recording, render_rule_tests, render_rules
+from inhouse.render.alerts_burn import burn_recordings, stack_burn_alerts
 from inhouse.render.alerts_gpu import gpu_rules
 from inhouse.render.alerts_ops import engine_rules
-from inhouse.render.alerts_burn import burn_recordings, stack_burn_alerts
 from inhouse.render.alerts_slo import latency_alerts, latency_recordings
 from inhouse.render.alerts_triggers import replan_alerts
 from inhouse.spec.stack import StackSpec

@@ -26,11 +26,11 @@ from prometheus_client import (
 )
 
 from inhouse.spec.vllm_buckets import (
-    build_1_2_5_buckets,
     ITERATION_TOKENS_BUCKETS,
     ITL_BUCKETS_S,
     REQUEST_LATENCY_BUCKETS_S,
     TTFT_BUCKETS_S,
+    build_1_2_5_buckets,
 )
 
 TTFT_BUCKETS = TTFT_BUCKETS_S

@@ -9,7 +9,7 @@ describes (`inhouse.render.alerts_triggers`), so the memo and the rules cannot d
 Each signal reads series that exist in production:
 
 * `prompt_tokens_p95`: p95 of vLLM's `vllm:request_prompt_tokens` histogram of the pool, over
-  `window` (tokens);
+  `window` (tokens), as `histogram_quantile` interpolates it between vLLM's buckets;
 * `prefix_hit_rate`: `vllm:prefix_cache_hits_total` over `vllm:prefix_cache_queries_total` of the
   pool, over `window` (a fraction);
 * `request_rate`: the gateway's `inhouse_gateway_requests_total` for the workload's model name,
@@ -17,7 +17,11 @@ Each signal reads series that exist in production:
 * `queue_every_replica`: `vllm:num_requests_waiting` above `threshold` on every replica of the
   pool at once (requests);
 * `tpot_median`: median of vLLM's `vllm:request_time_per_output_token_seconds` of the pool over
-  `window` (milliseconds).
+  `window` (milliseconds), interpolated likewise.
+
+The planned values and the levels of the two quantile signals are computed the way the rule
+reads them (`inhouse.spec.vllm_buckets.histogram_quantile` over vLLM's buckets), so a level is
+crossed when the watched series crosses it, not when the sample quantile would.
 
 vLLM labels its series by served model only, so the engine signals are per pool; `workloads`
 names what the pool's series carry. The gateway labels by the model name clients send, so
@@ -41,8 +45,9 @@ DURATION_PATTERN = r"^[0-9]+[smhd]$"
 class Trigger(BaseModel):
     """One re-plan trigger: `signal` of `pool` (or of the workload `model`, for gateway signals)
     crossing `threshold` for `hold` says the plan's assumption `change` no longer holds.
-    `planned` is the plan's own value of the signal at peak; `breaks_at` the size of the change
-    at which the first SLO breaks (None: it holds at the full change)."""
+    `planned` is the signal at peak as the plan's simulation shows it (the analytic forecast
+    for a plan run without verification); `breaks_at` the size of the change at which the
+    first SLO breaks (None: it holds at the full change)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
