@@ -24,7 +24,7 @@ from inhouse.plan.planner import Plan
 from inhouse.plan.search import Candidate, offers_by_gpu
 from inhouse.plan.sensitivity import run_sensitivity
 from inhouse.plan.sizing import Sized
-from inhouse.plan.stackgen import with_plan_alerts, workload_specs
+from inhouse.plan.stackgen import with_plan_facts, workload_specs
 from inhouse.plan.traffic import TrafficProfile
 from inhouse.plan.verify import METRIC_KEYS, SimCheck, simulate_command
 from inhouse.spec.catalog import GIB
@@ -91,7 +91,7 @@ def final_stack(plan: Plan, report: dict[str, Any]) -> StackSpec:
     triggers = tuple(
         Trigger.model_validate(t) for row in report["sensitivity"] for t in row.get("triggers", ())
     )
-    return with_plan_alerts(plan.stack, workload_specs(plan.requirements, check), triggers)
+    return with_plan_facts(plan.stack, workload_specs(plan.requirements, check), triggers)
 
 
 def characterize(profile: TrafficProfile, kind: str) -> dict[str, Any]:

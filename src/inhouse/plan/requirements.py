@@ -311,4 +311,4 @@ def parse_requirements(data: Any, source: str = "requirements") -> Requirements:
     try:
         return Requirements.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(describe_validation_error(exc, source)) from exc
+        raise SpecError(describe_validation_error(exc, source, "docs/plan.md")) from exc

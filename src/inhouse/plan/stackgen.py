@@ -87,11 +87,26 @@ def _finite(value: object) -> float | None:
     return round(float(value), 1)
 
 
-def with_plan_alerts(
+def with_plan_facts(
     stack: StackSpec, workloads: tuple[WorkloadSpec, ...], triggers: tuple[Trigger, ...]
 ) -> StackSpec:
-    """The stack with its workloads and re-plan triggers, which `inhouse render` alerts on."""
-    data = {**stack.model_dump(), "workloads": workloads, "triggers": triggers}
+    """The stack with its workloads and re-plan triggers, which `inhouse render` alerts on,
+    and each pool's drain (`knobs.shutdown_timeout_s`) at least the p95 e2e the plan
+    simulated for its workloads: a replica told to stop finishes what it has in flight."""
+    data = stack.model_dump()
+    data["workloads"], data["triggers"] = workloads, triggers
+    planned = StackSpec.model_validate(data)
+    for pool in data["pools"]:
+        e2e = [
+            w.planned_p95.e2e_ms
+            for w in planned.workloads_on(planned.pool(pool["name"]))
+            if w.planned_p95.e2e_ms is not None
+        ]
+        if e2e:
+            knobs = pool["knobs"]
+            knobs["shutdown_timeout_s"] = max(
+                knobs["shutdown_timeout_s"], math.ceil(max(e2e) / 1000)
+            )
     return StackSpec.model_validate(data)
 
 

@@ -58,6 +58,13 @@ def render_notes(stack: StackSpec) -> list[str]:
                 f"{d.itl_p95_ms:g} ms paging at {d.itl_alarm_ms:g} ms, availability "
                 f"{d.availability:g})"
             )
+        e2e = layout.planned_e2e_s(stack, pool)
+        if e2e is not None and pool.knobs.shutdown_timeout_s < e2e:
+            notes.append(
+                f"pool {pool.name}: knobs.shutdown_timeout_s {pool.knobs.shutdown_timeout_s} s "
+                f"is below the plan's p95 e2e {e2e:.1f} s: vLLM's drain cuts longer requests; "
+                "raise it (`inhouse plan` writes at least the p95)"
+            )
         if layout.is_single_node(stack) and pool.tp > 1 and not pool.gpu_ids:
             notes.append(
                 f"pool {pool.name}: TP={pool.tp} without gpu_ids; the device plugin picks the "
