@@ -26,7 +26,7 @@ from inhouse.plan.sensitivity import run_sensitivity
 from inhouse.plan.sizing import Sized
 from inhouse.plan.stackgen import with_plan_facts, workload_specs
 from inhouse.plan.traffic import TrafficProfile
-from inhouse.plan.verify import METRIC_KEYS, SimCheck, simulate_command
+from inhouse.plan.verify import METRIC_KEYS, SimCheck, bench_entry, simulate_command
 from inhouse.spec.catalog import GIB
 from inhouse.spec.stack import StackSpec
 from inhouse.spec.triggers import Trigger
@@ -66,6 +66,7 @@ def build_report(
             "simulate": {
                 w.name: simulate_command(req, w.name, w.name, stack_path) for w in req.workloads
             },
+            "bench": {w.name: bench_entry(req, w.name, w.name) for w in req.workloads},
             "note": (
                 "each command replays one workload alone; the plan's checks mix every workload "
                 "and leave the warm-up out"
