@@ -54,6 +54,7 @@ def test_grace_covers_the_planned_p95_e2e_after_the_drain() -> None:
     assert grace(docs(stack, "gateway")) == prestop + 46 + TEARDOWN_MARGIN_S
     notes = render_stack(stack).notes
     assert any("shutdown_timeout_s 30 s is below the plan's p95 e2e 45.2 s" in n for n in notes)
+    assert any("proxy.drain_timeout_s 30 s is below the plan's longest p95 e2e" in n for n in notes)
     short = long_turns(2_000.0)  # the drain is the longer: it sets the grace
     assert grace(docs(short, "chat-r0")) == prestop + 30 + TEARDOWN_MARGIN_S
 

@@ -16,6 +16,7 @@ from inhouse.render.options import RenderOptions
 from inhouse.render.prometheus import render_prometheus, stack_rules
 from inhouse.render.runbook import render_runbook
 from inhouse.render.vllm import render_vllm_script
+from inhouse.spec.gateway import parse_gateway
 from inhouse.spec.stack import StackSpec
 
 __all__ = ["RenderOptions", "Rendered", "render_stack"]
@@ -49,6 +50,13 @@ def render_stack(stack: StackSpec, options: RenderOptions | None = None) -> Rend
 def render_notes(stack: StackSpec) -> list[str]:
     """Things the operator should know about what was rendered."""
     notes = []
+    e2e_all = layout.planned_e2e_s(stack)
+    drain = parse_gateway(stack.gateway).proxy.drain_timeout_s
+    if e2e_all is not None and drain < e2e_all:
+        notes.append(
+            f"gateway: proxy.drain_timeout_s {drain:g} s is below the plan's longest p95 e2e "
+            f"{e2e_all:.1f} s: a drain cuts longer streams; raise it in the gateway section"
+        )
     for pool in layout.engine_pools(stack):
         if pool.slo is None:
             d = layout.DEFAULT_SLO
