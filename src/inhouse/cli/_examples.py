@@ -22,11 +22,12 @@ def curl_example(base_url: str, model: str) -> str:
 
 
 def openai_example(base_url: str, model: str) -> str:
+    # Double quotes inside, so the shell's single quotes need no escapes.
     code = (
         "import os; from openai import OpenAI; "
-        f"c = OpenAI(base_url='{base_url}/v1', api_key=os.environ['{API_KEY_ENV}']); "
-        f"r = c.chat.completions.create(model='{model}', "
-        "messages=[{'role': 'user', 'content': 'Say hello'}], max_tokens=32); "
+        f'c = OpenAI(base_url="{base_url}/v1", api_key=os.environ["{API_KEY_ENV}"]); '
+        f'r = c.chat.completions.create(model="{model}", '
+        'messages=[{"role": "user", "content": "Say hello"}], max_tokens=32); '
         "print(r.choices[0].message.content)"
     )
     return f"python -c {shlex.quote(code)}"
