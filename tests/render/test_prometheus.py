@@ -39,6 +39,7 @@ TICKET_ALERTS = {
     "InhouseQueueBacklog",
     "InhouseGPUTemperatureHigh",
     "InhouseGPUPowerAtLimit",
+    "InhouseGPUHBMBandwidthLow",
     "InhouseGatewayEventLoopLagging",
 }
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from inhouse.errors import SpecError
 from inhouse.spec.errors_format import describe_validation_error
+from inhouse.spec.observability import ObservabilitySpec
 from inhouse.spec.slo import LatencySlo
 from inhouse.spec.triggers import Trigger
 from inhouse.spec.workloads import WorkloadSpec
@@ -131,6 +132,9 @@ class StackSpec(_Strict):
     )
     triggers: tuple[Trigger, ...] = Field(
         default=(), description="the plan's re-plan triggers; render makes them ticket alerts"
+    )
+    observability: ObservabilitySpec = Field(
+        default_factory=ObservabilitySpec, description="see docs/render.md (observability)"
     )
 
     @model_validator(mode="after")
