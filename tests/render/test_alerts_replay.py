@@ -204,3 +204,44 @@ def test_per_pool_alerts_paged_at_planned_load(crm_plan: PlannedCrm, tmp_path: P
     expected = [expected_alert(e2e, {"model_name": pool.client_model_name}, RUNBOOK)]
     check = {"alertname": e2e.name, "exp_alerts": expected}
     run_promtool(tmp_path, old, [as_test(at_peak, [check], "per-pool e2e at 1x")])
+
+
+def test_error_ratios_record_zero_without_errors(tmp_path: Path) -> None:
+    """A workload that had no 5xx records a ratio of 0, not nothing: promtool evaluates the
+    recording on traffic with only 200s."""
+    stack = StackSpec.model_validate(
+        {
+            "name": "s",
+            "pools": [{"name": "p", "model": "Llama-3.1-8B", "served_model_name": "m"}],
+            "workloads": [{"name": "w", "model": "m"}],
+        }
+    )
+    recordings, alerts = stack_rules(stack, NAMESPACE)
+    (tmp_path / "rules.yaml").write_text(render_rules(recordings, alerts, RUNBOOK))
+    ok = 'inhouse_gateway_requests_total{tenant="t",model="m",pool="p",replica="p-r0",code="200"}'
+    test = {
+        "interval": "1m",
+        "input_series": [{"series": ok, "values": "0+60x20"}],
+        "promql_expr_test": [
+            {
+                "expr": f"inhouse:gateway_error_ratio{suffix}:rate5m",
+                "eval_time": "10m",
+                "exp_samples": [{"labels": f"inhouse:gateway_error_ratio{suffix}:rate5m{{{by}}}",
+                                 "value": 0}],
+            }
+            for suffix, by in (("", 'pool="p"'), ("_by_model", 'model="m"'))
+        ],
+    }  # fmt: skip
+    (tmp_path / "ratio_test.yaml").write_text(
+        yaml.safe_dump({"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": [test]})
+    )
+    assert PROMTOOL is not None
+    done = subprocess.run(
+        [PROMTOOL, "test", "rules", "ratio_test.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr

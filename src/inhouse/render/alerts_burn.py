@@ -28,13 +28,16 @@ def _record(by: str, window: str) -> str:
 
 
 def burn_recordings(stack: StackSpec) -> list[Recording]:
-    """Error ratios by pool (the dashboards read them) and, with workloads, by model."""
+    """Error ratios by pool (the dashboards read them) and, with workloads, by model. A pool or
+    model that answered without a single 5xx records 0, not nothing (`or ... * 0`): no data
+    would read as "unknown" on a dashboard and hide it from the ratio's own checks."""
     kinds = ("pool", "model") if stack.workloads else ("pool",)
     return [
         Recording(
             _record(by, window),
             GROUP,
-            f'sum by ({by}) (rate({METRIC}{{code=~"5.."}}[{window}]))\n'
+            f'(sum by ({by}) (rate({METRIC}{{code=~"5.."}}[{window}]))\n'
+            f"or sum by ({by}) (rate({METRIC}[{window}])) * 0)\n"
             f"/\nsum by ({by}) (rate({METRIC}[{window}]))",
         )
         for by in kinds
