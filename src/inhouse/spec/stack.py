@@ -20,6 +20,7 @@ from inhouse.spec.errors_format import describe_validation_error
 from inhouse.spec.observability import ObservabilitySpec
 from inhouse.spec.slo import LatencySlo
 from inhouse.spec.triggers import Trigger
+from inhouse.spec.weights import WeightsSpec
 from inhouse.spec.workloads import WorkloadSpec
 
 STACK_VERSION = 1
@@ -103,6 +104,9 @@ class PoolSpec(_Strict):
     slo: PoolSlo | None = Field(
         default=None, description="service-level objectives; render's alerts (docs/render.md)"
     )
+    weights: WeightsSpec | None = Field(
+        default=None, description="signed weights, verified before start (docs/weights.md)"
+    )
 
     @property
     def client_model_name(self) -> str:
@@ -157,6 +161,11 @@ class StackSpec(_Strict):
                 raise ValueError(
                     f"pool {pool.name!r}: engine 'url' needs one entry in urls per replica "
                     f"({pool.replicas}), got {len(pool.urls)}"
+                )
+            if pool.weights is not None and self.engine_of(pool) in ("url", "sglang"):
+                raise ValueError(
+                    f"pool {pool.name!r}: `weights` needs an engine inhouse starts (simulated or "
+                    f"vllm); a {self.engine_of(pool)!r} pool's server verifies its own weights"
                 )
             if pool.gpu_ids and len(pool.gpu_ids) != pool.replicas:
                 raise ValueError(f"pool {pool.name!r}: gpu_ids needs one group per replica")
