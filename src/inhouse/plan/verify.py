@@ -19,6 +19,7 @@ from inhouse.plan.mix import MixedWorkload, workload_of
 from inhouse.plan.requirements import Requirements, Slo
 from inhouse.plan.signals import observed_signals
 from inhouse.plan.traffic import make_workload
+from inhouse.spec.gateway import DEFAULT_TIERS
 from inhouse.spec.stack import StackSpec
 from inhouse.workload import Arrivals, Lengths
 
@@ -40,6 +41,7 @@ class SimCheck:
     down: dict[str, int]
     duration_s: float
     workloads: dict[str, dict[str, Any]]
+    shed: tuple[str, ...] = ()
     # The re-plan triggers' signals as this run shows them (`inhouse.plan.signals`).
     signals: dict[str, dict[str, dict[str, float]]] = dataclasses.field(default_factory=dict)
 
@@ -48,14 +50,22 @@ class SimCheck:
         return all(bool(w["pass"]) for w in self.workloads.values())
 
 
+def tier_priority(tier: str) -> int:
+    """vLLM's `priority` of a gateway tier (the gateway's default tiers)."""
+    return DEFAULT_TIERS[tier].priority
+
+
 def mixed_workload(
     requirements: Requirements,
     model_names: dict[str, str],
     *,
     prompt_p95_factor: float = 1.0,
     burstiness_factor: float = 1.0,
+    shed: frozenset[str] = frozenset(),
 ) -> MixedWorkload:
-    """The requirements' workloads as one, each sending `model_names[workload]`."""
+    """The requirements' workloads as one, each sending `model_names[workload]` at its tier's
+    priority; the workloads in `shed` send nothing (the gateway refuses them)."""
+    kept = [req for req in requirements.workloads if req.name not in shed]
     return MixedWorkload(
         tuple(
             (
@@ -67,8 +77,9 @@ def mixed_workload(
                     burstiness_factor=burstiness_factor,
                 ),
             )
-            for req in requirements.workloads
-        )
+            for req in kept
+        ),
+        priorities=tuple((req.name, tier_priority(req.tier)) for req in kept),
     )
 
 
@@ -81,10 +92,13 @@ def run_check(
     down: dict[str, int] | None = None,
     degraded: bool = False,
     duration_s: float | None = None,
+    shed: frozenset[str] = frozenset(),
 ) -> SimCheck:
+    """A simulated run at `multiple` x peak with `down` replicas lost; `shed` workloads are
+    refused at the gateway (their traffic is not sent, and they are not judged)."""
     planning = requirements.planning
     duration = duration_s or planning.verify_duration_s
-    workload = mixed_workload(requirements, model_names)
+    workload = mixed_workload(requirements, model_names, shed=shed)
     result = simulate_stack(
         stack,
         workload,
@@ -97,10 +111,12 @@ def run_check(
     warmup_s = min(MAX_WARMUP_S, WARMUP_FRACTION * duration)
     out: dict[str, dict[str, Any]] = {}
     for req in requirements.workloads:
+        if req.name in shed:
+            continue
         slo = (req.degraded_slo or req.slo) if degraded else req.slo
         out[req.name] = summarize(result, req.name, warmup_s, slo)
     signals = observed_signals(stack, result, warmup_s, duration)
-    return SimCheck(multiple, dict(down or {}), duration, out, signals)
+    return SimCheck(multiple, dict(down or {}), duration, out, tuple(sorted(shed)), signals)
 
 
 def summarize(result: FleetResult, workload: str, warmup_s: float, slo: Slo) -> dict[str, Any]:
