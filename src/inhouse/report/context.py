@@ -3,6 +3,7 @@ the render output and the SLO rows (computed once, quoted by several sections)."
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from inhouse.report.figures import Figure, Kind, Ledger, Unit
@@ -68,3 +69,24 @@ class Context:
 
     def customer(self) -> str:
         return self.ledger.name(str(self.inputs.plan.get("name") or "the stack"), "the customer")
+
+    def names_to_remove(self) -> dict[str, str]:
+        """Tenant names (the stack's gateway section) and the customer's (the plan's and the
+        stack's name), each with its public placeholder."""
+        out: dict[str, str] = {}
+        tenants = self.inputs.stack.get("gateway", "tenants") or []
+        for i, tenant in enumerate(tenants):
+            if tenant.get("name"):
+                out[str(tenant["name"])] = f"tenant-{i + 1}"
+        for value in (self.inputs.plan.get("name"), self.inputs.stack.get("name")):
+            if value:
+                out[str(value)] = "customer"
+        return out
+
+    def redact(self, text: str) -> str:
+        """The public version carries no tenant or customer name (longest names first)."""
+        if not self.public:
+            return text
+        for name, placeholder in sorted(self.names_to_remove().items(), key=lambda kv: -len(kv[0])):
+            text = re.sub(rf"(?<![\w-]){re.escape(name)}(?![\w-])", placeholder, text)
+        return text

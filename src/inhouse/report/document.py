@@ -111,28 +111,11 @@ def build_document(
     lines += sections_ops.drills(ctx)
     lines += alternative(ctx)
     lines += _appendix(ctx)
-    return Built(_redact(ctx, "\n".join(lines)), ctx.ledger)
+    return Built(ctx.redact("\n".join(lines)), ctx.ledger)
 
 
 def build_sizing_memo(inputs: ReportInputs, *, public: bool = False, charts: Mapping[str, str] | None = None) -> Built:
     ctx = Context.build(inputs, public)
     lines = [f"# Sizing memo: {ctx.customer()}", "", *sizing_sections(ctx, charts or {})]
     lines += _appendix(ctx)
-    return Built(_redact(ctx, "\n".join(lines)), ctx.ledger)
-
-
-def names_to_remove(inputs: ReportInputs) -> list[str]:
-    """Tenant names (the stack's gateway section, the drills' evidence) and the customer's."""
-    names = [str(t.get("name")) for t in (inputs.stack.get("gateway", "tenants") or [])]
-    for value in (inputs.plan.get("name"), inputs.stack.get("name")):
-        if value:
-            names.append(str(value))
-    return sorted({n for n in names if n}, key=len, reverse=True)
-
-
-def _redact(ctx: Context, text: str) -> str:
-    if not ctx.public:
-        return text
-    for i, name in enumerate(names_to_remove(ctx.inputs)):
-        text = text.replace(name, "the customer" if i == 0 and name == ctx.inputs.plan.get("name") else f"tenant-{i + 1}")
-    return text
+    return Built(ctx.redact("\n".join(lines)), ctx.ledger)

@@ -46,7 +46,7 @@ class Figure:
 
     def public_text(self) -> str:
         if self.kind == "price":
-            return f"[$ {self.label or 'price'}]"
+            return f"[price: {self.label or 'a price'}]"
         if self.kind in SANITIZED_KINDS:
             return format_range(self.value, self.unit, self.text())
         return self.text()

@@ -138,7 +138,7 @@ class ReportInputs:
     render: RenderOutput | None = None
     compare: Doc | None = None
     weights: Doc | None = None
-    images: Mapping[str, str] = field(default_factory=dict)
+    images: Mapping[str, bytes] = field(default_factory=dict)  # files the document links
 
     @property
     def workload_names(self) -> tuple[str, ...]:

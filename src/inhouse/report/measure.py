@@ -111,6 +111,31 @@ def sessions_held(runs: Sequence[BenchRun]) -> tuple[Reading, Reading]:
     return Reading(None, why), Reading(None, why)
 
 
+def completion_rate(runs: Sequence[BenchRun]) -> Reading:
+    """Requests per minute served: successful requests over the span their arrivals were
+    scheduled in (`t_sched_s`), the lowest over the runs. At the planned peak a stack that
+    serves everything reads the offered rate; failures lower it. (Falling behind without
+    failing shows in the latency rows, not here.)"""
+    best: Reading | None = None
+    for run in runs:
+        sched = sorted(float(r["t_sched_s"]) for r in run.requests if r.get("t_sched_s") is not None)
+        ok = sum(1 for r in run.requests if r.get("success"))
+        if len(sched) < MIN_SAMPLES or sched[-1] <= sched[0]:
+            continue
+        rate = (ok - 1) / (sched[-1] - sched[0]) * 60.0
+        source = Source(
+            run.requests_file,
+            f"(successful - 1) / (last - first t_sched_s) x 60; {ok} of {len(sched)} succeeded",
+        )
+        reading = Reading(Figure(rate, "rate", "measured", source), samples=len(sched))
+        if best is None or best.figure is None or rate < best.figure.value:
+            best = reading
+    if best is None:
+        why = "no bench run of this workload" if not runs else "too few requests"
+        return Reading(None, why)
+    return best
+
+
 def gauge(runs: Sequence[BenchRun], name: str, stat: str) -> Reading:
     reading = worst(runs, "server_gauges", name, stat, unit="pct")
     if reading.figure is None and runs:

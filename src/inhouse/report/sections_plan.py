@@ -229,7 +229,7 @@ def _failover(ctx: Context) -> list[str]:
             if not stated or "ttft" not in stated:
                 continue
             target = ctx.plan("degraded", i, "degraded_slo", workload, "ttft", "target_ms", kind="target", unit="ms")
-            simulated = ctx.plan("degraded", i, "workloads", workload, "p95_ms", "ttft", kind="estimate", unit="ms")
+            simulated = ctx.plan("degraded", i, "workloads", workload, "p95_ms", "p95_ttft_ms", kind="estimate", unit="ms")
             reading, check = measure.drill_check(ctx.inputs.drills, "kill-replica", "ttft")
             measured = ctx.show(reading.figure, f"not measured ({reading.why})")
             verdict = ""
