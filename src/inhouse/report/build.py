@@ -30,7 +30,8 @@ SLO_CHART = "slo.png"
 class Output:
     files: dict[str, bytes] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
-    ledger: Ledger | None = None
+    ledger: Ledger | None = None  # the document's
+    ledgers: list[Ledger] = field(default_factory=list)  # every file's
 
 
 def _charts(inputs: ReportInputs, public: bool) -> dict[str, bytes]:
@@ -66,6 +67,7 @@ def build_outputs(
     out.files["deployment-playbook.md"] = ctx.redact(build_playbook(ctx, stack)).encode()
     out.files["bench-report.md"] = ctx.redact(bench_report(ctx)).encode()
     out.files["license-memo.md"] = ctx.redact(license_memo(ctx)).encode()
+    out.ledgers = [doc.ledger, memo.ledger, ctx.ledger]
     sheet = build_sheet(inputs.plan.data, blank_prices=public)
     title = "Cost sheet" + ("" if public else f": {inputs.plan.get('name')}")
     out.files["cost-sheet.xlsx"] = to_xlsx(sheet, title)

@@ -82,7 +82,7 @@ def _appendix(ctx: Context) -> list[str]:
         if key in seen:
             continue
         seen.add(key)
-        rows.append([str(len(rows) + 1), entry.section, entry.shown, f"`{src.file}`", f"`{src.path}`"])
+        rows.append([f"F{len(rows) + 1}", entry.section, entry.shown, f"`{src.file}`", f"`{src.path}`"])
     return [
         "## Appendix: where every figure comes from",
         "",

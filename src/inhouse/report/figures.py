@@ -16,6 +16,7 @@ Kinds and what the public version does with them (the seeds' two-document split)
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -86,8 +87,14 @@ def _grid_step(value: float) -> float:
     return magnitude
 
 
+def spells(exact: str, text: str) -> bool:
+    """Whether `exact` stands in `text` as a whole figure (not inside a longer number or word)."""
+    return re.search(rf"(?<![\w.,]){re.escape(exact)}(?![\w]|[.,]\d)", text) is not None
+
+
 def format_range(value: float, unit: Unit, exact: str) -> str:
-    """A range around `value` whose ends sit on a coarse grid and never spell `exact`."""
+    """A range around `value` whose ends sit on a coarse grid and never spell `exact` (the
+    value as the internal version prints it); widened by a step where an end would."""
     if value == 0 or not math.isfinite(value):
         return format_value(value, unit)
     scaled = value * 100 if unit == "pct" else value
@@ -96,13 +103,19 @@ def format_range(value: float, unit: Unit, exact: str) -> str:
     high = low + step
     if math.isclose(low, scaled):
         low, high = scaled - step, scaled + step
-    low = max(low, 0.0)
-    return _range_text(low, high, unit)
+    text = _range_text(max(low, 0.0), high, unit, step)
+    for widen in range(1, 4):
+        if not spells(exact, text):
+            break
+        text = _range_text(max(low - widen * step, 0.0), high + widen * step, unit, step)
+    return text
 
 
-def _range_text(low: float, high: float, unit: Unit) -> str:
+def _range_text(low: float, high: float, unit: Unit, step: float) -> str:
+    decimals = max(0, -math.floor(math.log10(step))) if step > 0 else 0
+
     def num(v: float) -> str:
-        return f"{v:,.0f}" if v >= 10 or v == int(v) else f"{v:g}"
+        return f"{v:,.{decimals}f}"
 
     if unit == "pct":
         return f"{num(low)}–{num(high)}%"

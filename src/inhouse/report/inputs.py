@@ -32,6 +32,23 @@ def path_text(parts: Sequence[PathPart]) -> str:
     return out
 
 
+_TOKEN = re.compile(r'\.?([A-Za-z_][A-Za-z0-9_]*)|\[(-?\d+)\]|\[("(?:[^"\\]|\\.)*")\]')
+
+
+def parse_path(text: str) -> list[PathPart]:
+    """The inverse of `path_text`: `cost.api_usd_per_month["gpt-4.1-class"]` -> its parts."""
+    parts: list[PathPart] = []
+    pos = 0
+    while pos < len(text):
+        match = _TOKEN.match(text, pos)
+        if match is None:
+            raise ValueError(f"not a JSON path: {text!r} (at {pos})")
+        key, index, quoted = match.groups()
+        parts.append(key if key is not None else int(index) if index is not None else json.loads(quoted))
+        pos = match.end()
+    return parts
+
+
 @dataclass(frozen=True)
 class Doc:
     """One parsed file. `name` is how the document cites it (relative to the inputs)."""

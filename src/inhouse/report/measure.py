@@ -68,11 +68,11 @@ def _p95(
         why = (
             "no bench run of this workload"
             if not runs
-            else f"{len(values)} {what} requests, fewer than the {MIN_SAMPLES} a p95 needs"
+            else f"{len(values)} successful requests with {what}, fewer than the {MIN_SAMPLES} a p95 needs"
         )
         return Reading(None, why, len(values))
     value = float(np.percentile(np.asarray(values), 95))
-    source = Source(" + ".join(files), f"p95 of ttft_ms over {len(values)} rows where {what}")
+    source = Source(" + ".join(files), f"p95 of ttft_ms over successful rows where {what}")
     return Reading(Figure(value, "ms", "measured", source), samples=len(values))
 
 
@@ -105,7 +105,7 @@ def sessions_held(runs: Sequence[BenchRun]) -> tuple[Reading, Reading]:
         if not seen:
             return Reading(held), Reading(None, "requests.jsonl is empty")
         failed = sum(seen.values()) / len(seen)
-        source = Source(run.requests_file, f"share of {len(seen)} sessions with a failed request")
+        source = Source(run.requests_file, "share of sessions with a failed request")
         return Reading(held), Reading(Figure(failed, "pct", "measured", source), samples=len(seen))
     why = "no bench run of this workload" if not runs else "runs name no session count"
     return Reading(None, why), Reading(None, why)
@@ -125,7 +125,7 @@ def completion_rate(runs: Sequence[BenchRun]) -> Reading:
         rate = (ok - 1) / (sched[-1] - sched[0]) * 60.0
         source = Source(
             run.requests_file,
-            f"(successful - 1) / (last - first t_sched_s) x 60; {ok} of {len(sched)} succeeded",
+            "(successful - 1) / (last - first t_sched_s) x 60",
         )
         reading = Reading(Figure(rate, "rate", "measured", source), samples=len(sched))
         if best is None or best.figure is None or rate < best.figure.value:
