@@ -17,10 +17,17 @@ def report_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return write_all(tmp_path_factory.mktemp("report-inputs"))
 
 
-def make_inputs(dirs: dict[str, Path], *, drills: bool = True, benches: tuple[str, ...] = ("chat", "cold", "utility")) -> ReportInputs:
+def make_inputs(
+    dirs: dict[str, Path],
+    *,
+    drills: bool = True,
+    benches: tuple[str, ...] = ("chat", "cold", "utility"),
+) -> ReportInputs:
     stack = load_stack(dirs["plan"] / "stack.yaml")
     render = RenderOutput("deploy", render_stack(stack).files)
-    return load_inputs(dirs["plan"], [dirs[b] for b in benches], dirs["drills"] if drills else None, render)
+    return load_inputs(
+        dirs["plan"], [dirs[b] for b in benches], dirs["drills"] if drills else None, render
+    )
 
 
 @pytest.fixture(scope="session")

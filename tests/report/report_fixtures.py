@@ -117,7 +117,13 @@ def write_bench(
         "prefix_cache_hit_rate_client": 0.8473,
         "prefix_cache_hit_rate_server": 0.8391,
         "server_gauges": {
-            "kv_cache_usage_perc": {"samples": 60, "mean": 0.31, "p50": 0.2937, "p95": 0.41, "max": 0.4683}
+            "kv_cache_usage_perc": {
+                "samples": 60,
+                "mean": 0.31,
+                "p50": 0.2937,
+                "p95": 0.41,
+                "max": 0.4683,
+            }
         },
         "workload": {"name": "agent", "params": {"sessions": "100"}},
         "run": {"target": "http://127.0.0.1:9", "command": "inhouse bench ..."},
@@ -135,16 +141,34 @@ def write_drills(out: Path, *, degraded_ttft: str = "1,034 ms", failing: str | N
     for name in DRILL_NAMES:
         ok = name != failing
         checks = [
-            {"name": "no request that had not started streaming failed", "expected": "0 failed", "observed": "0 failed", "ok": True},
+            {
+                "name": "no request that had not started streaming failed",
+                "expected": "0 failed",
+                "observed": "0 failed",
+                "ok": True,
+            },
         ]
         if name == "kill-replica":
-            checks.append({"name": "degraded p95 TTFT", "expected": "<= 1200 ms", "observed": degraded_ttft, "ok": ok})
+            checks.append(
+                {
+                    "name": "degraded p95 TTFT",
+                    "expected": "<= 1200 ms",
+                    "observed": degraded_ttft,
+                    "ok": ok,
+                }
+            )
         evidence = {
             "drill": name,
             "verdict": "pass" if ok else "fail",
             "checks": checks,
             "alerts": [
-                {"name": "InhouseEngineReplicaDown", "severity": "page", "fired_s": 41.5, "resolved_s": 97.25, "received_by_alertmanager": True}
+                {
+                    "name": "InhouseEngineReplicaDown",
+                    "severity": "page",
+                    "fired_s": 41.5,
+                    "resolved_s": 97.25,
+                    "received_by_alertmanager": True,
+                }
             ],
             "prometheus": {"version": "2.42.0", "rules_file": "rules.yaml", "time_scale": 0.1},
             "started": "2026-12-01T12:00:00Z",
@@ -154,20 +178,42 @@ def write_drills(out: Path, *, degraded_ttft: str = "1,034 ms", failing: str | N
         (out / name).mkdir(exist_ok=True)
         (out / name / "evidence.json").write_text(json.dumps(evidence))
         (out / name / "report.md").write_text(
-            f"# Drill {name}\n\n## Expected outcome\n\nThe {name} drill's expected outcome, verbatim.\n\n"
-            f"## Red flags\n\n* a red flag of {name}\n\n## What was observed\n\nobserved 1,034 ms\n\n"
+            f"# Drill {name}\n\n## Expected outcome\n\n"
+            f"The {name} drill's expected outcome, verbatim.\n\n"
+            f"## Red flags\n\n* a red flag of {name}\n\n"
+            "## What was observed\n\nobserved 1,034 ms\n\n"
             "## Post-mortem template\n\n* Timeline: ...\n"
         )
+        if name == "kill-replica":
+            (out / name / "timeline.png").write_bytes(_png())
         summary.append({"drill": name, "verdict": evidence["verdict"]})
     (out / "summary.json").write_text(json.dumps({"drills": summary}))
     return out
+
+
+def _png() -> bytes:
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(2, 1))
+    ax.plot([0, 1], [0, 1])
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    plt.close(fig)
+    return buffer.getvalue()
 
 
 def write_all(base: Path) -> dict[str, Path]:
     rng = np.random.default_rng(0)
     plan = write_plan(base / "plan")
     chat = write_bench(base / "bench" / "chat", "chat", chat_rows(rng, 100, cold=8))
-    cold = write_bench(base / "bench" / "chat-cold", "chat", chat_rows(rng, 40, cold=60), label="chat-cold")
+    cold = write_bench(
+        base / "bench" / "chat-cold", "chat", chat_rows(rng, 40, cold=60), label="chat-cold"
+    )
     utility = write_bench(
         base / "bench" / "utility",
         "utility",

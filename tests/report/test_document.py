@@ -10,10 +10,9 @@ from pathlib import Path
 import numpy as np
 
 from inhouse.report.document import DELIVERABLES, build_document
-from inhouse.report.inputs import parse_path
-from inhouse.report.slo import slo_rows
+from inhouse.report.inputs import ReportInputs, parse_path
 from inhouse.report.rendered import read_alerts
-from inhouse.report.inputs import ReportInputs
+from inhouse.report.slo import slo_rows
 
 from .conftest import make_inputs
 
@@ -45,10 +44,18 @@ def test_eight_sections_in_order_and_six_deliverables(inputs: ReportInputs) -> N
     assert text.count("```mermaid") == 1
 
 
-def test_measured_column_comes_from_the_runs(inputs: ReportInputs, report_dirs: dict[str, Path]) -> None:
+def test_measured_column_comes_from_the_runs(
+    inputs: ReportInputs, report_dirs: dict[str, Path]
+) -> None:
     rows = _rows(inputs)
-    chat = [json.loads(line) for line in (report_dirs["chat"] / "requests.jsonl").read_text().splitlines()]
-    cold = [json.loads(line) for line in (report_dirs["cold"] / "requests.jsonl").read_text().splitlines()]
+    chat = [
+        json.loads(line)
+        for line in (report_dirs["chat"] / "requests.jsonl").read_text().splitlines()
+    ]
+    cold = [
+        json.loads(line)
+        for line in (report_dirs["cold"] / "requests.jsonl").read_text().splitlines()
+    ]
     warm = [r["ttft_ms"] for r in chat if r["success"] and r["cached_tokens"] > 0]
     cold_ttft = [r["ttft_ms"] for r in chat + cold if r["success"] and r["cached_tokens"] == 0]
     assert rows["chat p95 TTFT warm"].measured.figure.value == np.percentile(warm, 95)
@@ -74,9 +81,16 @@ def test_rows_without_a_number_are_counted_as_wishes(report_dirs: dict[str, Path
     rows = _rows(inputs)
     cold = rows["chat p95 TTFT cold"]
     assert cold.measured.figure is None
-    assert "7 successful requests with cached_tokens == 0, fewer than the 20" in cold.measured.why  # row 7 failed
+    assert (
+        "7 successful requests with cached_tokens == 0, fewer than the 20" in cold.measured.why
+    )  # row 7 failed
     missing = [name for name, r in rows.items() if r.measured.figure is None]
-    assert set(missing) == {"chat p95 TTFT cold", "utility p95 e2e", "utility throughput (req/min)", "chat p95 TTFT, one chat replica lost"}
+    assert set(missing) == {
+        "chat p95 TTFT cold",
+        "utility p95 e2e",
+        "utility throughput (req/min)",
+        "chat p95 TTFT, one chat replica lost",
+    }
     assert f"{len(rows) - 4} of {len(rows)} rows are measured; 4 without a measured number" in text
     assert "Drills passed: 0 of 7 (no drill evidence given)" in text
 

@@ -40,7 +40,10 @@ def versions(inputs: ReportInputs) -> tuple[dict[str, str], dict[str, str], list
     and quoted drill text: no exact figure may hide there."""
     internal = build_outputs(inputs, public=False)
     public = build_outputs(inputs, public=True)
-    shown = sorted({e.shown for ledger in public.ledgers for e in ledger.entries}, key=len, reverse=True)
+    shown = sorted(
+        {e.shown for ledger in public.ledgers for e in ledger.entries}, key=len, reverse=True
+    )
+
     def decode(files: dict[str, bytes]) -> dict[str, str]:
         # the page's own CSS ("100%") and script are not the document's text
         strip = lambda t: re.sub(r"<(style|script)>.*?</\1>", "", t, flags=re.DOTALL)  # noqa: E731
@@ -55,7 +58,9 @@ def versions(inputs: ReportInputs) -> tuple[dict[str, str], dict[str, str], list
     return decode(internal.files), blanked, figures
 
 
-def test_no_tenant_or_customer_name(versions: tuple[dict[str, str], dict[str, str], list[Figure]], inputs: ReportInputs) -> None:
+def test_no_tenant_or_customer_name(
+    versions: tuple[dict[str, str], dict[str, str], list[Figure]], inputs: ReportInputs
+) -> None:
     internal, public, _ = versions
     names = [*TENANTS, str(inputs.plan.get("name"))]
     assert any(name in internal["reference-architecture.md"] for name in names)
@@ -64,12 +69,13 @@ def test_no_tenant_or_customer_name(versions: tuple[dict[str, str], dict[str, st
             assert name not in text, (file, name)
 
 
-def test_no_price_and_no_exact_figure(versions: tuple[dict[str, str], dict[str, str], list[Figure]]) -> None:
+def test_no_price_and_no_exact_figure(
+    versions: tuple[dict[str, str], dict[str, str], list[Figure]],
+) -> None:
     internal, public, figures = versions
     sanitized = [f for f in figures if f.kind in SANITIZED_KINDS and f.value != 0]
     kinds = {f.kind for f in sanitized}
     assert {"measured", "price", "workload"} <= kinds
-    doc = internal["reference-architecture.md"]
     leaks = []
     for figure in sanitized:
         text = figure.text()
@@ -94,13 +100,18 @@ def test_the_public_ledger_shows_no_exact_figure(inputs: ReportInputs) -> None:
         assert not _appears(entry.figure.text(), entry.shown), (entry.shown, entry.figure)
 
 
-def test_requirement_prices_never_appear(versions: tuple[dict[str, str], dict[str, str], list[Figure]], inputs: ReportInputs) -> None:
+def test_requirement_prices_never_appear(
+    versions: tuple[dict[str, str], dict[str, str], list[Figure]], inputs: ReportInputs
+) -> None:
     _, public, _ = versions
     for file, body in public.items():
         assert re.search(r"\$\s?\d", body) is None, file  # no dollar figure at all
     hw = inputs.plan.get("requirements", "hardware", 0)
     prices = [f"{hw['capex_usd_per_node']:,.0f}", f"{hw['ops_usd_per_node_year']:,.0f}"]
-    prices += [f"{api['input_usd_per_million']:.2f}" for api in inputs.plan.get("requirements", "api_prices")]
+    prices += [
+        f"{api['input_usd_per_million']:.2f}"
+        for api in inputs.plan.get("requirements", "api_prices")
+    ]
     for body in public.values():
         for price in prices:
             assert not _appears(price, body), price
@@ -114,7 +125,10 @@ def test_drills_verbatim(versions: tuple[dict[str, str], dict[str, str], list[Fi
     assert "observed 1,034 ms" not in doc  # the observed text stays inside
 
 
-@given(st.floats(min_value=1e-4, max_value=1e7, allow_nan=False), st.sampled_from(["ms", "pct", "count", "rate", "x", "months"]))
+@given(
+    st.floats(min_value=1e-4, max_value=1e7, allow_nan=False),
+    st.sampled_from(["ms", "pct", "count", "rate", "x", "months"]),
+)
 def test_a_range_never_spells_the_exact_value(value: float, unit: str) -> None:
     figure = Figure(value, unit, "measured", Source("f", "p"))  # type: ignore[arg-type]
     assume(re.search(r"[1-9]", figure.text()))  # "0" for a tiny value is no exact figure

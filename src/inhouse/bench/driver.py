@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inhouse.bench.config import BenchSpec, build_workload
+from inhouse.bench.gauges import GaugeSampler
 from inhouse.bench.http import Job, Target
 from inhouse.bench.metrics import Outcome, RequestResult
 from inhouse.bench.progress import Progress
@@ -33,7 +34,6 @@ from inhouse.bench.schedule import (
     TimedSource,
     vllm_arrival_offsets,
 )
-from inhouse.bench.gauges import GaugeSampler
 from inhouse.bench.scrape import ServerCounters, fetch_model, scrape_all
 from inhouse.bench.sender import LocalSender, ProcessSender, describe_stack
 from inhouse.workload import Workload, WorkloadRun, WorkRequest

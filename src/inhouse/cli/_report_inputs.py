@@ -52,7 +52,11 @@ def load_bench(path: Path) -> list[BenchRun]:
         if not isinstance(result, dict):
             raise SpecError(f"{path / 'result.json'}: not a bench result (a JSON object)")
         requests = path / "requests.jsonl"
-        return [BenchRun(path.name, Doc(str(path / "result.json"), result), _jsonl(requests), str(requests))]
+        return [
+            BenchRun(
+                path.name, Doc(str(path / "result.json"), result), _jsonl(requests), str(requests)
+            )
+        ]
     if not path.is_dir():
         raise SpecError(f"--bench {path}: no such directory; {hint}")
     runs = [r for child in sorted(path.iterdir()) if child.is_dir() for r in load_bench(child)]
@@ -91,7 +95,9 @@ def load_drills(path: Path, images: dict[str, bytes]) -> Drills:
     if not runs:
         raise SpecError(f"--drills {path}: no NAME/evidence.json in it; {hint}")
     return Drills(
-        str(path), Doc(str(summary), _json(summary, hint)) if summary.exists() else None, tuple(runs)
+        str(path),
+        Doc(str(summary), _json(summary, hint)) if summary.exists() else None,
+        tuple(runs),
     )
 
 
@@ -130,6 +136,8 @@ def load_inputs(
         benches=tuple(r for b in benches for r in load_bench(b)),
         drills=load_drills(drills, images) if drills else None,
         render=render,
-        compare=Doc(str(compare_path), _json(compare_path, hint)) if compare_path.exists() else None,
+        compare=Doc(str(compare_path), _json(compare_path, hint))
+        if compare_path.exists()
+        else None,
         images=images,
     )

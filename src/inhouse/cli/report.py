@@ -33,14 +33,30 @@ DEFAULT_MERMAID = Path.home() / ".cache" / "inhouse" / "mermaid" / "mermaid.min.
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--plan", type=Path, required=True, help="the `inhouse plan --out` directory")
-    parser.add_argument("--bench", type=Path, action="append", default=[], help="a bench --out directory (repeat)")
+    parser.add_argument(
+        "--plan", type=Path, required=True, help="the `inhouse plan --out` directory"
+    )
+    parser.add_argument(
+        "--bench", type=Path, action="append", default=[], help="a bench --out directory (repeat)"
+    )
     parser.add_argument("--drills", type=Path, help="the `inhouse drill run --out` directory")
-    parser.add_argument("--render", type=Path, help="the `inhouse render --out` directory (default: render into OUT/deploy)")
+    parser.add_argument(
+        "--render",
+        type=Path,
+        help="the `inhouse render --out` directory (default: render into OUT/deploy)",
+    )
     parser.add_argument("--out", type=Path, required=True, help="output directory")
     parser.add_argument("--public", action="store_true", help="the sanitized public version")
-    parser.add_argument("--mermaid-js", type=Path, help=f"local mermaid.min.js to inline (env {MERMAID_ENV}; default {DEFAULT_MERMAID})")
-    parser.add_argument("--pdf", action="store_true", help="also print the HTML to PDF with headless Chromium, if installed")
+    parser.add_argument(
+        "--mermaid-js",
+        type=Path,
+        help=f"local mermaid.min.js to inline (env {MERMAID_ENV}; default {DEFAULT_MERMAID})",
+    )
+    parser.add_argument(
+        "--pdf",
+        action="store_true",
+        help="also print the HTML to PDF with headless Chromium, if installed",
+    )
 
 
 def _render(stack: StackSpec, out: Path) -> RenderOutput:
@@ -54,10 +70,14 @@ def _render(stack: StackSpec, out: Path) -> RenderOutput:
 
 
 def _mermaid(args: argparse.Namespace) -> str | None:
-    path = args.mermaid_js or (Path(os.environ[MERMAID_ENV]) if os.environ.get(MERMAID_ENV) else DEFAULT_MERMAID)
+    path = args.mermaid_js or (
+        Path(os.environ[MERMAID_ENV]) if os.environ.get(MERMAID_ENV) else DEFAULT_MERMAID
+    )
     if not path.exists():
         if args.mermaid_js:
-            raise SpecError(f"--mermaid-js {path}: no such file (scripts/fetch-mermaid.sh writes one)")
+            raise SpecError(
+                f"--mermaid-js {path}: no such file (scripts/fetch-mermaid.sh writes one)"
+            )
         return None
     return path.read_text(encoding="utf-8")
 
@@ -76,10 +96,19 @@ def print_pdf(html: Path, pdf: Path) -> str | None:
     if browser is None:
         return "no Chromium installed (Debian package chromium)"
     cmd = [
-        browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run",
-        f"--user-data-dir={pdf.parent / '.chromium'}", "--virtual-time-budget=10000",
-        f"--print-to-pdf={pdf}", "--no-pdf-header-footer", html.resolve().as_uri(),
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={pdf.parent / '.chromium'}",
+        "--virtual-time-budget=10000",
+        f"--print-to-pdf={pdf}",
+        "--no-pdf-header-footer",
+        html.resolve().as_uri(),
     ]
     try:
         subprocess.run(cmd, check=True, capture_output=True, timeout=120)
@@ -102,7 +131,9 @@ def run(args: argparse.Namespace) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
     if args.pdf:
-        why = print_pdf(out / DOCUMENT.replace(".md", ".html"), out / DOCUMENT.replace(".md", ".pdf"))
+        why = print_pdf(
+            out / DOCUMENT.replace(".md", ".html"), out / DOCUMENT.replace(".md", ".pdf")
+        )
         if why:
             built.warnings.append(f"no PDF: {why}")
     for warning in built.warnings:

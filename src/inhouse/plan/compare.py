@@ -127,11 +127,20 @@ def _engine_alternative(req: Requirements, verify: bool) -> dict[str, Any]:
     def swap(data: dict[str, Any]) -> None:
         data["planning"]["backend"] = other
 
-    return _run("engine", f"{other} instead of {req.planning.backend}", _variant(req, swap), verify)
+    def bigger(data: dict[str, Any]) -> None:
+        swap(data)
+        for offer in data["hardware"]:
+            offer["max_nodes"] = None
+
+    label = f"{other} instead of {req.planning.backend}"
+    return _run("engine", label, _variant(req, swap), verify, _variant(req, bigger))
 
 
 def compare(
-    req: Requirements, chosen_report: dict[str, Any], axes: Sequence[str] = AXES, verify: bool = True
+    req: Requirements,
+    chosen_report: dict[str, Any],
+    axes: Sequence[str] = AXES,
+    verify: bool = True,
 ) -> dict[str, Any]:
     unknown = [a for a in axes if a not in AXES]
     if unknown:

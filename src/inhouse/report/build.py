@@ -59,7 +59,10 @@ def build_outputs(
     out.files[DOCUMENT.replace(".md", ".html")] = page.encode()
     out.warnings += [f"HTML: image {m} not found; left as a link" for m in missing]
     if mermaid_js is None:
-        out.warnings.append("no mermaid.js (--mermaid-js or scripts/fetch-mermaid.sh): the HTML shows the diagram's source")
+        out.warnings.append(
+            "no mermaid.js (--mermaid-js or scripts/fetch-mermaid.sh): "
+            "the HTML shows the diagram's source"
+        )
     memo = build_sizing_memo(inputs, public=public, charts=names)
     out.files["sizing-memo.md"] = memo.markdown.encode()
     ctx = Context.build(inputs, public)

@@ -89,13 +89,19 @@ def _hardware(sheet: Sheet, plan: Mapping[str, Any], blank_prices: bool) -> tupl
     for i, offer in enumerate(plan["requirements"]["hardware"]):
         if offer["gpu"] not in used:
             continue
-        price = (lambda v: 0.0) if blank_prices else (lambda v: float(v or 0.0))
+        def price(value: Any) -> float:
+            return 0.0 if blank_prices else float(value or 0.0)
+
         src = f"plan.json requirements.hardware[{i}]"
         sheet.heading(f"Inputs: {offer['gpu']} ({offer['pricing']})")
         nodes = sheet.input("nodes", used[offer["gpu"]]["nodes"], "nodes", "plan.json hardware")
         if offer["pricing"] == "hourly":
-            gpus = sheet.input("GPUs rented", used[offer["gpu"]]["gpus_used"], "GPUs", "plan.json hardware")
-            rent = sheet.input("rent per GPU-hour", price(offer["usd_per_gpu_hour"]), "$/GPU-h", src)
+            gpus = sheet.input(
+                "GPUs rented", used[offer["gpu"]]["gpus_used"], "GPUs", "plan.json hardware"
+            )
+            rent = sheet.input(
+                "rent per GPU-hour", price(offer["usd_per_gpu_hour"]), "$/GPU-h", src
+            )
             rent_h = sheet.calc("rent $/h", gpus * rent, "$/h")
             stack = stack + rent_h
             opex = opex + rent_h
@@ -111,7 +117,9 @@ def _hardware(sheet: Sheet, plan: Mapping[str, Any], blank_prices: bool) -> tupl
         c = sheet.calc("capex amortized", capex / (years * HOURS_PER_YEAR), "$/h")
         p = sheet.calc("power x PUE", kw * frac * pue * kwh, "$/h")
         o = sheet.calc("ops", ops / HOURS_PER_YEAR, "$/h")
-        node = sheet.calc("node all-in", c + p + o, "$/h", key=f"hardware.{offer['gpu']}.node_usd_per_hour")
+        node = sheet.calc(
+            "node all-in", c + p + o, "$/h", key=f"hardware.{offer['gpu']}.node_usd_per_hour"
+        )
         stack = stack + node * nodes
         capex_total = capex_total + capex * nodes
         opex = opex + (p + o) * nodes
@@ -126,24 +134,46 @@ def _workloads(
     for name, w in plan["cost"]["workloads"].items():
         load = w["at_average_load"]
         share = float(w["usd_per_hour"]) / total
-        in_usd_h = (w["usd_per_million_tokens"]["input"] or 0.0) * load["input_tokens_per_s"] * 3600 / 1e6
+        in_usd_h = (
+            (w["usd_per_million_tokens"]["input"] or 0.0) * load["input_tokens_per_s"] * 3600 / 1e6
+        )
         prefill = in_usd_h / float(w["usd_per_hour"]) if w["usd_per_hour"] else 0.0
         src = f"plan.json cost.workloads.{name}"
         zero = (lambda v: 0.0) if blank else float
         sheet.heading(f"Inputs: workload {name} (average load, active hours)")
         tin = sheet.input("input tokens/s", zero(load["input_tokens_per_s"]), "tok/s", src)
-        tcached = sheet.input("cached input tokens/s", zero(load["cached_input_tokens_per_s"]), "tok/s", src)
+        tcached = sheet.input(
+            "cached input tokens/s", zero(load["cached_input_tokens_per_s"]), "tok/s", src
+        )
         tout = sheet.input("output tokens/s", zero(load["output_tokens_per_s"]), "tok/s", src)
         rps = sheet.input("requests/s", zero(load["requests_per_s"]), "req/s", src)
-        sh = sheet.input("share of the stack's replica time", share, "", src + ".usd_per_hour / cost.usd_per_hour (planner)")
-        pf = sheet.input("prefill share of its time", prefill, "", src + " (planner: prefill vs decode time)")
+        sh = sheet.input(
+            "share of the stack's replica time",
+            share,
+            "",
+            src + ".usd_per_hour / cost.usd_per_hour (planner)",
+        )
+        pf = sheet.input(
+            "prefill share of its time", prefill, "", src + " (planner: prefill vs decode time)"
+        )
         sheet.heading(f"Cost: workload {name}")
-        usd = sheet.calc("$/h share", stack_h * sh, "$/h", key=f"cost.workloads.{name}.usd_per_hour")
+        usd = sheet.calc(
+            "$/h share", stack_h * sh, "$/h", key=f"cost.workloads.{name}.usd_per_hour"
+        )
         k = f"cost.workloads.{name}.usd_per_million_tokens"
-        sheet.calc("$/1M tokens, blended", usd / ((tin + tout) * 3600.0) * 1e6, "$/1M", key=f"{k}.blended")
+        sheet.calc(
+            "$/1M tokens, blended", usd / ((tin + tout) * 3600.0) * 1e6, "$/1M", key=f"{k}.blended"
+        )
         sheet.calc("$/1M input tokens", usd * pf / (tin * 3600.0) * 1e6, "$/1M", key=f"{k}.input")
-        sheet.calc("$/1M output tokens", (usd - usd * pf) / (tout * 3600.0) * 1e6, "$/1M", key=f"{k}.output")
-        sheet.calc("$/request", usd / (rps * 3600.0), "$", key=f"cost.workloads.{name}.usd_per_request")
+        sheet.calc(
+            "$/1M output tokens",
+            (usd - usd * pf) / (tout * 3600.0) * 1e6,
+            "$/1M",
+            key=f"{k}.output",
+        )
+        sheet.calc(
+            "$/request", usd / (rps * 3600.0), "$", key=f"cost.workloads.{name}.usd_per_request"
+        )
         out[name] = {"in": tin, "cached": tcached, "out": tout}
     del active_h
     return out
@@ -153,13 +183,21 @@ def build_sheet(plan: Mapping[str, Any], *, blank_prices: bool = False) -> Sheet
     sheet = Sheet()
     usage = plan["requirements"]["usage"]
     sheet.heading("Inputs: duty cycle")
-    hpd = sheet.input("active hours per day", usage["active_hours_per_day"], "h", "requirements usage")
-    dpm = sheet.input("active days per month", usage["active_days_per_month"], "d", "requirements usage")
+    hpd = sheet.input(
+        "active hours per day", usage["active_hours_per_day"], "h", "requirements usage"
+    )
+    dpm = sheet.input(
+        "active days per month", usage["active_days_per_month"], "d", "requirements usage"
+    )
     stack_h, capex, opex = _hardware(sheet, plan, blank_prices)
     sheet.heading("Stack")
     stack = sheet.calc("stack all-in", stack_h, "$/h", key="cost.usd_per_hour")
-    month = sheet.calc("stack per month (730 h)", stack * HOURS_PER_MONTH, "$/month", key="cost.usd_per_month")
-    active = sheet.calc("active hours per month", hpd * dpm, "h", key="requirements.usage.active_hours_per_month")
+    month = sheet.calc(
+        "stack per month (730 h)", stack * HOURS_PER_MONTH, "$/month", key="cost.usd_per_month"
+    )
+    active = sheet.calc(
+        "active hours per month", hpd * dpm, "h", key="requirements.usage.active_hours_per_month"
+    )
     tokens = _workloads(sheet, plan, stack, active, blank_prices)
     opex_m = sheet.calc("power + ops + rent per month", opex * HOURS_PER_MONTH, "$/month")
     capex_c = sheet.calc("capex", capex, "$", key="cost.capex_usd")
@@ -181,9 +219,17 @@ def build_sheet(plan: Mapping[str, Any], *, blank_prices: bool = False) -> Sheet
         for t in tokens.values():
             per_s = (t["in"] - t["cached"]) * pin + t["cached"] * pc + t["out"] * pout
             spend = spend + per_s * 3600.0 * active / 1e6
-        api_m = sheet.calc("API spend per month", spend, "$/month", key=f"cost.api_usd_per_month.{api['name']}")
+        api_m = sheet.calc(
+            "API spend per month", spend, "$/month", key=f"cost.api_usd_per_month.{api['name']}"
+        )
         saving = api_m - opex_m
-        be = sheet.calc("break-even", capex_c / saving, "months", key=f"cost.breakeven_months.{api['name']}", note="capex / (API - power, ops, rent); meaningless when the saving is not positive")
+        be = sheet.calc(
+            "break-even",
+            capex_c / saving,
+            "months",
+            key=f"cost.breakeven_months.{api['name']}",
+            note="capex / (API - power, ops, rent); meaningless when the saving is not positive",
+        )
         del be
         sheet.calc("API / stack per month", api_m / month, "x", key=f"multiple.{api['name']}")
     return sheet
@@ -195,7 +241,9 @@ def to_csv(sheet: Sheet) -> str:
     writer.writerow(["row", "label", "value", "unit", "formula", "key", "note"])
     for i, row in enumerate(sheet.rows):
         value = "" if row.value is None else repr(row.value)
-        writer.writerow([sheet.first_row + i, row.label, value, row.unit, row.formula or "", row.key, row.note])
+        writer.writerow(
+            [sheet.first_row + i, row.label, value, row.unit, row.formula or "", row.key, row.note]
+        )
     return buffer.getvalue()
 
 
@@ -219,8 +267,8 @@ def to_xlsx(sheet: Sheet, title: str) -> bytes:
         ws.cell(r, 2, row.formula if row.formula else row.value)
         ws.cell(r, 3, row.unit)
         ws.cell(r, 4, row.note or row.key)
-    for col, width in (("A", 38), ("B", 18), ("C", 10), ("D", 70)):
-        ws.column_dimensions[col].width = width
+    for letter, width in (("A", 38), ("B", 18), ("C", 10), ("D", 70)):
+        ws.column_dimensions[letter].width = width
     buffer = io.BytesIO()
     book.save(buffer)
     return buffer.getvalue()

@@ -81,7 +81,9 @@ def license_memo(ctx: Context) -> str:
                     "customer's own and are not in the catalog: record them here",
                 ]
             )
-    lines += table(["model or adapter", "licence", "commercial use", "tenant classes", "sources"], rows)
+    lines += table(
+        ["model or adapter", "licence", "commercial use", "tenant classes", "sources"], rows
+    )
     lines += details
     lines += [
         "## Weight export and the air gap",

@@ -18,7 +18,11 @@ from inhouse.report.figures import Ledger
 from inhouse.report.inputs import ReportInputs
 
 DELIVERABLES = (
-    ("Sizing memo", "sizing-memo.md", "sections 1–5: workload, hardware, selection, SLOs, capacity"),
+    (
+        "Sizing memo",
+        "sizing-memo.md",
+        "sections 1–5: workload, hardware, selection, SLOs, capacity",
+    ),
     ("Runbook", "runbook.md", "section 8 as an operations guide, with every alert's entry"),
     ("Deployment playbook", "deployment-playbook.md", "bare metal to serving, commands exact"),
     ("Benchmark report", "bench-report.md", "the measured numbers behind section 4"),
@@ -47,7 +51,9 @@ def _front(ctx: Context) -> list[str]:
             "",
         ]
     lines += ["Deliverables (six, each a file beside this document):", ""]
-    lines += table(["deliverable", "file", "what"], [[a, f"[{b}]({b})", c] for a, b, c in DELIVERABLES])
+    lines += table(
+        ["deliverable", "file", "what"], [[a, f"[{b}]({b})", c] for a, b, c in DELIVERABLES]
+    )
     return lines
 
 
@@ -75,14 +81,16 @@ def _summary(ctx: Context) -> list[str]:
 def _appendix(ctx: Context) -> list[str]:
     ctx.ledger.section = "Appendix"
     seen: set[tuple[str, str, str, str]] = set()
-    rows = []
+    rows: list[list[str]] = []
     for entry in list(ctx.ledger.entries):
         src = entry.figure.source
         key = (entry.section, entry.shown, src.file, src.path)
         if key in seen:
             continue
         seen.add(key)
-        rows.append([f"F{len(rows) + 1}", entry.section, entry.shown, f"`{src.file}`", f"`{src.path}`"])
+        rows.append(
+            [f"F{len(rows) + 1}", entry.section, entry.shown, f"`{src.file}`", f"`{src.path}`"]
+        )
     return [
         "## Appendix: where every figure comes from",
         "",
@@ -114,7 +122,9 @@ def build_document(
     return Built(ctx.redact("\n".join(lines)), ctx.ledger)
 
 
-def build_sizing_memo(inputs: ReportInputs, *, public: bool = False, charts: Mapping[str, str] | None = None) -> Built:
+def build_sizing_memo(
+    inputs: ReportInputs, *, public: bool = False, charts: Mapping[str, str] | None = None
+) -> Built:
     ctx = Context.build(inputs, public)
     lines = [f"# Sizing memo: {ctx.customer()}", "", *sizing_sections(ctx, charts or {})]
     lines += _appendix(ctx)

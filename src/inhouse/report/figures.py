@@ -79,7 +79,7 @@ def format_value(value: float, unit: Unit, digits: int | None = None) -> str:
 
 def _grid_step(value: float) -> float:
     """A 1-2-5 step about a fifth to a half of the value's magnitude."""
-    magnitude = 10 ** math.floor(math.log10(abs(value)))
+    magnitude = 10.0 ** math.floor(math.log10(abs(value)))
     for mult in (1, 2, 5, 10):
         step = magnitude * mult / 5
         if abs(value) / step <= 10:

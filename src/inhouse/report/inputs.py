@@ -20,7 +20,8 @@ _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def path_text(parts: Sequence[PathPart]) -> str:
-    """`["cost", "api_usd_per_month", "gpt-4.1-class"]` -> `cost.api_usd_per_month["gpt-4.1-class"]`."""
+    """`["cost", "api_usd_per_month", "gpt-4.1-class"]` ->
+    `cost.api_usd_per_month["gpt-4.1-class"]`."""
     out = ""
     for part in parts:
         if isinstance(part, int):
@@ -44,7 +45,9 @@ def parse_path(text: str) -> list[PathPart]:
         if match is None:
             raise ValueError(f"not a JSON path: {text!r} (at {pos})")
         key, index, quoted = match.groups()
-        parts.append(key if key is not None else int(index) if index is not None else json.loads(quoted))
+        parts.append(
+            key if key is not None else int(index) if index is not None else json.loads(quoted)
+        )
         pos = match.end()
     return parts
 

@@ -54,9 +54,7 @@ def worst(
     return Reading(pick(figures, key=lambda f: f.value))
 
 
-def _p95(
-    runs: Sequence[BenchRun], keep: Callable[[Mapping[str, Any]], bool], what: str
-) -> Reading:
+def _p95(runs: Sequence[BenchRun], keep: Callable[[Mapping[str, Any]], bool], what: str) -> Reading:
     values: list[float] = []
     files: list[str] = []
     for run in runs:
@@ -68,7 +66,8 @@ def _p95(
         why = (
             "no bench run of this workload"
             if not runs
-            else f"{len(values)} successful requests with {what}, fewer than the {MIN_SAMPLES} a p95 needs"
+            else f"{len(values)} successful requests with {what}, "
+            f"fewer than the {MIN_SAMPLES} a p95 needs"
         )
         return Reading(None, why, len(values))
     value = float(np.percentile(np.asarray(values), 95))
@@ -96,7 +95,7 @@ def sessions_held(runs: Sequence[BenchRun]) -> tuple[Reading, Reading]:
                 float(sessions),
                 "count",
                 "measured",
-                Source(run.result.name, 'workload.params.sessions (text)'),
+                Source(run.result.name, "workload.params.sessions (text)"),
             )
         seen: dict[str, bool] = {}
         for row in run.requests:
@@ -118,7 +117,9 @@ def completion_rate(runs: Sequence[BenchRun]) -> Reading:
     failing shows in the latency rows, not here.)"""
     best: Reading | None = None
     for run in runs:
-        sched = sorted(float(r["t_sched_s"]) for r in run.requests if r.get("t_sched_s") is not None)
+        sched = sorted(
+            float(r["t_sched_s"]) for r in run.requests if r.get("t_sched_s") is not None
+        )
         ok = sum(1 for r in run.requests if r.get("success"))
         if len(sched) < MIN_SAMPLES or sched[-1] <= sched[0]:
             continue

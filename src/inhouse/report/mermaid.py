@@ -20,8 +20,8 @@ def deployment_diagram(plan: dict[str, Any]) -> list[str]:
     policy = (plan.get("engine") or {}).get("routing_policy", "cache_aware")
     lines = [
         "flowchart LR",
-        '  clients["client applications<br/>(HTTPS, API keys)"] --> edge["Envoy edge<br/>TLS, timeouts, '
-        'size limits"]',
+        '  clients["client applications<br/>(HTTPS, API keys)"] --> '
+        'edge["Envoy edge<br/>TLS, timeouts, size limits"]',
         f'  edge --> gw["inhouse gateway<br/>tenants, limits, {policy} routing"]',
     ]
     nodes: dict[int, list[str]] = {}
@@ -38,7 +38,11 @@ def deployment_diagram(plan: dict[str, Any]) -> list[str]:
             nodes.setdefault(int(placed.get("node", 0)), []).append(f'    {rid}["{label}"]')
             lines.append(f"  gw -->|{serves}| {rid}")
     for node, members in sorted(nodes.items()):
-        lines += [f'  subgraph node{node}["node {node}: NVMe weight cache (verified)"]', *members, "  end"]
+        lines += [
+            f'  subgraph node{node}["node {node}: NVMe weight cache (verified)"]',
+            *members,
+            "  end",
+        ]
     lines += [
         '  prom["Prometheus + Alertmanager"] -.scrape.-> gw',
         *[f"  prom -.scrape.-> node{node}" for node in sorted(nodes)],

@@ -51,7 +51,14 @@ def _source(row: SloRow) -> str:
 def slo(ctx: Context, chart: str | None) -> list[str]:
     lines = ctx.section("4. SLO commitments")
     rows = [
-        [r.workload, r.metric, _bound(ctx, r.target), _bound(ctx, r.alarm), _measured(ctx, r), _source(r)]
+        [
+            r.workload,
+            r.metric,
+            _bound(ctx, r.target),
+            _bound(ctx, r.alarm),
+            _measured(ctx, r),
+            _source(r),
+        ]
         for r in ctx.rows
     ]
     lines += table(["workload", "metric", "target", "alarm at", "measured", "source"], rows)
@@ -91,7 +98,12 @@ def observability(ctx: Context) -> list[str]:
     lines += table(
         ["dashboard", "file", "panels", "what it shows"],
         [
-            [d.title, f"`{d.file}`", str(len(d.panels)), ", ".join(d.panels[:6]) + ("…" if len(d.panels) > 6 else "")]
+            [
+                d.title,
+                f"`{d.file}`",
+                str(len(d.panels)),
+                ", ".join(d.panels[:6]) + ("…" if len(d.panels) > 6 else ""),
+            ]
             for d in ctx.dashboards
         ],
     )
@@ -138,8 +150,11 @@ def drills(ctx: Context) -> list[str]:
         "",
     ]
     if found is None:
-        lines += ["No drill evidence given (`inhouse drill run all --out DIR`, then "
-                  "`inhouse report --drills DIR`): every drill below is **not run**.", ""]
+        lines += [
+            "No drill evidence given (`inhouse drill run all --out DIR`, then "
+            "`inhouse report --drills DIR`): every drill below is **not run**.",
+            "",
+        ]
     summary = []
     for name, title in DRILLS:
         run = found.run(name) if found else None
@@ -159,7 +174,12 @@ def _drill(ctx: Context, name: str, title: str, run: DrillRun | None) -> list[st
     sections = _md_sections(run.report_md)
     checks: list[dict[str, Any]] = list(run.evidence.get("checks") or [])
     expected = _find(sections, "expected")
-    lines += ["**Expected outcome.**", "", expected or "\n".join(f"* {c.get('name')}: {c.get('expected')}" for c in checks), ""]
+    lines += [
+        "**Expected outcome.**",
+        "",
+        expected or "\n".join(f"* {c.get('name')}: {c.get('expected')}" for c in checks),
+        "",
+    ]
     flags = _find(sections, "red flag")
     if flags:
         lines += ["**Red flags.**", "", flags, ""]
@@ -188,5 +208,10 @@ def _drill(ctx: Context, name: str, title: str, run: DrillRun | None) -> list[st
     if run.timeline_file and not ctx.public:
         lines += [f"![{name} timeline]({run.timeline_file})", ""]
     template = _find(sections, "post-mortem", "postmortem")
-    lines += ["**Post-mortem template.**", "", *(template.splitlines() if template and not ctx.public else POST_MORTEM), ""]
+    lines += [
+        "**Post-mortem template.**",
+        "",
+        *(template.splitlines() if template and not ctx.public else POST_MORTEM),
+        "",
+    ]
     return lines

@@ -25,17 +25,14 @@ def workloads(ctx: Context) -> list[str]:
         base = ("workloads", name)
         t = w.get("traffic", {})
         if "peak_sessions" in t:
-            traffic = (
-                f"{ctx.plan(*base, 'traffic', 'avg_sessions', kind='workload', unit='count')} avg / "
-                f"{ctx.plan(*base, 'traffic', 'peak_sessions', kind='workload', unit='count')} "
-                "peak concurrent sessions"
-            )
+            avg = ctx.plan(*base, "traffic", "avg_sessions", kind="workload", unit="count")
+            peak = ctx.plan(*base, "traffic", "peak_sessions", kind="workload", unit="count")
+            traffic = f"{avg} avg / {peak} peak concurrent sessions"
         else:
-            traffic = (
-                f"{ctx.plan(*base, 'traffic', 'avg_per_s', kind='workload', unit='rate', scale=60)}"
-                f" avg / {ctx.plan(*base, 'traffic', 'peak_per_s', kind='workload', unit='rate', scale=60)}"
-                " peak req/min"
-            )
+            per_min = {"kind": "workload", "unit": "rate", "scale": 60.0}
+            avg = ctx.plan(*base, "traffic", "avg_per_s", **per_min)  # type: ignore[arg-type]
+            peak = ctx.plan(*base, "traffic", "peak_per_s", **per_min)  # type: ignore[arg-type]
+            traffic = f"{avg} avg / {peak} peak req/min"
         hit = measure.prefix_hit_rate(ctx.inputs.runs_for(name))
         rows.append(
             [
@@ -69,9 +66,12 @@ def workloads(ctx: Context) -> list[str]:
     ]
     for name, w in (ctx.inputs.plan.get("workloads") or {}).items():
         if w.get("kind") == "agent":
+            planned = ctx.plan(
+                "workloads", name, "planned_prefix_hit_rate", kind="workload", unit="pct"
+            )
             lines += [
                 f"The number that carries this section: {name}'s prefix-cache hit rate, planned "
-                f"at {ctx.plan('workloads', name, 'planned_prefix_hit_rate', kind='workload', unit='pct')}"
+                f"at {planned}"
                 f" on turn 2 and later of the agent sessions. Everything downstream — routing "
                 "by prefix, KV sizing, the TTFT budget — is designed around it.",
                 "",
@@ -84,7 +84,7 @@ def hardware(ctx: Context) -> list[str]:
     req = ctx.inputs.plan.get("requirements", "hardware") or []
     rows = []
     for i, h in enumerate(ctx.inputs.plan.get("hardware") or []):
-        offer = next((o for o in req if o.get("gpu") == h.get("gpu")), {})
+        offer: dict[str, Any] = next((o for o in req if o.get("gpu") == h.get("gpu")), {})
         j = req.index(offer) if offer in req else None
         r = ("requirements", "hardware", j) if j is not None else None
         rows.append(
@@ -94,13 +94,22 @@ def hardware(ctx: Context) -> list[str]:
                 f"{ctx.plan('hardware', i, 'nodes', kind='config')} node(s) of "
                 f"{ctx.plan('hardware', i, 'gpus_per_node', kind='config')}",
                 str(h.get("pricing", "")),
-                ctx.plan(*r, "capex_usd_per_node", kind="price", unit="usd", digits=0, label="capex per node")
+                ctx.plan(
+                    *r,
+                    "capex_usd_per_node",
+                    kind="price",
+                    unit="usd",
+                    digits=0,
+                    label="capex per node",
+                )
                 if r and offer.get("capex_usd_per_node")
                 else "—",
                 ctx.plan(*r, "effective_power_kw_per_node", kind="config", digits=1) + " kW"
                 if r
                 else "—",
-                ctx.plan("hardware", i, "node_usd_per_hour", kind="price", unit="usd_h", label="node $/h"),
+                ctx.plan(
+                    "hardware", i, "node_usd_per_hour", kind="price", unit="usd_h", label="node $/h"
+                ),
             ]
         )
     lines += table(["GPU", "count", "pricing", "capex per node", "node power", "node all-in"], rows)
@@ -171,7 +180,16 @@ def _engine_alternative(ctx: Context) -> list[str]:
             return [
                 f"Planned with SGLang's step-time constants instead, the same requirements give "
                 f"{alt.get('label', '')}: "
-                + ctx.show(compare.figure("alternatives", i, "usd_per_hour", kind="price", unit="usd_h", label="alternative $/h"))
+                + ctx.show(
+                    compare.figure(
+                        "alternatives",
+                        i,
+                        "usd_per_hour",
+                        kind="price",
+                        unit="usd_h",
+                        label="alternative $/h",
+                    )
+                )
                 + " (section 5, the alternative compared).",
                 "",
             ]
@@ -198,14 +216,29 @@ def capacity(ctx: Context) -> list[str]:
                 p["name"],
                 f"{p['replicas']} x TP{p['tp']}",
                 placement,
-                ctx.plan(*base, "at_peak", "rate_per_replica_per_s", kind="estimate", unit="rate", digits=2),
+                ctx.plan(
+                    *base,
+                    "at_peak",
+                    "rate_per_replica_per_s",
+                    kind="estimate",
+                    unit="rate",
+                    digits=2,
+                ),
                 ctx.plan(*base, "at_peak", "batch", kind="estimate"),
                 ctx.plan(*base, "kv_budget_tokens", kind="config", unit="tok"),
                 ctx.plan(*base, "at_peak", "utilization", kind="estimate", unit="pct"),
             ]
         )
     lines += table(
-        ["pool", "replicas", "placement", "req/s per replica at peak", "decode batch", "KV budget per replica", "utilization at peak"],
+        [
+            "pool",
+            "replicas",
+            "placement",
+            "req/s per replica at peak",
+            "decode batch",
+            "KV budget per replica",
+            "utilization at peak",
+        ],
         rows,
     )
     lines += [
@@ -222,14 +255,36 @@ def _failover(ctx: Context) -> list[str]:
     lines = ["### Failover and the degraded SLO", ""]
     degraded = ctx.inputs.plan.get("degraded") or []
     if not degraded:
-        return [*lines, "No pool has two replicas; losing one sends its traffic to the fallback.", ""]
+        return [
+            *lines,
+            "No pool has two replicas; losing one sends its traffic to the fallback.",
+            "",
+        ]
     for i, d in enumerate(degraded):
         lines.append(f"**{d['pool']}**: {d['failover']}.")
         for workload, stated in (d.get("degraded_slo") or {}).items():
             if not stated or "ttft" not in stated:
                 continue
-            target = ctx.plan("degraded", i, "degraded_slo", workload, "ttft", "target_ms", kind="target", unit="ms")
-            simulated = ctx.plan("degraded", i, "workloads", workload, "p95_ms", "p95_ttft_ms", kind="estimate", unit="ms")
+            target = ctx.plan(
+                "degraded",
+                i,
+                "degraded_slo",
+                workload,
+                "ttft",
+                "target_ms",
+                kind="target",
+                unit="ms",
+            )
+            simulated = ctx.plan(
+                "degraded",
+                i,
+                "workloads",
+                workload,
+                "p95_ms",
+                "p95_ttft_ms",
+                kind="estimate",
+                unit="ms",
+            )
             reading, check = measure.drill_check(ctx.inputs.drills, "kill-replica", "ttft")
             measured = ctx.show(reading.figure, f"not measured ({reading.why})")
             verdict = ""
@@ -261,7 +316,10 @@ def _cold_start(ctx: Context) -> list[str]:
             load,
             "s",
             "config",
-            Source("catalog models.yaml + render/layout.py", f"{model.name} {p['quant']} bytes / NVME_READ_BYTES_S + ENGINE_INIT_S"),
+            Source(
+                "catalog models.yaml + render/layout.py",
+                f"{model.name} {p['quant']} bytes / NVME_READ_BYTES_S + ENGINE_INIT_S",
+            ),
             digits=0,
         )
         lines.append(

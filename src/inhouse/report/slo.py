@@ -24,8 +24,17 @@ THROUGHPUT_ALARM = 0.9  # the seeds' "< 900" of 1000 req/min
 KV_STEADY_TARGET = 0.9  # the planner's KV cap at p95 (docs/plan.md, step 4)
 KV_BURST_TARGET = 0.95
 METRIC = {"ttft": "p95 TTFT", "itl": "p95 ITL", "tpot": "p95 TPOT", "e2e": "p95 e2e"}
-BENCH_KEY = {"ttft": "p95_ttft_ms", "itl": "p95_itl_ms", "tpot": "p95_tpot_ms", "e2e": "p95_e2el_ms"}
-ALERT = {"ttft": "InhouseTTFTP95OverSLO", "itl": "InhouseITLP95OverSLO", "e2e": "InhouseE2EP95OverSLO"}
+BENCH_KEY = {
+    "ttft": "p95_ttft_ms",
+    "itl": "p95_itl_ms",
+    "tpot": "p95_tpot_ms",
+    "e2e": "p95_e2el_ms",
+}
+ALERT = {
+    "ttft": "InhouseTTFTP95OverSLO",
+    "itl": "InhouseITLP95OverSLO",
+    "e2e": "InhouseE2EP95OverSLO",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +98,9 @@ def latency_rows(inputs: ReportInputs, alerts: list[Alert], workload: str) -> li
         alarm = _alarm(inputs, alerts, workload, metric)
         if metric == "ttft" and kind == "agent":
             rows.append(
-                SloRow(workload, "p95 TTFT warm", Bound("<", target), alarm, measure.ttft_warm(runs))
+                SloRow(
+                    workload, "p95 TTFT warm", Bound("<", target), alarm, measure.ttft_warm(runs)
+                )
             )
             rows.append(_cold_row(inputs, workload))
             continue
@@ -121,7 +132,13 @@ def traffic_rows(inputs: ReportInputs, workload: str) -> list[SloRow]:
         held, dropped = measure.sessions_held(runs)
         drop = Figure(SESSION_DROP_ALARM, "pct", "target", Source("seeds' SLO table", "drops > 2%"))
         return [
-            SloRow(workload, "concurrent sessions held", Bound("≥", target), Bound(">", drop, "of sessions fail"), held),
+            SloRow(
+                workload,
+                "concurrent sessions held",
+                Bound("≥", target),
+                Bound(">", drop, "of sessions fail"),
+                held,
+            ),
             SloRow(
                 workload,
                 "sessions with a failure",
@@ -139,7 +156,9 @@ def traffic_rows(inputs: ReportInputs, workload: str) -> list[SloRow]:
         "workload",
         Source(peak.source.file, f"{peak.source.path} x 60 x {THROUGHPUT_ALARM}"),
     )
-    target = Figure(peak.value, "rate", "workload", Source(peak.source.file, f"{peak.source.path} x 60"))
+    target = Figure(
+        peak.value, "rate", "workload", Source(peak.source.file, f"{peak.source.path} x 60")
+    )
     reading = measure.completion_rate(runs)
     tolerance = 1.0 / reading.samples if reading.samples else 0.0
     return [
@@ -170,7 +189,10 @@ def cluster_rows(inputs: ReportInputs, alerts: list[Alert]) -> list[SloRow]:
         SloRow(
             "cluster",
             "KV use, bursts (max)",
-            Bound("<", Figure(KV_BURST_TARGET, "pct", "target", Source("seeds' SLO table", "<95% burst"))),
+            Bound(
+                "<",
+                Figure(KV_BURST_TARGET, "pct", "target", Source("seeds' SLO table", "<95% burst")),
+            ),
             kv_alarm,
             measure.gauge(runs, "kv_cache_usage_perc", "max"),
         ),
