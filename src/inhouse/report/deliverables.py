@@ -126,6 +126,10 @@ def bench_report(ctx: Context) -> str:
             f"target `{run.result.get('run', 'target') if not ctx.public else 'GATEWAY'}`.",
             "",
         ]
+        if run.result.get("client_bottleneck"):
+            reasons = "; ".join(run.result.get("client", "reasons") or [])
+            lines += [f"**The client was a bottleneck in this run** ({reasons}): its latencies "
+                      "include client delay.", ""]  # fmt: skip
         if not ctx.public:
             lines += [f"Command: `{run.result.get('run', 'command')}`", ""]
         lines += _run_table(ctx, run)

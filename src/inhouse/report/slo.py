@@ -239,7 +239,7 @@ def degraded_rows(inputs: ReportInputs) -> list[SloRow]:
             if not stated or "ttft" not in stated:
                 continue
             path = ("degraded", index, "degraded_slo", workload, "ttft")
-            reading, _ = measure.drill_check(inputs.drills, "kill-replica", "ttft")
+            reading, _ = measure.drill_check(inputs.drills, "kill-replica", "degraded", "ttft")
             rows.append(
                 SloRow(
                     workload,
