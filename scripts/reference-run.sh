@@ -32,7 +32,7 @@ grep -q "is ready" "$OUT/up.log" || { echo "stack did not start" >&2; cat "$OUT/
 ENGINES=$(grep -o 'metrics http://[^ ]*' "$OUT/up.log" | awk '{print $2}' | tr '\n' ' ')
 COMMON=(--target "http://127.0.0.1:$GW" --api-key "$KEY" --duration "$BENCH_S" --no-progress --metrics-url $ENGINES)
 
-echo "== bench chat, utility, and a cold-prefix probe"
+echo "== bench chat (a cold-prefix probe alongside), then utility"
 python scripts/plan_bench_args.py "$OUT/plan/plan.json" chat > "$OUT/chat.args"
 python scripts/plan_bench_args.py "$OUT/plan/plan.json" utility > "$OUT/utility.args"
 python scripts/plan_bench_args.py "$OUT/plan/plan.json" chat --cold > "$OUT/chat-cold.args"

@@ -25,7 +25,11 @@ def test_the_documented_sequence_fills_the_measured_column(tmp_path: Path) -> No
     out = tmp_path / "reference"
     done = subprocess.run(
         ["bash", str(ROOT / "scripts/reference-run.sh"), str(out)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     doc = (out / "report" / "reference-architecture.md").read_text()

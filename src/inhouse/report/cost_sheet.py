@@ -89,6 +89,7 @@ def _hardware(sheet: Sheet, plan: Mapping[str, Any], blank_prices: bool) -> tupl
     for i, offer in enumerate(plan["requirements"]["hardware"]):
         if offer["gpu"] not in used:
             continue
+
         def price(value: Any) -> float:
             return 0.0 if blank_prices else float(value or 0.0)
 

@@ -157,7 +157,6 @@ class ReportInputs:
     drills: Drills | None = None
     render: RenderOutput | None = None
     compare: Doc | None = None
-    weights: Doc | None = None
     images: Mapping[str, bytes] = field(default_factory=dict)  # files the document links
 
     @property

@@ -285,7 +285,9 @@ def _failover(ctx: Context) -> list[str]:
                 kind="estimate",
                 unit="ms",
             )
-            reading, check = measure.drill_check(ctx.inputs.drills, "kill-replica", "degraded", "ttft")
+            reading, check = measure.drill_check(
+                ctx.inputs.drills, "kill-replica", "degraded", "ttft"
+            )
             measured = ctx.show(reading.figure, f"not measured ({reading.why})")
             verdict = ""
             if reading.figure is not None and check is not None:
