@@ -139,3 +139,14 @@ def test_a_run_below_the_planned_sessions_holds_nothing(
     rows = _rows(make_inputs(dirs, benches=("small",)))
     held = rows["chat concurrent sessions held: share with a failure"]
     assert held.measured.figure is None and "drove 10 sessions" in held.measured.why
+
+
+def test_the_drill_table_shows_each_verdict(report_dirs: dict[str, Path], tmp_path: Path) -> None:
+    from .report_fixtures import write_drills
+
+    drills = write_drills(tmp_path / "drills", failing="kv-fill")
+    inputs = make_inputs({**report_dirs, "drills": drills})
+    text = build_document(inputs).markdown
+    assert "| kill-replica | Kill a chat replica during peak load | pass |" in text
+    assert "| kv-fill | Fill the KV cache to 95% | fail |" in text
+    assert "Drills passed: 6 of 7." in text

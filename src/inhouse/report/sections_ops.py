@@ -158,7 +158,7 @@ def drills(ctx: Context) -> list[str]:
     summary = []
     for name, title in DRILLS:
         run = found.run(name) if found else None
-        verdict = "not run" if run is None else str(run.evidence.get("verdict", "?"))
+        verdict = "not run" if run is None else str(run.evidence.get("verdict") or "?")
         summary.append([name, title, verdict, run.evidence.name if run else "—"])
     lines += table(["drill", "what it breaks", "verdict", "evidence"], summary)
     for name, title in DRILLS:
