@@ -135,7 +135,7 @@ def test_load_follows_the_replicas_engine_and_a_dead_engine_frees_its_gpus() -> 
     now = [100.0]
     first = samples(scrape(dcgm, {"e0"}, now))
     # 8 running: activity 0.5 on chat-0's GPUs; chat-1's engine does not answer.
-    assert first[("DCGM_FI_PROF_DRAM_ACTIVE", "0")] == pytest.approx(0.425)
+    assert first[("DCGM_FI_PROF_DRAM_ACTIVE", "0")] == pytest.approx(0.85)
     assert first[("DCGM_FI_DEV_GPU_UTIL", "1")] == pytest.approx(100.0)
     assert first[("DCGM_FI_DEV_FB_USED", "0")] == pytest.approx(0.9 * 81559)
     assert first[("DCGM_FI_PROF_DRAM_ACTIVE", "2")] == 0.0
@@ -170,6 +170,17 @@ def test_faults_per_gpu_and_clear_keeps_the_counters() -> None:
     assert after[("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "2")] == 1  # a counter never goes down
 
 
+def test_hbm_fault_slows_one_gpus_memory_until_cleared() -> None:
+    dcgm = exporter(Replica("chat-0", (0, 1), "http://e0:8000"))
+    assert post(dcgm, "hbm", {"gpu": 1, "share": 0.5}).status_code == 200
+    values = samples(scrape(dcgm, {"e0"}, [0.0]))
+    assert values[("DCGM_FI_PROF_DRAM_ACTIVE", "1")] == pytest.approx(0.425)
+    assert values[("DCGM_FI_PROF_DRAM_ACTIVE", "0")] == pytest.approx(0.85)
+    assert values[("DCGM_FI_DEV_MEM_CLOCK", "1")] == pytest.approx(2619 / 2)
+    post(dcgm, "clear", {"gpu": 1})
+    assert samples(scrape(dcgm, {"e0"}, [1.0]))[("DCGM_FI_PROF_DRAM_ACTIVE", "1")] == 0.85
+
+
 @pytest.mark.parametrize(
     ("name", "body", "status", "words"),
     [
@@ -178,6 +189,7 @@ def test_faults_per_gpu_and_clear_keeps_the_counters() -> None:
         ("ecc_dbe", {"gpu": 0, "count": 0}, 400, "count must be a positive whole number"),
         ("xid", {"gpu": 0}, 400, "xid must be a positive whole number"),
         ("power", {"gpu": 0, "watts": "lots"}, 400, "watts must be a number"),
+        ("hbm", {"gpu": 0, "share": 1.5}, 400, "share must be in (0, 1]"),
         ("melt", {"gpu": 0}, 404, "unknown fault 'melt'"),
     ],
 )

@@ -21,6 +21,8 @@ Faults, on a separate admin port (bound to 127.0.0.1 unless told otherwise):
     POST /faults/xid          {"gpu": 0, "xid": 79}    an XID: the last-XID gauge and its count
     POST /faults/temperature  {"gpu": 0, "celsius": 92}  hold the GPU temperature
     POST /faults/power        {"gpu": 0, "watts": 700}   hold the power draw
+    POST /faults/hbm          {"gpu": 0, "share": 0.5}   HBM throughput at that share of healthy
+                                                       (a throttled memory clock)
     POST /faults/clear        {"gpu": 0}               undo held values and the XID (counters
                                                        stay: they are counters); no gpu: all
 """
@@ -70,8 +72,10 @@ class GpuLoad:
     """What one engine scrape says, mapped to a GPU's activity.
 
     `activity` is 0 when nothing runs and rises to 1 as the running batch fills (half-way at 8
-    running sequences): decode is memory-bound, so DRAM activity follows it closely, tensor
-    activity less, power and temperature in between.
+    running sequences). Kernels run whenever a batch does (GPU utilization and graphics-engine
+    activity saturate at activity 0.5); decode is memory-bound, so the memory interface is busy
+    for most of that time (DRAM activity 0.85 of graphics-engine time), tensor pipes less;
+    power and temperature follow activity.
     """
 
     running: float = 0.0
@@ -93,6 +97,7 @@ class GpuState:
     xid_counts: dict[int, int] = field(default_factory=dict)
     held_temp_c: float | None = None
     held_power_w: float | None = None
+    hbm_share: float = 1.0
     energy_mj: float = 0.0
     last_scrape_s: float | None = None
 
@@ -106,6 +111,7 @@ class GpuState:
             "xid_counts": {str(k): v for k, v in sorted(self.xid_counts.items())},
             "held_temp_c": self.held_temp_c,
             "held_power_w": self.held_power_w,
+            "hbm_share": self.hbm_share,
         }
 
 
@@ -193,7 +199,7 @@ class DcgmExporter:
         used_mib = 0.9 * self.hbm_mib if load.is_alive else 0.0
         return {
             "DCGM_FI_DEV_SM_CLOCK": 1980.0 if a else 345.0,
-            "DCGM_FI_DEV_MEM_CLOCK": 2619.0,
+            "DCGM_FI_DEV_MEM_CLOCK": 2619.0 * gpu.hbm_share,
             "DCGM_FI_DEV_MEMORY_TEMP": temp_c + 4.0,
             "DCGM_FI_DEV_GPU_TEMP": temp_c,
             "DCGM_FI_DEV_POWER_USAGE": power_w,
@@ -210,7 +216,7 @@ class DcgmExporter:
             "DCGM_FI_DEV_ROW_REMAP_FAILURE": 0.0,
             "DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0.95 * min(1.0, 2.0 * a),
             "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": 0.35 * a,
-            "DCGM_FI_PROF_DRAM_ACTIVE": 0.85 * a,
+            "DCGM_FI_PROF_DRAM_ACTIVE": 0.85 * min(1.0, 2.0 * a) * gpu.hbm_share,
             "DCGM_FI_PROF_PCIE_TX_BYTES": 2.0e6 * a,
             "DCGM_FI_PROF_PCIE_RX_BYTES": 4.0e6 * a,
             "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": float(gpu.ecc_sbe),
@@ -244,6 +250,7 @@ class DcgmExporter:
             targets = self.gpus if "gpu" not in body else [self.gpu(body["gpu"])]
             for g in targets:
                 g.last_xid, g.held_temp_c, g.held_power_w = 0, None, None
+                g.hbm_share = 1.0
             return
         gpu = self.gpu(body.get("gpu"))
         if name in ("ecc_dbe", "ecc_sbe", "remap"):
@@ -258,6 +265,11 @@ class DcgmExporter:
             gpu.held_temp_c = _number(body.get("celsius"), "celsius")
         elif name == "power":
             gpu.held_power_w = _number(body.get("watts"), "watts")
+        elif name == "hbm":
+            share = _number(body.get("share"), "share")
+            if not 0 < share <= 1:
+                raise ValueError(f"share must be in (0, 1], got {share!r}")
+            gpu.hbm_share = share
         else:
             raise KeyError(name)
 
