@@ -21,6 +21,10 @@ APPLY_ORDER = (
         "and the stack's rules",
     ),
     ("k8s/gateway.yaml", "the gateway pod is Ready; `/health` answers 200 once an engine is"),
+    ("k8s/exporters.yaml", "dcgm-exporter and node_exporter run on every GPU node"),
+    ("k8s/logging.yaml", "Loki Ready and the log shipper on every node"),
+    ("k8s/tracing.yaml", "Tempo Ready, listening for OTLP on 4317"),
+    ("k8s/grafana.yaml", "Grafana Ready with the stack's dashboards provisioned"),
 )
 DRIVER_CHECKS = (
     "nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv",
@@ -99,6 +103,11 @@ def _apply_steps(ctx: Context, stack: StackSpec | None, ns: str) -> list[str]:
     for f, expect in APPLY_ORDER:
         if f in files:
             lines += [*_sh(f"kubectl apply -f deploy/{f}"), f"Expect: {expect}.", ""]
+    known = {f for f, _ in APPLY_ORDER} | set(engines)
+    known |= {"k8s/namespace.yaml", "k8s/autoscaling.yaml"}
+    for f in sorted(f for f in files if f.startswith("k8s/") and f not in known):
+        lines += _sh(f"kubectl apply -f deploy/{f}")
+        lines += [f"Expect: `kubectl -n {ns} get all` shows what it declares Ready.", ""]
     if "k8s/autoscaling.yaml" in files:
         lines += _sh("kubectl apply -f deploy/k8s/autoscaling.yaml")
         lines += [f"Expect: `kubectl -n {ns} get scaledobjects` shows each READY True.", ""]
