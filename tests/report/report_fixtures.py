@@ -182,7 +182,7 @@ def write_drills(out: Path, *, degraded_ttft: str = "1,034 ms", failing: str | N
             f"The {name} drill's expected outcome, verbatim.\n\n"
             f"## Red flags\n\n* a red flag of {name}\n\n"
             "## What was observed\n\nobserved 1,034 ms\n\n"
-            "## Post-mortem template\n\n* Timeline: ...\n"
+            "## Post-mortem\n\n**Timeline**:\n\n*     9.3 s: SIGKILL chat-1\n"
         )
         if name == "kill-replica":
             (out / name / "timeline.png").write_bytes(_png())

@@ -150,3 +150,9 @@ def test_the_drill_table_shows_each_verdict(report_dirs: dict[str, Path], tmp_pa
     assert "| kill-replica | Kill a chat replica during peak load | pass |" in text
     assert "| kv-fill | Fill the KV cache to 95% | fail |" in text
     assert "Drills passed: 6 of 7." in text
+
+
+def test_the_drills_post_mortem_timeline_stays_a_list(inputs: ReportInputs) -> None:
+    """Issue 22 aligns its times (`*     9.3 s`): five spaces would make CommonMark code."""
+    text = build_document(inputs).markdown
+    assert "\n* 9.3 s: SIGKILL chat-1" in text and "*     9.3 s" not in text

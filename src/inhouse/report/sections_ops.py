@@ -140,6 +140,11 @@ def _find(sections: dict[str, str], *words: str) -> str | None:
     return None
 
 
+def _bullet(line: str) -> str:
+    """`*     5.6 s: ...` (aligned times) reads as code in CommonMark: one space after the mark."""
+    return re.sub(r"^([*-])\s{2,}", r"\1 ", line)
+
+
 def drills(ctx: Context) -> list[str]:
     lines = ctx.section("8. Runbook drills")
     found = ctx.inputs.drills
@@ -211,7 +216,11 @@ def _drill(ctx: Context, name: str, title: str, run: DrillRun | None) -> list[st
     lines += [
         "**Post-mortem template.**",
         "",
-        *(template.splitlines() if template and not ctx.public else POST_MORTEM),
+        *(
+            [_bullet(line) for line in template.splitlines()]
+            if template and not ctx.public
+            else POST_MORTEM
+        ),
         "",
     ]
     return lines
