@@ -4,11 +4,15 @@ order names only what was rendered for this stack."""
 
 from __future__ import annotations
 
+import shlex
+
 from inhouse.render.layout import startup_window_s
+from inhouse.report.bench_args import bench_args
 from inhouse.report.context import Context
 from inhouse.spec.stack import StackSpec
 
 PLAN_DIR = "PLAN_DIR"
+CACHE = "/mnt/nvme/models/registry"  # the node's NVMe weight cache (docs/weights.md)
 APPLY_ORDER = (
     (
         "k8s/dcgm-exporter-counters.yaml",
@@ -58,16 +62,19 @@ def _host_steps(ctx: Context) -> list[str]:
         "## 3. Weights: pull and verify",
         "",
     ]
-    for p in ctx.inputs.plan.get("pools") or []:
-        model = p["hf_id"]
+    for p in ctx.inputs.stack.get("pools") or []:
+        w = p.get("weights") or {}
+        name, rev = w.get("name") or p.get("model"), w.get("revision") or "REV"
+        registry = w.get("registry") or "s3://REGISTRY/models"
         lines += _sh(
-            f"inhouse weights pull {model} --registry s3://REGISTRY/models \\",
-            "    --cache /mnt/nvme/models --public-key model-signing.pub",
-            f"inhouse weights verify /mnt/nvme/models/{model} --public-key model-signing.pub",
+            f"inhouse weights pull {name}@{rev} --registry {registry} \\",
+            f"    --cache {CACHE} --public-key model-signing.pub",
+            f"inhouse weights verify {CACHE}/by-name/{name}/{rev} --public-key model-signing.pub",
         )
     lines += [
         "Expect: verify exits 0. A failure names the first altered, missing or extra file: do "
-        "not serve; pull again from the registry and escalate if it repeats.",
+        "not serve; `inhouse weights pull NAME@REV --verify-cached` quarantines the copy and "
+        "fetches a fresh one; escalate if the registry's copy is refused too (docs/weights.md).",
         "",
     ]
     return lines
@@ -130,16 +137,27 @@ def _serve_steps(ctx: Context) -> list[str]:
         "## 6. Bench the plan's workloads",
         "",
     ]
+    plan = ctx.inputs.plan.data
+    runs = [
+        (w, bench_args(plan, w))
+        for w in workloads
+        if w in plan.get("reproduce", {}).get("simulate", {})
+    ]
+    if "chat" in dict(runs):
+        runs.insert(1, ("chat-cold", bench_args(plan, "chat", cold=True)))
     lines += _sh(
         *(
-            f'inhouse bench --target http://GATEWAY --api-key "$KEY" --plan {PLAN_DIR} '
-            f"--workload {w} --out bench/{w}"
-            for w in workloads
+            f'inhouse bench --target http://GATEWAY --api-key "$KEY" {shlex.join(args)} '
+            f"--metrics-url ENGINE_METRICS_URLS --out bench/{name}"
+            for name, args in runs
         )
     )
     lines += [
-        "Expect: every SLO of the bench report met at planned peak; section 4 of the reference "
-        "architecture quotes these runs.",
+        "Each run drives the workload the plan sized (its own generator, from plan.json); run "
+        "the `-cold` probe at the same time as the chat run. `--metrics-url` names each "
+        "engine's /metrics (the gateway's has no vLLM series). Expect: every SLO of the bench "
+        "report met at planned peak; section 4 of the reference architecture quotes these "
+        "runs (`inhouse report --bench bench/`).",
         "",
         "## 7. Drills",
         "",
