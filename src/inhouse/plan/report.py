@@ -2,6 +2,7 @@
 
 Keys: `workloads` (characterization), `pools` (configuration, memory, analytic and simulated
 p95s), `slo_check` (per workload and load multiple), `degraded` (one replica lost per pool),
+`lora` (per pool serving adapters: the slot, swap and kernel costs used, with sources),
 `cost`, `sensitivity`, `search` (layouts, verification rounds, runners-up, rejections) and
 `assumptions`.
 """
@@ -21,12 +22,14 @@ from inhouse.plan.cost import (
     node_cost,
     usd_per_million,
 )
+from inhouse.plan.lora_report import lora_assumptions, lora_pools
 from inhouse.plan.planner import Plan
+from inhouse.plan.report_degraded import check_rows, degraded, degraded_mode
 from inhouse.plan.search import Candidate, offers_by_gpu
 from inhouse.plan.sensitivity import run_sensitivity
 from inhouse.plan.sizing import Sized
 from inhouse.plan.traffic import TrafficProfile
-from inhouse.plan.verify import METRIC_KEYS, SimCheck, simulate_command
+from inhouse.plan.verify import METRIC_KEYS, simulate_command
 from inhouse.spec.catalog import GIB
 
 PLAN_VERSION = 1
@@ -53,6 +56,8 @@ def build_report(
         "commitments": commitments(req),
         "requirements": requirements_echo(req),
         "degraded": degraded(plan),
+        "degraded_mode": degraded_mode(plan),
+        "lora": lora_pools(plan),
         "cost": cost(plan),
         "sensitivity": (
             run_sensitivity(req, chosen, plan.profiles, plan.corrections) if sensitivity else []
@@ -197,35 +202,13 @@ def hardware(plan: Plan) -> list[dict[str, Any]]:
     return out
 
 
-def _check_rows(check: SimCheck, analytic: dict[str, dict[str, float]] | None) -> dict[str, Any]:
-    rows: dict[str, Any] = {}
-    for workload, summary in check.workloads.items():
-        checks = summary["checks"]
-        assert isinstance(checks, dict)
-        rows[workload] = {
-            "pass": summary["pass"],
-            "completed": summary["completed"],
-            "failed": summary["failed"],
-            "prefix_cache_hit_rate": summary["prefix_cache_hit_rate"],
-            "metrics": {
-                metric: {
-                    **item,
-                    "analytic_p95_ms": (analytic or {}).get(workload, {}).get(metric),
-                }
-                for metric, item in checks.items()
-            },
-            "p95_ms": {k: summary[k] for k in METRIC_KEYS.values()},
-        }
-    return rows
-
-
 def slo_check(plan: Plan) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for check in plan.checks:
         analytic = plan.chosen.predictions if check.multiple == 1.0 else None
         out[f"{check.multiple:g}x"] = {
             "simulated_s": check.duration_s,
-            "workloads": _check_rows(check, analytic),
+            "workloads": check_rows(check, analytic),
         }
     if not plan.checks:
         out["analytic_only"] = plan.chosen.predictions
@@ -234,44 +217,6 @@ def slo_check(plan: Plan) -> dict[str, Any]:
             m: {"target_ms": t, "alarm_ms": req.slo.alarm_ms(m)}
             for m, t in req.slo.targets().items()
         }
-    return out
-
-
-def degraded(plan: Plan) -> list[dict[str, Any]]:
-    out = []
-    for check in plan.degraded:
-        ((pool, lost),) = check.down.items()
-        sized = next(p for p in plan.chosen.pools if p.need.name == pool)
-        stated: dict[str, Any] = {}
-        for req in plan.requirements.workloads:
-            slo = req.degraded_slo
-            stated[req.name] = (
-                {m: {"target_ms": t, "alarm_ms": slo.alarm_ms(m)} for m, t in slo.targets().items()}
-                if slo
-                else None
-            )
-        analytic = None
-        if sized.degraded is not None:
-            analytic = {
-                w: {m: s.p95_ms(m) for m in ("ttft", "itl", "tpot", "e2e")}
-                for w, s in sized.degraded.streams.items()
-            }
-        out.append(
-            {
-                "pool": pool,
-                "replicas_lost": lost,
-                "replicas_left": sized.replicas - lost,
-                "failover": (
-                    f"{sized.replicas} -> {sized.replicas - lost} replicas: each survivor carries "
-                    f"{sized.replicas / (sized.replicas - lost):.2f}x its planned share"
-                ),
-                "degraded_slo": stated,
-                "analytic_p95_ms": analytic,
-                "simulated_s": check.duration_s,
-                "workloads": _check_rows(check, None),
-                "pass": check.passed,
-            }
-        )
     return out
 
 
@@ -478,7 +423,7 @@ def assumptions(plan: Plan) -> list[str]:
         "Average rates hold during active hours only "
         f"({req.usage.active_hours_per_month:g} h/month); the stack runs all "
         f"{HOURS_PER_MONTH:g} h.",
-        "LoRA adapters are modelled as the base model (no adapter compute or swap cost).",
+        *lora_assumptions(plan),
     ]
     for name, profile in plan.profiles.items():
         w = req.workload(name)

@@ -176,6 +176,11 @@ class WorkloadReq(_Strict):
     slo: Slo
     degraded_slo: Slo | None = None
     models: ModelChoice
+    tier: Literal["interactive", "standard", "batch"] = Field(
+        default="standard",
+        description="the gateway tier its tenants use (vLLM priority 0, 5, 10): the engine "
+        "serves lower priorities first, and with a replica lost the lowest tier is shed first",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> WorkloadReq:
@@ -247,8 +252,9 @@ class Planning(_Strict):
     )
     max_utilization: float = Field(default=0.7, gt=0, lt=1)
     enforce_degraded_slo: bool = Field(
-        default=False,
-        description="size pools so the degraded SLO holds with one replica lost (else: report)",
+        default=True,
+        description="size pools so the degraded SLO holds with one replica lost, checked in the "
+        "simulator (false: only report it, and price the plan that would meet it)",
     )
     quantizations: tuple[str, ...] = ("fp8", "bf16")
     kv_cache_dtypes: tuple[str, ...] = ("auto", "fp8")

@@ -255,7 +255,8 @@ def no_fp8(
             choice.max_model_len,
         )
         try:
-            replica = build_replica(bf16.spec(requirements.planning.backend))
+            backend = requirements.planning.backend
+            replica = build_replica(bf16.spec(backend, lora_adapters=pool.need.lora_adapters))
         except DoesNotFitError as exc:
             problems.append(f"pool {pool.need.name}: {exc}")
             continue

@@ -16,7 +16,6 @@ from inhouse.plan.traffic import TrafficProfile
 from inhouse.spec.catalog import get_model
 from inhouse.spec.observability import ObservabilitySpec
 from inhouse.spec.stack import (
-    EngineKnobs,
     NodeSpec,
     PoolSlo,
     PoolSpec,
@@ -79,7 +78,7 @@ def build_stack(
         pools.append(
             PoolSpec(
                 name=need.name,
-                model=get_model(choice.model).hf_id,
+                model=get_model(choice.model).served_hf_id,
                 served_model_name=need.name,
                 lora_adapters=need.lora_adapters,
                 role=need.role,  # type: ignore[arg-type]
@@ -88,12 +87,7 @@ def build_stack(
                 quant=choice.quant,
                 tp=choice.tp,
                 replicas=pool.replicas,
-                knobs=EngineKnobs(
-                    max_num_seqs=max_num_seqs(pool),
-                    max_num_batched_tokens=choice.max_num_batched_tokens,
-                    max_model_len=choice.max_model_len,
-                    kv_cache_dtype=choice.kv_dtype,
-                ),
+                knobs=choice.knobs(max_num_seqs(pool)),
                 routing=RoutingSpec(policy=planning.routing_policy),
                 long_prompt_tokens=need.long_prompt_tokens,
                 long_pool=long_of.get(need.name) if need.long_prompt_tokens else None,

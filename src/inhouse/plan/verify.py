@@ -18,6 +18,7 @@ from inhouse.fleet import FleetResult, RequestRecord, simulate_stack
 from inhouse.plan.mix import MixedWorkload, workload_of
 from inhouse.plan.requirements import Requirements, Slo
 from inhouse.plan.traffic import make_workload
+from inhouse.spec.gateway import DEFAULT_TIERS
 from inhouse.spec.stack import StackSpec
 from inhouse.workload import Arrivals, Lengths
 
@@ -39,10 +40,16 @@ class SimCheck:
     down: dict[str, int]
     duration_s: float
     workloads: dict[str, dict[str, Any]]
+    shed: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
         return all(bool(w["pass"]) for w in self.workloads.values())
+
+
+def tier_priority(tier: str) -> int:
+    """vLLM's `priority` of a gateway tier (the gateway's default tiers)."""
+    return DEFAULT_TIERS[tier].priority
 
 
 def mixed_workload(
@@ -51,8 +58,11 @@ def mixed_workload(
     *,
     prompt_p95_factor: float = 1.0,
     burstiness_factor: float = 1.0,
+    shed: frozenset[str] = frozenset(),
 ) -> MixedWorkload:
-    """The requirements' workloads as one, each sending `model_names[workload]`."""
+    """The requirements' workloads as one, each sending `model_names[workload]` at its tier's
+    priority; the workloads in `shed` send nothing (the gateway refuses them)."""
+    kept = [req for req in requirements.workloads if req.name not in shed]
     return MixedWorkload(
         tuple(
             (
@@ -64,8 +74,9 @@ def mixed_workload(
                     burstiness_factor=burstiness_factor,
                 ),
             )
-            for req in requirements.workloads
-        )
+            for req in kept
+        ),
+        priorities=tuple((req.name, tier_priority(req.tier)) for req in kept),
     )
 
 
@@ -78,10 +89,13 @@ def run_check(
     down: dict[str, int] | None = None,
     degraded: bool = False,
     duration_s: float | None = None,
+    shed: frozenset[str] = frozenset(),
 ) -> SimCheck:
+    """A simulated run at `multiple` x peak with `down` replicas lost; `shed` workloads are
+    refused at the gateway (their traffic is not sent, and they are not judged)."""
     planning = requirements.planning
     duration = duration_s or planning.verify_duration_s
-    workload = mixed_workload(requirements, model_names)
+    workload = mixed_workload(requirements, model_names, shed=shed)
     result = simulate_stack(
         stack,
         workload,
@@ -94,9 +108,11 @@ def run_check(
     warmup_s = min(MAX_WARMUP_S, WARMUP_FRACTION * duration)
     out: dict[str, dict[str, Any]] = {}
     for req in requirements.workloads:
+        if req.name in shed:
+            continue
         slo = (req.degraded_slo or req.slo) if degraded else req.slo
         out[req.name] = summarize(result, req.name, warmup_s, slo)
-    return SimCheck(multiple, dict(down or {}), duration, out)
+    return SimCheck(multiple, dict(down or {}), duration, out, tuple(sorted(shed)))
 
 
 def summarize(result: FleetResult, workload: str, warmup_s: float, slo: Slo) -> dict[str, Any]:

@@ -36,13 +36,15 @@ class Rendered:
 
 def render_stack(stack: StackSpec, options: RenderOptions | None = None) -> Rendered:
     options = options or RenderOptions()
-    stack = with_tracing(stack, options)
-    ns = namespace_of(stack, options)
     files: dict[str, str] = {}
+    # NOTE: the bare-metal scripts run exactly what `inhouse up` runs; only the cluster's
+    # manifests send traces to the in-cluster Tempo (`with_tracing`).
     for pool in layout.engine_pools(stack):
         files[f"vllm/{pool.name}.sh"] = render_vllm_script(
             stack, pool, base_port=BARE_METAL_BASE_PORT
         )
+    stack = with_tracing(stack, options)
+    ns = namespace_of(stack, options)
     files.update(render_engines(stack, options))
     files.update(render_cluster(stack, options))
     files.update(render_prometheus(stack, ns, options.runbook_url))

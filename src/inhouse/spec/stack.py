@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from inhouse.errors import SpecError
 from inhouse.spec.errors_format import describe_validation_error
+from inhouse.spec.knobs import EngineKnobs as EngineKnobs  # the pools' `knobs:` (re-export)
 from inhouse.spec.observability import ObservabilitySpec
 from inhouse.spec.weights import WeightsSpec
 
@@ -28,24 +29,6 @@ PoolRole = Literal["standard", "fast", "long", "fallback", "utility"]
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class EngineKnobs(_Strict):
-    """vLLM's own knobs, by vLLM's names. `None` takes the engine's default."""
-
-    max_num_seqs: int | None = Field(default=None, gt=0)
-    max_num_batched_tokens: int | None = Field(default=None, gt=0)
-    max_model_len: int | None = Field(default=None, gt=0)
-    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
-    enable_prefix_caching: bool = True
-    enable_chunked_prefill: bool = True
-    scheduling_policy: Literal["fcfs", "priority"] = "priority"
-    block_size: int = Field(default=16, gt=0)
-    kv_cache_dtype: str = "auto"
-    host_kv_gib: float = Field(default=0.0, ge=0, description="host-RAM KV tier per replica")
-    shutdown_timeout_s: int = Field(default=30, ge=0)
-    load_time_s: float = Field(default=0.0, ge=0, description="simulated weight-loading time")
-    extra_args: tuple[str, ...] = Field(default=(), description="more `vllm serve` arguments")
 
 
 class RoutingSpec(_Strict):
