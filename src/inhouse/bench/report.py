@@ -47,6 +47,7 @@ def build_result(run: BenchRun) -> dict[str, Any]:
         server_rate / ideal if server_rate is not None and ideal else None
     )
     out["server_metrics"] = server.get("engines", [])
+    out["server_gauges"] = server.get("gauges")
     simulated = run.simulated is not None
     client = (
         {"client_bottleneck": False, "reasons": [], "simulated": True}

@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from inhouse.plan.analytic import PoolModel
+from inhouse.plan.commitments import commitments, requirements_echo
 from inhouse.plan.cost import (
     HOURS_PER_MONTH,
     WorkloadCost,
@@ -55,6 +56,8 @@ def build_report(
         "pools": [pool_entry(p, chosen, plan) for p in chosen.pools],
         "hardware": hardware(plan),
         "slo_check": slo_check(plan),
+        "commitments": commitments(req),
+        "requirements": requirements_echo(req),
         "degraded": degraded(plan),
         "degraded_mode": degraded_mode(plan),
         "lora": lora_pools(plan),
