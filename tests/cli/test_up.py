@@ -96,7 +96,7 @@ def test_make_demo_installs_the_package_not_the_dev_tools() -> None:
 
 def documented_commands() -> list[tuple[str, str]]:
     """`inhouse ...` lines of the README's and docs' bash blocks (continuations joined,
-    comments and pipes dropped, `[optional]` groups left out)."""
+    comments, pipes and a trailing `&` dropped, `[optional]` groups left out)."""
     found = []
     for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         fence: str | None = None
@@ -116,6 +116,7 @@ def documented_commands() -> list[tuple[str, str]]:
     out = []
     for name, line in found:
         command = re.sub(r"\[[^\]]*\]", "", line.split(" #")[0].split(" | ")[0]).strip()
+        command = command.removesuffix("&").strip()
         if command.startswith("inhouse "):
             out.append((name, command))
     return out
