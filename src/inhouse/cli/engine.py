@@ -21,6 +21,7 @@ from inhouse.errors import InhouseError
 from inhouse.knob_flags import add_knob_arguments, knobs_from_args
 from inhouse.server.serve import serve_engine
 from inhouse.server.state import EngineOptions
+from inhouse.server.tools import add_tool_arguments, tool_options
 
 COMMAND = "engine"
 HELP = "serve one simulated engine replica with vLLM's HTTP API and metrics"
@@ -81,6 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-prompts", action="store_true", help="log prompt text")
     parser.add_argument("--access-log", action="store_true", help="log every HTTP request")
     add_knob_arguments(parser)
+    add_tool_arguments(parser)
 
 
 def options_from_args(args: argparse.Namespace) -> EngineOptions:
@@ -100,6 +102,7 @@ def options_from_args(args: argparse.Namespace) -> EngineOptions:
         log_prompts=args.log_prompts,
         lag_tolerance_s=args.lag_tolerance_ms / 1000.0,
         catchup_window_s=args.catchup_window_ms / 1000.0,
+        tools=tool_options(args),
     )
 
 

@@ -1,4 +1,4 @@
-"""Start a whole stack: engine replicas as child processes, and the gateway once it exists.
+"""Start a whole stack: engine replicas as child processes, and the gateway in front of them.
 
     inhouse up                      # the built-in demo (CRM copilot, simulated)
     inhouse up stack.yaml           # simulated / vllm replicas launched, url / sglang attached
@@ -16,6 +16,7 @@ import json
 import os
 import secrets
 import shlex
+import shutil
 import signal
 import sys
 import tempfile
@@ -23,6 +24,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
+from inhouse.cli._examples import example_lines
 from inhouse.engine_args import DEFAULT_ENGINE_BASE_PORT
 from inhouse.errors import InhouseError
 from inhouse.server.demo_stack import demo_stack
@@ -89,8 +91,12 @@ def _print_ready(
         print(f"  gateway {gateway.url}/v1")
         if new_key:
             print(f"  demo API key (shown once): {new_key}")
+        has_tenants = bool(stack.gateway.get("tenants") or stack.gateway.get("keys_file"))
+        model = stack.pools[0].client_model_name
+        for line in example_lines(gateway.url, model, new_key, has_tenants):
+            print(line)
     else:
-        print("  gateway: not started (no `inhouse gateway` yet, or --no-gateway); call engines")
+        print("  gateway: not started (--no-gateway); send requests to the engines above")
     print("Ctrl-C stops the stack.", flush=True)
 
 
@@ -151,7 +157,24 @@ def run(args: argparse.Namespace) -> int:
             print(f"inhouse up: {exc}", file=sys.stderr)
             return 1
     plan = plan_stack(stack, args.engine_base_port, args.host, args.vllm_python, model_paths)
-    run_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="inhouse-up-"))
+    if args.dry_run:  # nothing is written: a run directory would only be left behind
+        run_dir = args.log_dir or Path(tempfile.gettempdir()) / "inhouse-up-RUN"
+    else:
+        run_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="inhouse-up-"))
+    try:
+        return _run(args, stack, stack_path, plan, run_dir)
+    finally:
+        if args.log_dir is None and not args.dry_run:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _run(
+    args: argparse.Namespace,
+    stack: StackSpec,
+    stack_path: Path | None,
+    plan: StackPlan,
+    run_dir: Path,
+) -> int:
     if stack_path is None:
         stack_path = run_dir / "stack.yaml"
     endpoints_path = run_dir / "endpoints.json"

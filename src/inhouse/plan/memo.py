@@ -12,6 +12,7 @@ from typing import Any
 
 from inhouse.plan.memo_failover import degraded_sentence, failover_lines, failover_risks
 from inhouse.plan.memo_format import METRIC_NAMES, _ms, _pct, _table, _usd
+from inhouse.spec.triggers import Trigger, describe
 
 
 def render_memo(report: Mapping[str, Any], charts: Mapping[str, str]) -> str:
@@ -355,7 +356,7 @@ def _sensitivity(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
             )
         else:
             at_text = "—" if at is None else f"{at:.2f}x"
-        rows.append([s["change"], broke, at_text, s["trigger"]])
+        rows.append([s["change"], broke, at_text, trigger_text(s)])
     lines = ["## 7. What would invalidate the plan", ""]
     lines += _table(
         ["change", "first SLO to break (full change)", "breaks at", "trigger to re-plan"], rows
@@ -363,11 +364,19 @@ def _sensitivity(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
     lines.append(
         "Analytic re-forecasts of the chosen stack at its replica counts (scaled by the "
         "simulator's corrections where the plan needed them); 'breaks at' is the size of the "
-        "change at which the first SLO breaks."
+        "change at which the first SLO breaks. Each trigger is a ticket alert in `inhouse "
+        "render`'s rules at the same level (InhousePrefixHitRateLow and InhouseReplan*, their "
+        "`change` label naming the row)."
     )
     if "sensitivity" in charts:
         lines += ["", f"![SLO ratios under each change]({charts['sensitivity']})"]
     return [*lines, ""]
+
+
+def trigger_text(row: Mapping[str, Any]) -> str:
+    """A sensitivity row's triggers in words, from the same data `inhouse render` alerts on."""
+    found = [Trigger.model_validate(t) for t in row.get("triggers", ())]
+    return "; ".join(describe(t) for t in found) if found else str(row["trigger"])
 
 
 def _risks(r: Mapping[str, Any]) -> list[str]:
@@ -375,7 +384,7 @@ def _risks(r: Mapping[str, Any]) -> list[str]:
     for s in r["sensitivity"]:
         if s.get("first_break") and s.get("breaks_at_size") is not None:
             lines.append(
-                f"* {s['change']}: breaks at {s['breaks_at_size']:.2f}x; watch: {s['trigger']}."
+                f"* {s['change']}: breaks at {s['breaks_at_size']:.2f}x; watch: {trigger_text(s)}."
             )
     lines += [f"* {a}" for a in r["assumptions"]]
     return [*lines, ""]

@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from inhouse.plan.analytic import PoolModel
+from inhouse.plan.commitments import commitments, requirements_echo
 from inhouse.plan.cost import (
     HOURS_PER_MONTH,
     WorkloadCost,
@@ -27,9 +28,12 @@ from inhouse.plan.report_degraded import check_rows, degraded, degraded_mode
 from inhouse.plan.search import Candidate, offers_by_gpu
 from inhouse.plan.sensitivity import run_sensitivity
 from inhouse.plan.sizing import Sized
+from inhouse.plan.stackgen import with_plan_facts, workload_specs
 from inhouse.plan.traffic import TrafficProfile
-from inhouse.plan.verify import METRIC_KEYS, simulate_command
+from inhouse.plan.verify import METRIC_KEYS, bench_entry, simulate_command
 from inhouse.spec.catalog import GIB
+from inhouse.spec.stack import StackSpec
+from inhouse.spec.triggers import Trigger
 
 PLAN_VERSION = 1
 
@@ -52,12 +56,16 @@ def build_report(
         "pools": [pool_entry(p, chosen, plan) for p in chosen.pools],
         "hardware": hardware(plan),
         "slo_check": slo_check(plan),
+        "commitments": commitments(req),
+        "requirements": requirements_echo(req),
         "degraded": degraded(plan),
         "degraded_mode": degraded_mode(plan),
         "lora": lora_pools(plan),
         "cost": cost(plan),
         "sensitivity": (
-            run_sensitivity(req, chosen, plan.profiles, plan.corrections) if sensitivity else []
+            run_sensitivity(req, chosen, plan.profiles, plan.corrections, _observed(plan))
+            if sensitivity
+            else []
         ),
         "search": search_summary(plan),
         "assumptions": assumptions(plan),
@@ -66,6 +74,7 @@ def build_report(
             "simulate": {
                 w.name: simulate_command(req, w.name, w.name, stack_path) for w in req.workloads
             },
+            "bench": {w.name: bench_entry(req, w.name, w.name) for w in req.workloads},
             "note": (
                 "each command replays one workload alone; the plan's checks mix every workload "
                 "and leave the warm-up out"
@@ -76,6 +85,22 @@ def build_report(
     }
     cleaned: dict[str, Any] = _clean(report)
     return cleaned
+
+
+def _observed(plan: Plan) -> dict[str, dict[str, dict[str, float]]] | None:
+    """The trigger signals the 1x simulation showed (None: an unverified plan)."""
+    check = next((c for c in plan.checks if c.multiple == 1.0 and not c.down), None)
+    return check.signals if check is not None else None
+
+
+def final_stack(plan: Plan, report: dict[str, Any]) -> StackSpec:
+    """The plan's stack with its workloads' own SLOs and the sensitivity's re-plan triggers:
+    what `inhouse render` alerts on, from the same triggers the memo words."""
+    check = next((c for c in plan.checks if c.multiple == 1.0), None)
+    triggers = tuple(
+        Trigger.model_validate(t) for row in report["sensitivity"] for t in row.get("triggers", ())
+    )
+    return with_plan_facts(plan.stack, workload_specs(plan.requirements, check), triggers)
 
 
 def characterize(profile: TrafficProfile, kind: str) -> dict[str, Any]:

@@ -117,6 +117,10 @@ class Slo(_Strict):
     tpot_alarm_ms: float | None = Field(default=None, gt=0)
     e2e_p95_ms: float | None = Field(default=None, gt=0)
     e2e_alarm_ms: float | None = Field(default=None, gt=0)
+    # Reported, not sized for: p95 TTFT of requests that find none of their prompt in the
+    # prefix cache (`inhouse report` measures it from the bench's per-request cached tokens).
+    ttft_cold_p95_ms: float | None = Field(default=None, gt=0)
+    ttft_cold_alarm_ms: float | None = Field(default=None, gt=0)
     availability: float = Field(default=0.999, gt=0, lt=1)
 
     def targets(self) -> dict[str, float]:
@@ -317,4 +321,4 @@ def parse_requirements(data: Any, source: str = "requirements") -> Requirements:
     try:
         return Requirements.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(describe_validation_error(exc, source)) from exc
+        raise SpecError(describe_validation_error(exc, source, "docs/plan.md")) from exc

@@ -15,12 +15,14 @@ from inhouse.server.generation import (
     GenerationPlan,
     output_token_ids,
     parse_eos_lengths,
+    plan_forced,
     plan_generation,
 )
 from inhouse.server.metrics import EngineMetrics
 from inhouse.server.protocol import BUSY_MESSAGE, DRAINING_MESSAGE, ApiError, new_id
 from inhouse.server.runner import EngineRunner, Stream
 from inhouse.server.tokenizer import Tokenizer, load_tokenizer, seed_of
+from inhouse.server.tools import ToolOptions
 from inhouse.spec.knobs import EngineKnobs
 
 log = logging.getLogger("inhouse.engine")
@@ -49,6 +51,7 @@ class EngineOptions:
     log_prompts: bool = False
     lag_tolerance_s: float = 0.005
     catchup_window_s: float = 0.2
+    tools: ToolOptions = field(default_factory=ToolOptions)
 
     def replica_spec(self) -> ReplicaSpec:
         return ReplicaSpec(
@@ -183,9 +186,11 @@ class EngineState:
         model: str,
         prefix: str,
         arrival_s: float,
+        forced_text: str | None = None,
     ) -> Stream:
         """Check lengths, plan the output, and queue the request; raises vLLM's errors.
-        `arrival_s` is when the handler started on it (the engine's clock)."""
+        `arrival_s` is when the handler started on it (the engine's clock); `forced_text` an
+        output fixed in advance (a forced tool call)."""
         max_len = self.max_model_len
         if requested_max_tokens is not None and requested_max_tokens > max_len:
             raise ApiError(
@@ -223,7 +228,10 @@ class EngineState:
         if limit is not None and self.core.num_waiting >= limit:
             self.metrics.rejected_reqs.inc()
             raise ApiError(BUSY_MESSAGE, status=503)
-        plan = self._plan(prompt_ids, max_tokens, min_tokens, ignore_eos, stop)
+        if forced_text is not None:
+            plan = plan_forced(self.tokenizer, seed_of(prompt_ids), forced_text, max_tokens)
+        else:
+            plan = self._plan(prompt_ids, max_tokens, min_tokens, ignore_eos, stop)
         salt = "" if model in self.served_names else f"lora:{model}"
         request = Request(
             new_id(prefix),
