@@ -354,7 +354,7 @@ def ecc_rule_test(stack: StackSpec) -> str:
 
 def _ecc(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
     _, index = _last_unit(stack, pool)
-    cordon, drain = ecc_remediation(pool, index, NODE)
+    cordon, drain = ecc_remediation(stack, pool, index, NODE)
     server = [[*c, "--dry-run=server"] for c in (cordon, drain)]
     synthetic = (
         'amtool --alertmanager.url="$AM" alert add InhouseGPUDoubleBitECC severity=page '

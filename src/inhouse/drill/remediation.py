@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from inhouse.render.layout import termination_grace_s
 from inhouse.render.options import RenderOptions
-from inhouse.spec.stack import PoolSpec
+from inhouse.spec.stack import PoolSpec, StackSpec
 
 
-def ecc_remediation(pool: PoolSpec, replica_index: int, node: str) -> list[list[str]]:
-    """kubectl argument lists (without `kubectl`) for the replica of `pool` on the bad GPU."""
-    grace = termination_grace_s(pool, RenderOptions().prestop_sleep_s)
+def ecc_remediation(
+    stack: StackSpec, pool: PoolSpec, replica_index: int, node: str
+) -> list[list[str]]:
+    """kubectl argument lists (without `kubectl`) for the replica of `pool` on the bad GPU; the
+    grace period is the one rendered into the pod (`terminationGracePeriodSeconds`)."""
+    grace, _ = termination_grace_s(stack, pool, RenderOptions().prestop_sleep_s)
     selector = f"inhouse.dev/pool={pool.name},inhouse.dev/replica={replica_index}"
     return [
         ["cordon", node],

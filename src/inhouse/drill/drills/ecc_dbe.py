@@ -124,7 +124,7 @@ def _check_page(ctx: DrillContext, fired: Notified | None, gpu: int, pod: str) -
 
 def _check_remediation(ctx: DrillContext, replica_index: int) -> None:
     pool = ctx.stack.pool_of(next(iter(ctx.stack.replicas)))
-    commands = ecc_remediation(pool, replica_index, NODE_NAME)
+    commands = ecc_remediation(ctx.stack.stack, pool, replica_index, NODE_NAME)
     checks = [check_command(c) for c in commands]
     ctx.result.notes.append(f"kubectl: {kubectl_version()}")
     ctx.result.check(
