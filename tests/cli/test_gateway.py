@@ -94,6 +94,7 @@ class Stack:
     def __init__(self, tmp: Path, gateway_args: list[str] | None = None) -> None:
         self.engine_port = free_port()
         self.port = free_port()
+        self.metrics_port = free_port()
         self.key = "test-demo-key"
         (tmp / "stack.yaml").write_text(yaml.safe_dump(stack_data(1)))
         endpoints = {"pools": {"p": [f"http://127.0.0.1:{self.engine_port}"]}}
@@ -112,6 +113,8 @@ class Stack:
                 str(tmp / "endpoints.json"),
                 "--port",
                 str(self.port),
+                "--metrics-port",
+                str(self.metrics_port),
                 *(gateway_args or []),
             ],
             env=env,

@@ -40,6 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve /metrics here (default: the stack's gateway.metrics_port, 9464; 0: any)",
+    )
+    parser.add_argument("--metrics-host", help="address of the metrics port (default: --host)")
+    parser.add_argument(
         "--demo-key",
         default=os.environ.get("INHOUSE_DEMO_KEY"),
         help="API key of a `demo` tenant (env INHOUSE_DEMO_KEY)",
@@ -129,13 +135,18 @@ def _serve(args: argparse.Namespace) -> int:
     async def main() -> int:
         limits = None
         if spec.redis_url:
+            from inhouse.gateway.limit_failover import FailoverLimits
             from inhouse.gateway.redis_limits import RedisLimits
 
-            limits = RedisLimits(spec.redis_url, spec.proxy.request_timeout_s)
-            try:
-                await limits.ping()
-            except Exception as exc:
-                raise SpecError(f"redis_url {spec.redis_url}: cannot reach Redis: {exc}") from None
+            # Not reachable at start: the stated failure mode applies until it answers
+            # (`FailoverLimits.start` logs it); a gateway does not refuse to start for it.
+            shared = RedisLimits(
+                spec.redis_url,
+                spec.limits.lease_s,
+                spec.limits.store_timeout_s,
+                spec.proxy.request_timeout_s + 60,
+            )
+            limits = FailoverLimits(shared, spec.limits, spec.proxy.request_timeout_s)
         gateway = Gateway(
             stack,
             spec,
@@ -146,7 +157,15 @@ def _serve(args: argparse.Namespace) -> int:
             args.stack.resolve().parent,
         )
         gateway.tracer = setup_tracing(spec.otlp_endpoint)
-        return await serve_gateway(gateway, args.host, args.port, certfile, keyfile)
+        return await serve_gateway(
+            gateway,
+            args.host,
+            args.port,
+            certfile,
+            keyfile,
+            args.metrics_host,
+            args.metrics_port,
+        )
 
     return run_event_loop(main())
 
