@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import sys
 from collections import Counter
 from datetime import datetime
@@ -14,6 +15,7 @@ import inhouse
 from inhouse.bench.driver import BenchRun
 from inhouse.bench.health import assess_client
 from inhouse.bench.metrics import VLLM_METRICS, percentile_key, summarize
+from inhouse.bench.redact import redact_argv, redact_text
 
 EXTENSION_ROWS = ("ttft_sched", "e2el_sched", "client_queue_time", "ttft_content")
 
@@ -72,7 +74,7 @@ def build_result(run: BenchRun) -> dict[str, Any]:
     }
     out["run"] = {
         "source": "simulate" if simulated else "live",
-        "target": run.meta.get("target"),
+        "target": redact_text(str(run.meta.get("target") or "")) or None,
         "prompt_salt": run.meta.get("prompt_salt"),
         "interrupted": run.interrupted,
         "num_interrupted": run.num_interrupted,
@@ -80,7 +82,7 @@ def build_result(run: BenchRun) -> dict[str, Any]:
         "percentiles": list(spec.percentiles),
         "client_stack": run.meta.get("client"),
         "inhouse_version": inhouse.__version__,
-        "command": " ".join(sys.argv),
+        "command": shlex.join(redact_argv(sys.argv)),
     }
     if run.simulated is not None:
         out["simulated"] = run.simulated
@@ -119,8 +121,14 @@ def write_reports(run: BenchRun, out_dir: Path, charts: bool = True) -> dict[str
     """result.json, requests.jsonl, report.md, and the charts; returns the result."""
     out_dir.mkdir(parents=True, exist_ok=True)
     result = build_result(run)
+    secrets = (run.spec.api_key,)
+    # NOTE: the key is scrubbed from every text written, wherever it might have got to.
+    result = json.loads(redact_text(json.dumps(result), secrets))
     (out_dir / "result.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     write_requests(run, out_dir / "requests.jsonl")
+    requests = out_dir / "requests.jsonl"
+    if run.spec.api_key and run.spec.api_key in requests.read_text(encoding="utf-8"):
+        requests.write_text(redact_text(requests.read_text(encoding="utf-8"), secrets))
     images: list[str] = []
     if charts:
         from inhouse.bench.charts import write_run_charts
