@@ -144,7 +144,7 @@ def test_connections_past_the_cap_get_503_and_a_close() -> None:
     async def main() -> None:
         server = GatewayServer(hello, max_connections=2)
         first, _ = connect(hello, server)
-        second, _ = connect(hello, server)
+        _second, _ = connect(hello, server)
         _, third = connect(hello, server)
         [(status, headers, _)] = responses(third.data)
         assert status == 503 and headers["connection"] == "close" and third.closed

@@ -123,7 +123,7 @@ def write_reports(run: BenchRun, out_dir: Path, charts: bool = True) -> dict[str
     result = build_result(run)
     secrets = (run.spec.api_key,)
     # NOTE: the key is scrubbed from every text written, wherever it might have got to.
-    result = json.loads(redact_text(json.dumps(result), secrets))
+    result = dict(json.loads(redact_text(json.dumps(result), secrets)))
     (out_dir / "result.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     write_requests(run, out_dir / "requests.jsonl")
     requests = out_dir / "requests.jsonl"

