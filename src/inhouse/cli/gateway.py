@@ -54,6 +54,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-prompts", action="store_true", help="log prompts (off: redacted)")
     parser.add_argument("--ssl-certfile", help="serve HTTPS with this certificate")
     parser.add_argument("--ssl-keyfile", help="and this private key")
+    parser.add_argument(
+        "--no-tls",
+        action="store_true",
+        help="serve plain HTTP even if the stack names TLS files (TLS ends at Envoy in front)",
+    )
     sub = parser.add_subparsers(dest="gateway_command", metavar="{keys}")
     keys = sub.add_parser("keys", help="manage API keys").add_subparsers(dest="keys_command")
     create = keys.add_parser("create", help="create a key; prints it once with its hash line")
@@ -125,8 +130,9 @@ def _serve(args: argparse.Namespace) -> int:
 
         demo_key = create_key()[0]
         print(f"inhouse gateway: demo API key (shown once): {demo_key}", flush=True)
-    certfile = args.ssl_certfile or (spec.tls.certfile if spec.tls else None)
-    keyfile = args.ssl_keyfile or (spec.tls.keyfile if spec.tls else None)
+    tls = None if args.no_tls else spec.tls
+    certfile = None if args.no_tls else args.ssl_certfile or (tls.certfile if tls else None)
+    keyfile = None if args.no_tls else args.ssl_keyfile or (tls.keyfile if tls else None)
     if bool(certfile) != bool(keyfile):
         raise SpecError("TLS needs both --ssl-certfile and --ssl-keyfile")
     setup_logging(spec.log.level, spec.log.requests)
