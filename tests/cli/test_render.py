@@ -15,7 +15,7 @@ TOPO = ROOT / "tests" / "topology" / "data"
 def test_render_writes_every_artifact(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["render", str(CRM), "--out", str(tmp_path), "--namespace", "crm"]) == 0
     out, err = capsys.readouterr()
-    assert "rendered 15 files" in out
+    assert "rendered 16 files" in out
     assert "no `slo` section" not in err  # the CRM example states its SLO table
     written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
     assert written == [
@@ -25,6 +25,7 @@ def test_render_writes_every_artifact(tmp_path: Path, capsys: pytest.CaptureFixt
         "grafana/slo.json",
         "grafana/tenants.json",
         "k8s/dcgm-exporter-counters.yaml",
+        "k8s/edge.yaml",
         "k8s/engine-chat.yaml",
         "k8s/engine-networkpolicy.yaml",
         "k8s/gateway.yaml",

@@ -79,7 +79,8 @@ def test_strict_validation_catches_a_misspelled_field(crm: Rendered) -> None:
 
 def test_crm_is_two_tp4_replicas_on_the_nvlink_halves(crm_stack: StackSpec, crm: Rendered) -> None:
     deployments = [d for _, d in documents(crm) if d["kind"] == "Deployment"]
-    engines = {d["metadata"]["name"]: d for d in deployments if d["metadata"]["name"] != "gateway"}
+    others = ("gateway", "edge")
+    engines = {d["metadata"]["name"]: d for d in deployments if d["metadata"]["name"] not in others}
     assert sorted(engines) == ["chat-r0", "chat-r1"]
     for name, gpus in (("chat-r0", "0,1,2,3"), ("chat-r1", "4,5,6,7")):
         pod = engines[name]["spec"]["template"]
@@ -219,6 +220,7 @@ def test_registry_mirror_rewrites_every_image(crm_stack: StackSpec) -> None:
         "registry.local:5000/vllm/vllm-openai:v0.33.0",
         "registry.local:5000/sigstore/model-transparency-cli:v1.1.1",
         "registry.local:5000/inhouse:0.1.0",
+        "registry.local:5000/envoyproxy/envoy:v1.40.0",
     }
 
 
