@@ -244,12 +244,12 @@ async def delivered_before_leaving(
                     if not chunk:
                         break
                     got += chunk
+                writer.close()
                 if not got.startswith(b"HTTP/1.1 200"):
                     assert got.startswith(b"HTTP/1.1 429"), got[:300]
                     continue
                 delivered += got.count(b'"content":"') - got.count(b'"content":""')
                 delivered += num_prompt
-                writer.close()
             for gateway, _ in opened:
                 await wait_for(lambda gw=gateway: gw.num_active == 0, 5.0)
         finally:
