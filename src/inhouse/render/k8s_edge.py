@@ -68,10 +68,14 @@ def edge_docs(stack: StackSpec, options: RenderOptions) -> list[Doc]:
             "limits": {"cpu": "2", "memory": "1Gi"},
         },
         "volumeMounts": [
-            {"name": "config", "mountPath": "/etc/envoy/envoy.yaml", "subPath": "envoy.yaml",
-             "readOnly": True},
+            {
+                "name": "config",
+                "mountPath": "/etc/envoy/envoy.yaml",
+                "subPath": "envoy.yaml",
+                "readOnly": True,
+            },
             {"name": "tls", "mountPath": TLS_DIR, "readOnly": True},
-        ],  # fmt: skip
+        ],
         "readinessProbe": {"tcpSocket": {"port": "https"}, "periodSeconds": 5},
         "livenessProbe": {"tcpSocket": {"port": "https"}, "periodSeconds": 15},
         "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(options.prestop_sleep_s)]}}},

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from inhouse.errors import SpecError
 from inhouse.spec.errors_format import describe_validation_error
+from inhouse.spec.observability import ObservabilitySpec
 
 STACK_VERSION = 1
 
@@ -151,6 +152,9 @@ class StackSpec(_Strict):
     nodes: tuple[NodeSpec, ...] = ()
     pools: tuple[PoolSpec, ...] = Field(min_length=1)
     gateway: dict[str, Any] = Field(default_factory=dict, description="see docs/gateway.md")
+    observability: ObservabilitySpec = Field(
+        default_factory=ObservabilitySpec, description="see docs/render.md (observability)"
+    )
 
     @model_validator(mode="after")
     def _check_references(self) -> StackSpec:
