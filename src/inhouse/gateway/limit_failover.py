@@ -38,7 +38,6 @@ from inhouse.spec.gateway import LimitsSpec, LimitStoreSpec
 log = logging.getLogger("inhouse.gateway")
 
 PROBE_S = 1.0
-BACKSTOP_FACTOR = 6  # the pool's wait for a connection (5 timeouts) and then one read
 MAX_BACKLOG = 100_000
 STORE_ERRORS = (RedisError, OSError, TimeoutError)
 
@@ -79,9 +78,11 @@ class FailoverLimits:
         await self.shared.close()
 
     async def _call(self, call: Awaitable[object]) -> object:
-        # A backstop: redis-py bounds each connect and read by store_timeout_s already.
-        async with asyncio.timeout(BACKSTOP_FACTOR * self.spec.store_timeout_s):
-            return await call
+        # NOTE: bounded by redis-py itself (each connect and read by store_timeout_s, a wait
+        # for a pooled connection by 5 of them), not by cancelling it from outside: a call
+        # cancelled mid-way leaves redis-py's pool to clean up after it, which is best left to
+        # the one case nothing else can do (the client left).
+        return await call
 
     def _failed(self, what: str, exc: BaseException) -> None:
         self.num_errors += 1
