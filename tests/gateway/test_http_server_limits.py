@@ -22,7 +22,8 @@ from tests.gateway.test_http_server_protocol import (
 )
 
 from inhouse.gateway import http_server
-from inhouse.gateway.http_server import GatewayProtocol, GatewayServer
+from inhouse.gateway.http_listener import GatewayServer
+from inhouse.gateway.http_server import GatewayProtocol
 
 
 def connect(

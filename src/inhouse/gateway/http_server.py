@@ -1,63 +1,36 @@
-"""The gateway's HTTP/1.1 server: httptools' parser under asyncio protocols, an ASGI app on top.
+"""The gateway's HTTP/1.1 connection: httptools' parser under asyncio protocols, an ASGI app on
+top (`http_listener.GatewayServer` listens; docs/gateway.md, "The HTTP server", says why not
+uvicorn and what is measured). What it does, in the open:
 
-Why not uvicorn (the engines keep it): per request, uvicorn built a scope, a request cycle with
-its own flow control and events, a task started on the loop's next turn, a keep-alive timer
-cancelled and re-armed, and a response head written on its own; the gateway then patched its
-internals to write stream chunks directly, to start generation requests eagerly and to hold the
-head back until the first token. Measured in-process (`benchmarks/bench_gateway_path.py`),
-that was a third of the Python a streamed request costs the gateway. This server does what the
-gateway needs, and nothing else, in the open:
-
-* **One request at a time per connection, in order.** A request is answered before the next
-  one on the connection (HTTP/1.1 pipelining) starts; while one waits, reading pauses.
-* **A request starts when its body is complete,** eagerly (`eager.start_eagerly`): the handler
-  runs from the read that completed it up to its first wait, so a generation request reaches
-  its engine without a turn of the loop. A body past `HIGH_WATER_BYTES` starts its handler at
-  once and is read as the handler takes it (reading pauses above the mark); `Expect:
-  100-continue` starts at the head and gets its `100 Continue` at the handler's first read.
-* **The response head waits for the first body bytes** (`ChunkWriter`): head and body, or head
-  and first token, go out in one write, and a stream that failed before its first token can
-  still be answered with another status (`ChunkWriter.unstart`).
-* **Keep-alive** for `keep_alive_s` without a byte read while no handler is at work (idle
-  between requests, or a request that stopped half way), with one timer per connection that
-  is re-armed only when it fires early; `Connection: close`, HTTP/1.0 without keep-alive, a
-  response with `connection: close` and a handler failure close after the response. A request
-  answered before its body was read (a 401, a 413, a 503 while draining) has the rest of its
-  body read and dropped, and the connection goes on.
-* **Bad input** (a malformed request; a head, or a chunked body's trailers, over
-  `MAX_HEAD_BYTES`; an HTTP/1.1 request without exactly one `Host`; `Transfer-Encoding` on
-  HTTP/1.0) gets a 400 or 431 in OpenAI's error shape and the connection closes (after the
-  answers to the requests read before it); a handler that fails before its response gets a
-  500, one that fails mid-response has its connection cut (the client sees the stream end
-  early, never a silent success).
+* **One request at a time per connection, in order** (pipelined requests wait; reading pauses).
+* **A request starts when its body is complete,** eagerly (`eager.start_eagerly`), up to its
+  first wait; a body past `HIGH_WATER_BYTES` starts its handler at once and is read as the
+  handler takes it; `Expect: 100-continue` starts at the head.
+* **The response head waits for the first body bytes** (`ChunkWriter`, one write for both;
+  `ChunkWriter.unstart` takes a held head back).
+* **Keep-alive** for `keep_alive_s` without a byte read while no handler works, one timer per
+  connection re-armed only when it fires early. A request answered before its body was read
+  (a 401, a 413) has the rest of its body read and dropped up to `MAX_DROPPED_BYTES`.
+* **Bad input** (malformed; a head or a chunked body's trailers over `MAX_HEAD_BYTES`; not
+  exactly one `Host` on HTTP/1.1; `Transfer-Encoding` on HTTP/1.0) gets a 400 or 431 in
+  OpenAI's error shape and a close, after the answers to the requests read before it; a
+  handler failing before its response gets a 500, mid-response a cut connection.
 * **Hostile clients** (`gateway.server`): a head not complete `header_timeout_s` after its
-  first byte (or after the connection opened) gets 408 and a close; past `max_connections`
-  a new connection gets 503 and a close; a client whose buffer stays full for
-  `send_timeout_s` is cut off (its request's engine work aborted). A line that never ends
-  is refused once the bytes read without completing anything pass `MAX_HEAD_BYTES` (no
-  quadratic re-copying in the parser); body bytes never count as head. Before a handler
-  starts (and so before its key is checked) at most `MAX_HEAD_BYTES` of head and
-  `HIGH_WATER_BYTES` of body are buffered; the rest of a body answered early (a 401) is read
-  and dropped up to `MAX_DROPPED_BYTES`, then the connection closes.
-* **Shutdown** (`GatewayServer.shutdown`): the listeners close, idle connections close, busy
-  ones close after their response, and the server waits until their buffers are sent;
-  handlers still running after the grace period are cancelled and their connections cut.
+  first byte (or the connection's opening) gets 408; past `max_connections` a connection gets
+  503; a client whose buffer stays full `send_timeout_s` is cut off. A line that never ends is
+  refused once the bytes read without the parser completing anything pass `MAX_HEAD_BYTES`
+  (no quadratic re-copying); body bytes never count as head.
+* **Shutdown**: idle connections close, busy ones after their response (`shutdown`).
 
-Chunked request bodies, HEAD, absolute-form request targets and percent-encoded paths are
-handled; WebSocket and HTTP/2 upgrades are not offered (the request is answered as HTTP/1.1
-and the connection then closes).
+WebSocket and HTTP/2 upgrades are not offered (answered as HTTP/1.1, then closed).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
-import email.utils
 import logging
-import ssl
-import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 import httptools
@@ -65,7 +38,10 @@ import httptools
 from inhouse.gateway.chunk_writer import EXTENSION, ChunkWriter
 from inhouse.gateway.eager import start_eagerly
 from inhouse.gateway.errors import error_json
-from inhouse.gateway.exchange import HIGH_WATER_BYTES, STATUS_LINES, App, Exchange
+from inhouse.gateway.exchange import HIGH_WATER_BYTES, STATUS_LINES, Exchange
+
+if TYPE_CHECKING:
+    from inhouse.gateway.http_listener import GatewayServer
 
 log = logging.getLogger("inhouse.gateway")
 
@@ -519,92 +495,6 @@ class GatewayProtocol(asyncio.Protocol):
             self.close()
         elif self._active is not None:
             self._active.keep_alive = False
-
-
-class GatewayServer:
-    """The listening sockets and the connections of one gateway process."""
-
-    def __init__(
-        self,
-        app: App,
-        keep_alive_s: float = 75.0,
-        ssl_context: ssl.SSLContext | None = None,
-        header_timeout_s: float = 10.0,
-        max_connections: int = 4096,
-        send_timeout_s: float = 30.0,
-    ) -> None:
-        self.app = app
-        self.keep_alive_s = keep_alive_s
-        self.header_timeout_s = header_timeout_s
-        self.max_connections = max_connections
-        self.send_timeout_s = send_timeout_s
-        self.ssl_context = ssl_context
-        self.connections: set[GatewayProtocol] = set()
-        self.tasks: set[asyncio.Task[None]] = set()
-        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]  # set by start
-        self._servers: list[asyncio.Server] = []
-        self._date = (0, b"")
-
-    async def start(self, host: str, port: int, backlog: int = 4096) -> None:
-        self.loop = asyncio.get_running_loop()
-        server = await self.loop.create_server(
-            lambda: GatewayProtocol(self),
-            host,
-            port,
-            ssl=self.ssl_context,
-            backlog=backlog,
-            reuse_address=True,
-        )
-        self._servers.append(server)
-
-    @property
-    def timer_period_s(self) -> float:
-        """How often a quiet connection's timer looks at its deadlines, at most."""
-        return min(self.keep_alive_s, self.header_timeout_s)
-
-    @property
-    def port(self) -> int:
-        """The port of the first listening socket (the one chosen for port 0)."""
-        port: int = self._servers[0].sockets[0].getsockname()[1]
-        return port
-
-    def date_line(self) -> bytes:
-        """The `date` header line, made once a second."""
-        now = int(time.time())
-        if now != self._date[0]:
-            text = email.utils.formatdate(now, usegmt=True)
-            self._date = (now, b"date: %s\r\n" % text.encode())
-        return self._date[1]
-
-    async def shutdown(self, grace_s: float = 5.0) -> None:
-        """Stop listening; close idle connections at once and busy ones after their response;
-        after `grace_s`, cancel the handlers still running and cut their connections."""
-        for server in self._servers:
-            server.close()
-        for conn in list(self.connections):
-            conn.shutdown()
-        # Until the handlers are done and the closed connections have sent what they hold
-        # (a response still in a slow client's buffer is not cut).
-        deadline = time.monotonic() + grace_s
-        while (self.tasks or self.connections) and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        for task in list(self.tasks):
-            task.cancel()
-        if self.tasks:
-            with contextlib.suppress(Exception):
-                await asyncio.wait(list(self.tasks), timeout=1.0)
-        for conn in list(self.connections):
-            if conn.transport is not None:
-                conn.transport.abort()
-        self._servers.clear()
-
-
-def tls_context(certfile: str | None, keyfile: str | None) -> ssl.SSLContext | None:
-    if not certfile:
-        return None
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(certfile, keyfile)
-    return context
 
 
 def _address(value: Any) -> tuple[str, int] | None:

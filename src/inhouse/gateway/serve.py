@@ -15,7 +15,7 @@ import signal
 import time
 
 from inhouse.gateway.app import GatewayApp, create_metrics_app
-from inhouse.gateway.http_server import GatewayServer, tls_context
+from inhouse.gateway.http_listener import GatewayServer, tls_context
 from inhouse.gateway.service import Gateway
 
 log = logging.getLogger("inhouse.gateway")
