@@ -20,6 +20,7 @@ from pathlib import Path
 from inhouse.cli.predict import predict_row
 from inhouse.engine import ReplicaSpec, build_replica
 from inhouse.predict import run_closed_loop
+from inhouse.spec.knobs import VLLM_SERVE_DEFAULTS
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CSV = ROOT / "data" / "calibration_h100_dense.csv"
@@ -78,7 +79,9 @@ def main() -> int:
 
     print(f"\npredict over {len(rows)} rows: {wall_s:.1f} s wall")
 
-    replica = build_replica(ReplicaSpec("Llama-3.1-70B", "h100_sxm", 4, "fp8", "vllm"))
+    replica = build_replica(
+        ReplicaSpec("Llama-3.1-70B", "h100_sxm", 4, "fp8", "vllm", VLLM_SERVE_DEFAULTS)
+    )
     started = time.perf_counter()
     result = run_closed_loop(replica, 1024, 1024, 64, num_requests=10_000, sampled_waves=None)
     run_s = time.perf_counter() - started

@@ -30,6 +30,7 @@ from inhouse.engine.build import ReplicaSpec, build_replica
 from inhouse.errors import DoesNotFitError
 from inhouse.perf.constants import FITTED_FIELDS, EngineConstants, get_engine_constants
 from inhouse.predict import run_closed_loop
+from inhouse.spec.knobs import VLLM_SERVE_DEFAULTS
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CSV = ROOT / "data" / "calibration_h100_dense.csv"
@@ -66,7 +67,12 @@ UPPER = {
 def predict_row(args: tuple[dict[str, str], EngineConstants]) -> tuple[float, float] | None:
     row, constants = args
     spec = ReplicaSpec(
-        row["model"], row["system"], int(row["tp"]), row["precision"], row["backend"]
+        row["model"],
+        row["system"],
+        int(row["tp"]),
+        row["precision"],
+        row["backend"],
+        VLLM_SERVE_DEFAULTS,
     )
     try:
         replica = build_replica(spec, constants)

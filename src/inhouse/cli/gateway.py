@@ -4,7 +4,8 @@
     inhouse gateway --stack stack.yaml --endpoints endpoints.json --port 8000
     inhouse gateway keys create --tenant acme           # prints a key once, and its hash line
 
-Tenants, tiers, limits and options come from the stack's `gateway` section (docs/gateway.md).
+Tenants, tiers, limits and options come from the stack's `gateway` section (docs/gateway.md),
+tenants' key hashes also from the directory INHOUSE_SECRETS_DIR names (a mounted Secret).
 The demo tenant's key comes from --demo-key or INHOUSE_DEMO_KEY; a stack without tenants and
 without a demo key gets a generated demo key, printed once.
 """
@@ -114,6 +115,8 @@ def _pool_urls(args: argparse.Namespace, stack: object) -> dict[str, list[str]]:
 
 def _serve(args: argparse.Namespace) -> int:
     from inhouse.gateway.logs import setup_logging
+    from inhouse.gateway.secrets_dir import ENV as SECRETS_ENV
+    from inhouse.gateway.secrets_dir import load_secrets_dir
     from inhouse.gateway.serve import run_event_loop, serve_gateway
     from inhouse.gateway.service import Gateway
     from inhouse.gateway.tracing import setup_tracing
@@ -122,6 +125,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     stack = load_stack(args.stack)
     spec = parse_gateway(stack.gateway, str(args.stack))
+    spec = load_secrets_dir(spec, os.environ.get(SECRETS_ENV))
     if args.redis_url:
         spec = spec.model_copy(update={"redis_url": args.redis_url})
     demo_key = args.demo_key

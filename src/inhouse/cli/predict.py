@@ -17,6 +17,7 @@ from pathlib import Path
 from inhouse.engine.build import ReplicaSpec, build_replica
 from inhouse.errors import DoesNotFitError, SpecError
 from inhouse.predict import run_closed_loop
+from inhouse.spec.knobs import VLLM_SERVE_DEFAULTS
 
 COMMAND = "predict"
 HELP = "predict mean TTFT/TPOT of closed-loop runs (one shape, or every row of a CSV)"
@@ -50,9 +51,8 @@ def run(args: argparse.Namespace) -> int:
     for name in ("tp", "isl", "osl", "concurrency"):
         if getattr(args, name) <= 0:
             raise SpecError(f"--{name} must be a positive integer, got {getattr(args, name)}")
-    spec = ReplicaSpec(
-        args.model, args.gpu, args.tp, args.quant, args.backend, kv_dtype=args.kv_dtype
-    )
+    knobs = VLLM_SERVE_DEFAULTS.model_copy(update={"kv_cache_dtype": args.kv_dtype})
+    spec = ReplicaSpec(args.model, args.gpu, args.tp, args.quant, args.backend, knobs)
     replica = build_replica(spec)
     result = run_closed_loop(replica, args.isl, args.osl, args.concurrency, args.num_requests)
     out = {
@@ -84,7 +84,12 @@ def predict_row(row: dict[str, str]) -> dict[str, str]:
     out.update(pred_ttft_ms="", pred_tpot_ms="", pred_error="")
     try:
         spec = ReplicaSpec(
-            row["model"], row["system"], int(row["tp"]), row["precision"], row["backend"]
+            row["model"],
+            row["system"],
+            int(row["tp"]),
+            row["precision"],
+            row["backend"],
+            VLLM_SERVE_DEFAULTS,
         )
         replica = build_replica(spec)
         result = run_closed_loop(replica, int(row["isl"]), int(row["osl"]), int(row["concurrency"]))

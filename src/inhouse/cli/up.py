@@ -1,4 +1,4 @@
-"""Start a whole stack: engine replicas as child processes, and the gateway once it exists.
+"""Start a whole stack: engine replicas as child processes, and the gateway in front of them.
 
     inhouse up                      # the built-in demo (CRM copilot, simulated)
     inhouse up stack.yaml           # simulated / vllm replicas launched, url / sglang attached
@@ -18,6 +18,7 @@ import json
 import os
 import secrets
 import shlex
+import shutil
 import signal
 import socket
 import sys
@@ -26,6 +27,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
+from inhouse.cli._examples import example_lines
 from inhouse.engine_args import DEFAULT_ENGINE_BASE_PORT
 from inhouse.errors import InhouseError, SpecError
 from inhouse.server.demo_stack import demo_stack
@@ -70,6 +72,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "`vllm` command, env INHOUSE_VLLM_PYTHON")  # fmt: skip
     parser.add_argument("--log-dir", type=Path, help="write each child's output to DIR/NAME.log")
     parser.add_argument("--ready-timeout", type=float, default=900.0, help="seconds")
+    parser.add_argument("--weights-cache", type=Path, help="where pools' weights are pulled "
+                        "(default $INHOUSE_WEIGHTS_CACHE or ~/.cache/inhouse/weights)")  # fmt: skip
 
 
 def _describe(spec: ProcessSpec) -> str:
@@ -84,6 +88,13 @@ def _print_plan(stack: StackSpec, plan: StackPlan, gateway: ProcessSpec | None) 
         print(_describe(spec))
     for pool, kind in plan.attached.items():
         print(f"{pool} [{kind}, attached] {', '.join(plan.pool_urls[pool])}")
+    for pool_spec in stack.pools:
+        weights = pool_spec.weights
+        if weights is not None:
+            source = weights.weights_dir or (
+                f"{weights.name}@{weights.revision or 'newest'} from {weights.registry}"
+            )
+            print(f"{pool_spec.name}: weights {source} are verified before any replica starts")
     if gateway is not None:
         print(_describe(gateway))
 
@@ -113,8 +124,12 @@ def _print_ready(
             print(f"  gateway {gateway.url} (behind the edge)")
         if new_key:
             print(f"  demo API key (shown once): {new_key}")
+        has_tenants = bool(stack.gateway.get("tenants") or stack.gateway.get("keys_file"))
+        model = stack.pools[0].client_model_name
+        for line in example_lines(gateway.url, model, new_key, has_tenants):
+            print(line)
     else:
-        print("  gateway: not started (no `inhouse gateway` yet, or --no-gateway); call engines")
+        print("  gateway: not started (--no-gateway); send requests to the engines above")
     print("Ctrl-C stops the stack.", flush=True)
 
 
@@ -138,13 +153,61 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+def verified_weights(args: argparse.Namespace, stack: StackSpec, base_dir: Path) -> dict[str, str]:
+    """Pull and verify every pool's signed weights before any replica starts (docs/weights.md):
+    pool name -> the verified directory its engines load. Raises `VerificationFailed`, naming
+    the pool and the file, when a pool's weights were altered."""
+    if not any(pool.weights for pool in stack.pools):
+        return {}
+    from inhouse.weights.cache import default_cache
+    from inhouse.weights.stack import prepare_weights
+
+    def say(line: str) -> None:
+        print(f"inhouse up: {line}", flush=True)
+
+    ready = prepare_weights(stack, base_dir, args.weights_cache or default_cache(), say)
+    for weights in ready.values():
+        if weights.quarantined is not None:
+            say(f"pool {weights.pool}: the cached copy failed verification; moved to "
+                f"{weights.quarantined} and fetched again")  # fmt: skip
+        say(f"pool {weights.pool}: weights verified ({weights.source}): {weights.path}")
+    return {name: str(weights.path) for name, weights in ready.items()}
+
+
 def run(args: argparse.Namespace) -> int:
     if args.stack is not None:
         stack, stack_path = load_stack(args.stack), args.stack.resolve()
     else:
         stack, stack_path = demo_stack(os.cpu_count() or 1), None
-    plan = plan_stack(stack, args.engine_base_port, args.host, args.vllm_python)
-    run_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="inhouse-up-"))
+    model_paths: dict[str, str] = {}
+    if not args.dry_run:
+        from inhouse.weights.errors import VerificationFailed
+
+        base_dir = stack_path.parent if stack_path is not None else Path.cwd()
+        try:
+            model_paths = verified_weights(args, stack, base_dir)
+        except VerificationFailed as exc:
+            print(f"inhouse up: {exc}", file=sys.stderr)
+            return 1
+    plan = plan_stack(stack, args.engine_base_port, args.host, args.vllm_python, model_paths)
+    if args.dry_run:  # nothing is written: a run directory would only be left behind
+        run_dir = args.log_dir or Path(tempfile.gettempdir()) / "inhouse-up-RUN"
+    else:
+        run_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="inhouse-up-"))
+    try:
+        return _run(args, stack, stack_path, plan, run_dir)
+    finally:
+        if args.log_dir is None and not args.dry_run:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _run(
+    args: argparse.Namespace,
+    stack: StackSpec,
+    stack_path: Path | None,
+    plan: StackPlan,
+    run_dir: Path,
+) -> int:
     if stack_path is None:
         stack_path = run_dir / "stack.yaml"
     endpoints_path = run_dir / "endpoints.json"

@@ -47,23 +47,15 @@ INF = math.inf
 
 
 def replica_spec_for_pool(pool: PoolSpec) -> ReplicaSpec:
-    """The engine replica a stack pool describes."""
-    knobs = pool.knobs
+    """The engine replica a stack pool describes: its knobs travel as they are."""
     return ReplicaSpec(
         model=pool.model,
         gpu=pool.gpu,
         tp=pool.tp,
         quant=pool.quant,
         backend=pool.backend,
-        kv_dtype=knobs.kv_cache_dtype,
-        max_num_seqs=knobs.max_num_seqs,
-        max_num_batched_tokens=knobs.max_num_batched_tokens,
-        max_model_len=knobs.max_model_len,
-        gpu_memory_utilization=knobs.gpu_memory_utilization,
-        enable_prefix_caching=knobs.enable_prefix_caching,
-        scheduling_policy=knobs.scheduling_policy,
-        block_size=knobs.block_size,
-        host_kv_gib=knobs.host_kv_gib,
+        knobs=pool.knobs,
+        lora_adapters=pool.lora_adapters,
     )
 
 
@@ -299,6 +291,7 @@ class Fleet:
             block_hashes=work.block_hashes,
             priority=work.priority,
             tag=_InFlight(work, pool, replica, route),
+            lora=work.model if work.model in pool.spec.lora_adapters else None,
         )
         reason = replica.engine.add_request(request)
         if reason is not None:

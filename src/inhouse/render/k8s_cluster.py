@@ -9,6 +9,7 @@ Operator's dcgm-exporter; multi-node pools scale with KEDA on vLLM's waiting-que
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -78,6 +79,17 @@ def check_no_secrets(value: Any, path: str = "gateway") -> None:
             check_no_secrets(item, f"{path}[{index}]")
 
 
+def gateway_grace_s(stack: StackSpec, options: RenderOptions) -> int:
+    """Streams in flight finish: preStop sleep (the drain from the Service), then the longest of
+    the gateway's own drain (`proxy.drain_timeout_s`), the engines' and the plan's p95 e2e of
+    any workload, then teardown."""
+    drain = float(parse_gateway(stack.gateway).proxy.drain_timeout_s)
+    engines = max(p.knobs.shutdown_timeout_s for p in stack.pools)
+    e2e = layout.planned_e2e_s(stack) or 0.0
+    inflight = math.ceil(max(drain, engines, e2e))
+    return options.prestop_sleep_s + inflight + layout.TEARDOWN_MARGIN_S
+
+
 def gateway_docs(stack: StackSpec, options: RenderOptions) -> list[Doc]:
     check_no_secrets(stack.gateway)
     ns = namespace_of(stack, options)
@@ -140,7 +152,7 @@ def gateway_docs(stack: StackSpec, options: RenderOptions) -> list[Doc]:
             "capabilities": {"drop": ["ALL"]},
         },
     }
-    longest_drain = max(p.knobs.shutdown_timeout_s for p in stack.pools)
+    grace_s = gateway_grace_s(stack, options)
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -151,8 +163,7 @@ def gateway_docs(stack: StackSpec, options: RenderOptions) -> list[Doc]:
             "template": {
                 "metadata": {"labels": pod_labels},
                 "spec": {
-                    # Streams in flight finish: preStop, then as long as the longest engine drain.
-                    "terminationGracePeriodSeconds": options.prestop_sleep_s + longest_drain + 15,
+                    "terminationGracePeriodSeconds": grace_s,
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
                     "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},

@@ -13,6 +13,8 @@ class RenderOptions:
     with the NVIDIA GPU Operator, KEDA and images mirrored into a local registry.
 
     `registry`, when set, replaces the registry host of every image (air-gapped mirror).
+    Pools whose weights come from the weight registry pull them in an init container running
+    the inhouse image (`gateway_image`) with the S3 credentials of Secret `weights_secret`.
     `namespace` defaults to the stack's name. `runbook_url` prefixes each alert's runbook link.
     """
 
@@ -29,6 +31,7 @@ class RenderOptions:
     tempo_image: str = "docker.io/grafana/tempo:2.6.1"
     models_host_path: str = "/mnt/nvme/models"
     signing_public_key_configmap: str = "model-signing-public-key"
+    weights_secret: str = "weights-registry"  # AWS_ACCESS_KEY_ID, _SECRET_ACCESS_KEY, _ENDPOINT_URL
     gateway_secret: str = "gateway-tenant-keys"
     envoy_image: str = "docker.io/envoyproxy/envoy:v1.40.0"  # the release the tests run
     edge_tls_secret: str = "edge-tls"

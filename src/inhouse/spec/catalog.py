@@ -110,6 +110,21 @@ class ModelSpec(BaseModel):
     )
     license: str
     source: str
+    instruct_hf_id: str | None = Field(
+        default=None,
+        description="the instruction-tuned checkpoint a stack serves, when `hf_id` is a base "
+        "model (a base model has no chat template: chat and tool calls would fail)",
+    )
+    tool_call_parser: str | None = Field(
+        default=None,
+        description="vLLM's `--tool-call-parser` for this family (docs.vllm.ai, Tool Calling); "
+        "null when the family has none",
+    )
+
+    @property
+    def served_hf_id(self) -> str:
+        """The checkpoint a stack serves for this model: the instruct one where they differ."""
+        return self.instruct_hf_id or self.hf_id
 
     @property
     def is_moe(self) -> bool:
@@ -224,6 +239,11 @@ def get_model(name: str) -> ModelSpec:
             "(or pass a directory holding a Hugging Face config.json)"
         )
     return table[key]
+
+
+def find_catalog_model(name: str) -> ModelSpec | None:
+    """The catalog entry `name` resolves to by name alone (no file is read), or None."""
+    return _model_table().get(_normalize(name))
 
 
 def model_from_hf_config(path: Path | str) -> ModelSpec:

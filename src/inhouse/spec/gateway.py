@@ -282,7 +282,9 @@ def parse_gateway(data: Any, source: str = "stack") -> GatewaySpec:
     try:
         return GatewaySpec.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(describe_validation_error(exc, f"{source}: gateway")) from exc
+        raise SpecError(
+            describe_validation_error(exc, f"{source}: gateway", "docs/gateway.md")
+        ) from exc
 
 
 def read_keys_file(path: Path) -> list[tuple[str, str]]:
