@@ -227,6 +227,7 @@ def test_registry_mirror_rewrites_every_image(crm_stack: StackSpec) -> None:
         "registry.local:5000/vllm/vllm-openai:v0.33.0",
         "registry.local:5000/sigstore/model-transparency-cli:v1.1.1",
         "registry.local:5000/inhouse:0.1.0",
+        "registry.local:5000/envoyproxy/envoy:v1.40.0",
         "registry.local:5000/nvidia/k8s/dcgm-exporter:3.3.9-3.6.1-ubuntu22.04",
         "registry.local:5000/prometheus/node-exporter:v1.8.2",
         "registry.local:5000/grafana/loki:3.4.2",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import sys
 from collections import Counter
 from collections.abc import Mapping
@@ -17,6 +18,7 @@ from inhouse.bench.failures import failure_lines
 from inhouse.bench.health import assess_client
 from inhouse.bench.metrics import VLLM_METRICS, percentile_key, summarize
 from inhouse.bench.plan_run import judgement_lines
+from inhouse.bench.redact import redact_argv, redact_text
 
 EXTENSION_ROWS = ("ttft_sched", "e2el_sched", "client_queue_time", "ttft_content")
 
@@ -76,7 +78,7 @@ def build_result(run: BenchRun) -> dict[str, Any]:
     }
     out["run"] = {
         "source": "simulate" if simulated else "live",
-        "target": run.meta.get("target"),
+        "target": redact_text(str(run.meta.get("target") or "")) or None,
         "prompt_salt": run.meta.get("prompt_salt"),
         "interrupted": run.interrupted,
         "num_interrupted": run.num_interrupted,
@@ -84,7 +86,7 @@ def build_result(run: BenchRun) -> dict[str, Any]:
         "percentiles": list(spec.percentiles),
         "client_stack": run.meta.get("client"),
         "inhouse_version": inhouse.__version__,
-        "command": " ".join(sys.argv),
+        "command": shlex.join(redact_argv(sys.argv)),
     }
     if run.simulated is not None:
         out["simulated"] = run.simulated
@@ -126,8 +128,14 @@ def write_reports(
     more top-level keys (`plan_slo`, the verdict of `bench --plan`)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     result = {**build_result(run), **(extra or {})}
+    secrets = (run.spec.api_key,)
+    # NOTE: the key is scrubbed from every text written, wherever it might have got to.
+    result = dict(json.loads(redact_text(json.dumps(result), secrets)))
     (out_dir / "result.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     write_requests(run, out_dir / "requests.jsonl")
+    requests = out_dir / "requests.jsonl"
+    if run.spec.api_key and run.spec.api_key in requests.read_text(encoding="utf-8"):
+        requests.write_text(redact_text(requests.read_text(encoding="utf-8"), secrets))
     images: list[str] = []
     if charts:
         from inhouse.bench.charts import write_run_charts

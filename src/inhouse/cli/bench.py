@@ -39,8 +39,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--target", help="base URL, e.g. http://127.0.0.1:8000")
     where.add_argument(
         "--api-key",
-        default=os.environ.get("INHOUSE_API_KEY"),
-        help="sent as `Authorization: Bearer K` (env INHOUSE_API_KEY)",
+        help="sent as `Authorization: Bearer K` (default: env INHOUSE_API_KEY, else "
+        "OPENAI_API_KEY; prefer those: a command line is visible to every user in `ps`)",
     )
     where.add_argument(
         "--plan",
@@ -168,7 +168,7 @@ def spec_from_args(args: argparse.Namespace) -> Any:
     return BenchSpec(
         workload=args.workload,
         target=args.target,
-        api_key=args.api_key,
+        api_key=api_key_of(args),
         workload_params=parse_params(args.param),
         rate=args.rate,
         burstiness=args.burstiness,
@@ -193,6 +193,18 @@ def spec_from_args(args: argparse.Namespace) -> Any:
         stream=not args.no_stream,
         kernel_timestamps=args.kernel_timestamps,
     )
+
+
+def api_key_of(args: argparse.Namespace) -> str | None:
+    """--api-key, else INHOUSE_API_KEY, else OPENAI_API_KEY (recorded nowhere: bench.redact)."""
+    from inhouse.bench.redact import API_KEY_ENV
+
+    if args.api_key:
+        return str(args.api_key)
+    for name in API_KEY_ENV:
+        if os.environ.get(name):
+            return os.environ[name]
+    return None
 
 
 def _plan_spec(args: argparse.Namespace) -> Any:
