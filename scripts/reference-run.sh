@@ -13,7 +13,7 @@ REQ="${REQ:-examples/crm-copilot/requirements.yaml}"
 KEY="reference-run-key"
 mkdir -p "$OUT"
 free_port() { python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-GW=$(free_port); BASE=$(free_port)
+GW=$(free_port); BASE=$(free_port); METRICS=$(free_port)
 
 echo "== plan"
 if [ "${COMPARE:-1}" = "1" ]; then
@@ -24,7 +24,7 @@ fi
 
 echo "== up (gateway :$GW, engines from :$BASE)"
 inhouse up "$OUT/plan/stack.yaml" --port "$GW" --engine-base-port "$BASE" --demo-key "$KEY" \
-  --log-dir "$OUT/logs" > "$OUT/up.log" 2>&1 &
+  --metrics-port "$METRICS" --log-dir "$OUT/logs" > "$OUT/up.log" 2>&1 &
 UP=$!
 trap 'kill -TERM $UP 2>/dev/null; wait $UP 2>/dev/null || true' EXIT
 for _ in $(seq 300); do grep -q "is ready" "$OUT/up.log" && break; kill -0 $UP || { cat "$OUT/up.log"; exit 1; }; sleep 1; done

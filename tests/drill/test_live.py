@@ -17,7 +17,7 @@ from tests.drill.conftest import needs_judge
 from inhouse.drill.drills.bad_signature import weights_available
 from inhouse.drill.evidence import DrillResult
 from inhouse.drill.judge import Judge
-from inhouse.drill.runner import Options, drill_rules, run_one
+from inhouse.drill.runner import Options, drill_rules, restore, run_one
 from inhouse.drill.stack import LiveStack, drill_stack
 from inhouse.server.demo_stack import demo_stack
 
@@ -26,6 +26,8 @@ SCALE = 0.1
 
 
 def _judge(live: LiveStack, where: Path, drop: tuple[str, ...] = ()) -> Judge:
+    # The stack whole first: a drill before this one may have left a replica drained.
+    asyncio.run(restore(live))
     where.mkdir(parents=True, exist_ok=True)
     rules = drill_rules(live.stack, live.namespace, where, SCALE, drop)
     judge = Judge(where / "judge", rules, live.scrape_jobs()).start()

@@ -118,6 +118,9 @@ class LiveStack:
         self.log_dir = work_dir / "logs"
         self.replicas: dict[str, Replica] = {}
         self.gateway_port = free_port()
+        # NOTE: a port of its own, never the stack's fixed `gateway.metrics_port` (9464 by
+        # default): two drills, or a drill beside a running stack, must not collide.
+        self.gateway_metrics_port = free_port()
         self.dcgm_port, self.dcgm_admin_port = free_port(), free_port()
         self._others: list[subprocess.Popen[bytes]] = []
         self.gateway_proc: subprocess.Popen[bytes] | None = None
@@ -152,10 +155,8 @@ class LiveStack:
 
     @property
     def gateway_metrics_url(self) -> str:
-        """Where the gateway's /metrics is: its own port once `gateway.metrics_port` exists
-        (issue 15), the API port before."""
-        port = self.stack.gateway.get("metrics_port") or self.gateway_port
-        return f"http://{HOST}:{port}/metrics"
+        """The gateway's /metrics: on its metrics port (the API port has none)."""
+        return f"http://{HOST}:{self.gateway_metrics_port}/metrics"
 
     @property
     def namespace(self) -> str:
@@ -210,7 +211,9 @@ class LiveStack:
         for r in self.replicas.values():
             pools.setdefault(r.pool, []).append(r.url)
         endpoints.write_text(json.dumps({"pools": pools}, indent=2), encoding="utf-8")
-        gateway = gateway_process(stack_path, endpoints, self.gateway_port, HOST, None)
+        gateway = gateway_process(
+            stack_path, endpoints, self.gateway_port, HOST, None, self.gateway_metrics_port
+        )
         if gateway is None:
             raise StackError("no `inhouse gateway` in this install")
         log = self.log_dir / "gateway.log"
