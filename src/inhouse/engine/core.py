@@ -65,7 +65,9 @@ class EngineCore:
         self._seq = itertools.count()
         self._capacity_tokens = config.num_gpu_blocks * config.block_size
         # The jump `fast_forward_end_s` planned, kept for the `step` that commits it:
-        # (now_s, horizon_s, free KV blocks then, plan). Any change to the engine drops it.
+        # (now_s, effective horizon then, free KV blocks then, plan). A new pending request
+        # keeps it (it can only pull the horizon in: `step` trims the plan to it); any other
+        # change to the engine drops it.
         self._planned: tuple[float, float, int, tuple[int, float, float] | None] | None = None
 
     # -- admission -----------------------------------------------------------------------
@@ -107,7 +109,6 @@ class EngineCore:
         )
         request.status = Status.PENDING
         heapq.heappush(self._pending, (request.ready_s, next(self._seq), request))
-        self._planned = None
         return None
 
     def abort_request(self, request: Request, now_s: float) -> bool:
@@ -124,10 +125,19 @@ class EngineCore:
             self.stats.num_aborted += 1
         return aborted
 
-    def _release_pending(self, now_s: float) -> None:
+    def _release_pending(self, now_s: float) -> bool:
+        """Hand the requests ready by `now_s` to the scheduler; True if there were any."""
         pending = self._pending
+        if not pending or pending[0][0] > now_s:
+            return False
         while pending and pending[0][0] <= now_s:
             self.scheduler.add(heapq.heappop(pending)[2])
+        return True
+
+    def _effective_horizon_s(self, horizon_s: float) -> float:
+        """The caller's horizon, or sooner when a pending request becomes ready first."""
+        pending = self._pending
+        return pending[0][0] if pending and pending[0][0] < horizon_s else horizon_s
 
     # -- state ---------------------------------------------------------------------------
 
@@ -169,16 +179,14 @@ class EngineCore:
         can change before `horizon_s` (the caller's next event). None if there is nothing to run
         now (see `next_ready_s`)."""
         planned, self._planned = self._planned, None
-        self._release_pending(now_s)
+        released = self._release_pending(now_s)
         scheduler = self.scheduler
         if not scheduler.running and not scheduler.waiting:
             return None
         if max_steps >= MIN_FAST_FORWARD_STEPS:
             plan = (
-                planned[3]  # NOTE: nothing changed since `fast_forward_end_s` planned this jump
-                if planned is not None
-                and max_steps == UNLIMITED_STEPS
-                and planned[:3] == (now_s, horizon_s, scheduler.kv.num_free_blocks)
+                self._replan(planned, now_s, horizon_s)
+                if planned is not None and not released and max_steps == UNLIMITED_STEPS
                 else self._plan_fast_forward(now_s, horizon_s, max_steps)
             )
             jumped = self._fast_forward(now_s, plan)
@@ -217,11 +225,44 @@ class EngineCore:
             self._planned = None
             return None
         plan = self._plan_fast_forward(now_s, horizon_s, UNLIMITED_STEPS)
-        self._planned = (now_s, horizon_s, self.scheduler.kv.num_free_blocks, plan)
+        self._planned = (
+            now_s,
+            self._effective_horizon_s(horizon_s),
+            self.scheduler.kv.num_free_blocks,
+            plan,
+        )
         if plan is None:
             return None
         steps, first_s, growth_s = plan
         return now_s + steps * first_s + growth_s * steps * (steps - 1) / 2
+
+    def _replan(
+        self,
+        planned: tuple[float, float, int, tuple[int, float, float] | None],
+        now_s: float,
+        horizon_s: float,
+    ) -> tuple[int, float, float] | None:
+        """The plan `_plan_fast_forward(now_s, horizon_s)` would make, from the one
+        `fast_forward_end_s` made if it still holds: same start, no request released into the
+        scheduler and the same free blocks since (so the same running requests and the same
+        KV room), and a horizon no later than that plan's.
+
+        NOTE: a plan is `min(steps the outputs and the KV cache allow, steps starting before
+        the horizon)`, and the second term only shrinks with the horizon, so trimming the old
+        plan to the new horizon gives exactly the plan made afresh."""
+        planned_s, planned_horizon_s, free, plan = planned
+        horizon_s = self._effective_horizon_s(horizon_s)
+        if (
+            planned_s != now_s
+            or free != self.scheduler.kv.num_free_blocks
+            or horizon_s > planned_horizon_s
+        ):
+            return self._plan_fast_forward(now_s, horizon_s, UNLIMITED_STEPS)
+        if plan is None or horizon_s == planned_horizon_s:
+            return plan
+        steps, first_s, growth_s = plan
+        steps = _steps_starting_before(now_s, horizon_s, first_s, growth_s, steps)
+        return (steps, first_s, growth_s) if steps >= MIN_FAST_FORWARD_STEPS else None
 
     def _plan_fast_forward(
         self, now_s: float, horizon_s: float, max_steps: int
