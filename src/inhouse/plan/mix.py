@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from inhouse.workload.base import Workload, WorkloadRun, WorkRequest
 
@@ -53,27 +53,50 @@ class MixedRun:
         self.runs = list(runs)
         self.priorities = priorities or {}
         self._origin: dict[str, tuple[WorkloadRun, WorkRequest]] = {}
+        # The part whose arrival is next and its time, or None once a pop or a completion may
+        # have changed that (a part's next arrival changes only on those two calls).
+        self._next: tuple[float, int] | None = None
 
     @property
     def reaction_delay_s(self) -> float:
         return min(run.reaction_delay_s for _, run in self.runs)
 
+    def _earliest(self) -> tuple[float, int]:
+        if self._next is None:
+            best_s, best = math.inf, 0
+            for index, (_, run) in enumerate(self.runs):
+                at_s = run.next_arrival_s()
+                if at_s < best_s:  # NOTE: the first part wins a tie, as `min` picks it
+                    best_s, best = at_s, index
+            self._next = (best_s, best)
+        return self._next
+
     def next_arrival_s(self) -> float:
-        return min((run.next_arrival_s() for _, run in self.runs), default=math.inf)
+        return self._earliest()[0]
 
     def pop_arrival(self) -> WorkRequest:
-        name, run = min(self.runs, key=lambda item: item[1].next_arrival_s())
+        name, run = self.runs[self._earliest()[1]]
+        self._next = None
         request = run.pop_arrival()
-        renamed = replace(
-            request,
-            request_id=f"{name}{SEPARATOR}{request.request_id}",
-            priority=self.priorities.get(name, request.priority),
+        # NOTE: `dataclasses.replace`, spelled out (it looks the fields up on every call).
+        renamed = WorkRequest(
+            f"{name}{SEPARATOR}{request.request_id}",
+            request.arrival_s,
+            request.num_prompt_tokens,
+            request.output_len,
+            request.block_hashes,
+            request.num_prompt_blocks,
+            request.num_ideal_cached_tokens,
+            request.session_key,
+            request.model,
+            self.priorities.get(name, request.priority),
         )
         self._origin[renamed.request_id] = (run, request)
         return renamed
 
     def on_complete(self, request: WorkRequest, finish_s: float, ok: bool = True) -> None:
         run, original = self._origin.pop(request.request_id)
+        self._next = None
         run.on_complete(original, finish_s, ok)
 
 
