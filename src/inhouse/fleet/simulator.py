@@ -325,10 +325,13 @@ class Fleet:
             earliest_ready_s = now + replica.engine.config.request_overhead_s
             replica.result = self._commit(replica, earliest_ready_s)
             self._schedule(replica, replica.result.end_s, EventKind.STEP_END)
-        elif replica.next_event_s == INF:
+        elif replica.result is None:
+            # Idle, or waiting for a pending request to become ready: a short prompt that
+            # arrives now may be ready before the long one that replica waits for.
             ready = replica.engine.next_ready_s()
             assert ready is not None, "a request was added but nothing is pending"
-            self._schedule(replica, ready, EventKind.STEP)
+            if ready < replica.next_event_s:
+                self._schedule(replica, ready, EventKind.STEP)
 
     def _finish(self, replica: _Replica, request: Request) -> None:
         flight = request.tag
