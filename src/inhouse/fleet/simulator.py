@@ -257,8 +257,15 @@ class Fleet:
                     policy.on_first_token(request.request_id)
         for request in result.finished:
             self._finish(replica, request)
-        self._schedule(replica, now, EventKind.STEP)
         self._schedule_arrival()
+        if self.queue.peek_time_s() > now:
+            # NOTE: the next step would be the very next event popped (nothing else is due at
+            # `now`), so it runs at once, without its trip through the queue.
+            replica.event_token += 1  # whatever is queued for this replica is stale now
+            replica.next_event_s = now
+            self._step(replica, now)
+        else:
+            self._schedule(replica, now, EventKind.STEP)
 
     # -- requests --------------------------------------------------------------------------
 
