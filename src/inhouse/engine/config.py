@@ -16,7 +16,13 @@ class EngineConfig:
     * `mixed_batches`: vLLM mixes prefill chunks and decodes in one step; SGLang (by default)
       runs prefill batches and decode batches apart, prefill first.
     * `request_overhead_s`, `prompt_token_overhead_s`: delay between a request's arrival and
-      the scheduler seeing it, fixed plus per prompt token (the API server's work).
+      the scheduler seeing it: a fixed latency, plus the API server's work per prompt token,
+      which it does for one request at a time.
+    * `output_token_overhead_s`: the API server's work per streamed token; a step's tokens
+      reach their clients when it has done it.
+    * `reserve_new_tokens`: SGLang's admission (see `engine.reservation`): KV is reserved for
+      the tokens running requests will still generate, and decode retracts requests when it
+      runs out, instead of vLLM's allocate-as-you-go with preemption.
     """
 
     num_gpu_blocks: int
@@ -32,6 +38,8 @@ class EngineConfig:
     request_overhead_s: float = 0.0
     mixed_batches: bool = True
     prompt_token_overhead_s: float = 0.0
+    output_token_overhead_s: float = 0.0
+    reserve_new_tokens: bool = False
 
     def __post_init__(self) -> None:
         assert self.num_gpu_blocks > 0, "num_gpu_blocks must be positive"

@@ -5,7 +5,9 @@
     scheduler.update(batch, now + dt)
 
 The core reads no clock: the fleet simulator drives it in virtual time, the HTTP engine in wall
-time. When every running sequence is decoding and nothing can join, the next steps differ only by
+time. In front of the scheduler sits the API server, one queue for the host work around the GPU:
+it takes each prompt in turn (`prompt_token_overhead_s` per token) and streams every sampled
+token (`output_token_overhead_s`), so clients see a step's tokens once it has got to them. When every running sequence is decoding and nothing can join, the next steps differ only by
 their growing context, so `step` may jump over many of them at once (their times form an
 arithmetic series); every token still gets its exact time.
 """
@@ -60,7 +62,10 @@ class EngineCore:
         self.step_model = step_model
         self.scheduler = Scheduler(config)
         self.stats = EngineStats()
-        self.timeline = array("d")  # end time of every step, by step index
+        # When each step's tokens reach the client (the step's end, or later if the API
+        # server is behind), by step index.
+        self.timeline = array("d")
+        self._api_free_s = 0.0  # when the API server finishes the work it has
         self._pending: list[tuple[float, int, Request]] = []
         self._seq = itertools.count()
         self._capacity_tokens = config.num_gpu_blocks * config.block_size
@@ -100,11 +105,11 @@ class EngineCore:
         if reason is not None:
             return reason
         config = self.config
-        request.ready_s = (
-            request.arrival_s
-            + config.request_overhead_s
-            + config.prompt_token_overhead_s * request.num_prompt_tokens
-        )
+        # NOTE: prompts queue for the API server one at a time (tokenization and input
+        # processing); the fixed overhead is latency (HTTP, IPC) that occupies no one.
+        start_s = max(request.arrival_s, self._api_free_s)
+        self._api_free_s = start_s + config.prompt_token_overhead_s * request.num_prompt_tokens
+        request.ready_s = self._api_free_s + config.request_overhead_s
         request.status = Status.PENDING
         heapq.heappush(self._pending, (request.ready_s, next(self._seq), request))
         self._planned = None
@@ -190,10 +195,19 @@ class EngineCore:
         dt = self.step_model.step_time(batch.shape())
         end_s = now_s + dt
         index = len(self.timeline)
-        self.timeline.append(end_s)
-        emitted, finished = scheduler.update(batch, index, end_s)
+        seen_s = self._deliver(end_s, batch.num_sampled)
+        self.timeline.append(seen_s)
+        emitted, finished = scheduler.update(batch, index, seen_s)
         self._account(1, dt, batch.num_tokens - len(emitted), len(emitted), finished)
         return StepResult(now_s, end_s, index, 1, emitted, finished, batch)
+
+    def _deliver(self, end_s: float, num_tokens: int) -> float:
+        """When the `num_tokens` tokens of a step ending at `end_s` reach their clients."""
+        per_token_s = self.config.output_token_overhead_s
+        if per_token_s == 0.0:
+            return end_s
+        self._api_free_s = max(end_s, self._api_free_s) + num_tokens * per_token_s
+        return self._api_free_s
 
     def _account(
         self, num_steps: int, busy_s: float, prompt: int, generated: int, finished: list[Request]
@@ -230,7 +244,7 @@ class EngineCore:
         if (
             scheduler.waiting
             and len(running) < self.config.max_num_seqs
-            and not scheduler.admission_blocked_by_kv
+            and (not scheduler.admission_blocked_by_kv or scheduler.admission_may_change)
         ):
             return None
         ctx_sum = 0
@@ -250,9 +264,13 @@ class EngineCore:
         num_seqs = len(running)
         if not self.step_model.decode_is_linear(num_seqs, ctx_sum):
             return None
-        base_s, per_ctx_s = self.step_model.decode_coefficients(num_seqs)
+        base_s, per_ctx_s = self.step_model.decode_coefficients(num_seqs, ctx_sum)
         first_s = base_s + per_ctx_s * ctx_sum  # duration of the first step
         growth_s = per_ctx_s * num_seqs  # each step's context grows by one token per sequence
+        # The line holds while the context stays below where sparse attention saturates.
+        limit = self.step_model.linear_ctx_limit(num_seqs, ctx_sum)
+        if limit != math.inf:
+            steps = min(steps, int((limit - ctx_sum) // num_seqs))
         steps = min(steps, _steps_starting_before(now_s, horizon_s, first_s, growth_s, steps))
         steps = min(steps, self._steps_kv_allows(steps))
         if steps < MIN_FAST_FORWARD_STEPS:
@@ -270,12 +288,16 @@ class EngineCore:
         num_seqs = len(running)
         index = len(self.timeline)
         ends = [now_s + j * first_s + growth_s * j * (j - 1) / 2 for j in range(1, steps + 1)]
-        self.timeline.extend(ends)
         end_s = ends[-1]
+        if self.config.output_token_overhead_s:
+            ends = [self._deliver(e, num_seqs) for e in ends]
+        self.timeline.extend(ends)
+        seen_s = ends[-1]
         # NOTE: all allocations before any request finishes, unlike a step-by-step run: the
         # jump's blocks fit in the blocks free before it, which precede in the free queue any
         # block a finishing request frees, so the same blocks are taken either way.
         scheduler.kv.grow_decodes(running, steps)
+        scheduler.on_decode_steps(steps)
         finished: list[Request] = []
         end_index = index + steps
         for request in running:
@@ -293,7 +315,7 @@ class EngineCore:
             if num_output >= request.output_len:
                 finished.append(request)
         for request in finished:
-            scheduler.finish(request, end_s)
+            scheduler.finish(request, seen_s)
         emitted = list(running)
         if finished:
             scheduler.running = [r for r in running if r.status is Status.RUNNING]
