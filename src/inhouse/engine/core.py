@@ -7,7 +7,8 @@
 The core reads no clock: the fleet simulator drives it in virtual time, the HTTP engine in wall
 time. In front of the scheduler sits the API server, one queue for the host work around the GPU:
 it takes each prompt in turn (`prompt_token_overhead_s` per token) and streams every sampled
-token (`output_token_overhead_s`), so clients see a step's tokens once it has got to them. When every running sequence is decoding and nothing can join, the next steps differ only by
+token (`output_token_overhead_s`), so clients see a step's tokens once it has got to them.
+When every running sequence is decoding and nothing can join, the next steps differ only by
 their growing context, so `step` may jump over many of them at once (their times form an
 arithmetic series); every token still gets its exact time.
 """
