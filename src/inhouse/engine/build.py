@@ -29,6 +29,7 @@ class ReplicaSpec:
     max_model_len: int | None = None
     gpu_memory_utilization: float = 0.9
     enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
     scheduling_policy: str = "fcfs"
     block_size: int = 16
     host_kv_gib: float = 0.0
@@ -106,6 +107,7 @@ def build_replica(spec: ReplicaSpec, constants: EngineConstants | None = None) -
         max_num_batched_tokens=max_batched,
         max_model_len=max_model_len,
         enable_prefix_caching=spec.enable_prefix_caching,
+        enable_chunked_prefill=spec.enable_chunked_prefill,
         scheduling_policy=spec.scheduling_policy,
         num_host_blocks=host_blocks,
         request_overhead_s=consts.request_overhead_s,

@@ -242,12 +242,13 @@ class EngineCore:
         running = scheduler.running
         if not running:
             return None
-        if (
-            scheduler.waiting
-            and len(running) < self.config.max_num_seqs
-            and (not scheduler.admission_blocked_by_kv or scheduler.admission_may_change)
-        ):
-            return None
+        reservation_blocks = False
+        if scheduler.waiting and len(running) < self.config.max_num_seqs:
+            if scheduler.admission_may_change and not self.config.mixed_batches:
+                # A decode batch with requests waiting: SGLang's reservation held them back.
+                reservation_blocks = True
+            elif not scheduler.admission_blocked_by_kv:
+                return None
         ctx_sum = 0
         steps = max_steps
         for request in running:
@@ -258,6 +259,8 @@ class EngineCore:
             ctx_sum += computed
             if request.output_len - num_output < steps:
                 steps = request.output_len - num_output
+        if reservation_blocks:
+            steps = scheduler.decode_steps_without_admission(steps)
         if steps < MIN_FAST_FORWARD_STEPS:
             return None
         if self._pending:

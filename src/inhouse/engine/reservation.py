@@ -41,6 +41,12 @@ class TokenReservation:
         held = sum(future_tokens(r) for r in running) * self.new_token_ratio
         return free_tokens - held
 
+    def held_after(self, running: list[Request], num_steps: int) -> float:
+        """A lower bound of the tokens held back after `num_steps` more decode steps."""
+        ratio = max(self.new_token_ratio - num_steps * self._decay, MIN_NEW_TOKEN_RATIO)
+        future = sum(max(future_tokens(r) - num_steps, 0) for r in running)
+        return future * ratio
+
     @staticmethod
     def cost(request: Request, uncached_tokens: int) -> int:
         """What admitting a request takes: its uncached prompt and all its (clipped) future."""

@@ -128,6 +128,35 @@ class Scheduler:
         request finishing: SGLang's reservation shrinks every step."""
         return self.reservation is not None and bool(self.waiting)
 
+    def decode_steps_without_admission(self, limit: int) -> int:
+        """Decode steps (at most `limit`) before whose admission checks the waiting head
+        certainly cannot be admitted under SGLang's reservation, bounded optimistically: free KV cannot grow
+        without a finish, and the held-back share shrinks at most by the ratio's decay and by
+        one future token per running request a step."""
+        reservation = self.reservation
+        assert reservation is not None and self.waiting, "only while a reservation blocks"
+        head = self.waiting.peek()
+        hit = self.kv.find_prefix(head)
+        num_hit = (len(hit.gpu_blocks) + hit.num_host_blocks) * self.config.block_size
+        cost = reservation.cost(head, max(head.num_tokens - num_hit, 1))
+        free = self.kv.num_free_blocks * self.config.block_size
+
+        def admissible_after(t: int) -> bool:
+            return free - reservation.held_after(self.running, t) >= cost
+
+        if admissible_after(0):
+            return 0
+        if not admissible_after(limit):
+            return limit
+        low, high = 0, limit  # not admissible after `low` steps; admissible after `high`
+        while high - low > 1:
+            mid = (low + high) // 2
+            if admissible_after(mid):
+                high = mid
+            else:
+                low = mid
+        return high  # the checks before steps 0 .. high - 1 all fail
+
     def _schedule_prefills(self, now_s: float) -> Batch:
         """SGLang's default: a step is either a prefill batch (unfinished prompt chunks, then
         new requests) or a decode batch, and prefill goes first. Nothing is preempted here;
@@ -228,7 +257,12 @@ class Scheduler:
             num_hit = (len(hit.gpu_blocks) + hit.num_host_blocks) * bs
             num_new = request.num_tokens - num_hit
             if not self.config.enable_chunked_prefill and num_new > budget:
-                break
+                if batch.scheduled:
+                    break
+                # NOTE: the budget is checked before a request joins, so the first one of a
+                # batch always does (SGLang's PrefillAdder); else a recomputed request longer
+                # than the budget would never run again.
+                budget = num_new
             if reservation is not None:
                 cost = reservation.cost(request, num_new)
                 if cost >= room and (self.running or batch.scheduled):
