@@ -119,7 +119,8 @@ def fit(rows: list[CorpusRow], base: dict[str, EngineConstants], rounds: int, wo
             tasks = [(r, table[r.backend]) for r in rows]
             recordings = [r for r in pool.map(_record, tasks, chunksize=2) if r is not None]
             replicas = [build_replica(r.row.spec, table[r.row.backend]) for r in recordings]
-            lin = Linearized(space, recordings, replicas, x, np.zeros((2 * len(recordings), len(x))))
+            no_host = np.zeros((2 * len(recordings), len(x)))
+            lin = Linearized(space, recordings, replicas, x, no_host)
             cost = robust_cost(lin.residuals(x))
             took = time.perf_counter() - started
             print(f"round {k}: cost {cost:.2f} ({took:.0f} s) {summary(recordings)}", flush=True)
@@ -192,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     rows = [r for r in screened.usable if r.gpu != args.holdout]
     base = load_engine_table(args.start.read_text("utf-8"))
-    space, (cost, x, recordings) = fit(rows, base, args.rounds, args.workers)
+    space, (_cost, x, recordings) = fit(rows, base, args.rounds, args.workers)
     table = space.constants(x)
     where = f"without {args.holdout} " if args.holdout else ""
     notes = {}

@@ -97,10 +97,11 @@ class Space:
         return low, high
 
     def constants(self, x: np.ndarray) -> dict[str, EngineConstants]:
-        kernels = {p.name: math.exp(v) for p, v in zip(self.params, x) if p.scope == "kernels"}
+        values = [(p, math.exp(v)) for p, v in zip(self.params, x, strict=True)]
+        kernels = {p.name: v for p, v in values if p.scope == "kernels"}
         out = {}
         for engine, base in self.base.items():
-            own = {p.name: math.exp(v) for p, v in zip(self.params, x) if p.scope == engine}
+            own = {p.name: v for p, v in values if p.scope == engine}
             out[engine] = base.with_values(**kernels, **own)
         return out
 
@@ -137,7 +138,8 @@ class Linearized:
             ttft, tpot = rec.predict(replica, table[rec.row.backend])
             out[2 * i] = math.log(max(ttft, 1e-6))
             out[2 * i + 1] = math.log(max(tpot, 1e-6))
-        return out + self.host_jacobian @ (x - self.x0)
+        shifted: np.ndarray = out + self.host_jacobian @ (x - self.x0)
+        return shifted
 
     def residuals(self, x: np.ndarray) -> np.ndarray:
         measured = np.empty(2 * len(self.recordings))
@@ -145,7 +147,8 @@ class Linearized:
             measured[2 * i] = math.log(rec.row.ttft_ms)
             measured[2 * i + 1] = math.log(rec.row.tpot_ms)
         prior = (x - self.space.prior) / PRIOR_E_FOLDS
-        return np.concatenate([self.predictions(x) - measured, prior])
+        out: np.ndarray = np.concatenate([self.predictions(x) - measured, prior])
+        return out
 
 
 def median_errors(pairs: list[tuple[float, float, float, float]]) -> tuple[float, float]:

@@ -49,7 +49,8 @@ def physical_bounds(
     parts = WeightBreakdown.of(model)
     bw = gpu.hbm_bw_bytes_s
     tp = layout.tp
-    local = (parts.attention_sharded / tp + parts.attention_replicated) * quants.attention.weight_bytes
+    attention = parts.attention_sharded / tp + parts.attention_replicated
+    local = attention * quants.attention.weight_bytes
     local += parts.dense / tp * quants.dense.weight_bytes + parts.lm_head / tp * 2.0
     experts = 0.0
     expert_params = 0.0

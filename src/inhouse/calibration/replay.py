@@ -89,8 +89,11 @@ class Recording:
             replica.spec.kv_dtype,
         )  # fmt: skip
         s = self.shapes
-        args = [s[name] for name in SHAPE_FIELDS]
-        return np.asarray(step_seconds(c, *args, np.maximum, np.minimum), dtype=float)
+        seconds = step_seconds(
+            c, s["seqs"], s["tokens"], s["sampled"], s["ctx"], s["pairs"], s["host"],
+            s["decodes"], s["decode_ctx"], np.maximum, np.minimum,
+        )  # fmt: skip
+        return np.asarray(seconds, dtype=float)
 
     def predict(self, replica: Replica, constants: EngineConstants) -> tuple[float, float]:
         delta = self.mult * (self.durations(replica, constants) - self.base_s)
@@ -134,11 +137,11 @@ def record(
         for i, name in enumerate(SHAPE_FIELDS)
     }
     weights = wave_weights(len(done), row.concurrency, requested)
-    ttft = sum(x * (r.first_token_s - r.arrival_s) for x, r in zip(weights, done, strict=True))  # type: ignore[operator]
-    tpot = sum(
-        x * (r.finish_s - r.first_token_s) / max(r.output_len - 1, 1)  # type: ignore[operator]
-        for x, r in zip(weights, done, strict=True)
-    )
+    ttft = tpot = 0.0
+    for weight, r in zip(weights, done, strict=True):
+        assert r.first_token_s is not None and r.finish_s is not None, "every request finished"
+        ttft += weight * (r.first_token_s - r.arrival_s)
+        tpot += weight * (r.finish_s - r.first_token_s) / max(r.output_len - 1, 1)
     recording = Recording(
         row, shapes, np.array(loop.mult), v, w, 1000 * ttft, 1000 * tpot, np.zeros(0)
     )

@@ -175,11 +175,13 @@ def predict_row(row: dict[str, str], protocol: BenchmarkProtocol = VLLM_BENCH) -
     out = dict(row)
     out.update(pred_ttft_ms="", pred_tpot_ms="", pred_error="")
     try:
-        shape = [_int_column(row, name, 0) for name in ("isl", "osl", "concurrency")]
-        if min(shape) <= 0:
+        isl, osl, concurrency = (_int_column(row, n, 0) for n in ("isl", "osl", "concurrency"))
+        if min(isl, osl, concurrency) <= 0:
             raise SpecError("isl, osl and concurrency must be positive integers")
         replica = build_replica(replica_spec_of_row(row))
-        result = run_closed_loop(replica, *shape, protocol=protocol_of_row(row, protocol))
+        result = run_closed_loop(
+            replica, isl, osl, concurrency, protocol=protocol_of_row(row, protocol)
+        )
     except DoesNotFitError as exc:
         out["pred_error"] = f"does not fit: {exc}"
         return out

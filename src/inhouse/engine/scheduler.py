@@ -130,9 +130,9 @@ class Scheduler:
 
     def decode_steps_without_admission(self, limit: int) -> int:
         """Decode steps (at most `limit`) before whose admission checks the waiting head
-        certainly cannot be admitted under SGLang's reservation, bounded optimistically: free KV cannot grow
-        without a finish, and the held-back share shrinks at most by the ratio's decay and by
-        one future token per running request a step."""
+        certainly cannot be admitted under SGLang's reservation, bounded optimistically:
+        free KV cannot grow without a finish, and the held-back share shrinks at most by the
+        ratio's decay and by one future token per running request a step."""
         reservation = self.reservation
         assert reservation is not None and self.waiting, "only while a reservation blocks"
         head = self.waiting.peek()

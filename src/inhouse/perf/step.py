@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from inhouse.perf.coefficients import StepCoefficients, compute_coefficients
 from inhouse.perf.constants import EngineConstants
@@ -41,7 +41,8 @@ from inhouse.spec.catalog import GpuSpec, ModelSpec
 from inhouse.spec.parallel import ParallelLayout
 from inhouse.spec.quant import Quant, WeightQuants
 
-N = TypeVar("N")
+# Floats in the engine, numpy arrays in the fit: the same arithmetic.
+N = Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +115,7 @@ def step_seconds(
 
     comm = c.comm_fixed_s + c.comm_s_per_rank_token * tokens_r + c.comm_s_per_token * tokens
     overhead = c.fixed_s + c.seq_s * seqs + c.seq_rank_s * seqs_r
-    return local + experts + attention + comm + overhead + c.host_s_per_token * host  # type: ignore[no-any-return]
+    return local + experts + attention + comm + overhead + c.host_s_per_token * host
 
 
 class StepModel:
@@ -141,34 +142,38 @@ class StepModel:
         """Seconds for one step of the given shape."""
         if shape.num_tokens == 0:
             return 0.0
-        return step_seconds(
-            self.coefficients,
-            shape.num_seqs,
-            shape.num_tokens,
-            shape.num_sampled,
-            shape.ctx_tokens,
-            shape.attn_pairs,
-            shape.host_load_tokens,
-            shape.num_decodes,
-            shape.decode_ctx_tokens,
-            max,
-            min,
+        return float(
+            step_seconds(
+                self.coefficients,
+                shape.num_seqs,
+                shape.num_tokens,
+                shape.num_sampled,
+                shape.ctx_tokens,
+                shape.attn_pairs,
+                shape.host_load_tokens,
+                shape.num_decodes,
+                shape.decode_ctx_tokens,
+                max,
+                min,
+            )
         )
 
     def _decode(self, num_seqs: int, ctx_tokens: float) -> float:
         """A decode-only step: every sequence runs one token attending its context."""
-        return step_seconds(
-            self.coefficients,
-            num_seqs,
-            num_seqs,
-            num_seqs,
-            ctx_tokens,
-            ctx_tokens + num_seqs,
-            0,
-            num_seqs,
-            ctx_tokens,
-            max,
-            min,
+        return float(
+            step_seconds(
+                self.coefficients,
+                num_seqs,
+                num_seqs,
+                num_seqs,
+                ctx_tokens,
+                ctx_tokens + num_seqs,
+                0,
+                num_seqs,
+                ctx_tokens,
+                max,
+                min,
+            )
         )
 
     def linear_ctx_limit(self, num_seqs: int, ctx_tokens: float) -> float:

@@ -20,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from inhouse.errors import SpecError
 from inhouse.spec.model import ModelSpec
 
+__all__ = ["GIB", "GpuSpec", "ModelSpec", "get_gpu", "get_model", "known_gpus", "known_models"]
+
 GB = 1e9
 GIB = 1024**3
 # nvidia-smi shows 81,559 of an H100's 81,920 MiB and 143,771 of an H200's 144,384 MiB.
