@@ -15,7 +15,9 @@ makes the real (re-simulated) objective worse is halved back towards the best on
 The kernel constants are shared by the engines; the software constants are per engine; no
 constant is per GPU. `--holdout b200_sxm` fits without that GPU's rows (for
 `benchmarks/bench_predict.py`'s leave-one-GPU-out figures). `--write` stores the fit in
-`src/inhouse/perf/data/engines.yaml`; `--out FILE` elsewhere; neither: print only.
+`src/inhouse/perf/data/engines.yaml`; `--out FILE` elsewhere; neither: print only. A fit starts
+from `--start` (default: the physical values of `data/calibration_prior.yaml`) and is pulled
+weakly towards `--prior` (the same file); a leave-one-GPU-out fit must start there.
 """
 
 from __future__ import annotations
@@ -43,8 +45,10 @@ from inhouse.predict import AIPERF_SILICON, run_closed_loop
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CSV = ROOT / "data" / "calibration_silicon.csv"
 ENGINES_YAML = ROOT / "src" / "inhouse" / "perf" / "data" / "engines.yaml"
+PRIOR_YAML = ROOT / "data" / "calibration_prior.yaml"
 HOST_STEP = 0.4  # log-space nudge of a host constant
 F_SCALE = 0.1  # residuals beyond ~10% count linearly, not quadratically
+TRUST = 0.5  # a round moves no constant by more than this in log space (x1.65)
 
 
 def _record(task: tuple[CorpusRow, EngineConstants]) -> Recording | None:
@@ -106,10 +110,32 @@ def host_jacobian(
     return jac
 
 
-def fit(rows: list[CorpusRow], base: dict[str, EngineConstants], rounds: int, workers: int):
-    space = Space.over(base)
+def save_round(
+    trace: Path | None, k: int, table: dict[str, EngineConstants], recs: list[Recording]
+) -> None:
+    """Keep each round's constants and predictions, to look at residuals while it runs."""
+    if trace is None:
+        return
+    trace.mkdir(parents=True, exist_ok=True)
+    write_table(trace / f"round{k}.yaml", table, {e: f"round {k}" for e in table})
+    with (trace / f"round{k}.csv").open("w", newline="", encoding="utf-8") as handle:
+        out = csv.writer(handle)
+        out.writerow(["id", "ttft_ms", "tpot_ms", "pred_ttft_ms", "pred_tpot_ms"])
+        for r in recs:
+            out.writerow([r.row.row_id, r.row.ttft_ms, r.row.tpot_ms, r.ttft_ms, r.tpot_ms])
+
+
+def fit(
+    rows: list[CorpusRow],
+    base: dict[str, EngineConstants],
+    prior: dict[str, EngineConstants],
+    rounds: int,
+    workers: int,
+    trace: Path | None = None,
+):
+    space = Space.over(base, prior)
     low, high = space.bounds()
-    x = np.clip(space.prior, low + 1e-9, high - 1e-9)
+    x = np.clip(space.vector(base), low + 1e-9, high - 1e-9)
     best: tuple[float, np.ndarray, list[Recording]] | None = None
     jac_host = None
     with ProcessPoolExecutor(workers) as pool:
@@ -124,6 +150,7 @@ def fit(rows: list[CorpusRow], base: dict[str, EngineConstants], rounds: int, wo
             cost = robust_cost(lin.residuals(x))
             took = time.perf_counter() - started
             print(f"round {k}: cost {cost:.2f} ({took:.0f} s) {summary(recordings)}", flush=True)
+            save_round(trace, k, table, recordings)
             if best is not None and cost > best[0]:
                 x = (x + best[1]) / 2  # the step overshot: back halfway towards the best
                 continue
@@ -136,7 +163,7 @@ def fit(rows: list[CorpusRow], base: dict[str, EngineConstants], rounds: int, wo
             result = least_squares(
                 lin.residuals,
                 x,
-                bounds=(np.maximum(low, x - 1.0), np.minimum(high, x + 1.0)),
+                bounds=(np.maximum(low, x - TRUST), np.minimum(high, x + TRUST)),
                 loss="soft_l1",
                 f_scale=F_SCALE,
                 jac_sparsity=space.sparsity(recordings),
@@ -175,12 +202,16 @@ def write_table(path: Path, table: dict[str, EngineConstants], notes: dict[str, 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--csv", type=Path, default=DEFAULT_CSV)
-    parser.add_argument("--start", type=Path, default=ENGINES_YAML, help="constants to start at")
+    parser.add_argument("--start", type=Path, default=PRIOR_YAML, help="constants to start at")
+    parser.add_argument(
+        "--prior", type=Path, default=PRIOR_YAML, help="physical values the fit is pulled to"
+    )
     parser.add_argument("--holdout", help="leave this GPU's rows out of the fit")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", type=Path, help="write the fitted constants here")
     parser.add_argument("--write", action="store_true", help="write them to engines.yaml")
+    parser.add_argument("--trace", type=Path, help="keep every round's constants and predictions")
     args = parser.parse_args(argv)
 
     with args.csv.open(newline="", encoding="utf-8") as handle:
@@ -193,7 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     rows = [r for r in screened.usable if r.gpu != args.holdout]
     base = load_engine_table(args.start.read_text("utf-8"))
-    space, (_cost, x, recordings) = fit(rows, base, args.rounds, args.workers)
+    prior = load_engine_table(args.prior.read_text("utf-8"))
+    fitted = fit(rows, base, prior, args.rounds, args.workers, args.trace)
+    space, (_cost, x, recordings) = fitted
     table = space.constants(x)
     where = f"without {args.holdout} " if args.holdout else ""
     notes = {}

@@ -106,7 +106,13 @@ def test_fp4_on_hopper_is_4_bit_storage_and_16_bit_compute() -> None:
     fp4 = compute_coefficients(model, gpu, 2, normalize_quant("fp4"), consts)
     bf16 = compute_coefficients(model, gpu, 2, normalize_quant("bf16"), consts)
     assert fp4.expert_flop_s == pytest.approx(bf16.expert_flop_s)
-    assert fp4.expert_weight_s == pytest.approx(bf16.expert_weight_s * 0.5625 / 2)
+    # the bytes of 4 bits, read at the weight-only kernels' share of the bandwidth
+    assert fp4.expert_weight_s == pytest.approx(
+        bf16.expert_weight_s * 0.5625 / 2 / consts.eta_dequant
+    )
+    b200 = compute_coefficients(model, get_gpu("b200_sxm"), 2, normalize_quant("fp4"), consts)
+    b200_bf16 = compute_coefficients(model, get_gpu("b200_sxm"), 2, normalize_quant("bf16"), consts)
+    assert b200.expert_weight_s == pytest.approx(b200_bf16.expert_weight_s * 0.5625 / 2)
 
 
 def test_a_small_batch_touches_few_experts_and_a_large_one_all() -> None:

@@ -39,11 +39,14 @@ BOUNDS = {
     "moe_m_half": (0.1, 512.0),
     "eta_attention": (0.05, 1.0),
     "allreduce_latency_scale": (0.1, 20.0),
+    "eta_link": (0.2, 3.0),
+    "eta_dequant": (0.1, 1.0),
     "step_overhead_s": (1e-5, 0.05),
     "seq_overhead_s": (1e-8, 1e-3),
     "layer_overhead_s": (1e-7, 1e-3),
     "seq_layer_overhead_s": (1e-10, 1e-5),
     "moe_layer_overhead_s": (1e-7, 1e-3),
+    "sparse_layer_overhead_s": (1e-7, 1e-3),
     "request_overhead_s": (1e-4, 0.5),
     "prompt_token_overhead_s": (1e-9, 1e-4),
     "output_token_overhead_s": (1e-8, 1e-3),
@@ -71,17 +74,21 @@ class Space:
 
     params: list[Param]
     base: dict[str, EngineConstants]
+    prior_table: dict[str, EngineConstants] | None = None
     prior: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
-        self.prior = self.vector(self.base)
+        self.prior = self.vector(self.prior_table or self.base)
 
     @classmethod
-    def over(cls, base: dict[str, EngineConstants]) -> Space:
+    def over(
+        cls, base: dict[str, EngineConstants], prior: dict[str, EngineConstants] | None = None
+    ) -> Space:
+        """Constants starting at `base`, pulled weakly towards `prior` (default: `base`)."""
         params = [Param("kernels", f) for f in KERNEL_FIELDS]
         for engine in sorted(base):
             params += [Param(engine, f) for f in ENGINE_FIELDS]
-        return cls(params, base)
+        return cls(params, base, prior)
 
     def vector(self, table: dict[str, EngineConstants]) -> np.ndarray:
         first = next(iter(table.values()))

@@ -67,17 +67,31 @@ def _eta(c: EngineConstants, compute: str) -> float:
     return c.eta_compute if compute == "bf16" else c.eta_compute_fp8
 
 
+def _read_bw(c: EngineConstants, gpu: GpuSpec, quant: Quant) -> float:
+    """Effective bytes/s of reading weights stored this way: weight-only low-bit weights
+    unpacked into 16-bit math reach a fraction of it."""
+    bw = c.eta_bw * gpu.hbm_bw_bytes_s
+    weight_only = quant.weight_bytes < 1.0 and _compute(gpu, quant) == "bf16"
+    return bw * c.eta_dequant if weight_only else bw
+
+
+def _compute(gpu: GpuSpec, quant: Quant) -> str:
+    return quant.compute if gpu.peak_flops(quant.compute) > gpu.peak_flops("bf16") else "bf16"
+
+
 def _gemm_rate(c: EngineConstants, gpu: GpuSpec, quant: Quant) -> float:
     """Effective FLOP/s of large GEMMs with this quantization on this GPU."""
-    compute = quant.compute if gpu.peak_flops(quant.compute) > gpu.peak_flops("bf16") else "bf16"
+    compute = _compute(gpu, quant)
     return _eta(c, compute) * gpu.peak_flops(compute)
 
 
 def _link(gpu: GpuSpec, group: int, c: EngineConstants) -> tuple[float, float]:
     """(latency per collective, bytes/s) for a collective over `group` GPUs."""
     if group <= gpu.nvlink_domain:
-        return gpu.link_latency_us * 1e-6 * c.allreduce_latency_scale, gpu.link_bw_gbps * 1e9
-    return gpu.scale_out_latency_us * 1e-6 * c.allreduce_latency_scale, gpu.scale_out_bw_gbps * 1e9
+        alpha, bw = gpu.link_latency_us, gpu.link_bw_gbps
+    else:
+        alpha, bw = gpu.scale_out_latency_us, gpu.scale_out_bw_gbps
+    return alpha * 1e-6 * c.allreduce_latency_scale, bw * 1e9 * c.eta_link
 
 
 def _collectives(
@@ -168,7 +182,9 @@ def compute_coefficients(
     group = layout.moe_group
     expert_layer_params = model.num_moe_layers * model.mlp_params_per_expert
     expert_rate = _gemm_rate(c, gpu, quants.experts)
+    expert_bw = _read_bw(c, gpu, quants.experts)
     fixed_comm, rank_comm, token_comm = _collectives(model, gpu, layout, c)
+    sparse_layers = model.num_full_attention_layers if model.sparse_attention else 0
     # Dispatch and combine each read and write every token's hidden vector once per expert.
     permute_bytes = 4 * model.num_experts_per_tok * model.hidden_size * model.num_moe_layers
     return StepCoefficients(
@@ -177,16 +193,16 @@ def compute_coefficients(
         attention_dp=layout.attention_dp,
         m_half=c.gemm_m_half,
         moe_m_half=c.moe_m_half,
-        attn_weight_s=attn_bytes / bw,
+        attn_weight_s=attn_bytes / _read_bw(c, gpu, quants.attention),
         attn_flop_s=2 * attn_params / attn_rate + 2 * parts.router / bf16_rate,
-        dense_weight_s=dense_params * quants.dense.weight_bytes / bw,
+        dense_weight_s=dense_params * quants.dense.weight_bytes / _read_bw(c, gpu, quants.dense),
         dense_flop_s=2 * dense_params / _gemm_rate(c, gpu, quants.dense),
         lm_head_weight_s=parts.lm_head / t * 2.0 / bw,
         lm_head_flop_s=2 * parts.lm_head / t / bf16_rate,
         num_experts=experts,
         experts_per_tok=max(model.num_experts_per_tok, 1),
         expert_fraction=model.num_experts_per_tok / experts if experts else 0.0,
-        expert_weight_s=expert_layer_params * quants.experts.weight_bytes / group / bw,
+        expert_weight_s=expert_layer_params * quants.experts.weight_bytes / group / expert_bw,
         expert_flop_s=2 * model.num_experts_per_tok * expert_layer_params / group / expert_rate,
         permute_s_per_token=permute_bytes * ACTIVATION_BYTES / bw if experts else 0.0,
         **_attention_terms(model, gpu, t, c, kv_dtype, bw),
@@ -195,7 +211,8 @@ def compute_coefficients(
         comm_s_per_token=token_comm,
         fixed_s=c.step_overhead_s
         + c.layer_overhead_s * model.num_layers
-        + c.moe_layer_overhead_s * model.num_moe_layers,
+        + c.moe_layer_overhead_s * model.num_moe_layers
+        + c.sparse_layer_overhead_s * sparse_layers,
         seq_s=c.seq_overhead_s,
         seq_rank_s=c.seq_layer_overhead_s * model.num_layers,
         host_s_per_token=_host_kv_bytes(model, t, kv_dtype) / (gpu.host_bw_gbps * 1e9),

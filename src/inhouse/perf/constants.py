@@ -37,6 +37,11 @@ class EngineConstants:
     * `eta_attention`: fraction of peak FLOP/s that prefill attention achieves (of the FP8
       peak where the KV cache is FP8 and the GPU has FP8 units, else of the BF16 peak).
     * `allreduce_latency_scale`: multiplies the catalog's link latency per collective.
+    * `eta_link`: fraction of the catalog's link bandwidth a ring collective's formula
+      achieves (NVLink SHARP in-switch reductions can beat the ring, so it may exceed 1).
+    * `eta_dequant`: fraction of `eta_bw` that weight-only quantized GEMMs reach: 4-bit
+      weights unpacked into 16-bit math (W4A16 Marlin-style kernels; FP4 on Hopper) pay for
+      the unpacking.
 
     Engine software:
 
@@ -45,6 +50,8 @@ class EngineConstants:
     * `layer_overhead_s`, `seq_layer_overhead_s`: GPU work per layer per step (launches,
       norms, small kernels) and per sequence per layer (attention metadata, KV append, rope).
     * `moe_layer_overhead_s`: per MoE layer per step: routing, sort and permute launches.
+    * `sparse_layer_overhead_s`: per sparse-attention layer per step: the indexer's top-k
+      selection and its launches (DeepSeek Sparse Attention).
     * `request_overhead_s`: fixed latency from a request's arrival to the scheduler (HTTP,
       IPC); it does not occupy the API server.
     * `prompt_token_overhead_s`: API-server work per prompt token (tokenization, input
@@ -71,11 +78,14 @@ class EngineConstants:
     moe_m_half: float
     eta_attention: float
     allreduce_latency_scale: float
+    eta_link: float
+    eta_dequant: float
     step_overhead_s: float
     seq_overhead_s: float
     layer_overhead_s: float
     seq_layer_overhead_s: float
     moe_layer_overhead_s: float
+    sparse_layer_overhead_s: float
     request_overhead_s: float
     prompt_token_overhead_s: float
     output_token_overhead_s: float
@@ -109,6 +119,8 @@ KERNEL_FIELDS = (
     "moe_m_half",
     "eta_attention",
     "allreduce_latency_scale",
+    "eta_link",
+    "eta_dequant",
 )
 # Fitted per engine.
 ENGINE_FIELDS = (
@@ -117,6 +129,7 @@ ENGINE_FIELDS = (
     "layer_overhead_s",
     "seq_layer_overhead_s",
     "moe_layer_overhead_s",
+    "sparse_layer_overhead_s",
     "request_overhead_s",
     "prompt_token_overhead_s",
     "output_token_overhead_s",
