@@ -41,13 +41,19 @@ def _fmt(value: float) -> str:
 
 
 def vllm_serve_args(
-    stack: StackSpec, pool: PoolSpec, replica_index: int, port: int, host: str = "0.0.0.0"
+    stack: StackSpec,
+    pool: PoolSpec,
+    replica_index: int,
+    port: int,
+    host: str = "0.0.0.0",
+    model: str | None = None,
 ) -> list[str]:
-    """Arguments after `vllm serve` for replica `replica_index` of `pool`, listening on `port`."""
+    """Arguments after `vllm serve` for replica `replica_index` of `pool`, listening on `port`.
+    `model` replaces `pool.model` as the path vLLM loads (the pool's verified weights)."""
     assert 0 <= replica_index < pool.replicas, f"pool {pool.name} has {pool.replicas} replicas"
     knobs = pool.knobs
     explicit = knobs.model_fields_set
-    args = [pool.model, "--served-model-name", *_served_names(pool)]
+    args = [model or pool.model, "--served-model-name", *_served_names(pool)]
     args += ["--host", host, "--port", str(port)]
     if pool.tp > 1:
         args += ["--tensor-parallel-size", str(pool.tp)]

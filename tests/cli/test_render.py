@@ -13,29 +13,45 @@ TOPO = ROOT / "tests" / "topology" / "data"
 
 
 def test_render_writes_every_artifact(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["render", str(CRM), "--out", str(tmp_path), "--namespace", "crm"]) == 0
+    args = ["render", str(CRM), "--out", str(tmp_path), "--namespace", "crm"]
+    args += ["--page-webhook", "http://pager.local/hook"]
+    assert main(args) == 0
     out, err = capsys.readouterr()
-    assert "rendered 15 files" in out
+    assert "rendered 26 files" in out
     assert "no `slo` section" not in err  # the CRM example states its SLO table
     written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
     assert written == [
+        "alertmanager/alertmanager.yml",
+        "grafana/cost.json",
         "grafana/engine.json",
+        "grafana/fleet.json",
         "grafana/hardware.json",
         "grafana/kv-cache.json",
+        "grafana/latency.json",
+        "grafana/provisioning/dashboards/inhouse.yaml",
+        "grafana/provisioning/datasources/inhouse.yaml",
         "grafana/slo.json",
         "grafana/tenants.json",
         "k8s/dcgm-exporter-counters.yaml",
         "k8s/engine-chat.yaml",
         "k8s/engine-networkpolicy.yaml",
+        "k8s/exporters.yaml",
         "k8s/gateway.yaml",
+        "k8s/grafana.yaml",
+        "k8s/logging.yaml",
         "k8s/monitoring.yaml",
         "k8s/namespace.yaml",
+        "k8s/tracing.yaml",
+        "prometheus/prometheus.yml",
         "prometheus/rules.yaml",
         "prometheus/rules_test.yaml",
         "runbook.md",
         "vllm/chat.sh",
     ]
     assert (tmp_path / "vllm" / "chat.sh").stat().st_mode & 0o111
+    routes = yaml.safe_load((tmp_path / "alertmanager" / "alertmanager.yml").read_text())
+    urls = {r["name"]: r["webhook_configs"][0]["url"] for r in routes["receivers"]}
+    assert urls["page"] == "http://pager.local/hook"
     namespace = yaml.safe_load((tmp_path / "k8s" / "namespace.yaml").read_text())
     assert namespace["metadata"]["name"] == "crm"
 

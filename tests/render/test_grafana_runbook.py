@@ -2,10 +2,14 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
+
+import yaml
 
 from inhouse.render import Rendered
+from inhouse.render.dashboard_guide import DASHBOARDS, FIRST_LOOK, dashboard_title
 
-BOARDS = ("slo", "engine", "kv-cache", "hardware", "tenants")
+BOARDS = ("fleet", "slo", "latency", "engine", "kv-cache", "hardware", "cost", "tenants")
 
 
 def test_dashboards_are_importable_with_a_datasource_variable(crm: Rendered) -> None:
@@ -42,7 +46,9 @@ def test_tenant_dashboard_reads_the_gateway(crm: Rendered) -> None:
     text = crm.files["grafana/tenants.json"]
     for name in ("inhouse_gateway_requests_total", "inhouse_gateway_tokens_total"):
         assert name in text
-    assert "$usd_per_million_tokens" in text
+    assert "$usd_per_hour" in text
+    variables = {v["name"]: v for v in json.loads(text)["templating"]["list"]}
+    assert variables["usd_per_hour"]["query"] == "4.6"  # the stack's observability.usd_per_hour
 
 
 def test_runbook_has_a_section_for_every_alert_link(crm: Rendered) -> None:
@@ -54,3 +60,40 @@ def test_runbook_has_a_section_for_every_alert_link(crm: Rendered) -> None:
     for part in ("**What it means.**", "```promql", "**Mitigations.**", "**Escalate.**"):
         assert part in section
     assert "| chat-r1 | chat | chat-70b | 4 | 4,5,6,7 |" in runbook
+
+
+def test_every_page_alert_names_the_panel_to_look_at_first(crm: Rendered) -> None:
+    rules = yaml.safe_load(crm.files["prometheus/rules.yaml"])["groups"]
+    alerts = {r["alert"]: r for g in rules for r in g["rules"] if "alert" in r}
+    for name, rule in alerts.items():
+        look = FIRST_LOOK.get(name)
+        if rule["labels"]["severity"] == "page":
+            assert look is not None, f"{name}: add its FirstLook to render/dashboard_guide.py"
+        if look is None:
+            continue
+        model = json.loads(crm.files[f"grafana/{look.dashboard}.json"])
+        titles = {p["title"] for p in model["panels"]}
+        assert look.panel in titles, (name, look.panel, look.dashboard)
+    runbook = crm.files["runbook.md"]
+    section = runbook.split("## InhouseKVCacheFull", 1)[1].split("\n## ", 1)[0]
+    assert "**Look first.** Dashboard *KV cache* (`grafana/kv-cache.json`)" in section
+    for board in DASHBOARDS:
+        assert f"| {board.title} | `grafana/{board.key}.json` |" in runbook
+        assert f"grafana/{board.key}.json" in crm.files
+
+
+def test_docs_name_each_dashboard_and_the_first_look_of_each_page_alert(crm: Rendered) -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "render.md").read_text()
+    for board in DASHBOARDS:
+        assert f"| {board.title} | `grafana/{board.key}.json` |" in docs, board.key
+    table = docs.split("### What to look at first, per page alert", 1)[1].split("\n## ", 1)[0]
+    rules = yaml.safe_load(crm.files["prometheus/rules.yaml"])["groups"]
+    pages = {
+        r["alert"]
+        for g in rules
+        for r in g["rules"]
+        if r.get("labels", {}).get("severity") == "page"
+    }
+    for name in pages:
+        look = FIRST_LOOK[name]
+        assert f"| {name} | {dashboard_title(look.dashboard)} | {look.panel} |" in table, name

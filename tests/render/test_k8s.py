@@ -79,7 +79,11 @@ def test_strict_validation_catches_a_misspelled_field(crm: Rendered) -> None:
 
 def test_crm_is_two_tp4_replicas_on_the_nvlink_halves(crm_stack: StackSpec, crm: Rendered) -> None:
     deployments = [d for _, d in documents(crm) if d["kind"] == "Deployment"]
-    engines = {d["metadata"]["name"]: d for d in deployments if d["metadata"]["name"] != "gateway"}
+    engines = {
+        d["metadata"]["name"]: d
+        for d in deployments
+        if d["metadata"]["labels"]["app.kubernetes.io/component"] == "engine"
+    }
     assert sorted(engines) == ["chat-r0", "chat-r1"]
     for name, gpus in (("chat-r0", "0,1,2,3"), ("chat-r1", "4,5,6,7")):
         pod = engines[name]["spec"]["template"]
@@ -212,13 +216,18 @@ def test_registry_mirror_rewrites_every_image(crm_stack: StackSpec) -> None:
     images = {
         c["image"]
         for _, doc in documents(rendered)
-        if doc["kind"] == "Deployment"
+        if doc["kind"] in ("Deployment", "DaemonSet", "StatefulSet")
         for c in containers(doc).values()
     }
     assert images == {
         "registry.local:5000/vllm/vllm-openai:v0.33.0",
         "registry.local:5000/sigstore/model-transparency-cli:v1.1.1",
         "registry.local:5000/inhouse:0.1.0",
+        "registry.local:5000/nvidia/k8s/dcgm-exporter:3.3.9-3.6.1-ubuntu22.04",
+        "registry.local:5000/prometheus/node-exporter:v1.8.2",
+        "registry.local:5000/grafana/loki:3.4.2",
+        "registry.local:5000/grafana/alloy:v1.5.1",
+        "registry.local:5000/grafana/tempo:2.6.1",
     }
 
 

@@ -38,6 +38,7 @@ TICKET_ALERTS = {
     "InhouseQueueBacklog",
     "InhouseGPUTemperatureHigh",
     "InhouseGPUPowerAtLimit",
+    "InhouseGPUHBMBandwidthLow",
     "InhouseGatewayEventLoopLagging",
 }
 

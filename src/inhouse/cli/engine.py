@@ -3,7 +3,9 @@
     inhouse engine --model meta-llama/Llama-3.1-8B-Instruct --gpu h100_sxm --port 8100
 
 Timing comes from the engine core and the step-time model for the model, GPU, TP and
-quantization given, in wall-clock time. Knobs carry vLLM's names. See docs/engine.md.
+quantization given, in wall-clock time. Knobs carry vLLM's names. With `--weights-dir` (and
+`--public-key`), the signed weights are verified first and the engine refuses to start, naming
+the file, when they were altered. See docs/engine.md.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import argparse
 import asyncio
 import logging
 import sys
+from pathlib import Path
 
 from inhouse.errors import InhouseError
 from inhouse.server.serve import serve_engine
@@ -81,6 +84,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--admin-port", type=int, help="open the fault-injection port")
     parser.add_argument("--admin-host", default="127.0.0.1")
+    parser.add_argument(
+        "--weights-dir",
+        type=Path,
+        help="signed weights to verify before loading; refuse to start if altered",
+    )
+    parser.add_argument("--public-key", type=Path, help="key that signed --weights-dir")
+    parser.add_argument(
+        "--certificate-chain",
+        type=Path,
+        nargs="+",
+        default=(),
+        metavar="CA",
+        help="CA certificates that issued the signer's, instead of --public-key",
+    )
+    parser.add_argument("--signature", type=Path, help="default: WEIGHTS_DIR.sig")
     parser.add_argument("--log-prompts", action="store_true", help="log prompt text")
     parser.add_argument("--access-log", action="store_true", help="log every HTTP request")
 
@@ -115,8 +133,32 @@ def options_from_args(args: argparse.Namespace) -> EngineOptions:
     )
 
 
+def verify_weights(args: argparse.Namespace) -> bool:
+    """Verify --weights-dir before anything loads; False (and the reason, naming the file, on
+    stderr) when it does not match its signature."""
+    if args.weights_dir is None:
+        if args.public_key or args.certificate_chain or args.signature:
+            raise InhouseError(
+                "--public-key, --certificate-chain and --signature need --weights-dir"
+            )
+        return True
+    from inhouse.weights.messages import describe_failure, describe_success
+    from inhouse.weights.trust import Trust
+    from inhouse.weights.verify import verify_model
+
+    trust = Trust.from_args(args.public_key, tuple(args.certificate_chain))
+    result = verify_model(args.weights_dir, trust, args.signature)
+    if not result.ok:
+        print(f"inhouse engine: refusing to start: {describe_failure(result)}", file=sys.stderr)
+        return False
+    logging.getLogger("inhouse.engine").info("%s", describe_success(result))
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(asctime)s %(message)s")
+    if not verify_weights(args):
+        return 1
     options = options_from_args(args)
     coroutine = serve_engine(
         options,

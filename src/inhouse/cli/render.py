@@ -1,5 +1,6 @@
 """Render a stack into what an operator applies and watches: `vllm/` command lines,
-`k8s/` manifests, `prometheus/` rules and their promtool tests, `grafana/` dashboards and
+`k8s/` manifests (engines, gateway, exporters, Loki and Alloy, Tempo, Grafana), `prometheus/`
+config, rules and their promtool tests, `alertmanager/` routes, `grafana/` dashboards and
 `runbook.md`. See docs/render.md.
 """
 
@@ -49,6 +50,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=defaults.runbook_url,
         help="where runbook.md is published; alerts link URL#alert",
     )
+    parser.add_argument(
+        "--page-webhook",
+        default=defaults.page_webhook_url,
+        help="Alertmanager receiver for severity=page (the pager bridge)",
+    )
+    parser.add_argument(
+        "--ticket-webhook",
+        default=defaults.ticket_webhook_url,
+        help="Alertmanager receiver for severity=ticket (the ticket system)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
         monitoring_namespace=args.monitoring_namespace,
         dcgm_namespace=args.dcgm_namespace,
         runbook_url=args.runbook_url,
+        page_webhook_url=args.page_webhook,
+        ticket_webhook_url=args.ticket_webhook,
     )
     rendered = render_stack(stack, options)
     out: Path = args.out

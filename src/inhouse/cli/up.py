@@ -48,6 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "`vllm` command, env INHOUSE_VLLM_PYTHON")  # fmt: skip
     parser.add_argument("--log-dir", type=Path, help="write each child's output to DIR/NAME.log")
     parser.add_argument("--ready-timeout", type=float, default=900.0, help="seconds")
+    parser.add_argument("--weights-cache", type=Path, help="where pools' weights are pulled "
+                        "(default $INHOUSE_WEIGHTS_CACHE or ~/.cache/inhouse/weights)")  # fmt: skip
 
 
 def _describe(spec: ProcessSpec) -> str:
@@ -62,6 +64,13 @@ def _print_plan(stack: StackSpec, plan: StackPlan, gateway: ProcessSpec | None) 
         print(_describe(spec))
     for pool, kind in plan.attached.items():
         print(f"{pool} [{kind}, attached] {', '.join(plan.pool_urls[pool])}")
+    for pool_spec in stack.pools:
+        weights = pool_spec.weights
+        if weights is not None:
+            source = weights.weights_dir or (
+                f"{weights.name}@{weights.revision or 'newest'} from {weights.registry}"
+            )
+            print(f"{pool_spec.name}: weights {source} are verified before any replica starts")
     if gateway is not None:
         print(_describe(gateway))
 
@@ -105,12 +114,43 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+def verified_weights(args: argparse.Namespace, stack: StackSpec, base_dir: Path) -> dict[str, str]:
+    """Pull and verify every pool's signed weights before any replica starts (docs/weights.md):
+    pool name -> the verified directory its engines load. Raises `VerificationFailed`, naming
+    the pool and the file, when a pool's weights were altered."""
+    if not any(pool.weights for pool in stack.pools):
+        return {}
+    from inhouse.weights.cache import default_cache
+    from inhouse.weights.stack import prepare_weights
+
+    def say(line: str) -> None:
+        print(f"inhouse up: {line}", flush=True)
+
+    ready = prepare_weights(stack, base_dir, args.weights_cache or default_cache(), say)
+    for weights in ready.values():
+        if weights.quarantined is not None:
+            say(f"pool {weights.pool}: the cached copy failed verification; moved to "
+                f"{weights.quarantined} and fetched again")  # fmt: skip
+        say(f"pool {weights.pool}: weights verified ({weights.source}): {weights.path}")
+    return {name: str(weights.path) for name, weights in ready.items()}
+
+
 def run(args: argparse.Namespace) -> int:
     if args.stack is not None:
         stack, stack_path = load_stack(args.stack), args.stack.resolve()
     else:
         stack, stack_path = demo_stack(os.cpu_count() or 1), None
-    plan = plan_stack(stack, args.engine_base_port, args.host, args.vllm_python)
+    model_paths: dict[str, str] = {}
+    if not args.dry_run:
+        from inhouse.weights.errors import VerificationFailed
+
+        base_dir = stack_path.parent if stack_path is not None else Path.cwd()
+        try:
+            model_paths = verified_weights(args, stack, base_dir)
+        except VerificationFailed as exc:
+            print(f"inhouse up: {exc}", file=sys.stderr)
+            return 1
+    plan = plan_stack(stack, args.engine_base_port, args.host, args.vllm_python, model_paths)
     run_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="inhouse-up-"))
     if stack_path is None:
         stack_path = run_dir / "stack.yaml"

@@ -14,6 +14,7 @@ from inhouse.plan.search import Candidate, offers_by_gpu
 from inhouse.plan.sizing import Sized
 from inhouse.plan.traffic import TrafficProfile
 from inhouse.spec.catalog import get_model
+from inhouse.spec.observability import ObservabilitySpec
 from inhouse.spec.stack import (
     EngineKnobs,
     NodeSpec,
@@ -105,7 +106,15 @@ def build_stack(
         NodeSpec(gpu=gpu, gpus_per_node=_gpus_per_node(requirements, gpu), count=count)
         for gpu, count in candidate.nodes.items()
     )
-    return StackSpec(name=requirements.name, engine="simulated", nodes=nodes, pools=tuple(pools))
+    # The plan's all-in $/hour goes with the stack: the cost dashboards divide it over tokens.
+    observability = ObservabilitySpec(usd_per_hour=round(candidate.usd_per_hour, 4) or None)
+    return StackSpec(
+        name=requirements.name,
+        engine="simulated",
+        nodes=nodes,
+        pools=tuple(pools),
+        observability=observability,
+    )
 
 
 def _gpus_per_node(requirements: Requirements, gpu: str) -> int:

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from inhouse.engine_args import vllm_serve_args
 from inhouse.render import layout
 from inhouse.render.grafana_boards import render_grafana
 from inhouse.render.k8s_cluster import render_cluster
 from inhouse.render.k8s_engine import namespace_of, render_engines
+from inhouse.render.k8s_exporters import render_exporters
+from inhouse.render.k8s_logging import render_logging
+from inhouse.render.k8s_tracing import render_tracing_and_grafana, tracing_notes, with_tracing
 from inhouse.render.options import RenderOptions
 from inhouse.render.prometheus import render_prometheus, stack_rules
+from inhouse.render.prometheus_config import render_prometheus_config
 from inhouse.render.runbook import render_runbook
 from inhouse.render.vllm import render_vllm_script
 from inhouse.spec.stack import StackSpec
@@ -31,6 +36,7 @@ class Rendered:
 
 def render_stack(stack: StackSpec, options: RenderOptions | None = None) -> Rendered:
     options = options or RenderOptions()
+    stack = with_tracing(stack, options)
     ns = namespace_of(stack, options)
     files: dict[str, str] = {}
     for pool in layout.engine_pools(stack):
@@ -40,10 +46,19 @@ def render_stack(stack: StackSpec, options: RenderOptions | None = None) -> Rend
     files.update(render_engines(stack, options))
     files.update(render_cluster(stack, options))
     files.update(render_prometheus(stack, ns, options.runbook_url))
-    files.update(render_grafana(stack))
+    files.update(render_prometheus_config(stack, ns, options))
+    files.update(render_exporters(stack, options))
+    files.update(render_logging(stack, ns, options))
+    dashboards = render_grafana(stack)
+    files.update(dashboards)
+    files.update(render_tracing_and_grafana(stack, options, dashboards))
     _, alerts = stack_rules(stack, ns)
     files["runbook.md"] = render_runbook(stack, alerts, ns)
-    return Rendered(dict(sorted(files.items())), tuple(render_notes(stack)))
+    engine_args = [
+        vllm_serve_args(stack, pool, 0, BARE_METAL_BASE_PORT) for pool in layout.engine_pools(stack)
+    ]
+    notes = render_notes(stack) + tracing_notes(stack, engine_args, options)
+    return Rendered(dict(sorted(files.items())), tuple(notes))
 
 
 def render_notes(stack: StackSpec) -> list[str]:

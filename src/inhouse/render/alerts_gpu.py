@@ -1,11 +1,13 @@
 """GPU hardware alerts from dcgm-exporter: ECC double-bit errors and fatal XIDs page (hardware
-retirement path); temperature and power at the limit file tickets. The ECC counter and the XID
+retirement path); temperature and power at the limit, and HBM bandwidth below 80% of what
+decode reaches while the GPU is busy, file tickets. The ECC counter and the XID
 count are not in dcgm-exporter's default collectors: render ships a collectors ConfigMap that
 enables them (k8s/dcgm-exporter-counters.yaml).
 """
 
 from __future__ import annotations
 
+from inhouse.perf.constants import get_engine_constants
 from inhouse.render.alerts import Alert, Case, RunbookEntry, Series
 from inhouse.render.layout import engine_pools, nvml_name
 from inhouse.spec.catalog import get_gpu
@@ -15,6 +17,10 @@ GROUP = "inhouse-gpus"
 GPU_TEMP_C = 85
 POWER_LIMIT_SHARE = 0.98
 FATAL_XIDS = ("48", "79", "95")
+# HBM bandwidth below this share of expected during load files a ticket (the seeds' 80%).
+HBM_EXPECTED_SHARE = 0.8
+# "During load": kernels run at least this share of the time (DCGM_FI_DEV_GPU_UTIL, %).
+HBM_LOAD_UTIL_PCT = 80
 # dcgm-exporter releases label the host `Hostname`; its main branch renamed it `hostname`.
 WHERE = "GPU {{ $labels.gpu }} ({{ $labels.UUID }}) on {{ $labels.Hostname }}{{ $labels.hostname }}"
 
@@ -175,6 +181,61 @@ def power_alert(gpu: str) -> Alert:
     )
 
 
+def hbm_expected_share(backend: str = "vllm") -> float:
+    """Share of the memory interface's time a memory-bound engine keeps it busy while kernels
+    run: the perf model's fitted `eta_bw` (achieved / peak HBM bandwidth in decode)."""
+    return get_engine_constants(backend).eta_bw
+
+
+def hbm_bandwidth_alert(model_name: str, backend: str = "vllm") -> Alert:
+    """Achieved HBM bandwidth (DRAM activity x peak) below 80% of what the engine's decode
+    reaches (eta_bw x peak, for the time kernels run), while the GPU is busy."""
+    labels = gpu_labels(model_name)
+    floor = HBM_EXPECTED_SHARE * hbm_expected_share(backend)
+    sel = f'{{modelName="{model_name}"}}'
+
+    def series(dram: str, engine: str, util: str) -> tuple[Series, ...]:
+        return (
+            Series(labels, dram, "DCGM_FI_PROF_DRAM_ACTIVE"),
+            Series(labels, engine, "DCGM_FI_PROF_GR_ENGINE_ACTIVE"),
+            Series(labels, util, "DCGM_FI_DEV_GPU_UTIL"),
+        )
+
+    return Alert(
+        name="InhouseGPUHBMBandwidthLow",
+        group=GROUP,
+        expr=f"DCGM_FI_PROF_DRAM_ACTIVE{sel}\n< {floor:.4g} * DCGM_FI_PROF_GR_ENGINE_ACTIVE{sel}"
+        f"\nand DCGM_FI_DEV_GPU_UTIL{sel} > {HBM_LOAD_UTIL_PCT}",
+        hold="15m",
+        severity="ticket",
+        summary=f"{WHERE}: HBM bandwidth below 80% of expected under load",
+        description="The memory interface moves fewer bytes than decode needs while kernels "
+        "run: a throttled memory or SM clock (heat, power cap) or a failing HBM stack.",
+        runbook=RunbookEntry(
+            meaning=f"For 15 minutes this GPU, busy (utilization > {HBM_LOAD_UTIL_PCT}%), kept "
+            f"its memory interface active less than {floor:.0%} of the time kernels ran; a "
+            f"memory-bound decode reaches {hbm_expected_share(backend):.0%} (the perf model's "
+            "fitted eta_bw), so tokens per second per GPU are below plan.",
+            first_promql="DCGM_FI_PROF_DRAM_ACTIVE / DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+            mitigations=(
+                "Compare DCGM_FI_DEV_MEM_CLOCK and DCGM_FI_DEV_SM_CLOCK with the other GPUs: "
+                "a lower clock on this one is throttling (`nvidia-smi -q -d PERFORMANCE` says "
+                "why: thermal, power cap, HW slowdown).",
+                "Only this GPU, temperature high: airflow or a fan (see the temperature alert).",
+                "Every GPU of a pool at once after a workload change: a prefill-heavy mix "
+                "(long prompts) is compute-bound and lowers the ratio honestly; check the "
+                "prompt-length panel before suspecting hardware.",
+            ),
+            escalate="One GPU, throttling not explained by heat or power: hardware vendor.",
+        ),
+        cases=(
+            Case("throttled memory", "1m", series("0.3x25", "0.95x25", "100x25"), "20m", labels),
+            Case("healthy decode", "1m", series("0.85x25", "0.95x25", "100x25"), "20m", None),
+            Case("idle", "1m", series("0.02x25", "0.05x25", "5x25"), "20m", None),
+        ),
+    )
+
+
 def gpu_rules(stack: StackSpec) -> list[Alert]:
     gpus: list[str] = []
     for pool in engine_pools(stack):
@@ -188,4 +249,5 @@ def gpu_rules(stack: StackSpec) -> list[Alert]:
         xid_alert(model_name),
         temperature_alert(model_name),
         *(power_alert(gpu) for gpu in gpus),
+        *(hbm_bandwidth_alert(nvml_name(gpu)) for gpu in gpus),
     ]

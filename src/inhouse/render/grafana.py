@@ -11,6 +11,10 @@ from typing import Any
 
 from inhouse.spec.stack import StackSpec
 
+# The dashboards are checked against Grafana 12.4's dashboard schema (tests/render); they keep
+# schemaVersion 39, so they import from Grafana 10.4 on and 12.4 migrates them as it loads them.
+GRAFANA_SCHEMA_VERSION = "12.4.11"
+SCHEMA_VERSION = 39
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 RATE = "$__rate_interval"
 QUANTILES = (("0.5", "p50"), ("0.95", "p95"), ("0.99", "p99"))
@@ -47,6 +51,45 @@ def quantiles(metric: str, selector: str, by: str = "") -> tuple[tuple[str, str]
         )
         for q, name in QUANTILES
     )
+
+
+def rate_sum(metric: str, selector: str = "", by: str = "", window: str = RATE) -> str:
+    grouping = f" by ({by})" if by else ""
+    return f"sum{grouping} (rate({metric}{{{selector}}}[{window}]))"
+
+
+def hist(q: str, metric: str, selector: str = "", by: str = "") -> str:
+    group = f"le, {by}" if by else "le"
+    return f"histogram_quantile({q}, {rate_sum(metric + '_bucket', selector, group)})"
+
+
+def mean(metric: str, selector: str = "", by: str = "") -> str:
+    """A histogram's mean over the rate window: rate of its sum over rate of its count."""
+    return (
+        f"{rate_sum(metric + '_sum', selector, by)} / {rate_sum(metric + '_count', selector, by)}"
+    )
+
+
+def panel(title: str, description: str, *targets: tuple[str, str], **style: object) -> Panel:
+    return Panel(title, description, targets, **style)  # type: ignore[arg-type]
+
+
+def le_label(bound: float) -> str:
+    """A bucket bound as prometheus_client writes its `le` label (0.75, 1.0, 2.5)."""
+    return str(float(bound))
+
+
+def textbox(name: str, label: str, value: str, description: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "label": label,
+        "description": description,
+        "type": "textbox",
+        "query": value,
+        "current": {"text": value, "value": value},
+        "hide": 0,
+        "options": [],
+    }
 
 
 def panel_json(panel: Panel, panel_id: int, x: int, y: int) -> dict[str, Any]:
@@ -111,7 +154,6 @@ def board_json(stack: StackSpec, board: Board) -> dict[str, Any]:
         "label": "Prometheus",
         "type": "datasource",
         "query": "prometheus",
-        "current": {},
         "hide": 0,
         "includeAll": False,
         "multi": False,
@@ -128,7 +170,7 @@ def board_json(stack: StackSpec, board: Board) -> dict[str, Any]:
         "timezone": "browser",
         "editable": True,
         "graphTooltip": 1,
-        "schemaVersion": 39,
+        "schemaVersion": SCHEMA_VERSION,
         "version": 1,
         "refresh": "30s",
         "time": {"from": "now-6h", "to": "now"},
@@ -145,13 +187,11 @@ def query_variable(name: str, label: str, query: str) -> dict[str, Any]:
         "label": label,
         "type": "query",
         "datasource": DATASOURCE,
-        "definition": query,
         "query": {"query": query, "refId": "variable"},
         "refresh": 2,
         "includeAll": True,
         "multi": True,
         "allValue": ".*",
-        "current": {},
         "options": [],
         "hide": 0,
         "regex": "",
@@ -171,5 +211,5 @@ def dashboard_exprs(model: dict[str, Any]) -> list[str]:
     exprs = [t["expr"] for p in model["panels"] for t in p.get("targets", [])]
     for var in model["templating"]["list"]:
         if var["type"] == "query":
-            exprs.append(var["definition"].removeprefix("label_values(").split(",")[0])
+            exprs.append(var["query"]["query"].removeprefix("label_values(").split(",")[0])
     return exprs

@@ -6,28 +6,28 @@ recording rules of prometheus/rules.yaml; a test checks it.
 
 from __future__ import annotations
 
-from inhouse.render.grafana import RATE, Board, Panel, quantiles, query_variable, render_boards
-from inhouse.render.layout import engine_pools, slo_of
+from inhouse.render.alerts_gpu import hbm_expected_share
+from inhouse.render.grafana import (
+    RATE,
+    Board,
+    Panel,
+    hist,
+    panel,
+    quantiles,
+    query_variable,
+    rate_sum,
+    render_boards,
+)
+from inhouse.render.grafana_cost import cost_board
+from inhouse.render.grafana_fleet import fleet_board, latency_board
+from inhouse.render.grafana_tenants import tenant_board
+from inhouse.render.layout import engine_pools, nvml_name, slo_of
 from inhouse.spec.catalog import get_gpu
 from inhouse.spec.stack import PoolSpec, StackSpec
 
 MODEL = 'model_name=~"$model_name"'
 TENANT = 'tenant=~"$tenant"'
 GPU = "{{Hostname}}{{hostname}} GPU {{gpu}}"
-
-
-def rate_sum(metric: str, selector: str = "", by: str = "") -> str:
-    grouping = f" by ({by})" if by else ""
-    return f"sum{grouping} (rate({metric}{{{selector}}}[{RATE}]))"
-
-
-def hist(q: str, metric: str, selector: str = "", by: str = "") -> str:
-    group = f"le, {by}" if by else "le"
-    return f"histogram_quantile({q}, {rate_sum(metric + '_bucket', selector, group)})"
-
-
-def panel(title: str, description: str, *targets: tuple[str, str], **style: object) -> Panel:
-    return Panel(title, description, targets, **style)  # type: ignore[arg-type]
 
 
 def slo_board(stack: StackSpec) -> Board:
@@ -167,9 +167,15 @@ def kv_board(stack: StackSpec) -> Board:
         (
             "Engine KV cache",
             [
-                panel("KV usage per replica", "1 = full.",
-                      (f"vllm:kv_cache_usage_perc{{{MODEL}}}", "{{pod}}"),
+                panel("KV blocks used and free per replica", "Shares of the replica's KV "
+                      "blocks (its block count: the table below); 1 used = full.",
+                      (f"vllm:kv_cache_usage_perc{{{MODEL}}}", "{{pod}} used"),
+                      (f"1 - vllm:kv_cache_usage_perc{{{MODEL}}}", "{{pod}} free"),
                       unit="percentunit", threshold=0.95),
+                panel("KV cache size per replica", "vLLM's cache config: blocks and block "
+                      "size (tokens) per replica, as labels.",
+                      ("max by (pod, num_gpu_blocks, block_size) (vllm:cache_config_info)",
+                       "{{pod}}: {{num_gpu_blocks}} blocks of {{block_size}}"), kind="table"),
                 panel("Prefix hit rate per replica", "Uneven rates: the router splits sessions.",
                       (f"{hits} / {queries}", "{{pod}}"), unit="percentunit"),
                 panel("Prefix-cache tokens", "Queried and hit prompt tokens per second.",
@@ -177,6 +183,11 @@ def kv_board(stack: StackSpec) -> Board:
                       (rate_sum("vllm:prefix_cache_hits_total", MODEL), "hit")),
                 Panel("Preemptions per request", "How often a request was recomputed.",
                       quantiles("vllm:request_num_preemptions", MODEL)),
+                panel("Preemptions and evictions", "Sequences preempted per second. vLLM 0.32 "
+                      "counts no prefix-block evictions: a falling hit rate while usage stays "
+                      "high is what evictions look like.",
+                      (rate_sum("vllm:num_preemptions_total", MODEL, "pod"), "{{pod}} preempted"),
+                      unit="ops"),
                 Panel("Prompt length", "Prompt tokens per request.",
                       quantiles("vllm:request_prompt_tokens", MODEL)),
             ],
@@ -213,6 +224,9 @@ def hardware_board(stack: StackSpec) -> Board:
             [
                 panel("Double-bit ECC errors (1 h)", "Any increase pages: hardware retirement.",
                       (dbe, GPU), (remap, GPU + " remapped"), threshold=0.5),
+                panel("Single-bit ECC errors (1 h)", "Corrected; a steady climb on one GPU "
+                      "predicts double-bit errors.",
+                      ("increase(DCGM_FI_DEV_ECC_SBE_VOL_TOTAL[1h])", GPU)),
                 panel("Last XID", "48, 79 and 95 page; others are mostly application errors.",
                       ("DCGM_FI_DEV_XID_ERRORS", GPU)),
                 panel("GPU temperature", "Ticket above 85 C for 5 minutes.",
@@ -233,88 +247,80 @@ def hardware_board(stack: StackSpec) -> Board:
             [
                 panel("GPU utilization", "Time a kernel ran.",
                       ("DCGM_FI_DEV_GPU_UTIL", GPU), unit="percent"),
-                panel("Tensor and memory activity", "Tensor-core pipe and HBM interface.",
+                panel("SM, tensor and memory activity", "Graphics engine (SMs busy), tensor "
+                      "pipes, HBM interface.",
+                      ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", GPU + " SM"),
                       ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", GPU + " tensor"),
                       ("DCGM_FI_PROF_DRAM_ACTIVE", GPU + " HBM"), unit="percentunit"),
-                panel("Frame buffer used", "vLLM takes gpu_memory_utilization of it at start.",
-                      ("DCGM_FI_DEV_FB_USED", GPU), unit="decmbytes"),
+                hbm_bandwidth_panel(stack),
+                panel("SM and memory clocks", "A clock below its peers is throttling.",
+                      ("DCGM_FI_DEV_SM_CLOCK", GPU + " SM"),
+                      ("DCGM_FI_DEV_MEM_CLOCK", GPU + " memory"), unit="megahertz"),
+                panel("HBM used", "vLLM takes gpu_memory_utilization of it at start.",
+                      ("DCGM_FI_DEV_FB_USED", GPU + " used"),
+                      ("DCGM_FI_DEV_FB_FREE", GPU + " free"), unit="decmbytes"),
                 panel("NVLink traffic", "Tensor-parallel all-reduces.",
                       (f"rate(DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL[{RATE}])", GPU)),
             ],
         )
     )  # fmt: skip
+    board.sections.append(("Node (node_exporter)", node_panels()))
     return board
 
 
-def tenant_board(stack: StackSpec) -> Board:
-    del stack
-    cost_var = {
-        "name": "usd_per_million_tokens",
-        "label": "USD per 1M tokens",
-        "type": "textbox",
-        "query": "1",
-        "current": {"text": "1", "value": "1"},
-        "hide": 0,
-        "options": [],
-    }
-    board = Board(
-        "tenants",
-        "Tenants and business",
-        "Requests, tokens and cost per tenant from the gateway. Cost multiplies tokens by the "
-        "usd_per_million_tokens variable: set it from your cost sheet.",
-        variables=[
-            query_variable(
-                "tenant", "Tenant", "label_values(inhouse_gateway_requests_total, tenant)"
-            ),
-            cost_var,
-        ],
+def hbm_bandwidth_panel(stack: StackSpec) -> Panel:
+    """Achieved HBM bandwidth (DRAM activity x the GPU's peak) against what decode reaches
+    while kernels run (the perf model's eta_bw x peak x graphics-engine activity)."""
+    targets = []
+    for gpu in sorted({get_gpu(p.gpu).name for p in engine_pools(stack)}):
+        spec = get_gpu(gpu)
+        sel = f'{{modelName="{nvml_name(gpu)}"}}'
+        peak = spec.hbm_bw_tbps * 1e12
+        targets.append((f"DCGM_FI_PROF_DRAM_ACTIVE{sel} * {peak:g}", GPU))
+        targets.append(
+            (
+                f"DCGM_FI_PROF_GR_ENGINE_ACTIVE{sel} * {hbm_expected_share() * peak:.4g}",
+                GPU + " expected",
+            )
+        )
+    return Panel(
+        "HBM bandwidth",
+        "Achieved (DRAM activity x peak) against expected while kernels run; the ticket "
+        "InhouseGPUHBMBandwidthLow files below 80% of expected under load.",
+        tuple(targets),
+        "Bps",
     )
-    tokens = f"sum by (tenant) (increase(inhouse_gateway_tokens_total{{{TENANT}}}[$__range]))"
-    errors = rate_sum("inhouse_gateway_requests_total", f'{TENANT},code=~"5.."', "tenant")
-    requests = rate_sum("inhouse_gateway_requests_total", TENANT, "tenant")
-    board.sections.append(
-        (
-            "Usage",
-            [
-                panel("Requests per tenant", "Per second.", (requests, "{{tenant}}"),
-                      unit="reqps"),
-                panel("Tokens per tenant", "Prompt and completion tokens per second.",
-                      (rate_sum("inhouse_gateway_tokens_total", TENANT, "tenant, kind"),
-                       "{{tenant}} {{kind}}")),
-                panel("Tokens in range", "Tokens billed over the dashboard's time range.",
-                      (tokens, "{{tenant}}"), kind="bargauge"),
-                panel("Cost in range (USD)", "Tokens x usd_per_million_tokens / 1e6.",
-                      (f"{tokens} * $usd_per_million_tokens / 1e6", "{{tenant}}"),
-                      unit="currencyUSD", kind="bargauge"),
-            ],
-        )
-    )  # fmt: skip
-    board.sections.append(
-        (
-            "Service per tenant",
-            [
-                panel("TTFT p95 per tenant", "As the gateway measures it.",
-                      (hist("0.95", "inhouse_gateway_ttft_seconds", TENANT, "tenant"),
-                       "{{tenant}}"), unit="s"),
-                panel("Error share per tenant", "5xx responses / all responses.",
-                      (f"{errors} / {requests}", "{{tenant}}"), unit="percentunit"),
-                panel("Rejections", "Refused at the gateway: limits, budgets, long prompts.",
-                      (rate_sum("inhouse_gateway_rejections_total", TENANT, "tenant, reason"),
-                       "{{tenant}} {{reason}}"), unit="reqps"),
-                panel("Gateway queue", "Admitted requests waiting for a replica, per pool.",
-                      ("sum by (pool) (inhouse_gateway_queue_depth)", "{{pool}}")),
-                panel("Gateway event-loop lag p99", "How late each gateway process ran its "
-                      "lag timer: what every request and chunk through it waits.",
-                      ("histogram_quantile(0.99, sum by (pod, le) (rate("
-                       f"inhouse_gateway_event_loop_lag_seconds_bucket[{RATE}])))", "{{pod}}"),
-                      unit="s"),
-            ],
-        )
-    )  # fmt: skip
-    return board
 
 
-BOARDS = (slo_board, engine_board, kv_board, hardware_board, tenant_board)
+def node_panels() -> list[Panel]:
+    fs = 'fstype!~"tmpfs|overlay|squashfs"'
+    return [
+        panel("CPU busy", "Tokenizers, the API server, the gateway: all on these cores.",
+              (f'1 - avg by (instance) (rate(node_cpu_seconds_total{{mode="idle"}}[{RATE}]))',
+               "{{instance}}"), unit="percentunit"),
+        panel("Memory available", "Host KV tier and page cache live here.",
+              ("node_memory_MemAvailable_bytes / node_memory_MemTotal_bytes", "{{instance}}"),
+              unit="percentunit"),
+        panel("Least free filesystem", "The NVMe weight cache must hold the next model.",
+              (f"min by (instance) (node_filesystem_avail_bytes{{{fs}}} / "
+               f"node_filesystem_size_bytes{{{fs}}})", "{{instance}}"), unit="percentunit"),
+        panel("Network", "Received and sent bytes per second, per device.",
+              (f"rate(node_network_receive_bytes_total[{RATE}])", "{{instance}} {{device}} in"),
+              (f"rate(node_network_transmit_bytes_total[{RATE}])",
+               "{{instance}} {{device}} out"), unit="Bps"),
+    ]  # fmt: skip
+
+
+BOARDS = (
+    fleet_board,
+    slo_board,
+    latency_board,
+    engine_board,
+    kv_board,
+    hardware_board,
+    cost_board,
+    tenant_board,
+)
 
 
 def render_grafana(stack: StackSpec) -> dict[str, str]:

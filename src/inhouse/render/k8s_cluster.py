@@ -16,6 +16,7 @@ from inhouse.errors import SpecError
 from inhouse.render import layout
 from inhouse.render.alerts import rule_groups
 from inhouse.render.k8s_engine import Doc, labels, namespace_of
+from inhouse.render.k8s_tracing import tracing_env
 from inhouse.render.metric_names import DCGM_METRICS
 from inhouse.render.options import RenderOptions
 from inhouse.render.prometheus import stack_rules
@@ -105,7 +106,10 @@ def gateway_docs(stack: StackSpec, options: RenderOptions) -> list[Doc]:
             "--port",
             str(options.gateway_port),
         ],
-        "env": [{"name": "INHOUSE_SECRETS_DIR", "value": "/etc/inhouse/secrets"}],
+        "env": [
+            {"name": "INHOUSE_SECRETS_DIR", "value": "/etc/inhouse/secrets"},
+            *tracing_env(stack),  # OpenTelemetry's sampler, when tracing is on
+        ],
         "ports": [{"name": "http", "containerPort": options.gateway_port, "protocol": "TCP"}],
         "resources": {
             "requests": {"cpu": "2", "memory": "2Gi"},

@@ -4,8 +4,9 @@ NetworkPolicy that lets only the gateway (and Prometheus) reach the engines.
 The Deployment carries everything the seeds ask of an LLM engine pod: GPU limits, a node selector
 by GPU product, a startupProbe whose window covers model loading, readiness and liveness on
 /health, a preStop sleep so endpoints drop the pod before vLLM drains, a grace period that covers
-both, /dev/shm in memory, weights read-only from the node's NVMe, and init containers that verify
-the model's signature (OpenSSF model-signing) and that the GPUs it got are NVLink-joined.
+both, /dev/shm in memory, weights read-only from the node's NVMe, and init containers that pull
+and verify the model's signature (OpenSSF model-signing; k8s_init.py) and check that the GPUs it
+got are NVLink-joined.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from inhouse.engine_args import ENGINE_KEEP_ALIVE_S, KEEP_ALIVE_ENV
 from inhouse.render import layout
+from inhouse.render.k8s_init import TOPOLOGY_CHECK, init_containers
 from inhouse.render.layout import EngineUnit
 from inhouse.render.options import RenderOptions
 from inhouse.render.vllm import explained_flags, kubernetes_args
@@ -21,20 +23,6 @@ from inhouse.render.yamltext import annotate_list_items, dump_documents
 from inhouse.spec.stack import PoolSpec, StackSpec
 
 Doc = tuple[str, dict[str, Any]]
-
-# Fails, naming the pair, when two GPUs the pod was given are not joined by NVLink. Inside the
-# container nvidia-smi numbers the pod's GPUs from 0; `NV#` is an NVLink connection.
-TOPOLOGY_CHECK = r"""set -eu
-nvidia-smi topo -m | sed 's/\x1b\[[0-9;]*m//g' | tee /dev/stderr | awk '
-  !n && $1 == "GPU0" && $2 ~ /^GPU/ { for (i = 1; i <= NF; i++) if ($i ~ /^GPU[0-9]+$/) n++; next }
-  n && $1 ~ /^GPU[0-9]+$/ {
-    for (j = substr($1, 4) + 1; j < n; j++)
-      if ($(j + 2) !~ /^NV[0-9]+$/) {
-        printf "%s-GPU%d joined by %s, not NVLink\n", $1, j, $(j + 2); bad = 1
-      }
-  }
-  END { if (!n) { print "no GPU matrix in nvidia-smi topo -m"; exit 1 } exit bad }'
-"""
 
 
 def labels(stack: StackSpec, component: str, **extra: str) -> dict[str, str]:
@@ -213,58 +201,6 @@ def engine_resources(pool: PoolSpec) -> dict[str, str | int]:
     }
 
 
-def init_containers(pool: PoolSpec, options: RenderOptions) -> list[dict[str, Any]]:
-    mount = layout.MODELS_MOUNT
-    artifacts = [("verify-model", layout.model_dir(pool))]
-    artifacts += [
-        (f"verify-lora-{i}", layout.lora_dir(name)) for i, name in enumerate(pool.lora_adapters)
-    ]
-    containers = []
-    for name, path in artifacts:
-        containers.append(
-            {
-                "name": name,
-                "image": options.image(options.signing_image),
-                "imagePullPolicy": "IfNotPresent",
-                # Exit 1 ("Verification failed ...") on a changed, missing or extra file or a
-                # wrong key: the engine never starts on weights nobody signed.
-                "command": ["model_signing"],
-                "args": [
-                    "verify",
-                    "key",
-                    path,
-                    "--signature",
-                    f"{path}.sig",
-                    "--public_key",
-                    "/etc/model-signing/key.pub",
-                ],
-                "resources": {
-                    "requests": {"cpu": "2", "memory": "2Gi"},
-                    "limits": {"cpu": "4", "memory": "4Gi"},
-                },
-                "volumeMounts": [
-                    {"name": "models", "mountPath": mount, "readOnly": True},
-                    {"name": "signing-key", "mountPath": "/etc/model-signing", "readOnly": True},
-                ],
-                "securityContext": {"allowPrivilegeEscalation": False},
-            }
-        )
-    if pool.tp > 1:
-        # Init containers' devices are handed on to the app container: this sees the same GPUs.
-        gpus = {"nvidia.com/gpu": pool.tp}
-        containers.append(
-            {
-                "name": "check-gpu-topology",
-                "image": options.image(options.vllm_image),
-                "imagePullPolicy": "IfNotPresent",
-                "command": ["sh", "-c", TOPOLOGY_CHECK],
-                "resources": {"requests": gpus, "limits": gpus},
-                "securityContext": {"allowPrivilegeEscalation": False},
-            }
-        )
-    return containers
-
-
 def volumes(pool: PoolSpec, options: RenderOptions) -> list[dict[str, Any]]:
     return [
         {"name": "models", "hostPath": {"path": options.models_host_path, "type": "Directory"}},
@@ -379,3 +315,6 @@ def engine_network_policy(stack: StackSpec, options: RenderOptions) -> Doc:
         f"namespace {options.monitoring_namespace} may scrape /metrics on the same port."
     )
     return why, policy
+
+
+__all__ = ["TOPOLOGY_CHECK", "render_engines"]  # TOPOLOGY_CHECK: tests read it here

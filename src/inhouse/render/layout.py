@@ -17,6 +17,7 @@ from inhouse.perf.memory import weight_bytes
 from inhouse.spec.catalog import get_gpu, get_model
 from inhouse.spec.quant import normalize_quant
 from inhouse.spec.stack import PoolSlo, PoolSpec, StackSpec
+from inhouse.spec.weights import by_name_path
 
 # NVML product names, as dcgm-exporter's `modelName` label shows them; GPU feature discovery
 # labels nodes `nvidia.com/gpu.product` with the same name, spaces turned into dashes.
@@ -35,6 +36,8 @@ NVML_PRODUCT_NAMES: dict[str, str] = {
 # The node's model cache (hostPath) is mounted here; LoRA adapters live under it.
 MODELS_MOUNT = "/models"
 assert LORA_ROOT.startswith(MODELS_MOUNT + "/"), "LoRA adapters must sit in the model cache"
+# `inhouse weights pull --cache` of a pool whose weights come from the registry (in the pod).
+REGISTRY_CACHE = f"{MODELS_MOUNT}/registry"
 
 # Model-load window for the startupProbe: read the 16-bit checkpoint (the worst case: an FP8
 # pool may quantize a bf16 checkpoint at load) at a conservative single-stream NVMe rate, add
@@ -115,8 +118,19 @@ def gpu_product_label(gpu: str) -> str:
 
 
 def model_dir(pool: PoolSpec) -> str:
-    """Where the pool's weights sit inside the pod: `/models/<org>/<name>` for a Hugging Face
-    id, `/models/<basename>` for a local directory."""
+    """Where the pool's weights sit inside the pod: for weights from the registry, their
+    verified path in the node's cache (`/models/registry/by-name/<name>/<revision>`); else
+    `/models/<org>/<name>` for a Hugging Face id, `/models/<basename>` for a local directory."""
+    weights = pool.weights
+    if weights is not None and weights.registry is not None:
+        assert weights.name is not None, "checked by the stack's schema"
+        if weights.revision is None:
+            raise SpecError(
+                f"pool {pool.name!r}: weights.revision is required to render Kubernetes "
+                "manifests (every pod, now and after a restart, must load the same bytes); pin "
+                "the revision `inhouse weights ls` shows"
+            )
+        return f"{REGISTRY_CACHE}/{by_name_path(weights.name, weights.revision)}"
     name = pool.model.rstrip("/")
     relative = name.split("/")[-1] if name.startswith(("/", ".")) else name
     return f"{MODELS_MOUNT}/{relative}"

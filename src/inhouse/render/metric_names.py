@@ -1,6 +1,6 @@
 """Every metric name the rendered rules and dashboards may use, as data.
 
-Three sources, each checked by a test:
+Four sources, each checked by a test:
 
 * `GATEWAY_METRICS` — the contract for the inhouse gateway's `/metrics`. The gateway implements
   exactly these names, types, labels and buckets; rules and dashboards use nothing else of it.
@@ -9,6 +9,7 @@ Three sources, each checked by a test:
   capture.
 * `DCGM_METRICS` — dcgm-exporter's field names; `enabled_by_default` False marks the ones its
   default collectors CSV leaves commented out, which the rendered collectors ConfigMap enables.
+* `NODE_METRICS` — node_exporter's series (the live-query test scrapes a real one).
 
 Plus `up`, which Prometheus writes for every scrape target. `metric_names_in_promql` pulls the
 metric names out of an expression so the tests can check rules and dashboards against this list.
@@ -141,6 +142,27 @@ VLLM_METRICS: tuple[str, ...] = (
     "vllm:request_prompt_tokens_bucket",
     "vllm:request_num_preemptions_bucket",
     "vllm:iteration_tokens_total_bucket",
+    "vllm:time_to_first_token_seconds_sum",
+    "vllm:time_to_first_token_seconds_count",
+    "vllm:inter_token_latency_seconds_sum",
+    "vllm:inter_token_latency_seconds_count",
+    "vllm:request_queue_time_seconds_sum",
+    "vllm:request_queue_time_seconds_count",
+    "vllm:request_prefill_time_seconds_sum",
+    "vllm:request_prefill_time_seconds_count",
+    "vllm:cache_config_info",
+)
+
+# node_exporter's series the dashboards read (its default collectors: cpu, meminfo,
+# filesystem, netdev); the live-query test scrapes a real node_exporter for them.
+NODE_METRICS: tuple[str, ...] = (
+    "node_cpu_seconds_total",
+    "node_memory_MemAvailable_bytes",
+    "node_memory_MemTotal_bytes",
+    "node_filesystem_avail_bytes",
+    "node_filesystem_size_bytes",
+    "node_network_receive_bytes_total",
+    "node_network_transmit_bytes_total",
 )
 
 
@@ -263,6 +285,7 @@ def known_series_names() -> frozenset[str]:
         gateway_series_names()
         | frozenset(VLLM_METRICS)
         | dcgm_series_names()
+        | frozenset(NODE_METRICS)
         | frozenset(PROMETHEUS_SYNTHETIC)
     )
 

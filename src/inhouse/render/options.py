@@ -13,6 +13,8 @@ class RenderOptions:
     with the NVIDIA GPU Operator, KEDA and images mirrored into a local registry.
 
     `registry`, when set, replaces the registry host of every image (air-gapped mirror).
+    Pools whose weights come from the weight registry pull them in an init container running
+    the inhouse image (`gateway_image`) with the S3 credentials of Secret `weights_secret`.
     `namespace` defaults to the stack's name. `runbook_url` prefixes each alert's runbook link.
     """
 
@@ -21,13 +23,24 @@ class RenderOptions:
     vllm_image: str = "vllm/vllm-openai:v0.33.0"
     gateway_image: str = f"inhouse:{inhouse.__version__}"
     signing_image: str = "ghcr.io/sigstore/model-transparency-cli:v1.1.1"
+    # The observability stack's images (k8s/exporters.yaml, logging.yaml, tracing.yaml).
+    dcgm_exporter_image: str = "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.9-3.6.1-ubuntu22.04"
+    node_exporter_image: str = "quay.io/prometheus/node-exporter:v1.8.2"
+    loki_image: str = "docker.io/grafana/loki:3.4.2"
+    alloy_image: str = "docker.io/grafana/alloy:v1.5.1"
+    tempo_image: str = "docker.io/grafana/tempo:2.6.1"
     models_host_path: str = "/mnt/nvme/models"
     signing_public_key_configmap: str = "model-signing-public-key"
+    weights_secret: str = "weights-registry"  # AWS_ACCESS_KEY_ID, _SECRET_ACCESS_KEY, _ENDPOINT_URL
     gateway_secret: str = "gateway-tenant-keys"
     monitoring_namespace: str = "monitoring"
     dcgm_namespace: str = "gpu-operator"
     prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
     runbook_url: str = "runbook.md"
+    # Alertmanager receivers (webhooks): the site's pager bridge and ticket system.
+    page_webhook_url: str = "http://alert-bridge.monitoring.svc:9095/page"
+    ticket_webhook_url: str = "http://alert-bridge.monitoring.svc:9095/ticket"
+    alertmanager_address: str = "alertmanager-operated.monitoring.svc:9093"
     engine_port: int = 8000
     gateway_port: int = 8080
     prestop_sleep_s: int = 15

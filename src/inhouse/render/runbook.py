@@ -5,6 +5,7 @@ points at."""
 from __future__ import annotations
 
 from inhouse.render.alerts import Alert
+from inhouse.render.dashboard_guide import DASHBOARDS, first_look_line
 from inhouse.render.layout import engine_units, is_single_node, slo_of
 from inhouse.spec.stack import StackSpec
 
@@ -20,6 +21,15 @@ def render_runbook(stack: StackSpec, alerts: list[Alert], namespace: str) -> str
         "## Layout",
         "",
         *_layout_lines(stack),
+        "",
+        "## Dashboards",
+        "",
+        "Import `grafana/*.json` (or apply `k8s/grafana.yaml`). Each alert below names the "
+        "panel to open first.",
+        "",
+        "| dashboard | file | what it shows |",
+        "|---|---|---|",
+        *(f"| {d.title} | `grafana/{d.key}.json` | {d.shows} |" for d in DASHBOARDS),
         "",
         "## Alerts",
         "",
@@ -46,6 +56,7 @@ def render_runbook(stack: StackSpec, alerts: list[Alert], namespace: str) -> str
             "",
             f"**What it means.** {entry.meaning}",
             "",
+            *([look, ""] if (look := first_look_line(alert.name)) else []),
             "**First query.**",
             "",
             "```promql",

@@ -16,6 +16,7 @@ import importlib.util
 import os
 import shutil
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,7 +77,11 @@ def plan_stack(
     base_port: int,
     host: str = "127.0.0.1",
     vllm_python: str | None = None,
+    model_paths: Mapping[str, str] | None = None,
 ) -> StackPlan:
+    """`model_paths` (pool name -> directory) are the pools' verified weights, which vLLM
+    loads instead of `pool.model` (see `inhouse.weights.stack.prepare_weights`)."""
+    model_paths = model_paths or {}
     ports = replica_ports(stack, base_port)
     processes: list[ProcessSpec] = []
     pool_urls: dict[str, list[str]] = {}
@@ -99,9 +104,8 @@ def plan_stack(
             urls.append(url)
             name = f"{pool.name}-{index}"
             if kind == "vllm":
-                argv = _vllm_argv(
-                    vllm_launcher(vllm_python), vllm_serve_args(stack, pool, index, port, host)
-                )
+                args = vllm_serve_args(stack, pool, index, port, host, model_paths.get(pool.name))
+                argv = _vllm_argv(vllm_launcher(vllm_python), args)
             else:
                 argv = [*INHOUSE_ENGINE, *simulated_engine_args(stack, pool, index, port, host)]
             processes.append(ProcessSpec(name, kind, argv, url, replica_env(pool, index)))

@@ -17,6 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from inhouse.errors import SpecError
 from inhouse.spec.errors_format import describe_validation_error
+from inhouse.spec.observability import ObservabilitySpec
+from inhouse.spec.weights import WeightsSpec
 
 STACK_VERSION = 1
 
@@ -127,6 +129,9 @@ class PoolSpec(_Strict):
     slo: PoolSlo | None = Field(
         default=None, description="service-level objectives; render's alerts (docs/render.md)"
     )
+    weights: WeightsSpec | None = Field(
+        default=None, description="signed weights, verified before start (docs/weights.md)"
+    )
 
     @property
     def client_model_name(self) -> str:
@@ -151,6 +156,9 @@ class StackSpec(_Strict):
     nodes: tuple[NodeSpec, ...] = ()
     pools: tuple[PoolSpec, ...] = Field(min_length=1)
     gateway: dict[str, Any] = Field(default_factory=dict, description="see docs/gateway.md")
+    observability: ObservabilitySpec = Field(
+        default_factory=ObservabilitySpec, description="see docs/render.md (observability)"
+    )
 
     @model_validator(mode="after")
     def _check_references(self) -> StackSpec:
@@ -172,6 +180,11 @@ class StackSpec(_Strict):
                 raise ValueError(
                     f"pool {pool.name!r}: engine 'url' needs one entry in urls per replica "
                     f"({pool.replicas}), got {len(pool.urls)}"
+                )
+            if pool.weights is not None and self.engine_of(pool) in ("url", "sglang"):
+                raise ValueError(
+                    f"pool {pool.name!r}: `weights` needs an engine inhouse starts (simulated or "
+                    f"vllm); a {self.engine_of(pool)!r} pool's server verifies its own weights"
                 )
             if pool.gpu_ids and len(pool.gpu_ids) != pool.replicas:
                 raise ValueError(f"pool {pool.name!r}: gpu_ids needs one group per replica")

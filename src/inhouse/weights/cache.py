@@ -1,0 +1,125 @@
+"""The node's weight cache (its NVMe), content-addressed:
+
+    CACHE/sha256/<digest>/                 a verified model, by its content digest
+    CACHE/by-name/<name>/<revision>        -> ../../sha256/<digest> (relative symlink)
+    CACHE/by-name/<name>/<revision>.sig    that revision's signature (MODEL_DIR.sig)
+    CACHE/by-name/<name>/<revision>.json   its registry manifest
+    CACHE/partial/<digest>/                a pull in progress: files, signature, part journal
+    CACHE/locks/<digest>.lock              one pull of a model at a time (pods on one node)
+    CACHE/quarantine/<digest>.<n>/         a cached copy that failed verification, kept
+
+A model appears under `sha256/` only by an atomic rename after it verified. Symlinks are
+relative so the cache works wherever it is mounted (a pod mounts it at /models/registry).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from inhouse.spec.weights import BY_DIGEST_DIR, by_name_path
+from inhouse.weights.errors import WeightsError
+from inhouse.weights.manifest import RegistryManifest
+
+DEFAULT_CACHE = Path.home() / ".cache" / "inhouse" / "weights"
+CACHE_ENV = "INHOUSE_WEIGHTS_CACHE"
+
+
+def default_cache() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or DEFAULT_CACHE)
+
+
+def _hex(digest: str) -> str:
+    algorithm, _, value = digest.partition(":")
+    assert algorithm == "sha256" and len(value) == 64, f"not a model digest: {digest}"
+    return value
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_bytes(data)
+    os.replace(temporary, path)
+
+
+class WeightCache:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def model_dir(self, digest: str) -> Path:
+        return self.root / BY_DIGEST_DIR / _hex(digest)
+
+    def partial_dir(self, digest: str) -> Path:
+        return self.root / "partial" / _hex(digest)
+
+    def by_name(self, name: str, revision: str) -> Path:
+        return self.root / by_name_path(name, revision)
+
+    def signature_of(self, name: str, revision: str) -> Path:
+        path = self.by_name(name, revision)
+        return path.with_name(path.name + ".sig")
+
+    @contextlib.contextmanager
+    def lock(self, digest: str) -> Iterator[None]:
+        """Exclusive for one model across processes; a second pull waits, then finds it
+        cached."""
+        path = self.root / "locks" / f"{_hex(digest)}.lock"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            handle = path.open("a")
+        except OSError as exc:
+            raise WeightsError(f"cannot use weight cache {self.root}: {exc.strerror}") from exc
+        with handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def is_cached(self, manifest: RegistryManifest) -> bool:
+        """The model's directory exists and every file has its manifest size (a stat each, no
+        hashing: verification re-hashes)."""
+        directory = self.model_dir(manifest.digest)
+        for entry in manifest.files:
+            try:
+                if (directory / entry.path).stat().st_size != entry.size:
+                    return False
+            except OSError:
+                return False
+        return True
+
+    def install(self, partial_model: Path, manifest: RegistryManifest) -> Path:
+        """Move a verified download to its content address (atomic rename)."""
+        target = self.model_dir(manifest.digest)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(partial_model, target)
+        return target
+
+    def link(self, manifest: RegistryManifest, signature: bytes) -> Path:
+        """Point by-name/<name>/<revision> at the model and write its signature and manifest
+        beside it. Each file appears atomically."""
+        link = self.by_name(manifest.name, manifest.revision)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.signature_of(manifest.name, manifest.revision), signature)
+        write_atomic(link.with_name(link.name + ".json"), manifest.model_dump_json().encode())
+        relative = os.path.relpath(self.model_dir(manifest.digest), link.parent)
+        temporary = link.with_name(f".{link.name}.{os.getpid()}.link")
+        temporary.unlink(missing_ok=True)
+        os.symlink(relative, temporary)
+        os.replace(temporary, link)
+        return link
+
+    def quarantine(self, digest: str) -> Path:
+        """Move a cached copy that failed verification aside, for inspection; nothing is
+        deleted."""
+        base = self.root / "quarantine"
+        base.mkdir(parents=True, exist_ok=True)
+        for number in range(1, 10_000):
+            target = base / f"{_hex(digest)}.{number}"
+            if not target.exists():
+                os.replace(self.model_dir(digest), target)
+                return target
+        raise WeightsError(f"too many quarantined copies in {base}; inspect and remove them")

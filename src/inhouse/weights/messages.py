@@ -1,0 +1,76 @@
+"""Words for verification results: one place, written for the person paged at 3 a.m.
+
+Each failure says what is wrong (the first problem, then a count of the rest), which file, and
+what to do next; the core returns `Problem`s and never words them itself.
+"""
+
+from __future__ import annotations
+
+from inhouse.weights.verdict import Problem, Verification
+
+MAX_LISTED = 5
+
+
+def short(digest: str | None) -> str:
+    return f"{digest[:12]}…" if digest else "?"
+
+
+def describe_problem(problem: Problem) -> str:
+    if problem.kind == "altered":
+        return (
+            f"altered: {problem.path} (its digest is {short(problem.found)}, the signature says "
+            f"{short(problem.expected)})"
+        )
+    if problem.kind == "missing":
+        return f"missing: {problem.path} (signed, but not in the directory)"
+    if problem.kind == "extra":
+        return f"extra: {problem.path} (in the directory, but the signature does not cover it)"
+    if problem.kind == "signature":
+        return f"bad signature: {problem.path}: {problem.detail}"
+    return f"unreadable: {problem.path}: {problem.detail}"
+
+
+def advice(verification: Verification) -> list[str]:
+    first = verification.first
+    assert first is not None, "advice is for failures"
+    if first.kind == "signature":
+        return [
+            f"Check that {verification.trust} is the release key (or CA) that signed this model",
+            "(in Kubernetes: the model-signing-public-key ConfigMap). A wrong or rotated key",
+            "fails every model; if the key is right, the signature file was altered or",
+            "truncated: fetch it again from the registry.",
+        ]
+    if first.kind == "unreadable":
+        return [
+            "Fix the directory (path, permissions; symlinks and special files are refused) and",
+            "verify again.",
+        ]
+    return [
+        "Do not serve this copy. If it came from the registry, `inhouse weights pull NAME@REV",
+        "--verify-cached` moves the bad copy aside and fetches a fresh one; if the fresh one is",
+        "refused too, the registry's copy was altered: ask the release owner to push again",
+        "from the signed original. If you changed these files on purpose, sign them again",
+        "(`inhouse weights sign`).",
+    ]
+
+
+def describe_failure(verification: Verification) -> str:
+    """A multi-line message: what was checked, the problems (up to MAX_LISTED), what to do."""
+    problems = verification.problems
+    lines = [
+        f"{verification.model_dir} does not match its signature {verification.signature} "
+        f"({len(problems)} problem(s)):",
+    ]
+    lines += [f"  {describe_problem(p)}" for p in problems[:MAX_LISTED]]
+    if len(problems) > MAX_LISTED:
+        lines.append(f"  … and {len(problems) - MAX_LISTED} more")
+    lines += advice(verification)
+    return "\n".join(lines)
+
+
+def describe_success(verification: Verification) -> str:
+    gib = verification.num_bytes / 2**30
+    return (
+        f"verified {verification.model_dir}: {verification.num_files} file(s), {gib:.2f} GiB, "
+        f"signature {verification.signature} by {verification.trust}"
+    )

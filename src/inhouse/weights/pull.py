@@ -1,0 +1,287 @@
+"""Pull a signed model from the registry into the node's cache, verified before it appears.
+
+    result = pull_model(PullRequest(registry, "org/model", "v1", cache_root, trust))
+
+1. Read the revision's manifest and signature; check the signature with the trusted key before
+   fetching anything (a wrong key fails in milliseconds, not after 140 GB), and that it covers
+   exactly the manifest's files.
+2. If the model's content is cached, link this name and revision to it: no bytes move (with
+   `verify_cached`, the cached copy is re-hashed first, and set aside if it fails).
+3. Otherwise fetch the files in parallel ranged parts into `partial/`, resuming what an
+   interrupted pull left, verify the signature over them with model-signing, and only then
+   rename the directory to its content address.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from inhouse.weights.cache import WeightCache, write_atomic
+from inhouse.weights.download import (
+    DEFAULT_PART_BYTES,
+    DEFAULT_WORKERS,
+    JOURNAL,
+    Fetcher,
+    Journal,
+    Part,
+    RateLimit,
+    plan_parts,
+    prepare_files,
+)
+from inhouse.weights.errors import VerificationFailed, WeightsError
+from inhouse.weights.manifest import FileEntry, RegistryManifest
+from inhouse.weights.messages import describe_failure
+from inhouse.weights.registry import blob_key, read_revision, resolve_revision
+from inhouse.weights.s3 import RegistryUrl, make_client, s3_errors
+from inhouse.weights.signature import read_statement
+from inhouse.weights.trust import Trust
+from inhouse.weights.verdict import Problem, Verification
+from inhouse.weights.verify import FileHashes, check_signature, diff_resources, verify_model
+
+log = logging.getLogger("inhouse.weights")
+
+
+@dataclass(frozen=True)
+class PullRequest:
+    registry: RegistryUrl
+    name: str
+    revision: str | None  # None: the newest pushed
+    cache: Path
+    trust: Trust
+    verify_cached: bool = False
+    workers: int = DEFAULT_WORKERS
+    part_bytes: int = DEFAULT_PART_BYTES
+    max_bytes_per_s: float | None = None
+    on_start: Callable[[int, int], None] = field(default=lambda total, have: None)
+    on_bytes: Callable[[int], None] = field(default=lambda n: None)
+
+
+@dataclass(frozen=True, slots=True)
+class PullResult:
+    name: str
+    revision: str
+    digest: str
+    path: Path  # CACHE/by-name/<name>/<revision>: serve this
+    signature: Path
+    total_bytes: int
+    fetched_bytes: int  # downloaded by this pull
+    resumed_bytes: int  # already on disk from an interrupted pull
+    was_cached: bool
+    verification: Verification | None  # None: served from the cache without re-hashing
+    quarantined: Path | None = None  # a cached copy that failed verification, moved here
+
+
+def pull_model(request: PullRequest, client: Any = None) -> PullResult:
+    client = client or make_client(max_connections=request.workers * 2)
+    registry = request.registry
+    revision = resolve_revision(client, registry, request.name, request.revision)
+    manifest, signature = read_revision(client, registry, request.name, revision)
+    cache = WeightCache(request.cache)
+    with cache.lock(manifest.digest):
+        quarantined = None
+        if cache.is_cached(manifest):
+            cached = _use_cached(request, cache, manifest, signature)
+            if isinstance(cached, PullResult):
+                return cached
+            quarantined = cached
+        result = _fetch_and_verify(request, client, cache, manifest, signature)
+        return dataclasses.replace(result, quarantined=quarantined)
+
+
+def _use_cached(
+    request: PullRequest, cache: WeightCache, manifest: RegistryManifest, signature: bytes
+) -> PullResult | Path:
+    """The cached copy, linked for this name and revision; or, when `verify_cached` finds it
+    altered, the place it was moved to."""
+    link = cache.link(manifest, signature)
+    verification = None
+    if request.verify_cached:
+        verification = verify_model(link, request.trust)
+        if not verification.ok:
+            moved = cache.quarantine(manifest.digest)
+            log.warning(
+                "%s\nmoved the bad copy to %s; fetching a fresh one",
+                describe_failure(verification),
+                moved,
+            )
+            return moved
+    return PullResult(
+        manifest.name,
+        manifest.revision,
+        manifest.digest,
+        link,
+        cache.signature_of(manifest.name, manifest.revision),
+        manifest.total_bytes,
+        0,
+        0,
+        True,
+        verification,
+    )
+
+
+def _check_before_fetch(
+    request: PullRequest, manifest: RegistryManifest, signature_path: Path, signature: bytes
+) -> None:
+    """Refuse before any download: a signature that is not the one pushed, does not verify
+    with the trusted key, or lists other files than the manifest."""
+    where = f"{request.registry}/models/{manifest.name}/{manifest.revision}/model.sig"
+    problem = None
+    if hashlib.sha256(signature).hexdigest() != manifest.signature.sha256:
+        problem = Problem("signature", where, "it is not the signature pushed with this revision")
+    else:
+        checked = check_signature(signature_path, request.trust)
+        if not checked.ok:
+            assert checked.first is not None, "a failed check has a problem"
+            problem = Problem("signature", where, checked.first.detail)
+    if problem is None:
+        statement = read_statement(signature_path)
+        listed = {f.path: f.sha256 for f in manifest.files}
+        signed = {p: listed.get(p, "?") for p in statement.files}
+        if statement.method == "files" and statement.serialization.get("hash_type") == "sha256":
+            signed = statement.resources
+        problems = diff_resources(signed, listed)
+        if problems:
+            problem = Problem(
+                problems[0].kind,
+                problems[0].path,
+                "the registry's manifest disagrees with the signature",
+            )
+    if problem is not None:
+        trust = request.trust.describe()
+        verification = Verification(Path(where), signature_path, trust, (problem,))
+        raise VerificationFailed(verification, _refusal(manifest, verification))
+
+
+def _refusal(manifest: RegistryManifest, verification: Verification) -> str:
+    return f"refusing {manifest.name}@{manifest.revision}: " + describe_failure(verification)
+
+
+@dataclass(frozen=True)
+class _Job:
+    """A download in `partial/`: its files pre-sized, its parts, what the journal has."""
+
+    model_dir: Path
+    signature_path: Path
+    parts: list[Part]
+    journal: Journal
+    have: set[int]
+
+    @property
+    def resumed_bytes(self) -> int:
+        return sum(p.num_bytes for p in self.parts if p.index in self.have)
+
+
+def _start_job(
+    request: PullRequest, cache: WeightCache, manifest: RegistryManifest, signature: bytes
+) -> _Job:
+    partial = cache.partial_dir(manifest.digest)
+    signature_path = partial / "model.sig"
+    write_atomic(signature_path, signature)
+    _check_before_fetch(request, manifest, signature_path, signature)
+    prepare_files(partial / "model", list(manifest.files))
+    keyed = [(f, blob_key(request.registry, f.sha256)) for f in manifest.files]
+    journal = Journal(partial / JOURNAL, f"inhouse-pull {manifest.digest} {request.part_bytes}")
+    have = journal.load()
+    journal.reset(have)
+    parts = plan_parts(keyed, request.part_bytes)
+    job = _Job(partial / "model", signature_path, parts, journal, have)
+    _check_space(partial, manifest.total_bytes - job.resumed_bytes)
+    return job
+
+
+def _check_space(directory: Path, needed_bytes: int) -> None:
+    free = shutil.disk_usage(directory).free
+    if free < needed_bytes:
+        raise WeightsError(
+            f"not enough space for the pull in {directory}: it needs {needed_bytes / 1e9:.1f} GB "
+            f"more, {free / 1e9:.1f} GB are free; free some (old models in sha256/ that no "
+            "by-name link points at, quarantine/) or use another --cache"
+        )
+
+
+def _fetch_and_verify(
+    request: PullRequest,
+    client: Any,
+    cache: WeightCache,
+    manifest: RegistryManifest,
+    signature: bytes,
+) -> PullResult:
+    job = _start_job(request, cache, manifest, signature)
+    request.on_start(manifest.total_bytes, job.resumed_bytes)
+    rate = RateLimit(request.max_bytes_per_s) if request.max_bytes_per_s else None
+    hashes = FileHashes(job.model_dir, read_statement(job.signature_path))
+    fetcher = Fetcher(client, request.registry.bucket, job.model_dir, job.journal,
+                      request.workers, rate, request.on_bytes, hashes.add)  # fmt: skip
+    with s3_errors(f"pull {manifest.name}@{manifest.revision}", request.registry):
+        missing = [p for p in job.parts if p.index not in job.have]
+        fetched, verification = _download(request, fetcher, hashes, list(manifest.files),
+                                          missing, job.signature_path)  # fmt: skip
+        refetched, lost, verification = _refetch_lost(request, job, fetcher, verification)
+    if not verification.ok:
+        _forget(job.journal, job.parts, {p.path for p in verification.file_problems})
+        raise VerificationFailed(verification, _refusal(manifest, verification))
+    cache.install(job.model_dir, manifest)
+    link = cache.link(manifest, signature)
+    _remove_partial(job.model_dir.parent)
+    return PullResult(
+        manifest.name, manifest.revision, manifest.digest, link,
+        cache.signature_of(manifest.name, manifest.revision), manifest.total_bytes,
+        fetched + refetched, job.resumed_bytes - lost, False, verification,
+    )  # fmt: skip
+
+
+def _refetch_lost(
+    request: PullRequest, job: _Job, fetcher: Fetcher, verification: Verification
+) -> tuple[int, int, Verification]:
+    """When every problem is in a file that had parts from an interrupted pull, those parts did
+    not survive (a crash before the page cache reached the disk): fetch those files again,
+    once, and verify by hashing everything. Returns (bytes fetched again, bytes of kept parts
+    that were dropped, the new verification)."""
+    resumed_files = {p.path for p in job.parts if p.index in job.have}
+    retry = {p.path for p in verification.file_problems}
+    if not retry or not retry <= resumed_files:
+        return 0, 0, verification
+    _forget(job.journal, job.parts, retry)
+    again = [p for p in job.parts if p.path in retry]
+    fetched = dataclasses.replace(fetcher, on_file=lambda path: None).fetch(again)
+    lost = sum(p.num_bytes for p in again if p.index in job.have)
+    return fetched, lost, verify_model(job.model_dir, request.trust, job.signature_path)
+
+
+def _download(
+    request: PullRequest,
+    fetcher: Fetcher,
+    hashes: FileHashes,
+    files: list[FileEntry],
+    missing: list[Part],
+    signature_path: Path,
+) -> tuple[int, Verification]:
+    """Fetch the missing parts while the library hashes each file as it completes (files
+    already whole are hashed at once), then verify the signature over those digests."""
+    pending = {p.path for p in missing}
+    for entry in files:
+        if entry.path not in pending:
+            hashes.add(entry.path)
+    try:
+        fetched = fetcher.fetch(missing)
+    finally:
+        digests = hashes.digests()
+    return fetched, verify_model(fetcher.model_dir, request.trust, signature_path, digests)
+
+
+def _forget(journal: Journal, parts: list[Part], paths: set[str]) -> None:
+    """Drop the journaled parts of `paths`, so they are fetched again."""
+    journal.reset({i for i in journal.load() if parts[i].path not in paths})
+
+
+def _remove_partial(partial: Path) -> None:
+    for leaf in (JOURNAL, "model.sig"):
+        (partial / leaf).unlink(missing_ok=True)
+    partial.rmdir()

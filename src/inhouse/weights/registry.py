@@ -1,0 +1,261 @@
+"""The weight registry on an S3 bucket: push a signed model, list, and read a revision.
+
+    s3://BUCKET/PREFIX/blobs/sha256/<hex>                   file contents, by SHA-256
+    s3://BUCKET/PREFIX/models/<name>/<revision>/model.sig   the signature
+    s3://BUCKET/PREFIX/models/<name>/<revision>/manifest.json
+
+Files are stored once by content, so a new revision uploads only the files that changed.
+A revision is immutable and complete once its manifest exists: push uploads the blobs, then
+the signature, then the manifest, and refuses a revision that already has one.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from boto3.s3.transfer import TransferConfig
+
+from inhouse.errors import SpecError
+from inhouse.spec.catalog import get_model
+from inhouse.spec.weights import check_model_name, check_revision
+from inhouse.weights.errors import WeightsError
+from inhouse.weights.manifest import (
+    FileEntry,
+    RegistryManifest,
+    SignatureEntry,
+    model_digest,
+    parse_manifest,
+)
+from inhouse.weights.s3 import RegistryUrl, is_not_found, s3_errors
+from inhouse.weights.signature import (
+    Statement,
+    default_signature_path,
+    new_hashing,
+    read_statement,
+)
+
+MANIFEST = "manifest.json"
+SIGNATURE = "model.sig"
+UPLOAD = TransferConfig(
+    multipart_threshold=64 * 2**20, multipart_chunksize=64 * 2**20, max_concurrency=4
+)
+NUM_UPLOAD_FILES = 4  # files uploaded at once, each in up to max_concurrency parts
+
+
+def blob_key(registry: RegistryUrl, sha256: str) -> str:
+    return registry.key("blobs", "sha256", sha256)
+
+
+def revision_key(registry: RegistryUrl, name: str, revision: str, leaf: str) -> str:
+    return registry.key("models", name, revision, leaf)
+
+
+@dataclass(frozen=True, slots=True)
+class PushResult:
+    manifest: RegistryManifest
+    uploaded_bytes: int
+    reused_bytes: int  # blobs already in the registry (an earlier revision had them)
+
+
+def catalog_license(name: str) -> str:
+    try:
+        return get_model(name).license
+    except SpecError:
+        return "unknown (not in the model catalog; pass --license)"
+
+
+def hash_files(model_dir: Path) -> list[FileEntry]:
+    """Per-file SHA-256 and size, by model-signing's own hashing (git metadata aside)."""
+    try:
+        config = new_hashing().use_file_serialization(hashing_algorithm="sha256")
+        result = config.hash(model_dir)
+    except (OSError, ValueError) as exc:
+        raise WeightsError(f"cannot hash {model_dir}: {exc}") from exc
+    return [
+        FileEntry(
+            path=rd.identifier,
+            size=(model_dir / rd.identifier).stat().st_size,
+            sha256=rd.digest.digest_hex,
+        )
+        for rd in result.resource_descriptors()
+    ]
+
+
+def check_covers(statement: Statement, files: list[FileEntry], signature: Path) -> None:
+    """Refuse to push files the signature does not cover exactly (signed another copy?)."""
+    from inhouse.weights.messages import describe_problem
+    from inhouse.weights.verify import diff_resources
+
+    if statement.method == "files" and statement.serialization.get("hash_type") == "sha256":
+        problems = diff_resources(statement.resources, {f.path: f.sha256 for f in files})
+    else:  # shards or another hash: compare the file lists only
+        problems = diff_resources({p: "" for p in statement.files}, {f.path: "" for f in files})
+    if problems:
+        listed = "\n".join(f"  {describe_problem(p)}" for p in problems[:5])
+        raise WeightsError(
+            f"{signature} does not cover this directory as it is now:\n{listed}\n"
+            "Sign it again (`inhouse weights sign`) before pushing."
+        )
+
+
+def push_model(
+    client: Any,
+    model_dir: Path,
+    registry: RegistryUrl,
+    name: str,
+    revision: str,
+    signature: Path | None = None,
+    license: str | None = None,
+) -> PushResult:
+    check_model_name(name)
+    check_revision(revision)
+    signature = signature or default_signature_path(model_dir)
+    try:
+        statement = read_statement(signature)
+    except WeightsError as exc:
+        raise WeightsError(f"signature {signature}: {exc}") from exc
+    files = hash_files(model_dir)
+    check_covers(statement, files, signature)
+    manifest_key = revision_key(registry, name, revision, MANIFEST)
+    with s3_errors(f"push {name}@{revision}", registry):
+        if _exists(client, registry.bucket, manifest_key):
+            raise WeightsError(
+                f"{name}@{revision} is already in {registry}; revisions are immutable: push a "
+                "new revision"
+            )
+        uploaded, reused = _upload_blobs(client, model_dir, registry, files)
+        signature_bytes = signature.read_bytes()
+        manifest = new_manifest(name, revision, files, signature_bytes, license)
+        key = revision_key(registry, name, revision, SIGNATURE)
+        client.put_object(Bucket=registry.bucket, Key=key, Body=signature_bytes)
+        client.put_object(
+            Bucket=registry.bucket,
+            Key=manifest_key,
+            Body=manifest.model_dump_json(indent=1).encode(),
+            ContentType="application/json",
+        )
+    return PushResult(manifest, uploaded, reused)
+
+
+def new_manifest(
+    name: str, revision: str, files: list[FileEntry], signature: bytes, license: str | None
+) -> RegistryManifest:
+    return RegistryManifest(
+        name=name,
+        revision=revision,
+        digest=model_digest(files),
+        license=license or catalog_license(name),
+        pushed_at=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        signature=SignatureEntry(size=len(signature), sha256=hashlib.sha256(signature).hexdigest()),
+        files=tuple(files),
+    )
+
+
+def _exists(client: Any, bucket: str, key: str, size: int | None = None) -> bool:
+    try:
+        head = client.head_object(Bucket=bucket, Key=key)
+    except Exception as exc:
+        if is_not_found(exc):
+            return False
+        raise
+    return size is None or int(head["ContentLength"]) == size
+
+
+def _upload_blobs(
+    client: Any, model_dir: Path, registry: RegistryUrl, files: list[FileEntry]
+) -> tuple[int, int]:
+    unique = {f.sha256: f for f in files}.values()
+
+    def upload(entry: FileEntry) -> tuple[int, int]:
+        key = blob_key(registry, entry.sha256)
+        if _exists(client, registry.bucket, key, entry.size):
+            return 0, entry.size
+        client.upload_file(str(model_dir / entry.path), registry.bucket, key, Config=UPLOAD)
+        return entry.size, 0
+
+    with ThreadPoolExecutor(max_workers=NUM_UPLOAD_FILES) as pool:
+        counts = list(pool.map(upload, unique))
+    return sum(c[0] for c in counts), sum(c[1] for c in counts)
+
+
+def list_revisions(
+    client: Any, registry: RegistryUrl, name: str | None = None
+) -> list[tuple[str, str]]:
+    """(name, revision) of every complete revision (its manifest exists)."""
+    base = registry.key("models", name or "") + "/"
+    found = []
+    with s3_errors(f"list {registry}", registry):
+        pages = client.get_paginator("list_objects_v2").paginate(
+            Bucket=registry.bucket, Prefix=base
+        )
+        for page in pages:
+            for item in page.get("Contents", []):
+                key: str = item["Key"]
+                if not key.endswith("/" + MANIFEST):
+                    continue
+                middle = key[len(registry.key("models")) + 1 : -len(MANIFEST) - 1]
+                model, _, revision = middle.rpartition("/")
+                if model and (name is None or model == name):
+                    found.append((model, revision))
+    return found
+
+
+def resolve_revision(client: Any, registry: RegistryUrl, name: str, revision: str | None) -> str:
+    if revision is not None:
+        return check_revision(revision)
+    manifests = read_manifests(client, registry, check_model_name(name))
+    if not manifests:
+        raise WeightsError(
+            f"no revision of {name!r} in {registry}; `inhouse weights ls --registry "
+            f"{registry}` lists what is there"
+        )
+    return manifests[0].revision
+
+
+def read_revision(
+    client: Any, registry: RegistryUrl, name: str, revision: str
+) -> tuple[RegistryManifest, bytes]:
+    """A revision's manifest and signature bytes (checked against the manifest's record)."""
+    where = f"{registry}/models/{name}/{revision}"
+    with s3_errors(f"read {name}@{revision}", registry):
+        try:
+            text = _get(client, registry.bucket, revision_key(registry, name, revision, MANIFEST))
+        except Exception as exc:
+            if not is_not_found(exc):
+                raise
+            known = [m.revision for m in read_manifests(client, registry, name)]
+            raise WeightsError(
+                f"{name}@{revision} is not in {registry}; revisions there: "
+                f"{', '.join(known) or 'none'}"
+            ) from exc
+        manifest = parse_manifest(text, f"{where}/{MANIFEST}")
+        signature = _get(client, registry.bucket, revision_key(registry, name, revision, SIGNATURE))
+    if (manifest.name, manifest.revision) != (name, revision):
+        raise WeightsError(f"{where}/{MANIFEST} describes {manifest.name}@{manifest.revision}")
+    return manifest, signature
+
+
+def read_manifests(
+    client: Any, registry: RegistryUrl, name: str | None = None
+) -> list[RegistryManifest]:
+    """Every complete revision's manifest (of `name`, or all), the newest pushed first."""
+    manifests = []
+    for model, revision in list_revisions(client, registry, name):
+        with s3_errors(f"read {model}@{revision}", registry):
+            text = _get(client, registry.bucket, revision_key(registry, model, revision, MANIFEST))
+        manifests.append(parse_manifest(text, f"{registry}/models/{model}/{revision}"))
+    return sorted(manifests, key=lambda m: (m.pushed_at, m.revision), reverse=True)
+
+
+def _get(client: Any, bucket: str, key: str) -> bytes:
+    body = client.get_object(Bucket=bucket, Key=key)["Body"]
+    try:
+        data: bytes = body.read()
+    finally:
+        body.close()
+    return data

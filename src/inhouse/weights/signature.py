@@ -1,0 +1,156 @@
+"""Signing a model directory, and reading what a signature says, with OpenSSF model-signing.
+
+A signature is model-signing's Sigstore bundle (a DSSE envelope around an in-toto statement
+listing every file and its digest), signed offline with a key or a certificate. Its default
+path is beside the directory: `MODEL_DIR.sig`. `read_statement` decodes the statement without
+checking it, which is only ever used to configure hashing the way the signer did and to word a
+failure after the library has verified the envelope.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from model_signing import hashing, signing, verifying
+
+from inhouse.weights.errors import WeightsError
+
+HashAlgorithm = Literal["sha256", "blake2", "blake3"]
+HASH_ALGORITHMS: tuple[HashAlgorithm, ...] = ("sha256", "blake2", "blake3")
+SIGNATURE_SUFFIX = ".sig"
+
+
+# model-signing leaves its configurations' constructors unannotated: typed once, here.
+def new_hashing() -> hashing.Config:
+    return hashing.Config()  # type: ignore[no-untyped-call]
+
+
+def new_signing() -> signing.Config:
+    return signing.Config()  # type: ignore[no-untyped-call]
+
+
+def new_verifying() -> verifying.Config:
+    return verifying.Config()  # type: ignore[no-untyped-call]
+
+
+def default_signature_path(model_dir: Path | str) -> Path:
+    """`MODEL_DIR.sig`, beside the directory (never inside it, so it is not a model file)."""
+    text = str(model_dir).rstrip("/") or "/"
+    return Path(text + SIGNATURE_SUFFIX)
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """A signature's claims, not yet trusted: how the signer hashed, and what it listed."""
+
+    serialization: dict[str, Any]
+    resources: dict[str, str]  # file (or `file:start:end` shard) -> hex digest
+    signer: Literal["key", "certificate", "other"] = "key"
+
+    @property
+    def method(self) -> str:
+        return str(self.serialization.get("method", ""))
+
+    @property
+    def files(self) -> list[str]:
+        return sorted({name.split(":")[0] for name in self.resources})
+
+
+def read_statement(signature: Path) -> Statement:
+    """Decode the statement inside a signature file. WeightsError saying what is wrong (the
+    caller names the file)."""
+    try:
+        bundle = json.loads(signature.read_text(encoding="utf-8"))
+        payload = json.loads(base64.b64decode(bundle["dsseEnvelope"]["payload"], validate=True))
+        predicate = payload["predicate"]
+        serialization = dict(predicate["serialization"])
+        resources = {str(r["name"]): str(r["digest"]) for r in predicate["resources"]}
+        material = bundle["verificationMaterial"]
+    except FileNotFoundError as exc:
+        raise WeightsError("no such file (sign the model, or pass --signature)") from exc
+    except OSError as exc:
+        raise WeightsError(f"cannot read it: {exc.strerror}") from exc
+    except (ValueError, binascii.Error, KeyError, TypeError) as exc:
+        raise WeightsError(
+            "not an OpenSSF model-signing signature (cannot decode its statement: "
+            f"{type(exc).__name__}: {exc}); it is corrupt or truncated"
+        ) from exc
+    if serialization.get("method") not in ("files", "shards"):
+        raise WeightsError(f"unknown serialization {serialization.get('method')!r}")
+    signer: Literal["key", "certificate", "other"] = "other"
+    if isinstance(material, dict) and "x509CertificateChain" in material:
+        signer = "certificate"
+    elif isinstance(material, dict) and "publicKey" in material:
+        signer = "key"
+    return Statement(serialization, resources, signer)
+
+
+def configure_hashing(
+    config: hashing.Config, statement: Statement, ignored: list[str]
+) -> hashing.Config:
+    """The library's hashing `config` set up as the signer's was (method, algorithm, symlinks,
+    shard size), ignoring `ignored` paths relative to the model (the signature, if inside)."""
+    args = statement.serialization
+    common: dict[str, Any] = {
+        "hashing_algorithm": args["hash_type"],
+        "allow_symlinks": bool(args.get("allow_symlinks", False)),
+    }
+    if statement.method == "shards":
+        config.use_shard_serialization(shard_size=int(args["shard_size"]), **common)
+    else:
+        config.use_file_serialization(**common)
+    return config.set_ignored_paths(paths=ignored, ignore_git_paths=True)
+
+
+def inside(path: Path, directory: Path) -> str | None:
+    """`path` relative to `directory` when it lies inside it, else None."""
+    try:
+        return str(path.resolve().relative_to(directory.resolve()))
+    except ValueError:
+        return None
+
+
+def sign_model(
+    model_dir: Path,
+    private_key: Path,
+    signature: Path | None = None,
+    certificate: Path | None = None,
+    certificate_chain: tuple[Path, ...] = (),
+    hash_algorithm: HashAlgorithm = "sha256",
+) -> Path:
+    """Sign every file of `model_dir` (git metadata aside) and write the signature atomically
+    (default `MODEL_DIR.sig`). With `certificate`, sign as that certificate (its chain is
+    embedded); else with the bare key. Returns the signature's path."""
+    if not model_dir.is_dir():
+        raise WeightsError(f"{model_dir} is not a directory; sign the model's directory")
+    target = signature or default_signature_path(model_dir)
+    config = new_signing()
+    try:
+        if certificate is not None:
+            config.use_certificate_signer(
+                private_key=private_key,
+                signing_certificate=certificate,
+                certificate_chain=certificate_chain,
+            )
+        else:
+            config.use_elliptic_key_signer(private_key=private_key)
+    except (OSError, ValueError, TypeError) as exc:
+        raise WeightsError(f"cannot sign with {private_key}: {exc}") from exc
+    hashes = new_hashing().use_file_serialization(hashing_algorithm=hash_algorithm)
+    within = inside(target, model_dir)
+    hashes.set_ignored_paths(paths=[within] if within else [], ignore_git_paths=True)
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        config.set_hashing_config(hashes).sign(model_dir, temporary)
+        os.replace(temporary, target)
+    except (OSError, ValueError) as exc:
+        raise WeightsError(f"cannot sign {model_dir}: {exc}") from exc
+    finally:
+        temporary.unlink(missing_ok=True)
+    return target

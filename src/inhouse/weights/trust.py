@@ -1,0 +1,150 @@
+"""Keys and certificates: what signs a model, and what a verifier trusts.
+
+Offline PKI only, no Sigstore and no network: an elliptic-curve key pair (`inhouse weights
+keygen`), or a signing certificate issued by the organisation's own CA, verified against that
+CA's chain. Both are OpenSSF model-signing's own signers and verifiers.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from inhouse.weights.errors import WeightsError
+
+PRIVATE_KEY_FILE = "key.priv"
+PUBLIC_KEY_FILE = "key.pub"
+CA_FILE = "ca.pem"
+CA_KEY_FILE = "ca.priv"
+CERTIFICATE_FILE = "signing.pem"
+
+
+@dataclass(frozen=True, slots=True)
+class Trust:
+    """What verifies a signature: a PEM public key, or PEM CA certificates (a chain)."""
+
+    public_key: Path | None = None
+    certificate_chain: tuple[Path, ...] = ()
+
+    def __post_init__(self) -> None:
+        assert (self.public_key is None) != (not self.certificate_chain), "exactly one trust"
+
+    @classmethod
+    def from_args(cls, public_key: str | Path | None, chain: tuple[str | Path, ...] = ()) -> Trust:
+        """Checked user input: exactly one of the two, and the files exist."""
+        if (public_key is None) == (not chain):
+            raise WeightsError(
+                "give --public-key PUB (the release key's public half) or --certificate-chain "
+                "CA.pem ... (your CA's certificates), exactly one"
+            )
+        paths = [Path(public_key)] if public_key is not None else [Path(c) for c in chain]
+        for path in paths:
+            if not path.is_file():
+                raise WeightsError(f"cannot read {path}: no such file")
+        if public_key is not None:
+            return cls(public_key=paths[0])
+        return cls(certificate_chain=tuple(paths))
+
+    def describe(self) -> str:
+        if self.public_key is not None:
+            return f"public key {self.public_key}"
+        return "certificate chain " + ", ".join(str(p) for p in self.certificate_chain)
+
+
+def keygen(
+    out_dir: Path, with_certificate: bool = False, subject: str = "inhouse release"
+) -> list[Path]:
+    """Write a P-256 key pair (`key.priv` mode 0600, `key.pub`) to `out_dir`; with a
+    certificate, also a self-signed CA (`ca.pem`, `ca.priv`) and a code-signing certificate for
+    the key (`signing.pem`). Refuses to overwrite anything. Returns the files written."""
+    names = [PRIVATE_KEY_FILE, PUBLIC_KEY_FILE]
+    if with_certificate:
+        names += [CA_FILE, CA_KEY_FILE, CERTIFICATE_FILE]
+    existing = [out_dir / n for n in names if (out_dir / n).exists()]
+    if existing:
+        raise WeightsError(
+            f"{existing[0]} already exists; keygen never overwrites a key (choose another --out "
+            "or move the old keys away first)"
+        )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    key = ec.generate_private_key(ec.SECP256R1())
+    written = [_write_private(out_dir / PRIVATE_KEY_FILE, key)]
+    public = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    (out_dir / PUBLIC_KEY_FILE).write_bytes(public)
+    written.append(out_dir / PUBLIC_KEY_FILE)
+    if with_certificate:
+        written += _write_certificates(out_dir, key, subject)
+    return written
+
+
+def _write_private(path: Path, key: ec.EllipticCurvePrivateKey) -> Path:
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(pem)
+    return path
+
+
+def _write_certificates(out_dir: Path, key: ec.EllipticCurvePrivateKey, subject: str) -> list[Path]:
+    """A self-signed CA valid 10 years and a code-signing leaf for `key` valid 2 years."""
+    now = datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{subject} CA")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=3650))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(_usage(cert_sign=True), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    leaf_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
+    leaf = (
+        x509.CertificateBuilder()
+        .subject_name(leaf_name)
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=730))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(_usage(cert_sign=False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CODE_SIGNING]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    pem = serialization.Encoding.PEM
+    (out_dir / CA_FILE).write_bytes(ca.public_bytes(pem))
+    (out_dir / CERTIFICATE_FILE).write_bytes(leaf.public_bytes(pem))
+    ca_key_path = _write_private(out_dir / CA_KEY_FILE, ca_key)
+    return [out_dir / CA_FILE, ca_key_path, out_dir / CERTIFICATE_FILE]
+
+
+def _usage(cert_sign: bool) -> x509.KeyUsage:
+    return x509.KeyUsage(
+        digital_signature=not cert_sign,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=cert_sign,
+        crl_sign=cert_sign,
+        encipher_only=False,
+        decipher_only=False,
+    )
