@@ -8,9 +8,12 @@ dropped, invalid and physically impossible rows reported and left out), predicts
 row with the shipped constants (in-sample) and, for each GPU with a held-out fit in
 `--holdout-dir` (`engines_without_<gpu>.yaml`, written by `scripts/fit_calibration.py
 --holdout <gpu> --out ...`), predicts that GPU's rows with constants fitted without them
-(leave-one-GPU-out). Prints median absolute relative error of mean TTFT and mean TPOT by
-backend, and within each backend by model family, GPU and concurrency regime; the worst rows;
-and the wall time. `--quick` predicts every fourth row.
+(leave-one-GPU-out); and, with the shipped constants, `--unseen` (default
+data/calibration_unseen_gpus.csv: the same corpus's H200 and B300 runs, no row of which any
+fit has seen; models it never saw too, Llama-3.1-8B and Qwen3-235B-A22B). Prints median
+absolute relative error of mean TTFT and mean TPOT by backend, and within each backend by
+model family, GPU and concurrency regime; the worst rows; and the wall time. `--quick`
+predicts every fourth row.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from inhouse.calibration.corpus import CorpusRow, prepare
-from inhouse.calibration.plausibility import screen
+from inhouse.calibration.plausibility import Screening, screen
 from inhouse.engine.build import build_replica
 from inhouse.perf.constants import EngineConstants, get_engine_constants, load_engine_table
 from inhouse.predict import AIPERF_SILICON, run_closed_loop
@@ -34,6 +37,7 @@ from inhouse.predict import AIPERF_SILICON, run_closed_loop
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CSV = ROOT / "data" / "calibration_silicon.csv"
 HOLDOUT_DIR = ROOT / "data" / "calibration_holdout"
+UNSEEN_CSV = ROOT / "data" / "calibration_unseen_gpus.csv"
 COMMAND = "python benchmarks/bench_predict.py"
 
 Scored = tuple[CorpusRow, float, float]  # row, predicted TTFT, predicted TPOT
@@ -83,7 +87,7 @@ def print_worst(scored: list[Scored], count: int) -> None:
 
         def miss(s: Scored, index: int = index) -> float:
             measured = s[0].ttft_ms if index == 1 else s[0].tpot_ms
-            return abs(s[index] / measured - 1)
+            return float(abs(s[index] / measured - 1))
 
         for s in sorted(scored, key=miss, reverse=True)[:count]:
             r = s[0]
@@ -96,6 +100,27 @@ def print_worst(scored: list[Scored], count: int) -> None:
             )
 
 
+def _read(path: Path) -> Screening:
+    """A corpus file read and screened as the fit does, what was left out printed."""
+    with path.open(newline="", encoding="utf-8") as handle:
+        corpus = prepare(list(csv.DictReader(handle)))
+    screened = screen(corpus.rows)
+    print(
+        f"{path.name}: {len(corpus.rows)} runs after dropping {len(corpus.duplicates)} "
+        f"duplicate rows; {len(corpus.corrected)} layouts corrected from run ids"
+    )
+    for label, items in (
+        ("unreadable", [(None, f"{i}: {w}") for i, w in corpus.unreadable]),
+        ("invalid layout", screened.invalid),
+        ("does not fit", screened.unfit),
+        ("faster than the hardware allows", screened.implausible),
+    ):
+        print(f"  left out, {label}: {len(items)}")
+        for row, why in items[:3]:
+            print(f"    {row.row_id if row else ''}: {why[:140]}")
+    return screened
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--csv", type=Path, default=DEFAULT_CSV)
@@ -103,23 +128,11 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--worst", type=int, default=8)
     parser.add_argument("--quick", action="store_true", help="every fourth row only")
+    parser.add_argument("--unseen", type=Path, default=UNSEEN_CSV, help="runs on unfitted GPUs")
     args = parser.parse_args()
-    with args.csv.open(newline="", encoding="utf-8") as handle:
-        corpus = prepare(list(csv.DictReader(handle)))
-    screened = screen(corpus.rows)
-    print(
-        f"{args.csv.name}: {len(corpus.rows)} runs after dropping {len(corpus.duplicates)} "
-        f"duplicate rows; {len(corpus.corrected)} layouts corrected from run ids"
-    )
-    for label, items in (
-        ("invalid layout", screened.invalid),
-        ("does not fit", screened.unfit),
-        ("faster than the hardware allows", screened.implausible),
-    ):
-        print(f"  left out, {label}: {len(items)}")
-        for row, why in items[:3]:
-            print(f"    {row.row_id}: {why[:140]}")
+    screened = _read(args.csv)
     rows = screened.usable[:: 4 if args.quick else 1]
+    unseen = _read(args.unseen).usable[:: 4 if args.quick else 1] if args.unseen.is_file() else []
     started = time.perf_counter()
     with ProcessPoolExecutor(args.workers) as pool:
         tasks = [(r, get_engine_constants(r.backend)) for r in rows]
@@ -132,6 +145,8 @@ def main() -> int:
             table = load_engine_table(path.read_text("utf-8"))
             tasks = [(r, table[r.backend]) for r in rows if r.gpu == gpu]
             held_out += list(pool.map(_predict, tasks, chunksize=2))
+        tasks = [(r, get_engine_constants(r.backend)) for r in unseen]
+        never = list(pool.map(_predict, tasks, chunksize=2))
     wall_s = time.perf_counter() - started
     print_table("in-sample (shipped constants, fitted on every usable row):", in_sample)
     if held_out:
@@ -139,8 +154,10 @@ def main() -> int:
         print_table(title, held_out)
     else:
         print(f"\nno held-out fits in {args.holdout_dir}: leave-one-GPU-out not reported")
+    if never:
+        print_table(f"GPUs no fit has seen ({args.unseen.name}, shipped constants):", never)
     print_worst(in_sample, args.worst)
-    print(f"\npredicted {len(in_sample) + len(held_out)} runs in {wall_s:.0f} s wall")
+    print(f"\npredicted {len(in_sample) + len(held_out) + len(never)} runs in {wall_s:.0f} s wall")
     print(f"\nreproduce: {COMMAND}{' --quick' if args.quick else ''}")
     return 0
 

@@ -47,6 +47,7 @@ DEFAULT_CSV = ROOT / "data" / "calibration_silicon.csv"
 ENGINES_YAML = ROOT / "src" / "inhouse" / "perf" / "data" / "engines.yaml"
 PRIOR_YAML = ROOT / "data" / "calibration_prior.yaml"
 HOST_STEP = 0.4  # log-space nudge of a host constant
+HOST_EVERY = 3  # rounds between re-measurements of the host constants' effect
 F_SCALE = 0.1  # residuals beyond ~10% count linearly, not quadratically
 TRUST = 0.5  # a round moves no constant by more than this in log space (x1.65)
 
@@ -157,7 +158,7 @@ def fit(
             best = (cost, x.copy(), recordings)
             if k == rounds:
                 break
-            if jac_host is None or k % 2 == 0:
+            if jac_host is None or k % HOST_EVERY == 0:
                 jac_host = host_jacobian(space, x, recordings, pool)
             lin.host_jacobian = jac_host
             result = least_squares(
