@@ -5,9 +5,11 @@
     scheduler.update(batch, now + dt)
 
 The core reads no clock: the fleet simulator drives it in virtual time, the HTTP engine in wall
-time. In front of the scheduler sits the API server, one queue for the host work around the GPU:
-it takes each prompt in turn (`prompt_token_overhead_s` per token) and streams every sampled
-token (`output_token_overhead_s`), so clients see a step's tokens once it has got to them.
+time. In front of the scheduler sits the API server: it takes each prompt in turn
+(`prompt_token_overhead_s` per token) and streams every sampled token
+(`output_token_overhead_s`), so clients see a step's tokens once it has got to them. Its input
+and output paths are two queues: each depends only on what reached it (arrivals, step ends),
+so a caller that commits a decode jump late gets the times a step-by-step run gets.
 When every running sequence is decoding and nothing can join, the next steps differ only by
 their growing context, so `step` may jump over many of them at once (their times form an
 arithmetic series); every token still gets its exact time.
@@ -66,7 +68,8 @@ class EngineCore:
         # When each step's tokens reach the client (the step's end, or later if the API
         # server is behind), by step index.
         self.timeline = array("d")
-        self._api_free_s = 0.0  # when the API server finishes the work it has
+        self._prompts_free_s = 0.0  # when the API server has taken every prompt it has
+        self._stream_free_s = 0.0  # when it has streamed every token it has
         self._pending: list[tuple[float, int, Request]] = []
         self._seq = itertools.count()
         self._capacity_tokens = config.num_gpu_blocks * config.block_size
@@ -108,9 +111,9 @@ class EngineCore:
         config = self.config
         # NOTE: prompts queue for the API server one at a time (tokenization and input
         # processing); the fixed overhead is latency (HTTP, IPC) that occupies no one.
-        start_s = max(request.arrival_s, self._api_free_s)
-        self._api_free_s = start_s + config.prompt_token_overhead_s * request.num_prompt_tokens
-        request.ready_s = self._api_free_s + config.request_overhead_s
+        start_s = max(request.arrival_s, self._prompts_free_s)
+        self._prompts_free_s = start_s + config.prompt_token_overhead_s * request.num_prompt_tokens
+        request.ready_s = self._prompts_free_s + config.request_overhead_s
         request.status = Status.PENDING
         heapq.heappush(self._pending, (request.ready_s, next(self._seq), request))
         self._planned = None
@@ -207,8 +210,8 @@ class EngineCore:
         per_token_s = self.config.output_token_overhead_s
         if per_token_s == 0.0:
             return end_s
-        self._api_free_s = max(end_s, self._api_free_s) + num_tokens * per_token_s
-        return self._api_free_s
+        self._stream_free_s = max(end_s, self._stream_free_s) + num_tokens * per_token_s
+        return self._stream_free_s
 
     def _account(
         self, num_steps: int, busy_s: float, prompt: int, generated: int, finished: list[Request]

@@ -57,7 +57,7 @@ class EngineConstants:
     * `prompt_token_overhead_s`: API-server work per prompt token (tokenization, input
       processing); the API server does it for one request at a time, so bursts queue.
     * `output_token_overhead_s`: API-server work per streamed output token (detokenizing,
-      framing); it shares that server with the prompts.
+      framing), one token at a time on its output path.
     * `max_num_batched_tokens`, `max_num_seqs`: the engine's defaults for an online server.
     * `batched_tokens_by_hbm_gib`: where the engine picks its token budget from the GPU's
       memory (SGLang's `chunked_prefill_size`: 8192 below 160 GiB, 16384 above), as
