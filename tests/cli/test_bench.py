@@ -176,3 +176,42 @@ def test_bad_input_names_the_fix(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main(args) == 2
     assert "not both" in capsys.readouterr().err
     assert main(["bench", "compare", str(tmp_path / "nope"), str(tmp_path)]) == 2
+
+
+@pytest.mark.parametrize("how", ["flag", "INHOUSE_API_KEY", "OPENAI_API_KEY"])
+def test_the_api_key_is_sent_and_written_nowhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """The key reaches the server, but no artifact holds it (nor, from the environment, the
+    command line): result.json, requests.jsonl, report.md, report.html."""
+    from inhouse.bench import mock_server
+
+    key = "ihk-0badcafe-Sup3rSecretKeyMaterialNobodyMaySee"
+    heads: list[str] = []
+    take = mock_server.take_request
+
+    def recorded(buffer: bytes) -> tuple[str, bytes, bytes] | None:
+        found = take(buffer)
+        if found is not None:
+            heads.append(found[0])
+        return found
+
+    monkeypatch.setattr(mock_server, "take_request", recorded)
+    for name in ("INHOUSE_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    flags = ["--api-key", key] if how == "flag" else []
+    if how != "flag":
+        monkeypatch.setenv(how, key)
+    out = tmp_path / "run"
+    with MockServerThread(MockTiming(ttft_s=0.01, itl_s=0.005)) as mock:
+        argv = ["bench", "--target", mock.url, "--workload", "utility", "--rate", "50",
+                "--num-requests", "4", "--out", str(out), *flags, *SMALL]  # fmt: skip
+        monkeypatch.setattr("sys.argv", ["inhouse", *argv])
+        assert main(argv) == 0
+    assert any(f"Bearer {key}" in head for head in heads if "/v1/" in head)
+    written = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    assert {"result.json", "requests.jsonl", "report.md", "report.html"} <= set(written)
+    for name, data in written.items():
+        assert key.encode() not in data, name
+    command = json.loads(written["result.json"])["run"]["command"]
+    assert ("--api-key REDACTED" in command) == (how == "flag")

@@ -94,6 +94,7 @@ class Stack:
     def __init__(self, tmp: Path, gateway_args: list[str] | None = None) -> None:
         self.engine_port = free_port()
         self.port = free_port()
+        self.metrics_port = free_port()
         self.key = "test-demo-key"
         (tmp / "stack.yaml").write_text(yaml.safe_dump(stack_data(1)))
         endpoints = {"pools": {"p": [f"http://127.0.0.1:{self.engine_port}"]}}
@@ -112,6 +113,8 @@ class Stack:
                 str(tmp / "endpoints.json"),
                 "--port",
                 str(self.port),
+                "--metrics-port",
+                str(self.metrics_port),
                 *(gateway_args or []),
             ],
             env=env,
@@ -195,11 +198,11 @@ def test_tls(tmp_path: Path) -> None:
 
 def test_up_starts_the_gateway_with_a_generated_demo_key(tmp_path: Path) -> None:
     (tmp_path / "stack.yaml").write_text(yaml.safe_dump(stack_data(1)))
-    port, base = free_port(), free_port()
+    port, base, metrics = free_port(), free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if k != "INHOUSE_DEMO_KEY"}
     process = subprocess.Popen(
         [*UP, str(tmp_path / "stack.yaml"), "--port", str(port), "--engine-base-port", str(base),
-         "--log-dir", str(tmp_path / "logs")],
+         "--metrics-port", str(metrics), "--log-dir", str(tmp_path / "logs")],
         stdout=subprocess.PIPE,
         text=True,
         env=env,

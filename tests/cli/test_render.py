@@ -17,7 +17,7 @@ def test_render_writes_every_artifact(tmp_path: Path, capsys: pytest.CaptureFixt
     args += ["--page-webhook", "http://pager.local/hook"]
     assert main(args) == 0
     out, err = capsys.readouterr()
-    assert "rendered 26 files" in out
+    assert "rendered 27 files" in out
     assert "no `slo` section" not in err  # the CRM example states its SLO table
     written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
     assert written == [
@@ -33,6 +33,7 @@ def test_render_writes_every_artifact(tmp_path: Path, capsys: pytest.CaptureFixt
         "grafana/slo.json",
         "grafana/tenants.json",
         "k8s/dcgm-exporter-counters.yaml",
+        "k8s/edge.yaml",
         "k8s/engine-chat.yaml",
         "k8s/engine-networkpolicy.yaml",
         "k8s/exporters.yaml",

@@ -110,7 +110,7 @@ def test_too_few_kv_blocks_preempt_and_everything_still_finishes(make_engine) ->
 
 
 def test_fcfs_preempts_the_latest_arrival(make_engine) -> None:
-    engine = make_engine(num_gpu_blocks=40, max_num_seqs=8)  # 640 tokens
+    engine = make_engine(num_gpu_blocks=40, max_num_seqs=8, scheduling_policy="fcfs")  # 640 tokens
     first = Request("first", 200, 200, 0.0)
     second = Request("second", 200, 200, 0.001)
     engine.add_request(first)
@@ -137,7 +137,7 @@ def test_priority_arrival_overtakes_queued_low_priority_requests(make_engine) ->
 
 
 def test_fcfs_keeps_arrival_order(make_engine) -> None:
-    engine = make_engine(max_num_seqs=1)
+    engine = make_engine(max_num_seqs=1, scheduling_policy="fcfs")
     requests = [Request(f"r{i}", 50, 3, i * 0.001, priority=10 - i) for i in range(4)]
     for request in requests:
         engine.add_request(request)

@@ -164,3 +164,25 @@ def test_cache_aware_beats_round_robin_on_agent_sessions() -> None:
         rates[policy] = summary["prefix_cache_hit_rate"]
         assert summary["prefix_cache_hit_rate"] <= summary["theoretical_hit_rate"]  # type: ignore[operator]
     assert rates["cache_aware"] > 1.3 * rates["round_robin"]  # type: ignore[operator]
+
+
+def test_utility_calls_with_a_small_token_budget_all_get_a_first_token() -> None:
+    # The CRM plan's own Reproduce command crashed here: a prompt whose prefix hit and chunks
+    # left one token was jumped over as if decoding and never got its TTFT.
+    from inhouse.workload.registry import make_workload
+
+    workload = make_workload(
+        "utility",
+        {
+            "arrivals": "poisson",
+            "rate_per_s": 16.0,
+            "num_tasks": 3,
+            "instruction_tokens": 250,
+            "document": "150:950:1:4550",
+            "output": "10:40:1:320",
+        },
+    )
+    one = stack(replicas=2, quant="fp8", knobs={"max_num_batched_tokens": 512})
+    result = simulate_stack(one, workload, policy="cache_aware", duration_s=30, seed=0)
+    assert result.records and all(r.ok and r.first_token_s is not None for r in result.records)
+    assert result.summary(None)["p95_ttft_ms"] > 0

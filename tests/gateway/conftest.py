@@ -22,6 +22,7 @@ from inhouse.gateway.service import Gateway
 from inhouse.server.engine_app import create_engine_app
 from inhouse.server.state import EngineOptions, EngineState
 from inhouse.spec.gateway import parse_gateway
+from inhouse.spec.knobs import EngineKnobs
 from inhouse.spec.stack import parse_stack
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -75,7 +76,8 @@ def engine_options(**overrides: Any) -> EngineOptions:
         "time_scale": 0.05,
     }
     values.update(overrides)
-    return EngineOptions(**values)
+    knobs = {k: values.pop(k) for k in list(values) if k in EngineKnobs.model_fields}
+    return EngineOptions(knobs=EngineKnobs(**knobs), **values)
 
 
 async def start_engine(options: EngineOptions | None = None, port: int = 0) -> LiveEngine:

@@ -11,6 +11,9 @@ from typing import Any
 import httpx
 from tests.gateway.conftest import KEY, LiveEngine, chat, engines, gateway_for, stack_data
 
+from inhouse.gateway.app import create_metrics_app
+from inhouse.gateway.service import Gateway
+
 Check = Callable[[httpx.AsyncClient, list[LiveEngine]], Awaitable[None]]
 
 
@@ -161,7 +164,13 @@ def test_tenant_prompt_cap() -> None:
 
 
 def test_stream_usage_only_when_asked_and_metrics() -> None:
-    async def check(client: httpx.AsyncClient, live: list[LiveEngine]) -> None:
+    async def main() -> None:
+        async with engines(1) as live:
+            urls = {"chat": [live[0].url]}
+            async with gateway_for(stack_data(replicas=1), urls) as (gateway, client):
+                await check(gateway, client)
+
+    async def check(gateway: Gateway, client: httpx.AsyncClient) -> None:
         plain = await client.post("/v1/chat/completions", json=chat(max_tokens=4, stream=True))
         assert plain.status_code == 200
         assert '"usage"' not in plain.text
@@ -173,14 +182,22 @@ def test_stream_usage_only_when_asked_and_metrics() -> None:
         events = [e for e in asked.text.split("\n\n") if e]
         usage = json.loads(events[-2][6:])["usage"]
         assert usage["completion_tokens"] == 4
-        text = (await client.get("/metrics")).text
+        text = gateway.metrics.render().decode()
         assert (
             'inhouse_gateway_tokens_total{kind="completion",model="tiny",tenant="demo"} 8.0' in text
         )
         assert 'inhouse_gateway_requests_total{code="200",model="tiny",pool="chat"' in text
         assert "inhouse_gateway_ttft_seconds_bucket" in text
+        # ... served on the metrics port, not on the API port clients reach
+        assert (await client.get("/metrics")).status_code == 404
+        transport = httpx.ASGITransport(app=create_metrics_app(gateway))
+        async with httpx.AsyncClient(transport=transport, base_url="http://metrics") as scraper:
+            scraped = await scraper.get("/metrics")
+            assert scraped.status_code == 200
+            assert "inhouse_gateway_ttft_seconds_bucket" in scraped.text
+            assert (await scraper.get("/health")).status_code == 200
 
-    run_with_gateway(check)
+    asyncio.run(main())
 
 
 def test_health_openapi_and_request_id() -> None:

@@ -51,7 +51,7 @@ def test_failure_before_first_byte_is_retried_elsewhere() -> None:
                 await client.post("/v1/chat/completions", json=chat(max_tokens=1)) for _ in range(6)
             ]
             assert [r.status_code for r in results] == [200] * 6
-            text = (await client.get("/metrics")).text
+            text = gw.metrics.render().decode()
             # Two consecutive failures remove the replica (unhealthy_after = 2).
             assert 'inhouse_gateway_retries_total{pool="chat",replica="0"} 2.0' in text
             assert not gw.pools["chat"].replicas[0].is_healthy

@@ -22,7 +22,7 @@ from tests.gateway.test_limits import REDIS_URL, needs_redis
 from inhouse.gateway import http_server
 from inhouse.gateway.chunk_writer import ChunkWriter
 from inhouse.gateway.keys import create_key
-from inhouse.gateway.proxy import _relay_direct, _relay_through_send
+from inhouse.gateway.stream import _relay_direct, _relay_through_send
 from inhouse.gateway.upstream import Response, UpstreamPool, _Connection
 
 
@@ -310,7 +310,7 @@ def test_a_stream_that_fails_before_its_first_token_is_retried_unseen(mode: str)
                 roles = [e for e in events if '"role":"assistant"' in e]
                 assert len(roles) == 1  # the broken engine's role chunk never reached the client
                 assert sum('"content"' in e for e in events) >= 6
-            text = (await client.get("/metrics")).text
+            text = gateway.metrics.render().decode()
             # Both requests went to the broken engine first (the retry moves the round robin
             # on); its two consecutive failures removed it, as failures before a byte do.
             assert 'inhouse_gateway_retries_total{pool="chat",replica="0"} 2.0' in text

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from inhouse.gateway import http_server
 from inhouse.gateway.chunk_writer import EXTENSION
-from inhouse.gateway.http_server import GatewayProtocol, GatewayServer
+from inhouse.gateway.http_listener import GatewayServer
+from inhouse.gateway.http_server import GatewayProtocol
 
 Scope = dict[str, Any]
 App = Callable[[Scope, Any, Any], Awaitable[None]]

@@ -29,6 +29,9 @@ def test_exposition_matches_the_contract() -> None:
             "inhouse_gateway_stream_errors_total": metrics.stream_errors,
             "inhouse_gateway_inflight_requests": metrics.inflight,
             "inhouse_gateway_event_loop_lag_seconds": metrics.loop_lag,
+            "inhouse_gateway_limit_store_up": metrics.store_up,
+            "inhouse_gateway_limit_store_errors_total": metrics.store_errors,
+            "inhouse_gateway_client_disconnects_total": metrics.disconnects,
         }[spec.name]
         child = family.child(*("x" for _ in spec.labels))
         child.observe(0.5) if spec.kind == "histogram" else child.inc()

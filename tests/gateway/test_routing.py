@@ -27,7 +27,7 @@ def test_shared_prefix_sticks_to_one_replica() -> None:
     async def main() -> None:
         async with engines(3) as live:
             urls = {"chat": [e.url for e in live]}
-            async with gateway_for(stack_data(replicas=3), urls) as (_, client):
+            async with gateway_for(stack_data(replicas=3), urls) as (gateway, client):
                 system = "You are a careful assistant. " * 40
                 pools = []
                 for turn in range(6):
@@ -42,7 +42,7 @@ def test_shared_prefix_sticks_to_one_replica() -> None:
                     r = await client.post("/v1/chat/completions", json=body)
                     assert r.status_code == 200
                     pools.append(r.json()["usage"]["prompt_tokens_details"]["cached_tokens"])
-                text = (await client.get("/metrics")).text
+                text = gateway.metrics.render().decode()
         assert 'reason="prefix_match"' in text
         assert all(cached > 0 for cached in pools[1:]), pools  # every turn hit the cache
 
@@ -58,7 +58,7 @@ def test_long_prompts_go_to_the_long_pool() -> None:
             engines(1, max_model_len=4096, served_model_names=("small",)) as small,
         ):
             urls = {"chat": [live[0].url], "small": [small[0].url]}
-            async with gateway_for(data, urls) as (_, client):
+            async with gateway_for(data, urls) as (gateway, client):
                 short = await client.post("/v1/chat/completions", json=chat(max_tokens=1))
                 assert short.headers["x-inhouse-pool"] == "chat"
                 long = await client.post(
@@ -66,7 +66,7 @@ def test_long_prompts_go_to_the_long_pool() -> None:
                 )
                 assert long.status_code == 200, long.text
                 assert long.headers["x-inhouse-pool"] == "small"
-                text = (await client.get("/metrics")).text
+                text = gateway.metrics.render().decode()
                 assert 'reason="long_prompt"' in text
 
     asyncio.run(main())
@@ -79,12 +79,12 @@ def test_fallback_when_primary_is_down_is_marked() -> None:
         async with engines(1, max_model_len=4096, served_model_names=("small",)) as small:
             dead = f"http://127.0.0.1:{free_port()}"
             urls = {"chat": [dead], "small": [small[0].url]}
-            async with gateway_for(data, urls) as (_, client):
+            async with gateway_for(data, urls) as (gateway, client):
                 r = await client.post("/v1/chat/completions", json=chat(max_tokens=1))
                 assert r.status_code == 200, r.text
                 assert r.headers["x-inhouse-pool"] == "small"
                 assert r.headers["x-inhouse-fallback"] == "chat"
-                text = (await client.get("/metrics")).text
+                text = gateway.metrics.render().decode()
                 assert (
                     'inhouse_gateway_routing_decisions_total{pool="small",reason="fallback"' in text
                 )
@@ -160,7 +160,7 @@ def test_queue_timeout_and_full_queue_are_503_with_retry_after() -> None:
     async def main() -> None:
         async with (
             engines(1, time_scale=1.0) as live,
-            gateway_for(data, {"chat": [live[0].url]}) as (_, client),
+            gateway_for(data, {"chat": [live[0].url]}) as (gateway, client),
         ):
             batch = {"authorization": f"Bearer {batch_key}"}
             long = asyncio.create_task(
@@ -177,7 +177,7 @@ def test_queue_timeout_and_full_queue_are_503_with_retry_after() -> None:
             assert timed_out.status_code == 503
             assert int(timed_out.headers["retry-after"]) >= 1
             long.cancel()
-            text = (await client.get("/metrics")).text
+            text = gateway.metrics.render().decode()
             assert 'inhouse_gateway_rejections_total{reason="queue_full",tenant="bulk"} 2.0' in text
 
     asyncio.run(main())

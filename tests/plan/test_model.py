@@ -8,6 +8,7 @@ from inhouse.plan.analytic import PoolModel, Stream, erlang_c
 from inhouse.plan.dist import Dist, mix, normal_tail
 from inhouse.plan.traffic import Shapes
 from inhouse.predict import run_closed_loop
+from inhouse.spec.knobs import EngineKnobs
 
 from .plan_helpers import parse, small_requirements
 
@@ -49,7 +50,9 @@ def test_erlang_c() -> None:
 
 def _model(isl: int, rate: float) -> tuple[PoolModel, ReplicaSpec]:
     req = parse(small_requirements()).workloads[0]
-    spec = ReplicaSpec("Llama-3.1-8B", "h100_sxm", 1, "fp8", max_num_batched_tokens=2048)
+    spec = ReplicaSpec(
+        "Llama-3.1-8B", "h100_sxm", 1, "fp8", knobs=EngineKnobs(max_num_batched_tokens=2048)
+    )
     from inhouse.plan.traffic import profile_workload
 
     profile = profile_workload(req)

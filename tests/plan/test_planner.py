@@ -70,7 +70,7 @@ def test_small_plan_is_verified_and_its_stack_simulates() -> None:
     stack = parse_stack(__import__("yaml").safe_load(dump_stack(plan.stack)))
     (pool,) = stack.pools
     assert (pool.model, pool.quant, pool.routing.policy) == (
-        "meta-llama/Llama-3.1-8B",
+        "meta-llama/Llama-3.1-8B-Instruct",  # the chat checkpoint, not the catalog's base id
         "fp8",
         "cache_aware",
     )

@@ -53,8 +53,10 @@ def test_crm_example_states_the_seed_scenario() -> None:
 def test_unknown_field_is_named() -> None:
     data = small_requirements()
     data["workloads"][0]["promt_tokens"] = {"p50": 1, "p95": 2}
-    with pytest.raises(SpecError, match=r"workloads\.0\.promt_tokens: unknown field"):
+    with pytest.raises(SpecError, match=r"workloads\.0\.promt_tokens: unknown field") as caught:
         parse(data)
+    # a requirements file's fields are documented in docs/plan.md, not docs/stack.md
+    assert "docs/plan.md" in str(caught.value) and "docs/stack.md" not in str(caught.value)
 
 
 def test_traffic_needs_one_form() -> None:

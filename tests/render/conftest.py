@@ -1,9 +1,15 @@
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from inhouse.cli.plan import load_requirements
+from inhouse.plan.memo import render_memo
+from inhouse.plan.planner import Plan, make_plan
+from inhouse.plan.report import build_report, final_stack
 from inhouse.render import Rendered, render_stack
 from inhouse.spec.stack import StackSpec, load_stack
 
@@ -39,3 +45,22 @@ def write_rendered(tmp_path: Path):  # type: ignore[no-untyped-def]
         return tmp_path
 
     return write
+
+
+@dataclass(frozen=True)
+class PlannedCrm:
+    """`inhouse plan` of the CRM requirements, as the CLI writes it: the plan, plan.json's
+    content, the memo and the stack file (with its workloads and triggers)."""
+
+    plan: Plan
+    report: dict[str, Any]
+    memo: str
+    stack: StackSpec
+
+
+@pytest.fixture(scope="session")
+def crm_plan() -> PlannedCrm:
+    path = ROOT / "examples" / "crm-copilot" / "requirements.yaml"
+    plan = make_plan(load_requirements(path))
+    report = build_report(plan, stack_path="stack.yaml")
+    return PlannedCrm(plan, report, render_memo(report, {}), final_stack(plan, report))

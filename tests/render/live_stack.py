@@ -62,6 +62,7 @@ class LiveStack:
     gateway_url: str
     logs: dict[str, Path] = field(default_factory=dict)
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    metrics_port: int = 0
 
     def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         log = self.workdir / f"{name}.log"
@@ -74,8 +75,8 @@ class LiveStack:
 
     @property
     def gateway_metrics_url(self) -> str:
-        """Where the gateway serves /metrics (today its API port)."""
-        return self.gateway_url
+        """Where the gateway serves /metrics: its metrics port, not its API port."""
+        return f"http://127.0.0.1:{self.metrics_port}"
 
     def log_text(self) -> str:
         return "".join(p.read_text(errors="replace") for p in self.logs.values())
@@ -132,7 +133,10 @@ def live_stack(
         endpoints = workdir / "endpoints.json"
         endpoints.write_text(json.dumps({"pools": live.engine_urls}))
         port = free_port()
-        gateway = gateway_process(stack_file, endpoints, port, "127.0.0.1", DEMO_KEY)
+        live.metrics_port = free_port()
+        gateway = gateway_process(
+            stack_file, endpoints, port, "127.0.0.1", DEMO_KEY, live.metrics_port
+        )
         assert gateway is not None, "inhouse gateway is missing"
         live.gateway_url = gateway.url
         argv = [*gateway.argv, *(["--log-prompts"] if log_prompts else [])]

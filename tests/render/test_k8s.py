@@ -15,6 +15,7 @@ from inhouse.engine_args import vllm_serve_args
 from inhouse.errors import SpecError
 from inhouse.render import Rendered, render_stack
 from inhouse.render.k8s_engine import TOPOLOGY_CHECK
+from inhouse.render.k8s_tracing import with_tracing
 from inhouse.render.options import RenderOptions
 from inhouse.spec.stack import StackSpec, parse_stack
 
@@ -92,7 +93,10 @@ def test_crm_is_two_tp4_replicas_on_the_nvlink_halves(crm_stack: StackSpec, crm:
         vllm = containers(engines[name])["vllm"]
         assert vllm["resources"]["limits"]["nvidia.com/gpu"] == 4
         assert pod["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
-        expected = vllm_serve_args(crm_stack, crm_stack.pool("chat"), 0, 8000)[1:]
+        # the stack's arguments, with tracing (on in the example) sent to the in-cluster Tempo
+        traced = with_tracing(crm_stack, RenderOptions())
+        expected = vllm_serve_args(traced, traced.pool("chat"), 0, 8000)[1:]
+        assert "--otlp-traces-endpoint" in expected
         assert vllm["command"] == ["vllm", "serve"]
         assert vllm["args"] == ["/models/meta-llama/Llama-3.3-70B-Instruct", *expected]
         assert "check-gpu-topology" in containers(engines[name])
@@ -223,6 +227,7 @@ def test_registry_mirror_rewrites_every_image(crm_stack: StackSpec) -> None:
         "registry.local:5000/vllm/vllm-openai:v0.33.0",
         "registry.local:5000/sigstore/model-transparency-cli:v1.1.1",
         "registry.local:5000/inhouse:0.1.0",
+        "registry.local:5000/envoyproxy/envoy:v1.40.0",
         "registry.local:5000/nvidia/k8s/dcgm-exporter:3.3.9-3.6.1-ubuntu22.04",
         "registry.local:5000/prometheus/node-exporter:v1.8.2",
         "registry.local:5000/grafana/loki:3.4.2",

@@ -123,9 +123,9 @@ def test_every_panel_and_rule_returns_live_data(crm_stack: StackSpec, tmp_path: 
             target=_faults_during_load, args=(live.admin_urls, obs.dcgm_admin_url, live.gateway_url)
         )
         faults.start()
-        num_requests = drive_load(
-            live.gateway_url, DEMO_KEY, LOAD_S, ("chat-70b", "utility-summarize")
-        )
+        # every model a workload names gets traffic: its SLO rules must return data
+        models = tuple(w.model for w in crm_stack.workloads) or ("chat-70b", "utility-summarize")
+        num_requests = drive_load(live.gateway_url, DEMO_KEY, LOAD_S, models)
         faults.join()
         assert num_requests > 20
         time.sleep(3)  # the last scrapes and a rule evaluation after them

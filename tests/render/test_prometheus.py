@@ -21,6 +21,7 @@ needs_promtool = pytest.mark.skipif(
     ".ci/apt-packages.txt)",
 )
 PAGE_ALERTS = {
+    "InhouseE2EP95OverSLO",
     "InhouseTTFTP95OverSLO",
     "InhouseITLP95OverSLO",
     "InhouseErrorBudgetBurnFast",

@@ -9,8 +9,15 @@ from typing import Any
 import pytest
 
 from inhouse.server.state import EngineOptions
+from inhouse.spec.knobs import EngineKnobs
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def options_with_knobs(values: dict[str, Any]) -> EngineOptions:
+    """`EngineOptions` from one flat mapping: knob names go into `knobs`."""
+    knobs = {k: values.pop(k) for k in list(values) if k in EngineKnobs.model_fields}
+    return EngineOptions(knobs=EngineKnobs(**knobs), **values)
 
 
 @pytest.fixture
@@ -24,7 +31,7 @@ def make_options() -> Callable[..., EngineOptions]:
             "max_model_len": 512,
         }
         values.update(overrides)
-        return EngineOptions(**values)
+        return options_with_knobs(values)
 
     return make
 

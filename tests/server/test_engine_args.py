@@ -27,17 +27,20 @@ def test_vllm_args_for_the_crm_copilot() -> None:
         "--host", "0.0.0.0", "--port", "8101",
         "--tensor-parallel-size", "4",
         "--quantization", "fp8",
-        "--max-model-len", "32768",
         "--max-num-seqs", "128",
+        "--max-model-len", "32768",
         "--gpu-memory-utilization", "0.9",
         "--enable-prefix-caching",
         "--scheduling-policy", "priority",
-        "--enable-lora", "--max-loras", "3",
+        "--shutdown-timeout", "30",
+        # one GPU slot per adapter, rank 16, every adapter in host memory
+        "--enable-lora", "--max-loras", "3", "--max-lora-rank", "16", "--max-cpu-loras", "3",
         "--lora-modules",
         "utility-summarize=/models/lora/utility-summarize",
         "utility-classify=/models/lora/utility-classify",
         "utility-extract=/models/lora/utility-extract",
-        "--shutdown-timeout", "30",
+        # Llama 3.x calls tools in JSON (the catalog's parser for the family)
+        "--enable-auto-tool-choice", "--tool-call-parser", "llama3_json",
         "--enable-prompt-tokens-details",
     ]  # fmt: skip
     # The engine keeps idle connections longer than the gateway does (no connect on a burst).
@@ -93,3 +96,15 @@ def test_the_simulated_engine_keeps_idle_connections_as_vllm_does(
     monkeypatch.setenv("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "soon")
     with pytest.raises(SpecError, match="VLLM_HTTP_TIMEOUT_KEEP_ALIVE='soon'"):
         keep_alive_s()
+
+
+def test_block_size_is_rendered_only_when_the_stack_sets_it() -> None:
+    # vLLM's CPU build uses 128-token blocks and refuses 16: an unset block size is left to
+    # the platform, a set one (even to 16) is passed.
+    def args(knobs: dict[str, object]) -> list[str]:
+        stack = parse_stack({"name": "s", "pools": [{"name": "p", "model": "m", "knobs": knobs}]})
+        return vllm_serve_args(stack, stack.pools[0], 0, 9000)
+
+    assert "--block-size" not in args({})
+    rendered = args({"block_size": 16})
+    assert rendered[rendered.index("--block-size") + 1] == "16"

@@ -120,7 +120,8 @@ def test_sigterm_drains_in_flight_and_refuses_new(
 
 def test_drain_timeout_aborts_the_rest(free_port: Callable[[], int]) -> None:
     port = free_port()
-    process = start_engine(port, "--max-model-len", "4096", "--shutdown-timeout", "0.3")
+    # vLLM's --shutdown-timeout is whole seconds
+    process = start_engine(port, "--max-model-len", "4096", "--shutdown-timeout", "1")
     try:
         payload = {"model": "tiny", "prompt": "long", "max_tokens": 3000, "stream": True}
         with (

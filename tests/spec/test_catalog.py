@@ -61,7 +61,15 @@ MODEL_ARCH = {
 }
 
 # Fields that are the same for two checkpoints of one architecture.
-NON_ARCH_FIELDS = {"name", "hf_id", "aliases", "params_b_stated", "license", "source"}
+NON_ARCH_FIELDS = {
+    "name",
+    "hf_id",
+    "instruct_hf_id",
+    "aliases",
+    "params_b_stated",
+    "license",
+    "source",
+}
 
 
 def _arch(name: str) -> tuple[int, ...]:
@@ -365,3 +373,16 @@ def test_local_config_unreadable_raises(tmp_path: Path) -> None:
     path.write_text("{not json", encoding="utf-8")
     with pytest.raises(SpecError, match="cannot read model config"):
         model_from_hf_config(path)
+
+
+def test_a_stack_serves_the_instruct_checkpoint_and_the_family_has_a_tool_parser() -> None:
+    # Meta publishes base and instruct checkpoints: a base model has no chat template, so a
+    # pool serving it fails every chat request (the code-assistant plan's fallback did).
+    for name in known_models():
+        model = get_model(name)
+        if model.hf_id.startswith("meta-llama/"):
+            assert model.served_hf_id.endswith("-Instruct"), name
+            assert model.tool_call_parser == "llama3_json", name
+    assert get_model("Qwen2.5-7B").served_hf_id == "Qwen/Qwen2.5-7B-Instruct"
+    assert get_model("Qwen3-8B").tool_call_parser == "hermes"
+    assert get_model("phi-4").tool_call_parser is None

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inhouse.bench.config import BenchSpec, build_workload
+from inhouse.bench.gauges import GaugeSampler
 from inhouse.bench.http import Job, Target
 from inhouse.bench.metrics import Outcome, RequestResult
 from inhouse.bench.progress import Progress
@@ -263,7 +264,12 @@ async def run_live(
     if on_driver is not None:
         on_driver(driver)
     await sender.start()
-    duration_s = await driver.run()
+    gauges = GaugeSampler(metrics_urls)
+    gauges.start()
+    try:
+        duration_s = await driver.run()
+    finally:
+        await gauges.stop()
     after = await scrape_all(metrics_urls)
     meta = {
         "model_id": model,
@@ -285,7 +291,7 @@ async def run_live(
         duration_s,
         meta,
         sender.health(),
-        ServerCounters.delta(before, after),
+        {**ServerCounters.delta(before, after), "gauges": gauges.summary()},
         driver.interrupted,
         driver.num_interrupted,
         requested_rate,

@@ -340,7 +340,10 @@ class Connection(asyncio.Protocol):
             if ex.event_buffer.strip():
                 self._on_message(ex, ex.event_buffer.strip(), now)
             if o.num_chunks:
-                o.success = True
+                # NOTE: `vllm bench serve` counts a stream that ended in an error event as a
+                # success once it had a token; we do not: the client did not get its answer.
+                # Its timings up to the error stay recorded.
+                o.success = not o.error
                 o.latency_s = ex.last_t - o.t_send
             else:
                 o.error = o.error or "Never received a valid chunk to calculate TTFT."

@@ -40,6 +40,7 @@ class MockTiming:
     cached_fraction: float = 0.0
     fail_status: int | None = None  # answer every generation request with this status
     grid: bool = True  # False: each stream on its own timers (TTFT exact, more server CPU)
+    error_after_tokens: int | None = None  # end each stream with an error event after N tokens
 
 
 @dataclass
@@ -292,6 +293,13 @@ class _Stream:
             choice = f'{{"index":0,"text":" the","finish_reason":{finish}}}'
             head = '{"object":"text_completion","choices":['
         self._send(f'{head}{choice}],"t":{now:.6f}}}')
+        if self.sent == self.server.timing.error_after_tokens and not last:
+            # What a gateway sends when the replica under a started stream dies.
+            error = {"error": {"message": "upstream lost", "type": "X", "param": None, "code": 502}}
+            self._send(json.dumps(error))
+            self._send("[DONE]")
+            self.conn.write(b"0\r\n\r\n")
+            return False
         if last:
             usage = {
                 "prompt_tokens": self.prompt_tokens,

@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import sys
 from collections import Counter
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import inhouse
 from inhouse.bench.driver import BenchRun
+from inhouse.bench.failures import failure_lines
 from inhouse.bench.health import assess_client
 from inhouse.bench.metrics import VLLM_METRICS, percentile_key, summarize
+from inhouse.bench.plan_run import judgement_lines
+from inhouse.bench.redact import redact_argv, redact_text
 
 EXTENSION_ROWS = ("ttft_sched", "e2el_sched", "client_queue_time", "ttft_content")
 
@@ -44,6 +49,7 @@ def build_result(run: BenchRun) -> dict[str, Any]:
         server_rate / ideal if server_rate is not None and ideal else None
     )
     out["server_metrics"] = server.get("engines", [])
+    out["server_gauges"] = server.get("gauges")
     simulated = run.simulated is not None
     client = (
         {"client_bottleneck": False, "reasons": [], "simulated": True}
@@ -72,7 +78,7 @@ def build_result(run: BenchRun) -> dict[str, Any]:
     }
     out["run"] = {
         "source": "simulate" if simulated else "live",
-        "target": run.meta.get("target"),
+        "target": redact_text(str(run.meta.get("target") or "")) or None,
         "prompt_salt": run.meta.get("prompt_salt"),
         "interrupted": run.interrupted,
         "num_interrupted": run.num_interrupted,
@@ -80,7 +86,7 @@ def build_result(run: BenchRun) -> dict[str, Any]:
         "percentiles": list(spec.percentiles),
         "client_stack": run.meta.get("client"),
         "inhouse_version": inhouse.__version__,
-        "command": " ".join(sys.argv),
+        "command": shlex.join(redact_argv(sys.argv)),
     }
     if run.simulated is not None:
         out["simulated"] = run.simulated
@@ -115,12 +121,21 @@ def write_requests(run: BenchRun, path: Path) -> None:
             handle.write(json.dumps(row) + "\n")
 
 
-def write_reports(run: BenchRun, out_dir: Path, charts: bool = True) -> dict[str, Any]:
-    """result.json, requests.jsonl, report.md, and the charts; returns the result."""
+def write_reports(
+    run: BenchRun, out_dir: Path, charts: bool = True, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """result.json, requests.jsonl, report.md, and the charts; returns the result. `extra`:
+    more top-level keys (`plan_slo`, the verdict of `bench --plan`)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    result = build_result(run)
+    result = {**build_result(run), **(extra or {})}
+    secrets = (run.spec.api_key,)
+    # NOTE: the key is scrubbed from every text written, wherever it might have got to.
+    result = dict(json.loads(redact_text(json.dumps(result), secrets)))
     (out_dir / "result.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     write_requests(run, out_dir / "requests.jsonl")
+    requests = out_dir / "requests.jsonl"
+    if run.spec.api_key and run.spec.api_key in requests.read_text(encoding="utf-8"):
+        requests.write_text(redact_text(requests.read_text(encoding="utf-8"), secrets))
     images: list[str] = []
     if charts:
         from inhouse.bench.charts import write_run_charts
@@ -171,6 +186,8 @@ def render_markdown(result: dict[str, Any], images: list[str]) -> str:
         ]
     if result.get("ttft_role_chunk_artifact"):
         lines += ["> TTFT and first-content time differ by > 1 ms (role-chunk artefact).", ""]
+    if result.get("plan_slo"):
+        lines += ["## Against the plan", "", "```", *judgement_lines(result["plan_slo"]), "```", ""]
     lines += _latency_table(result)
     lines += [
         "",
@@ -309,3 +326,31 @@ def print_summary(result: dict[str, Any]) -> str:
             )
     lines.append("=" * width)
     return "\n".join(lines)
+
+
+def console_lines(result: dict[str, Any]) -> list[str]:
+    """What the console says after the summary table: where the server-side hit rate came
+    from, why requests failed, and the verdict against the plan."""
+    lines = []
+    engines = result.get("server_metrics") or []
+    measured = [e for e in engines if "error" not in e]
+    if result.get("prefix_cache_hit_rate_server") is not None:
+        lines.append(
+            f"Server-side prefix-cache hit rate: {_pct(result['prefix_cache_hit_rate_server'])} "
+            f"(vllm:prefix_cache_hits / queries over the run, {len(measured)} engine(s))"
+        )
+    elif measured:
+        lines.append(
+            f"Server-side prefix-cache hit rate: none ({len(measured)} engine(s) scraped; no "
+            "prompt token reached them during the run)"
+        )
+    elif engines:
+        why = "; ".join(f"{e['url']}: {e['error']}" for e in engines if "error" in e)[:300]
+        lines.append(
+            f"Server-side prefix-cache hit rate: unknown ({why}); through a gateway, pass "
+            "--metrics-url per engine, or --plan DIR to scrape the plan's engines"
+        )
+    lines += failure_lines(result.get("errors") or {}, int(result.get("failed") or 0))
+    if result.get("plan_slo"):
+        lines += judgement_lines(result["plan_slo"])
+    return lines

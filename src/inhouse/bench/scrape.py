@@ -111,6 +111,11 @@ async def fetch_model(target: Target) -> str:
             f"cannot reach {url} ({type(exc).__name__}: {exc}); is the server up? "
             "Check --target, or pass --model to skip this lookup"
         ) from None
+    if response.status_code == 401:
+        raise SpecError(
+            f"{url} answered HTTP 401: the server wants an API key; pass --api-key KEY or set "
+            "INHOUSE_API_KEY (`inhouse up` prints the demo tenant's key)"
+        )
     if response.status_code != 200:
         raise SpecError(f"{url} answered HTTP {response.status_code}; pass --model NAME")
     data = response.json().get("data") or []

@@ -31,11 +31,12 @@ rows are read here once, by rules that are the same for every row and are each r
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from inhouse.engine.build import ReplicaSpec
 from inhouse.errors import SpecError
 from inhouse.spec.catalog import get_model
+from inhouse.spec.knobs import VLLM_SERVE_DEFAULTS
 
 # Headroom the generator adds to the prompt for the token budget and the context.
 HARNESS_HEADROOM_TOKENS = 1500
@@ -145,20 +146,23 @@ def _spec(row: dict[str, str], layout: dict[str, int]) -> ReplicaSpec:
     precision = row["precision"].strip()
     gemm_quant = (row.get("gemm_quant") or "").strip()
     isl, osl, conc = (_int(row, n, 0) for n in ("isl", "osl", "concurrency"))
-    knobs: dict[str, object] = {"max_num_seqs": conc}
+    knobs: dict[str, object] = {
+        "max_num_seqs": conc,
+        "kv_cache_dtype": _kv_dtype(model, precision, gemm_quant),
+    }
     if backend == "vllm":
         knobs["max_num_batched_tokens"] = conc + isl + HARNESS_HEADROOM_TOKENS
         knobs["max_model_len"] = isl + osl + HARNESS_HEADROOM_TOKENS
     else:
         knobs["max_num_batched_tokens"] = isl + HARNESS_HEADROOM_TOKENS
         knobs["enable_chunked_prefill"] = False
-    spec = ReplicaSpec(
+    return ReplicaSpec(
         model,
         row["system"].strip(),
         layout["tp"],
         precision,
         backend,
-        kv_dtype=_kv_dtype(model, precision, gemm_quant),
+        VLLM_SERVE_DEFAULTS.model_copy(update=knobs),
         attention_dp=layout["attention_dp"],
         moe_tp=layout["moe_tp"],
         moe_ep=layout["moe_ep"],
@@ -166,7 +170,6 @@ def _spec(row: dict[str, str], layout: dict[str, int]) -> ReplicaSpec:
         gemm_quant=gemm_quant,
         moe_quant=(row.get("moe_quant") or "").strip(),
     )
-    return replace(spec, **knobs)  # type: ignore[arg-type]
 
 
 def _arch(model: str) -> str:

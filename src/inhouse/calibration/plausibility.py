@@ -102,7 +102,12 @@ def screen(rows: list[CorpusRow]) -> Screening:
             out.invalid.append((row, str(exc)))
             continue
         bounds = physical_bounds(
-            replica.model, replica.gpu, replica.layout, replica.quant, row.isl, row.spec.kv_dtype
+            replica.model,
+            replica.gpu,
+            replica.layout,
+            replica.quant,
+            row.isl,
+            row.spec.knobs.kv_cache_dtype,
         )
         problems = violations(row.ttft_ms, row.tpot_ms, bounds)
         if problems:

@@ -86,7 +86,7 @@ class Recording:
         """Each entry's single-step duration under other constants (same catalog entries)."""
         c = compute_coefficients(
             replica.model, replica.gpu, replica.layout, replica.quant, constants,
-            replica.spec.kv_dtype,
+            replica.spec.knobs.kv_cache_dtype,
         )  # fmt: skip
         s = self.shapes
         seconds = step_seconds(

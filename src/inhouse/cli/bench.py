@@ -5,6 +5,7 @@
     inhouse bench --simulate examples/crm-copilot/stack.yaml --workload agent --out results/sim
     inhouse bench sweep --target URL --workload utility --rate 20 --slo ttft_ms=800 --out DIR
     inhouse bench compare results/before results/after --threshold 10
+    inhouse bench --plan out/crm --workload chat --target http://127.0.0.1:8000 --out results/chat
 
 Metrics carry `vllm bench serve`'s names and definitions; see docs/bench.md.
 """
@@ -16,11 +17,13 @@ import asyncio
 import dataclasses
 import json
 import math
+import os
 import signal
 import sys
 from pathlib import Path
 from typing import Any
 
+from inhouse.engine_args import DEFAULT_ENGINE_BASE_PORT
 from inhouse.errors import SpecError
 
 COMMAND = "bench"
@@ -34,7 +37,24 @@ def _rate(text: str) -> float:
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     where = parser.add_argument_group("target")
     where.add_argument("--target", help="base URL, e.g. http://127.0.0.1:8000")
-    where.add_argument("--api-key", help="sent as `Authorization: Bearer K`")
+    where.add_argument(
+        "--api-key",
+        help="sent as `Authorization: Bearer K` (default: env INHOUSE_API_KEY, else "
+        "OPENAI_API_KEY; prefer those: a command line is visible to every user in `ps`)",
+    )
+    where.add_argument(
+        "--plan",
+        type=Path,
+        metavar="PLAN_DIR",
+        help="drive a workload of the plan `inhouse plan --out` wrote (--workload NAME) and "
+        "judge it against the plan's SLOs",
+    )
+    where.add_argument(
+        "--engine-base-port",
+        type=int,
+        default=DEFAULT_ENGINE_BASE_PORT,
+        help="with --plan: the engines `inhouse up` started, scraped for the server-side hit rate",
+    )
     where.add_argument("--model", help="model name to request (default: the first /v1/models)")
     where.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
     where.add_argument(
@@ -127,6 +147,8 @@ def run(args: argparse.Namespace) -> int:
     result = run_point(spec, args.out, args)
     if result["run"]["interrupted"]:
         return 130  # what was measured is written; the run is incomplete
+    if "plan_slo" in result:
+        return 0 if result["plan_slo"]["pass"] else 1
     return 0 if result["completed"] else 1
 
 
@@ -135,6 +157,8 @@ def spec_from_args(args: argparse.Namespace) -> Any:
 
     if not args.workload:
         raise SpecError("--workload is required (agent, utility, ...; `--list` shows them)")
+    if getattr(args, "plan", None) is not None:
+        return _plan_spec(args)
     if not args.target and not args.simulate:
         raise SpecError("give --target URL (a live endpoint) or --simulate STACK.yaml")
     try:
@@ -144,7 +168,7 @@ def spec_from_args(args: argparse.Namespace) -> Any:
     return BenchSpec(
         workload=args.workload,
         target=args.target,
-        api_key=args.api_key,
+        api_key=api_key_of(args),
         workload_params=parse_params(args.param),
         rate=args.rate,
         burstiness=args.burstiness,
@@ -171,10 +195,44 @@ def spec_from_args(args: argparse.Namespace) -> Any:
     )
 
 
+def api_key_of(args: argparse.Namespace) -> str | None:
+    """--api-key, else INHOUSE_API_KEY, else OPENAI_API_KEY (recorded nowhere: bench.redact)."""
+    from inhouse.bench.redact import API_KEY_ENV
+
+    if args.api_key:
+        return str(args.api_key)
+    for name in API_KEY_ENV:
+        if os.environ.get(name):
+            return os.environ[name]
+    return None
+
+
+def _plan_spec(args: argparse.Namespace) -> Any:
+    """The plan's workload with the user's flags on top (`-p` overrides one parameter)."""
+    from inhouse.bench.plan_run import load_plan_workload
+
+    workload = load_plan_workload(args.plan, args.workload)
+    if not args.target and not args.simulate:
+        raise SpecError(
+            "with --plan, give --target URL (the gateway `inhouse up "
+            f"{workload.stack_path}` prints, e.g. http://127.0.0.1:8000) or --simulate "
+            f"{workload.stack_path}"
+        )
+    args.plan_workload = workload
+    metrics = tuple(args.metrics_url or ())
+    if args.target and not metrics:
+        metrics = workload.engine_metrics_urls(args.engine_base_port)
+    args.workload, args.metrics_url = workload.workload, list(metrics)
+    args.param = [f"{k}={v}" for k, v in workload.params.items()] + list(args.param or ())
+    args.model = args.model or workload.model
+    args.duration = args.duration or workload.duration_s
+    return spec_from_args(argparse.Namespace(**{**vars(args), "plan": None}))
+
+
 def run_point(spec: Any, out_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
     """One run (live or simulated) with its reports written to `out_dir`."""
     from inhouse.bench.health import banner
-    from inhouse.bench.report import print_summary, write_reports
+    from inhouse.bench.report import console_lines, print_summary, write_reports
 
     if args.simulate:
         from inhouse.bench.simulate import run_simulated
@@ -187,8 +245,16 @@ def run_point(spec: Any, out_dir: Path, args: argparse.Namespace) -> dict[str, A
             use_realtime_priority()
         use_fast_loop()
         bench_run = asyncio.run(_live(spec, args))
-    result = write_reports(bench_run, out_dir, charts=not args.no_charts)
+    extra = None
+    plan_workload = getattr(args, "plan_workload", None)
+    if plan_workload is not None:
+        from inhouse.bench.plan_run import judge
+
+        extra = {"plan_slo": judge(bench_run.results, plan_workload, spec.duration_s)}
+    result = write_reports(bench_run, out_dir, charts=not args.no_charts, extra=extra)
     print(print_summary(result))
+    for line in console_lines(result):
+        print(line)
     warning = banner(result["client"])
     if warning:
         print(warning, file=sys.stderr)

@@ -3,9 +3,10 @@
     inhouse engine --model meta-llama/Llama-3.1-8B-Instruct --gpu h100_sxm --port 8100
 
 Timing comes from the engine core and the step-time model for the model, GPU, TP and
-quantization given, in wall-clock time. Knobs carry vLLM's names. With `--weights-dir` (and
-`--public-key`), the signed weights are verified first and the engine refuses to start, naming
-the file, when they were altered. See docs/engine.md.
+quantization given, in wall-clock time. The knob flags are generated from the stack file's knob
+type (`inhouse.knob_flags`) and carry vLLM's names. With `--weights-dir` (and `--public-key`),
+the signed weights are verified first and the engine refuses to start, naming the file, when
+they were altered. See docs/engine.md.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ import sys
 from pathlib import Path
 
 from inhouse.errors import InhouseError
+from inhouse.knob_flags import add_knob_arguments, knobs_from_args
 from inhouse.server.serve import serve_engine
 from inhouse.server.state import EngineOptions
+from inhouse.server.tools import add_tool_arguments, tool_options
 
 COMMAND = "engine"
 HELP = "serve one simulated engine replica with vLLM's HTTP API and metrics"
@@ -33,31 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", default="vllm", help="step-time constants: vllm or sglang")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--max-num-seqs", type=int)
-    parser.add_argument("--max-num-batched-tokens", type=int)
-    parser.add_argument("--max-model-len", type=int)
-    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
-    parser.add_argument("--kv-cache-dtype", default="auto")
-    parser.add_argument("--block-size", type=int, default=16)
-    parser.add_argument(
-        "--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True
-    )
-    parser.add_argument("--scheduling-policy", choices=("fcfs", "priority"), default="fcfs")
-    parser.add_argument("--host-kv-gib", type=float, default=0.0, help="host-RAM KV tier size")
     parser.add_argument("--lora-modules", nargs="+", default=(), metavar="NAME[=PATH]")
     parser.add_argument("--max-num-queued-reqs", type=int, help="503 when this many wait")
-    parser.add_argument(
-        "--load-time-s",
-        type=float,
-        default=0.0,
-        help="seconds before /health turns 200 (stands in for weight loading)",
-    )
-    parser.add_argument(
-        "--shutdown-timeout",
-        type=float,
-        default=30.0,
-        help="on SIGTERM, seconds in-flight requests get to finish",
-    )
     parser.add_argument(
         "--eos-length-dist",
         default=None,
@@ -101,6 +81,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--signature", type=Path, help="default: WEIGHTS_DIR.sig")
     parser.add_argument("--log-prompts", action="store_true", help="log prompt text")
     parser.add_argument("--access-log", action="store_true", help="log every HTTP request")
+    add_knob_arguments(parser)
+    add_tool_arguments(parser)
 
 
 def options_from_args(args: argparse.Namespace) -> EngineOptions:
@@ -111,18 +93,8 @@ def options_from_args(args: argparse.Namespace) -> EngineOptions:
         tp=args.tp,
         quant=args.quant,
         backend=args.backend,
-        kv_cache_dtype=args.kv_cache_dtype,
-        max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        max_model_len=args.max_model_len,
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        enable_prefix_caching=args.enable_prefix_caching,
-        scheduling_policy=args.scheduling_policy,
-        block_size=args.block_size,
-        host_kv_gib=args.host_kv_gib,
+        knobs=knobs_from_args(args),
         lora_modules=tuple(args.lora_modules),
-        load_time_s=args.load_time_s,
-        shutdown_timeout_s=args.shutdown_timeout,
         time_scale=args.time_scale,
         eos_length_dist=args.eos_length_dist,
         seed=args.seed,
@@ -130,6 +102,7 @@ def options_from_args(args: argparse.Namespace) -> EngineOptions:
         log_prompts=args.log_prompts,
         lag_tolerance_s=args.lag_tolerance_ms / 1000.0,
         catchup_window_s=args.catchup_window_ms / 1000.0,
+        tools=tool_options(args),
     )
 
 

@@ -4,7 +4,8 @@
     inhouse gateway --stack stack.yaml --endpoints endpoints.json --port 8000
     inhouse gateway keys create --tenant acme           # prints a key once, and its hash line
 
-Tenants, tiers, limits and options come from the stack's `gateway` section (docs/gateway.md).
+Tenants, tiers, limits and options come from the stack's `gateway` section (docs/gateway.md),
+tenants' key hashes also from the directory INHOUSE_SECRETS_DIR names (a mounted Secret).
 The demo tenant's key comes from --demo-key or INHOUSE_DEMO_KEY; a stack without tenants and
 without a demo key gets a generated demo key, printed once.
 """
@@ -40,6 +41,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve /metrics here (default: the stack's gateway.metrics_port, 9464; 0: any)",
+    )
+    parser.add_argument("--metrics-host", help="address of the metrics port (default: --host)")
+    parser.add_argument(
         "--demo-key",
         default=os.environ.get("INHOUSE_DEMO_KEY"),
         help="API key of a `demo` tenant (env INHOUSE_DEMO_KEY)",
@@ -48,6 +55,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-prompts", action="store_true", help="log prompts (off: redacted)")
     parser.add_argument("--ssl-certfile", help="serve HTTPS with this certificate")
     parser.add_argument("--ssl-keyfile", help="and this private key")
+    parser.add_argument(
+        "--no-tls",
+        action="store_true",
+        help="serve plain HTTP even if the stack names TLS files (TLS ends at Envoy in front)",
+    )
     sub = parser.add_subparsers(dest="gateway_command", metavar="{keys}")
     keys = sub.add_parser("keys", help="manage API keys").add_subparsers(dest="keys_command")
     create = keys.add_parser("create", help="create a key; prints it once with its hash line")
@@ -103,6 +115,8 @@ def _pool_urls(args: argparse.Namespace, stack: object) -> dict[str, list[str]]:
 
 def _serve(args: argparse.Namespace) -> int:
     from inhouse.gateway.logs import setup_logging
+    from inhouse.gateway.secrets_dir import ENV as SECRETS_ENV
+    from inhouse.gateway.secrets_dir import load_secrets_dir
     from inhouse.gateway.serve import run_event_loop, serve_gateway
     from inhouse.gateway.service import Gateway
     from inhouse.gateway.tracing import setup_tracing
@@ -111,6 +125,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     stack = load_stack(args.stack)
     spec = parse_gateway(stack.gateway, str(args.stack))
+    spec = load_secrets_dir(spec, os.environ.get(SECRETS_ENV))
     if args.redis_url:
         spec = spec.model_copy(update={"redis_url": args.redis_url})
     demo_key = args.demo_key
@@ -119,8 +134,9 @@ def _serve(args: argparse.Namespace) -> int:
 
         demo_key = create_key()[0]
         print(f"inhouse gateway: demo API key (shown once): {demo_key}", flush=True)
-    certfile = args.ssl_certfile or (spec.tls.certfile if spec.tls else None)
-    keyfile = args.ssl_keyfile or (spec.tls.keyfile if spec.tls else None)
+    tls = None if args.no_tls else spec.tls
+    certfile = None if args.no_tls else args.ssl_certfile or (tls.certfile if tls else None)
+    keyfile = None if args.no_tls else args.ssl_keyfile or (tls.keyfile if tls else None)
     if bool(certfile) != bool(keyfile):
         raise SpecError("TLS needs both --ssl-certfile and --ssl-keyfile")
     setup_logging(spec.log.level, spec.log.requests)
@@ -129,13 +145,18 @@ def _serve(args: argparse.Namespace) -> int:
     async def main() -> int:
         limits = None
         if spec.redis_url:
+            from inhouse.gateway.limit_failover import FailoverLimits
             from inhouse.gateway.redis_limits import RedisLimits
 
-            limits = RedisLimits(spec.redis_url, spec.proxy.request_timeout_s)
-            try:
-                await limits.ping()
-            except Exception as exc:
-                raise SpecError(f"redis_url {spec.redis_url}: cannot reach Redis: {exc}") from None
+            # Not reachable at start: the stated failure mode applies until it answers
+            # (`FailoverLimits.start` logs it); a gateway does not refuse to start for it.
+            shared = RedisLimits(
+                spec.redis_url,
+                spec.limits.lease_s,
+                spec.limits.store_timeout_s,
+                spec.proxy.request_timeout_s + 60,
+            )
+            limits = FailoverLimits(shared, spec.limits, spec.proxy.request_timeout_s)
         gateway = Gateway(
             stack,
             spec,
@@ -146,7 +167,15 @@ def _serve(args: argparse.Namespace) -> int:
             args.stack.resolve().parent,
         )
         gateway.tracer = setup_tracing(spec.otlp_endpoint)
-        return await serve_gateway(gateway, args.host, args.port, certfile, keyfile)
+        return await serve_gateway(
+            gateway,
+            args.host,
+            args.port,
+            certfile,
+            keyfile,
+            args.metrics_host,
+            args.metrics_port,
+        )
 
     return run_event_loop(main())
 

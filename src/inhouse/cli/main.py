@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 from collections.abc import Sequence
@@ -11,6 +12,8 @@ from types import ModuleType
 
 import inhouse
 from inhouse.errors import InhouseError
+
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a tool its reader left
 
 
 def _command_modules() -> list[ModuleType]:
@@ -57,6 +60,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return _closed_stdout()
+
+
+def _closed_stdout() -> int:
+    """The reader of our output went away (`inhouse up --dry-run | head`): stop quietly, as
+    command-line tools do, instead of a traceback; later writes (Python's own flush at exit)
+    go to /dev/null."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import yaml
 from inhouse.errors import SpecError
 from inhouse.plan.memo import render_memo
 from inhouse.plan.planner import PlanInfeasibleError, make_plan
-from inhouse.plan.report import build_report
+from inhouse.plan.report import build_report, final_stack
 from inhouse.plan.requirements import Requirements, parse_requirements
 from inhouse.spec.stack import dump_stack
 
@@ -38,6 +38,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-sensitivity", action="store_true", help="skip the what-would-invalidate-it runs"
     )
     parser.add_argument("--no-charts", action="store_true", help="write the memo without PNGs")
+    parser.add_argument(
+        "--compare",
+        nargs="?",
+        const="layout,engine",
+        metavar="AXES",
+        help="also plan alternative architectures (layout: LoRA adapters vs a pool of their "
+        "own; engine: vllm vs sglang) into compare.json and compare.md",
+    )
 
 
 def load_requirements(path: Path) -> Requirements:
@@ -65,8 +73,9 @@ def run(args: argparse.Namespace) -> int:
         command=command,
         stack_path=str(out / "stack.yaml"),
     )
+    stack = final_stack(plan, report)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "stack.yaml").write_text(_stack_header(args) + dump_stack(plan.stack), encoding="utf-8")
+    (out / "stack.yaml").write_text(_stack_header(args) + dump_stack(stack), encoding="utf-8")
     (out / "plan.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     charts: dict[str, str] = {}
     if not args.no_charts:
@@ -75,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
         charts = write_charts(report, out)
     memo = render_memo(report, charts)
     (out / "sizing-memo.md").write_text(memo, encoding="utf-8")
+    if args.compare:
+        _write_compare(requirements, report, args.compare, out, verify=not args.no_verify)
     cost = report["cost"]
     print(
         f"{requirements.name}: {plan.chosen.label}; ${cost['usd_per_hour']:,.2f}/h -> "
@@ -88,3 +99,21 @@ def _stack_header(args: argparse.Namespace) -> str:
         f"# Written by `inhouse plan {args.requirements}`; the sizing memo next to this file "
         "explains every number.\n"
     )
+
+
+def _write_compare(
+    requirements: Requirements, report: dict[str, object], axes: str, out: Path, verify: bool
+) -> None:
+    from inhouse.plan.compare import compare
+    from inhouse.report.alternative import compare_markdown
+
+    result = compare(
+        requirements, report, [a.strip() for a in axes.split(",") if a.strip()], verify
+    )
+    (out / "compare.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    (out / "compare.md").write_text(
+        compare_markdown(result, str(out / "compare.json")), encoding="utf-8"
+    )
+    for alt in result["alternatives"]:
+        state = f"${alt['usd_per_hour']:,.2f}/h" if alt.get("feasible") else "infeasible"
+        print(f"  alternative ({alt['axis']}): {alt['label']}: {state}")

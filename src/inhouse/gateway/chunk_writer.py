@@ -51,11 +51,14 @@ class ChunkWriter:
         self.on_unstart: Callable[[], bool] | None = None
 
     def watch(self, on_lost: Callable[[], None] | None) -> None:
-        """Call `on_lost` if the client goes away (None: stop watching). Cheaper than a task
-        waiting on ASGI `receive` for `http.disconnect` in every stream."""
+        """Call `on_lost` if the client goes away (None: stop watching); at once if it is gone
+        already. Cheaper than a task waiting on ASGI `receive` for `http.disconnect`."""
         self._on_lost = on_lost
+        if on_lost is not None and (self.is_lost or self._transport.is_closing()):
+            self.connection_lost()
 
     def connection_lost(self) -> None:
+        """The client is gone (or its connection is closing: nothing more reaches it)."""
         self.is_lost = True
         on_lost, self._on_lost = self._on_lost, None
         if on_lost is not None:
@@ -76,12 +79,13 @@ class ChunkWriter:
 
     def write_chunk(self, data: bytes) -> bool:
         """One chunk; False when the client's buffer is full (stop the source until
-        `wait_writable`). A client already gone costs nothing (its disconnect ends the
-        stream)."""
+        `wait_writable`). A connection that is closing takes nothing more: its watcher is told
+        the client is gone (a close waits for a buffer a client may never read)."""
         framed = b"%x\r\n%b\r\n" % (len(data), data)
         if self._held:
             framed, self._held = self._held + framed, b""
         if self._transport.is_closing():
+            self.connection_lost()
             return True
         self._transport.write(framed)
         return not self._flow.write_paused

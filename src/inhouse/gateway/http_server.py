@@ -1,53 +1,36 @@
-"""The gateway's HTTP/1.1 server: httptools' parser under asyncio protocols, an ASGI app on top.
+"""The gateway's HTTP/1.1 connection: httptools' parser under asyncio protocols, an ASGI app on
+top (`http_listener.GatewayServer` listens; docs/gateway.md, "The HTTP server", says why not
+uvicorn and what is measured). What it does, in the open:
 
-Why not uvicorn (the engines keep it): per request, uvicorn built a scope, a request cycle with
-its own flow control and events, a task started on the loop's next turn, a keep-alive timer
-cancelled and re-armed, and a response head written on its own; the gateway then patched its
-internals to write stream chunks directly, to start generation requests eagerly and to hold the
-head back until the first token. Measured in-process (`benchmarks/bench_gateway_path.py`),
-that was a third of the Python a streamed request costs the gateway. This server does what the
-gateway needs, and nothing else, in the open:
+* **One request at a time per connection, in order** (pipelined requests wait; reading pauses).
+* **A request starts when its body is complete,** eagerly (`eager.start_eagerly`), up to its
+  first wait; a body past `HIGH_WATER_BYTES` starts its handler at once and is read as the
+  handler takes it; `Expect: 100-continue` starts at the head.
+* **The response head waits for the first body bytes** (`ChunkWriter`, one write for both;
+  `ChunkWriter.unstart` takes a held head back).
+* **Keep-alive** for `keep_alive_s` without a byte read while no handler works, one timer per
+  connection re-armed only when it fires early. A request answered before its body was read
+  (a 401, a 413) has the rest of its body read and dropped up to `MAX_DROPPED_BYTES`.
+* **Bad input** (malformed; a head or a chunked body's trailers over `MAX_HEAD_BYTES`; not
+  exactly one `Host` on HTTP/1.1; `Transfer-Encoding` on HTTP/1.0) gets a 400 or 431 in
+  OpenAI's error shape and a close, after the answers to the requests read before it; a
+  handler failing before its response gets a 500, mid-response a cut connection.
+* **Hostile clients** (`gateway.server`): a head not complete `header_timeout_s` after its
+  first byte (or the connection's opening) gets 408; past `max_connections` a connection gets
+  503; a client whose buffer stays full `send_timeout_s` is cut off. A line that never ends is
+  refused once the bytes read without the parser completing anything pass `MAX_HEAD_BYTES`
+  (no quadratic re-copying); body bytes never count as head.
+* **Shutdown**: idle connections close, busy ones after their response (`shutdown`).
 
-* **One request at a time per connection, in order.** A request is answered before the next
-  one on the connection (HTTP/1.1 pipelining) starts; while one waits, reading pauses.
-* **A request starts when its body is complete,** eagerly (`eager.start_eagerly`): the handler
-  runs from the read that completed it up to its first wait, so a generation request reaches
-  its engine without a turn of the loop. A body past `HIGH_WATER_BYTES` starts its handler at
-  once and is read as the handler takes it (reading pauses above the mark); `Expect:
-  100-continue` starts at the head and gets its `100 Continue` at the handler's first read.
-* **The response head waits for the first body bytes** (`ChunkWriter`): head and body, or head
-  and first token, go out in one write, and a stream that failed before its first token can
-  still be answered with another status (`ChunkWriter.unstart`).
-* **Keep-alive** for `keep_alive_s` without a byte read while no handler is at work (idle
-  between requests, or a request that stopped half way), with one timer per connection that
-  is re-armed only when it fires early; `Connection: close`, HTTP/1.0 without keep-alive, a
-  response with `connection: close` and a handler failure close after the response. A request
-  answered before its body was read (a 401, a 413, a 503 while draining) has the rest of its
-  body read and dropped, and the connection goes on.
-* **Bad input** (a malformed request, a head over `MAX_HEAD_BYTES`, counted as it is read)
-  gets a 400 or 431 in OpenAI's error shape and the connection closes (after the answers to
-  the requests read before it); a handler that fails before its response
-  gets a 500, one that fails mid-response has its connection cut (the client sees the stream
-  end early, never a silent success).
-* **Shutdown** (`GatewayServer.shutdown`): the listeners close, idle connections close, busy
-  ones close after their response, and the server waits until their buffers are sent;
-  handlers still running after the grace period are cancelled and their connections cut.
-
-Chunked request bodies, HEAD, absolute-form request targets and percent-encoded paths are
-handled; WebSocket and HTTP/2 upgrades are not offered (the request is answered as HTTP/1.1
-and the connection then closes).
+WebSocket and HTTP/2 upgrades are not offered (answered as HTTP/1.1, then closed).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
-import email.utils
 import logging
-import ssl
-import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 import httptools
@@ -55,15 +38,27 @@ import httptools
 from inhouse.gateway.chunk_writer import EXTENSION, ChunkWriter
 from inhouse.gateway.eager import start_eagerly
 from inhouse.gateway.errors import error_json
-from inhouse.gateway.exchange import HIGH_WATER_BYTES, STATUS_LINES, App, Exchange
+from inhouse.gateway.exchange import HIGH_WATER_BYTES, STATUS_LINES, Exchange
+
+if TYPE_CHECKING:
+    from inhouse.gateway.http_listener import GatewayServer
 
 log = logging.getLogger("inhouse.gateway")
 
-MAX_HEAD_BYTES = 1 << 16  # request line and headers together
+MAX_HEAD_BYTES = 1 << 16  # request line and headers together (and trailers, apart)
+MAX_DROPPED_BYTES = 1 << 20  # of a body answered before it was read, then the connection closes
 _ASGI = {"version": "3.0", "spec_version": "2.4"}
 
 
 class _HeadTooLarge(Exception):
+    pass
+
+
+class _BadRequest(Exception):
+    """A request refused with a 400 from a parser callback (no traceback logged)."""
+
+
+class _DroppedEnough(Exception):
     pass
 
 
@@ -83,7 +78,14 @@ class GatewayProtocol(asyncio.Protocol):
         self._url = b""
         self._headers: list[tuple[bytes, bytes]] = []
         self._num_head_bytes = 0  # of the head being read, as parsed
-        self._num_head_read = 0  # bytes read while a head stayed incomplete
+        self._num_trailer_bytes = 0  # of a chunked body's trailers, as parsed
+        self._num_stale = 0  # bytes read since the parser last completed anything
+        self._num_dropped = 0  # body bytes read and dropped (answered before they came)
+        self._is_progress = False  # a parser callback ran during this read
+        self._num_hosts = 0
+        self._has_transfer_encoding = False
+        self._head_since: float | None = None  # a head is awaited or being read since then
+        self._send_timer: asyncio.TimerHandle | None = None
         self._expects_continue = False
         self._is_in_head = False
         self._is_in_message = False
@@ -101,6 +103,11 @@ class GatewayProtocol(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         self.writer = ChunkWriter(self.transport, self)  # type: ignore[arg-type]
         self.writer.on_unstart = self._unstart
+        if len(self.server.connections) >= self.server.max_connections:
+            self._is_refused = True
+            self._write_error(503, "The gateway has too many connections open; retry shortly.")
+            self.close()
+            return
         scheme = "https" if transport.get_extra_info("sslcontext") else "http"
         self._addresses = (
             _address(transport.get_extra_info("sockname")),
@@ -108,19 +115,14 @@ class GatewayProtocol(asyncio.Protocol):
             scheme,
         )
         self.server.connections.add(self)
+        self._head_since = self.loop.time()
         self._go_quiet()
 
     def data_received(self, data: bytes) -> None:
         if self._is_refused:
             return
         self._quiet_since = self.loop.time()
-        if self._is_in_head:
-            # NOTE: httptools hands over a header only once it is complete; a value that never
-            # ends would grow unseen (and be copied on every read), so reads count too.
-            self._num_head_read += len(data)
-            if self._num_head_read > MAX_HEAD_BYTES:
-                self._refuse(431)
-                return
+        self._is_progress = False
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -131,10 +133,27 @@ class GatewayProtocol(asyncio.Protocol):
             else:
                 last.keep_alive = False
         except httptools.HttpParserError as exc:
-            too_large = isinstance(exc.__context__, _HeadTooLarge)
-            if not too_large and exc.__context__ is not None:
-                log.warning("reading a request failed", exc_info=exc.__context__)
-            self._refuse(431 if too_large else 400)
+            cause = exc.__context__
+            if isinstance(cause, _DroppedEnough):
+                self.close()
+            elif isinstance(cause, _HeadTooLarge):
+                self._refuse(431)
+            elif isinstance(cause, _BadRequest):
+                self._refuse(400, str(cause))
+            else:
+                if cause is not None:
+                    log.warning("reading a request failed", exc_info=cause)
+                self._refuse(400)
+            return
+        if self._is_progress:
+            self._num_stale = 0
+        elif self._is_in_message:
+            # NOTE: httptools hands over a header (or a trailer, or a chunk's size line) only
+            # once it is complete, copying the part read so far on every read: a line that
+            # never ends is refused once the bytes that completed nothing pass the limit.
+            self._num_stale += len(data)
+            if self._num_stale > MAX_HEAD_BYTES:
+                self._refuse(431)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
@@ -147,15 +166,34 @@ class GatewayProtocol(asyncio.Protocol):
         self._pipeline.clear()
         self._parsing = None
         self.write_paused = False
+        self._cancel_send_timer()
         self._wake_drains()
         self.writer.connection_lost()
 
     def pause_writing(self) -> None:
         self.write_paused = True
+        if self._send_timer is None:
+            self._send_timer = self.loop.call_later(
+                self.server.send_timeout_s, self._on_send_timeout
+            )
 
     def resume_writing(self) -> None:
         self.write_paused = False
+        self._cancel_send_timer()
         self._wake_drains()
+
+    def _cancel_send_timer(self) -> None:
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
+
+    def _on_send_timeout(self) -> None:
+        """The client read nothing for `send_timeout_s` with its buffer full: cut it off (its
+        handler sees the client gone, and its engine request is aborted)."""
+        self._send_timer = None
+        if self.write_paused and self.transport is not None:
+            log.info("a client read nothing for %g s; connection cut", self.server.send_timeout_s)
+            self.transport.abort()
 
     def _wake_drains(self) -> None:
         drains, self._drains = self._drains, []
@@ -173,26 +211,46 @@ class GatewayProtocol(asyncio.Protocol):
     # -- httptools callbacks ------------------------------------------------------------
 
     def on_message_begin(self) -> None:
+        self._is_progress = True
         self._is_in_message = True
         self._is_in_head = True
+        if self._head_since is None:
+            self._head_since = self.loop.time()
         self._url = b""
         self._headers = []
         self._num_head_bytes = 0
-        self._num_head_read = 0
+        self._num_trailer_bytes = 0
+        self._num_hosts = 0
+        self._has_transfer_encoding = False
         self._expects_continue = False
 
     def on_url(self, url: bytes) -> None:
+        self._is_progress = True
         self._url += url
         self._count_head(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if not self._is_in_head:
-            return  # a trailer of a chunked body: not a request header
+        self._is_progress = True
+        if not self._is_in_head:  # a trailer of a chunked body: not a request header
+            self._num_trailer_bytes += len(name) + len(value) + 4
+            if self._num_trailer_bytes > MAX_HEAD_BYTES:
+                raise _HeadTooLarge()
+            return
         self._count_head(len(name) + len(value) + 4)
         name = name.lower()
         if name == b"expect":
             self._expects_continue = value.lower() == b"100-continue"
+        elif name == b"host":
+            self._num_hosts += 1
+        elif name == b"transfer-encoding":
+            self._has_transfer_encoding = True
         self._headers.append((name, value))
+
+    def on_chunk_header(self) -> None:
+        self._is_progress = True
+
+    def on_chunk_complete(self) -> None:
+        self._is_progress = True
 
     def _count_head(self, num_bytes: int) -> None:
         self._num_head_bytes += num_bytes
@@ -200,11 +258,23 @@ class GatewayProtocol(asyncio.Protocol):
             raise _HeadTooLarge()
 
     def on_headers_complete(self) -> None:
+        self._is_progress = True
         self._is_in_head = False
+        self._head_since = None
         if self.transport is None or self.transport.is_closing():
             return
         parser = self.parser
-        url = httptools.parse_url(self._url)
+        version = parser.get_http_version()
+        if self._num_hosts != 1 and (self._num_hosts > 1 or version == "1.1"):
+            # RFC 9112 section 3.2: a 400 for an HTTP/1.1 request without exactly one Host
+            raise _BadRequest("An HTTP/1.1 request needs exactly one Host header.")
+        if self._has_transfer_encoding and version == "1.0":
+            # RFC 9112 section 6.1: its framing is faulty; the connection closes after
+            raise _BadRequest("Transfer-Encoding is not allowed in an HTTP/1.0 request.")
+        try:
+            url = httptools.parse_url(self._url)
+        except httptools.HttpParserInvalidURLError:
+            raise _BadRequest("Invalid request target.") from None
         raw_path = url.path or b"/"  # an absolute-form target may have none
         path = raw_path.decode("latin-1")
         if "%" in path:
@@ -213,7 +283,7 @@ class GatewayProtocol(asyncio.Protocol):
         scope = {
             "type": "http",
             "asgi": _ASGI,
-            "http_version": parser.get_http_version(),
+            "http_version": version,
             "server": server,
             "client": client,
             "scheme": scheme,
@@ -237,8 +307,14 @@ class GatewayProtocol(asyncio.Protocol):
             self.update_reading()
 
     def on_body(self, body: bytes) -> None:
+        self._is_progress = True
         exchange = self._parsing
         if exchange is None:
+            return
+        if exchange.response_complete:  # answered before its body was read: dropped
+            self._num_dropped += len(body)
+            if self._num_dropped > MAX_DROPPED_BYTES:
+                raise _DroppedEnough()
             return
         exchange.add_body(body)
         if exchange.num_buffered > HIGH_WATER_BYTES:
@@ -247,7 +323,9 @@ class GatewayProtocol(asyncio.Protocol):
             self.update_reading()
 
     def on_message_complete(self) -> None:
+        self._is_progress = True
         self._is_in_message = False
+        self._num_dropped = 0
         exchange, self._parsing = self._parsing, None
         if exchange is None:
             return
@@ -316,9 +394,9 @@ class GatewayProtocol(asyncio.Protocol):
             else:
                 transport.resume_reading()
 
-    def _refuse(self, status: int) -> None:
+    def _refuse(self, status: int, message: str | None = None) -> None:
         """A request could not be read: the requests read before it are answered, this one
-        gets `status` (400 or 431) if nothing of its own response went out, then the
+        gets `status` (400, 408 or 431) if nothing of its own response went out, then the
         connection closes."""
         transport = self.transport
         if transport is None or transport.is_closing() or self._is_refused:
@@ -339,12 +417,20 @@ class GatewayProtocol(asyncio.Protocol):
         if before is not None:
             before.keep_alive = False  # answer the requests read before it, then close
             return
-        message = (
-            "The request's line and headers exceed the gateway's limit."
-            if status == 431
-            else "Invalid HTTP request."
-        )
-        body = error_json(message, "BadRequestError", None, status)
+        if message is None:
+            message = (
+                "The request's line and headers exceed the gateway's limit."
+                if status == 431
+                else "Invalid HTTP request."
+            )
+        self._write_error(status, message)
+        self.close()
+
+    def _write_error(self, status: int, message: str) -> None:
+        """An error response in OpenAI's shape, with `connection: close`."""
+        assert self.transport is not None
+        kind = {408: "RequestTimeout", 503: "Service Unavailable"}.get(status, "BadRequestError")
+        body = error_json(message, kind, None, status)
         head = b"".join(
             (
                 STATUS_LINES[status],
@@ -353,8 +439,7 @@ class GatewayProtocol(asyncio.Protocol):
                 b"connection: close\r\n\r\n",
             )
         )
-        transport.write(head + body)
-        self.close()
+        self.transport.write(head + body)
 
     def close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
@@ -370,20 +455,38 @@ class GatewayProtocol(asyncio.Protocol):
 
     def _go_quiet(self) -> None:
         """Nothing in progress from here: the connection closes after `keep_alive_s` without
-        a byte read (idle between requests, or a request that stopped half way)."""
+        a byte read (idle between requests, or a request that stopped half way), or when a
+        head it started is not complete `header_timeout_s` after its first byte."""
         self._quiet_since = self.loop.time()
         if self._timer is None:
-            self._timer = self.loop.call_later(self.server.keep_alive_s, self._on_timer)
+            self._timer = self.loop.call_later(self.server.timer_period_s, self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer = None
-        if self.transport is None or self.transport.is_closing() or self._is_busy():
+        if self.transport is None or self.transport.is_closing():
+            return
+        server = self.server
+        now = self.loop.time()
+        left = float("inf")
+        if self._head_since is not None:
+            left = self._head_since + server.header_timeout_s - now
+            if left <= 0:
+                self._head_timed_out()
+                return
+        if self._is_busy():
             return  # busy: armed again when its response is done
-        left = self._quiet_since + self.server.keep_alive_s - self.loop.time()
-        if left <= 0:
+        quiet = self._quiet_since + server.keep_alive_s - now
+        if quiet <= 0:
             self.close()
         else:
-            self._timer = self.loop.call_later(left, self._on_timer)
+            self._timer = self.loop.call_later(min(left, quiet), self._on_timer)
+
+    def _head_timed_out(self) -> None:
+        if not self._is_in_message:
+            self.close()  # not a byte of a request: an idle connection, closed
+            return
+        timeout = self.server.header_timeout_s
+        self._refuse(408, f"The request's line and headers did not arrive within {timeout:g} s.")
 
     def shutdown(self) -> None:
         """Close now unless a handler is at work; then after its response."""
@@ -392,78 +495,6 @@ class GatewayProtocol(asyncio.Protocol):
             self.close()
         elif self._active is not None:
             self._active.keep_alive = False
-
-
-class GatewayServer:
-    """The listening sockets and the connections of one gateway process."""
-
-    def __init__(
-        self, app: App, keep_alive_s: float = 75.0, ssl_context: ssl.SSLContext | None = None
-    ) -> None:
-        self.app = app
-        self.keep_alive_s = keep_alive_s
-        self.ssl_context = ssl_context
-        self.connections: set[GatewayProtocol] = set()
-        self.tasks: set[asyncio.Task[None]] = set()
-        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]  # set by start
-        self._servers: list[asyncio.Server] = []
-        self._date = (0, b"")
-
-    async def start(self, host: str, port: int, backlog: int = 4096) -> None:
-        self.loop = asyncio.get_running_loop()
-        server = await self.loop.create_server(
-            lambda: GatewayProtocol(self),
-            host,
-            port,
-            ssl=self.ssl_context,
-            backlog=backlog,
-            reuse_address=True,
-        )
-        self._servers.append(server)
-
-    @property
-    def port(self) -> int:
-        """The port of the first listening socket (the one chosen for port 0)."""
-        port: int = self._servers[0].sockets[0].getsockname()[1]
-        return port
-
-    def date_line(self) -> bytes:
-        """The `date` header line, made once a second."""
-        now = int(time.time())
-        if now != self._date[0]:
-            text = email.utils.formatdate(now, usegmt=True)
-            self._date = (now, b"date: %s\r\n" % text.encode())
-        return self._date[1]
-
-    async def shutdown(self, grace_s: float = 5.0) -> None:
-        """Stop listening; close idle connections at once and busy ones after their response;
-        after `grace_s`, cancel the handlers still running and cut their connections."""
-        for server in self._servers:
-            server.close()
-        for conn in list(self.connections):
-            conn.shutdown()
-        # Until the handlers are done and the closed connections have sent what they hold
-        # (a response still in a slow client's buffer is not cut).
-        deadline = time.monotonic() + grace_s
-        while (self.tasks or self.connections) and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        for task in list(self.tasks):
-            task.cancel()
-        if self.tasks:
-            with contextlib.suppress(Exception):
-                await asyncio.wait(list(self.tasks), timeout=1.0)
-        for conn in list(self.connections):
-            if conn.transport is not None:
-                conn.transport.abort()
-        self._servers.clear()
-
-
-def tls_context(certfile: str | None, keyfile: str | None) -> ssl.SSLContext | None:
-    if not certfile:
-        return None
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(certfile, keyfile)
-    return context
 
 
 def _address(value: Any) -> tuple[str, int] | None:

@@ -11,11 +11,13 @@ did, at most one request's difference.
 Per-minute limits are token buckets holding at most one minute's allowance and refilling
 continuously (`limit / 60` per second), so the allowance is smooth, without window-edge
 doubling. The daily budget is a counter per UTC day. Concurrency slots are leases that expire
-after `lease_s` (a gateway that dies cannot hold slots forever).
+after `lease_s` (in memory a request always settles, so its lease never outlives it; in Redis
+leases are short and renewed while their request runs, `redis_limits`).
 
 `MemoryLimits` keeps the state in this process (one gateway); `inhouse.gateway.redis_limits`
 keeps the same state in Redis with Lua scripts so several gateways share exact limits; its
-scripts mirror `MemoryLimits.reserve` and `settle` step by step (tests run both alike).
+scripts mirror `MemoryLimits.reserve` and `settle` step by step (tests run both alike), and
+`inhouse.gateway.limit_failover` states what happens when Redis fails.
 """
 
 from __future__ import annotations
@@ -34,19 +36,25 @@ DEFAULT_LEASE_S = 3600.0
 @dataclass(frozen=True, slots=True)
 class Refusal:
     """Why a request was refused: `reason` is the metric label (`rate_limit`, `token_budget`,
-    `concurrency`), `retry_after_s` when to try again."""
+    `limits_unavailable`), `retry_after_s` when to try again, `status` the HTTP status (429;
+    503 when the limit store cannot be asked)."""
 
     reason: str
     retry_after_s: float
     message: str
+    status: int = 429
 
 
 @dataclass(frozen=True, slots=True)
 class Reservation:
+    """What a request holds until it is settled. `is_local`: reserved in this gateway's
+    memory while the shared store was down (`on_store_failure: open`)."""
+
     tenant: str
     request_id: str
     tokens: int
     day: int
+    is_local: bool = False
 
 
 class LimitStore(Protocol):
@@ -55,6 +63,8 @@ class LimitStore(Protocol):
     ) -> Reservation | Refusal: ...
 
     async def settle(self, reservation: Reservation, limits: LimitsSpec, used: int) -> None: ...
+
+    async def start(self) -> None: ...
 
     async def close(self) -> None: ...
 
@@ -179,8 +189,17 @@ class MemoryLimits:
             state.daily[reservation.day] -= delta
         state.leases.pop(reservation.request_id, None)
 
+    async def start(self) -> None:
+        return None
+
     async def close(self) -> None:
         return None
+
+    def seed_daily(self, tenant: str, day: int, used: int) -> None:
+        """Start a tenant's count for `day` at `used` unless it has one (what the shared store
+        last said, when this memory stands in for it)."""
+        state = self._tenants.setdefault(tenant, _TenantState())
+        state.daily.setdefault(day, used)
 
     def daily_used(self, tenant: str, day: int) -> int:
         state = self._tenants.get(tenant)

@@ -52,6 +52,26 @@ EXTRA_METRICS: tuple[MetricDef, ...] = (
         ("pool", "replica"),
         "Requests the gateway has dispatched to a replica that have not finished.",
     ),
+    MetricDef(
+        "inhouse_gateway_limit_store_up",
+        "gauge",
+        (),
+        "1 while the shared limit store (Redis) answers, 0 while gateway.limits."
+        "on_store_failure applies (only with redis_url).",
+    ),
+    MetricDef(
+        "inhouse_gateway_limit_store_errors_total",
+        "counter",
+        (),
+        "Calls to the shared limit store that failed or timed out.",
+    ),
+    MetricDef(
+        "inhouse_gateway_client_disconnects_total",
+        "counter",
+        ("phase",),
+        "Requests whose client left before their response was complete, by where they were "
+        "(queued, engine, stream); the engine request was aborted.",
+    ),
 )
 
 
@@ -152,6 +172,9 @@ class GatewayMetrics:
         self.stream_errors = families["inhouse_gateway_stream_errors_total"]
         self.inflight = families["inhouse_gateway_inflight_requests"]
         self.loop_lag = families["inhouse_gateway_event_loop_lag_seconds"]
+        self.store_up = families["inhouse_gateway_limit_store_up"]
+        self.store_errors = families["inhouse_gateway_limit_store_errors_total"]
+        self.disconnects = families["inhouse_gateway_client_disconnects_total"]
         self._refreshers: list[Callable[[GatewayMetrics], None]] = []
 
     async def watch_loop_lag(self, period_s: float = LOOP_LAG_PERIOD_S) -> None:

@@ -34,9 +34,16 @@ try:  # orjson parses a 32K-character body ~5x faster than the standard library
 
     _loads: Callable[[bytes], Any] = orjson.loads
     _JSONError: tuple[type[Exception], ...] = (orjson.JSONDecodeError, ValueError)
+
+    def _dumps_text(value: object) -> str:
+        return orjson.dumps(value).decode()
 except ImportError:  # pragma: no cover - depends on the environment
     _loads = json.loads
     _JSONError = (ValueError,)
+
+    def _dumps_text(value: object) -> str:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
 
 ROUTER_BLOCK_TOKENS = 64
 MAX_HASHED_BLOCKS = 2048  # 131,072 tokens: llm-d's maxPrefixTokensToMatch
@@ -55,6 +62,7 @@ class ParsedRequest:
     text: str | None  # the rendered prompt (chat template applied) or the prompt string
     token_ids: list[int] | None  # a completions prompt given as token ids
     session_key: str | None
+    num_choices: int = 1  # `n` (or completions' `best_of`): outputs generated, each max_tokens
 
 
 def parse_request(raw: bytes, content_type: str, is_chat: bool) -> ParsedRequest:
@@ -89,6 +97,7 @@ def parse_request(raw: bytes, content_type: str, is_chat: bool) -> ParsedRequest
             raise bad_param("stream_options", "stream_options must be an object")
         wants_usage = options.get("include_usage") is True
     max_tokens = _max_tokens(body, is_chat)
+    num_choices = max(_count(body, "n"), 1 if is_chat else _count(body, "best_of"))
     user = body.get("user")
     session = user if isinstance(user, str) and user else None
     text: str | None
@@ -98,8 +107,21 @@ def parse_request(raw: bytes, content_type: str, is_chat: bool) -> ParsedRequest
     else:
         text, ids = _completion_prompt(body.get("prompt"))
     return ParsedRequest(
-        body, is_chat, model, bool(stream), wants_usage, max_tokens, text, ids, session
-    )
+        body, is_chat, model, bool(stream), wants_usage, max_tokens, text, ids, session,
+        num_choices,
+    )  # fmt: skip
+
+
+def _count(body: dict[str, Any], name: str) -> int:
+    """`n` or `best_of`: a positive integer, 1 when absent."""
+    value = body.get(name)
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise bad_param(name, f"{name} must be an integer")
+    if value < 1:
+        raise bad_param(name, f"{name} must be at least 1, got {value}")
+    return value
 
 
 def _max_tokens(body: dict[str, Any], is_chat: bool) -> int | None:
@@ -130,7 +152,42 @@ def _chat_text(body: dict[str, Any]) -> str:
         if content is not None and not isinstance(content, str | list):
             raise bad_param(f"messages.{i}.content", "content must be a string or a list of parts")
     generation = body.get("add_generation_prompt", True)
-    return render_chat(messages, generation is not False)
+    if any(isinstance(m.get("tool_calls"), list) for m in messages):
+        messages = [_with_tool_calls(m) for m in messages]
+    return _tools_text(body) + render_chat(messages, generation is not False)
+
+
+def _tools_text(body: dict[str, Any]) -> str:
+    """The tool (or legacy function) definitions as the prompt carries them: a chat template
+    renders them into the prompt (most at its start, in the system turn), so they count as
+    prompt tokens, for the long-prompt gate and the reservation alike."""
+    text = ""
+    for name in ("tools", "functions"):
+        tools = body.get(name)
+        if tools is None:
+            continue
+        if not isinstance(tools, list):
+            raise bad_param(name, f"{name} must be a list")
+        if tools:
+            text += f"<|im_start|>{name}\n{_json_text(tools)}<|im_end|>\n"
+    return text
+
+
+def _with_tool_calls(message: dict[str, Any]) -> dict[str, Any]:
+    """An assistant message's tool calls are prompt text too (their arguments, mostly)."""
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list) or not calls:
+        return message
+    content = message.get("content")
+    text = content if isinstance(content, str) else ""
+    return {**message, "content": text + _json_text(calls)}
+
+
+def _json_text(value: object) -> str:
+    try:
+        return _dumps_text(value)
+    except (TypeError, ValueError):
+        return str(value)
 
 
 def _completion_prompt(prompt: object) -> tuple[str | None, list[int] | None]:
@@ -192,6 +249,8 @@ class RemoteCounter:
             return len(request.token_ids)
         if request.is_chat and len(request.text or "") <= 16 * (limit + 1):
             payload: dict[str, Any] = {"model": model, "messages": request.body["messages"]}
+            if request.body.get("tools"):
+                payload["tools"] = request.body["tools"]  # vLLM's /tokenize renders them too
         else:
             payload = {"model": model, "prompt": (request.text or "")[: 16 * (limit + 1)]}
         answer = await self._post("/tokenize", payload)

@@ -3,101 +3,48 @@
 Raw ASGI, not Starlette's Request/Response: the hot path pays for no object it does not use.
 The response head goes to the client only with the engine's first token (for a stream served
 by the gateway's own server, `http_server.py`, written from the engine connection's callback,
-head and token in one write), so a replica that fails before it is retried on another one (at most
-`proxy.retries` times) and the client never sees it; after that, a failure ends the stream
-with an error event the client sees. Nothing accepted is dropped silently: every admitted
-request ends in a response, an error event, or a logged client disconnect.
+head and token in one write; `stream.py`), so a replica that fails before it is retried on
+another one (at most `proxy.retries` times) and the client never sees it; after that, a
+failure ends the stream with an error event the client sees. Nothing accepted is dropped
+silently: every admitted request ends in a response, an error event, or a logged client
+disconnect, and a client that leaves, in any phase, has its engine request aborted within
+the moment (`client_watch.py`).
+
+Billing (the settle at the end): the engine's usage when it came; when it did not, what
+surely went out: the prompt and every event relayed for a stream that reached the client
+or that the client left, the whole reservation for a non-streamed request the client left
+after it was sent (the engine's work on it is unknown), nothing for a request no engine took.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import Callable
 from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
-from inhouse.gateway.chunk_writer import EXTENSION, ChunkWriter
+from inhouse.gateway.chunk_writer import ChunkWriter
+from inhouse.gateway.client_watch import ClientWatch
 from inhouse.gateway.dispatch import Placement
 from inhouse.gateway.errors import GatewayError
 from inhouse.gateway.prompt import ParsedRequest, parse_request
-from inhouse.gateway.relay import (
-    USAGE_MARK,
-    StreamState,
-    error_event,
-    flush,
-    is_role_only,
-    relay_piece,
-    usage_of_body,
+from inhouse.gateway.relay import is_role_only, usage_of_body
+from inhouse.gateway.request_io import (
+    chunk_writer,
+    client_request_id,
+    read_body,
+    request_headers,
+    send_error,
 )
 from inhouse.gateway.service import Admission, Gateway
+from inhouse.gateway.stream import relay_stream
 from inhouse.gateway.upstream import Response, UpstreamError
 from inhouse.spec.gateway import TenantSpec
 
 RETRY_STATUSES = frozenset((500, 502, 503, 504))
-SSE_TYPE = b"text/event-stream; charset=utf-8"
 log = logging.getLogger("inhouse.gateway")
-
-
-_HEADERS = frozenset(
-    (b"authorization", b"content-length", b"content-type", b"x-request-id", b"x-session-id")
-)
-
-
-def request_headers(scope: Scope) -> dict[bytes, str]:
-    """The headers the generation routes read, each its first value, in one pass."""
-    found: dict[bytes, str] = {}
-    for key, value in scope["headers"]:
-        if key in _HEADERS and key not in found:
-            found[key] = value.decode("latin-1")
-    return found
-
-
-async def read_body(receive: Receive, length: str | None, limit: int) -> bytes:
-    if length is not None and length.isdigit() and int(length) > limit:
-        raise GatewayError(
-            413,
-            f"The request body is {int(length)} bytes; this gateway accepts at most {limit}.",
-            param="body",
-            reason="body_too_large",
-        )
-    parts = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ConnectionAbortedError("client went away")
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise GatewayError(
-                413,
-                f"The request body exceeds {limit} bytes, the most this gateway accepts.",
-                param="body",
-                reason="body_too_large",
-            )
-        parts.append(chunk)
-        if not message.get("more_body", False):
-            return parts[0] if len(parts) == 1 else b"".join(parts)
-
-
-def chunk_writer(scope: Scope) -> ChunkWriter | None:
-    """The server's direct chunk writer (`http_server.GatewayProtocol`), if it offers one."""
-    extensions = scope.get("extensions")
-    if not extensions or scope.get("http_version") != "1.1":
-        return None
-    writer: ChunkWriter | None = extensions.get(EXTENSION)
-    return writer
-
-
-async def send_error(send: Send, error: GatewayError, extra: list[tuple[bytes, bytes]]) -> None:
-    body = error.body()
-    headers = [*error.headers(), (b"content-length", str(len(body)).encode()), *extra]
-    await send({"type": "http.response.start", "status": error.status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
 
 
 class GenerationRoute:
@@ -110,15 +57,23 @@ class GenerationRoute:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gateway = self.gateway
+        gateway.begin()
+        try:  # NOTE: whatever happens below, the in-flight count comes down (a drain waits on it)
+            await self._handle(scope, receive, send)
+        finally:
+            gateway.end()
+
+    async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        gateway = self.gateway
         t0 = time.perf_counter()
         headers = request_headers(scope)
         key = gateway.ids.new()
-        request_id = headers.get(b"x-request-id") or key
-        rid_header = (b"x-request-id", request_id.encode())
+        request_id = client_request_id(headers) or key
+        rid_header = (b"x-request-id", request_id.encode("latin-1"))
         tenant: TenantSpec | None = None
         parsed: ParsedRequest | None = None
-        admission: Admission | None = None
-        gateway.begin()
+        watch: ClientWatch | None = None
+        writer = chunk_writer(scope)
         try:
             if gateway.is_draining:
                 raise GatewayError(
@@ -134,95 +89,121 @@ class GenerationRoute:
             session = headers.get(b"x-session-id")
             if session:
                 parsed.session_key = session
+            watch = ClientWatch(receive, writer)
             admission = await gateway.admit(tenant, parsed, self.path, request_id, key, t0)
         except GatewayError as error:
-            gateway.end()
-            self._reject(tenant, parsed, error, request_id, t0)
+            if watch is not None:
+                watch.disarm()
+            self._reject(tenant, parsed, error.status, error.reason, request_id, t0)
             await send_error(send, error, [rid_header])
             return
         except ConnectionAbortedError:
-            gateway.end()
+            return  # the client left while sending its body
+        except asyncio.CancelledError:
+            if watch is None or not watch.absorb():
+                raise
+            watch.disarm()  # the client left during admission (the limit store, the count)
+            gateway.metrics.disconnects.child("admission").inc()
+            self._reject(tenant, parsed, 499, "client_disconnect", request_id, t0)
             return
-        try:
-            await self._serve(admission, receive, send, rid_header, chunk_writer(scope))
-        finally:
-            gateway.end()
+        except BaseException:
+            if watch is not None:
+                watch.disarm()
+            raise
+        if gateway.keeps_records:
+            admission.client = gateway.addresses.client_of(scope, headers.get(b"x-forwarded-for"))
+        await self._serve(admission, send, rid_header, writer, watch)
 
     def _reject(
         self,
         tenant: TenantSpec | None,
         parsed: ParsedRequest | None,
-        error: GatewayError,
+        status: int,
+        reason: str,
         request_id: str,
         t0: float,
     ) -> None:
-        metrics = self.gateway.metrics
+        gateway = self.gateway
+        metrics = gateway.metrics
         name = tenant.name if tenant is not None else ""
-        model = (parsed.model or "") if parsed is not None else ""
-        metrics.rejections.child(name, error.reason).inc()
-        metrics.requests.child(name, model, "", "", str(error.status)).inc()
-        if not self.gateway.keeps_records:
+        model = gateway.model_label(parsed.model) if parsed is not None else ""
+        metrics.rejections.child(name, reason).inc()
+        metrics.requests.child(name, model, "", "", str(status)).inc()
+        if not gateway.keeps_records:
             return
         record = {
             "request_id": request_id,
             "tenant": name,
             "model": model,
-            "status": error.status,
-            "reason": error.reason,
+            "status": status,
+            "reason": reason,
             "e2e_ms": round(1000 * (time.perf_counter() - t0), 3),
         }
-        self.gateway.log_request(record, parsed)
+        gateway.log_request(record, parsed)
 
     async def _serve(
         self,
         admission: Admission,
-        receive: Receive,
         send: Send,
         rid: tuple[bytes, bytes],
         writer: ChunkWriter | None,
+        watch: ClientWatch,
     ) -> None:
         gateway = self.gateway
-        outcome = _Outcome()
+        outcome = Outcome()
         # With the direct writer a stream's head is readied as soon as the engine answers 200
         # and goes out with the first token from the engine connection's callback: no task
         # switch between the engine's first token and the client's.
         early = writer is not None and admission.parsed.is_stream
         try:
-            response, first = await self._dispatch(admission, outcome, early)
-            headers = [rid, (b"x-inhouse-pool", admission.pool.name.encode())]
-            if admission.pool_reason.startswith("fallback"):
-                headers.append((b"x-inhouse-fallback", admission.primary_pool.encode()))
-            if admission.parsed.is_stream and response.status == 200:
-                other = await self._stream(
-                    admission, response, first, send, receive, headers, outcome, writer
-                )
-                if other is None:
-                    return
-                response, first = other  # a retry after a failure before the first token
-            await self._whole(admission, response, first, send, headers, outcome)
-        except GatewayError as error:
-            outcome.status = error.status
-            outcome.reason = error.reason
-            await send_error(send, error, [rid])
-            if error.reason in ("queue_full", "no_replica"):
-                gateway.metrics.rejections.child(admission.tenant.name, error.reason).inc()
+            try:
+                response, first = await self.dispatch(admission, outcome, early)
+                headers = [rid, (b"x-inhouse-pool", admission.pool.name.encode())]
+                if admission.pool_reason.startswith("fallback"):
+                    headers.append((b"x-inhouse-fallback", admission.primary_pool.encode()))
+                if admission.parsed.is_stream and response.status == 200:
+                    other = await relay_stream(
+                        self, admission, response, first, send, headers, outcome, writer
+                    )
+                    if other is None:
+                        return
+                    response, first = other  # a retry after a failure before the first token
+                await self._whole(admission, response, first, send, headers, outcome)
+            except GatewayError as error:
+                outcome.status = error.status
+                outcome.reason = error.reason
+                await send_error(send, error, [rid])
+                if error.reason in ("queue_full", "no_replica"):
+                    gateway.metrics.rejections.child(admission.tenant.name, error.reason).inc()
+        except asyncio.CancelledError:
+            if not watch.absorb():
+                raise
+            outcome.status = 499
+            outcome.reason = "client_disconnect"
+            outcome.is_client_gone = True
+            gateway.metrics.disconnects.child(outcome.phase).inc()
         finally:
+            watch.disarm()
+            if outcome.response is not None:
+                outcome.response.close()  # the engine stops: its request's connection closes
             if outcome.placement is not None:
                 gateway.dispatcher.release(outcome.placement)
             await self._finish(admission, outcome.placement, outcome)
 
-    async def _dispatch(
-        self, admission: Admission, outcome: _Outcome, early: bool = False
+    async def dispatch(
+        self, admission: Admission, outcome: Outcome, early: bool = False
     ) -> tuple[Response, bytes | None]:
         """Place, send, and get the head and first body bytes, retrying other replicas on a
         failure before the first byte (`outcome.placement` is the replica's). With `early`, a
-        200 returns before any body byte (b""): `_stream` holds everything back until the first
-        token and, on a failure before it, continues the attempts here."""
+        200 returns before any body byte (b""): `relay_stream` holds everything back until the
+        first token and, on a failure before it, continues the attempts here."""
         gateway = self.gateway
         spec = gateway.spec
         for attempt in range(outcome.retries, spec.proxy.retries + 1):
+            outcome.phase = "queued"
             placement = await gateway.place(admission, outcome.exclude)
             outcome.placement = placement
+            outcome.phase = "engine"
             replica = placement.replica
             path = replica.path_prefix + admission.path
             outcome.sent_s = time.perf_counter()
@@ -240,6 +221,7 @@ class GenerationRoute:
                         gateway.metrics.decisions.child(
                             admission.pool.name, replica.label, placement.reason_label
                         ).inc()
+                outcome.response = response
                 if response.status in RETRY_STATUSES and attempt < spec.proxy.retries:
                     text = await response.read_all()
                     raise UpstreamError(f"engine answered {response.status}: {text[:200]!r}", True)
@@ -254,7 +236,7 @@ class GenerationRoute:
                     first += more
                 outcome.first_byte_s = time.perf_counter()
             except UpstreamError as exc:
-                self._failed(admission, outcome, exc)
+                self.failed(admission, outcome, exc)
                 continue
             replica.num_failures = 0
             return response, first
@@ -266,7 +248,7 @@ class GenerationRoute:
             retry_after_s=1.0,
         )
 
-    def _failed(self, admission: Admission, outcome: _Outcome, exc: UpstreamError) -> None:
+    def failed(self, admission: Admission, outcome: Outcome, exc: UpstreamError) -> None:
         """An attempt that failed before the client saw a byte: count it against the replica
         and let go of it (the next attempt goes elsewhere)."""
         gateway = self.gateway
@@ -275,6 +257,9 @@ class GenerationRoute:
         replica = placement.replica
         outcome.last_error = str(exc)
         outcome.retries += 1
+        if outcome.response is not None:
+            outcome.response.close()
+            outcome.response = None
         gateway.metrics.retries.child(admission.pool.name, replica.label).inc()
         if replica.record_failure(gateway.spec.health):
             log.warning("replica %s/%s removed: %s", replica.pool, replica.index, exc)
@@ -289,7 +274,7 @@ class GenerationRoute:
         first: bytes | None,
         send: Send,
         headers: list[tuple[bytes, bytes]],
-        outcome: _Outcome,
+        outcome: Outcome,
     ) -> None:
         assert outcome.placement is not None
         outcome.replica = outcome.placement.replica.label
@@ -305,7 +290,7 @@ class GenerationRoute:
             (b"content-type", kind),
             (b"content-length", str(len(body)).encode()),
             *headers,
-            overhead_header(admission, outcome),
+            self.overhead_header(admission, outcome),
         ]
         await send({"type": "http.response.start", "status": response.status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
@@ -314,153 +299,29 @@ class GenerationRoute:
             outcome.usage = usage_of_body(body)
             outcome.is_served = True
 
-    async def _stream(
-        self,
-        admission: Admission,
-        response: Response,
-        first: bytes | None,
-        send: Send,
-        receive: Receive,
-        headers: list[tuple[bytes, bytes]],
-        outcome: _Outcome,
-        writer: ChunkWriter | None,
-    ) -> tuple[Response, bytes | None] | None:
-        """Relay a 200 stream. Returns None when the response is over, or the engine response
-        to answer with instead (not a stream) when a failure before the first token led to a
-        retry that got one."""
-        gateway = self.gateway
-        outcome.status = 200
-        state = StreamState(admission.parsed.wants_usage)
-        held: list[bytes] = []  # what came before the first token (the chat role chunk)
-
-        def on_disconnect(_: object = None) -> None:
-            if outcome.is_relaying:  # the client left mid-stream: stop the engine's work
-                response.abort()
-
-        outcome.is_relaying = True
-        gone: asyncio.Future[Any] | None = None
-        if writer is None:
-            gone = asyncio.ensure_future(receive())
-            gone.add_done_callback(on_disconnect)
-        else:
-            writer.watch(on_disconnect)
-        # With the direct writer the head is held until the first token (one write for both).
-        head = [(b"content-type", SSE_TYPE), (b"cache-control", b"no-cache"), *headers,
-                overhead_header(admission, outcome)]  # fmt: skip
-
-        def take(piece: bytes) -> bytes:
-            if (
-                outcome.is_served  # the first token went out: nothing is held any more
-                and not state.carry
-                and piece.endswith(b"\n\n")
-                and USAGE_MARK not in piece
-            ):
-                return piece  # whole events, no usage chunk: what relay_piece would return
-            out = relay_piece(state, piece)
-            if not state.has_first_token:  # nothing to the client yet: a failure is retried
-                if out:
-                    held.append(out)
-                return b""
-            if held:
-                out = b"".join(held) + out
-                held.clear()
-            if out and not outcome.is_served:
-                placement = outcome.placement
-                assert placement is not None
-                outcome.is_served = True
-                outcome.first_token_s = time.perf_counter()
-                placement.replica.num_failures = 0
-                gateway.dispatcher.first_token(placement)
-            return out
-
-        is_released = False
-        try:
-            await send({"type": "http.response.start", "status": 200, "headers": head})
-            while True:
-                assert outcome.placement is not None
-                outcome.replica = outcome.placement.replica.label
-                try:
-                    if writer is None:
-                        tail = await _relay_through_send(take, response, first, send)
-                    else:
-                        tail = await _relay_direct(take, response, first, writer)
-                    break
-                except UpstreamError as exc:
-                    if writer is None or writer.is_lost or state.has_first_token:
-                        raise
-                    # Before the first token the client has seen nothing (its head is held):
-                    # the next replica, as a failure before the first byte would be.
-                    response.abort()
-                    self._failed(admission, outcome, exc)
-                    try:
-                        response, first = await self._dispatch(admission, outcome, True)
-                    except GatewayError as error:
-                        if writer.unstart():
-                            raise
-                        raise UpstreamError(error.message, False) from None
-                    if response.status != 200:
-                        if writer.unstart():
-                            is_released = True  # handed back: answered whole by the caller
-                            return response, first
-                        raise UpstreamError(f"engine answered {response.status}", False) from None
-                    state = StreamState(admission.parsed.wants_usage)
-                    held.clear()
-            tail = b"".join(held) + tail + flush(state)
-            outcome.is_relaying = False
-            response.release()
-            is_released = True
-            await send({"type": "http.response.body", "body": tail, "more_body": False})
-        except UpstreamError as exc:
-            is_gone = writer.is_lost if writer is not None else gone is not None and gone.done()
-            if is_gone:
-                outcome.status = 499
-                outcome.reason = "client_disconnect"
-            else:
-                outcome.reason = "stream_error"
-                gateway.metrics.stream_errors.child(admission.pool.name, outcome.replica).inc()
-                message = f"The engine stream broke off: {exc}"
-                await send(
-                    {"type": "http.response.body", "body": error_event(message), "more_body": False}
-                )
-        except GatewayError:
-            raise  # no replica answered before the first token: the caller answers with it
-        except Exception:
-            # A failure of the gateway's own, mid-stream: the client still gets an error
-            # event it can act on, the log gets the trace (never the prompt).
-            log.exception("relaying request %s failed", admission.request_id)
-            outcome.reason = "gateway_error"
-            message = "The gateway failed while relaying this stream; please retry."
-            with contextlib.suppress(Exception):
-                await send(
-                    {"type": "http.response.body", "body": error_event(message), "more_body": False}
-                )
-        finally:
-            outcome.is_relaying = False
-            if not is_released:  # cancelled, or failed: the connection's state is unknown
-                response.abort()
-            if writer is not None:
-                writer.watch(None)
-                writer.flush()
-            elif gone is not None and not gone.done():
-                gone.cancel()
-            outcome.usage = state.usage
-            outcome.num_events = state.num_events
-        return None
+    def billed_tokens(self, admission: Admission, outcome: Outcome) -> tuple[int, int]:
+        """(prompt, completion) tokens to settle: see the module's docstring."""
+        usage = outcome.usage
+        if usage is not None:
+            return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+        prompt = admission.num_prompt_tokens
+        if outcome.is_served or outcome.num_events:
+            return prompt, outcome.num_events
+        if outcome.is_client_gone and outcome.sent_s:
+            if admission.parsed.is_stream:
+                return prompt, 0
+            reserved = admission.reservation.tokens if admission.reservation else prompt
+            return prompt, max(0, reserved - prompt)
+        return 0, 0
 
     async def _finish(
-        self, admission: Admission, placement: Placement | None, outcome: _Outcome
+        self, admission: Admission, placement: Placement | None, outcome: Outcome
     ) -> None:
         gateway = self.gateway
         metrics = gateway.metrics
         tenant = admission.tenant.name
         pool = admission.pool.name
-        usage = outcome.usage or {}
-        prompt = int(usage.get("prompt_tokens") or 0)
-        completion = int(usage.get("completion_tokens") or 0)
-        if outcome.usage is None:  # no usage came back: charge what surely was used
-            served = outcome.is_served
-            prompt = admission.num_prompt_tokens if served else 0
-            completion = outcome.num_events if served else 0
+        prompt, completion = self.billed_tokens(admission, outcome)
         await gateway.settle(admission, prompt + completion)
         end = time.perf_counter()
         metrics.requests.child(
@@ -492,6 +353,7 @@ class GenerationRoute:
             "e2e_ms": round(1000 * (end - admission.arrival_s), 3),
             "retries": outcome.retries,
             "route": placement.reason_label if placement is not None else None,
+            "client": admission.client,
         }
         if outcome.reason:
             record["reason"] = outcome.reason
@@ -499,73 +361,30 @@ class GenerationRoute:
             record["engine_request_id"] = admission.key  # the client's id is not unique
         gateway.log_request(record, admission.parsed)
 
-
-async def _relay_through_send(
-    take: Callable[[bytes], bytes], response: Response, first: bytes | None, send: Send
-) -> bytes:
-    """Relay the engine's pieces as ASGI messages; returns the last (sent with the end)."""
-    piece = first
-    while piece is not None:
-        out = take(piece)
-        if response.is_complete:
-            return out  # the engine's last bytes go out with the end of the stream
-        if out:
-            await send({"type": "http.response.body", "body": out, "more_body": True})
-        piece = await response.read()
-    return b""
+    @staticmethod
+    def overhead_header(admission: Admission, outcome: Outcome) -> tuple[bytes, bytes]:
+        """`x-inhouse-overhead-ms`: the gateway's own time before the response head, without
+        the engine's (arrival to the request written, plus first engine bytes to the head)."""
+        own = (outcome.sent_s - admission.arrival_s) + (time.perf_counter() - outcome.first_byte_s)
+        return (b"x-inhouse-overhead-ms", f"{1000 * own:.3f}".encode())
 
 
-async def _relay_direct(
-    take: Callable[[bytes], bytes], response: Response, first: bytes | None, writer: ChunkWriter
-) -> bytes:
-    """Relay from the upstream connection's callback straight to the client's transport;
-    returns the last piece. A full client buffer pauses reading the engine until it drains."""
-    resumes: list[asyncio.Future[None]] = []
+class Outcome:
+    """What happened to an admitted request: where it went, what it got, how it ended."""
 
-    def resume(waiting: asyncio.Future[None]) -> None:
-        resumes.clear()
-        if not waiting.cancelled():  # cancelled: the relay is over, the connection let go
-            response.resume_reading()
-
-    def sink(piece: bytes) -> None:
-        out = take(piece)
-        if out and not writer.write_chunk(out) and not resumes:
-            response.pause_reading()
-            resumes.append(asyncio.ensure_future(writer.wait_writable()))
-            resumes[0].add_done_callback(resume)
-
-    if first is None:
-        return b""
-    if response.is_complete:
-        return take(first)
-    sink(first)
-    try:
-        last = await response.relay(sink)
-    finally:
-        for waiting in resumes:
-            waiting.cancel()
-    return take(last) if last else b""
-
-
-def overhead_header(admission: Admission, outcome: _Outcome) -> tuple[bytes, bytes]:
-    """`x-inhouse-overhead-ms`: the gateway's own time before the response head, without the
-    engine's (arrival to the request written, plus first engine bytes to the head sent)."""
-    own = (outcome.sent_s - admission.arrival_s) + (time.perf_counter() - outcome.first_byte_s)
-    return (b"x-inhouse-overhead-ms", f"{1000 * own:.3f}".encode())
-
-
-class _Outcome:
     __slots__ = (
         "exclude",
         "first_byte_s",
         "first_token_s",
-        "is_relaying",
+        "is_client_gone",
         "is_served",
         "last_error",
         "num_events",
+        "phase",
         "placement",
         "reason",
         "replica",
+        "response",
         "retries",
         "sent_s",
         "status",
@@ -573,8 +392,8 @@ class _Outcome:
     )
 
     def __init__(self) -> None:
-        self.is_relaying = False
         self.is_served = False
+        self.is_client_gone = False
         self.sent_s = 0.0
         self.first_byte_s = 0.0
         self.status = 502
@@ -583,7 +402,9 @@ class _Outcome:
         self.retries = 0
         self.first_token_s = 0.0
         self.num_events = 0
+        self.phase = "queued"  # queued (waiting for a replica) | engine | stream
         self.usage: dict[str, Any] | None = None
         self.placement: Placement | None = None
+        self.response: Response | None = None
         self.exclude: frozenset[int] = frozenset()
         self.last_error = "no attempt"

@@ -2,10 +2,24 @@
 
 Each admission is one `EVALSHA` of a Lua script that checks every limit and charges them all
 or none (Redis runs a script atomically), using Redis's own clock (`TIME`), so gateways with
-skewed clocks still agree. Settling is a second script. Keys, per tenant (the `{tenant}` hash
-tag keeps them on one slot): `ih:gw:{T}:rpm` and `:tpm` (buckets: level, ts), `:conc` (sorted
-set of request ids by lease expiry), `:day:<n>` (tokens charged on UTC day n, expiring after
-two days). A single Redis (or a primary); not Redis Cluster's cross-slot mode.
+skewed clocks still agree. Keys, per tenant (the `{tenant}` hash tag keeps them on one slot):
+`ih:gw:{T}:rpm` and `:tpm` (buckets: level, ts), `:conc` (sorted set of request ids by lease
+expiry), `:day:<n>` (tokens charged on UTC day n, expiring after two days), and per request
+`:r:<id>` (what it reserved, until settled) and `:x:<id>` (a tombstone, below). A single Redis
+(or a primary); not Redis Cluster's cross-slot mode.
+
+Made to be retried (`inhouse.gateway.limit_failover` does):
+
+* settling reads what was reserved from the request's record and deletes it in the same
+  script, so a settle sent twice (the first answer lost) settles once;
+* `cancel` settles a reservation whose answer never came (Redis stalled; the client left) as
+  unused, and when the reserve has not run (yet) leaves a tombstone that makes it a no-op when
+  it does run: a reserve that ran late never holds a lease or tokens for nobody;
+* concurrency leases last `lease_s` and `renew` extends those this gateway still holds
+  (`ZADD XX`: a settled lease is never brought back), so a gateway that dies, or a lease
+  nobody settles, frees its slot within `lease_s`.
+
+This class is the mechanics: every call raises what redis-py raises; it starts no task.
 """
 
 from __future__ import annotations
@@ -15,9 +29,11 @@ from typing import Any
 from inhouse.gateway.limits import Refusal, Reservation, refusal
 from inhouse.spec.gateway import LimitsSpec
 
-# ARGV: request_id, tokens, rpm, tpm, max_concurrency, daily_tokens, lease_s (0 = unlimited)
-# Returns {0, day} when reserved, or {1, kind, wait_ms} when refused.
+# KEYS: rpm, tpm, conc, day base, record, tombstone
+# ARGV: request_id, tokens, rpm, tpm, max_concurrency, daily_tokens, lease_s, record_ttl_s
+# Returns {0, day, tokens used today} reserved; {1, kind, wait_ms} refused; {2} cancelled.
 RESERVE = """
+if redis.call('EXISTS', KEYS[6]) == 1 then return {2} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local day = math.floor(now / 86400)
@@ -49,8 +65,9 @@ if conc > 0 then
   if redis.call('ZCARD', KEYS[3]) >= conc then return {1, 'concurrency', 1000} end
 end
 local day_key = KEYS[4] .. ':' .. day
+local used = 0
 if daily > 0 then
-  local used = tonumber(redis.call('GET', day_key) or '0')
+  used = tonumber(redis.call('GET', day_key) or '0')
   if used + tokens > daily then
     return {1, 'daily', math.ceil(((day + 1) * 86400 - now) * 1000)}
   end
@@ -68,18 +85,29 @@ if conc > 0 then
   redis.call('EXPIRE', KEYS[3], math.ceil(lease) + 60)
 end
 if daily > 0 then
-  redis.call('INCRBY', day_key, tokens)
+  used = redis.call('INCRBY', day_key, tokens)
   redis.call('EXPIRE', day_key, 172800)
 end
-return {0, day}
+redis.call('HSET', KEYS[5], 't', tokens, 'd', day)
+redis.call('EXPIRE', KEYS[5], tonumber(ARGV[8]))
+return {0, day, used}
 """
 
-# ARGV: request_id, reserved tokens, used tokens, tpm, day
+# KEYS as RESERVE's. ARGV: request_id, used tokens, tpm, tombstone_ttl_s (0: a plain settle)
+# Returns 1 when it settled the reservation, 0 when there was none (settled already; or, with
+# a tombstone TTL, not reserved yet: the tombstone now stops that reserve).
 SETTLE = """
+local rec = redis.call('HMGET', KEYS[5], 't', 'd')
+if not rec[1] then
+  local ttl = tonumber(ARGV[4])
+  if ttl > 0 then redis.call('SET', KEYS[6], '1', 'EX', ttl) end
+  return 0
+end
+redis.call('DEL', KEYS[5])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local delta = tonumber(ARGV[2]) - tonumber(ARGV[3])
-local tpm = tonumber(ARGV[4])
+local delta = tonumber(rec[1]) - tonumber(ARGV[2])
+local tpm = tonumber(ARGV[3])
 if tpm > 0 and redis.call('EXISTS', KEYS[2]) == 1 then
   local v = redis.call('HMGET', KEYS[2], 'level', 'ts')
   local level = tonumber(v[1]) or tpm
@@ -90,28 +118,99 @@ if tpm > 0 and redis.call('EXISTS', KEYS[2]) == 1 then
   redis.call('HSET', KEYS[2], 'level', tostring(level), 'ts', tostring(now))
   redis.call('EXPIRE', KEYS[2], 120)
 end
-local day_key = KEYS[4] .. ':' .. ARGV[5]
+local day_key = KEYS[4] .. ':' .. rec[2]
 if redis.call('EXISTS', day_key) == 1 then redis.call('DECRBY', day_key, delta) end
 redis.call('ZREM', KEYS[3], ARGV[1])
+return 1
+"""
+
+# KEYS: conc. ARGV: lease_s, request ids. Extends the leases that still exist.
+RENEW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local lease = tonumber(ARGV[1])
+for i = 2, #ARGV do redis.call('ZADD', KEYS[1], 'XX', now + lease, ARGV[i]) end
+redis.call('EXPIRE', KEYS[1], math.ceil(lease) + 60)
 return 0
 """
 
+# KEYS: tpm, day base. ARGV: tpm, day, tokens. Charges what requests used while counted in a
+# gateway's memory (the store was down), as if Redis had counted them.
+RECONCILE = """
+local tokens = tonumber(ARGV[3])
+local day_key = KEYS[2] .. ':' .. ARGV[2]
+redis.call('INCRBY', day_key, tokens)
+redis.call('EXPIRE', day_key, 172800)
+local tpm = tonumber(ARGV[1])
+if tpm > 0 then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+  local v = redis.call('HMGET', KEYS[1], 'level', 'ts')
+  local level = tonumber(v[1]) or tpm
+  local dt = now - (tonumber(v[2]) or now)
+  if dt < 0 then dt = 0 end
+  level = math.min(tpm, level + dt * tpm / 60) - tokens
+  redis.call('HSET', KEYS[1], 'level', tostring(level), 'ts', tostring(now))
+  redis.call('EXPIRE', KEYS[1], 120)
+end
+return 0
+"""
 
-def _keys(tenant: str) -> list[str]:
+MAX_CONNECTIONS = 64
+POOL_WAIT_FACTOR = 5  # a call may wait this many `timeout_s` for a free connection
+TOMBSTONE_S = 3600  # longer than any stall after which a queued reserve could still run
+
+
+def _keys(tenant: str, request_id: str = "") -> list[str]:
     base = f"ih:gw:{{{tenant}}}"
-    return [f"{base}:rpm", f"{base}:tpm", f"{base}:conc", f"{base}:day"]
+    return [
+        f"{base}:rpm",
+        f"{base}:tpm",
+        f"{base}:conc",
+        f"{base}:day",
+        f"{base}:r:{request_id}",
+        f"{base}:x:{request_id}",
+    ]
 
 
 class RedisLimits:
-    """`LimitStore` over Redis (redis-py's asyncio client, one connection pool)."""
+    """`LimitStore` mechanics over Redis (redis-py's asyncio client, one connection pool)."""
 
-    def __init__(self, url: str, lease_s: float = 3600.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        lease_s: float = 30.0,
+        timeout_s: float = 1.0,
+        record_ttl_s: float = 3660.0,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
         import redis.asyncio as aioredis  # imported here: only gateways with redis_url need it
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
 
-        self._redis: Any = aioredis.from_url(url, decode_responses=True)
-        self._lease_s = lease_s
+        # NOTE: each read and connect is bounded by `timeout_s` (a Redis that stops answering
+        # fails fast), while a call waiting for one of the pool's connections (a burst) waits
+        # longer: a busy gateway is not a failed store.
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url,
+            decode_responses=True,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            retry=Retry(NoBackoff(), 0),  # the failover decides about retries, not redis-py
+            max_connections=max_connections,
+            timeout=POOL_WAIT_FACTOR * timeout_s,
+        )
+        self._redis: Any = aioredis.Redis(connection_pool=pool)
+        self.lease_s = lease_s
+        self._record_ttl_s = int(record_ttl_s)
         self._reserve = self._redis.register_script(RESERVE)
         self._settle = self._redis.register_script(SETTLE)
+        self._renew = self._redis.register_script(RENEW)
+        self._reconcile = self._redis.register_script(RECONCILE)
+        # Leases this gateway holds (renewed until settled): tenant -> request ids.
+        self.leases: dict[str, dict[str, None]] = {}
+        # The last count of today's tokens Redis reported, per tenant: (day, tokens).
+        self.daily_seen: dict[str, tuple[int, int]] = {}
 
     async def ping(self) -> None:
         await self._redis.ping()
@@ -126,32 +225,78 @@ class RedisLimits:
             limits.tpm or 0,
             limits.max_concurrency or 0,
             limits.daily_tokens or 0,
-            self._lease_s,
+            self.lease_s,
+            self._record_ttl_s,
         ]
-        result = await self._reserve(keys=_keys(tenant), args=args)
-        if int(result[0]) == 0:
-            return Reservation(tenant, request_id, tokens, int(result[1]))
+        result = await self._reserve(keys=_keys(tenant, request_id), args=args)
+        code = int(result[0])
+        if code == 0:
+            day = int(result[1])
+            if limits.daily_tokens is not None:
+                self.daily_seen[tenant] = (day, int(result[2]))
+            if limits.max_concurrency is not None:
+                self.leases.setdefault(tenant, {})[request_id] = None
+            return Reservation(tenant, request_id, tokens, day)
+        if code == 2:  # cancelled before it ran: no answer anyone waits for
+            return refusal("concurrency", 1.0, tokens, limits)
         return refusal(str(result[1]), int(result[2]) / 1000.0, tokens, limits)
 
+    def forget_lease(self, tenant: str, request_id: str) -> None:
+        """Stop renewing a request's lease (it is being settled or cancelled)."""
+        held = self.leases.get(tenant)
+        if held is not None:
+            held.pop(request_id, None)
+            if not held:
+                del self.leases[tenant]
+
     async def settle(self, reservation: Reservation, limits: LimitsSpec, used: int) -> None:
-        args: list[str | int | float] = [
-            reservation.request_id,
-            reservation.tokens,
-            used,
-            limits.tpm or 0,
-            reservation.day,
-        ]
-        await self._settle(keys=_keys(reservation.tenant), args=args)
+        self.forget_lease(reservation.tenant, reservation.request_id)
+        args: list[str | int] = [reservation.request_id, used, limits.tpm or 0, 0]
+        await self._settle(keys=_keys(reservation.tenant, reservation.request_id), args=args)
+
+    async def cancel(self, tenant: str, request_id: str, limits: LimitsSpec) -> None:
+        """Undo a reserve whose answer never came, whether it ran already or runs later."""
+        self.forget_lease(tenant, request_id)
+        args: list[str | int] = [request_id, 0, limits.tpm or 0, TOMBSTONE_S]
+        await self._settle(keys=_keys(tenant, request_id), args=args)
+
+    async def renew(self) -> int:
+        """Extend every lease this gateway holds (one script per tenant, one round trip)."""
+        if not self.leases:
+            return 0
+        num = 0
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for tenant, held in self.leases.items():
+                ids = list(held)
+                num += len(ids)
+                await self._renew(keys=[_keys(tenant)[2]], args=[self.lease_s, *ids], client=pipe)
+            await pipe.execute()
+        return num
+
+    async def reconcile(self, tenant: str, limits: LimitsSpec, day: int, tokens: int) -> None:
+        keys = _keys(tenant)
+        await self._reconcile(keys=[keys[1], keys[3]], args=[limits.tpm or 0, day, tokens])
 
     async def daily_used(self, tenant: str, day: int) -> int:
         value = await self._redis.get(f"{_keys(tenant)[3]}:{day}")
         return int(value or 0)
 
+    async def num_leases(self, tenant: str) -> int:
+        """Concurrency leases held in Redis for a tenant, expired ones not counted."""
+        now = float((await self._redis.time())[0])
+        count: int = await self._redis.zcount(_keys(tenant)[2], now, "+inf")
+        return count
+
     async def reset(self, tenant: str) -> None:
         """Forget a tenant's state (tests)."""
         keys = _keys(tenant)
-        extra = [k async for k in self._redis.scan_iter(match=f"{keys[3]}:*")]
-        await self._redis.delete(*keys[:3], *extra)
+        base = keys[3].rsplit(":", 1)[0]
+        extra = [k async for k in self._redis.scan_iter(match=f"{base}:*")]
+        await self._redis.delete(*keys[:4], *extra)
+
+    async def start(self) -> None:
+        return None
 
     async def close(self) -> None:
         await self._redis.aclose()
+        await self._redis.connection_pool.disconnect()

@@ -8,6 +8,8 @@ three things, each a C-speed `bytes` scan in the common case:
   are not only the chat role chunk;
 * the usage chunk (`"choices":[],"usage":{...}`), which the gateway always asks the engine for
   (to settle token limits) and drops again when the client did not ask for it;
+* how many events went out (`num_events`): what the client was sent, billed when the engine's
+  usage never came (the client left, the stream broke); each event carries at least one token;
 * nothing else: content is never parsed.
 """
 
@@ -21,6 +23,7 @@ from inhouse.gateway.prompt import _loads
 
 _ROLE_ONLY = b'"delta":{"role":"assistant","content":""}'
 USAGE_MARK = b'"usage":{'
+EVENT_MARK = b"data: {"  # a chunk or an error event; not `data: [DONE]`
 _EMPTY_CHOICES = b'"choices":[]'
 
 
@@ -31,7 +34,7 @@ class StreamState:
     wants_usage: bool
     carry: bytes = b""
     has_first_token: bool = False
-    num_events: int = 0
+    num_events: int = 0  # chunk events relayed (the chat role chunk included)
     usage: dict[str, Any] | None = None
 
 
@@ -46,10 +49,9 @@ def relay_piece(state: StreamState, piece: bytes) -> bytes:
     out, state.carry = data[: cut + 2], data[cut + 2 :]
     if USAGE_MARK in out:
         out = _take_usage(state, out)
-    if not state.has_first_token and out:
-        count = out.count(b"data: ")
-        state.num_events += count
-        if not (count == 1 and _ROLE_ONLY in out):
+    if out:
+        state.num_events += out.count(EVENT_MARK)
+        if not state.has_first_token and not (out.count(b"data: ") == 1 and _ROLE_ONLY in out):
             state.has_first_token = True
     return out
 

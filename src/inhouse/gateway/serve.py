@@ -14,14 +14,14 @@ import logging
 import signal
 import time
 
-from inhouse.gateway.app import GatewayApp
-from inhouse.gateway.http_server import GatewayServer, tls_context
+from inhouse.gateway.app import GatewayApp, create_metrics_app
+from inhouse.gateway.http_listener import GatewayServer, tls_context
 from inhouse.gateway.service import Gateway
 
 log = logging.getLogger("inhouse.gateway")
 
-KEEP_ALIVE_S = 75.0  # idle client connections (longer than a load balancer's 60 s)
 SHUTDOWN_GRACE_S = 5.0
+MAX_METRICS_CONNECTIONS = 64  # scrapers and probes
 GC_CHECK_S = 1.0
 GC_MAX_NEW_OBJECTS = 200_000  # tracked objects that outlived their allocation since the last run
 GC_EVERY_S = 600.0
@@ -31,13 +31,40 @@ def gateway_server(
     gateway: Gateway, certfile: str | None = None, keyfile: str | None = None
 ) -> GatewayServer:
     """The gateway's app behind its HTTP server, not yet listening (`start`)."""
-    return GatewayServer(GatewayApp(gateway), KEEP_ALIVE_S, tls_context(certfile, keyfile))
+    limits = gateway.spec.server
+    return GatewayServer(
+        GatewayApp(gateway),
+        limits.keep_alive_s,
+        tls_context(certfile, keyfile),
+        header_timeout_s=limits.header_timeout_s,
+        max_connections=limits.max_connections,
+        send_timeout_s=limits.send_timeout_s,
+    )
+
+
+def metrics_server(gateway: Gateway) -> GatewayServer:
+    """`/metrics` and `/health` on the metrics port, not yet listening."""
+    limits = gateway.spec.server
+    return GatewayServer(
+        create_metrics_app(gateway),
+        limits.keep_alive_s,
+        header_timeout_s=limits.header_timeout_s,
+        max_connections=MAX_METRICS_CONNECTIONS,
+        send_timeout_s=limits.send_timeout_s,
+    )
 
 
 async def serve_gateway(
-    gateway: Gateway, host: str, port: int, certfile: str | None, keyfile: str | None
+    gateway: Gateway,
+    host: str,
+    port: int,
+    certfile: str | None,
+    keyfile: str | None,
+    metrics_host: str | None = None,
+    metrics_port: int | None = None,
 ) -> int:
     server = gateway_server(gateway, certfile, keyfile)
+    scraped = metrics_server(gateway)
     loop = asyncio.get_running_loop()
     await gateway.start()
     # NOTE: what start-up built (modules, specs, tokenizer, metric families) leaves the
@@ -71,24 +98,32 @@ async def serve_gateway(
         loop.add_signal_handler(signum, on_signal, signum)
     collector = loop.create_task(collect_garbage())
     try:
+        where = metrics_host or host
+        wanted = gateway.spec.metrics_port if metrics_port is None else metrics_port
         try:
             await server.start(host, port)
+            await scraped.start(where, wanted)
         except OSError as exc:
-            log.error("cannot listen on %s:%d: %s", host, port, exc)
+            log.error("cannot listen on %s:%d or %s:%d: %s", host, port, where, wanted, exc)
+            await server.shutdown(0.0)
             return 1
         scheme = "https" if certfile else "http"
         ready = sum(r.is_healthy for p in gateway.pools.values() for r in p.replicas)
         total = sum(len(p.replicas) for p in gateway.pools.values())
         log.info(
-            "inhouse gateway on %s://%s:%d (%d of %d replicas ready)",
+            "inhouse gateway on %s://%s:%d, metrics on http://%s:%d/metrics "
+            "(%d of %d replicas ready)",
             scheme,
             host,
             server.port,
+            where,
+            scraped.port,
             ready,
             total,
         )
         await stopped.wait()
         await server.shutdown(0.0 if forced else SHUTDOWN_GRACE_S)
+        await scraped.shutdown(0.0)
     finally:
         collector.cancel()
         gc.enable()

@@ -40,6 +40,7 @@ from inhouse.gateway.prompt import (
     prompt_blocks,
 )
 from inhouse.gateway.replicas import HealthMonitor, Replica
+from inhouse.gateway.request_io import ClientAddresses, quoted
 from inhouse.gateway.tenants import Tenants
 from inhouse.gateway.tracing import record_span
 from inhouse.routing.view import RequestView
@@ -87,6 +88,7 @@ class Admission:
     body: bytes
     view: RequestView
     arrival_s: float
+    client: str | None = None  # the client's address, for the log record
 
 
 class Gateway:
@@ -103,7 +105,10 @@ class Gateway:
         self.stack = stack
         self.spec = spec
         self.tenants = Tenants(spec, demo_key, base_dir)
+        # NOTE: in memory a request always settles (its task's `finally`), so its lease never
+        # outlives it; the lease only bounds a bug.
         self.limits: LimitStore = limits or MemoryLimits(lease_s=spec.proxy.request_timeout_s)
+        self.addresses = ClientAddresses(spec.server.trusted_proxies)
         self.metrics = GatewayMetrics()
         self._lag_task: asyncio.Task[None] | None = None
         self.log_prompts = spec.log.prompts if log_prompts is None else log_prompts
@@ -174,6 +179,7 @@ class Gateway:
     # -- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
+        await self.limits.start()
         await self.monitor.start()
         self._lag_task = asyncio.get_running_loop().create_task(self.metrics.watch_loop_lag())
 
@@ -216,6 +222,10 @@ class Gateway:
         )
 
     def _refresh_gauges(self, metrics: GatewayMetrics) -> None:
+        is_up = getattr(self.limits, "is_up", None)
+        if is_up is not None:  # a shared store (Redis): is it answering?
+            metrics.store_up.child().set(int(is_up))
+            metrics.store_errors.child().set(getattr(self.limits, "num_errors", 0))
         for pool in self.pools.values():
             metrics.queue_depth.child(pool.name).set(pool.num_queued)
             indexes = getattr(pool.policy, "indexes", None)
@@ -227,6 +237,13 @@ class Gateway:
                     metrics.index_blocks.child(pool.name, replica.label).set(blocks)
 
     # -- admission ------------------------------------------------------------------------
+
+    def model_label(self, model: str | None) -> str:
+        """`model` as a metric label: a name the stack serves, else "unknown" (a client's
+        string never becomes a series of its own)."""
+        if model is None:
+            return self.stack.pools[0].client_model_name
+        return model if model in self.dispatcher.models else "unknown"
 
     def model_names(self, tenant: TenantSpec) -> list[str]:
         names = [n for pool in self.stack.pools for n in pool.model_names]
@@ -242,7 +259,7 @@ class Gateway:
                 valid = ", ".join(self.model_names(tenant))
                 raise GatewayError(
                     404,
-                    f"The model `{model}` does not exist. Valid aliases: {valid}.",
+                    f"The model `{quoted(model)}` does not exist. Valid aliases: {valid}.",
                     param="model",
                     reason="unknown_model",
                 )
@@ -295,7 +312,9 @@ class Gateway:
         if parsed.is_stream:
             options = body.get("stream_options") or {}
             body["stream_options"] = {**options, "include_usage": True}
-        reservation = await self._reserve(tenant, key, num_prompt + max_tokens)
+        # Each of `n` outputs may take max_tokens; the prompt is counted once, as vLLM does.
+        reserved = num_prompt + max_tokens * parsed.num_choices
+        reservation = await self._reserve(tenant, key, reserved)
         blocks: list[int] = []
         if pool.needs_hashes:
             blocks = prompt_blocks(parsed, pool.root(model), pool.block_tokens)
@@ -383,11 +402,11 @@ class Gateway:
         result = await self.limits.reserve(tenant.name, limits, key, tokens)
         if isinstance(result, Refusal):
             raise GatewayError(
-                429,
+                result.status,
                 result.message,
                 reason=result.reason,
                 retry_after_s=result.retry_after_s,
-                error_type="rate_limit_exceeded",
+                error_type="rate_limit_exceeded" if result.status == 429 else None,
             )
         return result
 

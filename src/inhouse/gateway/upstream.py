@@ -251,15 +251,18 @@ class _Connection(asyncio.Protocol):
 
 class Response:
     """An engine's response: `status`, `headers`, then `read()` until None. `release()` hands
-    a fully read keep-alive connection back to the pool; `abort()` closes it."""
+    a fully read keep-alive connection back to the pool; `abort()` closes it; `close()` closes
+    it unless it was released or closed already (the end of every request, however it ended:
+    an engine request is never left running on a connection nobody reads)."""
 
-    __slots__ = ("_conn", "_pool", "headers", "status")
+    __slots__ = ("_conn", "_pool", "headers", "is_finished", "status")
 
     def __init__(self, pool: UpstreamPool, conn: _Connection) -> None:
         self._pool = pool
         self._conn = conn
         self.status = conn.status
         self.headers = conn.headers
+        self.is_finished = False
 
     def read(self) -> Coroutine[Any, Any, bytes | None]:
         """The body bytes received so far (waiting for some), None at the end."""
@@ -289,6 +292,9 @@ class Response:
         return b"".join(parts)
 
     def release(self) -> None:
+        if self.is_finished:
+            return
+        self.is_finished = True
         conn = self._conn
         if conn._done and conn.keep_alive and not conn.is_closed:
             self._pool.put_idle(conn)
@@ -296,7 +302,13 @@ class Response:
             conn.close()
 
     def abort(self) -> None:
-        self._conn.close()
+        if not self.is_finished:
+            self.is_finished = True
+            self._conn.close()
+
+    def close(self) -> None:
+        """Close the connection unless the response was released (or closed) already."""
+        self.abort()
 
 
 class UpstreamPool:
@@ -363,6 +375,9 @@ class UpstreamPool:
                 if conn.num_received or exc.is_timeout:
                     raise
                 # The engine closed the idle connection as we reused it: one fresh try.
+            except BaseException:
+                conn.close()  # cancelled (the client left): the engine sees the close, aborts
+                raise
         conn = await self._connect()
         try:
             await conn.send(data, timeout_s)

@@ -36,6 +36,7 @@ import numpy as np
 from inhouse.engine.build import Replica
 from inhouse.perf.step import StepShape
 from inhouse.plan.dist import Dist
+from inhouse.plan.lora_share import lora_step_scale
 from inhouse.plan.traffic import Shapes, TrafficProfile
 
 Z95 = 1.6448536269514722
@@ -175,13 +176,13 @@ class PoolModel:
         self.sizes = [len(s.shapes.prompt) for s in streams]
         self.overhead_s = config.request_overhead_s + config.prompt_token_overhead_s * self.prompt
         self.has_sessions = any(s.profile.is_sessions for s in streams)
-        cv2 = [1.0 if s.profile.is_sessions else s.profile.arrival_cv2 for s in streams]
-        self.cv2 = cv2
+        self.cv2 = [1.0 if s.profile.is_sessions else s.profile.arrival_cv2 for s in streams]
+        self.step_scale = time_scale * lora_step_scale(replica, self.streams)  # LoRA kernels
 
     # -- step times ----------------------------------------------------------------------
 
     def _step(self, shape: StepShape) -> float:
-        return self.replica.step_model.step_time(shape) * self.time_scale
+        return self.replica.step_model.step_time(shape) * self.step_scale
 
     def decode_s(self, batch: float, ctx: float) -> tuple[float, float]:
         """`(t_dec(batch), d t_dec / d batch)` for sequences of mean context `ctx`."""
@@ -189,8 +190,8 @@ class PoolModel:
         lo = max(1, math.floor(batch))
         base_lo, per_ctx = step.decode_coefficients(lo)
         base_hi, _ = step.decode_coefficients(lo + 1)
-        slope = (base_hi - base_lo + per_ctx * ctx) * self.time_scale
-        value = (base_lo + per_ctx * ctx * lo) * self.time_scale + slope * (batch - lo)
+        slope = (base_hi - base_lo + per_ctx * ctx) * self.step_scale
+        value = (base_lo + per_ctx * ctx * lo) * self.step_scale + slope * (batch - lo)
         return max(value, 0.0), slope
 
     def prefill_s(

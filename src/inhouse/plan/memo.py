@@ -10,28 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-METRIC_NAMES = {"ttft": "p95 TTFT", "itl": "p95 ITL", "tpot": "p95 TPOT", "e2e": "p95 e2e"}
-
-
-def _ms(value: Any) -> str:
-    if value is None:
-        return "—"
-    value = float(value)
-    return f"{value / 1000:.2f} s" if value >= 10_000 else f"{value:,.0f} ms"
-
-
-def _usd(value: Any, digits: int = 2) -> str:
-    return "—" if value is None else f"${float(value):,.{digits}f}"
-
-
-def _pct(value: Any) -> str:
-    return "—" if value is None else f"{float(value):.0%}"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(row) + " |" for row in rows]
-    return [*out, ""]
+from inhouse.plan.memo_failover import degraded_sentence, failover_lines, failover_risks
+from inhouse.plan.memo_format import METRIC_NAMES, _ms, _pct, _table, _usd
+from inhouse.spec.triggers import Trigger, describe
 
 
 def render_memo(report: Mapping[str, Any], charts: Mapping[str, str]) -> str:
@@ -85,6 +66,7 @@ def _summary(r: Mapping[str, Any]) -> list[str]:
         "the analytic forecast, the simulated p95s at 1x, 2x and 3x peak, one replica lost, "
         "the cost arithmetic and what would invalidate it. All numbers come from `plan.json`.",
         "",
+        *degraded_sentence(r),
     ]
 
 
@@ -252,38 +234,8 @@ def _capacity(r: Mapping[str, Any]) -> list[str]:
         "Little's law per replica: in-flight requests = rate x latency; the batch above is the "
         "decode batch that law gives at the forecast step time.",
         "",
-        "### Failover (one replica lost)",
-        "",
     ]
-    for d in r["degraded"]:
-        lines.append(f"**{d['pool']}**: {d['failover']}.")
-        lines.append("")
-        rows = []
-        for workload, w in d["workloads"].items():
-            stated = (d["degraded_slo"] or {}).get(workload)
-            for metric, value in w["p95_ms"].items():
-                key = metric.split("_")[1].replace("e2el", "e2e")
-                target = (stated or {}).get(key, {}).get("target_ms") if stated else None
-                if target is None and key not in ("ttft", "itl", "tpot", "e2e"):
-                    continue
-                verdict = (
-                    ""
-                    if target is None
-                    else ("ok" if value is not None and value <= target else "MISS")
-                )
-                rows.append(
-                    [workload, METRIC_NAMES.get(key, key), _ms(value), _ms(target), verdict]
-                )
-        lines += _table(["workload", "metric", "simulated", "degraded SLO", ""], rows)
-    if not r["degraded"]:
-        lines += ["No pool has two replicas, so losing one takes its traffic to the fallback.", ""]
-    lines.append(
-        "The degraded SLO is what the stack delivers until the lost replica is replaced; where a "
-        "row says MISS, the requirement's degraded target is not met with one replica lost and "
-        "the plan says so rather than hide it (set `planning.enforce_degraded_slo: true` to size "
-        "for it)."
-    )
-    return [*lines, ""]
+    return [*lines, *failover_lines(r)]
 
 
 def _cost(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
@@ -404,7 +356,7 @@ def _sensitivity(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
             )
         else:
             at_text = "—" if at is None else f"{at:.2f}x"
-        rows.append([s["change"], broke, at_text, s["trigger"]])
+        rows.append([s["change"], broke, at_text, trigger_text(s)])
     lines = ["## 7. What would invalidate the plan", ""]
     lines += _table(
         ["change", "first SLO to break (full change)", "breaks at", "trigger to re-plan"], rows
@@ -412,25 +364,27 @@ def _sensitivity(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
     lines.append(
         "Analytic re-forecasts of the chosen stack at its replica counts (scaled by the "
         "simulator's corrections where the plan needed them); 'breaks at' is the size of the "
-        "change at which the first SLO breaks."
+        "change at which the first SLO breaks. Each trigger is a ticket alert in `inhouse "
+        "render`'s rules at the same level (InhousePrefixHitRateLow and InhouseReplan*, their "
+        "`change` label naming the row)."
     )
     if "sensitivity" in charts:
         lines += ["", f"![SLO ratios under each change]({charts['sensitivity']})"]
     return [*lines, ""]
 
 
+def trigger_text(row: Mapping[str, Any]) -> str:
+    """A sensitivity row's triggers in words, from the same data `inhouse render` alerts on."""
+    found = [Trigger.model_validate(t) for t in row.get("triggers", ())]
+    return "; ".join(describe(t) for t in found) if found else str(row["trigger"])
+
+
 def _risks(r: Mapping[str, Any]) -> list[str]:
-    lines = ["## 8. Risks and assumptions", ""]
-    for d in r["degraded"]:
-        if not d["pass"]:
-            lines.append(
-                f"* Losing a {d['pool']} replica breaks the degraded SLO (section 5): replace it "
-                "fast (cold start dominated by weight load) or shed low-priority traffic."
-            )
+    lines = ["## 8. Risks and assumptions", "", *failover_risks(r)]
     for s in r["sensitivity"]:
         if s.get("first_break") and s.get("breaks_at_size") is not None:
             lines.append(
-                f"* {s['change']}: breaks at {s['breaks_at_size']:.2f}x; watch: {s['trigger']}."
+                f"* {s['change']}: breaks at {s['breaks_at_size']:.2f}x; watch: {trigger_text(s)}."
             )
     lines += [f"* {a}" for a in r["assumptions"]]
     return [*lines, ""]

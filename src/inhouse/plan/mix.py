@@ -3,7 +3,8 @@
 `MixedWorkload` starts every part with its own seed stream and merges their arrivals in time
 order. Request ids are prefixed with the part's name (`chat/agent-12`), so records can be told
 apart afterwards and two parts of the same kind never collide. Completions go back to the part
-that issued the request.
+that issued the request. `priorities` gives a part's requests vLLM's `priority` (lower first; a
+workload's tier), 0 by default.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ SEPARATOR = "/"
 @dataclass(frozen=True, slots=True)
 class MixedWorkload:
     parts: tuple[tuple[str, Workload], ...]
+    priorities: tuple[tuple[str, int], ...] = ()
 
     @property
     def name(self) -> str:
@@ -40,13 +42,16 @@ class MixedWorkload:
             )
             for index, (name, workload) in enumerate(self.parts)
         ]
-        return MixedRun(runs)
+        return MixedRun(runs, dict(self.priorities))
 
 
 class MixedRun:
-    def __init__(self, runs: Sequence[tuple[str, WorkloadRun]]) -> None:
+    def __init__(
+        self, runs: Sequence[tuple[str, WorkloadRun]], priorities: dict[str, int] | None = None
+    ) -> None:
         assert runs, "a mix needs at least one workload"
         self.runs = list(runs)
+        self.priorities = priorities or {}
         self._origin: dict[str, tuple[WorkloadRun, WorkRequest]] = {}
 
     @property
@@ -59,7 +64,11 @@ class MixedRun:
     def pop_arrival(self) -> WorkRequest:
         name, run = min(self.runs, key=lambda item: item[1].next_arrival_s())
         request = run.pop_arrival()
-        renamed = replace(request, request_id=f"{name}{SEPARATOR}{request.request_id}")
+        renamed = replace(
+            request,
+            request_id=f"{name}{SEPARATOR}{request.request_id}",
+            priority=self.priorities.get(name, request.priority),
+        )
         self._origin[renamed.request_id] = (run, request)
         return renamed
 

@@ -4,7 +4,10 @@
     loop:  candidates = search(requirements)       # analytic: memory, Little's law, queues
            verify the best in the fleet simulator  # 1x peak, production routing
            if it fails, scale the analytic model by what the simulator measured and re-rank
-    then:  2x and 3x peak, one replica lost per pool, cost, sensitivity
+           with planning.enforce_degraded_slo (default): one replica lost must meet the
+           degraded SLO too, else grow the pool or take the next candidate
+    then:  2x and 3x peak, one replica lost per pool (and the lowest tier shed), cost,
+           sensitivity
 
 The loop calibrates the analytic model against the simulator for this workload: when a
 simulated p95 exceeds its analytic forecast, later rounds scale that metric's load-dependent part
@@ -16,6 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from inhouse.errors import InhouseError
+from inhouse.plan.degraded import (
+    Alternative,
+    cheapest_other,
+    degraded_checks,
+    enforcing,
+    misses,
+    shed_checks,
+)
 from inhouse.plan.requirements import Requirements, Slo
 from inhouse.plan.search import Candidate, SearchResult, grow, search
 from inhouse.plan.stackgen import build_stack
@@ -51,6 +62,10 @@ class Plan:
     corrections: dict[str, dict[str, float]]
     checks: list[SimCheck] = field(default_factory=list)
     degraded: list[SimCheck] = field(default_factory=list)
+    shed: list[SimCheck] = field(default_factory=list)  # degraded, the lowest tier shed
+    degraded_enforced: bool = False  # sized for, and meets, the degraded SLO
+    shortfall: str | None = None  # why the degraded SLO could not be enforced
+    alternative: Alternative | None = None  # the cheapest plan of the other choice
 
 
 def characterize(requirements: Requirements) -> dict[str, TrafficProfile]:
@@ -64,34 +79,92 @@ def model_names(requirements: Requirements) -> dict[str, str]:
 
 
 def make_plan(requirements: Requirements, *, verify: bool = True) -> Plan:
-    """Search, verify, and check the chosen plan under load and failure."""
+    """Search, verify, and check the chosen plan under load and failure.
+
+    With `planning.enforce_degraded_slo` (the default) and a degraded SLO stated, a candidate
+    must also meet it with one replica lost (in the simulator); if none does, the plan is the
+    best one for the normal SLOs and `shortfall` says which constraint prevents the degraded
+    one. `alternative` prices the other choice."""
     profiles = characterize(requirements)
+    planning = requirements.planning
+    if not verify or planning.verify_top == 0:
+        result = search(requirements, profiles, planning)
+        if not result.candidates:
+            raise PlanInfeasibleError(infeasible_message(requirements, result, []))
+        candidate = result.candidates[0]
+        stack = build_stack(candidate, requirements, profiles)
+        return Plan(requirements, profiles, candidate, stack, result, [], {})
+    enforce = enforcing(requirements)
+    outcome = _verify(requirements, profiles, gate=enforce)
+    plan, shortfall = outcome.plan, None
+    if plan is None and enforce:
+        shortfall = binding_constraints(outcome.why or "no candidate meets the degraded SLO")
+        plan = outcome.best_normal or _verify(_relaxed(requirements), profiles, gate=False).plan
+    if plan is None:
+        raise PlanInfeasibleError(outcome.why or f"{requirements.name}: no plan")
+    plan.requirements = requirements
+    plan.degraded_enforced = enforce and shortfall is None
+    plan.shortfall = shortfall
+    _stress(plan)
+    plan.alternative = cheapest_other(requirements, profiles, enforce=not plan.degraded_enforced)
+    return plan
+
+
+@dataclass(slots=True)
+class _Outcome:
+    plan: Plan | None  # a plan meeting everything asked
+    best_normal: Plan | None  # the first that met the normal SLOs (degraded gate aside)
+    why: str | None  # why `plan` is None
+
+
+def _relaxed(requirements: Requirements) -> Requirements:
+    planning = requirements.planning.model_copy(update={"enforce_degraded_slo": False})
+    return requirements.model_copy(update={"planning": planning})
+
+
+def _verify(
+    requirements: Requirements, profiles: dict[str, TrafficProfile], *, gate: bool
+) -> _Outcome:
+    """The search-and-simulate loop; with `gate`, a candidate must also meet the degraded SLO
+    with a replica lost."""
     planning = requirements.planning
     corrections: dict[str, dict[str, float]] = {}
     verifications: list[Verification] = []
     names = model_names(requirements)
-    rounds = max(1, min(MAX_ROUNDS, planning.verify_top)) if verify else 1
+    rounds = max(1, min(MAX_ROUNDS, planning.verify_top))
     fraction = 1.0 - planning.headroom / 2
     result = search(requirements, profiles, planning)
     if not result.candidates:
-        raise PlanInfeasibleError(infeasible_message(requirements, result, verifications))
+        return _Outcome(None, None, infeasible_message(requirements, result, verifications))
     candidate = result.candidates[0]
+    best_normal: Plan | None = None
+    why: str | None = None
     for round_index in range(rounds):
         stack = build_stack(candidate, requirements, profiles)
-        if not verify or planning.verify_top == 0:
-            return Plan(requirements, profiles, candidate, stack, result, [], corrections)
         check = run_check(stack, requirements, names)
-        verifications.append(
-            Verification(
-                candidate, check, round_index, {k: dict(v) for k, v in corrections.items()}
-            )
-        )
+        snapshot = {k: dict(v) for k, v in corrections.items()}
+        verifications.append(Verification(candidate, check, round_index, snapshot))
         if _meets(check, fraction):
             plan = Plan(
                 requirements, profiles, candidate, stack, result, verifications, corrections
             )
-            _stress(plan)
-            return plan
+            if not gate:
+                return _Outcome(plan, plan, None)
+            plan.degraded = degraded_checks(stack, requirements, names)
+            missed = misses(requirements, plan.degraded)
+            if not missed:
+                return _Outcome(plan, best_normal or plan, None)
+            best_normal = best_normal or plan
+            why = _degraded_why(requirements, candidate, plan.degraded, missed)
+            tried = {v.candidate.label for v in verifications}
+            grown = grow(candidate, missed, requirements, planning, corrections)
+            options = [
+                c for c in (grown, *result.candidates) if c is not None and c.label not in tried
+            ]
+            if not options:
+                break
+            candidate = min(options, key=lambda c: (round(c.usd_per_hour, 2), -c.margin))
+            continue
         tried = {v.candidate.label for v in verifications}
         next_candidate = _next_candidate(
             requirements, profiles, candidate, check, corrections, fraction, tried
@@ -100,7 +173,30 @@ def make_plan(requirements: Requirements, *, verify: bool = True) -> Plan:
             break
         candidate, searched = next_candidate
         result = searched or result
-    raise PlanInfeasibleError(infeasible_message(requirements, result, verifications))
+    return _Outcome(
+        None, best_normal, why or infeasible_message(requirements, result, verifications)
+    )
+
+
+def _degraded_why(
+    requirements: Requirements, candidate: Candidate, checks: list[SimCheck], missed: list[str]
+) -> str:
+    """The binding constraint of a degraded miss, in words."""
+    parts = []
+    for check in checks:
+        ((pool, _),) = check.down.items()
+        for name in missed:
+            summary = check.workloads.get(name)
+            if summary is None:
+                continue
+            for metric, item in summary["checks"].items():
+                if not item["pass"]:
+                    parts.append(
+                        f"with one {pool} replica lost, {name} p95 {metric} simulates at "
+                        f"{item['p95_ms']:,.0f} ms against its degraded target "
+                        f"{item['target_ms']:,.0f} ms ({candidate.label})"
+                    )
+    return "; ".join(parts) or f"{', '.join(missed)} fail requests with a replica lost"
 
 
 def _next_candidate(
@@ -174,7 +270,8 @@ def _update_corrections(
 
 
 def _stress(plan: Plan) -> None:
-    """The chosen stack at the other load multiples, and with one replica lost per pool."""
+    """The chosen stack at the other load multiples, with one replica lost per pool (unless the
+    degraded gate ran them already), and with the lowest tier shed where a pool serves two."""
     requirements = plan.requirements
     names = model_names(requirements)
     stress_s = requirements.planning.stress_duration_s
@@ -185,19 +282,9 @@ def _stress(plan: Plan) -> None:
         plan.checks.append(
             run_check(plan.stack, requirements, names, multiple=multiple, duration_s=stress_s)
         )
-    for pool in plan.stack.pools:
-        if pool.role == "fallback" or pool.replicas < 2:
-            continue
-        plan.degraded.append(
-            run_check(
-                plan.stack,
-                requirements,
-                names,
-                down={pool.name: 1},
-                degraded=True,
-                duration_s=stress_s,
-            )
-        )
+    if not plan.degraded:
+        plan.degraded = degraded_checks(plan.stack, requirements, names)
+    plan.shed = shed_checks(plan.stack, requirements, names)
 
 
 def infeasible_message(
@@ -231,6 +318,16 @@ def infeasible_message(
         "GPUs, or allow a smaller model or quantization (see docs/plan.md)."
     )
     return "\n".join(lines)
+
+
+def binding_constraints(message: str) -> str:
+    """An infeasibility message's binding constraints on one line (for the memo's prose)."""
+    found = [
+        line.strip().removeprefix("binding constraint").strip()
+        for line in message.splitlines()
+        if line.strip().startswith("binding constraint")
+    ]
+    return "; ".join(found) if found else message.strip()
 
 
 def slo_of(requirements: Requirements, workload: str, degraded: bool = False) -> Slo:

@@ -2,6 +2,7 @@
 
 Keys: `workloads` (characterization), `pools` (configuration, memory, analytic and simulated
 p95s), `slo_check` (per workload and load multiple), `degraded` (one replica lost per pool),
+`lora` (per pool serving adapters: the slot, swap and kernel costs used, with sources),
 `cost`, `sensitivity`, `search` (layouts, verification rounds, runners-up, rejections) and
 `assumptions`.
 """
@@ -12,6 +13,7 @@ import math
 from typing import Any
 
 from inhouse.plan.analytic import PoolModel
+from inhouse.plan.commitments import commitments, requirements_echo
 from inhouse.plan.cost import (
     HOURS_PER_MONTH,
     WorkloadCost,
@@ -20,13 +22,18 @@ from inhouse.plan.cost import (
     node_cost,
     usd_per_million,
 )
+from inhouse.plan.lora_report import lora_assumptions, lora_pools
 from inhouse.plan.planner import Plan
+from inhouse.plan.report_degraded import check_rows, degraded, degraded_mode
 from inhouse.plan.search import Candidate, offers_by_gpu
 from inhouse.plan.sensitivity import run_sensitivity
 from inhouse.plan.sizing import Sized
+from inhouse.plan.stackgen import with_plan_facts, workload_specs
 from inhouse.plan.traffic import TrafficProfile
-from inhouse.plan.verify import METRIC_KEYS, SimCheck, simulate_command
+from inhouse.plan.verify import METRIC_KEYS, bench_entry, simulate_command
 from inhouse.spec.catalog import GIB
+from inhouse.spec.stack import StackSpec
+from inhouse.spec.triggers import Trigger
 
 PLAN_VERSION = 1
 
@@ -49,10 +56,16 @@ def build_report(
         "pools": [pool_entry(p, chosen, plan) for p in chosen.pools],
         "hardware": hardware(plan),
         "slo_check": slo_check(plan),
+        "commitments": commitments(req),
+        "requirements": requirements_echo(req),
         "degraded": degraded(plan),
+        "degraded_mode": degraded_mode(plan),
+        "lora": lora_pools(plan),
         "cost": cost(plan),
         "sensitivity": (
-            run_sensitivity(req, chosen, plan.profiles, plan.corrections) if sensitivity else []
+            run_sensitivity(req, chosen, plan.profiles, plan.corrections, _observed(plan))
+            if sensitivity
+            else []
         ),
         "search": search_summary(plan),
         "assumptions": assumptions(plan),
@@ -61,6 +74,7 @@ def build_report(
             "simulate": {
                 w.name: simulate_command(req, w.name, w.name, stack_path) for w in req.workloads
             },
+            "bench": {w.name: bench_entry(req, w.name, w.name) for w in req.workloads},
             "note": (
                 "each command replays one workload alone; the plan's checks mix every workload "
                 "and leave the warm-up out"
@@ -71,6 +85,22 @@ def build_report(
     }
     cleaned: dict[str, Any] = _clean(report)
     return cleaned
+
+
+def _observed(plan: Plan) -> dict[str, dict[str, dict[str, float]]] | None:
+    """The trigger signals the 1x simulation showed (None: an unverified plan)."""
+    check = next((c for c in plan.checks if c.multiple == 1.0 and not c.down), None)
+    return check.signals if check is not None else None
+
+
+def final_stack(plan: Plan, report: dict[str, Any]) -> StackSpec:
+    """The plan's stack with its workloads' own SLOs and the sensitivity's re-plan triggers:
+    what `inhouse render` alerts on, from the same triggers the memo words."""
+    check = next((c for c in plan.checks if c.multiple == 1.0), None)
+    triggers = tuple(
+        Trigger.model_validate(t) for row in report["sensitivity"] for t in row.get("triggers", ())
+    )
+    return with_plan_facts(plan.stack, workload_specs(plan.requirements, check), triggers)
 
 
 def characterize(profile: TrafficProfile, kind: str) -> dict[str, Any]:
@@ -194,35 +224,13 @@ def hardware(plan: Plan) -> list[dict[str, Any]]:
     return out
 
 
-def _check_rows(check: SimCheck, analytic: dict[str, dict[str, float]] | None) -> dict[str, Any]:
-    rows: dict[str, Any] = {}
-    for workload, summary in check.workloads.items():
-        checks = summary["checks"]
-        assert isinstance(checks, dict)
-        rows[workload] = {
-            "pass": summary["pass"],
-            "completed": summary["completed"],
-            "failed": summary["failed"],
-            "prefix_cache_hit_rate": summary["prefix_cache_hit_rate"],
-            "metrics": {
-                metric: {
-                    **item,
-                    "analytic_p95_ms": (analytic or {}).get(workload, {}).get(metric),
-                }
-                for metric, item in checks.items()
-            },
-            "p95_ms": {k: summary[k] for k in METRIC_KEYS.values()},
-        }
-    return rows
-
-
 def slo_check(plan: Plan) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for check in plan.checks:
         analytic = plan.chosen.predictions if check.multiple == 1.0 else None
         out[f"{check.multiple:g}x"] = {
             "simulated_s": check.duration_s,
-            "workloads": _check_rows(check, analytic),
+            "workloads": check_rows(check, analytic),
         }
     if not plan.checks:
         out["analytic_only"] = plan.chosen.predictions
@@ -231,44 +239,6 @@ def slo_check(plan: Plan) -> dict[str, Any]:
             m: {"target_ms": t, "alarm_ms": req.slo.alarm_ms(m)}
             for m, t in req.slo.targets().items()
         }
-    return out
-
-
-def degraded(plan: Plan) -> list[dict[str, Any]]:
-    out = []
-    for check in plan.degraded:
-        ((pool, lost),) = check.down.items()
-        sized = next(p for p in plan.chosen.pools if p.need.name == pool)
-        stated: dict[str, Any] = {}
-        for req in plan.requirements.workloads:
-            slo = req.degraded_slo
-            stated[req.name] = (
-                {m: {"target_ms": t, "alarm_ms": slo.alarm_ms(m)} for m, t in slo.targets().items()}
-                if slo
-                else None
-            )
-        analytic = None
-        if sized.degraded is not None:
-            analytic = {
-                w: {m: s.p95_ms(m) for m in ("ttft", "itl", "tpot", "e2e")}
-                for w, s in sized.degraded.streams.items()
-            }
-        out.append(
-            {
-                "pool": pool,
-                "replicas_lost": lost,
-                "replicas_left": sized.replicas - lost,
-                "failover": (
-                    f"{sized.replicas} -> {sized.replicas - lost} replicas: each survivor carries "
-                    f"{sized.replicas / (sized.replicas - lost):.2f}x its planned share"
-                ),
-                "degraded_slo": stated,
-                "analytic_p95_ms": analytic,
-                "simulated_s": check.duration_s,
-                "workloads": _check_rows(check, None),
-                "pass": check.passed,
-            }
-        )
     return out
 
 
@@ -475,7 +445,7 @@ def assumptions(plan: Plan) -> list[str]:
         "Average rates hold during active hours only "
         f"({req.usage.active_hours_per_month:g} h/month); the stack runs all "
         f"{HOURS_PER_MONTH:g} h.",
-        "LoRA adapters are modelled as the base model (no adapter compute or swap cost).",
+        *lora_assumptions(plan),
     ]
     for name, profile in plan.profiles.items():
         w = req.workload(name)

@@ -117,6 +117,10 @@ class Slo(_Strict):
     tpot_alarm_ms: float | None = Field(default=None, gt=0)
     e2e_p95_ms: float | None = Field(default=None, gt=0)
     e2e_alarm_ms: float | None = Field(default=None, gt=0)
+    # Reported, not sized for: p95 TTFT of requests that find none of their prompt in the
+    # prefix cache (`inhouse report` measures it from the bench's per-request cached tokens).
+    ttft_cold_p95_ms: float | None = Field(default=None, gt=0)
+    ttft_cold_alarm_ms: float | None = Field(default=None, gt=0)
     availability: float = Field(default=0.999, gt=0, lt=1)
 
     def targets(self) -> dict[str, float]:
@@ -172,6 +176,11 @@ class WorkloadReq(_Strict):
     slo: Slo
     degraded_slo: Slo | None = None
     models: ModelChoice
+    tier: Literal["interactive", "standard", "batch"] = Field(
+        default="standard",
+        description="the gateway tier its tenants use (vLLM priority 0, 5, 10): the engine "
+        "serves lower priorities first, and with a replica lost the lowest tier is shed first",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> WorkloadReq:
@@ -243,8 +252,9 @@ class Planning(_Strict):
     )
     max_utilization: float = Field(default=0.7, gt=0, lt=1)
     enforce_degraded_slo: bool = Field(
-        default=False,
-        description="size pools so the degraded SLO holds with one replica lost (else: report)",
+        default=True,
+        description="size pools so the degraded SLO holds with one replica lost, checked in the "
+        "simulator (false: only report it, and price the plan that would meet it)",
     )
     quantizations: tuple[str, ...] = ("fp8", "bf16")
     kv_cache_dtypes: tuple[str, ...] = ("auto", "fp8")
@@ -311,4 +321,4 @@ def parse_requirements(data: Any, source: str = "requirements") -> Requirements:
     try:
         return Requirements.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(describe_validation_error(exc, source)) from exc
+        raise SpecError(describe_validation_error(exc, source, "docs/plan.md")) from exc

@@ -3,7 +3,8 @@
 For each change the analytic model (with the simulator's corrections) re-forecasts every pool at
 the planned replica counts and reports which SLO breaks, by how much, and — by bisection on the
 change's size — where the first SLO starts to break. The trigger is the operator metric and the
-level (halfway from today to the break) that should send the operator back to the plan.
+level (halfway from today to the break) that should send the operator back to the plan, as
+`inhouse.spec.triggers.Trigger`s: the memo words them and `inhouse render` alerts on them.
 
 * `prompt_p95_1.7x`: the p95 prompt 1.7x longer, p50 kept (a heavier tail);
 * `prefix_hit_halved`: half the expected prefix-cache hit rate;
@@ -21,11 +22,22 @@ from dataclasses import dataclass
 
 from inhouse.engine.build import build_replica
 from inhouse.errors import DoesNotFitError
-from inhouse.plan.analytic import PoolModel, Stream
+from inhouse.plan.analytic import PoolModel
 from inhouse.plan.requirements import Requirements
 from inhouse.plan.search import Candidate, predict_workloads, search
 from inhouse.plan.sizing import Corrections, Sized
 from inhouse.plan.traffic import TrafficProfile
+from inhouse.plan.triggers import (
+    anchored,
+    early_size,
+    hit_triggers,
+    prompt_triggers,
+    queue_triggers,
+    restream,
+    tpot_triggers,
+    traffic_triggers,
+)
+from inhouse.spec.triggers import Trigger, describe
 
 BISECT_STEPS = 7
 TP_SCALING_LOSS = 0.2
@@ -51,7 +63,7 @@ def evaluate(
     for pool in candidate.pools:
         if pool.need.role == "fallback":
             continue
-        streams = tuple(_restream(s, pool, profiles) for s in pool.need.streams)
+        streams = tuple(restream(s, pool, profiles) for s in pool.need.streams)
         scale = time_scale if pool.choice.tp > 1 else 1.0
         model = PoolModel(pool.replica, streams, scale)
         forecast = model.forecast(1.0 / pool.replicas, pool.replicas)
@@ -72,20 +84,6 @@ def evaluate(
             )
         )
     return predict_workloads(pools, corrections)
-
-
-def _restream(stream: Stream, pool: Sized, profiles: dict[str, TrafficProfile]) -> Stream:
-    profile = profiles[stream.name]
-    span = pool.need.prompt_range
-    if span is None:
-        return Stream(profile, profile.shapes, stream.share)
-    prompt = profile.shapes.prompt
-    mask = (prompt > span[0]) & (prompt <= span[1])
-    share = float(mask.mean())
-    if share == 0.0:
-        mask = prompt >= prompt.max()
-        share = 1e-6
-    return Stream(profile, profile.shapes.select(mask), share)
 
 
 def breaches(
@@ -142,7 +140,10 @@ def run_sensitivity(
     candidate: Candidate,
     profiles: dict[str, TrafficProfile],
     corrections: Corrections,
+    observed: dict[str, dict[str, dict[str, float]]] | None = None,
 ) -> list[dict[str, object]]:
+    """Each change's re-forecast, break point and triggers; `observed`: the signals of the
+    plan's 1x simulation, which anchor the triggers' planned values (`triggers.anchored`)."""
     out: list[dict[str, object]] = []
     for change in changes(requirements, profiles):
         changed, time_scale = change.apply(change.full)
@@ -160,9 +161,14 @@ def run_sensitivity(
                 "breaches": broken,
                 "first_break": broken[0] if broken else None,
                 "breaks_at_size": breaks_at,
-                "trigger": trigger(change, requirements, profiles, breaks_at),
             }
         )
+        found = [
+            anchored(t, observed) if observed else t
+            for t in triggers(change, candidate, profiles, breaks_at)
+        ]
+        out[-1]["triggers"] = [t.model_dump(mode="json") for t in found]
+        out[-1]["trigger"] = "; ".join(describe(t) for t in found)
     out.append(no_fp8(requirements, candidate, profiles, corrections))
     return out
 
@@ -182,48 +188,26 @@ def _break_point(
     return bad
 
 
-def trigger(
+def triggers(
     change: Change,
-    requirements: Requirements,
+    candidate: Candidate,
     profiles: dict[str, TrafficProfile],
     breaks_at: float | None,
-) -> str:
-    """The operator metric and level that should send them back to the plan."""
+) -> list[Trigger]:
+    """The watched series and levels that should send the operator back to the plan: halfway
+    from today to the break (`inhouse.plan.triggers`)."""
     size = breaks_at if breaks_at is not None else change.full
-    early = 1.0 + (size - 1.0) / 2.0
-    first = requirements.workloads[0].name
-    profile = profiles[first]
+    base = (change.name, change.description, breaks_at)
     if change.name.startswith("prompt"):
-        p95 = profile.quantile("prompt", 0.95)
-        return (
-            f"p95 of vllm:request_prompt_tokens for {first} above {p95 * early:,.0f} tokens "
-            f"(planned {p95:,.0f}) over a day"
-        )
+        changed, _ = change.apply(early_size(size))
+        return prompt_triggers(candidate, profiles, changed, base)
     if change.name.startswith("prefix"):
-        hit = profile.expected_hit_rate
-        return (
-            f"prefix-cache hit rate (vllm:prefix_cache_hits / vllm:prefix_cache_queries) for "
-            f"{first} below {hit * early:.0%} (planned {hit:.0%}) for 1 h"
-        )
+        return hit_triggers(candidate, size, base)
     if change.name.startswith("burst"):
-        return (
-            f"squared CV of request inter-arrival gaps (gateway log) above {early:.2f}x the "
-            "planned value, or vllm:num_requests_waiting > 0 on every replica for 5 min"
-        )
+        return queue_triggers(candidate, base)
     if change.name.startswith("traffic"):
-        if profile.is_sessions:
-            return (
-                f"concurrent {first} sessions above {profile.peak_sessions * early:,.0f} "
-                f"(planned peak {profile.peak_sessions}) at the gateway"
-            )
-        return (
-            f"{first} request rate above {profile.peak_rate_per_s * early:,.2f}/s (planned peak "
-            f"{profile.peak_rate_per_s:g}/s) over 15 min"
-        )
-    return (
-        f"median vllm:time_per_output_token_seconds of TP>1 replicas more than {early - 1:.0%} "
-        "above the plan's decode step at the same batch size"
-    )
+        return traffic_triggers(candidate, size, base)
+    return tpot_triggers(candidate, size, base)
 
 
 def no_fp8(
@@ -255,7 +239,8 @@ def no_fp8(
             choice.max_model_len,
         )
         try:
-            replica = build_replica(bf16.spec(requirements.planning.backend))
+            backend = requirements.planning.backend
+            replica = build_replica(bf16.spec(backend, lora_adapters=pool.need.lora_adapters))
         except DoesNotFitError as exc:
             problems.append(f"pool {pool.need.name}: {exc}")
             continue
@@ -311,6 +296,7 @@ def no_fp8(
             "why_none": why,
             "pools": misses[0].label if misses else None,
         }
+    result["triggers"] = []  # a check before buying, not a series to alert on
     result["trigger"] = (
         "FP8 fails the held-out quality eval against BF16 (run it before buying): re-plan "
         "without FP8"

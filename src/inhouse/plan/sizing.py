@@ -18,6 +18,7 @@ from inhouse.errors import DoesNotFitError
 from inhouse.plan.analytic import MAX_KV_UTILIZATION, PoolForecast, PoolModel, Stream
 from inhouse.plan.requirements import Planning, Slo
 from inhouse.spec.catalog import get_gpu, get_model
+from inhouse.spec.knobs import EngineKnobs
 from inhouse.spec.quant import kv_dtype_bytes, normalize_quant
 
 # Load at which latency floors are read (an idle replica).
@@ -41,17 +42,29 @@ class Choice:
     max_num_batched_tokens: int
     max_model_len: int
 
-    def spec(self, backend: str, max_num_seqs: int = SIZING_MAX_NUM_SEQS) -> ReplicaSpec:
+    def spec(
+        self,
+        backend: str,
+        max_num_seqs: int = SIZING_MAX_NUM_SEQS,
+        lora_adapters: tuple[str, ...] = (),
+    ) -> ReplicaSpec:
         return ReplicaSpec(
             model=self.model,
             gpu=self.gpu,
             tp=self.tp,
             quant=self.quant,
             backend=backend,
-            kv_dtype=self.kv_dtype,
+            knobs=self.knobs(max_num_seqs),
+            lora_adapters=lora_adapters,
+        )
+
+    def knobs(self, max_num_seqs: int) -> EngineKnobs:
+        """The engine knobs this configuration runs with (the stack file's, as written)."""
+        return EngineKnobs(
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=self.max_num_batched_tokens,
             max_model_len=self.max_model_len,
+            kv_cache_dtype=self.kv_dtype,
         )
 
     @property
@@ -252,7 +265,7 @@ def size_choice(
 ) -> Sized | Rejected:
     """The fewest replicas of `choice` that meet the need, or why none do."""
     try:
-        replica = build_replica(choice.spec(planning.backend))
+        replica = build_replica(choice.spec(planning.backend, lora_adapters=need.lora_adapters))
     except DoesNotFitError as exc:
         return Rejected(choice, f"does not fit: {exc}", "memory")
     model = PoolModel(replica, need.streams, time_scale)

@@ -13,21 +13,22 @@ from inhouse.plan.requirements import Requirements, Slo
 from inhouse.plan.search import Candidate, offers_by_gpu
 from inhouse.plan.sizing import Sized
 from inhouse.plan.traffic import TrafficProfile
+from inhouse.plan.verify import SimCheck
 from inhouse.spec.catalog import get_model
 from inhouse.spec.observability import ObservabilitySpec
+from inhouse.spec.slo import LatencySlo
 from inhouse.spec.stack import (
-    EngineKnobs,
     NodeSpec,
     PoolSlo,
     PoolSpec,
     RoutingSpec,
     StackSpec,
 )
+from inhouse.spec.triggers import Trigger
+from inhouse.spec.workloads import PlannedP95, WorkloadSpec
 
 MIN_MAX_NUM_SEQS = 32
 MAX_MAX_NUM_SEQS = 512
-# An alarm on the prefix-cache hit rate fires below this share of the planned rate.
-HIT_RATE_ALARM_FRACTION = 0.7
 
 
 def max_num_seqs(pool: Sized) -> int:
@@ -36,29 +37,77 @@ def max_num_seqs(pool: Sized) -> int:
     return int(min(MAX_MAX_NUM_SEQS, 2 ** math.ceil(math.log2(want))))
 
 
-def pool_slo(
-    pool: Sized, requirements: Requirements, profiles: dict[str, TrafficProfile]
-) -> PoolSlo:
-    """The pool's alerting SLO: the strictest target per metric of the workloads it serves.
-    TPOT targets become ITL targets (render alerts on the ITL histogram; a request's TPOT is its
-    mean ITL)."""
+def pool_slo(pool: Sized, requirements: Requirements) -> PoolSlo:
+    """The pool's SLO: the strictest target per metric of the workloads it serves. TPOT targets
+    become ITL targets (render alerts on the ITL histogram; a request's TPOT is its mean ITL).
+    Render alerts per workload (`workload_specs`) when the stack names its workloads; this is
+    what a reader of the pool sees, and what alerts a pool when the workloads are removed. No
+    prefix-hit floor: the plan's `prefix_hit_rate` trigger is that alert."""
     values: dict[str, float] = {}
     availability = 0.0
-    hit_min: float | None = None
     for name in pool.need.slos:
         req = requirements.workload(name)
         slo: Slo = (req.degraded_slo or req.slo) if pool.need.role == "fallback" else req.slo
         availability = max(availability, slo.availability)
-        for metric, target in slo.targets().items():
-            key = "itl" if metric == "tpot" else metric
-            if target < values.get(f"{key}_p95_ms", math.inf):
-                values[f"{key}_p95_ms"] = target
-                values[f"{key}_alarm_ms"] = slo.alarm_ms(metric)
-        expected = profiles[name].expected_hit_rate
-        if expected >= 0.3 and pool.need.role != "fallback":
-            floor = round(HIT_RATE_ALARM_FRACTION * expected, 2)
-            hit_min = floor if hit_min is None else min(hit_min, floor)
-    return PoolSlo(availability=availability, prefix_hit_rate_min=hit_min, **values)
+        values = _strictest(values, slo)
+    return PoolSlo(availability=availability, prefix_hit_rate_min=None, **values)
+
+
+def _strictest(values: dict[str, float], slo: Slo) -> dict[str, float]:
+    out = dict(values)
+    for metric, target in slo.targets().items():
+        key = "itl" if metric == "tpot" else metric
+        if target < out.get(f"{key}_p95_ms", math.inf):
+            out[f"{key}_p95_ms"] = target
+            out[f"{key}_alarm_ms"] = slo.alarm_ms(metric)
+    return out
+
+
+def workload_specs(requirements: Requirements, check: SimCheck | None) -> tuple[WorkloadSpec, ...]:
+    """Each workload's own SLO (the client names it by the workload's name) and what the
+    simulator measured for it at 1x peak."""
+    out = []
+    for req in requirements.workloads:
+        slo = LatencySlo(availability=req.slo.availability, **_strictest({}, req.slo))
+        planned = PlannedP95()
+        if check is not None and req.name in check.workloads:
+            row = check.workloads[req.name]
+            planned = PlannedP95(
+                ttft_ms=_finite(row.get("p95_ttft_ms")),
+                itl_ms=_finite(row.get("p95_itl_ms")),
+                e2e_ms=_finite(row.get("p95_e2el_ms")),
+            )
+        out.append(WorkloadSpec(name=req.name, model=req.name, slo=slo, planned_p95=planned))
+    return tuple(out)
+
+
+def _finite(value: object) -> float | None:
+    if not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return round(float(value), 1)
+
+
+def with_plan_facts(
+    stack: StackSpec, workloads: tuple[WorkloadSpec, ...], triggers: tuple[Trigger, ...]
+) -> StackSpec:
+    """The stack with its workloads and re-plan triggers, which `inhouse render` alerts on,
+    and each pool's drain (`knobs.shutdown_timeout_s`) at least the p95 e2e the plan
+    simulated for its workloads: a replica told to stop finishes what it has in flight."""
+    data = stack.model_dump()
+    data["workloads"], data["triggers"] = workloads, triggers
+    planned = StackSpec.model_validate(data)
+    for pool in data["pools"]:
+        e2e = [
+            w.planned_p95.e2e_ms
+            for w in planned.workloads_on(planned.pool(pool["name"]))
+            if w.planned_p95.e2e_ms is not None
+        ]
+        if e2e:
+            knobs = pool["knobs"]
+            knobs["shutdown_timeout_s"] = max(
+                knobs["shutdown_timeout_s"], math.ceil(max(e2e) / 1000)
+            )
+    return StackSpec.model_validate(data)
 
 
 def build_stack(
@@ -79,7 +128,7 @@ def build_stack(
         pools.append(
             PoolSpec(
                 name=need.name,
-                model=get_model(choice.model).hf_id,
+                model=get_model(choice.model).served_hf_id,
                 served_model_name=need.name,
                 lora_adapters=need.lora_adapters,
                 role=need.role,  # type: ignore[arg-type]
@@ -88,18 +137,13 @@ def build_stack(
                 quant=choice.quant,
                 tp=choice.tp,
                 replicas=pool.replicas,
-                knobs=EngineKnobs(
-                    max_num_seqs=max_num_seqs(pool),
-                    max_num_batched_tokens=choice.max_num_batched_tokens,
-                    max_model_len=choice.max_model_len,
-                    kv_cache_dtype=choice.kv_dtype,
-                ),
+                knobs=choice.knobs(max_num_seqs(pool)),
                 routing=RoutingSpec(policy=planning.routing_policy),
                 long_prompt_tokens=need.long_prompt_tokens,
                 long_pool=long_of.get(need.name) if need.long_prompt_tokens else None,
                 fallback=candidate.fallbacks.get(need.name),
                 gpu_ids=gpu_ids,
-                slo=pool_slo(pool, requirements, profiles),
+                slo=pool_slo(pool, requirements),
             )
         )
     nodes = tuple(

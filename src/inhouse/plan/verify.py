@@ -17,7 +17,9 @@ import numpy as np
 from inhouse.fleet import FleetResult, RequestRecord, simulate_stack
 from inhouse.plan.mix import MixedWorkload, workload_of
 from inhouse.plan.requirements import Requirements, Slo
+from inhouse.plan.signals import observed_signals
 from inhouse.plan.traffic import make_workload
+from inhouse.spec.gateway import DEFAULT_TIERS
 from inhouse.spec.stack import StackSpec
 from inhouse.workload import Arrivals, Lengths
 
@@ -39,10 +41,18 @@ class SimCheck:
     down: dict[str, int]
     duration_s: float
     workloads: dict[str, dict[str, Any]]
+    shed: tuple[str, ...] = ()
+    # The re-plan triggers' signals as this run shows them (`inhouse.plan.signals`).
+    signals: dict[str, dict[str, dict[str, float]]] = dataclasses.field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
         return all(bool(w["pass"]) for w in self.workloads.values())
+
+
+def tier_priority(tier: str) -> int:
+    """vLLM's `priority` of a gateway tier (the gateway's default tiers)."""
+    return DEFAULT_TIERS[tier].priority
 
 
 def mixed_workload(
@@ -51,8 +61,11 @@ def mixed_workload(
     *,
     prompt_p95_factor: float = 1.0,
     burstiness_factor: float = 1.0,
+    shed: frozenset[str] = frozenset(),
 ) -> MixedWorkload:
-    """The requirements' workloads as one, each sending `model_names[workload]`."""
+    """The requirements' workloads as one, each sending `model_names[workload]` at its tier's
+    priority; the workloads in `shed` send nothing (the gateway refuses them)."""
+    kept = [req for req in requirements.workloads if req.name not in shed]
     return MixedWorkload(
         tuple(
             (
@@ -64,8 +77,9 @@ def mixed_workload(
                     burstiness_factor=burstiness_factor,
                 ),
             )
-            for req in requirements.workloads
-        )
+            for req in kept
+        ),
+        priorities=tuple((req.name, tier_priority(req.tier)) for req in kept),
     )
 
 
@@ -78,10 +92,13 @@ def run_check(
     down: dict[str, int] | None = None,
     degraded: bool = False,
     duration_s: float | None = None,
+    shed: frozenset[str] = frozenset(),
 ) -> SimCheck:
+    """A simulated run at `multiple` x peak with `down` replicas lost; `shed` workloads are
+    refused at the gateway (their traffic is not sent, and they are not judged)."""
     planning = requirements.planning
     duration = duration_s or planning.verify_duration_s
-    workload = mixed_workload(requirements, model_names)
+    workload = mixed_workload(requirements, model_names, shed=shed)
     result = simulate_stack(
         stack,
         workload,
@@ -94,9 +111,12 @@ def run_check(
     warmup_s = min(MAX_WARMUP_S, WARMUP_FRACTION * duration)
     out: dict[str, dict[str, Any]] = {}
     for req in requirements.workloads:
+        if req.name in shed:
+            continue
         slo = (req.degraded_slo or req.slo) if degraded else req.slo
         out[req.name] = summarize(result, req.name, warmup_s, slo)
-    return SimCheck(multiple, dict(down or {}), duration, out)
+    signals = observed_signals(stack, result, warmup_s, duration)
+    return SimCheck(multiple, dict(down or {}), duration, out, tuple(sorted(shed)), signals)
 
 
 def summarize(result: FleetResult, workload: str, warmup_s: float, slo: Slo) -> dict[str, Any]:
@@ -147,28 +167,52 @@ def _routes(done: list[RequestRecord]) -> dict[str, int]:
     return routes
 
 
+def generator_params(req_workload: Any, model_name: str) -> tuple[str, dict[str, str]]:
+    """The plan's generator for one workload as `inhouse simulate -W` / `inhouse bench -p`
+    parameters: (workload name, {parameter: text})."""
+    generator = make_workload(req_workload, model_name)
+    params: dict[str, str] = {}
+    for f in dataclasses.fields(generator):  # type: ignore[arg-type]
+        value = getattr(generator, f.name)
+        if isinstance(value, Arrivals):
+            params["arrivals"] = value.kind
+            params["rate_per_s"] = f"{value.rate_per_s:.10g}"
+            if value.kind == "gamma":
+                params["burstiness"] = f"{value.burstiness:.10g}"
+        elif isinstance(value, Lengths):
+            params[f.name] = f"{value.p50}:{value.p95}:{value.min_tokens}:{value.max_tokens}"
+        elif value is not None:
+            params[f.name] = f"{value:.10g}" if isinstance(value, float) else str(value)
+    return generator.name, params
+
+
 def simulate_command(
     requirements: Requirements, workload: str, model_name: str, stack_path: str
 ) -> str:
     """The `inhouse simulate` command that replays one workload of the plan's check on its own
     (the check mixes every workload; it also leaves the warm-up out)."""
-    req = requirements.workload(workload)
-    generator = make_workload(req, model_name)
-    params: list[str] = []
-    for f in dataclasses.fields(generator):  # type: ignore[arg-type]
-        value = getattr(generator, f.name)
-        if isinstance(value, Arrivals):
-            params += [f"arrivals={value.kind}", f"rate_per_s={value.rate_per_s:.10g}"]
-            if value.kind == "gamma":
-                params.append(f"burstiness={value.burstiness:.10g}")
-        elif isinstance(value, Lengths):
-            params.append(f"{f.name}={value.p50}:{value.p95}:{value.min_tokens}:{value.max_tokens}")
-        elif value is not None:
-            text = f"{value:.10g}" if isinstance(value, float) else str(value)
-            params.append(f"{f.name}={text}")
+    name, params = generator_params(requirements.workload(workload), model_name)
     planning = requirements.planning
+    joined = ",".join(f"{k}={v}" for k, v in params.items())
     return (
-        f"inhouse simulate --stack {stack_path} --workload {generator.name} "
-        f"-W {','.join(params)} --policy {planning.routing_policy} "
+        f"inhouse simulate --stack {stack_path} --workload {name} "
+        f"-W {joined} --policy {planning.routing_policy} "
         f"--duration {planning.verify_duration_s:g} --seed {planning.seed}"
     )
+
+
+def bench_entry(requirements: Requirements, workload: str, model_name: str) -> dict[str, Any]:
+    """What `inhouse bench --plan DIR --workload NAME` drives and judges: the plan's own
+    generator for the workload, the model name its clients send, its SLO's p95 targets, and the
+    check's duration and warm-up."""
+    req = requirements.workload(workload)
+    name, params = generator_params(req, model_name)
+    duration = requirements.planning.verify_duration_s
+    return {
+        "workload": name,
+        "params": params,
+        "model": model_name,
+        "slo_p95_ms": req.slo.targets(),
+        "duration_s": duration,
+        "warmup_s": min(MAX_WARMUP_S, WARMUP_FRACTION * duration),
+    }

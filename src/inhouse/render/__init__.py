@@ -21,6 +21,7 @@ from inhouse.render.prometheus import render_prometheus, stack_rules
 from inhouse.render.prometheus_config import render_prometheus_config
 from inhouse.render.runbook import render_runbook
 from inhouse.render.vllm import render_vllm_script
+from inhouse.spec.gateway import parse_gateway
 from inhouse.spec.stack import StackSpec
 
 __all__ = ["RenderOptions", "Rendered", "render_stack"]
@@ -36,13 +37,15 @@ class Rendered:
 
 def render_stack(stack: StackSpec, options: RenderOptions | None = None) -> Rendered:
     options = options or RenderOptions()
-    stack = with_tracing(stack, options)
-    ns = namespace_of(stack, options)
     files: dict[str, str] = {}
+    # NOTE: the bare-metal scripts run exactly what `inhouse up` runs; only the cluster's
+    # manifests send traces to the in-cluster Tempo (`with_tracing`).
     for pool in layout.engine_pools(stack):
         files[f"vllm/{pool.name}.sh"] = render_vllm_script(
             stack, pool, base_port=BARE_METAL_BASE_PORT
         )
+    stack = with_tracing(stack, options)
+    ns = namespace_of(stack, options)
     files.update(render_engines(stack, options))
     files.update(render_cluster(stack, options))
     files.update(render_prometheus(stack, ns, options.runbook_url))
@@ -64,6 +67,13 @@ def render_stack(stack: StackSpec, options: RenderOptions | None = None) -> Rend
 def render_notes(stack: StackSpec) -> list[str]:
     """Things the operator should know about what was rendered."""
     notes = []
+    e2e_all = layout.planned_e2e_s(stack)
+    drain = parse_gateway(stack.gateway).proxy.drain_timeout_s
+    if e2e_all is not None and drain < e2e_all:
+        notes.append(
+            f"gateway: proxy.drain_timeout_s {drain:g} s is below the plan's longest p95 e2e "
+            f"{e2e_all:.1f} s: a drain cuts longer streams; raise it in the gateway section"
+        )
     for pool in layout.engine_pools(stack):
         if pool.slo is None:
             d = layout.DEFAULT_SLO
@@ -72,6 +82,13 @@ def render_notes(stack: StackSpec) -> list[str]:
                 f"{d.ttft_p95_ms:g} ms paging at {d.ttft_alarm_ms:g} ms, ITL p95 "
                 f"{d.itl_p95_ms:g} ms paging at {d.itl_alarm_ms:g} ms, availability "
                 f"{d.availability:g})"
+            )
+        e2e = layout.planned_e2e_s(stack, pool)
+        if e2e is not None and pool.knobs.shutdown_timeout_s < e2e:
+            notes.append(
+                f"pool {pool.name}: knobs.shutdown_timeout_s {pool.knobs.shutdown_timeout_s} s "
+                f"is below the plan's p95 e2e {e2e:.1f} s: vLLM's drain cuts longer requests; "
+                "raise it (`inhouse plan` writes at least the p95)"
             )
         if layout.is_single_node(stack) and pool.tp > 1 and not pool.gpu_ids:
             notes.append(

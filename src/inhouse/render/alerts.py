@@ -64,6 +64,9 @@ class Alert:
     runbook: RunbookEntry
     cases: tuple[Case, ...]
     labels: Mapping[str, str] = field(default_factory=dict)
+    # Where the threshold came from (the plan's trigger, a workload's SLO, a default), for the
+    # person paged: rendered as the `threshold_source` annotation.
+    threshold_source: str = ""
 
     @property
     def anchor(self) -> str:
@@ -92,11 +95,14 @@ def alert_rule(alert: Alert, runbook_url: str) -> dict[str, Any]:
 
 
 def alert_annotations(alert: Alert, runbook_url: str) -> dict[str, str]:
-    return {
+    notes = {
         "summary": alert.summary,
         "description": alert.description,
         "runbook_url": f"{runbook_url}#{alert.anchor}",
     }
+    if alert.threshold_source:
+        notes["threshold_source"] = alert.threshold_source
+    return notes
 
 
 def rule_groups(
@@ -126,6 +132,16 @@ def render_rules(recordings: list[Recording], alerts: list[Alert], runbook_url: 
     return header + dump_yaml({"groups": rule_groups(recordings, alerts, runbook_url)})
 
 
+def expected_alert(alert: Alert, expect: Mapping[str, str], runbook_url: str) -> dict[str, Any]:
+    """The alert as promtool's `exp_alerts` states it: its labels plus those its expression
+    keeps (`expect`), and its annotations as Prometheus expands them."""
+    labels = {"severity": alert.severity, **alert.labels, **expect}
+    notes = alert_annotations(alert, runbook_url)
+    notes["summary"] = expand_labels(alert.summary, labels)
+    notes["description"] = expand_labels(alert.description, labels)
+    return {"exp_labels": labels, "exp_annotations": notes}
+
+
 def render_rule_tests(alerts: list[Alert], runbook_url: str, rules_file: str = "rules.yaml") -> str:
     tests = []
     for alert in alerts:
@@ -133,11 +149,7 @@ def render_rule_tests(alerts: list[Alert], runbook_url: str, rules_file: str = "
         for case in alert.cases:
             expected = []
             if case.expect is not None:
-                labels = {"severity": alert.severity, **alert.labels, **case.expect}
-                notes = alert_annotations(alert, runbook_url)
-                notes["summary"] = expand_labels(alert.summary, labels)
-                notes["description"] = expand_labels(alert.description, labels)
-                expected.append({"exp_labels": labels, "exp_annotations": notes})
+                expected.append(expected_alert(alert, case.expect, runbook_url))
             tests.append(
                 {
                     "name": f"{alert.name}: {case.name}",

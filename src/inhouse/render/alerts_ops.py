@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from inhouse.render.alerts import Alert, Case, RunbookEntry, Series
 from inhouse.render.alerts_slo import engine_labels
+from inhouse.render.alerts_triggers import has_hit_trigger
 from inhouse.render.layout import QUEUE_DEPTH_PER_REPLICA, engine_pools, slo_of
 from inhouse.render.metric_names import LOOP_LAG_PERIOD_S
 from inhouse.spec.stack import PoolSpec, StackSpec
@@ -104,7 +105,9 @@ def replica_alerts(pool: PoolSpec, ns: str) -> list[Alert]:
     return [down, missing]
 
 
-def kv_alerts(pool: PoolSpec) -> list[Alert]:
+def kv_alerts(pool: PoolSpec, *, hit_floor: bool = True) -> list[Alert]:
+    """KV cache, preemption, prefix-hit (unless the plan's trigger takes its place:
+    `hit_floor` False) and queue alerts of one pool."""
     name = pool.client_model_name
     labels = engine_labels(pool)
     kv = "vllm:kv_cache_usage_perc"
@@ -168,7 +171,7 @@ def kv_alerts(pool: PoolSpec) -> list[Alert]:
         ),
     ]
     min_rate = slo_of(pool).prefix_hit_rate_min
-    if pool.knobs.enable_prefix_caching and min_rate is not None:
+    if hit_floor and pool.knobs.enable_prefix_caching and min_rate is not None:
         alerts.append(prefix_alert(pool, min_rate))
     alerts.append(queue_alert(pool))
     return alerts
@@ -247,6 +250,12 @@ def prefix_alert(pool: PoolSpec, min_rate: float) -> Alert:
             ),
             escalate="Ticket to the application team owning the prompt, or the gateway owner.",
         ),
+        threshold_source=(
+            f"stack pools[{pool.name}].slo.prefix_hit_rate_min"
+            if pool.slo is not None
+            else "render's default SLO"
+        )
+        + " (default 0.6: the seeds' SLO table); a plan's prefix_hit_rate trigger replaces it",
         cases=(
             Case("hit rate low", "1m", series(f"0+{fire_hits}x30"), "20m", {"model_name": name}),
             Case("hit rate healthy", "1m", series(f"0+{quiet_hits}x30"), "20m", None),
@@ -387,5 +396,5 @@ def engine_rules(stack: StackSpec, ns: str) -> list[Alert]:
     alerts: list[Alert] = []
     for pool in engine_pools(stack):
         alerts += replica_alerts(pool, ns)
-        alerts += kv_alerts(pool)
+        alerts += kv_alerts(pool, hit_floor=not has_hit_trigger(stack, pool))
     return alerts + gateway_alerts(ns)

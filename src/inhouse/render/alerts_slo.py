@@ -1,25 +1,47 @@
-"""SLO alerts per pool: p95 TTFT, ITL and e2e over the alarm for five minutes, and error-budget
-burn (Google SRE workbook multiwindow burn rates: 14.4x over 1 h and 5 m pages, 6x over 6 h and
-30 m files a ticket). Latency comes from vLLM's histograms by `model_name`; errors from the
-gateway's `inhouse_gateway_requests_total` by `pool`.
+"""SLO alerts: p95 TTFT, ITL and e2e over the alarm for five minutes, per workload where the
+stack names its workloads (a plan's stack does), else per pool; error-budget burn in
+`alerts_burn`.
+
+Each workload's SLO is alerted on the series that carry that workload alone:
+
+* TTFT and e2e from the gateway's histograms by `model`, the name the client sent (a pool's
+  served name, alias or LoRA adapter): a utility workload served as adapters on the chat pool
+  is held to its own 2 s e2e, and the chat turns, which run for seconds by design, are not.
+* ITL from vLLM's histogram by `model_name`, the pool's served name: vLLM does not split its
+  series by adapter, and need not here, since a decode step serves every running sequence of
+  the pool, so every workload on a pool sees the same inter-token gaps. One ITL alert per
+  pool, at the tightest ITL alarm of the workloads on it.
+
+A stack without `workloads` keeps the per-pool alerts on vLLM's histograms (`pools[].slo`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from inhouse.errors import SpecError
 from inhouse.render.alerts import Alert, Case, Recording, RunbookEntry, Series
 from inhouse.render.layout import engine_pools, slo_of
 from inhouse.render.metric_names import E2E_BUCKETS_S
+from inhouse.spec.slo import LatencyMetric, LatencySlo
 from inhouse.spec.stack import PoolSpec, StackSpec
 from inhouse.spec.vllm_buckets import ITL_BUCKETS_S, TTFT_BUCKETS_S
+from inhouse.spec.workloads import WorkloadSpec
 
 # (key, vLLM histogram, buckets, what it measures)
-LATENCIES = (
+LATENCIES: tuple[tuple[LatencyMetric, str, tuple[float, ...], str], ...] = (
     ("ttft", "vllm:time_to_first_token_seconds", TTFT_BUCKETS_S, "time to first token"),
     ("itl", "vllm:inter_token_latency_seconds", ITL_BUCKETS_S, "inter-token latency"),
     ("e2e", "vllm:e2e_request_latency_seconds", E2E_BUCKETS_S, "end-to-end latency"),
 )
-BURN_WINDOWS = ("5m", "30m", "1h", "6h")
+# The gateway's histograms by requested model: what each workload's clients see.
+GATEWAY_LATENCIES: dict[str, tuple[str, tuple[float, ...]]] = {
+    "ttft": ("inhouse_gateway_ttft_seconds", TTFT_BUCKETS_S),
+    "e2e": ("inhouse_gateway_e2e_seconds", E2E_BUCKETS_S),
+}
+WHAT = {key: what for key, _, _, what in LATENCIES}
+ALERT_NAMES = {"ttft": "InhouseTTFTP95OverSLO", "itl": "InhouseITLP95OverSLO"}
 GROUP = "inhouse-slo"
 
 
@@ -35,91 +57,142 @@ def engine_labels(pool: PoolSpec, replica: int = 0) -> dict[str, str]:
     }
 
 
-def latency_recordings() -> list[Recording]:
-    return [
+def gateway_labels(pool: PoolSpec, model: str) -> dict[str, str]:
+    """Labels of a gateway series for one requested model, after a scrape."""
+    return {
+        "tenant": "acme",
+        "model": model,
+        "pool": pool.name,
+        "namespace": "ns",
+        "job": "gateway",
+        "instance": "10.0.1.1:8000",
+        "pod": "gateway-0",
+    }
+
+
+def p95_record(metric: str) -> str:
+    return f"inhouse:{metric.removeprefix('vllm:').removeprefix('inhouse_')}:p95_5m"
+
+
+def latency_recordings(stack: StackSpec) -> list[Recording]:
+    out = [
         Recording(
-            f"inhouse:{metric.removeprefix('vllm:')}:p95_5m",
+            p95_record(metric),
             GROUP,
             f"histogram_quantile(0.95, sum by (le, model_name) (rate({metric}_bucket[5m])))",
         )
         for _, metric, _, _ in LATENCIES
     ]
+    if stack.workloads:
+        out += [
+            Recording(
+                p95_record(metric),
+                GROUP,
+                f"histogram_quantile(0.95, sum by (le, model) (rate({metric}_bucket[5m])))",
+            )
+            for metric, _ in GATEWAY_LATENCIES.values()
+        ]
+    return out
 
 
-def burn_recordings() -> list[Recording]:
-    return [
-        Recording(
-            f"inhouse:gateway_error_ratio:rate{window}",
-            GROUP,
-            f'sum by (pool) (rate(inhouse_gateway_requests_total{{code=~"5.."}}[{window}]))\n'
-            f"/\nsum by (pool) (rate(inhouse_gateway_requests_total[{window}]))",
-        )
-        for window in BURN_WINDOWS
-    ]
+@dataclass(frozen=True, slots=True)
+class LatencyTarget:
+    """One latency alert to write: which series, which alarm, and where the alarm came from."""
+
+    key: LatencyMetric
+    metric: str
+    buckets: tuple[float, ...]
+    select: Mapping[str, str]  # the label the recording keeps, and its value
+    series_labels: Mapping[str, str]  # a scraped series of that metric, for the cases
+    labels: Mapping[str, str]  # the alert's own labels
+    scope: str  # "pool chat", "workload utility (model utility)"
+    slo: LatencySlo
+    source: str
 
 
 def _le(bound: float) -> str:
     return str(float(bound))
 
 
-def latency_cases(
-    pool: PoolSpec, metric: str, buckets: tuple[float, ...], alarm_s: float
+def histogram_cases(
+    series_labels: Mapping[str, str],
+    metric: str,
+    buckets: Sequence[float],
+    threshold: float,
+    expect: Mapping[str, str],
+    scope: str,
+    *,
+    timing: tuple[str, int, str] = ("15s", 60, "10m"),
 ) -> tuple[Case, ...]:
-    """Fire: every observation in the bucket just above the alarm, so the p95 interpolates above
-    it. Silent: every observation at or below the alarm's bucket."""
-    above = [b for b in buckets if b >= alarm_s]
-    below = [b for b in buckets if b <= alarm_s]
+    """Cases for `histogram_quantile(q, ...) > threshold`, any q: fire with every observation in
+    the bucket just above the threshold (the quantile interpolates above it), stay silent with
+    every observation at or below the threshold's bucket. `timing`: (sample interval, number
+    of samples, evaluation time)."""
+    above = [b for b in buckets if b >= threshold]
+    below = [b for b in buckets if b <= threshold]
     if len(above) < 2 or not below:
         raise SpecError(
-            f"pool {pool.name!r}: an alarm of {alarm_s * 1000:g} ms for {metric} is outside "
-            f"vLLM's histogram buckets ({buckets[0]:g}..{buckets[-1]:g} s); pick one inside"
+            f"{scope}: a threshold of {threshold:g} for {metric} is outside the histogram's "
+            f"buckets ({buckets[0]:g}..{buckets[-1]:g}); pick one inside"
         )
-    base = engine_labels(pool)
+    interval, samples, at = timing
 
-    def bucket(le: str, values: str) -> Series:
-        return Series({**base, "le": le}, values, f"{metric}_bucket")
+    def bucket(le: float | str, values: str) -> Series:
+        le_text = le if isinstance(le, str) else _le(le)
+        return Series({**series_labels, "le": le_text}, values, f"{metric}_bucket")
 
-    fire = (
-        bucket(_le(above[0]), "0x60"),
-        bucket(_le(above[1]), "0+10x60"),
-        bucket("+Inf", "0+10x60"),
-    )
-    quiet = (bucket(_le(below[-1]), "0+10x60"), bucket("+Inf", "0+10x60"))
-    expect = {"model_name": pool.client_model_name}
+    rising = f"0+10x{samples}"
+    fire = (bucket(above[0], f"0x{samples}"), bucket(above[1], rising), bucket("+Inf", rising))
+    quiet = (bucket(below[-1], rising), bucket("+Inf", rising))
     return (
-        Case("p95 above the alarm for 10 minutes", "15s", fire, "10m", expect),
-        Case("p95 below the alarm", "15s", quiet, "10m", None),
+        Case("above the threshold, sustained", interval, fire, at, dict(expect)),
+        Case("below the threshold", interval, quiet, at, None),
     )
 
 
-def latency_alert(
-    pool: PoolSpec, key: str, metric: str, buckets: tuple[float, ...], what: str
-) -> Alert | None:
-    slo = slo_of(pool)
-    alarm_ms = slo.alarm_ms(key)  # type: ignore[arg-type]
+def latency_cases(target: LatencyTarget, alarm_s: float) -> tuple[Case, ...]:
+    """p95 above the alarm for 10 minutes, and below it."""
+    try:
+        return histogram_cases(
+            target.series_labels,
+            target.metric,
+            target.buckets,
+            alarm_s,
+            target.select,
+            target.scope,
+        )
+    except SpecError:
+        raise SpecError(
+            f"{target.scope}: an alarm of {alarm_s * 1000:g} ms for {target.metric} is outside "
+            f"the histogram's buckets ({target.buckets[0]:g}..{target.buckets[-1]:g} s); pick "
+            "one inside"
+        ) from None
+
+
+def latency_alert(target: LatencyTarget) -> Alert | None:
+    alarm_ms = target.slo.alarm_ms(target.key)
     if alarm_ms is None:
         return None
-    target_ms = getattr(slo, f"{key}_p95_ms")
+    target_ms = target.slo.target_ms(target.key)
     alarm_s = alarm_ms / 1000
-    record = f"inhouse:{metric.removeprefix('vllm:')}:p95_5m"
-    target = f"target {target_ms:g} ms, " if target_ms is not None else ""
-    name = {"ttft": "InhouseTTFTP95OverSLO", "itl": "InhouseITLP95OverSLO"}.get(
-        key, "InhouseE2EP95OverSLO"
-    )
+    ((label, value),) = target.select.items()
+    what = WHAT[target.key]
+    stated = f"target {target_ms:g} ms, " if target_ms is not None else ""
     return Alert(
-        name=name,
+        name=ALERT_NAMES.get(target.key, "InhouseE2EP95OverSLO"),
         group=GROUP,
-        expr=f'{record}{{model_name="{pool.client_model_name}"}} > {alarm_s:g}',
+        expr=f'{p95_record(target.metric)}{{{label}="{value}"}} > {alarm_s:g}',
         hold="5m",
         severity="page",
-        labels={"pool": pool.name},
-        summary=f"p95 {what} of {{{{ $labels.model_name }}}} above {alarm_ms:g} ms for 5 minutes",
+        labels=dict(target.labels),
+        summary=f"p95 {what} of {{{{ $labels.{label} }}}} above {alarm_ms:g} ms for 5 minutes",
         description=(
-            f"Pool {pool.name}: SLO {target}alarm {alarm_ms:g} ms. Users of this model "
-            "see slow responses now."
+            f"{target.scope[0].upper()}{target.scope[1:]}: SLO {stated}alarm {alarm_ms:g} ms. "
+            "Its users see slow responses now."
         ),
-        runbook=_latency_runbook(key, metric, what),
-        cases=latency_cases(pool, metric, buckets, alarm_s),
+        runbook=_latency_runbook(target.key, target.metric, what),
+        cases=latency_cases(target, alarm_s),
+        threshold_source=target.source,
     )
 
 
@@ -130,10 +203,11 @@ def _latency_runbook(key: str, metric: str, what: str) -> RunbookEntry:
         "decodes (chunked prefill off or a large token budget)",
         "e2e": "long outputs, queueing or slow decode",
     }[key]
+    by = "model" if metric.startswith("inhouse_gateway") else "pod"
     return RunbookEntry(
-        meaning=f"The 5-minute p95 {what} of a pool has been above its alarm for 5 minutes. "
-        f"Usual causes: {causes}.",
-        first_promql=f"histogram_quantile(0.95, sum by (le, pod) (rate({metric}_bucket[5m])))",
+        meaning=f"The 5-minute p95 {what} of a workload (or, in a stack without workloads, a "
+        f"pool) has been above its alarm for 5 minutes. Usual causes: {causes}.",
+        first_promql=f"histogram_quantile(0.95, sum by (le, {by}) (rate({metric}_bucket[5m])))",
         mitigations=(
             "One pod much worse than the rest: drain it (`kubectl delete pod`) and check its GPU "
             "(hardware dashboard).",
@@ -149,77 +223,81 @@ def _latency_runbook(key: str, metric: str, what: str) -> RunbookEntry:
     )
 
 
-def burn_alerts(pool: PoolSpec) -> list[Alert]:
-    budget = 1 - slo_of(pool).availability
-    labels = {"tenant": "acme", "model": pool.client_model_name, "pool": pool.name}
-    replica = {**labels, "replica": f"{pool.name}-r0"}
-
-    def series(errors: str) -> tuple[Series, ...]:
-        metric = "inhouse_gateway_requests_total"
-        return (
-            Series({**replica, "code": "200"}, "0+100x30", metric),
-            Series({**replica, "code": "500"}, errors, metric),
+def pool_targets(pool: PoolSpec) -> list[LatencyTarget]:
+    """A stack without workloads: every latency of the pool on vLLM's series."""
+    source = (
+        f"stack pools[{pool.name}].slo"
+        if pool.slo is not None
+        else "render's default SLO (the seeds' interactive chat row; the pool has no slo)"
+    )
+    return [
+        LatencyTarget(
+            key,
+            metric,
+            buckets,
+            {"model_name": pool.client_model_name},
+            engine_labels(pool),
+            {"pool": pool.name},
+            f"pool {pool.name}",
+            slo_of(pool),
+            f"{source}.{key}_alarm_ms",
         )
+        for key, metric, buckets, _ in LATENCIES
+    ]
 
-    expect = {"pool": pool.name}
-    alerts = []
-    for name, factor, long, short, hold, severity, at in (
-        ("InhouseErrorBudgetBurnFast", 14.4, "1h", "5m", "2m", "page", "10m"),
-        ("InhouseErrorBudgetBurnSlow", 6.0, "6h", "30m", "15m", "ticket", "20m"),
-    ):
-        threshold = f"{factor * budget:.6g}"
-        sel = f'{{pool="{pool.name}"}}'
-        alerts.append(
-            Alert(
-                name=name,
-                group=GROUP,
-                expr=(
-                    f"inhouse:gateway_error_ratio:rate{long}{sel} > {threshold}\n"
-                    f"and\ninhouse:gateway_error_ratio:rate{short}{sel} > {threshold}"
-                ),
-                hold=hold,
-                severity=severity,  # type: ignore[arg-type]
-                labels={"pool": pool.name},
-                summary=f"pool {{{{ $labels.pool }}}} spends its error budget {factor:g}x too fast",
-                description=(
-                    f"5xx share over {long} and {short} above {threshold} ({factor:g} x the "
-                    f"{budget:.4g} budget of a {slo_of(pool).availability:g} availability SLO)."
-                ),
-                runbook=_burn_runbook(factor, long),
-                cases=(
-                    Case("1 in 11 requests fails", "1m", series("0+10x30"), at, expect),
-                    Case("no failures", "1m", series("0x30"), at, None),
-                ),
-            )
+
+def workload_targets(workload: WorkloadSpec, pool: PoolSpec) -> list[LatencyTarget]:
+    """TTFT and e2e of one workload, on the gateway's series for its model name."""
+    return [
+        LatencyTarget(
+            key,  # type: ignore[arg-type]
+            metric,
+            buckets,
+            {"model": workload.model},
+            gateway_labels(pool, workload.model),
+            {"pool": pool.name, "workload": workload.name},
+            f"workload {workload.name} (model {workload.model}, pool {pool.name})",
+            workload.slo,
+            f"stack workloads[{workload.name}].slo.{key}_alarm_ms, written by `inhouse plan` "
+            f"from the requirements' {workload.name} slo",
         )
-    return alerts
+        for key, (metric, buckets) in GATEWAY_LATENCIES.items()
+    ]
 
 
-def _burn_runbook(factor: float, window: str) -> RunbookEntry:
-    return RunbookEntry(
-        meaning=f"The share of gateway responses with a 5xx status is {factor:g} times what the "
-        f"pool's availability SLO allows, over {window} and recently: at this rate the monthly "
-        "budget is gone in days (fast) or weeks (slow).",
-        first_promql="sum by (pool, replica, code) "
-        '(rate(inhouse_gateway_requests_total{code=~"5.."}[5m]))',
-        mitigations=(
-            "Errors from one replica: drain it; the gateway retries elsewhere.",
-            "503 from every replica: engines full or draining; check replica health and queue.",
-            "500 'cannot schedule new futures after shutdown': requests reached an engine during "
-            "its drain; check the preStop sleep covers the gateway's discovery interval.",
-        ),
-        escalate="Fast burn for 30 minutes, or any burn with no replica-level cause: page the "
-        "platform owner; consider freezing deploys until the budget recovers.",
+def pool_itl_target(stack: StackSpec, pool: PoolSpec) -> LatencyTarget | None:
+    """The pool's ITL at the tightest ITL alarm of its workloads (a pool property)."""
+    mine = [w for w in stack.workloads_on(pool) if w.slo.alarm_ms("itl") is not None]
+    if not mine:
+        return None
+    tightest = min(mine, key=lambda w: w.slo.alarm_ms("itl") or 0.0)
+    names = ",".join(w.name for w in mine if w.slo.alarm_ms("itl") == tightest.slo.alarm_ms("itl"))
+    key, metric, buckets, _ = LATENCIES[1]
+    return LatencyTarget(
+        key,
+        metric,
+        buckets,
+        {"model_name": pool.client_model_name},
+        engine_labels(pool),
+        {"pool": pool.name, "workload": names},
+        f"pool {pool.name} (every workload on it decodes in the same steps; ITL SLO of {names})",
+        tightest.slo,
+        f"stack workloads[{tightest.name}].slo.itl_alarm_ms, the tightest ITL alarm of the "
+        f"workloads on pool {pool.name}",
     )
 
 
-def slo_rules(stack: StackSpec) -> tuple[list[Recording], list[Alert]]:
-    alerts: list[Alert] = []
-    for pool in engine_pools(stack):
-        for key, metric, buckets, what in LATENCIES:
-            alert = latency_alert(pool, key, metric, buckets, what)
-            if alert is not None:
-                alerts.append(alert)
-    for pool in stack.pools:  # the gateway's errors cover attached (url) pools too
-        alerts += burn_alerts(pool)
-    return latency_recordings() + burn_recordings(), alerts
+def latency_alerts(stack: StackSpec) -> list[Alert]:
+    targets: list[LatencyTarget] = []
+    if not stack.workloads:
+        for pool in engine_pools(stack):
+            targets += pool_targets(pool)
+    else:
+        for workload in stack.workloads:
+            targets += workload_targets(workload, stack.pool_of_workload(workload))
+        for pool in engine_pools(stack):
+            itl = pool_itl_target(stack, pool)
+            if itl is not None:
+                targets.append(itl)
+    alerts = [latency_alert(t) for t in targets]
+    return [a for a in alerts if a is not None]

@@ -9,18 +9,21 @@ Operator's dcgm-exporter; multi-node pools scale with KEDA on vLLM's waiting-que
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
 from inhouse.errors import SpecError
 from inhouse.render import layout
 from inhouse.render.alerts import rule_groups
+from inhouse.render.k8s_edge import edge_docs, gateway_section_for_cluster
 from inhouse.render.k8s_engine import Doc, labels, namespace_of
 from inhouse.render.k8s_tracing import tracing_env
 from inhouse.render.metric_names import DCGM_METRICS
 from inhouse.render.options import RenderOptions
 from inhouse.render.prometheus import stack_rules
 from inhouse.render.yamltext import dump_documents
+from inhouse.spec.gateway import parse_gateway
 from inhouse.spec.stack import StackSpec, dump_stack
 
 _SECRET_KEY = re.compile(r"(^|_)(api_?keys?|keys?|secrets?|passwords?|tokens?)$", re.IGNORECASE)
@@ -76,17 +79,32 @@ def check_no_secrets(value: Any, path: str = "gateway") -> None:
             check_no_secrets(item, f"{path}[{index}]")
 
 
+def gateway_grace_s(stack: StackSpec, options: RenderOptions) -> int:
+    """Streams in flight finish: preStop sleep (the drain from the Service), then the longest of
+    the gateway's own drain (`proxy.drain_timeout_s`), the engines' and the plan's p95 e2e of
+    any workload, then teardown."""
+    drain = float(parse_gateway(stack.gateway).proxy.drain_timeout_s)
+    engines = max(p.knobs.shutdown_timeout_s for p in stack.pools)
+    e2e = layout.planned_e2e_s(stack) or 0.0
+    inflight = math.ceil(max(drain, engines, e2e))
+    return options.prestop_sleep_s + inflight + layout.TEARDOWN_MARGIN_S
+
+
 def gateway_docs(stack: StackSpec, options: RenderOptions) -> list[Doc]:
     check_no_secrets(stack.gateway)
     ns = namespace_of(stack, options)
     pod_labels = labels(stack, "gateway")
     replicas = int(stack.gateway.get("replicas", 1))
+    metrics_port = parse_gateway(stack.gateway).metrics_port
+    if not metrics_port:
+        raise SpecError("gateway.metrics_port: 0 (any free port) cannot be scraped in a cluster")
+    in_cluster = stack.model_copy(update={"gateway": gateway_section_for_cluster(stack)})
     config = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": "gateway-config", "namespace": ns, "labels": pod_labels},
         "data": {
-            "stack.yaml": dump_stack(stack),
+            "stack.yaml": dump_stack(in_cluster),
             "endpoints.json": json.dumps(endpoints(stack, options), indent=2) + "\n",
         },
     }
@@ -110,7 +128,10 @@ def gateway_docs(stack: StackSpec, options: RenderOptions) -> list[Doc]:
             {"name": "INHOUSE_SECRETS_DIR", "value": "/etc/inhouse/secrets"},
             *tracing_env(stack),  # OpenTelemetry's sampler, when tracing is on
         ],
-        "ports": [{"name": "http", "containerPort": options.gateway_port, "protocol": "TCP"}],
+        "ports": [
+            {"name": "http", "containerPort": options.gateway_port, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": metrics_port, "protocol": "TCP"},
+        ],
         "resources": {
             "requests": {"cpu": "2", "memory": "2Gi"},
             "limits": {"cpu": "4", "memory": "4Gi"},
@@ -131,7 +152,7 @@ def gateway_docs(stack: StackSpec, options: RenderOptions) -> list[Doc]:
             "capabilities": {"drop": ["ALL"]},
         },
     }
-    longest_drain = max(p.knobs.shutdown_timeout_s for p in stack.pools)
+    grace_s = gateway_grace_s(stack, options)
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -142,8 +163,7 @@ def gateway_docs(stack: StackSpec, options: RenderOptions) -> list[Doc]:
             "template": {
                 "metadata": {"labels": pod_labels},
                 "spec": {
-                    # Streams in flight finish: preStop, then as long as the longest engine drain.
-                    "terminationGracePeriodSeconds": options.prestop_sleep_s + longest_drain + 15,
+                    "terminationGracePeriodSeconds": grace_s,
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
                     "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
@@ -166,7 +186,10 @@ def gateway_docs(stack: StackSpec, options: RenderOptions) -> list[Doc]:
         },
         "spec": {
             "selector": pod_labels,
-            "ports": [{"name": "http", "port": 80, "targetPort": "http"}],
+            "ports": [
+                {"name": "http", "port": 80, "targetPort": "http"},
+                {"name": "metrics", "port": metrics_port, "targetPort": "metrics"},
+            ],
         },
     }
     pdb = {
@@ -188,7 +211,11 @@ def gateway_docs(stack: StackSpec, options: RenderOptions) -> list[Doc]:
             f"{options.gateway_secret} --from-file=tenants.yaml). {limits_note}",
             deployment,
         ),
-        ("Clients reach the stack here (port 80).", service),
+        (
+            "Envoy (k8s/edge.yaml) reaches the gateway here (port 80); Prometheus scrapes "
+            f"/metrics on port {metrics_port}.",
+            service,
+        ),
         ("Voluntary disruptions take one gateway replica at a time.", pdb),
     ]
 
@@ -205,7 +232,7 @@ def monitoring_docs(stack: StackSpec, options: RenderOptions) -> list[Doc]:
     monitors = []
     for target in ("engine", "gateway"):
         endpoint: dict[str, Any] = {
-            "port": "http",
+            "port": "http" if target == "engine" else "metrics",
             "path": "/metrics",
             "interval": "15s",
             "scrapeTimeout": "10s",
@@ -246,7 +273,11 @@ def monitoring_docs(stack: StackSpec, options: RenderOptions) -> list[Doc]:
             "job is the pool's headless Service, and pool/replica labels come from the pod.",
             monitors[0],
         ),
-        ("Scrape the gateway's inhouse_gateway_* metrics.", monitors[1]),
+        (
+            "Scrape the gateway's inhouse_gateway_* metrics on its metrics port (never the API "
+            "port: they name tenants and their token counts).",
+            monitors[1],
+        ),
         ("The same rules as prometheus/rules.yaml, for the Prometheus Operator.", rule),
     ]
 
@@ -337,6 +368,7 @@ def render_cluster(stack: StackSpec, options: RenderOptions) -> dict[str, str]:
     files = {
         "k8s/namespace.yaml": dump_documents([namespace_doc(stack, options)]),
         "k8s/gateway.yaml": dump_documents(gateway_docs(stack, options)),
+        "k8s/edge.yaml": dump_documents(edge_docs(stack, options)),
         "k8s/monitoring.yaml": dump_documents(monitoring_docs(stack, options)),
         "k8s/dcgm-exporter-counters.yaml": dump_documents([dcgm_counters(options)]),
     }

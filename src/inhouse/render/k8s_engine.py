@@ -64,7 +64,7 @@ def engine_deployment(stack: StackSpec, unit: EngineUnit, options: RenderOptions
     if unit.replica_index is not None:
         pod_labels["inhouse.dev/replica"] = str(unit.replica_index)
     window_s, window_why = layout.startup_window_s(pool)
-    grace_s = layout.termination_grace_s(pool, options.prestop_sleep_s)
+    grace_s, grace_why = layout.termination_grace_s(stack, pool, options.prestop_sleep_s)
     annotations = {"kubectl.kubernetes.io/default-container": "vllm"}
     if unit.gpu_ids:
         annotations["inhouse.dev/gpu-ids"] = ",".join(map(str, unit.gpu_ids))
@@ -99,7 +99,7 @@ def engine_deployment(stack: StackSpec, unit: EngineUnit, options: RenderOptions
             },
         },
     }
-    return deployment_comment(stack, unit, window_s, window_why, grace_s, options), deployment
+    return deployment_comment(stack, unit, window_s, window_why, grace_why), deployment
 
 
 def deployment_comment(
@@ -107,8 +107,7 @@ def deployment_comment(
     unit: EngineUnit,
     window_s: int,
     window_why: str,
-    grace_s: int,
-    options: RenderOptions,
+    grace_why: str,
 ) -> str:
     pool = unit.pool
     lines = [f"Engine {unit.name}: {pool.model} as {pool.client_model_name!r}, TP={pool.tp}."]
@@ -135,9 +134,7 @@ def deployment_comment(
         lines.append(f"Static layout: replica {unit.replica_index} of {pool.replicas}.")
     lines += [
         f"startupProbe window {window_s} s: {window_why}.",
-        f"terminationGracePeriodSeconds {grace_s} = preStop sleep {options.prestop_sleep_s} s + "
-        f"vLLM drain --shutdown-timeout {pool.knobs.shutdown_timeout_s} s + "
-        f"{layout.TEARDOWN_MARGIN_S} s teardown.",
+        f"terminationGracePeriodSeconds {grace_why}.",
     ]
     return "\n".join(lines)
 

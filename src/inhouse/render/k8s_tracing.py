@@ -16,7 +16,7 @@ from inhouse.render.k8s_engine import Doc, labels
 from inhouse.render.k8s_logging import loki_url
 from inhouse.render.options import RenderOptions
 from inhouse.render.yamltext import dump_documents, dump_yaml
-from inhouse.spec.stack import StackSpec
+from inhouse.spec.stack import PoolSpec, StackSpec
 
 TEMPO_HTTP_PORT = 3200
 OTLP_GRPC_PORT = 4317
@@ -263,12 +263,30 @@ def render_tracing_and_grafana(
 
 
 def with_tracing(stack: StackSpec, options: RenderOptions) -> StackSpec:
-    """The stack with the gateway's `otlp_endpoint` pointing at Tempo when tracing is on and
-    the stack names no endpoint of its own."""
-    if not stack.observability.tracing.enabled or stack.gateway.get("otlp_endpoint"):
+    """The stack with the gateway's `otlp_endpoint` and each pool's
+    `knobs.otlp_traces_endpoint` (vLLM's `--otlp-traces-endpoint`, gRPC) pointing at Tempo when
+    tracing is on and the stack names none of its own; `tracing.detailed` sets the pools'
+    `knobs.collect_detailed_traces` to `all` where unset."""
+    tracing = stack.observability.tracing
+    if not tracing.enabled:
         return stack
-    gateway = {**stack.gateway, "otlp_endpoint": otlp_http_traces_endpoint(options)}
-    return stack.model_copy(update={"gateway": gateway})
+    gateway = stack.gateway
+    if not gateway.get("otlp_endpoint"):
+        gateway = {**gateway, "otlp_endpoint": otlp_http_traces_endpoint(options)}
+    pools = tuple(_traced_pool(pool, options, tracing.detailed) for pool in stack.pools)
+    return stack.model_copy(update={"gateway": gateway, "pools": pools})
+
+
+def _traced_pool(pool: PoolSpec, options: RenderOptions, detailed: bool) -> PoolSpec:
+    knobs = pool.knobs
+    update: dict[str, str] = {}
+    if knobs.otlp_traces_endpoint is None:
+        update["otlp_traces_endpoint"] = otlp_grpc_endpoint(options)
+    if detailed and knobs.collect_detailed_traces is None:
+        update["collect_detailed_traces"] = "all"
+    if not update:
+        return pool
+    return pool.model_copy(update={"knobs": knobs.model_copy(update=update)})
 
 
 def tracing_notes(

@@ -164,9 +164,37 @@ def startup_window_s(pool: PoolSpec) -> tuple[int, str]:
     return window, why
 
 
-def termination_grace_s(pool: PoolSpec, prestop_sleep_s: int) -> int:
-    """preStop sleep + vLLM's drain (`--shutdown-timeout`) + teardown margin."""
-    return prestop_sleep_s + pool.knobs.shutdown_timeout_s + TEARDOWN_MARGIN_S
+def planned_e2e_s(stack: StackSpec, pool: PoolSpec | None = None) -> float | None:
+    """The longest p95 end-to-end latency the plan simulated for the workloads on `pool` (every
+    workload when None), in seconds; None when the stack states none (hand-written)."""
+    workloads = stack.workloads if pool is None else stack.workloads_on(pool)
+    found = [w.planned_p95.e2e_ms for w in workloads if w.planned_p95.e2e_ms is not None]
+    return max(found) / 1000 if found else None
+
+
+def inflight_s(stack: StackSpec, pool: PoolSpec) -> tuple[int, str]:
+    """How long a terminating replica keeps serving what it has: vLLM's drain
+    (`--shutdown-timeout`), at least the plan's p95 e2e of the pool's workloads (a request that
+    arrived just before the drain needs that long)."""
+    drain = pool.knobs.shutdown_timeout_s
+    e2e = planned_e2e_s(stack, pool)
+    if e2e is None:
+        return drain, f"vLLM drain --shutdown-timeout {drain} s"
+    seconds = max(drain, math.ceil(e2e))
+    return seconds, (
+        f"max(vLLM drain --shutdown-timeout {drain} s, the plan's p95 e2e {e2e:.1f} s) = "
+        f"{seconds} s in flight"
+    )
+
+
+def termination_grace_s(stack: StackSpec, pool: PoolSpec, prestop_sleep_s: int) -> tuple[int, str]:
+    """preStop sleep (the drain from the load balancers) + what is in flight + teardown, and
+    the arithmetic."""
+    inflight, why = inflight_s(stack, pool)
+    grace = prestop_sleep_s + inflight + TEARDOWN_MARGIN_S
+    return grace, (
+        f"{grace} = preStop sleep {prestop_sleep_s} s + {why} + {TEARDOWN_MARGIN_S} s teardown"
+    )
 
 
 def shm_gib(pool: PoolSpec) -> int:

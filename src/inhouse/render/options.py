@@ -33,6 +33,10 @@ class RenderOptions:
     signing_public_key_configmap: str = "model-signing-public-key"
     weights_secret: str = "weights-registry"  # AWS_ACCESS_KEY_ID, _SECRET_ACCESS_KEY, _ENDPOINT_URL
     gateway_secret: str = "gateway-tenant-keys"
+    envoy_image: str = "docker.io/envoyproxy/envoy:v1.40.0"  # the release the tests run
+    edge_tls_secret: str = "edge-tls"
+    edge_service_type: str = "LoadBalancer"
+    edge_replicas: int = 2
     monitoring_namespace: str = "monitoring"
     dcgm_namespace: str = "gpu-operator"
     prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from inhouse.render.alerts import Alert, Recording, render_rule_tests, render_rules
+from inhouse.render.alerts_burn import burn_recordings, stack_burn_alerts
 from inhouse.render.alerts_gpu import gpu_rules
 from inhouse.render.alerts_ops import engine_rules
-from inhouse.render.alerts_slo import slo_rules
+from inhouse.render.alerts_slo import latency_alerts, latency_recordings
+from inhouse.render.alerts_triggers import replan_alerts
 from inhouse.spec.stack import StackSpec
 
 
 def stack_rules(stack: StackSpec, namespace: str) -> tuple[list[Recording], list[Alert]]:
-    recordings, alerts = slo_rules(stack)
+    recordings = latency_recordings(stack) + burn_recordings(stack)
+    alerts = latency_alerts(stack) + stack_burn_alerts(stack)
     alerts += engine_rules(stack, namespace)
     alerts += gpu_rules(stack)
+    alerts += replan_alerts(stack)
     return recordings, alerts
 
 

@@ -175,10 +175,12 @@ def alertmanager_config(
 
 
 def gateway_metrics_port(stack: StackSpec, options: RenderOptions) -> tuple[str, int]:
-    """The gateway's metrics port (name, number). NOTE: today `/metrics` is on the API port;
-    when the gateway moves it to `gateway.metrics_port`, this is the one place to change."""
-    del stack
-    return "http", options.gateway_port
+    """The gateway's metrics port (name, number): `gateway.metrics_port`, never the API port
+    (its `/metrics` names tenants and their token counts)."""
+    from inhouse.spec.gateway import parse_gateway
+
+    del options
+    return "metrics", parse_gateway(stack.gateway).metrics_port
 
 
 DCGM_PORT = 9400

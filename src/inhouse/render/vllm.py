@@ -34,6 +34,14 @@ class VllmFlag:
 def flag_reasons(pool: PoolSpec) -> dict[str, str]:
     """Why each flag `vllm_serve_args` may render is there, for this pool."""
     knobs = pool.knobs
+    num_adapters = len(pool.lora_adapters)
+    if knobs.max_loras is None or knobs.max_loras >= num_adapters:
+        slots = "one per adapter of this pool, so none swaps"
+    else:
+        slots = (
+            f"{knobs.max_loras} for {num_adapters} adapters: a request for another waits for a "
+            "free slot and its adapter is loaded from host memory"
+        )
     return {
         "--served-model-name": "names clients send as `model`; vLLM labels every vllm:* metric "
         "model_name=<first name>, which alerts, dashboards and KEDA select on",
@@ -66,8 +74,20 @@ def flag_reasons(pool: PoolSpec) -> dict[str, str]:
         "--kv-offloading-size": "GiB of host RAM per replica as a second KV tier: evicted prefix "
         "blocks come back without recompute",
         "--kv-offloading-backend": "vLLM's native CPU offloading connector",
+        "--long-prefill-token-threshold": "cap on one prompt's chunk per step, so a long "
+        "prompt shares steps with shorter ones",
         "--enable-lora": "serve LoRA adapters on the shared base model",
-        "--max-loras": "adapters resident on the GPU at once: all of this pool's, none swaps",
+        "--max-loras": f"adapter slots on the GPU, the most adapters one batch can mix: {slots}",
+        "--max-lora-rank": "largest adapter rank; sizes each GPU slot (adapters above it fail "
+        "to load)",
+        "--max-cpu-loras": "adapters kept in host memory: all of this pool's, so a slot swap "
+        "loads over PCIe, never from disk",
+        "--enable-auto-tool-choice": "let the model decide to call a tool (`tool_choice: auto`)",
+        "--tool-call-parser": "parse the model family's tool-call format into OpenAI "
+        "`tool_calls` (a catalog field per family; knobs.tool_call_parser overrides)",
+        "--otlp-traces-endpoint": "send OpenTelemetry traces of each request to this collector",
+        "--collect-detailed-traces": "add the model-forward and worker spans to those traces "
+        "(costs some step time; knobs.collect_detailed_traces)",
         "--lora-modules": "adapter name=path; clients select one by sending its name as `model`",
         "--shutdown-timeout": "on SIGTERM finish in-flight requests for up to this many seconds, "
         "then abort (vLLM >= 0.18); terminationGracePeriodSeconds covers preStop + this",

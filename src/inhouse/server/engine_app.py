@@ -40,7 +40,9 @@ from inhouse.server.protocol import (
 from inhouse.server.runner import Stream
 from inhouse.server.state import EngineState
 from inhouse.server.streaming import stream_chat, stream_completion, usage_of
-from inhouse.server.tokenizer import render_chat
+from inhouse.server.tokenizer import render_chat, seed_of
+from inhouse.server.tools import ToolCall, plan_tool_call, tools_prompt
+from inhouse.server.tools import message as tool_message
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -112,10 +114,12 @@ async def chat_completions(state: EngineState, request: Request) -> Response:
         await request.body(), request.headers.get("content-type", ""), ChatCompletionRequest
     )
     model = state.resolve_model(body.model)
-    text = render_chat(body.messages, body.add_generation_prompt)
+    extra = body.model_extra or {}
+    text = tools_prompt(extra) + render_chat(body.messages, body.add_generation_prompt)
     ids = state.tokenizer.encode(text)
     max_tokens = body.max_completion_tokens or body.max_tokens
     check_sampling(body, max_tokens)
+    call = plan_tool_call(extra, state.options.tools, seed_of(ids))
     stream = state.admit(
         ids,
         True,
@@ -127,13 +131,15 @@ async def chat_completions(state: EngineState, request: Request) -> Response:
         model,
         "chatcmpl",
         arrival_s,
+        forced_text=call.raw_text if call is not None else None,
     )
     options = body.stream_options
     if body.stream:
         include = bool(options and options.include_usage)
         continuous = bool(options and options.continuous_usage_stats)
-        return _streaming(stream_chat(state, stream, model, include, continuous), stream, state)
-    return await _complete(state, request, stream, model, chat=True)
+        chunks = stream_chat(state, stream, model, include, continuous, call)
+        return _streaming(chunks, stream, state)
+    return await _complete(state, request, stream, model, chat=True, call=call)
 
 
 def _token_ids(prompt: object) -> list[int]:
@@ -143,7 +149,12 @@ def _token_ids(prompt: object) -> list[int]:
 
 
 async def _complete(
-    state: EngineState, request: Request, stream: Stream, model: str, chat: bool
+    state: EngineState,
+    request: Request,
+    stream: Stream,
+    model: str,
+    chat: bool,
+    call: ToolCall | None = None,
 ) -> Response:
     """Wait for the whole answer; abort the request if the client goes away first."""
     disconnect = asyncio.ensure_future(_wait_disconnect(request))
@@ -166,6 +177,10 @@ async def _complete(
     body = build(
         stream.request_id, created, model, text, reason, stop_reason, usage_of(state, stream)
     )
+    if call is not None:
+        (choice,) = body["choices"]
+        choice["message"] = tool_message(call, text)
+        choice["finish_reason"] = call.finish_reason if reason == "stop" else reason
     return json_response(body)
 
 

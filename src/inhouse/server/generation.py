@@ -62,13 +62,36 @@ def parse_eos_lengths(text: str | None) -> EosLengths | None:
 
 @dataclass(frozen=True, slots=True)
 class GenerationPlan:
-    """`output_len` tokens; `cut_chars` caps the visible text (a stop string), or None."""
+    """`output_len` tokens; `cut_chars` caps the visible text (a stop string), or None;
+    `forced` the (id, text) of each token when the output is fixed (a tool call's JSON)."""
 
     output_len: int
     finish_reason: str  # "length" | "stop"
     stop_reason: str | None
     seed: int
     cut_chars: int | None = None
+    forced: tuple[tuple[int, str], ...] | None = None
+
+    def piece(self, tokenizer: Tokenizer, index: int) -> tuple[int, str]:
+        if self.forced is not None:
+            return self.forced[index]
+        return tokenizer.output_piece(self.seed, index)
+
+
+def plan_forced(tokenizer: Tokenizer, seed: int, text: str, max_tokens: int) -> GenerationPlan:
+    """An output fixed in advance (structured output: a tool call), cut at `max_tokens`. Each
+    token's text is what decoding it after the ones before adds, so the pieces join to `text`
+    under any tokenizer."""
+    ids = tokenizer.encode(text)
+    pieces = []
+    before = ""
+    for end in range(1, len(ids) + 1):
+        decoded = tokenizer.decode(ids[:end])
+        pieces.append((ids[end - 1], decoded[len(before) :]))
+        before = decoded
+    kept = tuple(pieces[:max_tokens])
+    reason = "stop" if len(kept) == len(pieces) else "length"
+    return GenerationPlan(len(kept), reason, None, seed, forced=kept)
 
 
 def plan_generation(
@@ -121,7 +144,7 @@ def output_text(
 ) -> tuple[str, int]:
     """Text of output tokens `start..end` as the client sees it (cut at a stop string), given
     the raw length of the tokens before `start`; returns it with the new raw length."""
-    raw = "".join(tokenizer.output_piece(plan.seed, i)[1] for i in range(start, end))
+    raw = "".join(plan.piece(tokenizer, i)[1] for i in range(start, end))
     total = chars_before + len(raw)
     if plan.cut_chars is not None:
         raw = raw[: max(0, plan.cut_chars - chars_before)]
@@ -129,4 +152,4 @@ def output_text(
 
 
 def output_token_ids(tokenizer: Tokenizer, plan: GenerationPlan, num_tokens: int) -> list[int]:
-    return [tokenizer.output_piece(plan.seed, i)[0] for i in range(num_tokens)]
+    return [plan.piece(tokenizer, i)[0] for i in range(num_tokens)]

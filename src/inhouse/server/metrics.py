@@ -30,6 +30,7 @@ from inhouse.spec.vllm_buckets import (
     ITL_BUCKETS_S,
     REQUEST_LATENCY_BUCKETS_S,
     TTFT_BUCKETS_S,
+    build_1_2_5_buckets,
 )
 
 TTFT_BUCKETS = TTFT_BUCKETS_S
@@ -41,19 +42,6 @@ LAG_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5
 FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LABELS = ("engine", "model_name")
-
-
-def build_1_2_5_buckets(max_value: int) -> list[int]:
-    """1, 2, 5, 10, 20, 50, ... up to `max_value` (vLLM's token-count buckets)."""
-    out: list[int] = []
-    exponent = 0
-    while True:
-        for mantissa in (1, 2, 5):
-            value = mantissa * 10**exponent
-            if value > max_value:
-                return out
-            out.append(value)
-        exponent += 1
 
 
 @dataclass(frozen=True, slots=True)

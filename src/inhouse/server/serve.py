@@ -59,9 +59,9 @@ async def drain(state: EngineState, timeout_s: float) -> int:
 
 
 async def _load(state: EngineState) -> None:
-    if state.options.load_time_s > 0:
-        log.info("loading (simulated): ready in %.1f s", state.options.load_time_s)
-        await asyncio.sleep(state.options.load_time_s)
+    if state.options.knobs.load_time_s > 0:
+        log.info("loading (simulated): ready in %.1f s", state.options.knobs.load_time_s)
+        await asyncio.sleep(state.options.knobs.load_time_s)
     # NOTE: as vLLM does after start-up: move what start-up built out of the collector's way,
     # so full collections stay short (they would show up as steps delivered late).
     gc.collect()
@@ -161,7 +161,7 @@ async def serve_engine(
     ]
 
     async def shutdown() -> None:
-        await drain(state, options.shutdown_timeout_s)
+        await drain(state, options.knobs.shutdown_timeout_s)
         for s in servers:
             s.should_exit = True
 

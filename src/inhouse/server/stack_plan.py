@@ -114,13 +114,24 @@ def plan_stack(
 
 
 def gateway_process(
-    stack_path: Path, endpoints_path: Path, port: int, host: str, demo_key: str | None
+    stack_path: Path,
+    endpoints_path: Path,
+    port: int,
+    host: str,
+    demo_key: str | None,
+    metrics_port: int | None = None,
+    behind_edge: bool = False,
 ) -> ProcessSpec | None:
-    """The gateway's process, once `inhouse gateway` exists; None before that."""
+    """The gateway's process, once `inhouse gateway` exists; None before that. Behind the
+    edge (Envoy) it serves plain HTTP: TLS ends at Envoy."""
     if importlib.util.find_spec("inhouse.cli.gateway") is None:
         return None
     argv = [*INHOUSE, "gateway", "--stack", str(stack_path), "--endpoints", str(endpoints_path)]
     argv += ["--host", host, "--port", str(port)]
+    if metrics_port is not None:
+        argv += ["--metrics-port", str(metrics_port)]
+    if behind_edge:
+        argv += ["--no-tls"]
     if demo_key:
         argv += ["--demo-key", demo_key]
     return ProcessSpec("gateway", "gateway", argv, f"http://{host}:{port}")

@@ -15,12 +15,15 @@ from inhouse.server.generation import (
     GenerationPlan,
     output_token_ids,
     parse_eos_lengths,
+    plan_forced,
     plan_generation,
 )
 from inhouse.server.metrics import EngineMetrics
 from inhouse.server.protocol import BUSY_MESSAGE, DRAINING_MESSAGE, ApiError, new_id
 from inhouse.server.runner import EngineRunner, Stream
 from inhouse.server.tokenizer import Tokenizer, load_tokenizer, seed_of
+from inhouse.server.tools import ToolOptions
+from inhouse.spec.knobs import EngineKnobs
 
 log = logging.getLogger("inhouse.engine")
 
@@ -30,7 +33,8 @@ MAX_HASHED_OUTPUT_TOKENS = 8192
 
 @dataclass(frozen=True)
 class EngineOptions:
-    """Everything `inhouse engine` is told; knob names are vLLM's."""
+    """Everything `inhouse engine` is told: what runs where, the knobs (the stack file's own
+    type, `EngineKnobs`), and the simulated server's own settings."""
 
     model: str
     served_model_names: tuple[str, ...] = ()
@@ -38,18 +42,8 @@ class EngineOptions:
     tp: int = 1
     quant: str = "bf16"
     backend: str = "vllm"
-    kv_cache_dtype: str = "auto"
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    max_model_len: int | None = None
-    gpu_memory_utilization: float = 0.9
-    enable_prefix_caching: bool = True
-    scheduling_policy: str = "fcfs"
-    block_size: int = 16
-    host_kv_gib: float = 0.0
+    knobs: EngineKnobs = field(default_factory=EngineKnobs)
     lora_modules: tuple[str, ...] = ()
-    load_time_s: float = 0.0
-    shutdown_timeout_s: float = 30.0
     time_scale: float = 1.0
     eos_length_dist: str | None = None
     seed: int = 0
@@ -57,6 +51,7 @@ class EngineOptions:
     log_prompts: bool = False
     lag_tolerance_s: float = 0.005
     catchup_window_s: float = 0.2
+    tools: ToolOptions = field(default_factory=ToolOptions)
 
     def replica_spec(self) -> ReplicaSpec:
         return ReplicaSpec(
@@ -65,15 +60,8 @@ class EngineOptions:
             tp=self.tp,
             quant=self.quant,
             backend=self.backend,
-            kv_dtype=self.kv_cache_dtype,
-            max_num_seqs=self.max_num_seqs,
-            max_num_batched_tokens=self.max_num_batched_tokens,
-            max_model_len=self.max_model_len,
-            gpu_memory_utilization=self.gpu_memory_utilization,
-            enable_prefix_caching=self.enable_prefix_caching,
-            scheduling_policy=self.scheduling_policy,
-            block_size=self.block_size,
-            host_kv_gib=self.host_kv_gib,
+            knobs=self.knobs,
+            lora_adapters=tuple(m.name for m in parse_lora_modules(self.lora_modules)),
         )
 
 
@@ -141,9 +129,9 @@ class EngineState:
         memory = self.replica.memory
         return {
             "block_size": str(config.block_size),
-            "cache_dtype": self.options.kv_cache_dtype,
+            "cache_dtype": self.options.knobs.kv_cache_dtype,
             "enable_prefix_caching": str(config.enable_prefix_caching),
-            "gpu_memory_utilization": str(self.options.gpu_memory_utilization),
+            "gpu_memory_utilization": str(self.options.knobs.gpu_memory_utilization),
             "num_gpu_blocks": str(config.num_gpu_blocks),
             "num_cpu_blocks": str(config.num_host_blocks or None),
             "kv_cache_size_tokens": str(memory.kv_tokens),
@@ -198,9 +186,11 @@ class EngineState:
         model: str,
         prefix: str,
         arrival_s: float,
+        forced_text: str | None = None,
     ) -> Stream:
         """Check lengths, plan the output, and queue the request; raises vLLM's errors.
-        `arrival_s` is when the handler started on it (the engine's clock)."""
+        `arrival_s` is when the handler started on it (the engine's clock); `forced_text` an
+        output fixed in advance (a forced tool call)."""
         max_len = self.max_model_len
         if requested_max_tokens is not None and requested_max_tokens > max_len:
             raise ApiError(
@@ -238,7 +228,10 @@ class EngineState:
         if limit is not None and self.core.num_waiting >= limit:
             self.metrics.rejected_reqs.inc()
             raise ApiError(BUSY_MESSAGE, status=503)
-        plan = self._plan(prompt_ids, max_tokens, min_tokens, ignore_eos, stop)
+        if forced_text is not None:
+            plan = plan_forced(self.tokenizer, seed_of(prompt_ids), forced_text, max_tokens)
+        else:
+            plan = self._plan(prompt_ids, max_tokens, min_tokens, ignore_eos, stop)
         salt = "" if model in self.served_names else f"lora:{model}"
         request = Request(
             new_id(prefix),
@@ -247,6 +240,7 @@ class EngineState:
             arrival_s=arrival_s,
             block_hashes=self._block_hashes(prompt_ids, plan, salt),
             priority=priority,
+            lora=None if model in self.served_names else model,
         )
         stream = Stream(request, plan, max_tokens, prompt_ids)
         reason = self.runner.submit(stream)

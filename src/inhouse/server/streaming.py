@@ -13,6 +13,8 @@ from inhouse.server.generation import output_text
 from inhouse.server.protocol import DONE, SYSTEM_FINGERPRINT, sse, usage
 from inhouse.server.runner import Stream
 from inhouse.server.state import EngineState
+from inhouse.server.tools import ToolCall
+from inhouse.server.tools import delta as tool_delta
 
 
 def usage_of(state: EngineState, stream: Stream, details: bool = True) -> dict[str, Any]:
@@ -43,7 +45,12 @@ async def _token_batches(stream: Stream) -> AsyncIterator[tuple[int, int]]:
 
 
 async def stream_chat(
-    state: EngineState, stream: Stream, model: str, include_usage: bool, continuous: bool
+    state: EngineState,
+    stream: Stream,
+    model: str,
+    include_usage: bool,
+    continuous: bool,
+    call: ToolCall | None = None,
 ) -> AsyncIterator[bytes]:
     created = int(time.time())
     head = (
@@ -55,21 +62,54 @@ async def stream_chat(
         '"logprobs":null,"finish_reason":null}],"prompt_token_ids":null,"prompt_text":null}'
     )
 
-    def chunk(text: str, reason: str | None, usage_json: str) -> bytes:
+    def chunk_delta(delta: str, reason: str | None, usage_json: str) -> bytes:
         tail = (
             ',"finish_reason":null,"token_ids":null}'
             if reason is None
             else f',"finish_reason":"{reason}","stop_reason":{_stop_json(stream, reason)},'
             '"token_ids":null}'
         )
-        delta = json.dumps(text, ensure_ascii=False)
         return sse(
-            f'{head}"choices":[{{"index":0,"delta":{{"content":{delta}}},'
-            f'"logprobs":null{tail}]{usage_json}}}'
+            f'{head}"choices":[{{"index":0,"delta":{delta},"logprobs":null{tail}]{usage_json}}}'
         )
 
-    async for data in _events(state, stream, continuous, chunk, head, include_usage):
+    def chunk(text: str, reason: str | None, usage_json: str) -> bytes:
+        return chunk_delta(
+            f'{{"content":{json.dumps(text, ensure_ascii=False)}}}', reason, usage_json
+        )
+
+    events = chunk if call is None else _tool_chunks(call, chunk_delta)
+    async for data in _events(state, stream, continuous, events, head, include_usage):
         yield data
+
+
+def _tool_chunks(
+    call: ToolCall, chunk_delta: Callable[[str, str | None, str], bytes]
+) -> Callable[[str, str | None, str], bytes]:
+    """Chunks of a forced tool call: each token adds argument text (the first names the call);
+    a token that adds none (the `required` array's wrapper) sends nothing, as vLLM's parser
+    sends nothing, unless it carries the finish reason."""
+    raw: list[str] = []
+    shown = [""]
+    named = [False]
+
+    def tool_chunk(text: str, reason: str | None, usage_json: str) -> bytes:
+        raw.append(text)
+        visible = call.arguments_in("".join(raw))
+        added = visible[len(shown[0]) :]
+        shown[0] = visible
+        if reason == "stop":
+            reason = call.finish_reason
+        if not added and reason is None:
+            return b""
+        delta: dict[str, Any] = {}
+        if added:
+            delta = tool_delta(call, not named[0], added)
+            named[0] = True
+        text_delta = json.dumps(delta, ensure_ascii=False, separators=(",", ":"))
+        return chunk_delta(text_delta, reason, usage_json)
+
+    return tool_chunk
 
 
 async def stream_completion(

@@ -18,9 +18,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
+from urllib.parse import urlsplit
 
 import httpx
 
+from inhouse.server.listeners import is_own_listener
 from inhouse.server.stack_plan import ProcessSpec, child_env
 
 
@@ -31,6 +33,17 @@ class Child:
     log_path: Path | None
     is_ready: bool = False
     exit_reported: bool = False
+    is_impostor: bool = False  # its port answered, but from another process
+
+    def is_own_answer(self) -> bool:
+        """The answer on its URL came from this child: it runs, and (where /proc tells) the
+        port's listener is in its process group."""
+        if self.process.poll() is not None:
+            return False
+        port = urlsplit(self.spec.url).port
+        own = None if port is None else is_own_listener(port, self.process.pid)
+        self.is_impostor = own is False
+        return own is not False
 
 
 class Supervisor:
@@ -80,10 +93,11 @@ class Supervisor:
         return "\n".join(lines[-num_lines:])
 
     def wait_ready(self, timeout_s: float, poll_s: float = 0.5) -> list[str]:
-        """Wait until every child answers its health URL with 200. Returns problems (a child
-        exited, or the timeout passed), empty when all are ready."""
+        """Wait until every child answers its health URL with 200, itself (not another process
+        holding its port). Returns problems (a child exited, or the timeout passed), empty
+        when all are ready."""
         deadline = time.monotonic() + timeout_s
-        with httpx.Client(timeout=2.0) as client:
+        with httpx.Client(timeout=2.0, verify=False) as client:  # a local readiness probe
             while True:
                 problems = []
                 pending = [c for c in self.children if not c.is_ready]
@@ -94,16 +108,23 @@ class Supervisor:
                         continue
                     try:
                         response = client.get(child.spec.url + child.spec.health_path)
-                        child.is_ready = response.status_code == 200
                     except httpx.HTTPError:
-                        pass
+                        continue
+                    child.is_ready = response.status_code == 200 and child.is_own_answer()
                 if problems:
                     return problems
                 if all(c.is_ready for c in self.children):
                     return []
                 if time.monotonic() >= deadline:
-                    late = [c.spec.name for c in self.children if not c.is_ready]
-                    return [f"not ready after {timeout_s:.0f} s: {', '.join(late)}"]
+                    late = [c for c in self.children if not c.is_ready]
+                    problems = [f"not ready after {timeout_s:.0f} s: "
+                                f"{', '.join(c.spec.name for c in late)}"]  # fmt: skip
+                    problems += [
+                        f"{c.spec.name}: {c.spec.url} answers, but another process holds its port"
+                        for c in late
+                        if c.is_impostor
+                    ]
+                    return problems
                 time.sleep(poll_s)
 
     def new_exits(self) -> list[tuple[str, int]]:

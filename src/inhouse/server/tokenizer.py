@@ -14,6 +14,7 @@ Jinja chat template is not interpreted) and produces output text deterministical
 
 from __future__ import annotations
 
+import json
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -56,7 +57,9 @@ def render_chat(messages: Sequence[dict[str, Any]], add_generation_prompt: bool 
     parts: list[str] = []
     for message in messages:
         parts.append(f"<|im_start|>{message.get('role', 'user')}\n")
-        parts.append(f"{content_text(message.get('content'))}<|im_end|>\n")
+        calls = message.get("tool_calls")  # an assistant turn that called tools
+        called = json.dumps(calls, ensure_ascii=False, sort_keys=True) if calls else ""
+        parts.append(f"{content_text(message.get('content'))}{called}<|im_end|>\n")
     if add_generation_prompt:
         parts.append("<|im_start|>assistant\n")
     return "".join(parts)

@@ -162,6 +162,11 @@ def get_model(name: str) -> ModelSpec:
     return table[key]
 
 
+def find_catalog_model(name: str) -> ModelSpec | None:
+    """The catalog entry `name` resolves to by name alone (no file is read), or None."""
+    return _model_table().get(_normalize(name))
+
+
 def model_from_hf_config(path: Path | str) -> ModelSpec:
     """Build a `ModelSpec` from a Hugging Face `config.json` (Llama/Qwen/Mistral/MoE shapes)."""
     config_path = Path(path)

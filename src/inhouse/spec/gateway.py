@@ -30,6 +30,9 @@ from inhouse.spec.errors_format import describe_validation_error
 
 KEY_HASH_SCHEME = "ihk1"
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+# Prometheus scrapes the gateway here (the OpenTelemetry Prometheus exporter's port: free on
+# the engines' and Prometheus's hosts alike).
+DEFAULT_METRICS_PORT = 9464
 
 
 class _Strict(BaseModel):
@@ -133,6 +136,73 @@ class ProxySpec(_Strict):
     drain_timeout_s: float = Field(default=30.0, ge=0)
 
 
+class ServerSpec(_Strict):
+    """The gateway's own HTTP server: what it refuses on its own, in front of Envoy or not."""
+
+    header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="a request line and headers not complete this long after their first byte "
+        "(or after the connection opened) get 408 and a close",
+    )
+    keep_alive_s: float = Field(
+        default=75.0, gt=0, description="an idle connection closes after this long"
+    )
+    max_connections: int = Field(
+        default=4096,
+        gt=0,
+        description="client connections at once; past it a new connection gets 503 and a close",
+    )
+    send_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="a client that reads nothing of its response this long while its buffer "
+        "is full is cut off (its engine request aborted)",
+    )
+    trusted_proxies: tuple[str, ...] = Field(
+        default=("127.0.0.1/32", "::1/128"),
+        description="peers whose X-Forwarded-For names the client in the logs (the edge proxy)",
+    )
+
+    @model_validator(mode="after")
+    def _check_networks(self) -> ServerSpec:
+        import ipaddress
+
+        for entry in self.trusted_proxies:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"trusted_proxies: {entry!r} is not an address or network (e.g. 10.0.0.0/8)"
+                ) from None
+        return self
+
+
+class LimitStoreSpec(_Strict):
+    """How the shared limit store (Redis) is used, and what happens when it fails.
+
+    `on_store_failure: closed` (the default): a tenant with limits gets 503 + Retry-After while
+    Redis cannot be reached in `store_timeout_s`. `open`: its requests are admitted and counted
+    in this gateway's memory (each gateway alone, so N gateways may admit up to N times a
+    limit meanwhile), and what they used is added to Redis's counts once it answers again.
+    Concurrency leases last `lease_s` and are renewed while their request runs, so the slots of
+    a gateway that died, or of a reservation Redis ran after the gateway gave up on it, come
+    back within `lease_s`."""
+
+    on_store_failure: Literal["closed", "open"] = "closed"
+    store_timeout_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="a connect to Redis or an answer from it not in this time is a failure",
+    )
+    lease_s: float = Field(
+        default=30.0, ge=3, description="concurrency lease, renewed every third of it"
+    )
+    retry_after_s: float = Field(
+        default=2.0, gt=0, description="Retry-After of the 503 while the store is down (closed)"
+    )
+
+
 class LogSpec(_Strict):
     level: Literal["debug", "info", "warning", "error"] = "info"
     prompts: bool = Field(default=False, description="log prompts (redacted when false)")
@@ -146,12 +216,21 @@ class TlsSpec(_Strict):
 
 class GatewaySpec(_Strict):
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, gt=0)
+    metrics_port: int = Field(
+        default=DEFAULT_METRICS_PORT,
+        ge=0,
+        le=65535,
+        description="/metrics (and /health) are served here, never on the API port "
+        "(0: a free port, as tests use)",
+    )
     redis_url: str | None = None
     keys_file: str | None = Field(default=None, description="file of `TENANT HASH` lines")
     tiers: dict[str, TierSpec] = Field(default_factory=dict, description="merged on defaults")
     tenants: tuple[TenantSpec, ...] = ()
     health: HealthSpec = Field(default_factory=HealthSpec)
     proxy: ProxySpec = Field(default_factory=ProxySpec)
+    server: ServerSpec = Field(default_factory=ServerSpec)
+    limits: LimitStoreSpec = Field(default_factory=LimitStoreSpec)
     log: LogSpec = Field(default_factory=LogSpec)
     tls: TlsSpec | None = None
     otlp_endpoint: str | None = Field(default=None, description="OTLP/HTTP traces endpoint")
@@ -203,7 +282,9 @@ def parse_gateway(data: Any, source: str = "stack") -> GatewaySpec:
     try:
         return GatewaySpec.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(describe_validation_error(exc, f"{source}: gateway")) from exc
+        raise SpecError(
+            describe_validation_error(exc, f"{source}: gateway", "docs/gateway.md")
+        ) from exc
 
 
 def read_keys_file(path: Path) -> list[tuple[str, str]]:

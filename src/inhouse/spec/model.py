@@ -112,6 +112,21 @@ class ModelSpec(BaseModel):
     )
     license: str
     source: str
+    instruct_hf_id: str | None = Field(
+        default=None,
+        description="the instruction-tuned checkpoint a stack serves, when `hf_id` is a base "
+        "model (a base model has no chat template: chat and tool calls would fail)",
+    )
+    tool_call_parser: str | None = Field(
+        default=None,
+        description="vLLM's `--tool-call-parser` for this family (docs.vllm.ai, Tool Calling); "
+        "null when the family has none",
+    )
+
+    @property
+    def served_hf_id(self) -> str:
+        """The checkpoint a stack serves for this model: the instruct one where they differ."""
+        return self.instruct_hf_id or self.hf_id
 
     @property
     def is_moe(self) -> bool:

@@ -17,8 +17,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from inhouse.errors import SpecError
 from inhouse.spec.errors_format import describe_validation_error
+from inhouse.spec.knobs import EngineKnobs as EngineKnobs  # the pools' `knobs:` (re-export)
 from inhouse.spec.observability import ObservabilitySpec
+from inhouse.spec.slo import LatencySlo
+from inhouse.spec.triggers import Trigger
 from inhouse.spec.weights import WeightsSpec
+from inhouse.spec.workloads import WorkloadSpec
 
 STACK_VERSION = 1
 
@@ -30,24 +34,6 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class EngineKnobs(_Strict):
-    """vLLM's own knobs, by vLLM's names. `None` takes the engine's default."""
-
-    max_num_seqs: int | None = Field(default=None, gt=0)
-    max_num_batched_tokens: int | None = Field(default=None, gt=0)
-    max_model_len: int | None = Field(default=None, gt=0)
-    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
-    enable_prefix_caching: bool = True
-    enable_chunked_prefill: bool = True
-    scheduling_policy: Literal["fcfs", "priority"] = "priority"
-    block_size: int = Field(default=16, gt=0)
-    kv_cache_dtype: str = "auto"
-    host_kv_gib: float = Field(default=0.0, ge=0, description="host-RAM KV tier per replica")
-    shutdown_timeout_s: int = Field(default=30, ge=0)
-    load_time_s: float = Field(default=0.0, ge=0, description="simulated weight-loading time")
-    extra_args: tuple[str, ...] = Field(default=(), description="more `vllm serve` arguments")
-
-
 class RoutingSpec(_Strict):
     """Replica choice inside a pool; `params` are the policy's own (docs/routing.md)."""
 
@@ -55,43 +41,15 @@ class RoutingSpec(_Strict):
     params: dict[str, float | int | str | bool] = Field(default_factory=dict)
 
 
-class PoolSlo(_Strict):
-    """A pool's service-level objectives, from which `inhouse render` writes its alerts.
-
-    `*_p95_ms` are the targets the contract states; `*_alarm_ms` the p95 that pages after five
-    minutes (default: the target itself; the seeds' SLO table pages a little above the target,
-    e.g. TTFT 800 ms target, 1000 ms alarm). `availability` is the share of requests answered
-    without a 5xx: one minus it is the error budget the burn-rate alerts spend. A prefix-cache hit
-    rate below `prefix_hit_rate_min` for 15 minutes files a ticket (null: no such alert).
-    Optional and additive to schema v1: a pool without `slo` gets render's documented defaults.
+class PoolSlo(LatencySlo):
+    """A pool's service-level objectives (`inhouse.spec.slo`), from which `inhouse render` writes
+    its alerts when the stack names no `workloads` of its own. A prefix-cache hit rate below
+    `prefix_hit_rate_min` for 15 minutes files a ticket (null: no such alert; a plan's
+    `prefix_hit_rate` trigger takes its place). Optional and additive to schema v1: a pool
+    without `slo` gets render's documented defaults.
     """
 
-    ttft_p95_ms: float | None = Field(default=None, gt=0)
-    ttft_alarm_ms: float | None = Field(default=None, gt=0)
-    itl_p95_ms: float | None = Field(default=None, gt=0)
-    itl_alarm_ms: float | None = Field(default=None, gt=0)
-    e2e_p95_ms: float | None = Field(default=None, gt=0)
-    e2e_alarm_ms: float | None = Field(default=None, gt=0)
-    availability: float = Field(default=0.999, gt=0, lt=1)
     prefix_hit_rate_min: float | None = Field(default=0.6, ge=0, le=1)
-
-    @model_validator(mode="after")
-    def _check_alarms(self) -> PoolSlo:
-        for metric in ("ttft", "itl", "e2e"):
-            target = getattr(self, f"{metric}_p95_ms")
-            alarm = getattr(self, f"{metric}_alarm_ms")
-            if target is not None and alarm is not None and alarm < target:
-                raise ValueError(
-                    f"{metric}_alarm_ms ({alarm}) is below {metric}_p95_ms ({target}): the alarm "
-                    "pages when the target is already broken, so set it at or above the target"
-                )
-        return self
-
-    def alarm_ms(self, metric: Literal["ttft", "itl", "e2e"]) -> float | None:
-        """The p95 that pages: the alarm if set, else the target, else None (no alert)."""
-        alarm: float | None = getattr(self, f"{metric}_alarm_ms")
-        target: float | None = getattr(self, f"{metric}_p95_ms")
-        return alarm if alarm is not None else target
 
 
 class PoolSpec(_Strict):
@@ -156,6 +114,12 @@ class StackSpec(_Strict):
     nodes: tuple[NodeSpec, ...] = ()
     pools: tuple[PoolSpec, ...] = Field(min_length=1)
     gateway: dict[str, Any] = Field(default_factory=dict, description="see docs/gateway.md")
+    workloads: tuple[WorkloadSpec, ...] = Field(
+        default=(), description="the workloads a plan sized the stack for (docs/stack.md)"
+    )
+    triggers: tuple[Trigger, ...] = Field(
+        default=(), description="the plan's re-plan triggers; render makes them ticket alerts"
+    )
     observability: ObservabilitySpec = Field(
         default_factory=ObservabilitySpec, description="see docs/render.md (observability)"
     )
@@ -200,7 +164,25 @@ class StackSpec(_Strict):
                         f"{pool.name!r}; give one a different served_model_name"
                     )
                 served[name] = pool.name
+        self._check_workloads(names, served)
         return self
+
+    def _check_workloads(self, pools: list[str], served: dict[str, str]) -> None:
+        names = [w.name for w in self.workloads]
+        if len(set(names)) != len(names):
+            raise ValueError(f"workload names must be unique, got {names}")
+        for workload in self.workloads:
+            if workload.model not in served:
+                raise ValueError(
+                    f"workload {workload.name!r}: model {workload.model!r} is not served by any "
+                    f"pool; served names: {sorted(served)}"
+                )
+        for trigger in self.triggers:
+            if trigger.pool not in pools:
+                raise ValueError(
+                    f"trigger {trigger.change!r}: pool {trigger.pool!r} is not a pool; "
+                    f"pools: {pools}"
+                )
 
     def engine_of(self, pool: PoolSpec) -> EngineKind:
         return pool.engine or self.engine
@@ -210,6 +192,16 @@ class StackSpec(_Strict):
             if pool.name == name:
                 return pool
         raise KeyError(name)
+
+    def pool_of_workload(self, workload: WorkloadSpec) -> PoolSpec:
+        """The pool clients reach by the workload's model name."""
+        pool = self.pool_for_model(workload.model)
+        assert pool is not None, "validated: every workload's model is served"
+        return pool
+
+    def workloads_on(self, pool: PoolSpec) -> list[WorkloadSpec]:
+        """The workloads whose model name this pool serves."""
+        return [w for w in self.workloads if w.model in pool.model_names]
 
     def pool_for_model(self, model: str) -> PoolSpec | None:
         for pool in self.pools:
@@ -247,4 +239,4 @@ def load_stack(path: Path | str) -> StackSpec:
 def dump_stack(stack: StackSpec) -> str:
     data = stack.model_dump(mode="json", exclude_defaults=True)
     data = {"version": STACK_VERSION, **data}
-    return yaml.safe_dump(data, sort_keys=False)
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)

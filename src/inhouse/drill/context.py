@@ -1,0 +1,168 @@
+"""What every drill gets: the live stack, the judge, the load profile, a clock and its result.
+
+The profile is the plan's when the stack file sits beside the `plan.json` that `inhouse plan`
+wrote (planned peak sessions, each workload's SLO and the degraded-mode SLO); for any other
+stack, and the built-in demo, it is the demo profile below, stated in the evidence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from inhouse.drill.evidence import AlertRecord, DrillResult, Event
+from inhouse.drill.judge import Judge
+from inhouse.drill.receiver import Notified
+from inhouse.drill.stack import LiveStack
+from inhouse.render.layout import DEFAULT_SLO, slo_of
+from inhouse.spec.stack import PoolSpec
+
+# The built-in demo stack's profile: the sessions two simulated replicas carry on a small
+# machine (each replica's engine loop, the gateway and the load generator share its cores),
+# and the seeds' degraded-mode SLO (1200 ms p95 TTFT with one replica lost).
+DEMO_PEAK_SESSIONS = 12
+SEEDS_DEGRADED_TTFT_MS = 1200.0
+ALERT_MARGIN_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    source: str  # where these numbers came from
+    pool: str
+    model: str
+    peak_sessions: int
+    ttft_slo_ms: float
+    degraded_ttft_slo_ms: float
+    agent_params: Mapping[str, str]
+    plan_path: Path | None = None
+
+
+def ttft_slo_ms(pool: PoolSpec) -> float:
+    return slo_of(pool).ttft_p95_ms or DEFAULT_SLO.ttft_p95_ms or 800.0
+
+
+def _plan_profile(plan: dict[str, Any], pool: PoolSpec, path: Path) -> Profile | None:
+    workloads = plan.get("workloads", {})
+    agent = next((n for n, w in workloads.items() if w.get("kind") == "agent"), None)
+    if agent is None:
+        return None
+    peak = int(workloads[agent].get("traffic", {}).get("peak_sessions") or 0)
+    degraded = SEEDS_DEGRADED_TTFT_MS
+    for entry in plan.get("degraded", []):
+        ttft = ((entry.get("degraded_slo") or {}).get(agent) or {}).get("ttft") or {}
+        degraded = float(ttft.get("target_ms", degraded))
+    return Profile(
+        f"plan {path}",
+        pool.name,
+        pool.client_model_name,
+        max(peak, 1),
+        ttft_slo_ms(pool),
+        degraded,
+        {},
+        path,
+    )
+
+
+def load_profile(pool: PoolSpec, stack_path: Path | None) -> Profile:
+    plan_path = stack_path.parent / "plan.json" if stack_path is not None else None
+    if plan_path is not None and plan_path.exists():
+        profile = _plan_profile(json.loads(plan_path.read_text()), pool, plan_path)
+        if profile is not None:
+            return profile
+    return Profile(
+        "demo profile (no plan.json beside the stack): "
+        f"{DEMO_PEAK_SESSIONS} agent sessions as planned peak, the seeds' degraded SLO",
+        pool.name,
+        pool.client_model_name,
+        DEMO_PEAK_SESSIONS,
+        ttft_slo_ms(pool),
+        SEEDS_DEGRADED_TTFT_MS,
+        {},
+    )
+
+
+class DrillContext:
+    """One drill's run: its clock starts at construction."""
+
+    def __init__(
+        self,
+        result: DrillResult,
+        stack: LiveStack,
+        judge: Judge,
+        profile: Profile,
+        out_dir: Path,
+        quick: bool,
+        soak_duration_s: float | None = None,
+        soak_day_s: float | None = None,
+        time_scale: float = 1.0,
+    ) -> None:
+        self.time_scale = time_scale
+        self.result = result
+        self.soak_duration_s = soak_duration_s
+        self.soak_day_s = soak_day_s  # tests: a short simulated day
+        self.stack = stack
+        self.judge = judge
+        self.profile = profile
+        self.out_dir = out_dir
+        self.quick = quick
+        self.t0 = time.perf_counter()
+        self.t0_wall = time.time()
+
+    def alert_timeout_s(self, hold_s: float) -> float:
+        """How long to wait for an alert whose rule holds `hold_s` as rendered: the scaled hold,
+        plus scrapes, evaluation, Alertmanager's group wait and a margin for a busy host."""
+        return hold_s * self.time_scale + ALERT_MARGIN_S
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def event(self, what: str) -> None:
+        self.result.events.append(Event(round(self.now(), 3), what))
+
+    @property
+    def gateway(self) -> str:
+        return self.stack.gateway_url
+
+    def key(self, tenant: str) -> str:
+        return self.stack.keys[tenant]
+
+    async def wait_alert(
+        self, name: str, labels: Mapping[str, str] | None, timeout_s: float
+    ) -> Notified | None:
+        """The first firing notification of `name` since the drill started."""
+
+        def firing(n: Notified) -> bool:
+            return n.status == "firing" and n.matches(name, labels)
+
+        return await asyncio.to_thread(self.judge.receiver.wait_for, firing, timeout_s, self.t0)
+
+    async def wait_resolved(self, fired: Notified, timeout_s: float) -> Notified | None:
+        def resolved(n: Notified) -> bool:
+            same = all(n.labels.get(k) == v for k, v in fired.labels.items())
+            return n.status == "resolved" and same
+
+        return await asyncio.to_thread(self.judge.receiver.wait_for, resolved, timeout_s, fired.at)
+
+    def record_alert(
+        self, name: str, fired: Notified | None, resolved: Notified | None = None
+    ) -> AlertRecord:
+        labels = dict(fired.labels) if fired else {}
+        record = AlertRecord(
+            name=name,
+            severity=labels.get("severity", ""),
+            fired_s=round(fired.at - self.t0, 3) if fired else None,
+            resolved_s=round(resolved.at - self.t0, 3) if resolved else None,
+            received_by_alertmanager=fired is not None,
+            labels=labels,
+            annotations=dict(fired.annotations) if fired else {},
+        )
+        self.result.alerts.append(record)
+        return record
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)

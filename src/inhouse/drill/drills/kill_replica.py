@@ -1,0 +1,227 @@
+"""kill-replica: SIGKILL one chat replica under planned-peak agent load, restart it; then SIGTERM
+it (graceful drain) and restart it again. One load runs through both phases.
+
+Timeline (quick / full, seconds): warm-up 8 / 30; SIGKILL; degraded window 15 / 60 after the
+gateway's health window; restart with a 4 / 20 s model load; settle 5 / 20; SIGTERM; drain
+until the process exits; restart; settle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+
+from inhouse.bench.metrics import RequestResult
+from inhouse.drill.context import DrillContext
+from inhouse.drill.load import BEFORE, MID, Load, count, p95_ttft_ms, samples
+from inhouse.drill.probes import engine_value, wait_healthy
+from inhouse.drill.receiver import Notified
+from inhouse.drill.stack import LOAD_TENANT
+from inhouse.drill.watch import RouteWatch
+from inhouse.spec.gateway import parse_gateway
+
+ALERT = "InhouseEngineReplicaDown"
+QUICK_OUTPUT = "120:400"  # shorter answers in --quick, so the drain phase ends in seconds
+
+
+def health_window_s(ctx: DrillContext) -> float:
+    """How long the gateway may keep routing to a dead replica: `unhealthy_after` probes
+    `interval_s` apart, the last one waiting `timeout_s`."""
+    h = parse_gateway(ctx.stack.stack.gateway).health
+    return h.interval_s * h.unhealthy_after + h.timeout_s
+
+
+async def run(ctx: DrillContext) -> None:
+    p, res, quick = ctx.profile, ctx.result, ctx.quick
+    warm, degraded, settle, load_time = (8.0, 15.0, 5.0, 4.0) if quick else (30.0, 60.0, 20.0, 20.0)
+    names = [n for n, r in ctx.stack.replicas.items() if r.pool == p.pool]
+    victim = ctx.stack.replicas[names[-1]]
+    index = str(victim.index)
+    window = health_window_s(ctx)
+    params = {"sessions": p.peak_sessions, "model": p.model, **p.agent_params}
+    if quick:
+        params.setdefault("output", QUICK_OUTPUT)
+    res.notes.append(f"load: agent {params}; profile: {p.source}")
+    res.notes.append(f"gateway health window {window:g} s; victim {victim.name}")
+    load = Load(ctx.gateway, ctx.key(LOAD_TENANT), "agent", params, 3600, model=p.model).start()
+    watch = RouteWatch(ctx.stack.gateway_metrics_url, p.pool).start()
+    try:
+        await ctx.sleep(warm)
+        await _wait_busy(victim.url, 15.0)
+        t_kill = await _kill(ctx, victim.name, victim.url)
+        fired = await ctx.wait_alert(ALERT, {"pod": victim.name}, ctx.alert_timeout_s(30.0))
+        await ctx.sleep(max(0.0, t_kill + window + degraded - time.perf_counter()))
+        t_restart = time.perf_counter()
+        ctx.stack.start_replica(victim.name, load_time_s=load_time)
+        ctx.event(f"restart {victim.name} (model load {load_time:g} s)")
+        t_ready = await wait_healthy(victim.url, load_time + 60)
+        ctx.event(f"{victim.name} /health 200")
+        resolved = await ctx.wait_resolved(fired, 30.0) if fired else None
+        ctx.record_alert(ALERT, fired, resolved)
+        await ctx.sleep(settle)
+        await _wait_busy(victim.url, 15.0)
+        t_term, t_exit, code = await _drain(ctx, victim.name)
+        ctx.stack.start_replica(victim.name, load_time_s=load_time)
+        ctx.event(f"restart {victim.name} (model load {load_time:g} s)")
+        t_back = await wait_healthy(victim.url, load_time + 60)
+        ctx.event(f"{victim.name} back after drain")
+        await ctx.sleep(settle)
+    finally:
+        results = await load.finish()
+        await watch.stop()
+    res.samples = samples(results, ctx.t0)
+    _check_kill(ctx, results, watch, index, (t_kill, t_restart), window, fired)
+    _check_rejoin(ctx, watch, index, t_restart, t_ready, "after SIGKILL")
+    degraded_p95 = p95_ttft_ms(results, t_kill + window, t_restart)
+    res.check(
+        "degraded p95 TTFT",
+        f"<= {p.degraded_ttft_slo_ms:g} ms (the degraded-mode SLO)",
+        "no request in the degraded window" if degraded_p95 is None else f"{degraded_p95:.0f} ms",
+        degraded_p95 is not None and degraded_p95 <= p.degraded_ttft_slo_ms,
+    )
+    _check_drain(ctx, results, watch, index, t_term, t_exit, code, window)
+    _check_rejoin(ctx, watch, index, t_exit or t_term, t_back, "after the drain")
+
+
+async def _wait_busy(url: str, timeout_s: float) -> None:
+    """Wait (up to `timeout_s`) until the replica has a request running: a fault with nothing
+    in flight would test nothing."""
+    deadline = time.perf_counter() + timeout_s
+    while time.perf_counter() < deadline:
+        if (await engine_value(url, "vllm:num_requests_running") or 0) >= 1:
+            return
+        await asyncio.sleep(0.2)
+
+
+async def _kill(ctx: DrillContext, name: str, url: str) -> float:
+    running = await engine_value(url, "vllm:num_requests_running")
+    ctx.stack.signal(name, signal.SIGKILL)
+    t = time.perf_counter()
+    ctx.event(f"SIGKILL {name} ({running or 0:.0f} requests running on it)")
+    ctx.result.notes.append(f"requests running on {name} at SIGKILL: {running}")
+    return t
+
+
+async def _drain(ctx: DrillContext, name: str) -> tuple[float, float | None, int | None]:
+    ctx.stack.signal(name, signal.SIGTERM)
+    t_term = time.perf_counter()
+    ctx.event(f"SIGTERM {name} (drain)")
+    pool = ctx.stack.pool_of(name)
+    code = await _wait_exit(ctx, name, pool.knobs.shutdown_timeout_s + 15.0)
+    t_exit = time.perf_counter() if code is not None else None
+    ctx.event(f"{name} exited ({code})")
+    return t_term, t_exit, code
+
+
+async def _wait_exit(ctx: DrillContext, name: str, timeout_s: float) -> int | None:
+    return await asyncio.to_thread(ctx.stack.wait_exit, name, timeout_s)
+
+
+def _check_kill(
+    ctx: DrillContext,
+    results: list[RequestResult],
+    watch: RouteWatch,
+    index: str,
+    span: tuple[float, float],
+    window: float,
+    fired: Notified | None,
+) -> None:
+    t_kill, t_restart = span
+    res = ctx.result
+    before = count(results, BEFORE)
+    res.check(
+        "no failure before the first token",
+        "0 requests fail before streaming (the gateway retries them on the survivor)",
+        f"{before} failed before streaming",
+        before == 0,
+    )
+    cut = [
+        r
+        for r in results
+        if r.outcome.num_chunks > 0
+        and not r.outcome.error.startswith("error event")
+        and not r.outcome.success
+    ]
+    killed = count(results, MID)
+    res.check(
+        "streams cut by SIGKILL end with an error event",
+        'every stream broken by the kill ends with `data: {"error"...}` and [DONE]',
+        f"{killed} broken streams, {len(cut)} of them without an error event",
+        len(cut) == 0,
+    )
+    last = watch.last_routed(index, t_kill + 0.5, t_restart)
+    late = 0.0 if last is None else last - t_kill
+    res.check(
+        "gateway stops routing to the killed replica",
+        f"no routing decision to it later than {window:g} s (its health window) after the kill",
+        "none after the kill" if last is None else f"last one {late:.1f} s after the kill",
+        last is None or late <= window + 0.5,
+    )
+    res.check(
+        "replica-down page",
+        f"{ALERT} reaches Alertmanager's receiver",
+        f"received {fired.at - ctx.t0:.1f} s into the drill" if fired else "not received",
+        fired is not None,
+    )
+
+
+def _check_rejoin(
+    ctx: DrillContext,
+    watch: RouteWatch,
+    index: str,
+    t_start: float,
+    t_ready: float | None,
+    phase: str,
+) -> None:
+    res = ctx.result
+    if t_ready is None:
+        res.check(f"rejoin {phase}", "the replica's /health turns 200", "never healthy", False)
+        return
+    early = watch.routed_count(index, t_start, t_ready - 0.3)
+    joined = watch.first_healthy(index, t_ready - 0.3)
+    res.check(
+        f"rejoins only once healthy ({phase})",
+        "no request routed to it before /health is 200; the gateway takes it back after",
+        f"{early:.0f} routed before ready; back in the gateway "
+        + ("never" if joined is None else f"{joined - t_ready:+.1f} s after ready"),
+        early == 0 and joined is not None,
+    )
+
+
+def _check_drain(
+    ctx: DrillContext,
+    results: list[RequestResult],
+    watch: RouteWatch,
+    index: str,
+    t_term: float,
+    t_exit: float | None,
+    code: int | None,
+    window: float,
+) -> None:
+    res = ctx.result
+    cut_after = [
+        r
+        for r in results
+        if r.outcome.t_send < t_term < (r.outcome.t_done or 0)
+        and (r.outcome.error or not r.outcome.success)
+    ]
+    res.check(
+        "drain: streams in flight complete",
+        "every request in flight at SIGTERM completes",
+        f"{len(cut_after)} failed or cut",
+        len(cut_after) == 0,
+    )
+    res.check(
+        "drain: the replica exits cleanly",
+        "exit code 0 within shutdown_timeout_s",
+        f"exit code {code}",
+        code == 0,
+    )
+    last = watch.last_routed(index, t_term + 0.5, t_exit or float("inf"))
+    res.check(
+        "drain: no new requests to the draining replica",
+        f"no routing decision to it later than {window:g} s after SIGTERM",
+        "none after SIGTERM" if last is None else f"last one {last - t_term:.1f} s after",
+        last is None or last - t_term <= window + 0.5,
+    )

@@ -1,0 +1,414 @@
+"""The steps of each drill against a production cluster: shell, kubectl argument lists (checked
+by kubectl), PromQL (compiled by promtool), manifests (kubernetes-validate) and rule tests."""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from inhouse.drill.context import SEEDS_DEGRADED_TTFT_MS, ttft_slo_ms
+from inhouse.drill.remediation import ecc_remediation
+from inhouse.render.alerts import Case, Series, render_rule_tests
+from inhouse.render.alerts_gpu import gpu_rules
+from inhouse.render.layout import engine_units, model_dir, nvml_name
+from inhouse.render.options import RenderOptions
+from inhouse.spec.stack import PoolSpec, StackSpec
+
+NODE = "NODE"  # the node under drill; the scripts read it from $NODE
+
+
+@dataclass
+class Step:
+    title: str
+    shell: str
+    checks: list[str] = field(default_factory=list)
+    kubectl: list[list[str]] = field(default_factory=list)
+    promql: list[str] = field(default_factory=list)
+    manifests: dict[str, dict[str, Any]] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+    rule_test: str | None = None
+
+
+def _k(argv: list[str]) -> str:
+    return "kubectl " + shlex.join(argv).replace(f"'{NODE}'", '"$NODE"').replace(NODE, '"$NODE"')
+
+
+def _q(expr: str) -> str:
+    return f'promtool query instant "$PROM" {shlex.quote(expr)}'
+
+
+def _am(alert: str) -> str:
+    return f'amtool --alertmanager.url="$AM" alert query alertname={alert}'
+
+
+def _bench(out: str, args: str, key: str = "$INHOUSE_API_KEY") -> str:
+    return f'inhouse bench --target "$GATEWAY" --api-key "{key}" {args} --out drill-out/{out} &'
+
+
+def drill_steps(name: str, stack: StackSpec, ns: str) -> list[Step]:
+    pool = stack.pools[0]
+    builders = {
+        "kill-replica": _kill_replica,
+        "kv-fill": _kv_fill,
+        "long-prompt-dos": _long_prompt,
+        "bad-signature": _bad_signature,
+        "load-not-ready": _load_not_ready,
+        "ecc-dbe": _ecc,
+        "soak": _soak,
+    }
+    return builders[name](stack, pool, ns)
+
+
+def _selector(pool: PoolSpec, index: int) -> str:
+    return f"inhouse.dev/pool={pool.name},inhouse.dev/replica={index}"
+
+
+def _last_unit(stack: StackSpec, pool: PoolSpec) -> tuple[str, int]:
+    units = [u for u in engine_units(stack) if u.pool.name == pool.name]
+    unit = units[-1]
+    return unit.name, unit.replica_index if unit.replica_index is not None else 0
+
+
+def _kill_replica(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
+    _, index = _last_unit(stack, pool)
+    sel, model = _selector(pool, index), pool.client_model_name
+    kill = ["-n", ns, "delete", "pod", "-l", sel, "--grace-period=0", "--force"]
+    drain = ["-n", ns, "delete", "pod", "-l", sel, "--wait=false"]
+    ready = ["-n", ns, "wait", "--for=condition=Ready", "pod", "-l", sel, "--timeout=900s"]
+    up = f'up{{namespace="{ns}", job="{pool.name}-engine"}}'
+    p95 = f'inhouse:time_to_first_token_seconds:p95_5m{{model_name="{model}"}}'
+    decisions = f'inhouse_gateway_routing_decisions_total{{pool="{pool.name}"}}'
+    routed = f"sum by (replica) (rate({decisions}[1m]))"
+    errors = 'sum(increase(inhouse_gateway_requests_total{code=~"5.."}[10m]))'
+    return [
+        Step(
+            "agent load at planned peak",
+            _bench("kill-replica", "--workload agent --duration 1800"),
+            ["the bench runs; note its start time"],
+        ),
+        Step(
+            "SIGKILL one replica (force delete)",
+            _k(kill),
+            [
+                "InhouseEngineReplicaDown reaches Alertmanager within ~1 minute: "
+                + _am("InhouseEngineReplicaDown"),
+                f"routing to replica {index} stops within the gateway's health window: "
+                + _q(routed),
+                "streams in flight end with an error event; nothing that had not streamed fails",
+            ],
+            kubectl=[kill],
+            promql=[up, routed],
+        ),
+        Step(
+            "degraded mode: p95 TTFT with one replica fewer",
+            _q(p95),
+            [
+                f"p95 TTFT within the degraded SLO ({SEEDS_DEGRADED_TTFT_MS:g} ms unless the plan "
+                "says otherwise)"
+            ],
+            promql=[p95],
+        ),
+        Step(
+            "the replacement rejoins only when ready",
+            _k(ready),
+            ["its pod is Ready before the gateway routes to it: " + _q(routed)],
+            kubectl=[ready],
+        ),
+        Step(
+            "SIGTERM (graceful drain) of the same replica",
+            _k(drain),
+            ["in-flight requests complete; no 5xx: " + _q(errors)],
+            kubectl=[drain],
+            promql=[errors],
+        ),
+    ]
+
+
+def _kv_fill(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
+    kv = f'max(vllm:kv_cache_usage_perc{{namespace="{ns}"}})'
+    pre = f'sum(increase(vllm:num_preemptions_total{{namespace="{ns}"}}[10m]))'
+    pods = ["-n", ns, "get", "pods", "-l", f"inhouse.dev/pool={pool.name}", "-o", "wide"]
+    return [
+        Step(
+            "long-context load until KV use passes 95%",
+            _bench(
+                "kv-fill",
+                "--workload longctx -p prompt=20000:30000 --concurrency 64 --duration 900",
+            ),
+            ["KV use >= 0.95: " + _q(kv)],
+            promql=[kv],
+        ),
+        Step(
+            "preemption, no crash, the page",
+            _q(pre),
+            ["preemptions rise", "no restarts: " + _k(pods), _am("InhouseKVCacheFull")],
+            kubectl=[pods],
+            promql=[pre],
+        ),
+        Step(
+            "recovery",
+            "wait  # for the bench to end",
+            ["KV use falls below 0.95 and InhouseKVCacheFull resolves: " + _q(kv)],
+        ),
+    ]
+
+
+def _long_prompt(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
+    model = pool.client_model_name
+    huge = (
+        f'python3 -c \'import json; print(json.dumps({{"model": "{model}", '
+        '"prompt": "word " * 160000, "max_tokens": 16}))\' | curl -s -o /dev/null '
+        "-w '%{http_code}\\n' -H \"Authorization: Bearer $INHOUSE_API_KEY\" -H "
+        "'content-type: application/json' --data-binary @- \"$GATEWAY/v1/completions\""
+    )
+    moved = f'sum(increase(vllm:prompt_tokens_total{{namespace="{ns}"}}[2m]))'
+    rejected = "sum by (tenant, reason) (increase(inhouse_gateway_rejections_total[5m]))"
+    other = (
+        "histogram_quantile(0.95, sum by (le, tenant) "
+        "(rate(inhouse_gateway_ttft_seconds_bucket[5m])))"
+    )
+    flood = (
+        "--workload longctx -p prompt=32000:32000 -p question=60:60 -p output=16:16 "
+        "--rate 10 --duration 300"
+    )
+    return [
+        Step(
+            "a 200K-token prompt",
+            huge,
+            ["prints 400", "engines saw nothing: " + _q(moved)],
+            promql=[moved],
+        ),
+        Step(
+            "the flood from one tenant, interactive traffic from another",
+            _bench("dos-flood", flood, "$FLOOD_KEY")
+            + "\n"
+            + _bench("dos-interactive", "--workload agent -p sessions=4 --duration 300"),
+            [
+                "the flood tenant gets 429: " + _q(rejected),
+                f"the other tenant's p95 TTFT within {ttft_slo_ms(pool) * 1.1:.0f} ms: "
+                + _q(other),
+            ],
+            promql=[rejected, other],
+        ),
+    ]
+
+
+def _bad_signature(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
+    options = RenderOptions()
+    models = options.models_host_path
+    rel = model_dir(pool).removeprefix("/models/")
+    copy = (
+        f'ssh "$NODE" \'cp -a {models}/{rel} {models}/{rel}-drill && cp {models}/{rel}.sig '
+        f'{models}/{rel}-drill.sig && python3 -c "import glob; p = sorted(glob.glob('
+        f'\\"{models}/{rel}-drill/*.safetensors\\"))[0]; f = open(p, \\"r+b\\"); '
+        "f.seek(1 << 20); b = f.read(1); f.seek(1 << 20); f.write(bytes([b[0] ^ 1]))\"'"
+    )
+    altered, intact = _verify_pod(ns, f"{rel}-drill", "altered"), _verify_pod(ns, rel, "intact")
+    apply_a = ["-n", ns, "apply", "-f", "bad-signature/verify-altered.yaml"]
+    apply_i = ["-n", ns, "apply", "-f", "bad-signature/verify-intact.yaml"]
+    wait_a = [
+        "-n",
+        ns,
+        "wait",
+        "--for=jsonpath={.status.phase}=Failed",
+        "pod/drill-verify-altered",
+        "--timeout=600s",
+    ]
+    wait_i = [
+        "-n",
+        ns,
+        "wait",
+        "--for=jsonpath={.status.phase}=Succeeded",
+        "pod/drill-verify-intact",
+        "--timeout=1800s",
+    ]
+    logs = ["-n", ns, "logs", "pod/drill-verify-altered"]
+    return [
+        Step("an altered copy of the weights on the node", copy, ["one byte of one shard flipped"]),
+        Step(
+            "verify the altered copy as the engine pod's init container does",
+            _k(apply_a) + "\n" + _k(wait_a) + "\n" + _k(logs),
+            ["the pod fails; its log names the altered file"],
+            kubectl=[apply_a, wait_a, logs],
+            manifests={"bad-signature/verify-altered.yaml": altered},
+        ),
+        Step(
+            "verify the intact weights",
+            _k(apply_i) + "\n" + _k(wait_i),
+            ["the pod succeeds"],
+            kubectl=[apply_i, wait_i],
+            manifests={"bad-signature/verify-intact.yaml": intact},
+        ),
+        Step(
+            "clean up",
+            f"kubectl -n {ns} delete pod drill-verify-altered drill-verify-intact\n"
+            f"ssh \"$NODE\" 'rm -rf {models}/{rel}-drill {models}/{rel}-drill.sig'",
+            [],
+        ),
+    ]
+
+
+def _verify_pod(ns: str, rel: str, which: str) -> dict[str, Any]:
+    options = RenderOptions()
+    path = f"/models/{rel}"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"drill-verify-{which}",
+            "namespace": ns,
+            "labels": {"inhouse.dev/drill": "bad-signature"},
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "nodeSelector": {"kubernetes.io/hostname": "NODE"},
+            "containers": [
+                {
+                    "name": "verify",
+                    "image": options.signing_image,
+                    "args": [
+                        "verify",
+                        "key",
+                        path,
+                        "--signature",
+                        f"{path}.sig",
+                        "--public_key",
+                        "/keys/key.pub",
+                    ],
+                    "volumeMounts": [
+                        {"name": "models", "mountPath": "/models", "readOnly": True},
+                        {"name": "key", "mountPath": "/keys", "readOnly": True},
+                    ],
+                }
+            ],
+            "volumes": [
+                {
+                    "name": "models",
+                    "hostPath": {"path": options.models_host_path, "type": "Directory"},
+                },
+                {"name": "key", "configMap": {"name": "model-signing-public-key"}},
+            ],
+        },
+    }
+
+
+def _load_not_ready(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
+    unit, index = _last_unit(stack, pool)
+    restart = ["-n", ns, "delete", "pod", "-l", _selector(pool, index), "--wait=false"]
+    pods = ["-n", ns, "get", "pods", "-l", _selector(pool, index), "-w"]
+    probe = [
+        "-n",
+        ns,
+        "get",
+        f"deployment/{unit}",
+        "-o",
+        "jsonpath={.spec.template.spec.containers[0].startupProbe}",
+    ]
+    routed = (
+        f'increase(inhouse_gateway_routing_decisions_total{{pool="{pool.name}", '
+        f'replica="{index}"}}[1m])'
+    )
+    return [
+        Step(
+            "restart one replica (its Deployment starts a new pod); traffic 30 s later",
+            _k(restart)
+            + "\nsleep 30\n"
+            + _bench("load-not-ready", "--workload agent --duration 600"),
+            ["the pod stays 0/1 Ready while the model loads: " + _k(pods)],
+            kubectl=[restart, pods],
+        ),
+        Step(
+            "nothing routed to it before Ready",
+            _q(routed),
+            ["0 until the pod is Ready, then > 0"],
+            promql=[routed],
+        ),
+        Step(
+            "the startupProbe window covers the load",
+            _k(probe),
+            ["periodSeconds x failureThreshold >= the model's measured load time"],
+            kubectl=[probe],
+        ),
+    ]
+
+
+def ecc_rule_test(stack: StackSpec) -> str:
+    """A promtool test: a double-bit error on GPU 3 of the node pages, naming GPU and node."""
+    alert = next(a for a in gpu_rules(stack) if a.name == "InhouseGPUDoubleBitECC")
+    labels = {
+        "gpu": "3",
+        "UUID": "GPU-drill-3",
+        "modelName": nvml_name(stack.pools[0].gpu),
+        "Hostname": "gpu-node-1",
+    }
+    series = (
+        Series(labels, "0 0 0 1 1 1 1 1 1 1", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"),
+        Series(labels, "0x10", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"),
+    )
+    case = Case("drill: one double-bit error on GPU 3 of gpu-node-1", "1m", series, "4m", labels)
+    drill = dataclasses.replace(alert, cases=(case,))
+    return render_rule_tests([drill], RenderOptions().runbook_url, "../prometheus/rules.yaml")
+
+
+def _ecc(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
+    _, index = _last_unit(stack, pool)
+    cordon, drain = ecc_remediation(stack, pool, index, NODE)
+    server = [[*c, "--dry-run=server"] for c in (cordon, drain)]
+    synthetic = (
+        'amtool --alertmanager.url="$AM" alert add InhouseGPUDoubleBitECC severity=page '
+        'gpu=3 Hostname="$NODE" drill=true --annotation=summary="DRILL: GPU 3 on $NODE '
+        'double-bit ECC" --end="$(date -u -d "+10 min" +%Y-%m-%dT%H:%M:%SZ)"'
+    )
+    return [
+        Step(
+            "the rule fires on a double-bit error (promtool, offline)",
+            "promtool test rules ecc-dbe/ecc_dbe_test.yaml",
+            ["SUCCESS: the page carries gpu and Hostname and the runbook link"],
+            files={"ecc-dbe/ecc_dbe_test.yaml": ecc_rule_test(stack)},
+            rule_test="ecc-dbe/ecc_dbe_test.yaml",
+        ),
+        Step(
+            "the page path: a synthetic page through Alertmanager",
+            synthetic,
+            ["the on-call receiver gets it, naming GPU and node"],
+        ),
+        Step(
+            "rehearse cordon and drain (server-side dry run)",
+            "\n".join(_k(c) for c in server),
+            ["the API server accepts both; the drain selects only the replica on the GPU"],
+            kubectl=server,
+        ),
+        Step(
+            "for a real fault: cordon and drain",
+            "# " + _k(cordon) + "\n# " + _k(drain),
+            ["the replica's in-flight requests finish (grace period); file the RMA ticket"],
+            kubectl=[cordon, drain],
+        ),
+    ]
+
+
+def _soak(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
+    model = pool.client_model_name
+    p95 = f'inhouse:time_to_first_token_seconds:p95_5m{{model_name="{model}"}}'
+    hits = (
+        f'sum(rate(vllm:prefix_cache_hits_total{{namespace="{ns}"}}[1d])) / '
+        f'sum(rate(vllm:prefix_cache_queries_total{{namespace="{ns}"}}[1d]))'
+    )
+    kv = f'avg_over_time(vllm:kv_cache_usage_perc{{namespace="{ns}"}}[1d])'
+    rss = f'process_resident_memory_bytes{{namespace="{ns}"}}'
+    fds = f'process_open_fds{{namespace="{ns}"}}'
+    return [
+        Step(
+            "two weeks at 60% of planned peak",
+            _bench("soak", "--workload agent --rate-scale 0.6 --duration 1209600"),
+            ["runs for two weeks"],
+        ),
+        Step(
+            "every day: p95, hit rate, KV use, memory, descriptors",
+            "\n".join(_q(e) for e in (p95, hits, kv, rss, fds)),
+            ["no metric drifts more than 10% day over day", "RSS and descriptors flat"],
+            promql=[p95, hits, kv, rss, fds],
+        ),
+    ]

@@ -1,0 +1,193 @@
+"""Run drills: one stack and one judge for the session, each drill in turn, evidence for each.
+
+Before each drill the stack is put back whole (every replica running and healthy, every fault
+cleared), so a drill's verdict never depends on the one before it. A drill that raises is a
+failed drill with the error as its failed check; the session goes on with the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import importlib
+import os
+import time
+import traceback
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import yaml
+
+from inhouse.drill.catalog import NAMES
+from inhouse.drill.context import DrillContext, load_profile
+from inhouse.drill.evidence import DrillResult
+from inhouse.drill.judge import Judge
+from inhouse.drill.report import write_drill, write_summary
+from inhouse.drill.stack import LiveStack, drill_stack
+from inhouse.drill.timescale import check_factor, scale_rules
+from inhouse.errors import SpecError
+from inhouse.render.prometheus import render_prometheus, stack_rules
+from inhouse.render.runbook import render_runbook
+from inhouse.render.yamltext import dump_yaml
+from inhouse.server.demo_stack import demo_stack
+from inhouse.spec.stack import StackSpec, load_stack
+
+DrillFn = Callable[[DrillContext], Awaitable[None]]
+DEFAULT_TIME_SCALE = 0.1
+
+
+def drill_function(name: str) -> DrillFn:
+    module = importlib.import_module(f"inhouse.drill.drills.{name.replace('-', '_')}")
+    fn: DrillFn = module.run
+    return fn
+
+
+def resolve_names(names: Sequence[str]) -> list[str]:
+    if list(names) == ["all"] or not names:
+        return list(NAMES)
+    unknown = [n for n in names if n not in NAMES]
+    if unknown:
+        raise SpecError(f"unknown drill {', '.join(unknown)}; one of {', '.join(NAMES)} or all")
+    return list(dict.fromkeys(names))
+
+
+@dataclass(frozen=True)
+class Options:
+    names: list[str]
+    out_dir: Path
+    stack_path: Path | None = None
+    quick: bool = False
+    time_scale: float = DEFAULT_TIME_SCALE
+    soak_duration_s: float | None = None
+    flood_limits: dict[str, int] | None = None  # tests: break the flood tenant's limits
+    soak_day_s: float | None = None  # tests: a shorter simulated day for the virtual soak
+    drop_alerts: tuple[str, ...] = ()  # tests: a rules file without these alerts
+
+
+def _stack(options: Options) -> tuple[StackSpec, str]:
+    if options.stack_path is None:
+        return demo_stack(os.cpu_count() or 1), "built-in demo (crm-copilot-demo)"
+    return load_stack(options.stack_path), str(options.stack_path)
+
+
+def drill_rules(
+    stack: StackSpec, namespace: str, out_dir: Path, factor: float, drop: tuple[str, ...] = ()
+) -> str:
+    """The stack's rendered rules (runbook links to DIR/runbook.md, written here too), scaled
+    by `factor`; `drop` removes alerts by name (the tests' broken rules files)."""
+    runbook = out_dir / "runbook.md"
+    _, alerts = stack_rules(stack, namespace)
+    runbook.write_text(render_runbook(stack, alerts, namespace), encoding="utf-8")
+    text = render_prometheus(stack, namespace, runbook.resolve().as_uri())["prometheus/rules.yaml"]
+    if drop:
+        data = yaml.safe_load(text)
+        for group in data["groups"]:
+            group["rules"] = [r for r in group["rules"] if r.get("alert") not in drop]
+        text = dump_yaml(data)
+    (out_dir / "rules.rendered.yaml").write_text(text, encoding="utf-8")
+    return scale_rules(text, factor)
+
+
+async def restore(stack: LiveStack) -> None:
+    """Every replica running, healthy, fault-free; the GPUs' held faults released."""
+    for name, replica in stack.replicas.items():
+        if not replica.is_running:
+            stack.start_replica(name)
+    await asyncio.to_thread(stack.wait_healthy, list(stack.replicas), 60.0)
+    async with httpx.AsyncClient(timeout=5) as client:
+        for replica in stack.replicas.values():
+            with contextlib.suppress(httpx.HTTPError):
+                await client.post(f"{replica.admin_url}/faults/clear", json={})
+        with contextlib.suppress(httpx.HTTPError):
+            await client.post(f"{stack.dcgm_admin_url}/faults/clear", json={})
+
+
+async def run_one(
+    name: str, stack: LiveStack, judge: Judge, options: Options, stack_desc: str
+) -> DrillResult:
+    result = DrillResult(name, dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), stack_desc)
+    result.prometheus = {
+        "version": judge.version,
+        "rules_file": str(judge.rules_path),
+        "time_scale": options.time_scale,
+    }
+    profile = load_profile(stack.stack.pools[0], options.stack_path)
+    ctx = DrillContext(
+        result,
+        stack,
+        judge,
+        profile,
+        options.out_dir,
+        options.quick,
+        options.soak_duration_s,
+        options.soak_day_s,
+        options.time_scale,
+    )
+    try:
+        await restore(stack)
+        await drill_function(name)(ctx)
+    except Exception as exc:  # a drill that breaks is a failed drill, with the reason kept
+        result.check("drill ran to its end", "no error", f"{type(exc).__name__}: {exc}", False)
+        result.notes.append(traceback.format_exc(limit=5))
+    result.duration_s = ctx.now()
+    write_drill(result, options.out_dir)
+    return result
+
+
+async def _run_all(options: Options, say: Callable[[str], None]) -> list[DrillResult]:
+    base, stack_desc = _stack(options)
+    stack, keys = drill_stack(base, options.flood_limits)
+    work = options.out_dir / "_run"
+    live = LiveStack(stack, keys, work)
+    say(
+        f"inhouse drill: time scale {options.time_scale:g} (rules' `for:` and range windows "
+        "only; thresholds as rendered)"
+    )
+    judge: Judge | None = None
+    results: list[DrillResult] = []
+    try:
+        await asyncio.to_thread(live.start)
+        rules = drill_rules(
+            stack, live.namespace, options.out_dir, options.time_scale, options.drop_alerts
+        )
+        judge = Judge(work / "judge", rules, live.scrape_jobs())
+        await asyncio.to_thread(judge.start)
+        say(
+            f"stack {stack.name} up at {live.gateway_url}; Prometheus {judge.version} at "
+            f"{judge.prometheus_url}"
+        )
+        await asyncio.to_thread(judge.wait_scraped)
+        for name in options.names:
+            say(f"== {name}")
+            result = await run_one(name, live, judge, options, stack_desc)
+            failed = ", ".join(result.failed_checks)
+            say(
+                f"   {result.verdict} in {result.duration_s:.0f} s"
+                + (f": {failed}" if failed else "")
+            )
+            results.append(result)
+    finally:
+        if judge is not None:
+            await asyncio.to_thread(judge.stop)
+        await asyncio.to_thread(live.stop)
+    return results
+
+
+def run_drills(options: Options, say: Callable[[str], None] = print) -> list[DrillResult]:
+    check_factor(options.time_scale)
+    options.out_dir.mkdir(parents=True, exist_ok=True)
+    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    t0 = time.perf_counter()
+    results = asyncio.run(_run_all(options, say))
+    meta = {
+        "started": started,
+        "duration_s": round(time.perf_counter() - t0, 1),
+        "stack": str(options.stack_path or "built-in demo"),
+        "quick": options.quick,
+        "time_scale": options.time_scale,
+    }
+    write_summary(results, options.out_dir, meta)
+    return results

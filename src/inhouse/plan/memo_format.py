@@ -1,0 +1,28 @@
+"""Number and table formatting shared by the sizing memo's sections."""
+
+from __future__ import annotations
+
+from typing import Any
+
+METRIC_NAMES = {"ttft": "p95 TTFT", "itl": "p95 ITL", "tpot": "p95 TPOT", "e2e": "p95 e2e"}
+
+
+def _ms(value: Any) -> str:
+    if value is None:
+        return "—"
+    value = float(value)
+    return f"{value / 1000:.2f} s" if value >= 10_000 else f"{value:,.0f} ms"
+
+
+def _usd(value: Any, digits: int = 2) -> str:
+    return "—" if value is None else f"${float(value):,.{digits}f}"
+
+
+def _pct(value: Any) -> str:
+    return "—" if value is None else f"{float(value):.0%}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(row) + " |" for row in rows]
+    return [*out, ""]

@@ -1,0 +1,152 @@
+"""The licence memo, the benchmark report and the runbook (three of the six deliverables; the
+sizing memo is sections 1-5 of the document, the playbook and cost sheet have modules of their
+own)."""
+
+from __future__ import annotations
+
+from inhouse.errors import SpecError
+from inhouse.report.context import Context, table
+from inhouse.report.inputs import BenchRun
+from inhouse.report.sections_ops import drills
+from inhouse.spec.catalog import get_model
+from inhouse.spec.licenses import get_licence
+
+BENCH_ROWS = (
+    ("p50_ttft_ms", "p50 TTFT", "ms"),
+    ("p95_ttft_ms", "p95 TTFT", "ms"),
+    ("p99_ttft_ms", "p99 TTFT", "ms"),
+    ("p95_itl_ms", "p95 ITL", "ms"),
+    ("p95_tpot_ms", "p95 TPOT", "ms"),
+    ("p95_e2el_ms", "p95 e2e", "ms"),
+    ("request_throughput", "requests/s", "rate"),
+    ("output_throughput", "output tokens/s", "rate"),
+    ("prefix_cache_hit_rate_server", "prefix hit (server)", "pct"),
+    ("prefix_cache_hit_rate_client", "prefix hit (client)", "pct"),
+)
+
+
+def _classes(classes: tuple[str, ...]) -> str:
+    words = {
+        "production": "every production tenant (internal and customer-facing)",
+        "research": "research and evaluation only: no production tenant",
+    }
+    return "; ".join(words[c] for c in classes)
+
+
+def license_memo(ctx: Context) -> str:
+    lines = [f"# License compliance memo: {ctx.customer()}", ""]
+    lines += [
+        "Per model and adapter the stack serves: licence, redistribution rights, use "
+        "restrictions, attribution, and which tenant classes may use it. From the licence "
+        "catalog (`spec/data/licenses.yaml`), each entry with the licence text it was read from. "
+        "A summary for procurement, not legal advice: the licence text decides.",
+        "",
+    ]
+    rows = []
+    details: list[str] = []
+    for p in ctx.inputs.plan.get("pools") or []:
+        try:
+            model = get_model(str(p["hf_id"]))
+            licence = get_licence(model.license)
+        except SpecError as exc:
+            rows.append([str(p["hf_id"]), "unknown", str(exc), "—", "—"])
+            continue
+        rows.append(
+            [
+                f"{p['hf_id']} ({p['name']} pool)",
+                licence.name,
+                "yes" if licence.commercial_use else "no",
+                _classes(licence.tenant_classes),
+                "; ".join(licence.sources),
+            ]
+        )
+        details += [
+            f"## {p['hf_id']}: {licence.name}",
+            "",
+            f"* **Redistribution**: {licence.redistribution}",
+            *[f"* **Restriction**: {r}" for r in licence.use_restrictions],
+            f"* **Attribution**: {licence.attribution}",
+            f"* **Tenant classes**: {_classes(licence.tenant_classes)}.",
+            f"* **Sources**: {'; '.join(licence.sources)}.",
+            "",
+        ]
+        for adapter in p.get("lora_adapters") or []:
+            rows.append(
+                [
+                    f"adapter {adapter} (on {p['hf_id']})",
+                    f"derivative of the base: {licence.name}",
+                    "yes" if licence.commercial_use else "no",
+                    _classes(licence.tenant_classes),
+                    "the base model's licence; the adapter's training data terms are the "
+                    "customer's own and are not in the catalog: record them here",
+                ]
+            )
+    lines += table(
+        ["model or adapter", "licence", "commercial use", "tenant classes", "sources"], rows
+    )
+    lines += details
+    lines += [
+        "## Weight export and the air gap",
+        "",
+        "The weights enter the building once, into the signed registry, and never leave it. "
+        "Whether moving them across a border needs an export licence is not assessed here: ask "
+        "counsel before the first transfer.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _run_table(ctx: Context, run: BenchRun) -> list[str]:
+    rows = []
+    for key, label, unit in BENCH_ROWS:
+        figure = run.result.figure(key, kind="measured", unit=unit)  # type: ignore[arg-type]
+        if figure is not None:
+            rows.append([label, ctx.show(figure), f"`{run.result.name}` → `{key}`"])
+    return table(["metric", "value", "source"], rows)
+
+
+def bench_report(ctx: Context) -> str:
+    ctx.ledger.section = "Benchmark report"
+    lines = [f"# Benchmark report: {ctx.customer()}", ""]
+    lines += [
+        "Every run behind section 4 of the reference architecture, with `vllm bench serve`'s "
+        "metric names and definitions (docs/bench.md).",
+        "",
+    ]
+    if not ctx.inputs.benches:
+        return "\n".join([*lines, "No bench runs given (`inhouse report --bench DIR`).", ""])
+    for run in ctx.inputs.benches:
+        workload = run.workload(ctx.inputs.workload_names) or "unassigned"
+        what = "cold-prefix probe" if run.is_cold_probe else "planned shape"
+        lines += [f"## {run.name} — workload {workload} ({what})", ""]
+        completed = run.result.figure("completed", kind="measured", unit="count")
+        failed = run.result.figure("failed", kind="measured", unit="count")
+        lines += [
+            f"Completed {ctx.show(completed)}, failed {ctx.show(failed)}; "
+            f"target `{run.result.get('run', 'target') if not ctx.public else 'GATEWAY'}`.",
+            "",
+        ]
+        if run.result.get("client_bottleneck"):
+            reasons = "; ".join(run.result.get("client", "reasons") or [])
+            lines += [f"**The client was a bottleneck in this run** ({reasons}): its latencies "
+                      "include client delay.", ""]  # fmt: skip
+        if not ctx.public:
+            lines += [f"Command: `{run.result.get('run', 'command')}`", ""]
+        lines += _run_table(ctx, run)
+    return "\n".join(lines)
+
+
+def runbook(ctx: Context) -> str:
+    lines = [f"# Runbook: {ctx.customer()}", ""]
+    lines += [
+        "Operations guide: the seven drills (what each breaks, what to expect, the red flags, "
+        "what was observed, the post-mortem template), then every alert's entry as `inhouse "
+        "render` wrote it.",
+        "",
+    ]
+    lines += drills(ctx)
+    render = ctx.inputs.render
+    if render is not None and "runbook.md" in render.files:
+        text = render.files["runbook.md"]
+        lines += ["## Alerts", "", text.split("\n", 1)[1] if text.startswith("# ") else text]
+    return "\n".join(lines)

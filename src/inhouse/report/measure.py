@@ -1,0 +1,202 @@
+"""Measured figures: what the bench runs and the drills saw, each citing its file and path.
+
+Run-level figures come straight from `result.json` (the worst over several runs of a workload, so
+a commitment is never quoted from the luckiest run). Figures the runs do not report themselves
+are computed here from `requests.jsonl` and cite it with the selection and statistic used:
+
+* TTFT warm: p95 `ttft_ms` of successful requests with `cached_tokens > 0` (the prefix cache
+  held part of the prompt); TTFT cold: those with `cached_tokens == 0`. A p95 needs at least
+  `MIN_SAMPLES` requests; fewer, and the row is reported as not measured, saying why.
+* Sessions held: the run's concurrent sessions (`workload.params.sessions`) and the share of
+  sessions with a failed request.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from inhouse.report.figures import Figure, Kind, Source, Unit
+from inhouse.report.inputs import BenchRun, Drills, PathPart
+
+MIN_SAMPLES = 20
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """A measured figure, or why there is none (`why`), and how many samples it rests on."""
+
+    figure: Figure | None
+    why: str = ""
+    samples: int | None = None
+
+
+def worst(
+    runs: Sequence[BenchRun],
+    *parts: PathPart,
+    unit: Unit,
+    higher_is_worse: bool = True,
+    scale: float = 1.0,
+) -> Reading:
+    """The worst value of one result.json key over the runs."""
+    figures = [
+        f
+        for run in runs
+        if (f := run.result.figure(*parts, kind="measured", unit=unit, scale=scale)) is not None
+    ]
+    if not figures:
+        return Reading(None, "no bench run of this workload" if not runs else "not in result.json")
+    pick = max if higher_is_worse else min
+    return Reading(pick(figures, key=lambda f: f.value))
+
+
+def _p95(runs: Sequence[BenchRun], keep: Callable[[Mapping[str, Any]], bool], what: str) -> Reading:
+    values: list[float] = []
+    files: list[str] = []
+    for run in runs:
+        picked = [float(r["ttft_ms"]) for r in run.requests if r.get("success") and keep(r)]
+        if picked:
+            values += picked
+            files.append(run.requests_file)
+    if len(values) < MIN_SAMPLES:
+        why = (
+            "no bench run of this workload"
+            if not runs
+            else f"{len(values)} successful requests with {what}, "
+            f"fewer than the {MIN_SAMPLES} a p95 needs"
+        )
+        return Reading(None, why, len(values))
+    value = float(np.percentile(np.asarray(values), 95))
+    source = Source(" + ".join(files), f"p95 of ttft_ms over successful rows where {what}")
+    return Reading(Figure(value, "ms", "measured", source), samples=len(values))
+
+
+def ttft_warm(runs: Sequence[BenchRun]) -> Reading:
+    return _p95(runs, lambda r: (r.get("cached_tokens") or 0) > 0, "cached_tokens > 0")
+
+
+def ttft_cold(runs: Sequence[BenchRun]) -> Reading:
+    return _p95(runs, lambda r: (r.get("cached_tokens") or 0) == 0, "cached_tokens == 0")
+
+
+def sessions_held(runs: Sequence[BenchRun]) -> tuple[Reading, Reading]:
+    """Concurrent sessions the run drove, and the share of its sessions that saw a failure."""
+    for run in runs:
+        held = run.result.figure("workload", "params", "sessions", kind="measured", unit="count")
+        if held is None:
+            sessions = run.result.get("workload", "params", "sessions")
+            if sessions is None:
+                continue
+            held = Figure(
+                float(sessions),
+                "count",
+                "measured",
+                Source(run.result.name, "workload.params.sessions (text)"),
+            )
+        seen: dict[str, bool] = {}
+        for row in run.requests:
+            key = str(row.get("session"))
+            seen[key] = seen.get(key, False) or not row.get("success", False)
+        if not seen:
+            return Reading(held), Reading(None, "requests.jsonl is empty")
+        failed = sum(seen.values()) / len(seen)
+        source = Source(run.requests_file, "share of sessions with a failed request")
+        return Reading(held), Reading(Figure(failed, "pct", "measured", source), samples=len(seen))
+    why = "no bench run of this workload" if not runs else "runs name no session count"
+    return Reading(None, why), Reading(None, why)
+
+
+def completion_rate(runs: Sequence[BenchRun]) -> Reading:
+    """Requests per minute served: successful requests over the span their arrivals were
+    scheduled in (`t_sched_s`), the lowest over the runs. At the planned peak a stack that
+    serves everything reads the offered rate; failures lower it. (Falling behind without
+    failing shows in the latency rows, not here.)"""
+    best: Reading | None = None
+    for run in runs:
+        sched = sorted(
+            float(r["t_sched_s"]) for r in run.requests if r.get("t_sched_s") is not None
+        )
+        ok = sum(1 for r in run.requests if r.get("success"))
+        if len(sched) < MIN_SAMPLES or sched[-1] <= sched[0]:
+            continue
+        rate = (ok - 1) / (sched[-1] - sched[0]) * 60.0
+        source = Source(
+            run.requests_file,
+            "(successful - 1) / (last - first t_sched_s) x 60",
+        )
+        reading = Reading(Figure(rate, "rate", "measured", source), samples=len(sched))
+        if best is None or best.figure is None or rate < best.figure.value:
+            best = reading
+    if best is None:
+        why = "no bench run of this workload" if not runs else "too few requests"
+        return Reading(None, why)
+    return best
+
+
+def gauge(runs: Sequence[BenchRun], name: str, stat: str) -> Reading:
+    reading = worst(runs, "server_gauges", name, stat, unit="pct")
+    if reading.figure is None and runs:
+        return Reading(None, "no engine gauges sampled (bench --metrics-url ENGINE/metrics)")
+    return reading
+
+
+def prefix_hit_rate(runs: Sequence[BenchRun]) -> Reading:
+    """Server-side (the engines' counters) where scraped, else what clients were told."""
+    server = worst(runs, "prefix_cache_hit_rate_server", unit="pct", higher_is_worse=False)
+    if server.figure is not None:
+        return server
+    return worst(runs, "prefix_cache_hit_rate_client", unit="pct", higher_is_worse=False)
+
+
+_NUMBER = re.compile(r"(-?\d[\d,]*\.?\d*)\s*(ms|s\b|%)?")
+
+
+def parse_observed(observed: Any) -> tuple[float, str] | None:
+    """A drill check's `observed` as (value, unit): a number is taken as is; text is searched
+    for its first number with a unit (`1,234 ms`, `1.2 s`, `97%`)."""
+    if isinstance(observed, bool):
+        return None
+    if isinstance(observed, int | float):
+        return float(observed), ""
+    if isinstance(observed, Mapping):
+        for key in ("p95_ttft_ms", "value", "observed"):
+            if key in observed:
+                return parse_observed(observed[key])
+        return None
+    match = _NUMBER.search(str(observed))
+    if match is None:
+        return None
+    value = float(match.group(1).replace(",", ""))
+    unit = match.group(2) or ""
+    if unit == "s":
+        return value * 1000.0, "ms"
+    return value, unit
+
+
+def drill_check(
+    drills: Drills | None, drill: str, *words: str, kind: Kind = "measured"
+) -> tuple[Reading, Mapping[str, Any] | None]:
+    """The first check of `drill` whose name holds every word (case-insensitive), as a figure
+    in ms (or as given), with the check itself."""
+    if drills is None:
+        return Reading(None, "no drill evidence (inhouse report --drills DIR)"), None
+    run = drills.run(drill)
+    if run is None:
+        return Reading(None, f"drill {drill} not in {drills.directory}"), None
+    for index, check in enumerate(run.evidence.get("checks") or []):
+        name = str(check.get("name", "")).lower()
+        if all(word.lower() in name for word in words):
+            parsed = parse_observed(check.get("observed"))
+            if parsed is None:
+                return Reading(None, f"check {check.get('name')!r} has no number"), check
+            value, unit = parsed
+            source = Source(run.evidence.name, f"checks[{index}].observed")
+            fig_unit: Unit = "ms" if unit in ("ms", "") else "pct"
+            if unit == "%":
+                value /= 100.0
+            return Reading(Figure(value, fig_unit, kind, source)), check
+    return Reading(None, f"drill {drill} has no check naming {' '.join(words)}"), None

@@ -1,0 +1,108 @@
+"""What `inhouse render` wrote, read back: alerts from `prometheus/rules.yaml`, dashboards from
+`grafana/*.json`. The report quotes these files; it never recomputes a threshold."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from inhouse.report.figures import Figure, Source
+from inhouse.report.inputs import RenderOutput
+
+RULES_FILE = "prometheus/rules.yaml"
+_COMPARISON = re.compile(r"(>=|<=|==|>|<)\s*(-?\d+(?:\.\d+)?(?:e-?\d+)?)\s*\)?\s*$")
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    name: str
+    severity: str
+    hold: str
+    expr: str
+    pool: str | None
+    summary: str
+    comparator: str | None
+    threshold: float | None
+    source: Source
+
+
+@dataclass(frozen=True, slots=True)
+class Dashboard:
+    file: str
+    title: str
+    panels: tuple[str, ...]
+
+
+def _threshold(expr: str) -> tuple[str | None, float | None]:
+    """The comparison the alert's expression ends in (`... > 0.95`)."""
+    last = expr.strip().splitlines()[-1] if expr.strip() else ""
+    match = _COMPARISON.search(last)
+    if match is None:
+        return None, None
+    return match.group(1), float(match.group(2))
+
+
+def read_alerts(render: RenderOutput | None) -> list[Alert]:
+    if render is None or RULES_FILE not in render.files:
+        return []
+    data: Any = yaml.safe_load(render.files[RULES_FILE]) or {}
+    name = f"{render.directory}/{RULES_FILE}"
+    out = []
+    for g, group in enumerate(data.get("groups") or []):
+        for r, rule in enumerate(group.get("rules") or []):
+            if "alert" not in rule:
+                continue
+            labels = rule.get("labels") or {}
+            comparator, threshold = _threshold(str(rule.get("expr", "")))
+            out.append(
+                Alert(
+                    name=str(rule["alert"]),
+                    severity=str(labels.get("severity", "")),
+                    hold=str(rule.get("for") or "at once"),
+                    expr=" ".join(str(rule.get("expr", "")).split()),
+                    pool=labels.get("pool"),
+                    summary=str((rule.get("annotations") or {}).get("summary", "")),
+                    comparator=comparator,
+                    threshold=threshold,
+                    source=Source(name, f"groups[{g}].rules[{r}].expr"),
+                )
+            )
+    return out
+
+
+def find_alert(alerts: list[Alert], name: str, pool: str | None = None) -> Alert | None:
+    for alert in alerts:
+        if alert.name == name and (pool is None or alert.pool in (None, pool)):
+            return alert
+    return None
+
+
+def alert_threshold(alert: Alert | None, unit: str = "pct") -> Figure | None:
+    if alert is None or alert.threshold is None:
+        return None
+    value = alert.threshold * 1000.0 if unit == "ms" else alert.threshold
+    return Figure(value, "ms" if unit == "ms" else "pct", "target", alert.source)
+
+
+def read_dashboards(render: RenderOutput | None) -> list[Dashboard]:
+    if render is None:
+        return []
+    out = []
+    for path, text in sorted(render.files.items()):
+        if not (path.startswith("grafana/") and path.endswith(".json")):
+            continue
+        try:
+            board = json.loads(text)
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(board, dict) or "panels" not in board:
+            continue
+        panels = tuple(
+            str(p.get("title", "")) for p in board.get("panels") or [] if p.get("type") != "row"
+        )
+        out.append(Dashboard(f"{render.directory}/{path}", str(board.get("title", path)), panels))
+    return out

@@ -1,0 +1,169 @@
+"""Section 7: the cost arithmetic at the customer's duty cycle, break-even, and the multiple.
+
+Every dollar figure is a `price` (a placeholder in the public version); the multiple against an
+API is derived here as API $/month ÷ stack $/month at the same duty cycle, never asserted.
+"""
+
+from __future__ import annotations
+
+from inhouse.report.context import Context, table
+from inhouse.report.figures import Figure, Source
+
+
+def multiples(ctx: Context) -> list[tuple[str, Figure]]:
+    """(API, API $/month ÷ stack $/month) for each API the requirements price."""
+    cost = ("cost",)
+    stack = ctx.inputs.plan.figure(*cost, "usd_per_month", kind="price", unit="usd_m")
+    out = []
+    for api in ctx.inputs.plan.get("cost", "api_usd_per_month") or {}:
+        spend = ctx.inputs.plan.figure(*cost, "api_usd_per_month", api, kind="price", unit="usd_m")
+        if stack is None or spend is None or stack.value <= 0:
+            continue
+        source = Source(ctx.inputs.plan.name, f"{spend.source.path} / {stack.source.path}")
+        out.append((api, Figure(spend.value / stack.value, "x", "estimate", source)))
+    return out
+
+
+def cost(ctx: Context) -> list[str]:
+    lines = ctx.section("7. Cost model")
+    hw = ctx.inputs.plan.get("requirements", "hardware") or []
+    for i, offer in enumerate(hw):
+        r = ("requirements", "hardware", i)
+        if offer.get("pricing") == "hourly":
+            lines.append(
+                f"* {offer['gpu']}, rented: GPUs x "
+                + ctx.plan(
+                    *r, "usd_per_gpu_hour", kind="price", unit="usd", label="rent per GPU-hour"
+                )
+                + " per GPU-hour."
+            )
+            continue
+        lines.append(
+            f"* {offer['gpu']} node, owned: capex "
+            + ctx.plan(
+                *r, "capex_usd_per_node", kind="price", unit="usd", digits=0, label="capex per node"
+            )
+            + f" / ({ctx.plan(*r, 'amortization_years', kind='config', digits=0)} y x 8,760 h)"
+            + f" + power {ctx.plan(*r, 'effective_power_kw_per_node', kind='config', digits=1)} kW"
+            + f" x {ctx.plan(*r, 'avg_power_fraction', kind='config', digits=2)} average"
+            + f" x PUE {ctx.plan(*r, 'pue', kind='config', digits=2)}"
+            + " x "
+            + ctx.plan(*r, "usd_per_kwh", kind="price", unit="usd", digits=3, label="$ per kWh")
+            + "/kWh + ops "
+            + ctx.plan(
+                *r,
+                "ops_usd_per_node_year",
+                kind="price",
+                unit="usd",
+                digits=0,
+                label="ops per node-year",
+            )
+            + "/y / 8,760 h = "
+            + ctx.plan(
+                "hardware", i, "node_usd_per_hour", kind="price", unit="usd_h", label="node $/h"
+            )
+            + " all-in."
+        )
+    active = ctx.plan("requirements", "usage", "active_hours_per_month", kind="workload", digits=0)
+    lines += [
+        "* Stack: "
+        + ctx.plan("cost", "usd_per_hour", kind="price", unit="usd_h", label="stack $/h")
+        + " x 730 h = "
+        + ctx.plan("cost", "usd_per_month", kind="price", unit="usd_m", label="stack $/month")
+        + f"; traffic flows {active}"
+        " active hours a month (the customer's duty cycle).",
+        "",
+    ]
+    rows = []
+    for name in ctx.inputs.plan.get("cost", "workloads") or {}:
+        w = ("cost", "workloads", name)
+        rows.append(
+            [
+                name,
+                ctx.plan(*w, "usd_per_hour", kind="price", unit="usd_h", label=f"{name} $/h"),
+                ctx.plan(*w, "at_average_load", "input_tokens_per_s", kind="workload")
+                + " / "
+                + ctx.plan(*w, "at_average_load", "output_tokens_per_s", kind="workload"),
+                ctx.plan(
+                    *w,
+                    "usd_per_million_tokens",
+                    "blended",
+                    kind="price",
+                    unit="usd",
+                    digits=3,
+                    label=f"{name} $/1M",
+                ),
+                ctx.plan(
+                    *w,
+                    "usd_per_million_tokens",
+                    "input",
+                    kind="price",
+                    unit="usd",
+                    digits=3,
+                    label=f"{name} $/1M input",
+                ),
+                ctx.plan(
+                    *w,
+                    "usd_per_million_tokens",
+                    "output",
+                    kind="price",
+                    unit="usd",
+                    digits=3,
+                    label=f"{name} $/1M output",
+                ),
+            ]
+        )
+    lines += [
+        "Per workload: `$/1M tokens = $/h share / (tokens/s x 3600) x 10^6` at the average rate; "
+        "a pool's $/h is split between the workloads it serves by the replica time each takes.",
+        "",
+        *table(
+            [
+                "workload",
+                "$/h share",
+                "input / output tok/s",
+                "$/1M blended",
+                "$/1M input",
+                "$/1M output",
+            ],
+            rows,
+        ),
+    ]
+    api_rows = []
+    for api, multiple in multiples(ctx):
+        months = ctx.inputs.plan.figure(
+            "cost", "breakeven_months", api, kind="estimate", unit="months"
+        )
+        api_rows.append(
+            [
+                api,
+                ctx.plan(
+                    "cost",
+                    "api_usd_per_month",
+                    api,
+                    kind="price",
+                    unit="usd_m",
+                    label=f"{api} $/month",
+                ),
+                ctx.plan(
+                    "cost", "usd_per_month", kind="price", unit="usd_m", label="stack $/month"
+                ),
+                ctx.show(multiple),
+                ctx.show(months, "never at this usage"),
+            ]
+        )
+    if api_rows:
+        lines += [
+            "Against the APIs, the same tokens at the same duty cycle (cached input at the cached "
+            "price): the multiple is API $/month ÷ stack $/month; break-even is capex ÷ (API "
+            "$/month − power and ops $/month).",
+            "",
+            *table(["API", "API $/month", "stack $/month", "API ÷ stack", "break-even"], api_rows),
+        ]
+    lines += [
+        "`cost-sheet.xlsx` holds this arithmetic as live formulas with every input in one block: "
+        "put in your own duty cycle and prices and the rest recomputes (`cost-sheet.csv` has the "
+        "same values).",
+        "",
+    ]
+    return lines

@@ -1,0 +1,226 @@
+"""Sections 4, 6 and 8: the SLO commitments, observability and the runbook drills."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from inhouse.report.context import Context, table
+from inhouse.report.inputs import DrillRun
+from inhouse.report.slo import Bound, SloRow
+
+DRILLS = (
+    ("kill-replica", "Kill a chat replica during peak load"),
+    ("kv-fill", "Fill the KV cache to 95%"),
+    ("long-prompt-dos", "Long-prompt DoS from one tenant"),
+    ("bad-signature", "Corrupted model signature"),
+    ("load-not-ready", "Model loaded but not ready"),
+    ("ecc-dbe", "GPU ECC double-bit error"),
+    ("soak", "Soak: regression on p95 and prefix hit rate"),
+)
+POST_MORTEM = [
+    "* **Timeline** (UTC): fault injected / detected (first alert) / mitigated / recovered.",
+    "* **Impact**: requests failed, p95 TTFT while degraded against the degraded SLO, tenants "
+    "affected.",
+    "* **Detection**: which alert fired, after how long, and did it reach Alertmanager?",
+    "* **Root cause** and **what contained it** (router, limits, probes, drain).",
+    "* **Action items**, each with an owner and a date; re-run the drill to close them.",
+]
+
+
+def _bound(ctx: Context, bound: Bound) -> str:
+    if bound.figure is None:
+        return bound.note or "—"
+    text = f"{bound.op} {ctx.show(bound.figure)}"
+    return f"{text} ({bound.note})" if bound.note else text
+
+
+def _measured(ctx: Context, row: SloRow) -> str:
+    reading = row.measured
+    if reading.figure is None:
+        return f"not measured: {reading.why}"
+    verdict = {True: " ok", False: " MISS", None: ""}[row.verdict]
+    return ctx.show(reading.figure) + verdict
+
+
+def _source(row: SloRow) -> str:
+    figure = row.measured.figure
+    return "—" if figure is None else f"`{figure.source.file}` → `{figure.source.path}`"
+
+
+def slo(ctx: Context, chart: str | None) -> list[str]:
+    lines = ctx.section("4. SLO commitments")
+    rows = [
+        [
+            r.workload,
+            r.metric,
+            _bound(ctx, r.target),
+            _bound(ctx, r.alarm),
+            _measured(ctx, r),
+            _source(r),
+        ]
+        for r in ctx.rows
+    ]
+    lines += table(["workload", "metric", "target", "alarm at", "measured", "source"], rows)
+    wishes = [r for r in ctx.rows if r.measured.figure is None]
+    missed = [r for r in ctx.rows if r.verdict is False]
+    lines.append(
+        f"{len(ctx.rows) - len(wishes)} of {len(ctx.rows)} rows are measured; "
+        f"{len(wishes)} without a measured number "
+        + ("(" + "; ".join(f"{r.workload} {r.metric}" for r in wishes) + ")" if wishes else "")
+        + " — a row without a measured number is a wish, not a commitment. "
+        + (
+            f"{len(missed)} measured row(s) miss their target: "
+            + "; ".join(f"{r.workload} {r.metric}" for r in missed)
+            + "."
+            if missed
+            else "Every measured row meets its target."
+        )
+    )
+    lines.append("")
+    if chart:
+        lines += [f"![measured against target, per SLO row]({chart})", ""]
+    return lines
+
+
+def observability(ctx: Context) -> list[str]:
+    lines = ctx.section("6. Observability")
+    lines += [
+        "Prometheus for metrics, Grafana for dashboards, Loki for logs, Tempo for traces, "
+        "Alertmanager for pages and tickets, all on the same rack: no SaaS, the air gap rules it "
+        "out.",
+        "",
+    ]
+    render = ctx.inputs.render
+    if render is None:
+        return [*lines, "No render output given (`inhouse report --render DIR`).", ""]
+    lines += [f"Dashboards, as `inhouse render` wrote them to `{render.directory}/grafana/`:", ""]
+    lines += table(
+        ["dashboard", "file", "panels", "what it shows"],
+        [
+            [
+                d.title,
+                f"`{d.file}`",
+                str(len(d.panels)),
+                ", ".join(d.panels[:6]) + ("…" if len(d.panels) > 6 else ""),
+            ]
+            for d in ctx.dashboards
+        ],
+    )
+    lines += [f"Alerts, from `{render.directory}/prometheus/rules.yaml`:", ""]
+    rows = []
+    for a in ctx.alerts:
+        threshold = f"{a.comparator} {a.threshold:g}" if a.threshold is not None else a.expr[:60]
+        rows.append([a.name, a.pool or "all", threshold, a.hold, a.severity, a.summary])
+    lines += table(["alert", "pool", "threshold", "for", "page or ticket", "summary"], rows)
+    pages = sum(1 for a in ctx.alerts if a.severity == "page")
+    lines += [
+        f"{pages} page and {len(ctx.alerts) - pages} ticket rules; each links its entry in "
+        "`runbook.md`. A page wakes someone; a ticket waits for working hours.",
+        "",
+    ]
+    return lines
+
+
+def _md_sections(text: str | None) -> dict[str, str]:
+    """`## Heading` -> its body, headings lower-cased."""
+    out: dict[str, str] = {}
+    if not text:
+        return out
+    parts = re.split(r"^#{2,3}\s+(.+)$", text, flags=re.MULTILINE)
+    for heading, body in zip(parts[1::2], parts[2::2], strict=False):
+        out[heading.strip().lower()] = body.strip()
+    return out
+
+
+def _find(sections: dict[str, str], *words: str) -> str | None:
+    for heading, body in sections.items():
+        if any(w in heading for w in words):
+            return body
+    return None
+
+
+def _bullet(line: str) -> str:
+    """`*     5.6 s: ...` (aligned times) reads as code in CommonMark: one space after the mark."""
+    return re.sub(r"^([*-])\s{2,}", r"\1 ", line)
+
+
+def drills(ctx: Context) -> list[str]:
+    lines = ctx.section("8. Runbook drills")
+    found = ctx.inputs.drills
+    lines += [
+        "Seven scripted failure drills, run before go-live and monthly after, each judged by a "
+        "real Prometheus and Alertmanager: an alert counts only when its notification reached "
+        "Alertmanager's receiver.",
+        "",
+    ]
+    if found is None:
+        lines += [
+            "No drill evidence given (`inhouse drill run all --out DIR`, then "
+            "`inhouse report --drills DIR`): every drill below is **not run**.",
+            "",
+        ]
+    summary = []
+    for name, title in DRILLS:
+        run = found.run(name) if found else None
+        verdict = "not run" if run is None else str(run.evidence.get("verdict") or "?")
+        summary.append([name, title, verdict, run.evidence.name if run else "—"])
+    lines += table(["drill", "what it breaks", "verdict", "evidence"], summary)
+    for name, title in DRILLS:
+        run = found.run(name) if found else None
+        lines += _drill(ctx, name, title, run)
+    return lines
+
+
+def _drill(ctx: Context, name: str, title: str, run: DrillRun | None) -> list[str]:
+    lines = [f"### {title} (`{name}`)", ""]
+    if run is None:
+        return [*lines, "Not run: no evidence.", ""]
+    sections = _md_sections(run.report_md)
+    checks: list[dict[str, Any]] = list(run.evidence.get("checks") or [])
+    expected = _find(sections, "expected")
+    lines += [
+        "**Expected outcome.**",
+        "",
+        expected or "\n".join(f"* {c.get('name')}: {c.get('expected')}" for c in checks),
+        "",
+    ]
+    flags = _find(sections, "red flag")
+    if flags:
+        lines += ["**Red flags.**", "", flags, ""]
+    rows = []
+    for c in checks:
+        observed = "as expected" if c.get("ok") else "NOT as expected"
+        if not ctx.public:
+            observed = f"{c.get('observed')} ({observed})"
+        rows.append([str(c.get("name")), str(c.get("expected")), observed])
+    lines += ["**Observed** (verdict: " + str(run.evidence.get("verdict")) + ").", ""]
+    lines += table(["check", "expected", "observed"], rows)
+    alerts = run.evidence.get("alerts") or []
+    if alerts:
+        lines += table(
+            ["alert", "severity", "fired", "received by Alertmanager"],
+            [
+                [
+                    str(a.get("name")),
+                    str(a.get("severity")),
+                    "yes" if a.get("fired_s") is not None else "no",
+                    "yes" if a.get("received_by_alertmanager") else "no",
+                ]
+                for a in alerts
+            ],
+        )
+    if run.timeline_file and not ctx.public:
+        lines += [f"![{name} timeline]({run.timeline_file})", ""]
+    template = _find(sections, "post-mortem", "postmortem")
+    lines += [
+        "**Post-mortem template.**",
+        "",
+        *(
+            [_bullet(line) for line in template.splitlines()]
+            if template and not ctx.public
+            else POST_MORTEM
+        ),
+        "",
+    ]
+    return lines

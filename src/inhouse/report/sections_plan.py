@@ -1,0 +1,337 @@
+"""Sections 1, 2, 3 and 5: workload, hardware, selection, capacity — what the plan decided."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inhouse.report import measure
+from inhouse.report.context import Context, table
+from inhouse.report.figures import Figure, Source
+from inhouse.report.mermaid import deployment_diagram
+
+SGLANG_TRADE = (
+    "SGLang's RadixAttention keeps a token-level radix tree of every cached prefix and often "
+    "hits more on agent traffic; vLLM wins on operations: its Prometheus metrics (the names "
+    "every alert and dashboard here reads), Kubernetes tooling (production-stack, llm-d), "
+    "release cadence and a longer support record. For a production install with a multi-year "
+    "support horizon, operations maturity is the tiebreaker."
+)
+
+
+def workloads(ctx: Context) -> list[str]:
+    lines = ctx.section("1. Workload characterization")
+    rows = []
+    for name, w in (ctx.inputs.plan.get("workloads") or {}).items():
+        base = ("workloads", name)
+        t = w.get("traffic", {})
+        if "peak_sessions" in t:
+            avg = ctx.plan(*base, "traffic", "avg_sessions", kind="workload", unit="count")
+            peak = ctx.plan(*base, "traffic", "peak_sessions", kind="workload", unit="count")
+            traffic = f"{avg} avg / {peak} peak concurrent sessions"
+        else:
+            per_min = {"kind": "workload", "unit": "rate", "scale": 60.0}
+            avg = ctx.plan(*base, "traffic", "avg_per_s", **per_min)  # type: ignore[arg-type]
+            peak = ctx.plan(*base, "traffic", "peak_per_s", **per_min)  # type: ignore[arg-type]
+            traffic = f"{avg} avg / {peak} peak req/min"
+        hit = measure.prefix_hit_rate(ctx.inputs.runs_for(name))
+        rows.append(
+            [
+                name,
+                w.get("kind", ""),
+                traffic,
+                f"{ctx.plan(*base, 'prompt_tokens', 'mean', kind='workload')} / "
+                f"{ctx.plan(*base, 'prompt_tokens', 'p95', kind='workload')}",
+                f"{ctx.plan(*base, 'output_tokens', 'mean', kind='workload')} / "
+                f"{ctx.plan(*base, 'output_tokens', 'p95', kind='workload')}",
+                ctx.plan(*base, "planned_prefix_hit_rate", kind="workload", unit="pct"),
+                ctx.show(hit.figure, f"not measured ({hit.why})"),
+            ]
+        )
+    lines += [
+        "Each workload is defined by the generator the planner and the simulator replay: what "
+        "arrives, how big, how often, and how much of each prompt repeats an earlier one.",
+        "",
+        *table(
+            [
+                "workload",
+                "kind",
+                "traffic",
+                "prompt tokens mean / p95",
+                "output tokens mean / p95",
+                "prefix hit planned",
+                "prefix hit measured",
+            ],
+            rows,
+        ),
+    ]
+    for name, w in (ctx.inputs.plan.get("workloads") or {}).items():
+        if w.get("kind") == "agent":
+            planned = ctx.plan(
+                "workloads", name, "planned_prefix_hit_rate", kind="workload", unit="pct"
+            )
+            lines += [
+                f"The number that carries this section: {name}'s prefix-cache hit rate, planned "
+                f"at {planned}"
+                f" on turn 2 and later of the agent sessions. Everything downstream — routing "
+                "by prefix, KV sizing, the TTFT budget — is designed around it.",
+                "",
+            ]
+    return lines
+
+
+def hardware(ctx: Context) -> list[str]:
+    lines = ctx.section("2. Hardware bill")
+    req = ctx.inputs.plan.get("requirements", "hardware") or []
+    rows = []
+    for i, h in enumerate(ctx.inputs.plan.get("hardware") or []):
+        offer: dict[str, Any] = next((o for o in req if o.get("gpu") == h.get("gpu")), {})
+        j = req.index(offer) if offer in req else None
+        r = ("requirements", "hardware", j) if j is not None else None
+        rows.append(
+            [
+                str(h["gpu"]),
+                f"{ctx.plan('hardware', i, 'gpus_used', kind='config')} GPUs in "
+                f"{ctx.plan('hardware', i, 'nodes', kind='config')} node(s) of "
+                f"{ctx.plan('hardware', i, 'gpus_per_node', kind='config')}",
+                str(h.get("pricing", "")),
+                ctx.plan(
+                    *r,
+                    "capex_usd_per_node",
+                    kind="price",
+                    unit="usd",
+                    digits=0,
+                    label="capex per node",
+                )
+                if r and offer.get("capex_usd_per_node")
+                else "—",
+                ctx.plan(*r, "effective_power_kw_per_node", kind="config", digits=1) + " kW"
+                if r
+                else "—",
+                ctx.plan(
+                    "hardware", i, "node_usd_per_hour", kind="price", unit="usd_h", label="node $/h"
+                ),
+            ]
+        )
+    lines += table(["GPU", "count", "pricing", "capex per node", "node power", "node all-in"], rows)
+    tps = sorted({int(p["tp"]) for p in ctx.inputs.plan.get("pools") or []})
+    lines += [
+        f"NVLink, not PCIe only: tensor parallelism of {', '.join(f'TP={t}' for t in tps)} "
+        "all-reduces every layer's activations, which on NVLink stays within a few hundred "
+        "microseconds per step; over PCIe it would eat the ITL budget. `inhouse check topology` "
+        "refuses a TP group whose GPUs are not NVLink-joined (deployment playbook, step 2).",
+        "",
+        f"Weight cache: at least {_weights_gb(ctx)} GB of NVMe per node for the checkpoints "
+        "served (catalog sizes at the planned quantization), mirrored (RAID10) so one drive "
+        "does not stop a replica.",
+        "",
+    ]
+    return lines
+
+
+def _weights_gb(ctx: Context) -> str:
+    total = 0.0
+    for p in ctx.inputs.plan.get("pools") or []:
+        total += float(p["memory_gib_per_gpu"]["weights"]) * int(p["tp"]) * 1.073741824
+    return f"{total:,.0f}"
+
+
+def selection(ctx: Context) -> list[str]:
+    lines = ctx.section("3. Model, quantization and engine selection")
+    plan = ctx.inputs.plan
+    for p in plan.get("pools") or []:
+        adapters = p.get("lora_adapters") or []
+        lines.append(
+            f"* **{p['name']}** ({', '.join(p['serves'])}): {p['hf_id']} at {p['quant']}, KV cache "
+            f"{p['kv_cache_dtype']}, TP={p['tp']} on {p['gpu']}, {p['replicas']} replicas, "
+            f"`max_num_seqs` {p['max_num_seqs']}, `max_num_batched_tokens` "
+            f"{p['max_num_batched_tokens']}."
+        )
+        for adapter in adapters:
+            lines.append(
+                f"* **{adapter}**: LoRA adapters on {p['name']}'s base model (Layout A), not a "
+                "pool of its own."
+            )
+    engine = plan.get("engine") or {}
+    lines += [
+        f"* **Engine**: {engine.get('backend', 'vllm')}.",
+        f"* **Router**: `{engine.get('routing_policy', 'cache_aware')}` — prefix-cache-aware, "
+        "never round-robin, which would scatter sessions and erase the planned hit rate.",
+        "",
+        "Runners-up and why they lost:",
+        "",
+    ]
+    search = plan.get("search") or {}
+    for key in ("failed_verification", "runners_up", "over_hardware"):
+        for item in (search.get(key) or [])[:3]:
+            lines.append(f"* {item['layout']} — {item['pools']}: {item['lost_because']}.")
+    for item in search.get("rejected_layouts") or []:
+        lines.append(f"* {item['layout']}: {'; '.join(item['why'])}.")
+    lines += ["", f"vLLM against SGLang: {SGLANG_TRADE}", ""]
+    lines += _engine_alternative(ctx)
+    return lines
+
+
+def _engine_alternative(ctx: Context) -> list[str]:
+    compare = ctx.inputs.compare
+    if compare is None:
+        return []
+    for i, alt in enumerate(compare.get("alternatives") or []):
+        if alt.get("axis") == "engine":
+            return [
+                f"Planned with SGLang's step-time constants instead, the same requirements give "
+                f"{alt.get('label', '')}: "
+                + ctx.show(
+                    compare.figure(
+                        "alternatives",
+                        i,
+                        "usd_per_hour",
+                        kind="price",
+                        unit="usd_h",
+                        label="alternative $/h",
+                    )
+                )
+                + " (section 5, the alternative compared).",
+                "",
+            ]
+    return []
+
+
+def capacity(ctx: Context) -> list[str]:
+    lines = ctx.section("5. Capacity plan")
+    lines += [
+        "```mermaid",
+        *deployment_diagram(ctx.inputs.plan.data),
+        "```",
+        "",
+        "_The deployment: clients through the L7 edge and the prefix-aware gateway to the engine "
+        "replicas, each on its NVLink group, weights from the node's verified NVMe cache._",
+        "",
+    ]
+    rows = []
+    for i, p in enumerate(ctx.inputs.plan.get("pools") or []):
+        base = ("pools", i)
+        placement = "; ".join(f"GPUs {x['gpu_ids']}" for x in p.get("placement", []))
+        rows.append(
+            [
+                p["name"],
+                f"{p['replicas']} x TP{p['tp']}",
+                placement,
+                ctx.plan(
+                    *base,
+                    "at_peak",
+                    "rate_per_replica_per_s",
+                    kind="estimate",
+                    unit="rate",
+                    digits=2,
+                ),
+                ctx.plan(*base, "at_peak", "batch", kind="estimate"),
+                ctx.plan(*base, "kv_budget_tokens", kind="config", unit="tok"),
+                ctx.plan(*base, "at_peak", "utilization", kind="estimate", unit="pct"),
+            ]
+        )
+    lines += table(
+        [
+            "pool",
+            "replicas",
+            "placement",
+            "req/s per replica at peak",
+            "decode batch",
+            "KV budget per replica",
+            "utilization at peak",
+        ],
+        rows,
+    )
+    lines += [
+        "Headroom: every replica is planned at no more than the utilization cap in steady state, "
+        "so a burst or the loss of a peer lands on spare capacity.",
+        "",
+    ]
+    lines += _failover(ctx)
+    lines += _cold_start(ctx)
+    return lines
+
+
+def _failover(ctx: Context) -> list[str]:
+    lines = ["### Failover and the degraded SLO", ""]
+    degraded = ctx.inputs.plan.get("degraded") or []
+    if not degraded:
+        return [
+            *lines,
+            "No pool has two replicas; losing one sends its traffic to the fallback.",
+            "",
+        ]
+    for i, d in enumerate(degraded):
+        lines.append(f"**{d['pool']}**: {d['failover']}.")
+        for workload, stated in (d.get("degraded_slo") or {}).items():
+            if not stated or "ttft" not in stated:
+                continue
+            target = ctx.plan(
+                "degraded",
+                i,
+                "degraded_slo",
+                workload,
+                "ttft",
+                "target_ms",
+                kind="target",
+                unit="ms",
+            )
+            simulated = ctx.plan(
+                "degraded",
+                i,
+                "workloads",
+                workload,
+                "p95_ms",
+                "p95_ttft_ms",
+                kind="estimate",
+                unit="ms",
+            )
+            reading, check = measure.drill_check(
+                ctx.inputs.drills, "kill-replica", "degraded", "ttft"
+            )
+            measured = ctx.show(reading.figure, f"not measured ({reading.why})")
+            verdict = ""
+            if reading.figure is not None and check is not None:
+                verdict = " — held" if check.get("ok") else " — **missed**"
+            lines += [
+                "",
+                f"The degraded SLO, named: **{workload} p95 TTFT at most {target} while one "
+                f"{d['pool']} replica is lost**, restored when the replica is replaced. "
+                f"Simulated by the planner: {simulated}; measured by the kill-replica drill: "
+                f"{measured}{verdict}.",
+            ]
+        lines.append("")
+    return lines
+
+
+def _cold_start(ctx: Context) -> list[str]:
+    from inhouse.perf.memory import weight_bytes
+    from inhouse.render.layout import ENGINE_INIT_S, NVME_READ_BYTES_S
+    from inhouse.spec.catalog import get_model
+    from inhouse.spec.quant import normalize_quant
+
+    lines = ["### Cold-start budget", ""]
+    for p in ctx.inputs.plan.get("pools") or []:
+        model = get_model(str(p["hf_id"]))
+        size = weight_bytes(model, normalize_quant(str(p["quant"])))
+        load = size / NVME_READ_BYTES_S + ENGINE_INIT_S
+        figure = Figure(
+            load,
+            "s",
+            "config",
+            Source(
+                "catalog models.yaml + render/layout.py",
+                f"{model.name} {p['quant']} bytes / NVME_READ_BYTES_S + ENGINE_INIT_S",
+            ),
+            digits=0,
+        )
+        lines.append(
+            f"* {p['name']}: about {ctx.show(figure)} from `kubectl apply` to first token — "
+            f"{size / 1e9:,.0f} GB of weights read from NVMe at {NVME_READ_BYTES_S / 1e9:g} GB/s "
+            f"plus {ENGINE_INIT_S} s of engine start-up (compile, CUDA graphs, KV profiling). "
+            "From the catalog, not measured: the simulated stack loads no weights."
+        )
+    return [*lines, ""]
+
+
+def pools_by_name(plan: dict[str, Any]) -> dict[str, Any]:
+    return {p["name"]: p for p in plan.get("pools") or []}

@@ -1,0 +1,258 @@
+"""Section 4's table: workload | metric | target | alarm at | measured | source.
+
+The rows are the seeds' (chat TTFT warm and cold, ITL, concurrent sessions held; utility e2e and
+throughput; KV use steady and in bursts; prefix hit rate) for the plan's own workloads, plus the
+degraded-mode row. Targets come from `plan.json` (the requirements' SLOs, traffic and the
+planned hit rate), alarms from the rendered alerts where one exists (else the requirement's
+alarm, saying no alert watches it), measured values from the bench runs and drills. A row with
+nothing measured says why: a row without a measured number is a wish, and the summary counts
+those rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from inhouse.report import measure
+from inhouse.report.figures import Figure, Source
+from inhouse.report.inputs import ReportInputs
+from inhouse.report.measure import Reading
+from inhouse.report.rendered import Alert, alert_threshold, find_alert
+
+SESSION_DROP_ALARM = 0.02  # the seeds' "drops > 2%"
+THROUGHPUT_ALARM = 0.9  # the seeds' "< 900" of 1000 req/min
+KV_STEADY_TARGET = 0.9  # the planner's KV cap at p95 (docs/plan.md, step 4)
+KV_BURST_TARGET = 0.95
+METRIC = {"ttft": "p95 TTFT", "itl": "p95 ITL", "tpot": "p95 TPOT", "e2e": "p95 e2e"}
+BENCH_KEY = {
+    "ttft": "p95_ttft_ms",
+    "itl": "p95_itl_ms",
+    "tpot": "p95_tpot_ms",
+    "e2e": "p95_e2el_ms",
+}
+ALERT = {
+    "ttft": "InhouseTTFTP95OverSLO",
+    "itl": "InhouseITLP95OverSLO",
+    "e2e": "InhouseE2EP95OverSLO",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """`< 800 ms`, `> 70%`: a figure and the side it must stay on ("<" means below)."""
+
+    op: str
+    figure: Figure | None
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SloRow:
+    workload: str
+    metric: str
+    target: Bound
+    alarm: Bound
+    measured: Reading
+    # A rate measured from n requests resolves the target to one request in n: a run at the
+    # offered rate reads it within that much either way.
+    tolerance: float = 0.0
+
+    @property
+    def verdict(self) -> bool | None:
+        value, target = self.measured.figure, self.target.figure
+        if value is None or target is None:
+            return None
+        if self.target.op == "<":
+            return value.value < target.value
+        return value.value >= target.value * (1.0 - self.tolerance)
+
+
+def _pool_of(inputs: ReportInputs, workload: str) -> str | None:
+    for pool in inputs.plan.get("pools") or []:
+        if workload in (pool.get("serves") or []):
+            return str(pool["name"])
+    return None
+
+
+def _alarm(inputs: ReportInputs, alerts: list[Alert], workload: str, metric: str) -> Bound:
+    """The rendered alert on this workload's pool, else the requirement's alarm."""
+    alert = find_alert(alerts, ALERT.get(metric, ""), _pool_of(inputs, workload))
+    figure = alert_threshold(alert, "ms")
+    if figure is not None and alert is not None:
+        return Bound(">", figure, alert.name)
+    stated = inputs.plan.figure(
+        "slo_check", "targets", workload, metric, "alarm_ms", kind="target", unit="ms"
+    )
+    return Bound(">", stated, "no rendered alert watches this")
+
+
+def latency_rows(inputs: ReportInputs, alerts: list[Alert], workload: str) -> list[SloRow]:
+    runs = inputs.runs_for(workload)
+    targets = inputs.plan.get("slo_check", "targets", workload) or {}
+    kind = inputs.plan.get("workloads", workload, "kind")
+    rows = []
+    for metric in targets:
+        target = inputs.plan.figure(
+            "slo_check", "targets", workload, metric, "target_ms", kind="target", unit="ms"
+        )
+        alarm = _alarm(inputs, alerts, workload, metric)
+        if metric == "ttft" and kind == "agent":
+            rows.append(
+                SloRow(
+                    workload, "p95 TTFT warm", Bound("<", target), alarm, measure.ttft_warm(runs)
+                )
+            )
+            rows.append(_cold_row(inputs, workload))
+            continue
+        reading = measure.worst(runs, BENCH_KEY[metric], unit="ms")
+        rows.append(SloRow(workload, METRIC[metric], Bound("<", target), alarm, reading))
+    return rows
+
+
+def _cold_row(inputs: ReportInputs, workload: str) -> SloRow:
+    runs = inputs.runs_for(workload, cold=None)
+    path = ("commitments", workload, "ttft_cold")
+    target = inputs.plan.figure(*path, "target_ms", kind="target", unit="ms")
+    alarm = inputs.plan.figure(*path, "alarm_ms", kind="target", unit="ms")
+    note = "" if target else "requirements state no slo.ttft_cold_p95_ms"
+    return SloRow(
+        workload,
+        "p95 TTFT cold",
+        Bound("<", target, note),
+        Bound(">", alarm, "bench check: vLLM's TTFT histogram does not tell cold from warm"),
+        measure.ttft_cold(runs),
+    )
+
+
+def traffic_rows(inputs: ReportInputs, workload: str) -> list[SloRow]:
+    runs = inputs.runs_for(workload)
+    w = ("workloads", workload, "traffic")
+    if inputs.plan.get(*w, "peak_sessions") is not None:
+        peak = inputs.plan.figure(*w, "peak_sessions", kind="workload", unit="count")
+        held, dropped = measure.sessions_held(runs)
+        drop = Figure(SESSION_DROP_ALARM, "pct", "target", Source("seeds' SLO table", "drops > 2%"))
+        if held.figure is not None and peak is not None and held.figure.value < peak.value:
+            why = f"the run drove {held.figure.value:.0f} sessions, fewer than the planned peak"
+            dropped = Reading(None, why)
+        return [
+            SloRow(
+                workload,
+                "concurrent sessions held: share with a failure",
+                Bound("<", drop, "of the sessions, at the planned peak (section 1)"),
+                Bound(">", drop),
+                dropped,
+            )
+        ]
+    peak = inputs.plan.figure(*w, "peak_per_s", kind="workload", unit="rate", scale=60.0)
+    if peak is None:
+        return []
+    alarm = Figure(
+        peak.value * THROUGHPUT_ALARM,
+        "rate",
+        "workload",
+        Source(peak.source.file, f"{peak.source.path} x 60 x {THROUGHPUT_ALARM}"),
+    )
+    target = Figure(
+        peak.value, "rate", "workload", Source(peak.source.file, f"{peak.source.path} x 60")
+    )
+    reading = measure.completion_rate(runs)
+    tolerance = 1.0 / reading.samples if reading.samples else 0.0
+    return [
+        SloRow(
+            workload,
+            "throughput (req/min)",
+            Bound("≥", target, "offered at peak; one request in n is the resolution"),
+            Bound("<", alarm),
+            reading,
+            tolerance,
+        )
+    ]
+
+
+def cluster_rows(inputs: ReportInputs, alerts: list[Alert]) -> list[SloRow]:
+    runs = [r for r in inputs.benches if not r.is_cold_probe]
+    planner = Source("docs/plan.md", "planner: KV cache at most 90% at p95")
+    kv_alert = find_alert(alerts, "InhouseKVCacheFull")
+    kv_alarm = Bound(">", alert_threshold(kv_alert), kv_alert.name if kv_alert else "no alert")
+    rows = [
+        SloRow(
+            "cluster",
+            "KV use, steady (p50)",
+            Bound("<", Figure(KV_STEADY_TARGET, "pct", "target", planner)),
+            kv_alarm,
+            measure.gauge(runs, "kv_cache_usage_perc", "p50"),
+        ),
+        SloRow(
+            "cluster",
+            "KV use, bursts (max)",
+            Bound(
+                "<",
+                Figure(KV_BURST_TARGET, "pct", "target", Source("seeds' SLO table", "<95% burst")),
+            ),
+            kv_alarm,
+            measure.gauge(runs, "kv_cache_usage_perc", "max"),
+        ),
+    ]
+    for workload in inputs.workload_names:
+        if inputs.plan.get("workloads", workload, "kind") != "agent":
+            continue
+        target, note = _hit_rate_floor(inputs, workload)
+        alert = find_alert(alerts, "InhousePrefixHitRateLow", _pool_of(inputs, workload))
+        rows.append(
+            SloRow(
+                workload,
+                "prefix-cache hit rate",
+                Bound("≥", target, note),
+                Bound("<", alert_threshold(alert), alert.name if alert else "no alert"),
+                measure.prefix_hit_rate(inputs.runs_for(workload)),
+            )
+        )
+    return rows
+
+
+def _hit_rate_floor(inputs: ReportInputs, workload: str) -> tuple[Figure | None, str]:
+    """The hit rate below which the plan's first SLO breaks (its sensitivity run), else the
+    planned rate itself."""
+    planned = inputs.plan.figure(
+        "workloads", workload, "planned_prefix_hit_rate", kind="workload", unit="pct"
+    )
+    for i, s in enumerate(inputs.plan.get("sensitivity") or []):
+        size = s.get("breaks_at_size")
+        if s.get("name") == "prefix_hit_halved" and planned is not None and size is not None:
+            source = Source(
+                inputs.plan.name,
+                f"sensitivity[{i}].breaks_at_size x workloads.{workload}.planned_prefix_hit_rate",
+            )
+            floor = Figure(planned.value * float(size), "pct", "workload", source)
+            return floor, "below it the plan's first SLO breaks"
+    return planned, "the plan's assumption"
+
+
+def degraded_rows(inputs: ReportInputs) -> list[SloRow]:
+    rows = []
+    for index, d in enumerate(inputs.plan.get("degraded") or []):
+        for workload, stated in (d.get("degraded_slo") or {}).items():
+            if not stated or "ttft" not in stated:
+                continue
+            path = ("degraded", index, "degraded_slo", workload, "ttft")
+            reading, _ = measure.drill_check(inputs.drills, "kill-replica", "degraded", "ttft")
+            rows.append(
+                SloRow(
+                    workload,
+                    f"p95 TTFT, one {d['pool']} replica lost",
+                    Bound("<", inputs.plan.figure(*path, "target_ms", kind="target", unit="ms")),
+                    Bound(">", inputs.plan.figure(*path, "alarm_ms", kind="target", unit="ms")),
+                    reading,
+                )
+            )
+    return rows
+
+
+def slo_rows(inputs: ReportInputs, alerts: list[Alert]) -> list[SloRow]:
+    rows: list[SloRow] = []
+    for workload in inputs.workload_names:
+        rows += latency_rows(inputs, alerts, workload)
+        rows += traffic_rows(inputs, workload)
+    rows += cluster_rows(inputs, alerts)
+    rows += degraded_rows(inputs)
+    return rows

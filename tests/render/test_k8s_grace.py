@@ -1,0 +1,71 @@
+"""terminationGracePeriodSeconds from the plan's p95 e2e plus the drain (issue 16 item 8)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import yaml
+from tests.render.conftest import PlannedCrm
+
+from inhouse.render import render_stack
+from inhouse.render.layout import TEARDOWN_MARGIN_S
+from inhouse.render.options import RenderOptions
+from inhouse.spec.stack import StackSpec, parse_stack
+
+
+def docs(stack: StackSpec, name: str) -> dict[str, Any]:
+    rendered = render_stack(stack)
+    for path, text in rendered.files.items():
+        if path.startswith("k8s/"):
+            for doc in yaml.safe_load_all(text):
+                if doc and doc["kind"] == "Deployment" and doc["metadata"]["name"] == name:
+                    return doc  # type: ignore[no-any-return]
+    raise AssertionError(name)
+
+
+def grace(doc: dict[str, Any]) -> int:
+    return int(doc["spec"]["template"]["spec"]["terminationGracePeriodSeconds"])
+
+
+def long_turns(e2e_ms: float, shutdown_s: int = 30) -> StackSpec:
+    return parse_stack(
+        {
+            "name": "long",
+            "nodes": [{"count": 1}],
+            "pools": [
+                {
+                    "name": "chat",
+                    "model": "Llama-3.1-8B",
+                    "knobs": {"shutdown_timeout_s": shutdown_s},
+                }
+            ],
+            "workloads": [
+                {"name": "chat", "model": "Llama-3.1-8B", "planned_p95": {"e2e_ms": e2e_ms}}
+            ],
+        }
+    )
+
+
+def test_grace_covers_the_planned_p95_e2e_after_the_drain() -> None:
+    prestop = RenderOptions().prestop_sleep_s
+    stack = long_turns(45_200.0)
+    assert grace(docs(stack, "chat-r0")) == prestop + 46 + TEARDOWN_MARGIN_S
+    assert grace(docs(stack, "gateway")) == prestop + 46 + TEARDOWN_MARGIN_S
+    notes = render_stack(stack).notes
+    assert any("shutdown_timeout_s 30 s is below the plan's p95 e2e 45.2 s" in n for n in notes)
+    assert any("proxy.drain_timeout_s 30 s is below the plan's longest p95 e2e" in n for n in notes)
+    short = long_turns(2_000.0)  # the drain is the longer: it sets the grace
+    assert grace(docs(short, "chat-r0")) == prestop + 30 + TEARDOWN_MARGIN_S
+
+
+def test_the_plan_drains_its_p95_and_render_waits_for_it(crm_plan: PlannedCrm) -> None:
+    stack = crm_plan.stack
+    chat = next(w for w in stack.workloads if w.name == "chat")
+    assert chat.planned_p95.e2e_ms is not None
+    e2e_s = math.ceil(chat.planned_p95.e2e_ms / 1000)
+    (pool,) = stack.pools
+    assert pool.knobs.shutdown_timeout_s >= e2e_s
+    prestop = RenderOptions().prestop_sleep_s
+    for name in ("chat-r0", "gateway"):
+        assert grace(docs(stack, name)) >= prestop + e2e_s + TEARDOWN_MARGIN_S

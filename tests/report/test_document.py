@@ -1,0 +1,158 @@
+"""The document: sections in order, the SLO table's measured column, rows without a number
+counted, the degraded SLO from the kill-replica drill, every figure traceable."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+
+from inhouse.report.document import DELIVERABLES, build_document
+from inhouse.report.inputs import ReportInputs, parse_path
+from inhouse.report.rendered import read_alerts
+from inhouse.report.slo import slo_rows
+
+from .conftest import make_inputs
+
+SECTIONS = (
+    "1. Workload characterization",
+    "2. Hardware bill",
+    "3. Model, quantization and engine selection",
+    "4. SLO commitments",
+    "5. Capacity plan",
+    "6. Observability",
+    "7. Cost model",
+    "8. Runbook drills",
+)
+
+
+def _rows(inputs: ReportInputs) -> dict[str, object]:
+    return {f"{r.workload} {r.metric}": r for r in slo_rows(inputs, read_alerts(inputs.render))}
+
+
+def test_eight_sections_in_order_and_six_deliverables(inputs: ReportInputs) -> None:
+    text = build_document(inputs).markdown
+    headings = re.findall(r"^## (.+)$", text, flags=re.MULTILINE)
+    numbered = [h for h in headings if h[0].isdigit()]
+    assert numbered == list(SECTIONS)
+    assert len(DELIVERABLES) == 6
+    front = text.split("## Summary")[0]
+    for _, file, _ in DELIVERABLES:
+        assert f"[{file}]({file})" in front
+    assert text.count("```mermaid") == 1
+
+
+def test_measured_column_comes_from_the_runs(
+    inputs: ReportInputs, report_dirs: dict[str, Path]
+) -> None:
+    rows = _rows(inputs)
+    chat = [
+        json.loads(line)
+        for line in (report_dirs["chat"] / "requests.jsonl").read_text().splitlines()
+    ]
+    cold = [
+        json.loads(line)
+        for line in (report_dirs["cold"] / "requests.jsonl").read_text().splitlines()
+    ]
+    warm = [r["ttft_ms"] for r in chat if r["success"] and r["cached_tokens"] > 0]
+    cold_ttft = [r["ttft_ms"] for r in chat + cold if r["success"] and r["cached_tokens"] == 0]
+    assert rows["chat p95 TTFT warm"].measured.figure.value == np.percentile(warm, 95)
+    assert rows["chat p95 TTFT cold"].measured.figure.value == np.percentile(cold_ttft, 95)
+    assert rows["chat p95 ITL"].measured.figure.value == 36.25
+    # one session of the 100 driven had a failed request (row 7)
+    held = rows["chat concurrent sessions held: share with a failure"]
+    assert held.measured.figure.value == 0.01 and held.verdict is True
+    assert abs(rows["utility throughput (req/min)"].measured.figure.value - 1000.0) < 1e-6
+    assert rows["utility throughput (req/min)"].verdict is True
+    assert rows["cluster KV use, steady (p50)"].measured.figure.value == 0.2937
+    assert rows["cluster KV use, bursts (max)"].measured.figure.value == 0.4683
+    assert rows["chat prefix-cache hit rate"].measured.figure.value == 0.8391  # server-side first
+    degraded = rows["chat p95 TTFT, one chat replica lost"]
+    assert degraded.measured.figure.value == 1034.0
+    assert degraded.measured.figure.source.path == "checks[1].observed"
+    assert all(r.measured.figure is not None for r in rows.values())
+
+
+def test_rows_without_a_number_are_counted_as_wishes(report_dirs: dict[str, Path]) -> None:
+    inputs = make_inputs(report_dirs, drills=False, benches=("chat",))
+    text = build_document(inputs).markdown
+    rows = _rows(inputs)
+    cold = rows["chat p95 TTFT cold"]
+    assert cold.measured.figure is None
+    assert (
+        "7 successful requests with cached_tokens == 0, fewer than the 20" in cold.measured.why
+    )  # row 7 failed
+    missing = [name for name, r in rows.items() if r.measured.figure is None]
+    assert set(missing) == {
+        "chat p95 TTFT cold",
+        "utility p95 e2e",
+        "utility throughput (req/min)",
+        "chat p95 TTFT, one chat replica lost",
+    }
+    assert f"{len(rows) - 4} of {len(rows)} rows are measured; 4 without a measured number" in text
+    assert len(rows) == 10
+    assert "Drills passed: 0 of 7 (no drill evidence given)" in text
+
+
+def test_the_degraded_slo_is_named_with_the_drill_value(inputs: ReportInputs) -> None:
+    text = build_document(inputs).markdown
+    assert "**chat p95 TTFT at most 1,200 ms while one chat replica is lost**" in text
+    assert "measured by the kill-replica drill: 1,034 ms — held" in text
+
+
+def test_every_figure_traces_to_its_file_and_json_path(inputs: ReportInputs) -> None:
+    built = build_document(inputs)
+    assert built.ledger.entries
+    docs = {d.name: d for d in (inputs.plan, *(r.result for r in inputs.benches))}
+    if inputs.drills:
+        docs.update({r.evidence.name: r.evidence for r in inputs.drills.runs})
+    checked = 0
+    for entry in built.ledger.entries:
+        src = entry.figure.source
+        assert src.file and src.path
+        doc = docs.get(src.file)
+        if doc is None or " " in src.path:  # derived: a selection and a statistic, named
+            continue
+        value = doc.get(*parse_path(src.path))
+        if isinstance(value, str):
+            continue
+        assert value is not None, (src.file, src.path)
+        checked += 1
+    assert checked > 40
+    appendix = built.markdown.split("## Appendix")[1]
+    assert "`cost.usd_per_hour`" in appendix and "checks[1].observed" in appendix
+
+
+def test_a_run_below_the_planned_sessions_holds_nothing(
+    report_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """Ten sessions without a failure say nothing about a hundred."""
+    run = tmp_path / "small"
+    run.mkdir()
+    result = json.loads((report_dirs["chat"] / "result.json").read_text())
+    result["workload"]["params"]["sessions"] = "10"
+    (run / "result.json").write_text(json.dumps(result))
+    (run / "requests.jsonl").write_text((report_dirs["chat"] / "requests.jsonl").read_text())
+    dirs = {**report_dirs, "small": run}
+    rows = _rows(make_inputs(dirs, benches=("small",)))
+    held = rows["chat concurrent sessions held: share with a failure"]
+    assert held.measured.figure is None and "drove 10 sessions" in held.measured.why
+
+
+def test_the_drill_table_shows_each_verdict(report_dirs: dict[str, Path], tmp_path: Path) -> None:
+    from .report_fixtures import write_drills
+
+    drills = write_drills(tmp_path / "drills", failing="kv-fill")
+    inputs = make_inputs({**report_dirs, "drills": drills})
+    text = build_document(inputs).markdown
+    assert "| kill-replica | Kill a chat replica during peak load | pass |" in text
+    assert "| kv-fill | Fill the KV cache to 95% | fail |" in text
+    assert "Drills passed: 6 of 7." in text
+
+
+def test_the_drills_post_mortem_timeline_stays_a_list(inputs: ReportInputs) -> None:
+    """Issue 22 aligns its times (`*     9.3 s`): five spaces would make CommonMark code."""
+    text = build_document(inputs).markdown
+    assert "\n* 9.3 s: SIGKILL chat-1" in text and "*     9.3 s" not in text

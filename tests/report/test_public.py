@@ -1,0 +1,144 @@
+"""The public version: no tenant or customer name, no price and no exact workload or measured
+figure of the internal document; drills verbatim."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from inhouse.report.build import build_outputs
+from inhouse.report.document import build_document
+from inhouse.report.figures import SANITIZED_KINDS, Figure, Source, format_range
+from inhouse.report.inputs import ReportInputs
+
+from .report_fixtures import TENANTS
+
+TEXT_FILES = (
+    "reference-architecture.md",
+    "reference-architecture.html",
+    "sizing-memo.md",
+    "runbook.md",
+    "deployment-playbook.md",
+    "bench-report.md",
+    "license-memo.md",
+    "cost-sheet.csv",
+)
+
+
+def _appears(needle: str, haystack: str) -> bool:
+    """`needle` as a whole figure: not inside a longer number."""
+    return re.search(rf"(?<![\w.,]){re.escape(needle)}(?![\w]|[.,]\d)", haystack) is not None
+
+
+@pytest.fixture(scope="module")
+def versions(inputs: ReportInputs) -> tuple[dict[str, str], dict[str, str], list[Figure]]:
+    """Internal files, public files with every figure placement blanked (the ledger test checks
+    those), and the internal figures. What is left of the public text is prose, paths, commands
+    and quoted drill text: no exact figure may hide there."""
+    internal = build_outputs(inputs, public=False)
+    public = build_outputs(inputs, public=True)
+    shown = sorted(
+        {e.shown for ledger in public.ledgers for e in ledger.entries}, key=len, reverse=True
+    )
+
+    def decode(files: dict[str, bytes]) -> dict[str, str]:
+        # the page's own CSS ("100%") and script are not the document's text
+        strip = lambda t: re.sub(r"<(style|script)>.*?</\1>", "", t, flags=re.DOTALL)  # noqa: E731
+        return {k: strip(v.decode()) for k, v in files.items() if k in TEXT_FILES}
+
+    figures = [e.figure for ledger in internal.ledgers for e in ledger.entries]
+    blanked = {}
+    for name, text in decode(public.files).items():
+        for placed in shown:
+            text = text.replace(placed, "[figure]")
+        blanked[name] = text
+    return decode(internal.files), blanked, figures
+
+
+def test_no_tenant_or_customer_name(
+    versions: tuple[dict[str, str], dict[str, str], list[Figure]], inputs: ReportInputs
+) -> None:
+    internal, public, _ = versions
+    names = [*TENANTS, str(inputs.plan.get("name"))]
+    assert any(name in internal["reference-architecture.md"] for name in names)
+    for file, text in public.items():
+        for name in names:
+            assert name not in text, (file, name)
+
+
+def test_no_price_and_no_exact_figure(
+    versions: tuple[dict[str, str], dict[str, str], list[Figure]],
+) -> None:
+    internal, public, figures = versions
+    sanitized = [f for f in figures if f.kind in SANITIZED_KINDS and f.value != 0]
+    kinds = {f.kind for f in sanitized}
+    assert {"measured", "price", "workload"} <= kinds
+    leaks = []
+    for figure in sanitized:
+        text = figure.text()
+        if len(re.sub(r"\D", "", text)) < 3:
+            # "15", "25 ms" also stand in prose ("15 minutes", an alert's "25 ms"): every
+            # placement of these is checked by the public ledger test instead
+            continue
+        in_some_file = any(_appears(text, body) for body in internal.values())
+        assert in_some_file or figure.kind == "price", text  # the internal version has it
+        for file, body in public.items():
+            if _appears(text, body):
+                leaks.append((file, figure.kind, text, figure.source.path))
+    assert leaks == []
+
+
+def test_the_public_ledger_shows_no_exact_figure(inputs: ReportInputs) -> None:
+    public = build_outputs(inputs, public=True)
+    entries = [e for ledger in public.ledgers for e in ledger.entries]
+    sanitized = [e for e in entries if e.figure.kind in SANITIZED_KINDS and e.figure.value]
+    assert len(sanitized) > 50
+    for entry in sanitized:
+        assert not _appears(entry.figure.text(), entry.shown), (entry.shown, entry.figure)
+
+
+def test_requirement_prices_never_appear(
+    versions: tuple[dict[str, str], dict[str, str], list[Figure]], inputs: ReportInputs
+) -> None:
+    _, public, _ = versions
+    for file, body in public.items():
+        assert re.search(r"\$\s?\d", body) is None, file  # no dollar figure at all
+    hw = inputs.plan.get("requirements", "hardware", 0)
+    prices = [f"{hw['capex_usd_per_node']:,.0f}", f"{hw['ops_usd_per_node_year']:,.0f}"]
+    prices += [
+        f"{api['input_usd_per_million']:.2f}"
+        for api in inputs.plan.get("requirements", "api_prices")
+    ]
+    for body in public.values():
+        for price in prices:
+            assert not _appears(price, body), price
+
+
+def test_drills_verbatim(versions: tuple[dict[str, str], dict[str, str], list[Figure]]) -> None:
+    _, public, _ = versions
+    doc = public["reference-architecture.md"]
+    assert "The kill-replica drill's expected outcome, verbatim." in doc
+    assert "* a red flag of ecc-dbe" in doc
+    assert "observed 1,034 ms" not in doc  # the observed text stays inside
+
+
+@given(
+    st.floats(min_value=1e-4, max_value=1e7, allow_nan=False),
+    st.sampled_from(["ms", "pct", "count", "rate", "x", "months"]),
+)
+def test_a_range_never_spells_the_exact_value(value: float, unit: str) -> None:
+    figure = Figure(value, unit, "measured", Source("f", "p"))  # type: ignore[arg-type]
+    assume(re.search(r"[1-9]", figure.text()))  # "0" for a tiny value is no exact figure
+    shown = figure.public_text()
+    assert not _appears(figure.text(), shown), (figure.text(), shown)
+    assert shown == format_range(value, figure.unit, figure.text())
+
+
+def test_the_public_document_is_the_same_document(inputs: ReportInputs) -> None:
+    internal = build_document(inputs).markdown
+    public = build_document(inputs, public=True).markdown
+    heads = lambda t: re.findall(r"^##+ (.+)$", t, flags=re.MULTILINE)  # noqa: E731
+    assert len(heads(internal)) == len(heads(public))
