@@ -18,7 +18,7 @@ import asyncio
 import os
 import sys
 
-from engine_load import closed_loop, dephase_spread_s, free_port, scrape, start_engine, stop
+from engine_load import closed_loop, free_port, scrape, start_engine, stop
 
 from inhouse.engine import ReplicaSpec, build_replica
 from inhouse.predict import run_closed_loop
@@ -100,8 +100,7 @@ def main() -> int:
         for concurrency in (int(c) for c in args.concurrency.split(",")):
             num = args.waves * concurrency
             asyncio.run(closed_loop(url, args.isl, args.osl, concurrency, min(num, 8)))  # warm-up
-            dephase = dephase_spread_s(replica, args.isl, args.osl, concurrency)
-            load = closed_loop(url, args.isl, args.osl, concurrency, num, 1, dephase)
+            load = closed_loop(url, args.isl, args.osl, concurrency, num, 1)
             before = scrape(url)
             measured = asyncio.run(load)
             engine_side = _engine_side(before, scrape(url))

@@ -20,7 +20,6 @@ import time
 from engine_load import (
     closed_loop,
     cpu_seconds,
-    dephase_spread_s,
     free_port,
     scrape,
     start_engine,
@@ -96,8 +95,7 @@ def main() -> int:
     try:
         num = args.waves * args.concurrency
         cpu_before = cpu_seconds(engine.pid)
-        dephase = dephase_spread_s(replica, args.isl, args.osl, args.concurrency)
-        load = closed_loop(url, args.isl, args.osl, args.concurrency, num, 0, dephase)
+        load = closed_loop(url, args.isl, args.osl, args.concurrency, num, 0)
         client_cpu_before = time.process_time()
         measured = asyncio.run(load)
         client_cpu_s = time.process_time() - client_cpu_before

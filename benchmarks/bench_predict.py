@@ -1,10 +1,19 @@
-"""Accuracy and speed of `inhouse predict` on the calibration file.
+"""Accuracy of the engine model on the calibration corpus, in-sample and on a GPU it never saw.
 
-    python benchmarks/bench_predict.py [--csv data/calibration_h100_dense.csv]
+    python benchmarks/bench_predict.py [--csv data/calibration_silicon.csv] [--workers 2]
+                                       [--holdout-dir data/calibration_holdout] [--quick]
 
-Prints median absolute percentage error of mean TTFT and mean TPOT per backend and per
-(backend, TP), the worst rows, the wall time of predicting the whole file, and the speed of one
-10,000-request closed-loop run (1k in / 1k out, concurrency 64, Llama-3.1-70B FP8 TP4 on H100).
+Reads the corpus as the fit does (`inhouse.calibration`: layouts from the run ids, duplicates
+dropped, invalid and physically impossible rows reported and left out), predicts every usable
+row with the shipped constants (in-sample) and, for each GPU with a held-out fit in
+`--holdout-dir` (`engines_without_<gpu>.yaml`, written by `scripts/fit_calibration.py
+--holdout <gpu> --out ...`), predicts that GPU's rows with constants fitted without them
+(leave-one-GPU-out); and, with the shipped constants, `--unseen` (default
+data/calibration_unseen_gpus.csv: the same corpus's H200 and B300 runs, no row of which any
+fit has seen; models it never saw too, Llama-3.1-8B and Qwen3-235B-A22B). Prints median
+absolute relative error of mean TTFT and mean TPOT by backend, and within each backend by
+model family, GPU and concurrency regime; the worst rows; and the wall time. `--quick`
+predicts every fourth row.
 """
 
 from __future__ import annotations
@@ -15,83 +24,141 @@ import statistics
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from inhouse.cli.predict import predict_row
-from inhouse.engine import ReplicaSpec, build_replica
-from inhouse.predict import run_closed_loop
-from inhouse.spec.knobs import VLLM_SERVE_DEFAULTS
+from inhouse.calibration.corpus import CorpusRow, prepare
+from inhouse.calibration.plausibility import Screening, screen
+from inhouse.engine.build import build_replica
+from inhouse.perf.constants import EngineConstants, get_engine_constants, load_engine_table
+from inhouse.predict import AIPERF_SILICON, run_closed_loop
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_CSV = ROOT / "data" / "calibration_h100_dense.csv"
+DEFAULT_CSV = ROOT / "data" / "calibration_silicon.csv"
+HOLDOUT_DIR = ROOT / "data" / "calibration_holdout"
+UNSEEN_CSV = ROOT / "data" / "calibration_unseen_gpus.csv"
 COMMAND = "python benchmarks/bench_predict.py"
 
+Scored = tuple[CorpusRow, float, float]  # row, predicted TTFT, predicted TPOT
 
-def ape(pred: str, measured: str) -> float:
-    return abs(float(pred) / float(measured) - 1.0)
+
+def _predict(task: tuple[CorpusRow, EngineConstants]) -> Scored:
+    row, constants = task
+    replica = build_replica(row.spec, constants)
+    result = run_closed_loop(replica, row.isl, row.osl, row.concurrency, protocol=AIPERF_SILICON)
+    return row, result.mean_ttft_ms, result.mean_tpot_ms
+
+
+def _errors(scored: list[Scored]) -> tuple[float, float]:
+    ttft = statistics.median(abs(p / r.ttft_ms - 1) for r, p, _ in scored)
+    tpot = statistics.median(abs(p / r.tpot_ms - 1) for r, _, p in scored)
+    return ttft, tpot
+
+
+def print_table(title: str, scored: list[Scored]) -> None:
+    print(f"\n{title}")
+    print(f"  {'group':<34} {'rows':>5} {'TTFT MdAPE':>11} {'TPOT MdAPE':>11}")
+    keys: list[tuple[str, Callable[[CorpusRow], str]]] = [
+        ("family", lambda r: r.family),
+        ("gpu", lambda r: r.gpu),
+        ("regime", lambda r: r.regime),
+    ]
+    for backend in sorted({r.backend for r, _, _ in scored}):
+        mine = [s for s in scored if s[0].backend == backend]
+        ttft, tpot = _errors(mine)
+        print(f"  {backend:<34} {len(mine):>5} {100 * ttft:>10.1f}% {100 * tpot:>10.1f}%")
+        for label, key in keys:
+            groups: dict[str, list[Scored]] = defaultdict(list)
+            for s in mine:
+                groups[key(s[0])].append(s)
+            for name in sorted(groups):
+                ttft, tpot = _errors(groups[name])
+                group = f"  {backend} {label} {name}"
+                print(
+                    f"  {group:<34} {len(groups[name]):>5} {100 * ttft:>10.1f}% "
+                    f"{100 * tpot:>10.1f}%"
+                )
+
+
+def print_worst(scored: list[Scored], count: int) -> None:
+    for index, label in ((1, "TTFT"), (2, "TPOT")):
+        print(f"\nworst {label} rows (in-sample):")
+
+        def miss(s: Scored, index: int = index) -> float:
+            measured = s[0].ttft_ms if index == 1 else s[0].tpot_ms
+            return float(abs(s[index] / measured - 1))
+
+        for s in sorted(scored, key=miss, reverse=True)[:count]:
+            r = s[0]
+            measured = r.ttft_ms if index == 1 else r.tpot_ms
+            print(
+                f"  {r.spec.model:<18} {r.backend:<6} {r.gpu:<9} {r.spec.quant:<4} "
+                f"tp{r.spec.tp} ep{r.spec.moe_ep} {r.isl}/{r.osl} c{r.concurrency:<4} "
+                f"measured {measured:9.1f} predicted {s[index]:9.1f} "
+                f"({100 * (s[index] / measured - 1):+.0f}%)"
+            )
+
+
+def _read(path: Path) -> Screening:
+    """A corpus file read and screened as the fit does, what was left out printed."""
+    with path.open(newline="", encoding="utf-8") as handle:
+        corpus = prepare(list(csv.DictReader(handle)))
+    screened = screen(corpus.rows)
+    print(
+        f"{path.name}: {len(corpus.rows)} runs after dropping {len(corpus.duplicates)} "
+        f"duplicate rows; {len(corpus.corrected)} layouts corrected from run ids"
+    )
+    for label, items in (
+        ("unreadable", [(None, f"{i}: {w}") for i, w in corpus.unreadable]),
+        ("invalid layout", screened.invalid),
+        ("does not fit", screened.unfit),
+        ("faster than the hardware allows", screened.implausible),
+    ):
+        print(f"  left out, {label}: {len(items)}")
+        for row, why in items[:3]:
+            print(f"    {row.row_id if row else ''}: {why[:140]}")
+    return screened
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--csv", type=Path, default=DEFAULT_CSV)
+    parser.add_argument("--holdout-dir", type=Path, default=HOLDOUT_DIR)
+    parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--worst", type=int, default=8)
+    parser.add_argument("--quick", action="store_true", help="every fourth row only")
+    parser.add_argument("--unseen", type=Path, default=UNSEEN_CSV, help="runs on unfitted GPUs")
     args = parser.parse_args()
-    rows = list(csv.DictReader(args.csv.open(newline="", encoding="utf-8")))
-
+    screened = _read(args.csv)
+    rows = screened.usable[:: 4 if args.quick else 1]
+    unseen = _read(args.unseen).usable[:: 4 if args.quick else 1] if args.unseen.is_file() else []
     started = time.perf_counter()
-    results = [predict_row(row) for row in rows]
+    with ProcessPoolExecutor(args.workers) as pool:
+        tasks = [(r, get_engine_constants(r.backend)) for r in rows]
+        in_sample = list(pool.map(_predict, tasks, chunksize=2))
+        held_out: list[Scored] = []
+        for gpu in sorted({r.gpu for r in rows}):
+            path = args.holdout_dir / f"engines_without_{gpu}.yaml"
+            if not path.is_file():
+                continue
+            table = load_engine_table(path.read_text("utf-8"))
+            tasks = [(r, table[r.backend]) for r in rows if r.gpu == gpu]
+            held_out += list(pool.map(_predict, tasks, chunksize=2))
+        tasks = [(r, get_engine_constants(r.backend)) for r in unseen]
+        never = list(pool.map(_predict, tasks, chunksize=2))
     wall_s = time.perf_counter() - started
-
-    groups: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    scored = []
-    for row in results:
-        if row["pred_error"]:
-            print(f"no prediction: {row['model']} tp{row['tp']}: {row['pred_error'][:120]}")
-            continue
-        errors = (
-            ape(row["pred_ttft_ms"], row["ttft_ms"]),
-            ape(row["pred_tpot_ms"], row["tpot_ms"]),
-        )
-        scored.append((row, errors))
-        groups[row["backend"]].append(errors)
-        groups[f"{row['backend']} tp{row['tp']}"].append(errors)
-    groups["all"] = [e for _, e in scored]
-
-    print(f"\n{'group':<14} {'rows':>5} {'TTFT MdAPE':>11} {'TPOT MdAPE':>11}")
-    for name in sorted(groups, key=lambda g: (g != "all", g)):
-        errs = groups[name]
-        ttft = 100 * statistics.median(e[0] for e in errs)
-        tpot = 100 * statistics.median(e[1] for e in errs)
-        print(f"{name:<14} {len(errs):>5} {ttft:>10.1f}% {tpot:>10.1f}%")
-
-    for index, label in ((0, "TTFT"), (1, "TPOT")):
-        print(f"\nworst {label} rows:")
-        worst = sorted(scored, key=lambda s: -s[1][index])[: args.worst]
-        for row, _ in worst:
-            key = "ttft_ms" if index == 0 else "tpot_ms"
-            print(
-                f"  {row['model']:<14} {row['backend']:<6} {row['precision']} tp{row['tp']} "
-                f"{row['isl']}/{row['osl']} c{row['concurrency']:<4} "
-                f"measured {float(row[key]):9.1f}"
-                f"  predicted {float(row['pred_' + key]):9.1f}  "
-                f"({100 * (float(row['pred_' + key]) / float(row[key]) - 1):+.0f}%)"
-            )
-
-    print(f"\npredict over {len(rows)} rows: {wall_s:.1f} s wall")
-
-    replica = build_replica(
-        ReplicaSpec("Llama-3.1-70B", "h100_sxm", 4, "fp8", "vllm", VLLM_SERVE_DEFAULTS)
-    )
-    started = time.perf_counter()
-    result = run_closed_loop(replica, 1024, 1024, 64, num_requests=10_000, sampled_waves=None)
-    run_s = time.perf_counter() - started
-    print(
-        f"10,000 requests 1k/1k c64 70B FP8 TP4 (all {result.num_requests} "
-        f"requests simulated, {result.num_steps} steps): {run_s:.2f} s wall, "
-        f"{result.duration_s:.0f} simulated s, "
-        f"{result.duration_s / run_s:.0f} simulated s per wall s"
-    )
-    print(f"\nreproduce: {COMMAND}")
+    print_table("in-sample (shipped constants, fitted on every usable row):", in_sample)
+    if held_out:
+        title = "leave-one-GPU-out (each GPU predicted by constants fitted without it):"
+        print_table(title, held_out)
+    else:
+        print(f"\nno held-out fits in {args.holdout_dir}: leave-one-GPU-out not reported")
+    if never:
+        print_table(f"GPUs no fit has seen ({args.unseen.name}, shipped constants):", never)
+    print_worst(in_sample, args.worst)
+    print(f"\npredicted {len(in_sample) + len(held_out) + len(never)} runs in {wall_s:.0f} s wall")
+    print(f"\nreproduce: {COMMAND}{' --quick' if args.quick else ''}")
     return 0
 
 

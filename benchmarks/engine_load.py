@@ -23,8 +23,6 @@ from pathlib import Path
 
 import httpx
 
-from inhouse.engine import Replica
-
 
 @dataclass(frozen=True)
 class LoadResult:
@@ -75,11 +73,9 @@ async def closed_loop(
     concurrency: int,
     num_requests: int,
     seed: int = 0,
-    dephase_s: float = 0.0,
 ) -> LoadResult:
-    """`dephase_s`: after its first request, client i waits `dephase_s * i / concurrency`
-    before the next, as `inhouse.predict.run_closed_loop` does (see its NOTE): without it a
-    jitter-free closed loop locks into waves that queue behind each other's prefill."""
+    """Clients send back to back, as `inhouse.predict.run_closed_loop` models them (no think
+    time): what de-phases them is the engine's own API-server queue and scheduling."""
     rng = random.Random(seed)
     prompts = [[rng.randrange(1000, 100_000) for _ in range(isl)] for _ in range(num_requests)]
     ttfts: dict[int, float] = {}
@@ -117,19 +113,15 @@ async def closed_loop(
         ttfts[index] = first - sent
         tpots.append((end - first) / (osl - 1))
 
-    async def worker(client: int) -> None:
+    async def worker() -> None:
         nonlocal next_index
-        first = True
         while next_index < num_requests:
             index = next_index
             next_index += 1
             await one(index, prompts[index])
-            if first and dephase_s > 0:
-                await asyncio.sleep(dephase_s * client / concurrency)
-            first = False
 
     started = time.perf_counter()
-    await asyncio.gather(*(worker(i) for i in range(concurrency)))
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
     duration = time.perf_counter() - started
     first = [ttfts[i] for i in range(min(concurrency, num_requests))]
     rest = [ttfts[i] for i in range(len(first), num_requests)] or [0.0]
@@ -141,16 +133,6 @@ async def closed_loop(
         1000 * sum(first) / len(first),
         1000 * sum(rest) / len(rest),
     )
-
-
-def dephase_spread_s(replica: Replica, isl: int, osl: int, concurrency: int) -> float:
-    """The spread over which `run_closed_loop` de-phases its clients after the first wave
-    (client i pauses `spread * i / concurrency`): the same number, from predict itself."""
-    # NOTE: a private helper of inhouse.predict, imported so there is one definition.
-    from inhouse.predict import closed_loop_cycle_s
-
-    cycle_s = closed_loop_cycle_s(replica, isl, osl, concurrency)
-    return replica.constants.closed_loop_spread * cycle_s
 
 
 def scrape(url: str) -> dict[str, float]:

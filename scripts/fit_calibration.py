@@ -1,13 +1,23 @@
-"""Fit the per-engine constants of the step-time model on measured closed-loop points.
+"""Fit the constants of the step-time model on the measured calibration corpus.
 
-    python scripts/fit_calibration.py [--csv data/calibration_h100_dense.csv]
-                                      [--backend vllm] [--write]
+    python scripts/fit_calibration.py [--csv data/calibration_silicon.csv] [--holdout GPU]
+                                      [--rounds 6] [--workers 2] [--out FILE | --write]
 
-For each backend, the constants in `src/inhouse/perf/data/engines.yaml` are fitted by robust
-least squares on log(predicted / measured) of mean TTFT and mean TPOT, each row predicted by the
-same closed-loop simulation `inhouse predict` runs. GPU physics stay in the catalog: the fit
-sees only H100 rows, and the constants must carry to other GPUs unchanged. `--write` stores the
-result; without it the script only prints.
+The corpus is read by `inhouse.calibration.corpus` (layouts from the runs' ids, duplicates
+dropped, KV dtype from the checkpoint, the harness's engine knobs) and screened by
+`inhouse.calibration.plausibility` (invalid layouts and rows faster than the hardware allows
+are reported and left out). Then, for a few rounds: every row is simulated at the current
+constants and recorded; host constants are nudged and re-simulated to see how they move each
+row; and robust least squares on log(predicted / measured) of mean TTFT and TPOT, with the
+recordings replayed under the trial constants, proposes the next constants. A round that
+makes the real (re-simulated) objective worse is halved back towards the best one.
+
+The kernel constants are shared by the engines; the software constants are per engine; no
+constant is per GPU. `--holdout b200_sxm` fits without that GPU's rows (for
+`benchmarks/bench_predict.py`'s leave-one-GPU-out figures). `--write` stores the fit in
+`src/inhouse/perf/data/engines.yaml`; `--out FILE` elsewhere; neither: print only. A fit starts
+from `--start` (default: the physical values of `data/calibration_prior.yaml`) and is pulled
+weakly towards `--prior` (the same file); a leave-one-GPU-out fit must start there.
 """
 
 from __future__ import annotations
@@ -15,245 +25,224 @@ from __future__ import annotations
 import argparse
 import csv
 import math
-import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import yaml
-from scipy.optimize import least_squares, minimize
+from scipy.optimize import least_squares
 
-from inhouse.engine.build import ReplicaSpec, build_replica
-from inhouse.errors import DoesNotFitError
-from inhouse.perf.constants import FITTED_FIELDS, EngineConstants, get_engine_constants
-from inhouse.predict import run_closed_loop
-from inhouse.spec.knobs import VLLM_SERVE_DEFAULTS
+from inhouse.calibration.corpus import CorpusRow, prepare
+from inhouse.calibration.fitting import Linearized, Space, median_errors
+from inhouse.calibration.plausibility import screen
+from inhouse.calibration.replay import Recording, record
+from inhouse.engine.build import build_replica
+from inhouse.perf.constants import ENGINE_FIELDS, KERNEL_FIELDS, EngineConstants, load_engine_table
+from inhouse.predict import AIPERF_SILICON, run_closed_loop
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_CSV = ROOT / "data" / "calibration_h100_dense.csv"
+DEFAULT_CSV = ROOT / "data" / "calibration_silicon.csv"
 ENGINES_YAML = ROOT / "src" / "inhouse" / "perf" / "data" / "engines.yaml"
-
-LOWER = {
-    "eta_bw": 0.3,
-    "eta_compute": 0.1,
-    "eta_compute_fp8": 0.1,
-    "eta_attention": 0.05,
-    "step_overhead_s": 1e-5,
-    "layer_overhead_s": 1e-7,
-    "seq_overhead_s": 1e-7,
-    "allreduce_latency_scale": 0.1,
-    "request_overhead_s": 1e-4,
-    "prompt_token_overhead_s": 1e-8,
-    "closed_loop_spread": 0.001,
-}
-UPPER = {
-    "eta_bw": 1.0,
-    "eta_compute": 1.0,
-    "eta_compute_fp8": 1.0,
-    "eta_attention": 1.0,
-    "step_overhead_s": 0.05,
-    "layer_overhead_s": 1e-3,
-    "seq_overhead_s": 1e-3,
-    "allreduce_latency_scale": 10.0,
-    "request_overhead_s": 0.5,
-    "prompt_token_overhead_s": 1e-4,
-    "closed_loop_spread": 1.0,
-}
+PRIOR_YAML = ROOT / "data" / "calibration_prior.yaml"
+HOST_STEP = 0.4  # log-space nudge of a host constant
+HOST_EVERY = 3  # rounds between re-measurements of the host constants' effect
+F_SCALE = 0.1  # residuals beyond ~10% count linearly, not quadratically
+TRUST = 0.5  # a round moves no constant by more than this in log space (x1.65)
 
 
-def predict_row(args: tuple[dict[str, str], EngineConstants]) -> tuple[float, float] | None:
-    row, constants = args
-    spec = ReplicaSpec(
-        row["model"],
-        row["system"],
-        int(row["tp"]),
-        row["precision"],
-        row["backend"],
-        VLLM_SERVE_DEFAULTS,
-    )
+def _record(task: tuple[CorpusRow, EngineConstants]) -> Recording | None:
+    row, constants = task
     try:
-        replica = build_replica(spec, constants)
-    except DoesNotFitError:
+        return record(row, constants)
+    except AssertionError as exc:  # NOTE: reported, not hidden: a row the engine cannot run
+        print(f"  cannot simulate {row.row_id}: {exc}", flush=True)
         return None
-    result = run_closed_loop(replica, int(row["isl"]), int(row["osl"]), int(row["concurrency"]))
+
+
+def _predict(task: tuple[CorpusRow, EngineConstants]) -> tuple[float, float]:
+    row, constants = task
+    result = run_closed_loop(
+        build_replica(row.spec, constants), row.isl, row.osl, row.concurrency,
+        protocol=AIPERF_SILICON,
+    )  # fmt: skip
     return result.mean_ttft_ms, result.mean_tpot_ms
 
 
-class Fitter:
-    def __init__(
-        self,
-        rows: list[dict[str, str]],
-        base: EngineConstants,
-        pool: ProcessPoolExecutor,
-        fields: tuple[str, ...] = FITTED_FIELDS,
-    ):
-        self.rows = rows
-        self.base = base
-        self.pool = pool
-        self.fields = fields
-        self.calls = 0
-
-    def constants(self, x: np.ndarray) -> EngineConstants:
-        values = {name: float(math.exp(v)) for name, v in zip(self.fields, x, strict=True)}
-        return self.base.with_values(**values)
-
-    def predictions(self, constants: EngineConstants) -> list[tuple[float, float] | None]:
-        return list(self.pool.map(predict_row, [(r, constants) for r in self.rows], chunksize=4))
-
-    def residuals(self, x: np.ndarray) -> np.ndarray:
-        self.calls += 1
-        if self.calls % 10 == 0:
-            print(f"  evaluation {self.calls}", flush=True)
-        preds = self.predictions(self.constants(x))
-        out: list[float] = []
-        for row, pred in zip(self.rows, preds, strict=True):
-            if pred is None:
-                out.extend([3.0, 3.0])  # a measured point the model says cannot run
-                continue
-            out.append(math.log(pred[0] / float(row["ttft_ms"])))
-            out.append(math.log(pred[1] / float(row["tpot_ms"])))
-        return np.array(out)
+def robust_cost(residuals: np.ndarray) -> float:
+    z = (residuals / F_SCALE) ** 2
+    return float(np.sum(F_SCALE**2 * 2 * (np.sqrt(1 + z) - 1)))
 
 
-def median_ape(rows: list[dict[str, str]], preds: list[tuple[float, float] | None]) -> float:
-    """The score the issue judges: median APE of TTFT plus median APE of TPOT (a row the
-    model cannot run counts as a 100% miss)."""
-    ttft = []
-    tpot = []
-    for row, pred in zip(rows, preds, strict=True):
-        if pred is None:
-            ttft.append(1.0)
-            tpot.append(1.0)
-            continue
-        ttft.append(abs(pred[0] / float(row["ttft_ms"]) - 1))
-        tpot.append(abs(pred[1] / float(row["tpot_ms"]) - 1))
-    return statistics.median(ttft) + statistics.median(tpot)
+def summary(recordings: list[Recording]) -> str:
+    parts = []
+    for backend in sorted({r.row.backend for r in recordings}):
+        pairs = [
+            (r.ttft_ms, r.row.ttft_ms, r.tpot_ms, r.row.tpot_ms)
+            for r in recordings
+            if r.row.backend == backend
+        ]
+        ttft, tpot = median_errors(pairs)
+        parts.append(f"{backend}: TTFT {100 * ttft:.1f}%, TPOT {100 * tpot:.1f}% ({len(pairs)})")
+    return "; ".join(parts)
 
 
-def summarize(rows: list[dict[str, str]], preds: list[tuple[float, float] | None]) -> str:
-    ttft_err = []
-    tpot_err = []
-    for row, pred in zip(rows, preds, strict=True):
-        if pred is None:
-            continue
-        ttft_err.append(abs(pred[0] / float(row["ttft_ms"]) - 1))
-        tpot_err.append(abs(pred[1] / float(row["tpot_ms"]) - 1))
-    return (
-        f"TTFT median APE {100 * statistics.median(ttft_err):.1f}%, "
-        f"TPOT median APE {100 * statistics.median(tpot_err):.1f}% over {len(ttft_err)} rows"
-    )
-
-
-def fit_backend(
-    backend: str,
-    rows: list[dict[str, str]],
+def host_jacobian(
+    space: Space,
+    x: np.ndarray,
+    recordings: list[Recording],
     pool: ProcessPoolExecutor,
-    max_evals: int,
-    refine_evals: int,
-    fields: tuple[str, ...] = FITTED_FIELDS,
-) -> tuple[EngineConstants, str]:
-    base = get_engine_constants(backend)
-    fitter = Fitter(rows, base, pool, fields)
-    x0 = np.array([math.log(getattr(base, f)) for f in fields])
-    lower = np.array([math.log(LOWER[f]) for f in fields])
-    upper = np.array([math.log(UPPER[f]) for f in fields])
-    x0 = np.clip(x0, lower + 1e-6, upper - 1e-6)
-    started = time.perf_counter()
-    print(f"[{backend}] start: {summarize(rows, fitter.predictions(base))}", flush=True)
-    x = x0
-    if max_evals > 0:
-        x = least_squares(
-            fitter.residuals,
-            x0,
-            bounds=(lower, upper),
-            loss="soft_l1",
-            f_scale=0.05,
-            diff_step=0.03,
-            max_nfev=max_evals,
-            x_scale=1.0,
-        ).x
-    if refine_evals > 0:
-        # Robust least squares is smooth but not the score; Nelder-Mead then minimizes the
-        # median APE itself, starting from the least-squares optimum.
-        def score(v: np.ndarray) -> float:
-            v = np.clip(v, lower, upper)
-            return median_ape(rows, fitter.predictions(fitter.constants(v)))
+) -> np.ndarray:
+    """d log prediction / d log host constant, by re-simulating with each one nudged."""
+    jac = np.zeros((2 * len(recordings), len(space.params)))
+    base = np.array([[math.log(r.ttft_ms), math.log(r.tpot_ms)] for r in recordings]).ravel()
+    for j in space.host_indices():
+        param = space.params[j]
+        nudged = x.copy()
+        nudged[j] += HOST_STEP
+        table = space.constants(nudged)
+        rows = [i for i, r in enumerate(recordings) if param.applies_to(r.row.backend)]
+        tasks = [(recordings[i].row, table[recordings[i].row.backend]) for i in rows]
+        for i, (ttft, tpot) in zip(rows, pool.map(_predict, tasks, chunksize=2), strict=True):
+            jac[2 * i, j] = (math.log(ttft) - base[2 * i]) / HOST_STEP
+            jac[2 * i + 1, j] = (math.log(tpot) - base[2 * i + 1]) / HOST_STEP
+        print(f"  host sensitivity of {param.scope}.{param.name} measured", flush=True)
+    return jac
 
-        refined = minimize(
-            score,
-            x,
-            method="Nelder-Mead",
-            options={"maxfev": refine_evals, "initial_simplex": _simplex(x, 0.15)},
+
+def save_round(
+    trace: Path | None, k: int, table: dict[str, EngineConstants], recs: list[Recording]
+) -> None:
+    """Keep each round's constants and predictions, to look at residuals while it runs."""
+    if trace is None:
+        return
+    trace.mkdir(parents=True, exist_ok=True)
+    write_table(trace / f"round{k}.yaml", table, {e: f"round {k}" for e in table})
+    with (trace / f"round{k}.csv").open("w", newline="", encoding="utf-8") as handle:
+        out = csv.writer(handle)
+        out.writerow(["id", "ttft_ms", "tpot_ms", "pred_ttft_ms", "pred_tpot_ms"])
+        for r in recs:
+            out.writerow([r.row.row_id, r.row.ttft_ms, r.row.tpot_ms, r.ttft_ms, r.tpot_ms])
+
+
+def fit(
+    rows: list[CorpusRow],
+    base: dict[str, EngineConstants],
+    prior: dict[str, EngineConstants],
+    rounds: int,
+    workers: int,
+    trace: Path | None = None,
+):
+    space = Space.over(base, prior)
+    low, high = space.bounds()
+    x = np.clip(space.vector(base), low + 1e-9, high - 1e-9)
+    best: tuple[float, np.ndarray, list[Recording]] | None = None
+    jac_host = None
+    with ProcessPoolExecutor(workers) as pool:
+        for k in range(rounds + 1):
+            started = time.perf_counter()
+            table = space.constants(x)
+            tasks = [(r, table[r.backend]) for r in rows]
+            recordings = [r for r in pool.map(_record, tasks, chunksize=2) if r is not None]
+            replicas = [build_replica(r.row.spec, table[r.row.backend]) for r in recordings]
+            no_host = np.zeros((2 * len(recordings), len(x)))
+            lin = Linearized(space, recordings, replicas, x, no_host)
+            cost = robust_cost(lin.residuals(x))
+            took = time.perf_counter() - started
+            print(f"round {k}: cost {cost:.2f} ({took:.0f} s) {summary(recordings)}", flush=True)
+            save_round(trace, k, table, recordings)
+            if best is not None and cost > best[0]:
+                x = (x + best[1]) / 2  # the step overshot: back halfway towards the best
+                continue
+            best = (cost, x.copy(), recordings)
+            if k == rounds:
+                break
+            if jac_host is None or k % HOST_EVERY == 0:
+                jac_host = host_jacobian(space, x, recordings, pool)
+            lin.host_jacobian = jac_host
+            result = least_squares(
+                lin.residuals,
+                x,
+                bounds=(np.maximum(low, x - TRUST), np.minimum(high, x + TRUST)),
+                loss="soft_l1",
+                f_scale=F_SCALE,
+                jac_sparsity=space.sparsity(recordings),
+                diff_step=0.02,
+                max_nfev=150,
+            )
+            x = result.x
+    assert best is not None
+    return space, best
+
+
+def write_table(path: Path, table: dict[str, EngineConstants], notes: dict[str, str]) -> None:
+    first = next(iter(table.values()))
+    out: dict[str, dict[str, object]] = {"kernels": {}}
+    for name in KERNEL_FIELDS:
+        out["kernels"][name] = float(f"{getattr(first, name):.4g}")
+    for engine, constants in sorted(table.items()):
+        block: dict[str, object] = {}
+        for name in ENGINE_FIELDS:
+            block[name] = float(f"{getattr(constants, name):.4g}")
+        block.update(
+            max_num_batched_tokens=constants.max_num_batched_tokens,
+            max_num_seqs=constants.max_num_seqs,
+            fitted_on=notes[engine],
+            mixed_batches=constants.mixed_batches,
+            reserve_new_tokens=constants.reserve_new_tokens,
         )
-        x = np.clip(refined.x, lower, upper)
-    fitted = fitter.constants(x)
-    summary = summarize(rows, fitter.predictions(fitted))
-    took = time.perf_counter() - started
-    print(f"[{backend}] fitted in {fitter.calls} evaluations, {took:.0f} s: {summary}", flush=True)
-    return fitted, summary
-
-
-def _simplex(x: np.ndarray, step: float) -> np.ndarray:
-    points = [x]
-    for i in range(len(x)):
-        point = x.copy()
-        point[i] += step
-        points.append(point)
-    return np.array(points)
+        if constants.batched_tokens_by_hbm_gib:
+            block["batched_tokens_by_hbm_gib"] = dict(constants.batched_tokens_by_hbm_gib)
+        out[engine] = block
+    header = "# Step-time constants. Written by scripts/fit_calibration.py; edit by re-fitting.\n"
+    path.write_text(header + yaml.safe_dump(out, sort_keys=False), "utf-8")
+    print(f"wrote {path}")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--csv", type=Path, default=DEFAULT_CSV)
-    parser.add_argument("--backend", action="append", help="fit only these backends")
+    parser.add_argument("--start", type=Path, default=PRIOR_YAML, help="constants to start at")
     parser.add_argument(
-        "--max-evals",
-        type=int,
-        default=80,
-        help="least-squares iterations (each also costs one evaluation per fitted constant)",
+        "--prior", type=Path, default=PRIOR_YAML, help="physical values the fit is pulled to"
     )
-    parser.add_argument(
-        "--refine-evals", type=int, default=60, help="Nelder-Mead evaluations on the median APE"
-    )
+    parser.add_argument("--holdout", help="leave this GPU's rows out of the fit")
+    parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument(
-        "--fields",
-        help="comma-separated constants to fit (default: all); the others keep their values",
-    )
-    parser.add_argument("--write", action="store_true", help="store the fit in engines.yaml")
+    parser.add_argument("--out", type=Path, help="write the fitted constants here")
+    parser.add_argument("--write", action="store_true", help="write them to engines.yaml")
+    parser.add_argument("--trace", type=Path, help="keep every round's constants and predictions")
     args = parser.parse_args(argv)
 
     with args.csv.open(newline="", encoding="utf-8") as handle:
-        rows = list(csv.DictReader(handle))
-    backends = args.backend or sorted({r["backend"] for r in rows})
-    table = yaml.safe_load(ENGINES_YAML.read_text(encoding="utf-8"))
-    with ProcessPoolExecutor(args.workers) as pool:
-        for backend in backends:
-            subset = [r for r in rows if r["backend"] == backend]
-            fields = tuple(args.fields.split(",")) if args.fields else FITTED_FIELDS
-            unknown = sorted(set(fields) - set(FITTED_FIELDS))
-            if unknown:
-                parser.error(f"unknown --fields {unknown}; choose from {FITTED_FIELDS}")
-            fitted, summary = fit_backend(
-                backend, subset, pool, args.max_evals, args.refine_evals, fields
-            )
-            values = asdict(fitted)
-            values.pop("name")
-            for key in FITTED_FIELDS:
-                values[key] = float(f"{values[key]:.6g}")
-            values["fitted_on"] = f"{len(subset)} rows of {args.csv.name} ({backend}); {summary}"
-            table[backend] = values
-            print(yaml.safe_dump({backend: values}, sort_keys=False))
-    if args.write:
-        header = (
-            "# Step-time constants per serving engine. Written by scripts/fit_calibration.py;"
-            " edit by re-fitting.\n"
+        corpus = prepare(list(csv.DictReader(handle)))
+    screened = screen(corpus.rows)
+    print(
+        f"{len(corpus.rows)} runs ({len(corpus.duplicates)} duplicate rows dropped, "
+        f"{len(corpus.corrected)} layouts corrected); left out: {len(screened.invalid)} "
+        f"invalid, {len(screened.unfit)} do not fit, {len(screened.implausible)} implausible"
+    )
+    rows = [r for r in screened.usable if r.gpu != args.holdout]
+    base = load_engine_table(args.start.read_text("utf-8"))
+    prior = load_engine_table(args.prior.read_text("utf-8"))
+    fitted = fit(rows, base, prior, args.rounds, args.workers, args.trace)
+    space, (_cost, x, recordings) = fitted
+    table = space.constants(x)
+    where = f"without {args.holdout} " if args.holdout else ""
+    notes = {}
+    for engine in table:
+        mine = [r for r in recordings if r.row.backend == engine]
+        pairs = [(r.ttft_ms, r.row.ttft_ms, r.tpot_ms, r.row.tpot_ms) for r in mine]
+        ttft, tpot = median_errors(pairs)
+        notes[engine] = (
+            f"{len(mine)} runs of {args.csv.name} {where}({engine}); in-sample median "
+            f"abs error TTFT {100 * ttft:.1f}%, TPOT {100 * tpot:.1f}%"
         )
-        ENGINES_YAML.write_text(header + yaml.safe_dump(table, sort_keys=False), "utf-8")
-        print(f"wrote {ENGINES_YAML}")
+        print(notes[engine])
+    target = ENGINES_YAML if args.write else args.out
+    if target is not None:
+        write_table(target, table, notes)
     return 0
 
 

@@ -1,28 +1,72 @@
 """Closed-loop benchmark prediction: the engine core run in virtual time for a fixed shape.
 
-`concurrency` clients each send a request of exactly `isl` prompt tokens (random, so nothing is
-shared in the prefix cache) and `osl` output tokens, and send the next one the moment the last
-finishes — the shape of `vllm bench serve --max-concurrency C` with a random dataset. Mean TTFT and
-mean TPOT follow vLLM's definitions: TTFT from send to first token, TPOT the mean gap after it,
-`(e2e - ttft) / (osl - 1)` per request, averaged over all requests, the first wave included.
+`concurrency` clients each send a request of `isl` prompt tokens (random, so nothing is shared
+in the prefix cache) and `osl` output tokens, and send the next one the moment the last
+finishes: the shape of `vllm bench serve --max-concurrency C`, aiperf or genai-perf
+`--concurrency C` with a synthetic dataset. Mean TTFT and mean TPOT follow vLLM's definitions:
+TTFT from send to first token, TPOT the mean gap after it, `(e2e - ttft) / (osl - 1)` per
+request, averaged over the measured requests.
 
-NOTE: every client sends its first request at time 0, as `vllm bench serve` does, so the first wave
-queues for prefill. After it, each client pauses once, client *i* for *i/C* of a fraction (the
-engine's fitted `closed_loop_spread`) of the time all clients take to finish one request each, so
-the steady state is de-phased. A jitter-free closed loop would otherwise lock into waves that
-arrive together and wait for each other's prefill — a state that real runs leave (the calibration
-file's TTFTs at concurrency 64 are 3x below the locked state) because timing noise in the client
-and API server spreads them.
+How the run is driven and measured is an input, `BenchmarkProtocol`: how many requests (or
+waves of `concurrency`), a warm-up excluded from the means, the spread of the lengths, a cap
+on the requests the server takes at once. Every client sends its first measured request at
+time 0 (aiperf and genai-perf wait for the warm-up to drain before measuring), so the first
+wave queues for prefill. What de-phases the clients afterwards is the same for every engine:
+the API server serves prompts one at a time (`prompt_token_overhead_s` per token), streams
+every output token (`output_token_overhead_s`), and lengths that vary finish at different
+times. No per-engine "spread" constant is fitted.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
+import random
+from collections import deque
 from dataclasses import dataclass
 
 from inhouse.engine.build import Replica
+from inhouse.engine.core import StepResult
 from inhouse.engine.request import Request
-from inhouse.perf.step import StepShape
+
+
+@dataclass(frozen=True, slots=True)
+class BenchmarkProtocol:
+    """How a closed-loop benchmark run is driven and which requests it measures.
+
+    * `num_requests`: measured requests; None means `waves x concurrency`.
+    * `warmup_requests`: sent before the measured ones and left out of the means. With
+      `warmup_drains` (aiperf, genai-perf) the measurement starts from an idle server, which
+      a deterministic model reaches without simulating the warm-up; without it the warm-up
+      is the head of one continuous run.
+    * `isl_std`, `osl_std`: standard deviation of the prompt and output lengths (normal,
+      rounded, at least one token), drawn from `seed`.
+    * `server_cap`: requests the server holds at once (an API-server or gateway limit); the
+      rest wait at its door with their clock running. None: no cap beyond the engine's.
+    * `think_time_s`: mean pause of a client between receiving a response and sending its
+      next request (exponential, drawn from `seed`); outside TTFT. The load generator's own
+      timing variance: what keeps real closed loops from locking into waves.
+    """
+
+    num_requests: int | None = None
+    waves: int = 10
+    warmup_requests: int = 0
+    warmup_drains: bool = True
+    isl_std: float = 0.0
+    osl_std: float = 0.0
+    server_cap: int | None = None
+    think_time_s: float = 0.0
+    seed: int = 0
+
+    def measured(self, concurrency: int) -> int:
+        return self.num_requests or self.waves * concurrency
+
+
+# `vllm bench serve --max-concurrency C --num-prompts 10C` with a random dataset: no warm-up.
+VLLM_BENCH = BenchmarkProtocol(waves=10)
+# NVIDIA aiconfigurator's silicon runs (aiperf `--concurrency C --request-count 20C` with a
+# warm-up of C to 2C requests it waits out, fixed lengths): the calibration corpus's protocol.
+AIPERF_SILICON = BenchmarkProtocol(waves=20, warmup_requests=1, warmup_drains=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +82,7 @@ class ClosedLoopResult:
 
 def default_num_requests(concurrency: int) -> int:
     """Ten waves: a common benchmark length (`--num-prompts` = 10 x `--max-concurrency`)."""
-    return 10 * concurrency
+    return VLLM_BENCH.measured(concurrency)
 
 
 # Waves simulated before the steady state is taken as stationary (see `run_closed_loop`).
@@ -52,86 +96,149 @@ def run_closed_loop(
     concurrency: int,
     num_requests: int | None = None,
     sampled_waves: int | None = SAMPLED_WAVES,
+    protocol: BenchmarkProtocol = VLLM_BENCH,
 ) -> ClosedLoopResult:
-    """Predict a closed-loop run of `num_requests` requests; all clients start at 0.
+    """Predict a closed-loop run; `num_requests` overrides the protocol's count.
 
-    The first wave, the de-phasing second wave and two steady waves are simulated
-    (`SAMPLED_WAVES`); the steady state is stationary, so a longer run's means count the first
+    The first wave, the de-phasing second wave and the waves after it up to `sampled_waves`
+    are simulated; the steady state is stationary, so a longer run's means count the first
     two waves as simulated and every later request at the sampled steady-state mean.
     `sampled_waves=None` simulates every request.
     """
     assert isl > 0 and osl > 0 and concurrency > 0, "isl, osl and concurrency must be positive"
-    requested = num_requests or default_num_requests(concurrency)
+    requested = num_requests or protocol.measured(concurrency)
+    head = 0 if protocol.warmup_drains else protocol.warmup_requests
     total = requested if sampled_waves is None else min(requested, sampled_waves * concurrency)
-    engine = replica.new_engine()
-    sent = 0
-    done: list[Request] = []
-    spread_s = replica.constants.closed_loop_spread * closed_loop_cycle_s(
-        replica, isl, osl, concurrency
-    )
-    client_of: dict[str, int] = {}
-
-    def send(client: int, at_s: float) -> None:
-        nonlocal sent
-        request = Request(f"r{sent}", isl, osl, at_s, tag=sent)
-        reason = engine.add_request(request)
-        assert reason is None, reason
-        client_of[request.request_id] = client
-        sent += 1
-
-    for client in range(min(concurrency, total)):
-        send(client, 0.0)
-    now = 0.0
-    while engine.has_unfinished:
-        ready = engine.next_ready_s()
-        result = engine.step(now, horizon_s=ready if ready is not None else math.inf)
-        if result is None:
-            assert ready is not None and ready > now, "engine stalled with work queued"
-            now = ready
-            continue
-        now = result.end_s
-        for request in result.finished:
-            done.append(request)
-            if sent < total:
-                client = client_of.pop(request.request_id)
-                pause_s = spread_s * client / concurrency if sent < 2 * concurrency else 0.0
-                send(client, now + pause_s)
-
-    done.sort(key=lambda r: r.tag)  # type: ignore[arg-type, return-value]
-    ttfts = [r.first_token_s - r.arrival_s for r in done]  # type: ignore[operator]
+    loop = ClosedLoop(replica, isl, osl, concurrency, protocol, head + total)
+    done = loop.run()
+    measured = done[head:]
+    ttfts = [r.first_token_s - r.arrival_s for r in measured]  # type: ignore[operator]
     tpots = [
-        (r.finish_s - r.first_token_s) / (osl - 1) if osl > 1 else 0.0  # type: ignore[operator]
-        for r in done
+        (r.finish_s - r.first_token_s) / (r.output_len - 1) if r.output_len > 1 else 0.0  # type: ignore[operator]
+        for r in measured
     ]
-    mean_ttft = _wave_weighted_mean(ttfts, concurrency, requested)
-    mean_tpot = _wave_weighted_mean(tpots, concurrency, requested)
+    engine = loop.engine
     return ClosedLoopResult(
-        mean_ttft_ms=1000 * mean_ttft,
-        mean_tpot_ms=1000 * mean_tpot,
+        mean_ttft_ms=1000 * _wave_weighted_mean(ttfts, concurrency, requested),
+        mean_tpot_ms=1000 * _wave_weighted_mean(tpots, concurrency, requested),
         num_requests=len(done),
-        duration_s=now,
+        duration_s=loop.now,
         num_steps=engine.stats.num_steps,
         num_preemptions=engine.scheduler.num_preemptions,
-        output_throughput=len(done) * osl / now,
+        output_throughput=sum(r.output_len for r in done) / loop.now,
     )
 
 
-def closed_loop_cycle_s(replica: Replica, isl: int, osl: int, concurrency: int) -> float:
-    """Rough time for every client to finish one request in steady state: each prompt's
-    prefill once, plus `osl` decode steps of the whole batch."""
-    step = replica.step_model
-    prefill_s = step.step_time(StepShape(1, isl, 1, 0, isl * (isl + 1) // 2))
-    base_s, per_ctx_s = step.decode_coefficients(concurrency)
-    decode_s = base_s + per_ctx_s * concurrency * (isl + osl / 2)
-    return concurrency * prefill_s + osl * decode_s
+class ClosedLoop:
+    """One closed-loop run: clients, the server's door, and the engine in virtual time.
+
+    Sends wait in a heap so that they reach the engine in time order (its API server is a
+    queue), whatever order the clients decide them in.
+    """
+
+    def __init__(
+        self,
+        replica: Replica,
+        isl: int,
+        osl: int,
+        concurrency: int,
+        protocol: BenchmarkProtocol,
+        total: int,
+    ) -> None:
+        self.replica = replica
+        self.engine = replica.new_engine()
+        self.rng = random.Random(protocol.seed)
+        self.isl, self.osl = isl, osl
+        self.protocol = protocol
+        self.concurrency = concurrency
+        self.total = total
+        self.sent = 0
+        self.now = 0.0
+        self.in_server = 0
+        self.sends: list[tuple[float, int, Request]] = []
+        self.door: deque[Request] = deque()
+        self.done: list[Request] = []
+
+    def _length(self, mean: int, std: float) -> int:
+        if std <= 0:
+            return mean
+        return max(1, round(self.rng.gauss(mean, std)))
+
+    def schedule_send(self, at_s: float) -> None:
+        p = self.protocol
+        isl = self._length(self.isl, p.isl_std)
+        osl = self._length(self.osl, p.osl_std)
+        request = Request(f"r{self.sent}", isl, osl, at_s, tag=self.sent)
+        heapq.heappush(self.sends, (at_s, self.sent, request))
+        self.sent += 1
+
+    def _release_sends(self) -> None:
+        cap = self.protocol.server_cap
+        while self.sends and self.sends[0][0] <= self.now:
+            request = heapq.heappop(self.sends)[2]
+            if cap is not None and self.in_server >= cap:
+                self.door.append(request)
+            else:
+                self._admit(request, request.arrival_s)
+
+    def _admit(self, request: Request, now_s: float) -> None:
+        # A request held at the door keeps its send time: its TTFT counts the wait.
+        sent_s = request.arrival_s
+        request.arrival_s = now_s
+        reason = self.engine.add_request(request)
+        assert reason is None, reason
+        request.arrival_s = sent_s
+        self.in_server += 1
+
+    def run(self) -> list[Request]:
+        engine = self.engine
+        for _ in range(min(self.concurrency, self.total)):
+            self.schedule_send(0.0)
+        while self.sends or engine.has_unfinished:
+            self._release_sends()
+            ready = engine.next_ready_s()
+            next_send = self.sends[0][0] if self.sends else math.inf
+            horizon = min(ready if ready is not None else math.inf, next_send)
+            result = engine.step(self.now, horizon_s=horizon)
+            if result is None:
+                assert horizon > self.now and horizon < math.inf, "engine stalled with work"
+                self.now = horizon
+                continue
+            self.now = result.end_s
+            self.on_step(result)
+            for request in result.finished:
+                self._finish(request)
+        self.done.sort(key=lambda r: r.tag)  # type: ignore[arg-type, return-value]
+        return self.done
+
+    def on_step(self, result: StepResult) -> None:
+        """Called after every engine step (or jump), before its finished requests are
+        handled; the calibration fit records the run here."""
+
+    def _finish(self, request: Request) -> None:
+        self.done.append(request)
+        self.in_server -= 1
+        finished_s = request.finish_s
+        assert finished_s is not None
+        if self.door:
+            self._admit(self.door.popleft(), max(finished_s, self.now))
+        if self.sent < self.total:
+            think = self.protocol.think_time_s
+            pause = self.rng.expovariate(1.0 / think) if think > 0 else 0.0
+            self.schedule_send(finished_s + pause)
+
+
+def wave_weights(num_values: int, concurrency: int, requested: int) -> list[float]:
+    """Weights of simulated requests (in send order) in the mean over `requested`: the first
+    wave and the de-phasing second wave as simulated, every later simulated request standing
+    for its share of the requests not simulated."""
+    head = 2 * concurrency
+    if num_values >= requested or num_values <= head:
+        return [1.0 / num_values] * num_values
+    steady = (requested - head) / (num_values - head) / requested
+    return [1.0 / requested] * head + [steady] * (num_values - head)
 
 
 def _wave_weighted_mean(values: list[float], concurrency: int, requested: int) -> float:
-    """Mean over `requested` requests, `values` in send order: the first wave and the
-    de-phasing second wave as simulated, every later request at the sampled steady-state mean."""
-    head = 2 * concurrency
-    if len(values) >= requested or len(values) <= head:
-        return sum(values) / len(values)
-    steady = values[head:]
-    steady_mean = sum(steady) / len(steady)
-    return (sum(values[:head]) + (requested - head) * steady_mean) / requested
+    weights = wave_weights(len(values), concurrency, requested)
+    return sum(w * v for w, v in zip(weights, values, strict=True))

@@ -32,3 +32,18 @@ def test_attach_says_what_to_use_instead(capsys: pytest.CaptureFixture[str]) -> 
 def test_plan_exits_zero_when_everything_validates(tmp_path: Path) -> None:
     assert main(["drill", "plan", "--stack", str(EXAMPLE), "--out", str(tmp_path)]) == 0
     assert (tmp_path / "validation.json").exists()
+
+
+def test_a_soak_day_of_no_length_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["drill", "run", "soak", "--soak-day-s", "0", "--out", "/nonexistent/x"]) == 2
+    assert "--soak-day-s 0" in capsys.readouterr().err
+
+
+def test_a_shortened_soak_day_is_said_in_its_checks() -> None:
+    from types import SimpleNamespace
+
+    from inhouse.drill.drills.soak import _days
+
+    assert _days(SimpleNamespace(soak_day_s=None), 2) == "2 simulated days"  # type: ignore[arg-type]
+    short = _days(SimpleNamespace(soak_day_s=900.0), 2)  # type: ignore[arg-type]
+    assert "900 s" in short and "shortened" in short

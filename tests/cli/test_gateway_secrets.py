@@ -20,7 +20,7 @@ def start_gateway(tmp: Path, secrets: Path, port: int) -> subprocess.Popen[bytes
     env["INHOUSE_SECRETS_DIR"] = str(secrets)
     return subprocess.Popen(
         [*GATEWAY, "--stack", str(tmp / "stack.yaml"), "--endpoints", str(tmp / "endpoints.json"),
-         "--port", str(port)],
+         "--port", str(port), "--metrics-port", str(free_port())],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -72,3 +72,38 @@ def test_same_inputs_same_prediction(capsys: pytest.CaptureFixture[str]) -> None
     first = capsys.readouterr().out
     main(args)
     assert capsys.readouterr().out == first
+
+
+def test_batch_form_reads_layout_and_quantization_columns(tmp_path: Path) -> None:
+    src = tmp_path / "in.csv"
+    src.write_text(
+        "model,system,backend,precision,gemm_quant,moe_quant,tp,pp,attention_dp,moe_tp,moe_ep,"
+        "isl,osl,concurrency\n"
+        "MiniMax-M2.5,b200_sxm,vllm,fp8,fp8,fp8,4,1,1,1,4,1024,64,8\n"
+        "MiniMax-M2.5,b200_sxm,vllm,fp8,fp8,fp8,4,,,,,1024,64,8\n"
+        "DeepSeek-R1,b200_sxm,sglang,fp4,nvfp4,nvfp4,4,1,1,1,4,1024,64,8\n"
+        "DeepSeek-R1,b200_sxm,sglang,fp4,nvfp4,nvfp4,4,2,1,1,4,1024,64,8\n"
+        "DeepSeek-R1,b200_sxm,sglang,fp4,nvfp4,nvfp4,4,1,1,4,4,1024,64,8\n"
+        "DeepSeek-R1,b200_sxm,sglang,fp4,nvfp4,nvfp4,4,1,1,x,4,1024,64,8\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "out.csv"
+    assert main(["predict", "--csv", str(src), "--out", str(out)]) == 0
+    rows = list(csv.DictReader(out.read_text(encoding="utf-8").splitlines()))
+    assert all(float(r["pred_tpot_ms"]) > 0 for r in rows[:3])
+    # NOTE: expert parallel and MoE-TP over the same GPUs read the same bytes and run the same
+    # tokens per expert; the model does not tell them apart (no expert load imbalance)
+    assert rows[0]["pred_tpot_ms"] == rows[1]["pred_tpot_ms"]
+    assert "pipeline parallelism is not modelled" in rows[3]["pred_error"]
+    assert "moe_tp=4 x moe_ep=4 must equal tp=4" in rows[4]["pred_error"]
+    assert "column moe_tp: 'x' is not an integer" in rows[5]["pred_error"]
+
+
+def test_single_form_takes_a_protocol(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["predict", "--model", "Llama-3.1-8B", "--isl", "2048", "--osl", "32",
+            "--concurrency", "32", "--json"]  # fmt: skip
+    main([*base, "--protocol", "vllm-bench"])
+    ten = json.loads(capsys.readouterr().out)
+    main([*base, "--protocol", "aiperf"])
+    twenty = json.loads(capsys.readouterr().out)
+    assert twenty["mean_ttft_ms"] < ten["mean_ttft_ms"]  # the first wave weighs half as much

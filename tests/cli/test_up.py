@@ -49,10 +49,19 @@ def test_up_prints_requests_that_work_and_cleans_up(tmp_path: Path) -> None:
     (tmp_path / "stack.yaml").write_text(yaml.safe_dump(stack_data(1)))
     runs = tmp_path / "tmp"
     runs.mkdir()
-    port, base = free_port(), free_port()
+    port, base, metrics = free_port(), free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("INHOUSE_DEMO_KEY", "INHOUSE_API_KEY")}
     process = subprocess.Popen(
-        [*UP, str(tmp_path / "stack.yaml"), "--port", str(port), "--engine-base-port", str(base)],
+        [
+            *UP,
+            str(tmp_path / "stack.yaml"),
+            "--port",
+            str(port),
+            "--engine-base-port",
+            str(base),
+            "--metrics-port",
+            str(metrics),
+        ],
         stdout=subprocess.PIPE,
         text=True,
         env={**env, "TMPDIR": str(runs)},

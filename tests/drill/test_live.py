@@ -31,7 +31,10 @@ def _judge(live: LiveStack, where: Path, drop: tuple[str, ...] = ()) -> Judge:
     where.mkdir(parents=True, exist_ok=True)
     rules = drill_rules(live.stack, live.namespace, where, SCALE, drop)
     judge = Judge(where / "judge", rules, live.scrape_jobs()).start()
-    assert judge.wait_scraped() == []
+    unscraped = judge.wait_scraped()
+    if unscraped:
+        judge.stop()  # no Prometheus or Alertmanager left behind for the rest of the suite
+    assert unscraped == []
     return judge
 
 

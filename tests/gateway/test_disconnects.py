@@ -218,6 +218,19 @@ def test_an_admission_failure_does_not_leak_the_in_flight_count() -> None:
 PROMPT = "a prompt " * 20
 
 
+def refused(got: bytes) -> bool:
+    """`got` holds a whole response that is not a 200 (head and its content-length body)."""
+    head, sep, body = got.partition(b"\r\n\r\n")
+    if not sep or head.startswith(b"HTTP/1.1 200"):
+        return False
+    length = next(
+        (int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")[1:]
+         if line.lower().startswith(b"content-length:")),
+        0,
+    )  # fmt: skip
+    return len(body) >= length
+
+
 async def delivered_before_leaving(
     stores: list[LimitStore], tenant: str, key: tuple[str, str], budget: int, streams: int
 ) -> int:
@@ -240,6 +253,8 @@ async def delivered_before_leaving(
                 reader, writer = await send_raw(port, body, key[0])
                 got = b""
                 while got.count(b'"content"') < 300 and b"data: [DONE]" not in got:
+                    if refused(got):
+                        break  # a whole refusal read; the connection stays open (keep-alive)
                     chunk = await reader.read(65536)
                     if not chunk:
                         break

@@ -5,9 +5,13 @@ from inhouse.perf.memory import (
     kv_bytes_per_token,
     kv_bytes_per_token_per_gpu,
     plan_memory,
+    state_bytes_per_seq_per_gpu,
     weight_bytes,
+    weight_bytes_per_gpu,
 )
 from inhouse.spec import get_gpu, get_model, normalize_quant
+from inhouse.spec.parallel import ParallelLayout
+from inhouse.spec.quant import resolve_weight_quants
 
 GIB = 1024**3
 
@@ -91,3 +95,46 @@ def test_bad_utilization_is_rejected() -> None:
             normalize_quant("bf16"),
             gpu_memory_utilization=1.5,
         )
+
+
+# --- layouts, MLA, linear attention ------------------------------------------------------
+
+
+def test_mla_caches_one_latent_per_token_and_layer_on_every_rank() -> None:
+    model = get_model("DeepSeek-V3")
+    per_token = 61 * (512 + 64) * 2
+    assert kv_bytes_per_token(model) == per_token
+    assert kv_bytes_per_token_per_gpu(model, 8) == per_token  # not split over TP
+
+
+def test_sparse_attention_adds_the_indexer_key() -> None:
+    model = get_model("GLM-5")
+    assert kv_bytes_per_token_per_gpu(model, 8, "fp8") == pytest.approx(
+        78 * ((512 + 64) * 1 + 128 * (1 + 4 / 128))
+    )
+
+
+def test_linear_attention_layers_hold_state_not_kv() -> None:
+    model = get_model("Qwen3.5-397B-A17B")
+    assert kv_bytes_per_token(model) == 15 * 2 * 2 * 256 * 2  # only the 15 full layers
+    state = state_bytes_per_seq_per_gpu(model, 4)
+    assert state == pytest.approx(45 * (64 * 128 * 128 + 12288 * 4) * 4 / 4)
+
+
+def test_expert_parallel_spreads_experts_and_keeps_attention_sharded_by_tp() -> None:
+    model = get_model("MiniMax-M2.5")
+    quants = resolve_weight_quants("fp8", True, "fp8", "fp8")
+    plain = weight_bytes_per_gpu(model, quants, ParallelLayout(tp=4))
+    ep = weight_bytes_per_gpu(model, quants, ParallelLayout(tp=4, moe_ep=4))
+    assert plain == pytest.approx(ep)  # the same bytes per GPU, sliced differently
+    dp = weight_bytes_per_gpu(model, quants, ParallelLayout(tp=1, attention_dp=4, moe_ep=4))
+    attention = model.mixer_params * 1.0 + 2 * model.lm_head_params * 2.0
+    assert dp - ep == pytest.approx(attention * 3 / 4, rel=0.01)  # attention copied per group
+
+
+def test_hybrid_state_caps_the_running_sequences() -> None:
+    model = get_model("Qwen3.5-397B-A17B")
+    quants = resolve_weight_quants("fp8", True, "fp8", "fp8")
+    plan = plan_memory(model, get_gpu("b200_sxm"), 4, quants, max_num_seqs=4096)
+    assert plan.max_num_seqs is not None and plan.max_num_seqs < 4096
+    assert plan.state_bytes_per_gpu <= 0.5 * (plan.kv_bytes_per_gpu + plan.state_bytes_per_gpu)

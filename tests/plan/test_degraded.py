@@ -19,10 +19,10 @@ from .plan_helpers import parse, small_requirements
 
 
 def busy(**planning: Any) -> dict[str, Any]:
-    """40 req/s of the small chat workload: two replicas carry it, one alone cannot."""
+    """60 req/s of the small chat workload: two replicas carry it, one alone cannot."""
     data = small_requirements(**planning)
     workload = data["workloads"][0]
-    workload["traffic"] = {"avg_per_s": 20.0, "peak_per_s": 40.0}
+    workload["traffic"] = {"avg_per_s": 30.0, "peak_per_s": 60.0}
     workload["degraded_slo"] = {"ttft_p95_ms": 1000, "itl_p95_ms": 60}
     return data
 

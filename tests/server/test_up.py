@@ -164,6 +164,10 @@ def test_up_reports_an_engine_that_dies_before_ready(
         [
             *UP,
             str(stack),
+            "--port",  # every port free: a stack left on the defaults must not fail this test
+            str(free_port()),
+            "--metrics-port",
+            str(free_port()),
             "--engine-base-port",
             str(free_port()),
             "--log-dir",

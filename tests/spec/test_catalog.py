@@ -25,6 +25,8 @@ GPU_FIGURES = {
     "h100_pcie": (80, 2.0, 756, 1513, 64, 350),
     "h200_sxm": (141, 4.8, 989, 1979, 450, 700),
     "b200_sxm": (180, 8.0, 2250, 4500, 900, 1000),
+    "b300_sxm": (270, 8.0, 2250, 4500, 900, 1100),
+    "gb200": (186, 8.0, 2500, 5000, 900, 1200),
     "a100_sxm_80gb": (80, 2.039, 312, None, 300, 400),
     "a100_pcie_80gb": (80, 1.935, 312, None, 32, 300),
     "h20": (96, 4.0, 148, 296, 450, 400),
@@ -50,6 +52,12 @@ MODEL_ARCH = {
     "Mistral-Large-2": (88, 12288, 96, 8, 128, 28672, 32768, 131072),
     "gpt-oss-120b": (36, 2880, 64, 8, 64, 2880, 201088, 131072),
     "gpt-oss-20b": (24, 2880, 64, 8, 64, 2880, 201088, 131072),
+    "DeepSeek-R1": (61, 7168, 128, 128, 192, 2048, 129280, 163840),
+    "DeepSeek-V3": (61, 7168, 128, 128, 192, 2048, 129280, 163840),
+    "Kimi-K2.5": (61, 7168, 64, 64, 192, 2048, 163840, 262144),
+    "MiniMax-M2.5": (62, 3072, 48, 8, 128, 1536, 200064, 196608),
+    "GLM-5": (78, 6144, 64, 64, 256, 2048, 154880, 202752),
+    "Qwen3.5-397B-A17B": (60, 4096, 32, 2, 256, 1024, 248320, 262144),
 }
 
 # Fields that are the same for two checkpoints of one architecture.
@@ -128,13 +136,15 @@ def test_gpu_figures(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(GPU_FIGURES))
 def test_gpu_figures_are_consistent(name: str) -> None:
     gpu = get_gpu(name)
-    assert gpu.nvlink_domain <= gpu.gpus_per_node
+    # A rack-scale NVLink domain (GB200 NVL72) spans nodes; otherwise it fits in one.
+    assert gpu.nvlink_domain <= gpu.gpus_per_node or gpu.nvlink_domain == 72
     if gpu.fp8_tflops is not None:
         # 2% slack: the L40S datasheet prints BF16 362.05 but FP8 733.
         assert gpu.fp8_tflops == pytest.approx(2 * gpu.bf16_tflops, rel=0.02)
     if gpu.fp4_tflops is not None:
         assert gpu.fp8_tflops is not None
-        assert gpu.fp4_tflops == 2 * gpu.fp8_tflops
+        # Blackwell Ultra (B300) runs dense FP4 at 3x its FP8 rate; Blackwell at 2x.
+        assert gpu.fp4_tflops == (3 if name == "b300_sxm" else 2) * gpu.fp8_tflops
     if gpu.link.startswith("PCIe"):
         assert gpu.nvlink_domain == 1
         assert gpu.link_bw_gbps == gpu.host_bw_gbps
@@ -158,7 +168,8 @@ def test_peak_flops_exact_and_fallbacks() -> None:
     assert h100.peak_flops("fp8") == 1979e12
     assert h100.peak_flops("bf16") == 989e12
     assert h100.peak_flops("int8") == 1979e12
-    assert h100.peak_flops("fp4") == 1979e12  # no FP4 units: next wider type
+    # No FP4 units: a 4-bit checkpoint is dequantized into 16-bit GEMMs, not FP8 ones.
+    assert h100.peak_flops("fp4") == 989e12
     a100 = get_gpu("a100_sxm_80gb")
     assert a100.peak_flops("fp8") == 312e12  # no FP8 units: weight-only, bf16 math
     assert a100.peak_flops("int8") == 624e12
@@ -254,6 +265,37 @@ def test_computed_params_match_the_card(name: str) -> None:
     spec = get_model(name)
     assert spec.params_b_stated is not None
     assert spec.num_params / 1e9 == pytest.approx(spec.params_b_stated, rel=0.05)
+
+
+@pytest.mark.parametrize(
+    ("name", "active_b"),
+    [
+        ("DeepSeek-R1", 37),
+        ("Kimi-K2.5", 32),
+        ("MiniMax-M2.5", 10),
+        ("GLM-5", 40),
+        ("Qwen3.5-397B-A17B", 17),
+    ],
+)
+def test_corpus_moe_active_params_match_the_card(name: str, active_b: float) -> None:
+    """MLA, dense-first layers, shared experts and linear attention all counted."""
+    assert get_model(name).num_active_params / 1e9 == pytest.approx(active_b, rel=0.06)
+
+
+def test_mla_attention_params_of_deepseek() -> None:
+    """q_a + q_b, kv_a (latent and rope key), kv_b (per-head nope key and value), o."""
+    spec = get_model("DeepSeek-V3")
+    q = 7168 * 1536 + 1536 * 128 * 192
+    kv = 7168 * (512 + 64) + 512 * 128 * (128 + 128)
+    assert spec.attention_params == q + kv + 128 * 128 * 7168
+
+
+def test_linear_attention_layers_are_not_softmax_attention() -> None:
+    spec = get_model("Qwen3.5-397B-A17B")
+    assert (spec.num_full_attention_layers, spec.num_linear_attention_layers) == (15, 45)
+    assert spec.linear_attention is not None
+    # 64 value heads x 128 x 128 fp32 state, plus the 4-token convolution window
+    assert spec.linear_attention.state_bytes_per_layer == (64 * 128 * 128 + 12288 * 4) * 4
 
 
 def test_moe_active_params_match_the_card() -> None:

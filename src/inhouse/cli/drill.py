@@ -37,6 +37,13 @@ def _run_flags(parser: argparse.ArgumentParser, names: bool) -> None:
         help="factor on the rules' `for:` and range windows (default 0.1)",
     )
     parser.add_argument("--duration", type=float, help="the live soak's length in seconds")
+    parser.add_argument(
+        "--soak-day-s",
+        type=float,
+        metavar="S",
+        help="a simulated soak day of S seconds, not 24 h: a smoke test of the drill itself "
+        "(CI); the evidence says the days were shortened",
+    )
     parser.add_argument("--attach", metavar="URL", help="drill a running stack's gateway")
 
 
@@ -68,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, names: list[str]) -> int:
     from inhouse.drill.runner import DEFAULT_TIME_SCALE, Options, resolve_names, run_drills
 
+    if args.soak_day_s is not None and not args.soak_day_s > 0:
+        raise SpecError(f"--soak-day-s {args.soak_day_s:g}: a day must be longer than 0 s")
     if args.attach:
         raise SpecError(
             "--attach: not in this build; drills start their own stack (the demo, or --stack) "
@@ -81,6 +90,7 @@ def _run(args: argparse.Namespace, names: list[str]) -> int:
         quick=args.quick,
         time_scale=DEFAULT_TIME_SCALE if args.time_scale is None else args.time_scale,
         soak_duration_s=args.duration,
+        soak_day_s=args.soak_day_s,
     )
     results = run_drills(options)
     passed = sum(1 for r in results if r.verdict == "pass")

@@ -1,9 +1,11 @@
 """Predict mean TTFT and TPOT of closed-loop benchmark runs with the engine model.
 
 Batch form: `inhouse predict --csv IN.csv --out OUT.csv` (columns model, system, backend,
-precision, tp, isl, osl, concurrency; others are kept; adds pred_ttft_ms, pred_tpot_ms and
-pred_error). Single form: `inhouse predict --model M --gpu G --tp N --quant Q --isl I --osl O
---concurrency C [--json]`.
+precision, tp, isl, osl, concurrency; optional layout and quantization columns pp,
+attention_dp, moe_tp, moe_ep, gemm_quant, moe_quant and protocol columns num_requests,
+isl_std, osl_std; others are kept; adds pred_ttft_ms, pred_tpot_ms and pred_error). Single
+form: `inhouse predict --model M --gpu G --tp N --quant Q --isl I --osl O --concurrency C
+[--json]`.
 """
 
 from __future__ import annotations
@@ -12,16 +14,21 @@ import argparse
 import csv
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from inhouse.engine.build import ReplicaSpec, build_replica
 from inhouse.errors import DoesNotFitError, SpecError
-from inhouse.predict import run_closed_loop
-from inhouse.spec.knobs import VLLM_SERVE_DEFAULTS
+from inhouse.predict import AIPERF_SILICON, VLLM_BENCH, BenchmarkProtocol, run_closed_loop
+from inhouse.spec.knobs import VLLM_SERVE_DEFAULTS, EngineKnobs
 
 COMMAND = "predict"
 HELP = "predict mean TTFT/TPOT of closed-loop runs (one shape, or every row of a CSV)"
 REQUIRED_COLUMNS = ("model", "system", "backend", "precision", "tp", "isl", "osl", "concurrency")
+# Optional columns: a row without them (or with them empty) is plain TP, uniformly quantized.
+LAYOUT_COLUMNS = ("pp", "attention_dp", "moe_tp", "moe_ep")
+QUANT_COLUMNS = ("gemm_quant", "moe_quant")
+PROTOCOLS = {"vllm-bench": VLLM_BENCH, "aiperf": AIPERF_SILICON}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,34 +40,67 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quant", default="bf16", help="bf16, fp8, int8, w4a16, fp4")
     parser.add_argument("--kv-dtype", default="auto")
     parser.add_argument("--tp", type=int, default=1)
+    parser.add_argument("--attention-dp", type=int, default=1, help="data-parallel attention")
+    parser.add_argument("--moe-ep", type=int, default=0, help="expert-parallel degree (MoE)")
     parser.add_argument("--isl", type=int, help="input tokens per request")
     parser.add_argument("--osl", type=int, help="output tokens per request")
     parser.add_argument("--concurrency", type=int, help="closed-loop clients")
-    parser.add_argument("--num-requests", type=int, help="benchmark length (default 10 x C)")
+    parser.add_argument(
+        "--protocol",
+        choices=sorted(PROTOCOLS),
+        default="vllm-bench",
+        help="benchmark protocol: vllm-bench (10 waves, first wave counted) or aiperf "
+        "(20 waves after a drained warm-up, as NVIDIA's silicon runs)",
+    )
+    parser.add_argument("--num-requests", type=int, help="measured requests (default: waves x C)")
+    parser.add_argument("--isl-std", type=float, default=0.0, help="spread of prompt lengths")
+    parser.add_argument("--osl-std", type=float, default=0.0, help="spread of output lengths")
+    parser.add_argument("--server-cap", type=int, help="requests the server holds at once")
     parser.add_argument("--json", action="store_true", help="print JSON (single form)")
+
+
+def _protocol(args: argparse.Namespace) -> BenchmarkProtocol:
+    return replace(
+        PROTOCOLS[args.protocol],
+        num_requests=args.num_requests,
+        isl_std=args.isl_std,
+        osl_std=args.osl_std,
+        server_cap=args.server_cap,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     if args.csv:
         if not args.out:
             raise SpecError("--csv needs --out OUT.csv")
-        return _run_batch(args.csv, args.out)
+        return _run_batch(args.csv, args.out, _protocol(args))
     missing = [f"--{n}" for n in ("model", "isl", "osl", "concurrency") if getattr(args, n) is None]
     if missing:
         raise SpecError(f"missing {', '.join(missing)} (or use --csv IN.csv --out OUT.csv)")
-    for name in ("tp", "isl", "osl", "concurrency"):
+    for name in ("tp", "isl", "osl", "concurrency", "attention_dp"):
         if getattr(args, name) <= 0:
-            raise SpecError(f"--{name} must be a positive integer, got {getattr(args, name)}")
-    knobs = VLLM_SERVE_DEFAULTS.model_copy(update={"kv_cache_dtype": args.kv_dtype})
-    spec = ReplicaSpec(args.model, args.gpu, args.tp, args.quant, args.backend, knobs)
+            flag = name.replace("_", "-")
+            raise SpecError(f"--{flag} must be a positive integer, got {getattr(args, name)}")
+    spec = ReplicaSpec(
+        args.model,
+        args.gpu,
+        args.tp,
+        args.quant,
+        args.backend,
+        serve_knobs(args.kv_dtype),
+        attention_dp=args.attention_dp,
+        moe_ep=args.moe_ep,
+    )
     replica = build_replica(spec)
-    result = run_closed_loop(replica, args.isl, args.osl, args.concurrency, args.num_requests)
+    protocol = _protocol(args)
+    result = run_closed_loop(replica, args.isl, args.osl, args.concurrency, protocol=protocol)
     out = {
         "model": replica.model.name,
         "gpu": replica.gpu.name,
         "backend": args.backend,
         "quant": replica.quant.name,
         "tp": args.tp,
+        "layout": replica.layout.describe(),
         "isl": args.isl,
         "osl": args.osl,
         "concurrency": args.concurrency,
@@ -78,21 +118,76 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def predict_row(row: dict[str, str]) -> dict[str, str]:
+def _int_column(row: dict[str, str], name: str, default: int) -> int:
+    text = (row.get(name) or "").strip()
+    if not text:
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise SpecError(f"column {name}: {text!r} is not an integer") from None
+
+
+def _float_column(row: dict[str, str], name: str, default: float) -> float:
+    text = (row.get(name) or "").strip()
+    if not text:
+        return default
+    try:
+        return float(text)
+    except ValueError:
+        raise SpecError(f"column {name}: {text!r} is not a number") from None
+
+
+def serve_knobs(kv_cache_dtype: str) -> EngineKnobs:
+    """The knobs benchmark rows run with: `vllm serve`'s defaults, the row's KV cache dtype."""
+    return VLLM_SERVE_DEFAULTS.model_copy(update={"kv_cache_dtype": kv_cache_dtype})
+
+
+def replica_spec_of_row(row: dict[str, str]) -> ReplicaSpec:
+    """The replica a CSV row names, its layout and quantization columns included."""
+
+    def text(name: str) -> str:
+        return (row.get(name) or "").strip()
+
+    return ReplicaSpec(
+        text("model"),
+        text("system"),
+        _int_column(row, "tp", 1),
+        text("precision"),
+        text("backend"),
+        serve_knobs(text("kv_dtype") or "auto"),
+        pp=_int_column(row, "pp", 1),
+        attention_dp=_int_column(row, "attention_dp", 1),
+        moe_tp=_int_column(row, "moe_tp", 0),
+        moe_ep=_int_column(row, "moe_ep", 0),
+        gemm_quant=text("gemm_quant"),
+        moe_quant=text("moe_quant"),
+    )
+
+
+def protocol_of_row(row: dict[str, str], base: BenchmarkProtocol) -> BenchmarkProtocol:
+    """The protocol, with a row's own num_requests, isl_std and osl_std where it has them."""
+    num = _int_column(row, "num_requests", 0)
+    return replace(
+        base,
+        num_requests=num or base.num_requests,
+        isl_std=_float_column(row, "isl_std", base.isl_std),
+        osl_std=_float_column(row, "osl_std", base.osl_std),
+    )
+
+
+def predict_row(row: dict[str, str], protocol: BenchmarkProtocol = VLLM_BENCH) -> dict[str, str]:
     """One CSV row in, the same row with pred_ttft_ms, pred_tpot_ms and pred_error out."""
     out = dict(row)
     out.update(pred_ttft_ms="", pred_tpot_ms="", pred_error="")
     try:
-        spec = ReplicaSpec(
-            row["model"],
-            row["system"],
-            int(row["tp"]),
-            row["precision"],
-            row["backend"],
-            VLLM_SERVE_DEFAULTS,
+        isl, osl, concurrency = (_int_column(row, n, 0) for n in ("isl", "osl", "concurrency"))
+        if min(isl, osl, concurrency) <= 0:
+            raise SpecError("isl, osl and concurrency must be positive integers")
+        replica = build_replica(replica_spec_of_row(row))
+        result = run_closed_loop(
+            replica, isl, osl, concurrency, protocol=protocol_of_row(row, protocol)
         )
-        replica = build_replica(spec)
-        result = run_closed_loop(replica, int(row["isl"]), int(row["osl"]), int(row["concurrency"]))
     except DoesNotFitError as exc:
         out["pred_error"] = f"does not fit: {exc}"
         return out
@@ -104,7 +199,7 @@ def predict_row(row: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def _run_batch(in_path: Path, out_path: Path) -> int:
+def _run_batch(in_path: Path, out_path: Path, protocol: BenchmarkProtocol) -> int:
     try:
         handle = in_path.open(newline="", encoding="utf-8")
     except OSError as exc:
@@ -116,7 +211,7 @@ def _run_batch(in_path: Path, out_path: Path) -> int:
         if missing:
             raise SpecError(f"{in_path}: missing column(s) {', '.join(missing)}")
         rows = list(reader)
-    results = [predict_row(row) for row in rows]
+    results = [predict_row(row, protocol) for row in rows]
     fields = columns + [
         c for c in ("pred_ttft_ms", "pred_tpot_ms", "pred_error") if c not in columns
     ]

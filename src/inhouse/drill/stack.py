@@ -200,6 +200,14 @@ class LiveStack:
         return replica
 
     def start(self, ready_timeout_s: float = 120.0) -> LiveStack:
+        """Every process up and answering; on any failure, whatever did start is stopped."""
+        try:
+            return self._start(ready_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, ready_timeout_s: float) -> LiveStack:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         stack_path = self.work_dir / "stack.yaml"
         stack_path.write_text(dump_stack(self.stack), encoding="utf-8")

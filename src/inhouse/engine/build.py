@@ -13,7 +13,8 @@ from inhouse.perf.memory import MemoryPlan, plan_memory
 from inhouse.perf.step import StepModel
 from inhouse.spec.catalog import GpuSpec, ModelSpec, get_gpu, get_model
 from inhouse.spec.knobs import EngineKnobs
-from inhouse.spec.quant import Quant, normalize_quant
+from inhouse.spec.parallel import ParallelLayout, check_layout
+from inhouse.spec.quant import WeightQuants, resolve_weight_quants
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +29,20 @@ class ReplicaSpec:
     backend: str = "vllm"
     knobs: EngineKnobs = field(default_factory=EngineKnobs)
     lora_adapters: tuple[str, ...] = ()
+    # Parallel layout beyond plain TP (see `inhouse.spec.parallel`); 0 derives plain TP.
+    attention_dp: int = 1
+    moe_tp: int = 0
+    moe_ep: int = 0
+    pp: int = 1
+    # Per-part quantization modes as the calibration corpus names them ("" = `quant`).
+    gemm_quant: str = ""
+    moe_quant: str = ""
+
+    def layout_for(self, model: ModelSpec) -> ParallelLayout:
+        """The layout; a dense model's expert fields are meaningless and ignored."""
+        if not model.is_moe:
+            return ParallelLayout(tp=self.tp, attention_dp=self.attention_dp, pp=self.pp)
+        return ParallelLayout(self.tp, self.attention_dp, self.moe_tp, self.moe_ep, self.pp)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +52,8 @@ class Replica:
     spec: ReplicaSpec
     model: ModelSpec
     gpu: GpuSpec
-    quant: Quant
+    quant: WeightQuants
+    layout: ParallelLayout
     constants: EngineConstants
     memory: MemoryPlan
     config: EngineConfig
@@ -51,16 +67,22 @@ def build_replica(spec: ReplicaSpec, constants: EngineConstants | None = None) -
     """Resolve names, split memory (raising `DoesNotFitError`), and configure the engine."""
     model = get_model(spec.model)
     gpu = get_gpu(spec.gpu)
-    quant = normalize_quant(spec.quant)
+    quant = resolve_weight_quants(spec.quant, model.is_moe, spec.gemm_quant, spec.moe_quant)
+    layout = spec.layout_for(model)
+    check_layout(layout, model)
     consts = constants or get_engine_constants(spec.backend)
     knobs = spec.knobs
     max_num_seqs = knobs.max_num_seqs or consts.max_num_seqs
     max_model_len = knobs.max_model_len or model.max_context
-    max_batched = _token_budget(knobs, consts, max_model_len)
+    max_batched = _token_budget(knobs, consts, gpu, max_model_len)
+    # NOTE: each attention-DP group runs its own scheduler with the engine's per-group
+    # defaults; the simulated core schedules the replica as one, with their sums.
+    max_num_seqs *= layout.attention_dp
+    max_batched *= layout.attention_dp
     memory = plan_memory(
         model,
         gpu,
-        spec.tp,
+        layout,
         quant,
         kv_dtype=knobs.kv_cache_dtype,
         gpu_memory_utilization=knobs.gpu_memory_utilization,
@@ -78,6 +100,8 @@ def build_replica(spec: ReplicaSpec, constants: EngineConstants | None = None) -
     if knobs.host_kv_gib > 0:
         per_block = memory.kv_bytes_per_token_per_gpu * spec.tp * knobs.block_size
         host_blocks = int(knobs.host_kv_gib * 1024**3 // per_block)
+    if memory.max_num_seqs is not None:
+        max_num_seqs = min(max_num_seqs, memory.max_num_seqs)
     config = EngineConfig(
         num_gpu_blocks=memory.num_blocks,
         block_size=knobs.block_size,
@@ -91,11 +115,13 @@ def build_replica(spec: ReplicaSpec, constants: EngineConstants | None = None) -
         num_host_blocks=host_blocks,
         request_overhead_s=consts.request_overhead_s,
         prompt_token_overhead_s=consts.prompt_token_overhead_s,
+        output_token_overhead_s=consts.output_token_overhead_s,
+        reserve_new_tokens=consts.reserve_new_tokens,
         mixed_batches=consts.mixed_batches,
         lora=lora,
     )
-    step_model = StepModel(model, gpu, spec.tp, quant, consts, knobs.kv_cache_dtype)
-    return Replica(spec, model, gpu, quant, consts, memory, config, step_model)
+    step_model = StepModel(model, gpu, layout, quant, consts, knobs.kv_cache_dtype)
+    return Replica(spec, model, gpu, quant, layout, consts, memory, config, step_model)
 
 
 def _take_lora_slots(memory: MemoryPlan, lora: LoraCost, min_kv_tokens: int) -> MemoryPlan:
@@ -111,17 +137,20 @@ def _take_lora_slots(memory: MemoryPlan, lora: LoraCost, min_kv_tokens: int) -> 
     return after
 
 
-def _token_budget(knobs: EngineKnobs, consts: EngineConstants, max_model_len: int) -> int:
-    """`max_num_batched_tokens`, as vLLM settles it: without chunked prefill a whole prompt must
-    fit one step, so the default grows to `max_model_len` and a smaller setting is an error."""
-    if knobs.enable_chunked_prefill:
-        return knobs.max_num_batched_tokens or consts.max_num_batched_tokens
+def _token_budget(knobs: EngineKnobs, consts: EngineConstants, gpu: GpuSpec, max_len: int) -> int:
+    """`max_num_batched_tokens`, as the engine settles it (its default depends on the GPU's
+    memory for SGLang). vLLM without chunked prefill needs a whole prompt to fit one step, so
+    the default grows to `max_model_len` and a smaller setting is an error; SGLang's separate
+    prefill batches take a longer prompt alone (`Scheduler._admit`), so its budget stands."""
+    default = consts.batched_tokens_for(gpu.hbm_gb)
+    if knobs.enable_chunked_prefill or not consts.mixed_batches:
+        return knobs.max_num_batched_tokens or default
     if knobs.max_num_batched_tokens is None:
-        return max(max_model_len, consts.max_num_batched_tokens)
-    if knobs.max_num_batched_tokens < max_model_len:
+        return max(max_len, default)
+    if knobs.max_num_batched_tokens < max_len:
         raise SpecError(
             f"knobs.max_num_batched_tokens ({knobs.max_num_batched_tokens}) is smaller than "
-            f"max_model_len ({max_model_len}) with enable_chunked_prefill off: no prompt longer "
+            f"max_model_len ({max_len}) with enable_chunked_prefill off: no prompt longer "
             "than the budget could ever run. Raise max_num_batched_tokens, lower "
             "max_model_len, or turn chunked prefill back on."
         )

@@ -22,7 +22,13 @@ class EngineConfig:
     * `mixed_batches`: vLLM mixes prefill chunks and decodes in one step; SGLang (by default)
       runs prefill batches and decode batches apart, prefill first.
     * `request_overhead_s`, `prompt_token_overhead_s`: delay between a request's arrival and
-      the scheduler seeing it, fixed plus per prompt token (the API server's work).
+      the scheduler seeing it: a fixed latency, plus the API server's work per prompt token,
+      which it does for one request at a time.
+    * `output_token_overhead_s`: the API server's work per streamed token; a step's tokens
+      reach their clients when it has done it.
+    * `reserve_new_tokens`: SGLang's admission (see `engine.reservation`): KV is reserved for
+      the tokens running requests will still generate, and decode retracts requests when it
+      runs out, instead of vLLM's allocate-as-you-go with preemption.
     * `lora`: the adapters' slots and costs (`perf.lora`), when the replica serves LoRA
       adapters; requests naming an adapter then share `lora.max_loras` GPU slots.
     """
@@ -40,6 +46,8 @@ class EngineConfig:
     request_overhead_s: float = 0.0
     mixed_batches: bool = True
     prompt_token_overhead_s: float = 0.0
+    output_token_overhead_s: float = 0.0
+    reserve_new_tokens: bool = False
     lora: LoraCost | None = None
 
     def __post_init__(self) -> None:
@@ -47,6 +55,11 @@ class EngineConfig:
         assert self.max_num_seqs > 0, "max_num_seqs must be positive"
         assert self.max_num_batched_tokens > 0, "max_num_batched_tokens must be positive"
         assert self.scheduling_policy in ("fcfs", "priority"), "policy is fcfs or priority"
-        assert self.enable_chunked_prefill or self.max_num_batched_tokens >= self.max_model_len, (
-            "without chunked prefill a whole prompt must fit one step's token budget"
+        assert (
+            self.enable_chunked_prefill
+            or not self.mixed_batches
+            or self.max_num_batched_tokens >= self.max_model_len
+        ), (
+            "without chunked prefill a whole prompt must fit one step's token budget "
+            "(SGLang's separate prefill batches take a longer one alone)"
         )

@@ -5,7 +5,12 @@
     scheduler.update(batch, now + dt)
 
 The core reads no clock: the fleet simulator drives it in virtual time, the HTTP engine in wall
-time. When every running sequence is decoding and nothing can join, the next steps differ only by
+time. In front of the scheduler sits the API server: it takes each prompt in turn
+(`prompt_token_overhead_s` per token) and streams every sampled token
+(`output_token_overhead_s`), so clients see a step's tokens once it has got to them. Its input
+and output paths are two queues: each depends only on what reached it (arrivals, step ends),
+so a caller that commits a decode jump late gets the times a step-by-step run gets.
+When every running sequence is decoding and nothing can join, the next steps differ only by
 their growing context, so `step` may jump over many of them at once (their times form an
 arithmetic series); every token still gets its exact time.
 """
@@ -60,7 +65,11 @@ class EngineCore:
         self.step_model = step_model
         self.scheduler = Scheduler(config)
         self.stats = EngineStats()
-        self.timeline = array("d")  # end time of every step, by step index
+        # When each step's tokens reach the client (the step's end, or later if the API
+        # server is behind), by step index.
+        self.timeline = array("d")
+        self._prompts_free_s = 0.0  # when the API server has taken every prompt it has
+        self._stream_free_s = 0.0  # when it has streamed every token it has
         self._pending: list[tuple[float, int, Request]] = []
         self._seq = itertools.count()
         self._capacity_tokens = config.num_gpu_blocks * config.block_size
@@ -102,11 +111,11 @@ class EngineCore:
         if reason is not None:
             return reason
         config = self.config
-        request.ready_s = (
-            request.arrival_s
-            + config.request_overhead_s
-            + config.prompt_token_overhead_s * request.num_prompt_tokens
-        )
+        # NOTE: prompts queue for the API server one at a time (tokenization and input
+        # processing); the fixed overhead is latency (HTTP, IPC) that occupies no one.
+        start_s = max(request.arrival_s, self._prompts_free_s)
+        self._prompts_free_s = start_s + config.prompt_token_overhead_s * request.num_prompt_tokens
+        request.ready_s = self._prompts_free_s + config.request_overhead_s
         request.status = Status.PENDING
         heapq.heappush(self._pending, (request.ready_s, next(self._seq), request))
         return None
@@ -202,10 +211,19 @@ class EngineCore:
             dt += batch.num_lora_loads * lora.load_s
         end_s = now_s + dt
         index = len(self.timeline)
-        self.timeline.append(end_s)
-        emitted, finished = scheduler.update(batch, index, end_s)
+        seen_s = self._deliver(end_s, batch.num_sampled)
+        self.timeline.append(seen_s)
+        emitted, finished = scheduler.update(batch, index, seen_s)
         self._account(1, dt, batch.num_tokens - len(emitted), len(emitted), finished)
         return StepResult(now_s, end_s, index, 1, emitted, finished, batch)
+
+    def _deliver(self, end_s: float, num_tokens: int) -> float:
+        """When the `num_tokens` tokens of a step ending at `end_s` reach their clients."""
+        per_token_s = self.config.output_token_overhead_s
+        if per_token_s == 0.0:
+            return end_s
+        self._stream_free_s = max(end_s, self._stream_free_s) + num_tokens * per_token_s
+        return self._stream_free_s
 
     def _account(
         self, num_steps: int, busy_s: float, prompt: int, generated: int, finished: list[Request]
@@ -272,12 +290,13 @@ class EngineCore:
         running = scheduler.running
         if not running:
             return None
-        if (
-            scheduler.waiting
-            and len(running) < self.config.max_num_seqs
-            and not scheduler.admission_blocked_by_kv
-        ):
-            return None
+        reservation_blocks = False
+        if scheduler.waiting and len(running) < self.config.max_num_seqs:
+            if scheduler.admission_may_change and not self.config.mixed_batches:
+                # A decode batch with requests waiting: SGLang's reservation held them back.
+                reservation_blocks = True
+            elif not scheduler.admission_blocked_by_kv:
+                return None
         ctx_sum = num_lora = 0
         steps = max_steps
         for request in running:
@@ -293,6 +312,8 @@ class EngineCore:
             ctx_sum += computed
             if request.output_len - num_output < steps:
                 steps = request.output_len - num_output
+        if reservation_blocks:
+            steps = scheduler.decode_steps_without_admission(steps)
         if steps < MIN_FAST_FORWARD_STEPS:
             return None
         if self._pending:
@@ -300,9 +321,13 @@ class EngineCore:
         num_seqs = len(running)
         if not self.step_model.decode_is_linear(num_seqs, ctx_sum):
             return None
-        base_s, per_ctx_s = self.step_model.decode_coefficients(num_seqs)
+        base_s, per_ctx_s = self.step_model.decode_coefficients(num_seqs, ctx_sum)
         first_s = base_s + per_ctx_s * ctx_sum  # duration of the first step
         growth_s = per_ctx_s * num_seqs  # each step's context grows by one token per sequence
+        # The line holds while the context stays below where sparse attention saturates.
+        limit = self.step_model.linear_ctx_limit(num_seqs, ctx_sum)
+        if limit != math.inf:
+            steps = min(steps, int((limit - ctx_sum) // num_seqs))
         lora = self.config.lora
         if lora is not None and num_lora:
             # The adapters' share of each decode step is constant over the jump, so the steps'
@@ -327,12 +352,16 @@ class EngineCore:
         num_seqs = len(running)
         index = len(self.timeline)
         ends = [now_s + j * first_s + growth_s * j * (j - 1) / 2 for j in range(1, steps + 1)]
-        self.timeline.extend(ends)
         end_s = ends[-1]
+        if self.config.output_token_overhead_s:
+            ends = [self._deliver(e, num_seqs) for e in ends]
+        self.timeline.extend(ends)
+        seen_s = ends[-1]
         # NOTE: all allocations before any request finishes, unlike a step-by-step run: the
         # jump's blocks fit in the blocks free before it, which precede in the free queue any
         # block a finishing request frees, so the same blocks are taken either way.
         scheduler.kv.grow_decodes(running, steps)
+        scheduler.on_decode_steps(steps)
         finished: list[Request] = []
         end_index = index + steps
         for request in running:
@@ -350,7 +379,7 @@ class EngineCore:
             if num_output >= request.output_len:
                 finished.append(request)
         for request in finished:
-            scheduler.finish(request, end_s)
+            scheduler.finish(request, seen_s)
         emitted = list(running)
         if finished:
             scheduler.running = [r for r in running if r.status is Status.RUNNING]

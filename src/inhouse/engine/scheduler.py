@@ -16,6 +16,7 @@ from inhouse.engine.kv_cache import KVCacheManager
 from inhouse.engine.lora_slots import LoraSlots
 from inhouse.engine.queue import make_queue
 from inhouse.engine.request import FinishReason, Request, Status
+from inhouse.engine.reservation import TokenReservation
 from inhouse.perf.step import StepShape
 
 
@@ -30,6 +31,8 @@ class Batch:
     ctx_tokens: int = 0
     attn_pairs: int = 0
     host_load_tokens: int = 0
+    num_decodes: int = 0
+    decode_ctx_tokens: int = 0
     num_lora_tokens: int = 0  # tokens of requests on a LoRA adapter
     num_lora_loads: int = 0  # adapters copied into a GPU slot before this step
 
@@ -45,6 +48,8 @@ class Batch:
             ctx_tokens=self.ctx_tokens,
             attn_pairs=self.attn_pairs,
             host_load_tokens=self.host_load_tokens,
+            num_decodes=self.num_decodes,
+            decode_ctx_tokens=self.decode_ctx_tokens,
         )
 
     def add(self, request: Request, num_new: int) -> None:
@@ -57,6 +62,9 @@ class Batch:
         self.attn_pairs += num_new * history + num_new * (num_new + 1) // 2
         if history + num_new == request.num_tokens:
             self.num_sampled += 1
+        if num_new == 1 and request.num_output_tokens > 0:
+            self.num_decodes += 1
+            self.decode_ctx_tokens += history
 
 
 class Scheduler:
@@ -75,6 +83,8 @@ class Scheduler:
         # True when the last admission stopped because KV blocks ran short: until blocks are
         # freed, decode-only steps cannot admit anyone, so the core may jump over them.
         self.admission_blocked_by_kv = False
+        # SGLang's admission, when configured: KV held back for running requests' futures.
+        self.reservation = TokenReservation() if config.reserve_new_tokens else None
 
     def add(self, request: Request) -> None:
         request.status = Status.WAITING
@@ -104,14 +114,58 @@ class Scheduler:
         self.num_preemptions += 1
         self.waiting.prepend(victim)
         batch.preempted.append(victim)
+        if self.reservation is not None:
+            self.reservation.on_retract(self.running)
 
     def schedule(self, now_s: float) -> Batch:
         if not self.config.mixed_batches:
             batch = self._schedule_prefills(now_s)
             if not batch.is_empty:
                 return batch
-            return self._schedule_running(now_s, admit=False)
+            batch = self._schedule_running(now_s, admit=False)
+            self.on_decode_steps(1)
+            return batch
         return self._schedule_running(now_s, admit=True)
+
+    def on_decode_steps(self, num_steps: int) -> None:
+        """Decode-only steps ran (one here, or a jump of many in the core)."""
+        if self.reservation is not None:
+            self.reservation.on_decode_steps(num_steps)
+
+    @property
+    def admission_may_change(self) -> bool:
+        """Whether a waiting request could be admitted after a decode step without any
+        request finishing: SGLang's reservation shrinks every step."""
+        return self.reservation is not None and bool(self.waiting)
+
+    def decode_steps_without_admission(self, limit: int) -> int:
+        """Decode steps (at most `limit`) before whose admission checks the waiting head
+        certainly cannot be admitted under SGLang's reservation, bounded optimistically:
+        free KV cannot grow without a finish, and the held-back share shrinks at most by the
+        ratio's decay and by one future token per running request a step."""
+        reservation = self.reservation
+        assert reservation is not None and self.waiting, "only while a reservation blocks"
+        head = self.waiting.peek()
+        hit = self.kv.find_prefix(head)
+        num_hit = (len(hit.gpu_blocks) + hit.num_host_blocks) * self.config.block_size
+        cost = reservation.cost(head, max(head.num_tokens - num_hit, 1))
+        free = self.kv.num_free_blocks * self.config.block_size
+
+        def admissible_after(t: int) -> bool:
+            return free - reservation.held_after(self.running, t) >= cost
+
+        if admissible_after(0):
+            return 0
+        if not admissible_after(limit):
+            return limit
+        low, high = 0, limit  # not admissible after `low` steps; admissible after `high`
+        while high - low > 1:
+            mid = (low + high) // 2
+            if admissible_after(mid):
+                high = mid
+            else:
+                low = mid
+        return high  # the checks before steps 0 .. high - 1 all fail
 
     def _schedule_prefills(self, now_s: float) -> Batch:
         """SGLang's default: a step is either a prefill batch (unfinished prompt chunks, then
@@ -193,6 +247,8 @@ class Scheduler:
         batch.ctx_tokens += decode_ctx
         batch.attn_pairs += decode_ctx + num_decodes
         batch.num_sampled += num_decodes
+        batch.num_decodes += num_decodes
+        batch.decode_ctx_tokens += decode_ctx
         if batch.preempted:
             # NOTE: as in vLLM, a step that preempted admits no one, but the next step tries:
             # the victim's freed blocks may let it (or another) back in, so nothing here says
@@ -207,6 +263,10 @@ class Scheduler:
         kv = self.kv
         bs = self.config.block_size
         waiting = self.waiting
+        reservation = self.reservation
+        room = 0.0
+        if reservation is not None:
+            room = reservation.remaining(self.running, kv.num_free_blocks * bs)
         slots = self.lora_slots
         deferred: list[Request] = []  # their adapter would be one too many in this batch
         while waiting and len(self.running) < self.config.max_num_seqs and budget > 0:
@@ -218,7 +278,17 @@ class Scheduler:
             num_hit = (len(hit.gpu_blocks) + hit.num_host_blocks) * bs
             num_new = request.num_tokens - num_hit
             if not self.config.enable_chunked_prefill and num_new > budget:
-                break
+                if batch.scheduled:
+                    break
+                # NOTE: the budget is checked before a request joins, so the first one of a
+                # batch always does (SGLang's PrefillAdder); else a recomputed request longer
+                # than the budget would never run again.
+                budget = num_new
+            if reservation is not None:
+                cost = reservation.cost(request, num_new)
+                if cost >= room and (self.running or batch.scheduled):
+                    break  # NOTE: not blocked by KV for good: the reservation shrinks
+                room -= cost
             chunk = self._chunk(num_new, budget)
             host_tokens = hit.num_host_blocks * bs
             if not kv.allocate(request, chunk + host_tokens, hit):
@@ -312,3 +382,6 @@ def _unadd(batch: Batch, request: Request, num_new: int) -> None:
     batch.attn_pairs -= num_new * history + num_new * (num_new + 1) // 2
     if history + num_new == request.num_tokens:
         batch.num_sampled -= 1
+    if num_new == 1 and request.num_output_tokens > 0:
+        batch.num_decodes -= 1
+        batch.decode_ctx_tokens -= history

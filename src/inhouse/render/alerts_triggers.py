@@ -86,8 +86,10 @@ def _query(trigger: Trigger) -> str:
 
 
 def rule_threshold(trigger: Trigger) -> float:
-    """The number in the rule: the trigger's level in the series' unit (TPOT in seconds)."""
-    return trigger.threshold / 1000 if trigger.signal == "tpot_median" else trigger.threshold
+    """The number in the rule: the trigger's level in the series' unit (TPOT in seconds), to
+    the 10 significant digits the rule prints (40.1 ms is 0.0401 s, not 0.040100000000000004)."""
+    value = trigger.threshold / 1000 if trigger.signal == "tpot_median" else trigger.threshold
+    return float(f"{value:.10g}")
 
 
 def _expr(trigger: Trigger) -> str:

@@ -174,13 +174,18 @@ class EngineRunner:
                 # Resume at the moment the next pending request becomes ready, if any.
                 self._prev_end_s = await self._idle(now)
                 continue
-            end = start + (result.end_s - start) * self.time_scale * self.slow_factor
+            scale = self.time_scale * self.slow_factor
+            end = start + (result.end_s - start) * scale
+            # When the engine's API server has streamed the step's tokens (at or after its end).
+            seen = start + (self.core.timeline[result.first_step] - start) * scale
             delay = end - self.clock()
             # Behind: no sleep, but yield, so the handlers send what the last step produced.
             await asyncio.sleep(max(0.0, delay))
             self._note_lag(self.clock() - end, end)
             self._prev_end_s = end
-            self._deliver(result, end)
+            if seen > end:
+                await asyncio.sleep(max(0.0, seen - self.clock()))
+            self._deliver(result, max(seen, end))
 
     def _start_time(self, now: float) -> float:
         """Where the next step starts: the previous one's end (or the moment a pending request

@@ -18,6 +18,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from inhouse.errors import SpecError
+from inhouse.spec.model import ModelSpec
+
+__all__ = ["GIB", "GpuSpec", "ModelSpec", "get_gpu", "get_model", "known_gpus", "known_models"]
 
 GB = 1e9
 GIB = 1024**3
@@ -47,8 +50,14 @@ class GpuSpec(BaseModel):
     link_bw_gbps: float = Field(gt=0, description="per-GPU unidirectional link bandwidth, GB/s")
     link_latency_us: float = Field(gt=0, description="one hop of a collective, microseconds")
     host_bw_gbps: float = Field(gt=0, description="host link (PCIe) bandwidth, GB/s")
+    scale_out_bw_gbps: float = Field(
+        gt=0, description="per-GPU network bandwidth to other nodes, one direction, GB/s"
+    )
+    scale_out_latency_us: float = Field(gt=0, description="one hop of a collective across nodes")
     gpus_per_node: int = Field(gt=0)
-    nvlink_domain: int = Field(gt=0, description="GPUs joined all-to-all by the fast link")
+    nvlink_domain: int = Field(
+        gt=0, description="GPUs joined all-to-all by the fast link (72 in a GB200 NVL72 rack)"
+    )
     power_w: float = Field(gt=0)
     source: str
 
@@ -65,7 +74,9 @@ class GpuSpec(BaseModel):
         """Dense peak FLOP/s for a compute datatype, falling back to the nearest wider type.
 
         NOTE: a GPU without FP8 units (A100, MI250) runs an FP8 checkpoint as weight-only
-        (Marlin-style) kernels whose math is 16-bit, so its compute peak is the bf16 one.
+        (Marlin-style) kernels whose math is 16-bit, so its compute peak is the bf16 one. FP4
+        likewise: Hopper has no FP4 units, and an MXFP4/NVFP4 checkpoint there is 4-bit
+        storage dequantized into 16-bit GEMMs (vLLM's Marlin and Triton MoE kernels), not FP8.
         """
         table = {
             "bf16": self.bf16_tflops,
@@ -73,102 +84,12 @@ class GpuSpec(BaseModel):
             "int8": self.int8_tops,
             "fp4": self.fp4_tflops,
         }
-        order = {"fp4": ["fp4", "fp8", "bf16"], "fp8": ["fp8", "bf16"], "int8": ["int8", "bf16"]}
+        order = {"fp4": ["fp4", "bf16"], "fp8": ["fp8", "bf16"], "int8": ["int8", "bf16"]}
         for key in order.get(compute, ["bf16"]):
             value = table[key]
             if value is not None:
                 return value * 1e12
         return self.bf16_tflops * 1e12
-
-
-class ModelSpec(BaseModel):
-    """A transformer's architecture: what memory and the step-time model need, and its licence."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    name: str
-    hf_id: str
-    aliases: tuple[str, ...] = ()
-    num_layers: int = Field(gt=0)
-    hidden_size: int = Field(gt=0)
-    num_attention_heads: int = Field(gt=0)
-    num_kv_heads: int = Field(gt=0)
-    head_dim: int = Field(gt=0)
-    intermediate_size: int = Field(gt=0, description="dense MLP width (per expert for MoE)")
-    vocab_size: int = Field(gt=0)
-    tie_word_embeddings: bool = False
-    num_experts: int = Field(default=0, ge=0, description="routed experts; 0 for dense models")
-    num_experts_per_tok: int = Field(default=0, ge=0)
-    num_shared_experts: int = Field(default=0, ge=0)
-    sliding_window_layers: int = Field(
-        default=0, ge=0, description="layers whose attention only sees a window (KV is capped)"
-    )
-    sliding_window: int = Field(default=0, ge=0)
-    max_context: int = Field(gt=0)
-    params_b_stated: float | None = Field(
-        default=None, gt=0, description="parameter count the model card states, in 1e9"
-    )
-    license: str
-    source: str
-    instruct_hf_id: str | None = Field(
-        default=None,
-        description="the instruction-tuned checkpoint a stack serves, when `hf_id` is a base "
-        "model (a base model has no chat template: chat and tool calls would fail)",
-    )
-    tool_call_parser: str | None = Field(
-        default=None,
-        description="vLLM's `--tool-call-parser` for this family (docs.vllm.ai, Tool Calling); "
-        "null when the family has none",
-    )
-
-    @property
-    def served_hf_id(self) -> str:
-        """The checkpoint a stack serves for this model: the instruct one where they differ."""
-        return self.instruct_hf_id or self.hf_id
-
-    @property
-    def is_moe(self) -> bool:
-        return self.num_experts > 0
-
-    @property
-    def attention_params(self) -> int:
-        """Q, K, V and O projections of one layer."""
-        q_out = self.num_attention_heads * self.head_dim
-        kv_out = self.num_kv_heads * self.head_dim
-        return self.hidden_size * (q_out + 2 * kv_out) + q_out * self.hidden_size
-
-    @property
-    def mlp_params_per_expert(self) -> int:
-        """Gated MLP (gate, up, down) of one expert or of the dense MLP."""
-        return 3 * self.hidden_size * self.intermediate_size
-
-    @property
-    def embedding_params(self) -> int:
-        """Input embedding plus the LM head (one matrix when tied)."""
-        factor = 1 if self.tie_word_embeddings else 2
-        return factor * self.vocab_size * self.hidden_size
-
-    @property
-    def lm_head_params(self) -> int:
-        return self.vocab_size * self.hidden_size
-
-    @property
-    def num_params(self) -> int:
-        """All parameters, from the architecture (norms and biases ignored: <0.1%)."""
-        experts = max(self.num_experts, 1) + self.num_shared_experts
-        router = self.hidden_size * self.num_experts
-        per_layer = self.attention_params + experts * self.mlp_params_per_expert + router
-        return self.num_layers * per_layer + self.embedding_params
-
-    @property
-    def num_active_params(self) -> int:
-        """Parameters one token's forward pass reads: every layer's attention, its routed top-k
-        and shared experts (all of the MLP when dense), and the LM head. The input embedding is
-        left out, as a token reads one row of it (OpenAI's 5.1B active for gpt-oss-120b)."""
-        experts = self.num_experts_per_tok + self.num_shared_experts if self.is_moe else 1
-        router = self.hidden_size * self.num_experts
-        per_layer = self.attention_params + experts * self.mlp_params_per_expert + router
-        return self.num_layers * per_layer + self.lm_head_params
 
 
 # Suffixes that name a variant of the same architecture (chat tune, quantized checkpoint, ...).

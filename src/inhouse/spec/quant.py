@@ -74,3 +74,68 @@ def kv_dtype_bytes(name: str) -> float:
         known = ", ".join(sorted(set(KV_DTYPES) | set(_KV_ALIASES)))
         raise SpecError(f"unknown kv cache dtype {name!r}; known: {known}")
     return KV_DTYPES[key]
+
+
+# The corpus's and aiconfigurator's names for GEMM and MoE quantization modes.
+_MODE_ALIASES = {
+    "fp8_block": "fp8",
+    "fp8_blockwise": "fp8",
+    "int4_wo": "w4a16",
+    "w4a16_awq": "w4a16",
+    "float16": "fp16",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class WeightQuants:
+    """Quantization of each part of a checkpoint: attention projections, dense MLPs (and
+    shared experts), routed experts. A uniform checkpoint has one `Quant` for all three."""
+
+    attention: Quant
+    dense: Quant
+    experts: Quant
+
+    @property
+    def name(self) -> str:
+        parts = {self.attention.name, self.dense.name, self.experts.name}
+        if len(parts) == 1:
+            return self.experts.name
+        return (
+            f"{self.experts.name} experts, {self.dense.name} MLP, {self.attention.name} attention"
+        )
+
+    @classmethod
+    def uniform(cls, quant: Quant) -> WeightQuants:
+        return cls(quant, quant, quant)
+
+
+def resolve_weight_quants(
+    precision: str, is_moe: bool, gemm_quant: str = "", moe_quant: str = ""
+) -> WeightQuants:
+    """The quantization of each part of a checkpoint named by its precision and, as the
+    calibration corpus states them, its GEMM and MoE quantization modes.
+
+    Published checkpoints follow two conventions this encodes:
+
+    * 8-bit checkpoints (FP8, INT8) quantize every linear layer but the LM head.
+    * 4-bit checkpoints of MoE models keep attention in 16 bits: NVIDIA's NVFP4 releases
+      exclude `self_attn` (DeepSeek, Kimi, MiniMax, GLM-5 and Qwen3.5 configs), OpenAI's
+      gpt-oss quantizes only the experts to MXFP4, and Moonshot's INT4 Kimi (weight-only,
+      `int4_wo`) only the routed experts, leaving its dense layer and shared expert in BF16.
+      Dense 4-bit checkpoints (NVIDIA's Llama-3.1-70B FP4) quantize every linear layer.
+    """
+    experts = normalize_quant(_mode(moe_quant) or precision)
+    dense = normalize_quant(_mode(gemm_quant) or precision)
+    bf16 = QUANTIZATIONS["bf16"]
+    if not is_moe:
+        return WeightQuants.uniform(dense)
+    four_bit = dense.weight_bytes < 1.0
+    attention = bf16 if four_bit else dense
+    if four_bit and experts.name == "w4a16" and dense.name == "w4a16":
+        dense = bf16  # INT4 weight-only: only the routed experts are 4-bit
+    return WeightQuants(attention, dense, experts)
+
+
+def _mode(name: str) -> str:
+    key = name.strip().lower()
+    return _MODE_ALIASES.get(key, key)

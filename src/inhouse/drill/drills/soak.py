@@ -93,8 +93,15 @@ async def _start_virtual(ctx: DrillContext, days: int) -> tuple[asyncio.subproce
     proc = await asyncio.create_subprocess_exec(
         *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
     )
-    ctx.event(f"virtual soak: {days} days of {reqs.name} at 60% of planned peak")
+    ctx.event(f"virtual soak: {_days(ctx, days)} of {reqs.name} at 60% of planned peak")
     return proc, out
+
+
+def _days(ctx: DrillContext, days: int) -> str:
+    """ "2 simulated days", or with a shortened day "2 simulated days of 900 s (shortened)"."""
+    if ctx.soak_day_s is None:
+        return f"{days} simulated days"
+    return f"{days} simulated days of {ctx.soak_day_s:g} s (shortened, not 24 h)"
 
 
 async def _finish_virtual(
@@ -107,14 +114,14 @@ async def _finish_virtual(
     res = ctx.result
     if proc.returncode != 0 or not out.exists():
         tail = output.decode(errors="replace")[-800:]
-        res.check("virtual soak ran", f"{days} simulated days", f"failed: {tail}", False)
+        res.check("virtual soak ran", _days(ctx, days), f"failed: {tail}", False)
         return
     report = json.loads(out.read_text())
     done = report["days"]
     res.notes.append(f"virtual soak: {report['wall_s']:.0f} s of wall time for {len(done)} days")
     res.check(
         "virtual soak ran",
-        f"{days} simulated days at 60% of planned peak",
+        f"{_days(ctx, days)} at 60% of planned peak",
         f"{len(done)} days, {sum(d['num_requests'] for d in done):,} requests, "
         f"{report['wall_s']:.0f} s wall",
         len(done) == days,

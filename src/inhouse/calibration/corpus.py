@@ -1,0 +1,215 @@
+"""The calibration corpus as the model reads it: every row's replica, shape and measurement.
+
+NVIDIA aiconfigurator's silicon corpus (data/calibration_silicon.csv) records, per run, the
+model, GPU, engine, parallel layout, quantization, benchmark shape and mean TTFT and TPOT. Its
+rows are read here once, by rules that are the same for every row and are each reported:
+
+* **Layouts named by the run's own flags.** A row id that names the engine flags
+  (`..._tp4_ep4_...`, `..._tp4_0_ep4_0_...`) gives the GPUs the run used: both engines place
+  experts on the tensor-parallel ranks (SGLang's `--ep-size` divides `--tp-size`; vLLM's
+  `--enable-expert-parallel` spreads experts over the TP ranks), so `tpN_epM` is N GPUs with
+  `moe_ep = M`. One dump of the corpus multiplies tp by ep in its labels (tp16 for a tp4_ep4
+  run; for vLLM it writes ep as attention DP), which the same measurement, listed again under
+  the other dump's label, contradicts. A label whose GPU count differs from the id's is
+  corrected to the id's.
+* **One run, one row.** Rows with the same architecture, GPU, engine, precision, shape and
+  the same TTFT and TPOT to the last digit are one run listed several times (DeepSeek-V3 and
+  DeepSeek-R1 share an architecture; some runs appear in three dumps); one is kept.
+* **KV cache dtype from the checkpoint.** NVIDIA's ModelOpt checkpoints declare an FP8 KV
+  cache (`kv_cache_quant_algo: FP8` in hf_quant_config.json): every NVFP4 release and the FP8
+  Llama-3.1-70B (nvidia/Llama-3.1-70B-Instruct-FP8); the runs use it. Everyone else's
+  checkpoints (DeepSeek's and MiniMax's FP8, Qwen's, OpenAI's MXFP4) keep a 16-bit cache.
+* **Engine knobs of the harness.** aiconfigurator deploys the engine it benchmarks with
+  its generator's rules (generator/rule_plugin/benchmark/*.rule): vLLM gets
+  `--max-num-seqs C`, `--max-num-batched-tokens C + ISL + 1500` and `--max-model-len
+  ISL + OSL + 1500`; SGLang gets `--max-running-requests C`, `--max-prefill-tokens
+  ISL + 1500` and no chunked prefill. These are facts of the protocol, not fitted.
+
+`prepare` is pure: the caller reads the CSV.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from inhouse.engine.build import ReplicaSpec
+from inhouse.errors import SpecError
+from inhouse.spec.catalog import get_model
+from inhouse.spec.knobs import VLLM_SERVE_DEFAULTS
+
+# Headroom the generator adds to the prompt for the token budget and the context.
+HARNESS_HEADROOM_TOKENS = 1500
+_ID_LAYOUT = re.compile(r"_tp(\d+)(?:_0)?_ep(\d+|none)(?:_0)?_")
+# Checkpoints that declare an FP8 KV cache: (model, precision) -> evidence.
+FP8_KV_CHECKPOINTS = {
+    ("Llama-3.1-70B", "fp8"): "nvidia/Llama-3.1-70B-Instruct-FP8: kv_cache_quant_algo FP8",
+}
+FAMILIES = {
+    "Llama-3.1-70B": "llama-dense",
+    "Qwen3-32B": "qwen3-dense",
+    "gpt-oss-120b": "gpt-oss",
+    "MiniMax-M2.5": "minimax",
+    "DeepSeek-R1": "deepseek",
+    "DeepSeek-V3": "deepseek",
+    "Kimi-K2.5": "kimi",
+    "GLM-5": "glm",
+    "Qwen3.5-397B-A17B": "qwen3.5",
+}
+
+
+def regime(concurrency: int) -> str:
+    """Concurrency regime: a few clients, a busy batch, or beyond most engines' sweet spot."""
+    if concurrency <= 16:
+        return "c<=16"
+    if concurrency <= 128:
+        return "c32-128"
+    return "c>=256"
+
+
+@dataclass(frozen=True, slots=True)
+class CorpusRow:
+    """One measured run, resolved to the replica and shape the model predicts."""
+
+    row_id: str
+    spec: ReplicaSpec
+    isl: int
+    osl: int
+    concurrency: int
+    ttft_ms: float
+    tpot_ms: float
+    family: str
+    notes: tuple[str, ...] = ()
+
+    @property
+    def backend(self) -> str:
+        return self.spec.backend
+
+    @property
+    def gpu(self) -> str:
+        return self.spec.gpu
+
+    @property
+    def regime(self) -> str:
+        return regime(self.concurrency)
+
+
+@dataclass
+class Corpus:
+    """The rows kept and what was done to the others."""
+
+    rows: list[CorpusRow]
+    duplicates: list[tuple[str, str]] = field(default_factory=list)  # (dropped, kept)
+    corrected: list[tuple[str, str]] = field(default_factory=list)  # (id, what)
+    unreadable: list[tuple[str, str]] = field(default_factory=list)  # (id, why)
+
+
+def _int(row: dict[str, str], name: str, default: int) -> int:
+    text = (row.get(name) or "").strip()
+    return int(text) if text else default
+
+
+def _layout(row: dict[str, str]) -> tuple[dict[str, int], str]:
+    """(layout fields, correction note or "") from the labels and the id."""
+    tp = _int(row, "tp", 1)
+    fields = {
+        "tp": tp,
+        "attention_dp": _int(row, "attention_dp", 1),
+        "moe_tp": _int(row, "moe_tp", 0),
+        "moe_ep": _int(row, "moe_ep", 0),
+        "pp": _int(row, "pp", 1),
+    }
+    match = _ID_LAYOUT.search(row.get("id", ""))
+    if match is None:
+        return fields, ""
+    id_tp = int(match.group(1))
+    id_ep = 1 if match.group(2) == "none" else int(match.group(2))
+    if tp * fields["attention_dp"] == id_tp:
+        return fields, ""
+    corrected = {"tp": id_tp, "attention_dp": 1, "moe_tp": id_tp // id_ep, "moe_ep": id_ep}
+    note = (
+        f"layout tp{tp}/dp{fields['attention_dp']}/moe_tp{fields['moe_tp']}/"
+        f"ep{fields['moe_ep']} corrected to tp{id_tp}/ep{id_ep} from its id"
+    )
+    return {**corrected, "pp": fields["pp"]}, note
+
+
+def _kv_dtype(model: str, precision: str, gemm_quant: str) -> str:
+    if gemm_quant == "nvfp4" and model != "gpt-oss-120b":
+        return "fp8"  # NVIDIA's NVFP4 releases declare kv_cache_quant_algo FP8
+    return "fp8" if (model, precision) in FP8_KV_CHECKPOINTS else "auto"
+
+
+def _spec(row: dict[str, str], layout: dict[str, int]) -> ReplicaSpec:
+    model = get_model(row["model"].strip()).name
+    backend = row["backend"].strip().lower()
+    precision = row["precision"].strip()
+    gemm_quant = (row.get("gemm_quant") or "").strip()
+    isl, osl, conc = (_int(row, n, 0) for n in ("isl", "osl", "concurrency"))
+    knobs: dict[str, object] = {
+        "max_num_seqs": conc,
+        "kv_cache_dtype": _kv_dtype(model, precision, gemm_quant),
+    }
+    if backend == "vllm":
+        knobs["max_num_batched_tokens"] = conc + isl + HARNESS_HEADROOM_TOKENS
+        knobs["max_model_len"] = isl + osl + HARNESS_HEADROOM_TOKENS
+    else:
+        knobs["max_num_batched_tokens"] = isl + HARNESS_HEADROOM_TOKENS
+        knobs["enable_chunked_prefill"] = False
+    return ReplicaSpec(
+        model,
+        row["system"].strip(),
+        layout["tp"],
+        precision,
+        backend,
+        VLLM_SERVE_DEFAULTS.model_copy(update=knobs),
+        attention_dp=layout["attention_dp"],
+        moe_tp=layout["moe_tp"],
+        moe_ep=layout["moe_ep"],
+        pp=layout["pp"],
+        gemm_quant=gemm_quant,
+        moe_quant=(row.get("moe_quant") or "").strip(),
+    )
+
+
+def _arch(model: str) -> str:
+    """Models that share every architecture field (DeepSeek-V3 and R1) share a key."""
+    spec = get_model(model)
+    dump = spec.model_dump(exclude={"name", "hf_id", "aliases", "license", "source"})
+    return repr(sorted(dump.items()))
+
+
+def _read(index: int, row: dict[str, str]) -> tuple[CorpusRow, tuple[object, ...], bool]:
+    """A row resolved, its duplicate key, and whether its id names its layout."""
+    row_id = (row.get("id") or f"row{index + 2}").strip()
+    layout, note = _layout(row)
+    spec = _spec(row, layout)
+    isl, osl, conc = (_int(row, n, 0) for n in ("isl", "osl", "concurrency"))
+    ttft, tpot = float(row["ttft_ms"]), float(row["tpot_ms"])
+    key = (_arch(spec.model), spec.gpu, spec.backend, spec.quant, isl, osl, conc, ttft, tpot)
+    family = FAMILIES.get(spec.model, spec.model.lower())
+    notes = (note,) if note else ()
+    resolved = CorpusRow(row_id, spec, isl, osl, conc, ttft, tpot, family, notes)
+    return resolved, key, _ID_LAYOUT.search(row_id) is not None
+
+
+def prepare(raw: list[dict[str, str]]) -> Corpus:
+    """Resolve, correct and de-duplicate the corpus's rows (see the module docstring).
+
+    Of the copies of one run, the first whose id names its layout is kept (else the first).
+    """
+    corpus = Corpus(rows=[])
+    groups: dict[tuple[object, ...], list[tuple[CorpusRow, bool]]] = {}
+    for index, row in enumerate(raw):
+        try:
+            resolved, key, named = _read(index, row)
+        except (SpecError, ValueError, KeyError, AttributeError) as exc:
+            corpus.unreadable.append(((row.get("id") or f"row{index + 2}"), str(exc)))
+            continue
+        groups.setdefault(key, []).append((resolved, named))
+    for members in groups.values():
+        kept = next((m for m, named in members if named), members[0][0])
+        corpus.rows.append(kept)
+        corpus.corrected.extend((kept.row_id, note) for note in kept.notes)
+        corpus.duplicates.extend((m.row_id, kept.row_id) for m, _ in members if m is not kept)
+    return corpus

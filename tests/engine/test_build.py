@@ -1,0 +1,31 @@
+"""The token budget as each engine settles it without chunked prefill."""
+
+from __future__ import annotations
+
+import pytest
+
+from inhouse.engine.build import ReplicaSpec, build_replica
+from inhouse.errors import SpecError
+from inhouse.predict import run_closed_loop
+from inhouse.spec.knobs import VLLM_SERVE_DEFAULTS
+
+NO_CHUNKS = VLLM_SERVE_DEFAULTS.model_copy(
+    update={"enable_chunked_prefill": False, "max_num_batched_tokens": 4096}
+)
+
+
+def test_vllm_refuses_a_budget_below_max_model_len_without_chunked_prefill() -> None:
+    spec = ReplicaSpec("Llama-3.1-8B", "h100_sxm", 1, "fp8", "vllm", NO_CHUNKS)
+    with pytest.raises(SpecError, match="max_num_batched_tokens"):
+        build_replica(spec)
+
+
+def test_sglang_keeps_its_budget_and_runs_a_longer_prompt_alone() -> None:
+    """SGLang's prefill batches take a prompt longer than the budget on its own (its
+    PrefillAdder admits the first request of a batch whatever its length)."""
+    spec = ReplicaSpec("Llama-3.1-8B", "h100_sxm", 1, "fp8", "sglang", NO_CHUNKS)
+    replica = build_replica(spec)
+    assert replica.config.max_num_batched_tokens == 4096
+    assert replica.config.max_model_len > 4096
+    result = run_closed_loop(replica, 6000, 16, 2)
+    assert result.num_requests > 0 and result.mean_ttft_ms > 0

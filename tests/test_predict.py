@@ -1,0 +1,69 @@
+"""The closed-loop benchmark model: the protocol as an input."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from inhouse.engine.build import ReplicaSpec, build_replica
+from inhouse.predict import (
+    AIPERF_SILICON,
+    VLLM_BENCH,
+    BenchmarkProtocol,
+    run_closed_loop,
+    wave_weights,
+)
+
+REPLICA = build_replica(ReplicaSpec("Llama-3.1-8B", "h100_sxm", 1, "bf16", "vllm"))
+
+
+def test_the_first_wave_weighs_less_in_a_longer_run() -> None:
+    """All clients start at once, so the first wave queues for prefill; measuring 20 waves
+    instead of 10 halves its weight in the mean."""
+    short = run_closed_loop(REPLICA, 2048, 64, 32, protocol=VLLM_BENCH, sampled_waves=None)
+    long = run_closed_loop(REPLICA, 2048, 64, 32, protocol=AIPERF_SILICON, sampled_waves=None)
+    assert long.mean_ttft_ms < short.mean_ttft_ms
+    assert long.num_requests == 2 * short.num_requests
+
+
+def test_a_warmup_without_a_drain_is_left_out_of_the_means() -> None:
+    cold = BenchmarkProtocol(waves=4)
+    warm = replace(cold, warmup_requests=32, warmup_drains=False)
+    a = run_closed_loop(REPLICA, 2048, 64, 32, protocol=cold, sampled_waves=None)
+    b = run_closed_loop(REPLICA, 2048, 64, 32, protocol=warm, sampled_waves=None)
+    assert b.num_requests == a.num_requests + 32
+    assert b.mean_ttft_ms < a.mean_ttft_ms  # the queued first wave is the warm-up
+
+
+def test_length_spread_is_seeded_and_changes_the_run() -> None:
+    spread = BenchmarkProtocol(waves=4, isl_std=300, osl_std=20, seed=3)
+    a = run_closed_loop(REPLICA, 1024, 64, 16, protocol=spread)
+    b = run_closed_loop(REPLICA, 1024, 64, 16, protocol=spread)
+    fixed = run_closed_loop(REPLICA, 1024, 64, 16, protocol=BenchmarkProtocol(waves=4))
+    assert (a.mean_ttft_ms, a.mean_tpot_ms) == (b.mean_ttft_ms, b.mean_tpot_ms)
+    assert a.mean_ttft_ms != fixed.mean_ttft_ms
+
+
+def test_client_think_time_de_phases_a_locked_closed_loop() -> None:
+    locked = BenchmarkProtocol(waves=8)
+    thinking = replace(locked, think_time_s=1.0)
+    a = run_closed_loop(REPLICA, 4096, 256, 8, protocol=locked, sampled_waves=None)
+    b = run_closed_loop(REPLICA, 4096, 256, 8, protocol=thinking, sampled_waves=None)
+    assert b.mean_ttft_ms < a.mean_ttft_ms
+
+
+def test_a_server_cap_queues_requests_at_the_door_with_their_clock_running() -> None:
+    open_door = BenchmarkProtocol(waves=3)
+    capped = replace(open_door, server_cap=4)
+    a = run_closed_loop(REPLICA, 512, 128, 16, protocol=open_door, sampled_waves=None)
+    b = run_closed_loop(REPLICA, 512, 128, 16, protocol=capped, sampled_waves=None)
+    assert b.mean_ttft_ms > 2 * a.mean_ttft_ms
+    assert b.mean_tpot_ms < a.mean_tpot_ms  # a smaller batch decodes faster
+
+
+def test_wave_weights_sum_to_one_and_stand_in_for_unsimulated_requests() -> None:
+    weights = wave_weights(40, 10, 200)
+    assert sum(weights) == pytest.approx(1.0)
+    assert weights[0] == pytest.approx(1 / 200) and weights[-1] == pytest.approx(180 / 20 / 200)
+    assert wave_weights(10, 10, 10) == [0.1] * 10
