@@ -27,8 +27,9 @@ DURATION_S = 40.0
 
 
 def _step_by_step(
-    stack: StackSpec, workload: MixedWorkload, seed: int, share: float
+    stack: StackSpec, workload: MixedWorkload, seed: int, share: float, refused: dict[str, str]
 ) -> dict[str, Request]:
+    """Every request the engine took, by id; the ones it refused go to `refused` (id: reason)."""
     pool = stack.pools[0]
     engine = build_replica(replica_spec_for_pool(pool)).new_engine()
     run = workload.start(block_size=pool.knobs.block_size, seed=seed, duration_s=DURATION_S,
@@ -43,7 +44,11 @@ def _step_by_step(
             request = Request(work.request_id, work.num_prompt_tokens, work.output_len,
                               work.arrival_s, block_hashes=work.block_hashes,
                               priority=work.priority, lora=lora)  # fmt: skip
-            assert engine.add_request(request) is None
+            reason = engine.add_request(request)
+            if reason is not None:  # longer than the KV cache: refused at arrival, as the fleet
+                refused[work.request_id] = reason
+                run.on_complete(work, work.arrival_s, ok=False)
+                continue
             works[work.request_id], requests[work.request_id] = work, request
         step = engine.step(now, max_steps=1)
         if step is not None:
@@ -70,13 +75,17 @@ def test_the_soaks_shape_gives_the_step_by_step_timings(seed: int | None) -> Non
     fleet = Fleet(stack, workload, policy="round_robin", duration_s=DURATION_S, seed=seed,
                   rate_scale=share, down_replicas={})  # fmt: skip
     result = fleet.run()
-    reference = _step_by_step(stack, workload, seed, share)
+    refused: dict[str, str] = {}
+    reference = _step_by_step(stack, workload, seed, share, refused)
     engine = fleet.replicas[0].engine
     assert result.num_engine_calls < engine.stats.num_steps / 2, "the fast path never jumped"
-    assert {r.request_id for r in result.records} == set(reference), f"seed {seed}"
+    assert {r.request_id for r in result.records} == set(reference) | set(refused), f"seed {seed}"
     kinds = {r.request_id.split("/")[0] for r in result.records}
     assert kinds == {"chat", "utility"}, f"seed {seed}: the mix lost a part"
     for record in result.records:
+        if record.request_id in refused:
+            assert record.error == refused[record.request_id], f"seed {seed}"
+            continue
         expected = reference[record.request_id]
         assert record.ok, f"seed {seed}: {record.request_id} failed: {record.error}"
         assert record.first_token_s == pytest.approx(expected.first_token_s, abs=1e-9), seed
