@@ -167,34 +167,7 @@ def loki_docs(stack: StackSpec, options: RenderOptions) -> list[Doc]:
         ],
     }
     days = stack.observability.log_retention_days
-    statefulset = {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {"name": "loki", "namespace": ns, "labels": app},
-        "spec": {
-            "serviceName": "loki",
-            "replicas": 1,
-            "selector": {"matchLabels": app},
-            "template": {
-                "metadata": {"labels": app},
-                "spec": {
-                    "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "fsGroup": 10001},
-                    "automountServiceAccountToken": False,
-                    "containers": [container],
-                    "volumes": [{"name": "config", "configMap": {"name": "loki-config"}}],
-                },
-            },
-            "volumeClaimTemplates": [
-                {
-                    "metadata": {"name": "data"},
-                    "spec": {
-                        "accessModes": ["ReadWriteOnce"],
-                        "resources": {"requests": {"storage": "200Gi"}},
-                    },
-                }
-            ],
-        },
-    }
+    statefulset = store_statefulset("loki", ns, app, container, "200Gi")
     service = {
         "apiVersion": "v1",
         "kind": "Service",
@@ -306,3 +279,38 @@ def alloy_docs(stack: StackSpec, namespace: str, options: RenderOptions) -> list
 def render_logging(stack: StackSpec, namespace: str, options: RenderOptions) -> dict[str, str]:
     docs = [*loki_docs(stack, options), *alloy_docs(stack, namespace, options)]
     return {"k8s/logging.yaml": dump_documents(docs)}
+
+
+def store_statefulset(
+    name: str, ns: str, app: dict[str, str], container: dict[str, Any], storage: str
+) -> dict[str, Any]:
+    """A single-binary store (Loki, Tempo): one replica, its `<name>-config` ConfigMap, a
+    `data` volume claim of `storage`, non-root with no service-account token."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": name, "namespace": ns, "labels": app},
+        "spec": {
+            "serviceName": name,
+            "replicas": 1,
+            "selector": {"matchLabels": app},
+            "template": {
+                "metadata": {"labels": app},
+                "spec": {
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "fsGroup": 10001},
+                    "automountServiceAccountToken": False,
+                    "containers": [container],
+                    "volumes": [{"name": "config", "configMap": {"name": f"{name}-config"}}],
+                },
+            },
+            "volumeClaimTemplates": [
+                {
+                    "metadata": {"name": "data"},
+                    "spec": {
+                        "accessModes": ["ReadWriteOnce"],
+                        "resources": {"requests": {"storage": storage}},
+                    },
+                }
+            ],
+        },
+    }

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from inhouse.render.k8s_engine import Doc, labels
-from inhouse.render.k8s_logging import loki_url
+from inhouse.render.k8s_logging import loki_url, store_statefulset
 from inhouse.render.options import RenderOptions
 from inhouse.render.yamltext import dump_documents, dump_yaml
 from inhouse.spec.stack import PoolSpec, StackSpec
@@ -103,34 +103,7 @@ def tempo_docs(stack: StackSpec, options: RenderOptions) -> list[Doc]:
             {"name": "data", "mountPath": "/var/tempo"},
         ],
     }
-    statefulset = {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {"name": "tempo", "namespace": ns, "labels": app},
-        "spec": {
-            "serviceName": "tempo",
-            "replicas": 1,
-            "selector": {"matchLabels": app},
-            "template": {
-                "metadata": {"labels": app},
-                "spec": {
-                    "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "fsGroup": 10001},
-                    "automountServiceAccountToken": False,
-                    "containers": [container],
-                    "volumes": [{"name": "config", "configMap": {"name": "tempo-config"}}],
-                },
-            },
-            "volumeClaimTemplates": [
-                {
-                    "metadata": {"name": "data"},
-                    "spec": {
-                        "accessModes": ["ReadWriteOnce"],
-                        "resources": {"requests": {"storage": "100Gi"}},
-                    },
-                }
-            ],
-        },
-    }
+    statefulset = store_statefulset("tempo", ns, app, container, "100Gi")
     service = {
         "apiVersion": "v1",
         "kind": "Service",
