@@ -18,6 +18,8 @@ from typing import Any
 import httpx
 import numpy as np
 
+from inhouse.bench.scrape import samples
+
 GAUGES = {
     "kv_cache_usage_perc": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
     "num_requests_running": ("vllm:num_requests_running",),
@@ -30,22 +32,10 @@ def parse_gauges(text: str) -> dict[str, float]:
     """The largest sample of each gauge in one exposition (labels ignored)."""
     wanted = {name: key for key, names in GAUGES.items() for name in names}
     out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        brace, space = line.find("{"), line.find(" ")
-        if brace >= 0 and (space < 0 or brace < space):
-            name, rest = line[:brace], line[line.rfind("}") + 1 :]
-        else:
-            name, _, rest = line.partition(" ")
+    for name, value in samples(text):
         key = wanted.get(name)
-        if key is None or not rest.split():
-            continue
-        try:
-            value = float(rest.split()[0])
-        except ValueError:
-            continue
-        out[key] = max(value, out.get(key, value))
+        if key is not None:
+            out[key] = max(value, out.get(key, value))
     return out
 
 

@@ -8,7 +8,7 @@ over all engines given. Series are summed over their labels (engines, models).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -21,10 +21,9 @@ HIT_NAMES = ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
 SCRAPE_TIMEOUT_S = 5.0
 
 
-def parse_counters(text: str, names: Sequence[str]) -> dict[str, float]:
-    """Sum of every sample of each metric name (labels ignored)."""
-    sums: dict[str, float] = {}
-    wanted = set(names)
+def samples(text: str) -> Iterator[tuple[str, float]]:
+    """Each sample of a Prometheus text exposition as (metric name, value), labels dropped;
+    comments and lines without a number are skipped."""
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
@@ -33,12 +32,22 @@ def parse_counters(text: str, names: Sequence[str]) -> dict[str, float]:
             name, rest = line[:brace], line[line.rfind("}") + 1 :]
         else:
             name, _, rest = line.partition(" ")
-        if name not in wanted or not rest.split():
+        fields = rest.split()
+        if not fields:
             continue
         try:
-            sums[name] = sums.get(name, 0.0) + float(rest.split()[0])
+            yield name, float(fields[0])
         except ValueError:
             continue
+
+
+def parse_counters(text: str, names: Sequence[str]) -> dict[str, float]:
+    """Sum of every sample of each metric name (labels ignored)."""
+    sums: dict[str, float] = {}
+    wanted = set(names)
+    for name, value in samples(text):
+        if name in wanted:
+            sums[name] = sums.get(name, 0.0) + value
     return sums
 
 
