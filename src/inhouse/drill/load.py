@@ -155,5 +155,15 @@ def p95_ttft_ms(results: Iterable[RequestResult], start: float, end: float) -> f
     return float(np.percentile(values, 95)) if values else None
 
 
+def cut_at(results: Iterable[RequestResult], t: float) -> list[RequestResult]:
+    """The requests in flight at `t` (sent before, done after) that failed or were cut."""
+    return [
+        r
+        for r in results
+        if r.outcome.t_send < t < (r.outcome.t_done or 0)
+        and (r.outcome.error or not r.outcome.success)
+    ]
+
+
 def count(results: Iterable[RequestResult], kind: str, start: float = 0.0) -> int:
     return sum(1 for r in results if r.outcome.t_send >= start and classify(r) == kind)

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from inhouse.drill.context import DrillContext
 from inhouse.drill.drills.kill_replica import health_window_s
 from inhouse.drill.kubectl import check_command, kubectl_version
-from inhouse.drill.load import Load, samples
+from inhouse.drill.load import Load, cut_at, samples
 from inhouse.drill.probes import engine_value
 from inhouse.drill.receiver import Notified
 from inhouse.drill.remediation import ecc_remediation
@@ -73,12 +73,7 @@ async def run(ctx: DrillContext) -> None:
             "none" if last is None else f"last {last - t_drain:.1f} s after",
             last is None or last - t_drain <= window + 0.5,
         )
-        cut = [
-            r
-            for r in results
-            if r.outcome.t_send < t_drain < (r.outcome.t_done or 0)
-            and (r.outcome.error or not r.outcome.success)
-        ]
+        cut = cut_at(results, t_drain)
         res.check(
             "in-flight requests finish",
             "every request in flight at the drain completes",

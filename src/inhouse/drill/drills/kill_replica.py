@@ -14,7 +14,7 @@ import time
 
 from inhouse.bench.metrics import RequestResult
 from inhouse.drill.context import DrillContext
-from inhouse.drill.load import BEFORE, MID, Load, count, p95_ttft_ms, samples
+from inhouse.drill.load import BEFORE, MID, Load, count, cut_at, p95_ttft_ms, samples
 from inhouse.drill.probes import engine_value, wait_healthy
 from inhouse.drill.receiver import Notified
 from inhouse.drill.stack import LOAD_TENANT
@@ -200,12 +200,7 @@ def _check_drain(
     window: float,
 ) -> None:
     res = ctx.result
-    cut_after = [
-        r
-        for r in results
-        if r.outcome.t_send < t_term < (r.outcome.t_done or 0)
-        and (r.outcome.error or not r.outcome.success)
-    ]
+    cut_after = cut_at(results, t_term)
     res.check(
         "drain: streams in flight complete",
         "every request in flight at SIGTERM completes",
