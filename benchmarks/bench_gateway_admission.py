@@ -60,13 +60,17 @@ async def measure(args: argparse.Namespace) -> dict[str, object]:
         tenant = gateway.tenants.authenticate(authorization)
         parsed = parse_request(raw, "application/json", False)
         t1 = clock()
-        admission = await gateway.admit(tenant, parsed, "/v1/completions", "bench", f"r{i}", t0)
+        admission = await gateway.admission.admit(
+            tenant, parsed, "/v1/completions", "bench", f"r{i}", t0
+        )
         t2 = clock()
-        placement = await gateway.place(admission, frozenset())
+        placement = await gateway.backends.place(
+            admission.pool, admission.view, admission.tier, admission.pool_reason, frozenset()
+        )
         t3 = clock()
         gateway.dispatcher.first_token(placement)
         gateway.dispatcher.release(placement)
-        await gateway.settle(admission, 30)
+        await gateway.admission.settle(admission, 30)
         if record:
             for name, value in zip(steps, (t1 - t0, t2 - t1, t3 - t2, t3 - t0), strict=True):
                 steps[name].append(1e6 * value)

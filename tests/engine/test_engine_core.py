@@ -6,6 +6,7 @@ import pytest
 
 from inhouse.engine import EngineCore, Request, Status
 from inhouse.hashing import hash_spans
+from inhouse.openai_errors import rejection_message
 
 
 def run_to_completion(engine: EngineCore, now: float = 0.0, max_steps: int = 1 << 30) -> float:
@@ -150,14 +151,14 @@ def test_prompt_over_max_model_len_is_rejected_with_vllms_message(make_engine) -
     engine = make_engine(max_model_len=1000)
     reason = engine.add_request(Request("a", 1001, 1, 0.0))
     assert reason is not None
-    assert "maximum context length is 1000 tokens" in reason
+    assert "maximum context length is 1000 tokens" in rejection_message(reason)
     assert not engine.has_unfinished
 
 
 def test_request_larger_than_the_whole_cache_is_rejected(make_engine) -> None:
     engine = make_engine(num_gpu_blocks=10)
     reason = engine.add_request(Request("a", 150, 20, 0.0))
-    assert reason is not None and "KV cache" in reason
+    assert reason is not None and "KV cache" in rejection_message(reason)
 
 
 def test_request_overhead_delays_scheduling(make_engine) -> None:

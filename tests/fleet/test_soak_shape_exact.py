@@ -17,6 +17,7 @@ from inhouse.drill.soak_virtual import CRM_EXAMPLE, load_requirements, model_nam
 from inhouse.engine import Request
 from inhouse.engine.build import build_replica
 from inhouse.fleet import Fleet, replica_spec_for_pool
+from inhouse.openai_errors import rejection_message
 from inhouse.plan.mix import MixedWorkload
 from inhouse.plan.verify import mixed_workload
 from inhouse.server.demo_stack import demo_stack
@@ -46,7 +47,7 @@ def _step_by_step(
                               priority=work.priority, lora=lora)  # fmt: skip
             reason = engine.add_request(request)
             if reason is not None:  # longer than the KV cache: refused at arrival, as the fleet
-                refused[work.request_id] = reason
+                refused[work.request_id] = rejection_message(reason)
                 run.on_complete(work, work.arrival_s, ok=False)
                 continue
             works[work.request_id], requests[work.request_id] = work, request

@@ -22,7 +22,8 @@ from tests.gateway.test_limits import REDIS_URL, needs_redis
 from inhouse.gateway import http_server
 from inhouse.gateway.chunk_writer import ChunkWriter
 from inhouse.gateway.keys import create_key
-from inhouse.gateway.stream import _relay_direct, _relay_through_send
+from inhouse.gateway.send_writer import SendWriter
+from inhouse.gateway.stream import _relay
 from inhouse.gateway.upstream import Response, UpstreamPool, _Connection
 
 
@@ -147,7 +148,7 @@ def test_full_client_buffer_pauses_the_engine_until_it_drains() -> None:
         response = _FakeResponse([b"data: 2\n\n", b"data: 3\n\n"], b"data: [DONE]\n\n")
         writer = _FullWriter()
         asyncio.get_running_loop().call_later(0.005, writer.drained.set)
-        last = await _relay_direct(lambda b: b, response, b"data: 1\n\n", writer)  # type: ignore[arg-type]
+        last = await _relay(lambda b: b, response, b"data: 1\n\n", writer)  # type: ignore[arg-type]
         assert writer.written == [b"data: 1\n\n", b"data: 2\n\n", b"data: 3\n\n"]
         assert response.calls == ["pause", "resume"]
         assert last == b"data: [DONE]\n\n"
@@ -200,14 +201,16 @@ def test_body_that_ends_while_the_head_is_sent_is_relayed_whole(path: str) -> No
         out: list[bytes] = []
         if path == "direct":
             writer = _OpenWriter()
-            last = await _relay_direct(lambda b: b, response, first, writer)  # type: ignore[arg-type]
+            last = await _relay(lambda b: b, response, first, writer)  # type: ignore[arg-type]
             out = [*writer.written, last]
         else:
 
             async def send(message: dict) -> None:
                 out.append(message["body"])
 
-            out.append(await _relay_through_send(lambda b: b, response, first, send))
+            adapter = SendWriter(send)  # type: ignore[arg-type]
+            last = await _relay(lambda b: b, response, first, adapter)
+            await adapter.send({"type": "http.response.body", "body": last, "more_body": False})
         return out
 
     assert b"".join(asyncio.run(main())) == b"data: 1\ndata: 2\ndata: 3\n"

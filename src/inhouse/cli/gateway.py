@@ -166,7 +166,7 @@ def _serve(args: argparse.Namespace) -> int:
             args.log_prompts or None,
             args.stack.resolve().parent,
         )
-        gateway.tracer = setup_tracing(spec.otlp_endpoint)
+        gateway.observer.tracer = setup_tracing(spec.otlp_endpoint)
         return await serve_gateway(
             gateway,
             args.host,

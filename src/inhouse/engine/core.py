@@ -24,6 +24,7 @@ from array import array
 from dataclasses import dataclass, field
 
 from inhouse.engine.config import EngineConfig
+from inhouse.engine.rejection import Rejection, RejectionKind
 from inhouse.engine.request import Request, Status
 from inhouse.engine.scheduler import Batch, Scheduler
 from inhouse.perf.step import StepModel
@@ -81,32 +82,24 @@ class EngineCore:
 
     # -- admission -----------------------------------------------------------------------
 
-    def check_request(self, num_prompt_tokens: int, output_len: int) -> str | None:
+    def check_request(self, num_prompt_tokens: int, output_len: int) -> Rejection | None:
         """Why a request cannot be served at all, or None if it can."""
         max_len = self.config.max_model_len
         if num_prompt_tokens > max_len:
-            return (
-                f"This model's maximum context length is {max_len} tokens. However, your "
-                f"request has {num_prompt_tokens} input tokens. Please reduce the length of "
-                "the input messages."
+            kind = RejectionKind.PROMPT_OVER_CONTEXT
+        elif num_prompt_tokens + output_len > max_len:
+            kind = RejectionKind.REQUEST_OVER_CONTEXT
+        elif num_prompt_tokens + output_len > self._capacity_tokens:
+            return Rejection(
+                RejectionKind.OVER_KV_CACHE, num_prompt_tokens, output_len, self._capacity_tokens
             )
-        if num_prompt_tokens + output_len > max_len:
-            return (
-                f"This model's maximum context length is {max_len} tokens. However, you "
-                f"requested {num_prompt_tokens + output_len} tokens ({num_prompt_tokens} in "
-                f"the messages, {output_len} in the completion). Please reduce the length of "
-                "the messages or completion."
-            )
-        if num_prompt_tokens + output_len > self._capacity_tokens:
-            return (
-                f"The request needs {num_prompt_tokens + output_len} tokens of KV cache but "
-                f"the whole cache holds {self._capacity_tokens}. Reduce the prompt or max_tokens."
-            )
-        return None
+        else:
+            return None
+        return Rejection(kind, num_prompt_tokens, output_len, max_len)
 
-    def add_request(self, request: Request) -> str | None:
+    def add_request(self, request: Request) -> Rejection | None:
         """Queue a request; it reaches the scheduler after the API server's overhead.
-        Returns the reason it was rejected, or None."""
+        Returns why it was rejected, or None."""
         reason = self.check_request(request.num_prompt_tokens, request.output_len)
         if reason is not None:
             return reason

@@ -32,6 +32,7 @@ from inhouse.engine.build import ReplicaSpec, build_replica
 from inhouse.errors import SpecError
 from inhouse.fleet.events import EventKind, EventQueue
 from inhouse.fleet.records import FleetResult, RequestRecord
+from inhouse.openai_errors import rejection_message
 from inhouse.routing import (
     Policy,
     PolicyContext,
@@ -322,7 +323,7 @@ class Fleet:
         )
         reason = replica.engine.add_request(request)
         if reason is not None:
-            self._fail(work, choice.pool, decision.replica, route, reason)
+            self._fail(work, choice.pool, decision.replica, route, rejection_message(reason))
             return
         pool.policy.observe(view, decision)
         replica.num_inflight += 1

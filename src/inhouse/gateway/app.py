@@ -17,11 +17,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from inhouse.gateway.errors import GatewayError, error_json
 from inhouse.gateway.metrics import CONTENT_TYPE
 from inhouse.gateway.openapi import openapi_document
 from inhouse.gateway.proxy import GenerationRoute
 from inhouse.gateway.service import Gateway
+from inhouse.openai_errors import ApiError, error_json
 
 
 def _json(body: dict[str, Any], status: int = 200) -> Response:
@@ -29,18 +29,28 @@ def _json(body: dict[str, Any], status: int = 200) -> Response:
     return Response(data, status_code=status, media_type="application/json")
 
 
-def _error(error: GatewayError) -> Response:
+def _error(error: ApiError) -> Response:
     headers = {k.decode(): v.decode() for k, v in error.headers()}
     return Response(error.body(), status_code=error.status, headers=headers)
 
 
-def create_app(gateway: Gateway) -> Starlette:
+def generation_routes(gateway: Gateway) -> dict[str, GenerationRoute]:
+    """The two generation routes, by path (raw ASGI handlers)."""
+    return {
+        "/v1/chat/completions": GenerationRoute(gateway, "/v1/chat/completions", True),
+        "/v1/completions": GenerationRoute(gateway, "/v1/completions", False),
+    }
+
+
+def create_app(gateway: Gateway, generation: dict[str, GenerationRoute] | None = None) -> Starlette:
+    """The API port's Starlette app; `generation` the generation routes (built if not given)."""
+    generation = generation if generation is not None else generation_routes(gateway)
     openapi = json.dumps(openapi_document(f"inhouse gateway ({gateway.stack.name})")).encode()
 
     async def models(request: Request) -> Response:
         try:
             tenant = gateway.tenants.authenticate(request.headers.get("authorization"))
-        except GatewayError as error:
+        except ApiError as error:
             gateway.metrics.rejections.child("", error.reason).inc()
             return _error(error)
         created = int(time.time())
@@ -68,14 +78,7 @@ def create_app(gateway: Gateway) -> Starlette:
         return Response(openapi, media_type="application/json")
 
     routes = [
-        Route(
-            "/v1/chat/completions",
-            GenerationRoute(gateway, "/v1/chat/completions", True),
-            methods=["POST"],
-        ),
-        Route(
-            "/v1/completions", GenerationRoute(gateway, "/v1/completions", False), methods=["POST"]
-        ),
+        *(Route(path, route, methods=["POST"]) for path, route in generation.items()),
         Route("/v1/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/openapi.json", openapi_json, methods=["GET"]),
@@ -120,11 +123,8 @@ class GatewayApp:
     (no routing table or middleware wrapping each streamed `send`); the rest to Starlette."""
 
     def __init__(self, gateway: Gateway) -> None:
-        self.starlette = create_app(gateway)
-        self.fast = {
-            "/v1/chat/completions": GenerationRoute(gateway, "/v1/chat/completions", True),
-            "/v1/completions": GenerationRoute(gateway, "/v1/completions", False),
-        }
+        self.fast = generation_routes(gateway)
+        self.starlette = create_app(gateway, self.fast)
         self.gateway = gateway
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

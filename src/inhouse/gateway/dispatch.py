@@ -26,9 +26,9 @@ import time
 from dataclasses import dataclass, field
 
 from inhouse.errors import SpecError
-from inhouse.gateway.errors import GatewayError
 from inhouse.gateway.prompt import TokenCounter, model_root
 from inhouse.gateway.replicas import Replica
+from inhouse.openai_errors import ApiError
 from inhouse.routing.framework import Policy, PolicyContext
 from inhouse.routing.pools import PoolChoice, choose_pool
 from inhouse.routing.registry import make_policy
@@ -208,7 +208,7 @@ class Dispatcher:
         if placed is not None:
             return placed
         if not any(r.is_healthy and r.index not in exclude for r in pool.replicas):
-            raise GatewayError(
+            raise ApiError(
                 503,
                 f"No replica of pool {pool.name!r} is available. Please try again later.",
                 reason="no_replica",
@@ -216,7 +216,7 @@ class Dispatcher:
             )
         queue = pool.queues.setdefault(tier.priority, collections.deque())
         if len(queue) >= tier.max_queue:
-            raise GatewayError(
+            raise ApiError(
                 503,
                 f"Every replica of pool {pool.name!r} is saturated and its queue for this tier "
                 "is full. Please retry later.",
@@ -231,7 +231,7 @@ class Dispatcher:
             if waiter.future.done() and not waiter.future.cancelled():
                 return waiter.future.result()  # placed as the timer fired
             waiter.future.cancel()
-            raise GatewayError(
+            raise ApiError(
                 503,
                 f"Every replica of pool {pool.name!r} stayed saturated for "
                 f"{tier.queue_timeout_s:g} s. Please retry later.",

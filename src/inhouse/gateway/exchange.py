@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
-from inhouse.gateway.errors import error_json
+from inhouse.openai_errors import error_json
 
 if TYPE_CHECKING:
     from inhouse.gateway.http_server import GatewayProtocol

@@ -37,8 +37,8 @@ import httptools
 
 from inhouse.gateway.chunk_writer import EXTENSION, ChunkWriter
 from inhouse.gateway.eager import start_eagerly
-from inhouse.gateway.errors import error_json
 from inhouse.gateway.exchange import HIGH_WATER_BYTES, STATUS_LINES, Exchange
+from inhouse.openai_errors import error_json
 
 if TYPE_CHECKING:
     from inhouse.gateway.http_listener import GatewayServer

@@ -25,8 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from inhouse.gateway.errors import GatewayError, bad_param
 from inhouse.hashing import ROOT_HASH, chain_hash, chain_hashes, hash_token_blocks
+from inhouse.openai_errors import ApiError, invalid
 from inhouse.server.tokenizer import CHARS_PER_TOKEN, SimpleTokenizer, Tokenizer, render_chat
 
 try:  # orjson parses a 32K-character body ~5x faster than the standard library
@@ -66,9 +66,9 @@ class ParsedRequest:
 
 
 def parse_request(raw: bytes, content_type: str, is_chat: bool) -> ParsedRequest:
-    """The body checked and read; raises a 400 `GatewayError` naming the field."""
+    """The body checked and read; raises a 400 `ApiError` naming the field."""
     if content_type.split(";", 1)[0].strip().lower() != "application/json":
-        raise GatewayError(
+        raise ApiError(
             400,
             "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed",
             error_type="Bad Request",
@@ -76,25 +76,25 @@ def parse_request(raw: bytes, content_type: str, is_chat: bool) -> ParsedRequest
     try:
         body = _loads(raw)
     except _JSONError as exc:
-        raise GatewayError(
+        raise ApiError(
             400,
             f"The request body is not valid JSON: {exc}",
             param="body",
             error_type="Bad Request",
         ) from None
     if not isinstance(body, dict):
-        raise GatewayError(400, "The request body must be a JSON object.", param="body")
+        raise ApiError(400, "The request body must be a JSON object.", param="body")
     model = body.get("model")
     if model is not None and not isinstance(model, str):
-        raise bad_param("model", "model must be a string")
+        raise invalid("model must be a string", param="model")
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
-        raise bad_param("stream", "stream must be a boolean")
+        raise invalid("stream must be a boolean", param="stream")
     wants_usage = False
     options = body.get("stream_options")
     if options is not None:
         if not isinstance(options, dict):
-            raise bad_param("stream_options", "stream_options must be an object")
+            raise invalid("stream_options must be an object", param="stream_options")
         wants_usage = options.get("include_usage") is True
     max_tokens = _max_tokens(body, is_chat)
     num_choices = max(_count(body, "n"), 1 if is_chat else _count(body, "best_of"))
@@ -118,9 +118,9 @@ def _count(body: dict[str, Any], name: str) -> int:
     if value is None:
         return 1
     if isinstance(value, bool) or not isinstance(value, int):
-        raise bad_param(name, f"{name} must be an integer")
+        raise invalid(f"{name} must be an integer", param=name)
     if value < 1:
-        raise bad_param(name, f"{name} must be at least 1, got {value}")
+        raise invalid(f"{name} must be at least 1, got {value}", param=name)
     return value
 
 
@@ -131,9 +131,9 @@ def _max_tokens(body: dict[str, Any], is_chat: bool) -> int | None:
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int):
-            raise bad_param(name, f"{name} must be an integer")
+            raise invalid(f"{name} must be an integer", param=name)
         if value < 1:
-            raise bad_param(name, f"{name} must be at least 1, got {value}")
+            raise invalid(f"{name} must be at least 1, got {value}", param=name)
         return value
     return None
 
@@ -141,16 +141,18 @@ def _max_tokens(body: dict[str, Any], is_chat: bool) -> int | None:
 def _chat_text(body: dict[str, Any]) -> str:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
-        raise bad_param("messages", "messages must be a non-empty list of messages")
+        raise invalid("messages must be a non-empty list of messages", param="messages")
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
-            raise bad_param(f"messages.{i}", "each message must be an object")
+            raise invalid("each message must be an object", param=f"messages.{i}")
         role = message.get("role")
         if not isinstance(role, str):
-            raise bad_param(f"messages.{i}.role", "each message needs a string role")
+            raise invalid("each message needs a string role", param=f"messages.{i}.role")
         content = message.get("content")
         if content is not None and not isinstance(content, str | list):
-            raise bad_param(f"messages.{i}.content", "content must be a string or a list of parts")
+            raise invalid(
+                "content must be a string or a list of parts", param=f"messages.{i}.content"
+            )
     generation = body.get("add_generation_prompt", True)
     if any(isinstance(m.get("tool_calls"), list) for m in messages):
         messages = [_with_tool_calls(m) for m in messages]
@@ -167,7 +169,7 @@ def _tools_text(body: dict[str, Any]) -> str:
         if tools is None:
             continue
         if not isinstance(tools, list):
-            raise bad_param(name, f"{name} must be a list")
+            raise invalid(f"{name} must be a list", param=name)
         if tools:
             text += f"<|im_start|>{name}\n{_json_text(tools)}<|im_end|>\n"
     return text
@@ -195,13 +197,15 @@ def _completion_prompt(prompt: object) -> tuple[str | None, list[int] | None]:
         prompt = prompt[0]
     if isinstance(prompt, str):
         if not prompt:
-            raise bad_param("prompt", "prompt must not be empty")
+            raise invalid("prompt must not be empty", param="prompt")
         return prompt, None
     if isinstance(prompt, list) and prompt:
         ids: list[int] = [t for t in prompt if isinstance(t, int) and not isinstance(t, bool)]
         if len(ids) == len(prompt) and min(ids) >= 0:
             return None, ids
-    raise bad_param("prompt", "prompt must be a non-empty string or list of token ids (one prompt)")
+    raise invalid(
+        "prompt must be a non-empty string or list of token ids (one prompt)", param="prompt"
+    )
 
 
 # -- counting ---------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from starlette.types import Receive, Scope, Send
 
 from inhouse.gateway.chunk_writer import EXTENSION, ChunkWriter
-from inhouse.gateway.errors import GatewayError
+from inhouse.openai_errors import ApiError
 
 MAX_REQUEST_ID_CHARS = 128
 MAX_QUOTED_CHARS = 256
@@ -88,7 +88,7 @@ class ClientAddresses:
 
 async def read_body(receive: Receive, length: str | None, limit: int) -> bytes:
     if length is not None and length.isdigit() and int(length) > limit:
-        raise GatewayError(
+        raise ApiError(
             413,
             f"The request body is {int(length)} bytes; this gateway accepts at most {limit}.",
             param="body",
@@ -103,7 +103,7 @@ async def read_body(receive: Receive, length: str | None, limit: int) -> bytes:
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            raise GatewayError(
+            raise ApiError(
                 413,
                 f"The request body exceeds {limit} bytes, the most this gateway accepts.",
                 param="body",
@@ -123,7 +123,7 @@ def chunk_writer(scope: Scope) -> ChunkWriter | None:
     return writer
 
 
-async def send_error(send: Send, error: GatewayError, extra: list[tuple[bytes, bytes]]) -> None:
+async def send_error(send: Send, error: ApiError, extra: list[tuple[bytes, bytes]]) -> None:
     body = error.body()
     headers = [*error.headers(), (b"content-length", str(len(body)).encode()), *extra]
     await send({"type": "http.response.start", "status": error.status, "headers": headers})

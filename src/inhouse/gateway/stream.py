@@ -1,11 +1,12 @@
 """Relaying an engine's 200 stream to the client (`relay_stream`), for the generation routes.
 
-With the gateway's own server the head is held until the first token and both go out in one
-write, from the engine connection's callback (`_relay_direct`); a failure before the first
-token is retried on another replica unseen (the route's `dispatch`). Under any other ASGI
-server chunks go out through `send` (`_relay_through_send`). After the first token, a failure
-ends the stream with an error event. A client that leaves is not handled here: its request's
-task is cancelled (`client_watch`), which ends the relay wherever it waits.
+One relay for every server: the engine connection's callback hands each piece to a writer,
+the gateway's own server's `ChunkWriter` (straight to the client's transport) or, under any
+other ASGI server, a `SendWriter` around ASGI `send`. The head is held until the first token
+and both go out together. A failure before the first token takes the head back and returns
+`Broke` (the route tries another replica, the client saw nothing); after it, a failure ends
+the stream with an error event. A client that leaves cancels the request's task
+(`client_watch`), which ends the relay wherever it waits; that is an `Ending` too.
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Protocol
 
 from starlette.types import Send
 
-from inhouse.gateway.chunk_writer import ChunkWriter
-from inhouse.gateway.errors import GatewayError
+from inhouse.gateway.admission import Admission
+from inhouse.gateway.attempt import Attempt, Failed, Parts
+from inhouse.gateway.client_watch import ClientWatch
+from inhouse.gateway.observation import Ending
 from inhouse.gateway.relay import (
     EVENT_MARK,
     USAGE_MARK,
@@ -31,39 +35,51 @@ from inhouse.gateway.relay import (
 )
 from inhouse.gateway.upstream import Response, UpstreamError
 
-if TYPE_CHECKING:
-    from inhouse.gateway.proxy import GenerationRoute, Outcome
-    from inhouse.gateway.service import Admission
-
 SSE_TYPE = b"text/event-stream; charset=utf-8"
 log = logging.getLogger("inhouse.gateway")
 
 
+class Writer(Protocol):
+    """What the relay writes through (`ChunkWriter`, `SendWriter`)."""
+
+    is_lost: bool
+
+    def write_chunk(self, data: bytes) -> bool: ...
+
+    async def wait_writable(self) -> None: ...
+
+    def unstart(self) -> bool: ...
+
+    def flush(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Broke:
+    """The stream failed before its first token; its head was taken back unseen."""
+
+    failed: Failed
+
+
 async def relay_stream(
-    route: GenerationRoute,
+    parts: Parts,
     admission: Admission,
-    response: Response,
-    first: bytes | None,
+    attempt: Attempt,
     send: Send,
+    writer: Writer,
     headers: list[tuple[bytes, bytes]],
-    outcome: Outcome,
-    writer: ChunkWriter | None,
-) -> tuple[Response, bytes | None] | None:
-    """Relay a 200 stream. Returns None when the response is over, or the engine response
-    to answer with instead (not a stream) when a failure before the first token led to a
-    retry that got one."""
-    gateway = route.gateway
-    outcome.status = 200
-    outcome.phase = "stream"
-    state = StreamState(admission.parsed.wants_usage)
+    state: StreamState,
+    watch: ClientWatch,
+) -> Ending | Broke:
+    """Relay a 200 stream; how it ended, or `Broke` to try it elsewhere."""
+    placement, response = attempt.placement, attempt.response
+    replica = placement.replica.label
     held: list[bytes] = []  # what came before the first token (the chat role chunk)
-    # With the direct writer the head is held until the first token (one write for both).
-    head = [(b"content-type", SSE_TYPE), (b"cache-control", b"no-cache"), *headers,
-            route.overhead_header(admission, outcome)]  # fmt: skip
+    first_token_s = 0.0
 
     def take(piece: bytes) -> bytes:
+        nonlocal first_token_s
         if (
-            outcome.is_served  # the first token went out: nothing is held any more
+            first_token_s  # the first token went out: nothing is held any more
             and not state.carry
             and piece.endswith(b"\n\n")
             and USAGE_MARK not in piece
@@ -78,99 +94,66 @@ async def relay_stream(
         if held:
             out = b"".join(held) + out
             held.clear()
-        if out and not outcome.is_served:
-            placement = outcome.placement
-            assert placement is not None
-            outcome.is_served = True
-            outcome.first_token_s = time.perf_counter()
-            placement.replica.num_failures = 0
-            gateway.dispatcher.first_token(placement)
+        if out and not first_token_s:
+            first_token_s = time.perf_counter()
+            parts.backends.first_token(placement)
         return out
 
+    def ending(status: int, reason: str = "", is_client_gone: bool = False) -> Ending:
+        return Ending(status, reason, replica, placement.reason_label, attempt.tries.num_failed,
+                      state.usage, state.num_events, first_token_s, first_token_s != 0.0,
+                      is_client_gone, True, "stream")  # fmt: skip
+
+    head = [(b"content-type", SSE_TYPE), (b"cache-control", b"no-cache"), *headers,
+            attempt.overhead_header(admission.arrival_s)]  # fmt: skip
+    is_broken = False
     try:
         await send({"type": "http.response.start", "status": 200, "headers": head})
-        while True:
-            assert outcome.placement is not None
-            outcome.replica = outcome.placement.replica.label
-            try:
-                if writer is None:
-                    tail = await _relay_through_send(take, response, first, send)
-                else:
-                    tail = await _relay_direct(take, response, first, writer)
-                break
-            except UpstreamError as exc:
-                if writer is None or writer.is_lost or state.has_first_token:
-                    raise
-                # Before the first token the client has seen nothing (its head is held):
-                # the next replica, as a failure before the first byte would be.
-                response.abort()
-                route.failed(admission, outcome, exc)
-                try:
-                    response, first = await route.dispatch(admission, outcome, True)
-                except GatewayError as error:
-                    if writer.unstart():
-                        raise
-                    raise UpstreamError(error.message, False) from None
-                if response.status != 200:
-                    if writer.unstart():
-                        return response, first  # answered whole by the caller
-                    raise UpstreamError(f"engine answered {response.status}", False) from None
-                state = StreamState(admission.parsed.wants_usage)
-                held.clear()
+        try:
+            tail = await _relay(take, response, attempt.first, writer)
+        except UpstreamError as exc:
+            if writer.is_lost or state.has_first_token or not writer.unstart():
+                raise
+            # Before the first token the client has seen nothing: the next replica, as a
+            # failure before the first byte would be.
+            is_broken = True
+            response.abort()
+            return Broke(Failed(placement, exc))
         tail = b"".join(held) + tail + flush(state)
         response.release()
         await send({"type": "http.response.body", "body": tail, "more_body": False})
+        return ending(200)
     except UpstreamError as exc:
-        if writer is not None and writer.is_lost:
-            outcome.status = 499
-            outcome.reason = "client_disconnect"
-        else:
-            outcome.reason = "stream_error"
-            gateway.metrics.stream_errors.child(admission.pool.name, outcome.replica).inc()
-            message = f"The engine stream broke off: {exc}"
-            await send(
-                {"type": "http.response.body", "body": error_event(message), "more_body": False}
-            )
-    except GatewayError:
-        raise  # no replica answered before the first token: the caller answers with it
+        if writer.is_lost:
+            return ending(499, "client_disconnect")
+        parts.metrics.stream_errors.child(admission.pool.name, replica).inc()
+        message = f"The engine stream broke off: {exc}"
+        await send({"type": "http.response.body", "body": error_event(message), "more_body": False})
+        return ending(200, "stream_error")
+    except asyncio.CancelledError:
+        if not watch.absorb():
+            raise
+        return ending(499, "client_disconnect", is_client_gone=True)
     except Exception:
         # A failure of the gateway's own, mid-stream: the client still gets an error
         # event it can act on, the log gets the trace (never the prompt).
         log.exception("relaying request %s failed", admission.request_id)
-        outcome.reason = "gateway_error"
         message = "The gateway failed while relaying this stream; please retry."
         with contextlib.suppress(Exception):
             await send(
                 {"type": "http.response.body", "body": error_event(message), "more_body": False}
             )
+        return ending(200, "gateway_error")
     finally:
-        if writer is not None:
+        if not is_broken:
             writer.flush()
-        outcome.usage = state.usage
-        outcome.num_events = state.num_events
-    return None
 
 
-async def _relay_through_send(
-    take: Callable[[bytes], bytes], response: Response, first: bytes | None, send: Send
+async def _relay(
+    take: Callable[[bytes], bytes], response: Response, first: bytes | None, writer: Writer
 ) -> bytes:
-    """Relay the engine's pieces as ASGI messages; returns the last (sent with the end)."""
-    piece = first
-    while piece is not None:
-        out = take(piece)
-        if response.is_complete:
-            return out  # the engine's last bytes go out with the end of the stream
-        if out:
-            await send({"type": "http.response.body", "body": out, "more_body": True})
-        piece = await response.read()
-    return b""
-
-
-async def _relay_direct(
-    take: Callable[[bytes], bytes], response: Response, first: bytes | None, writer: ChunkWriter
-) -> bytes:
-    """Relay from the upstream connection's callback straight to the client's transport;
-    returns the last piece. A full client buffer pauses reading the engine until it drains."""
+    """Relay from the upstream connection's callback straight to the writer; returns the last
+    piece (sent with the end). A full client buffer pauses reading the engine until it drains."""
     resumes: list[asyncio.Future[None]] = []
 
     def resume(waiting: asyncio.Future[None]) -> None:

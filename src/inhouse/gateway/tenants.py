@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from inhouse.gateway.errors import GatewayError
 from inhouse.gateway.keys import KeyRing
+from inhouse.openai_errors import ApiError
 from inhouse.spec.gateway import GatewaySpec, TenantSpec, TierSpec, read_keys_file
 
 DEMO_TENANT = "demo"
@@ -32,7 +32,7 @@ class Tenants:
 
     def authenticate(self, authorization: str | None) -> TenantSpec:
         if not authorization:
-            raise GatewayError(
+            raise ApiError(
                 401,
                 "You didn't provide an API key. Send it as `Authorization: Bearer KEY`.",
                 reason="unauthorized",
@@ -41,7 +41,7 @@ class Tenants:
         scheme, _, key = authorization.partition(" ")
         tenant = self.keys.tenant_of(key.strip()) if scheme.lower() == "bearer" else None
         if tenant is None:
-            raise GatewayError(
+            raise ApiError(
                 401,
                 "Incorrect API key provided.",
                 reason="unauthorized",

@@ -20,12 +20,12 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from inhouse.openai_errors import ApiError, invalid
 from inhouse.server.generation import output_text
 from inhouse.server.http_metrics import HttpMetricsMiddleware
 from inhouse.server.metrics import CONTENT_TYPE
 from inhouse.server.protocol import (
     VERSION,
-    ApiError,
     ChatCompletionRequest,
     CompletionRequest,
     DetokenizeRequest,
@@ -33,7 +33,6 @@ from inhouse.server.protocol import (
     chat_body,
     check_sampling,
     completion_body,
-    error_body,
     parse_body,
     stop_list,
 )
@@ -58,7 +57,7 @@ def _api(handler: Callable[[EngineState, Request], Awaitable[Response]]) -> Hand
         try:
             return await handler(state, request)
         except ApiError as error:
-            return json_response(error_body(error), error.status)
+            return Response(error.body(), status_code=error.status, media_type="application/json")
 
     return endpoint
 
@@ -76,7 +75,7 @@ async def completions(state: EngineState, request: Request) -> Response:
     prompt = body.prompt
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], str | list):
         if len(prompt) != 1:
-            raise ApiError(
+            raise invalid(
                 "Batched prompts are not supported by the simulated engine; send "
                 "one prompt per request.",
                 param="prompt",

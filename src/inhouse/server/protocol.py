@@ -1,4 +1,5 @@
-"""vLLM's OpenAI-compatible wire format: request models, error bodies, response and chunk shapes.
+"""vLLM's OpenAI-compatible wire format: request models, response and chunk shapes (errors:
+`inhouse.openai_errors`).
 
 Shapes are those vLLM 0.32 sends (shared/reference/vllm-captures/gen.txt, errors.txt): field
 names, their order and their nulls. Validation errors read as vLLM's (FastAPI/pydantic errors
@@ -10,72 +11,17 @@ from __future__ import annotations
 
 import json
 import secrets
-from http import HTTPStatus
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from inhouse.openai_errors import ApiError, invalid
 
 _M = TypeVar("_M", bound=BaseModel)
 
 VLLM_API_VERSION = "0.32.0"
 VERSION = f"{VLLM_API_VERSION}+inhouse"
 SYSTEM_FINGERPRINT = f"vllm-{VLLM_API_VERSION}-inhouse"
-BUSY_MESSAGE = (
-    "The engine is currently busy and cannot accept new requests. Please try again later or on "
-    "a different instance."
-)
-DRAINING_MESSAGE = (
-    "The engine is shutting down and cannot accept new requests. Please retry on a different "
-    "instance."
-)
-
-
-class ApiError(Exception):
-    """An error answered with vLLM's error body.
-
-    400s raised like vLLM's `VLLMValidationError` (no explicit `error_type`) get its
-    " (parameter=X, value=Y)" suffix when a parameter is named."""
-
-    def __init__(
-        self,
-        message: str,
-        status: int = 400,
-        param: str | None = None,
-        value: object = None,
-        error_type: str | None = None,
-    ) -> None:
-        extras = []
-        if status == 400 and error_type is None and param is not None:
-            extras.append(f"parameter={param}")
-            if value is not None:
-                extras.append(f"value={value}")
-        text = f"{message} ({', '.join(extras)})" if extras else message
-        super().__init__(text)
-        self.message = text
-        self.status = status
-        self.param = param
-        self.error_type = error_type or _error_type(status)
-
-
-def _error_type(status: int) -> str:
-    return {
-        400: "BadRequestError",
-        404: "NotFoundError",
-        500: "InternalServerError",
-        503: "Service Unavailable",
-    }.get(status, HTTPStatus(status).phrase)
-
-
-def error_body(error: ApiError) -> dict[str, Any]:
-    return {
-        "error": {
-            "message": error.message,
-            "type": error.error_type,
-            "param": error.param,
-            "code": error.status,
-        }
-    }
-
 
 # -- requests ------------------------------------------------------------------------------
 
@@ -138,6 +84,7 @@ def parse_body(raw: bytes, content_type: str, model: type[_M]) -> _M:
     """Parse a JSON body into `model`, raising vLLM's 400s for bad media type, JSON or fields."""
     if content_type.split(";")[0].strip().lower() != "application/json":
         raise ApiError(
+            400,
             "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed",
             error_type="Bad Request",
         )
@@ -193,7 +140,7 @@ def validation_error(errors: list[dict[str, Any]]) -> ApiError:
     message = f"{count} validation {'error' if count == 1 else 'errors'}:\n" + "\n".join(lines)
     first_loc = errors[0]["loc"] if errors else ()
     param = ".".join(str(p) for p in first_loc if not _is_internal_loc(str(p))) or None
-    return ApiError(message, param=param, error_type="Bad Request")
+    return ApiError(400, message, param=param, error_type="Bad Request")
 
 
 _INTERNAL_LOC = {
@@ -219,42 +166,42 @@ def _is_internal_loc(segment: str) -> bool:
 def check_sampling(request: _SamplingRequest, max_tokens: int | None) -> None:
     """vLLM's `SamplingParams` checks that matter for the simulated engine."""
     if request.n < 1:
-        raise ApiError(f"n must be at least 1, got {request.n}.", param="n", value=request.n)
+        raise invalid(f"n must be at least 1, got {request.n}.", param="n", value=request.n)
     if request.n != 1:
-        raise ApiError(
+        raise invalid(
             f"n must be 1 in the simulated engine, got {request.n}.", param="n", value=request.n
         )
     temperature = request.temperature
     if temperature is not None and temperature < 0.0:
-        raise ApiError(
+        raise invalid(
             f"temperature must be non-negative, got {temperature}.",
             param="temperature",
             value=temperature,
         )
     if temperature is not None and temperature > 2.0:
-        raise ApiError(
+        raise invalid(
             f"temperature must be in [0, 2], got {temperature}.",
             param="temperature",
             value=temperature,
         )
     top_p = request.top_p
     if top_p is not None and not 0.0 < top_p <= 1.0:
-        raise ApiError(f"top_p must be in (0, 1], got {top_p}.", param="top_p", value=top_p)
+        raise invalid(f"top_p must be in (0, 1], got {top_p}.", param="top_p", value=top_p)
     if max_tokens is not None and max_tokens < 1:
-        raise ApiError(
+        raise invalid(
             f"max_tokens must be at least 1, got {max_tokens}.",
             param="max_tokens",
             value=max_tokens,
         )
     if request.min_tokens < 0:
-        raise ApiError(f"min_tokens must be greater than or equal to 0, got {request.min_tokens}.")
+        raise invalid(f"min_tokens must be greater than or equal to 0, got {request.min_tokens}.")
     if max_tokens is not None and request.min_tokens > max_tokens:
-        raise ApiError(
+        raise invalid(
             f"min_tokens must be less than or equal to max_tokens={max_tokens}, got "
             f"{request.min_tokens}."
         )
     if any(not s for s in stop_list(request.stop)):
-        raise ApiError("stop cannot contain an empty string.")
+        raise invalid("stop cannot contain an empty string.")
 
 
 def stop_list(stop: str | list[str] | None) -> list[str]:

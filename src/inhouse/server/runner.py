@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from inhouse.engine import EngineCore, Request, StepResult
+from inhouse.engine.rejection import Rejection
 from inhouse.server.generation import GenerationPlan
 from inhouse.server.metrics import EngineMetrics, EngineSnapshot, FinishedRecord
 
@@ -92,8 +93,8 @@ class EngineRunner:
 
     # -- requests ------------------------------------------------------------------------
 
-    def submit(self, stream: Stream) -> str | None:
-        """Queue a stream's request; the reason it cannot be served, or None."""
+    def submit(self, stream: Stream) -> Rejection | None:
+        """Queue a stream's request; why it cannot be served, or None."""
         stream.arrival_s = stream.request.arrival_s
         reason = self.core.add_request(stream.request)
         if reason is None:

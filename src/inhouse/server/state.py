@@ -11,6 +11,17 @@ from pathlib import Path
 
 from inhouse.engine import Replica, ReplicaSpec, Request, build_replica
 from inhouse.hashing import hash_token_blocks
+from inhouse.openai_errors import (
+    BUSY_MESSAGE,
+    DRAINING_MESSAGE,
+    LOADING_MESSAGE,
+    ApiError,
+    invalid,
+    max_tokens_over_context,
+    prompt_over_context,
+    rejection_message,
+    unknown_model,
+)
 from inhouse.server.generation import (
     GenerationPlan,
     output_token_ids,
@@ -19,7 +30,7 @@ from inhouse.server.generation import (
     plan_generation,
 )
 from inhouse.server.metrics import EngineMetrics
-from inhouse.server.protocol import BUSY_MESSAGE, DRAINING_MESSAGE, ApiError, new_id
+from inhouse.server.protocol import new_id
 from inhouse.server.runner import EngineRunner, Stream
 from inhouse.server.tokenizer import Tokenizer, load_tokenizer, seed_of
 from inhouse.server.tools import ToolOptions
@@ -148,23 +159,19 @@ class EngineState:
             return self.model_name if name is None else name
         if any(lora.name == name for lora in self.loras):
             return name
-        raise ApiError(
-            f"The model `{name}` does not exist. Valid aliases: {', '.join(self.model_names)}.",
-            status=404,
-            param="model",
-        )
+        raise ApiError(404, unknown_model(name, self.model_names), param="model")
 
     # -- admission -------------------------------------------------------------------------
 
     def check_accepting(self) -> None:
         if self.is_draining:
-            raise ApiError(DRAINING_MESSAGE, status=503)
+            raise ApiError(503, DRAINING_MESSAGE)
         if not self.is_loaded:
-            raise ApiError("The model is still loading. Please try again later.", status=503)
+            raise ApiError(503, LOADING_MESSAGE)
         faults = self.faults
         if faults.fail_next > 0:
             faults.fail_next -= 1
-            raise ApiError("Injected failure (fault injection).", status=faults.fail_status)
+            raise ApiError(faults.fail_status, "Injected failure (fault injection).")
 
     def _block_hashes(self, prompt_ids: list[int], plan: GenerationPlan, salt: str) -> list[int]:
         """Hashes of the prompt's blocks and of the answer's: vLLM caches generated blocks too,
@@ -193,9 +200,8 @@ class EngineState:
         output fixed in advance (a forced tool call)."""
         max_len = self.max_model_len
         if requested_max_tokens is not None and requested_max_tokens > max_len:
-            raise ApiError(
-                f"max_tokens={requested_max_tokens} cannot be greater than "
-                f"max_model_len={max_len}. Please request fewer output tokens.",
+            raise invalid(
+                max_tokens_over_context(requested_max_tokens, max_len),
                 param="max_tokens",
                 value=requested_max_tokens,
             )
@@ -203,23 +209,17 @@ class EngineState:
         if num_prompt > max_len:
             # vLLM tokenizes text prompts only up to max_model_len + 1 tokens.
             count = max_len + 1 if is_text_prompt else num_prompt
-            qualifier = "at least " if count == max_len + 1 else ""
-            raise ApiError(
-                f"This model's maximum context length is {max_len} tokens. However, your prompt "
-                f"contains {qualifier}{count} input tokens, which exceeds this limit even "
-                "without any output tokens. Please reduce the length of the input prompt.",
-                param="input_tokens",
-                value=count,
-            )
+            message = prompt_over_context(max_len, count, at_least=count == max_len + 1)
+            raise invalid(message, param="input_tokens", value=count)
         if num_prompt == 0:
-            raise ApiError(
+            raise invalid(
                 "Either prompt or prompt_embeds must be provided and non-empty.", param="prompt"
             )
         max_tokens = max_len - num_prompt
         if requested_max_tokens is not None:
             max_tokens = min(max_tokens, requested_max_tokens)
         if max_tokens < 1:
-            raise ApiError(
+            raise invalid(
                 f"max_tokens must be at least 1, got {max_tokens}.",
                 param="max_tokens",
                 value=max_tokens,
@@ -227,7 +227,7 @@ class EngineState:
         limit = self.options.max_num_queued_reqs
         if limit is not None and self.core.num_waiting >= limit:
             self.metrics.rejected_reqs.inc()
-            raise ApiError(BUSY_MESSAGE, status=503)
+            raise ApiError(503, BUSY_MESSAGE)
         if forced_text is not None:
             plan = plan_forced(self.tokenizer, seed_of(prompt_ids), forced_text, max_tokens)
         else:
@@ -243,9 +243,9 @@ class EngineState:
             lora=None if model in self.served_names else model,
         )
         stream = Stream(request, plan, max_tokens, prompt_ids)
-        reason = self.runner.submit(stream)
-        if reason is not None:
-            raise ApiError(reason, param="input_tokens", value=num_prompt)
+        rejection = self.runner.submit(stream)
+        if rejection is not None:
+            raise invalid(rejection_message(rejection), param="input_tokens", value=num_prompt)
         if self.options.log_prompts:
             log.info("request %s prompt: %r", request.request_id, self.tokenizer.decode(prompt_ids))
         log.info(

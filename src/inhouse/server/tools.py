@@ -31,7 +31,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from inhouse.server.protocol import ApiError
+from inhouse.openai_errors import invalid
 
 # Words string arguments are made of, chosen by the request's seed.
 WORDS = ("acme", "north", "invoice", "renewal", "priority", "contact", "quarter", "open")
@@ -85,7 +85,7 @@ class ToolCall:
 def _choice_of(body: dict[str, Any]) -> tuple[Any, list[dict[str, Any]] | None]:
     tools = body.get("tools")
     if tools == []:
-        raise ApiError(
+        raise invalid(
             "`tools` must not be an empty array. Either provide at least one tool or omit the "
             "field entirely.",
             param="tools",
@@ -94,7 +94,7 @@ def _choice_of(body: dict[str, Any]) -> tuple[Any, list[dict[str, Any]] | None]:
         isinstance(tools, list)
         and all(isinstance(t, dict) and isinstance(t.get("function"), dict) for t in tools)
     ):
-        raise ApiError('`tools` must be a list of {"type": "function", "function": {...}}.')
+        raise invalid('`tools` must be a list of {"type": "function", "function": {...}}.')
     choice = body.get("tool_choice", "auto" if tools else None)
     return choice, tools
 
@@ -103,18 +103,18 @@ def _named(choice: dict[str, Any], tools: list[dict[str, Any]]) -> str:
     usage = 'Correct usage: `{"type": "function", "function": {"name": "my_function"}}`'
     function = choice.get("function")
     if not isinstance(function, dict):
-        raise ApiError(
+        raise invalid(
             f"Invalid value for `function`: `{function}` in `tool_choice`! {usage}",
             param="tool_choice.function",
         )
     name = function.get("name")
     if not isinstance(name, str) or not name:
-        raise ApiError(
+        raise invalid(
             f"Invalid `name` in `function`: `{name}` in `tool_choice`! {usage}",
             param="tool_choice.function.name",
         )
     if not any(t["function"].get("name") == name for t in tools):
-        raise ApiError(
+        raise invalid(
             "The tool specified in `tool_choice` does not match any of the specified `tools`",
             param="tool_choice",
         )
@@ -127,9 +127,9 @@ def plan_tool_call(body: dict[str, Any], options: ToolOptions, seed: int) -> Too
     if choice is None or choice == "none":
         return None
     if tools is None:
-        raise ApiError("When using `tool_choice`, `tools` must be set.", param="tool_choice")
+        raise invalid("When using `tool_choice`, `tools` must be set.", param="tool_choice")
     if choice not in ("auto", "required") and not isinstance(choice, dict):
-        raise ApiError(
+        raise invalid(
             f'Invalid value for `tool_choice`: {choice}! Only named tools, "none", "auto" or '
             '"required" are supported.',
             param="tool_choice",
@@ -139,12 +139,12 @@ def plan_tool_call(body: dict[str, Any], options: ToolOptions, seed: int) -> Too
         choice == "auto" and not options.enable_auto_tool_choice
     ):
         if choice == "auto":
-            raise ApiError(
+            raise invalid(
                 '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser '
                 "to be set"
             )
         what = f'function "{name}"' if name else f'"{choice}"'
-        raise ApiError(f"tool_choice={what} requires --tool-call-parser to be set")
+        raise invalid(f"tool_choice={what} requires --tool-call-parser to be set")
     if choice == "auto":
         return None  # the simulated model answers in text
     if name is None:

@@ -1,0 +1,227 @@
+"""Admission: who may send what, where, within which limits.
+
+    model (404/403) → count + long-prompt gate (400) → pool → priority → reserve (429)
+
+It owns the tenants and their keys, the limit store (rates, budgets, concurrency) and the
+long-prompt gate; it asks `Backends` which pool serves a model. What it admits is an
+`Admission`, the value the rest of the request path reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from inhouse.gateway.backends import Backends
+from inhouse.gateway.dispatch import PoolState
+from inhouse.gateway.limits import LimitStore, Refusal, Reservation
+from inhouse.gateway.metrics import GatewayMetrics
+from inhouse.gateway.prompt import ParsedRequest, prompt_blocks
+from inhouse.gateway.request_io import quoted
+from inhouse.gateway.tenants import Tenants
+from inhouse.openai_errors import (
+    ApiError,
+    invalid,
+    max_tokens_over_context,
+    max_tokens_too_large,
+    prompt_over_context,
+    unknown_model,
+)
+from inhouse.routing.view import RequestView
+from inhouse.spec.gateway import TenantSpec, TierSpec
+from inhouse.spec.stack import PoolSpec, StackSpec
+
+try:
+    import orjson
+
+    def _dumps(body: dict[str, Any]) -> bytes:
+        return orjson.dumps(body)
+except ImportError:  # pragma: no cover
+    import json
+
+    def _dumps(body: dict[str, Any]) -> bytes:
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+@dataclass(slots=True)
+class Admission:
+    """An admitted request: who, what, where, and what it reserved.
+
+    `request_id` is the client's `x-request-id` (or `key` when it sent none): echoed and
+    logged, but a client may reuse it. `key` is the gateway's own, unique, id: the routing
+    policy's books, the limit store's leases and the engine know the request by it.
+    """
+
+    request_id: str
+    key: str
+    tenant: TenantSpec
+    tier: TierSpec
+    parsed: ParsedRequest
+    model: str
+    path: str
+    pool: PoolState
+    pool_reason: str
+    primary_pool: str
+    num_prompt_tokens: int
+    reservation: Reservation | None
+    body: bytes
+    view: RequestView
+    arrival_s: float
+    client: str | None = None  # the client's address, for the log record
+
+
+class Admitter:
+    """Tenants, keys, limits and the long-prompt gate."""
+
+    def __init__(
+        self, stack: StackSpec, tenants: Tenants, limits: LimitStore, backends: Backends
+    ) -> None:
+        self.stack = stack
+        self.tenants = tenants
+        self.limits = limits
+        self._backends = backends
+        self._pools = backends.pools
+        self._models = backends.dispatcher.models
+
+    def model_label(self, model: str | None) -> str:
+        """`model` as a metric label: a name the stack serves, else "unknown" (a client's
+        string never becomes a series of its own)."""
+        if model is None:
+            return self.stack.pools[0].client_model_name
+        return model if model in self._models else "unknown"
+
+    def model_names(self, tenant: TenantSpec) -> list[str]:
+        names = [n for pool in self.stack.pools for n in pool.model_names]
+        return [n for n in names if tenant.may_use(n)]
+
+    def resolve_model(self, tenant: TenantSpec, model: str | None) -> tuple[str, PoolSpec]:
+        if model is None:
+            pool = self.stack.pools[0]
+            model = pool.client_model_name
+        else:
+            found = self._models.get(model)
+            if found is None:
+                message = unknown_model(quoted(model), self.model_names(tenant))
+                raise ApiError(404, message, param="model", reason="unknown_model")
+            pool = found
+        if not tenant.may_use(model):
+            raise ApiError(
+                403,
+                f"This API key may not use the model `{model}`.",
+                param="model",
+                reason="forbidden",
+                error_type="permission_denied",
+            )
+        return model, pool
+
+    async def admit(
+        self,
+        tenant: TenantSpec,
+        parsed: ParsedRequest,
+        path: str,
+        request_id: str,
+        key: str,
+        t0: float,
+    ) -> Admission:
+        model, primary = self.resolve_model(tenant, parsed.model)
+        counted_pool = self._pools[primary.name]
+        num_prompt = await counted_pool.counter.count(parsed, model, self._count_limit(primary))
+        choice = self._backends.dispatcher.choose_pool(model, num_prompt)
+        if choice.pool is None:
+            raise ApiError(
+                503,
+                f"No replica serves the model `{model}` right now. Please try again later.",
+                reason="no_replica",
+                retry_after_s=5.0,
+            )
+        pool = self._pools[choice.pool]
+        max_tokens = self._check_lengths(tenant, pool, parsed, num_prompt)
+        body = parsed.body
+        if pool.name != primary.name and model not in pool.spec.model_names:
+            # The long-context or fallback pool serves another model: name it to its engine.
+            body["model"] = pool.spec.client_model_name
+        if parsed.max_tokens is None and tenant.limits.default_max_tokens is not None:
+            body["max_tokens"] = max_tokens
+        tier = self.tenants.tier_of(tenant)
+        client_priority = body.get("priority")
+        priority = tier.priority
+        if isinstance(client_priority, int) and not isinstance(client_priority, bool):
+            priority = max(priority, client_priority)  # a client may only step back
+        body["priority"] = priority
+        if parsed.is_stream:
+            options = body.get("stream_options") or {}
+            body["stream_options"] = {**options, "include_usage": True}
+        # Each of `n` outputs may take max_tokens; the prompt is counted once, as vLLM does.
+        reserved = num_prompt + max_tokens * parsed.num_choices
+        reservation = await self._reserve(tenant, key, reserved)
+        blocks: list[int] = []
+        if pool.needs_hashes:
+            blocks = prompt_blocks(parsed, pool.root(model), pool.block_tokens)
+        view = RequestView(key, num_prompt, blocks, parsed.session_key, model)
+        return Admission(request_id, key, tenant, tier, parsed, model, path, pool, choice.reason,
+                         primary.name, num_prompt, reservation, _dumps(body), view, t0)  # fmt: skip
+
+    def _count_limit(self, pool: PoolSpec) -> int:
+        """Counted exactly up to the longest context the request could be sent to."""
+        limit = self._pools[pool.name].max_model_len()
+        if pool.long_pool is not None:
+            longer = self._pools[pool.long_pool].max_model_len()
+            if longer is not None and (limit is None or longer > limit):
+                limit = longer
+        return 1 << 22 if limit is None else limit
+
+    def _check_lengths(
+        self, tenant: TenantSpec, pool: PoolState, parsed: ParsedRequest, num_prompt: int
+    ) -> int:
+        """The long-prompt gate, vLLM's messages; returns the effective max_tokens."""
+        max_len = pool.max_model_len()
+        requested = parsed.max_tokens
+        cap = tenant.limits.max_prompt_tokens
+        reason = "prompt_too_long"
+        if cap is not None and num_prompt > cap:
+            message = (
+                f"This API key may send at most {cap} prompt tokens. However, your prompt "
+                f"contains {num_prompt} input tokens. Please reduce the length of the input "
+                "prompt."
+            )
+            raise invalid(message, param="input_tokens", value=num_prompt, reason=reason)
+        if max_len is None:  # not known yet (no replica answered): the engine checks
+            return requested or tenant.limits.default_max_tokens or 16
+        if num_prompt > max_len:
+            message = prompt_over_context(max_len, num_prompt)
+            raise invalid(message, param="input_tokens", value=num_prompt, reason=reason)
+        if requested is not None and requested > max_len:
+            message = max_tokens_over_context(requested, max_len)
+            raise invalid(message, param="max_tokens", value=requested, reason=reason)
+        if requested is not None and num_prompt + requested > max_len:
+            message = max_tokens_too_large(requested, max_len, num_prompt)
+            raise ApiError(400, message, param="max_tokens", reason=reason)
+        default = tenant.limits.default_max_tokens
+        room = max_len - num_prompt
+        return requested or (min(default, room) if default else room)
+
+    async def _reserve(self, tenant: TenantSpec, key: str, tokens: int) -> Reservation | None:
+        limits = tenant.limits
+        if not limits.needs_store:
+            return None  # nothing to hold: no round trip to the store (Redis) at all
+        result = await self.limits.reserve(tenant.name, limits, key, tokens)
+        if isinstance(result, Refusal):
+            raise ApiError(
+                result.status,
+                result.message,
+                reason=result.reason,
+                retry_after_s=result.retry_after_s,
+                error_type="rate_limit_exceeded" if result.status == 429 else None,
+            )
+        return result
+
+    async def settle(self, admission: Admission, used: int) -> None:
+        if admission.reservation is not None:
+            await self.limits.settle(admission.reservation, admission.tenant.limits, used)
+
+    def export(self, metrics: GatewayMetrics) -> None:
+        """The limit store's gauges, at each scrape (a shared store: is it answering?)."""
+        is_up = getattr(self.limits, "is_up", None)
+        if is_up is not None:
+            metrics.store_up.child().set(int(is_up))
+            metrics.store_errors.child().set(getattr(self.limits, "num_errors", 0))
