@@ -324,6 +324,37 @@ def test_a_stream_that_fails_before_its_first_token_is_retried_unseen(mode: str)
     asyncio.run(main())
 
 
+@pytest.mark.parametrize("mode", ["head", "role"])
+def test_under_another_asgi_server_a_stream_that_fails_before_its_first_token_is_retried(
+    mode: str,
+) -> None:
+    # The same relay as on the gateway's own server, through `SendWriter`: the held head is
+    # taken back and the next replica streams the answer.
+    data = stack_data(replicas=2, routing={"policy": "round_robin"},
+                      gateway={"health": {"interval_s": 30}})  # fmt: skip
+    body = chat(max_tokens=6, stream=True, ignore_eos=True)
+
+    async def main() -> None:
+        async with (
+            fake_engine(mode) as broken,
+            engines(1) as live,
+            gateway_for(data, {"chat": [broken, live[0].url]}) as (gateway, client),
+        ):
+            for _ in range(2):
+                r = await client.post("/v1/chat/completions", json=body)
+                assert r.status_code == 200
+                events = events_of(r.text)
+                assert events[-1] == "data: [DONE]"
+                assert not any('"error"' in e for e in events)
+                assert len([e for e in events if '"role":"assistant"' in e]) == 1
+                assert sum('"content"' in e for e in events) >= 6
+            text = gateway.metrics.render().decode()
+            assert 'inhouse_gateway_retries_total{pool="chat",replica="0"} 2.0' in text
+            assert all(r.num_inflight == 0 for r in gateway.pools["chat"].replicas)
+
+    asyncio.run(main())
+
+
 @pytest.mark.parametrize(("retries", "status"), [(1, 502), (2, 503)])
 def test_a_stream_no_replica_can_start_gets_an_error_status_not_a_broken_200(
     retries: int, status: int

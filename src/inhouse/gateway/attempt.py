@@ -40,7 +40,7 @@ class Tries:
 NO_TRIES = Tries()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen, for its cost: see `observation.Ending`
 class Attempt:
     """A replica's answer, before the client saw any of it."""
 
