@@ -82,6 +82,12 @@ def error_json(message: str, error_type: str, param: str | None, code: int) -> b
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+def error_event(message: str, code: int = 502) -> bytes:
+    """The SSE error event vLLM sends when a stream fails after it started, then [DONE]."""
+    error = {"error": {"message": message, "type": "BadGateway", "param": None, "code": code}}
+    return b"data: " + json.dumps(error).encode() + b"\n\ndata: [DONE]\n\n"
+
+
 def invalid(
     message: str, param: str | None = None, value: object = None, reason: str = "bad_request"
 ) -> ApiError:

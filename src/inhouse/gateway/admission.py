@@ -79,16 +79,15 @@ class Admitter:
         self.stack = stack
         self.tenants = tenants
         self.limits = limits
-        self._backends = backends
         self._pools = backends.pools
-        self._models = backends.dispatcher.models
+        self._dispatcher = backends.dispatcher
 
     def model_label(self, model: str | None) -> str:
         """`model` as a metric label: a name the stack serves, else "unknown" (a client's
         string never becomes a series of its own)."""
         if model is None:
             return self.stack.pools[0].client_model_name
-        return model if model in self._models else "unknown"
+        return model if model in self._dispatcher.models else "unknown"
 
     def model_names(self, tenant: TenantSpec) -> list[str]:
         names = [n for pool in self.stack.pools for n in pool.model_names]
@@ -99,7 +98,7 @@ class Admitter:
             pool = self.stack.pools[0]
             model = pool.client_model_name
         else:
-            found = self._models.get(model)
+            found = self._dispatcher.models.get(model)
             if found is None:
                 message = unknown_model(quoted(model), self.model_names(tenant))
                 raise ApiError(404, message, param="model", reason="unknown_model")
@@ -126,7 +125,7 @@ class Admitter:
         model, primary = self.resolve_model(tenant, parsed.model)
         counted_pool = self._pools[primary.name]
         num_prompt = await counted_pool.counter.count(parsed, model, self._count_limit(primary))
-        choice = self._backends.dispatcher.choose_pool(model, num_prompt)
+        choice = self._dispatcher.choose_pool(model, num_prompt)
         if choice.pool is None:
             raise ApiError(
                 503,

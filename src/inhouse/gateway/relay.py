@@ -15,7 +15,6 @@ three things, each a C-speed `bytes` scan in the common case:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,9 +92,3 @@ def usage_of_body(data: bytes) -> dict[str, Any] | None:
         return None
     usage = body.get("usage") if isinstance(body, dict) else None
     return usage if isinstance(usage, dict) else None
-
-
-def error_event(message: str, code: int = 502) -> bytes:
-    """The SSE error event vLLM sends when a stream fails after it started, then [DONE]."""
-    error = {"error": {"message": message, "type": "BadGateway", "param": None, "code": code}}
-    return b"data: " + json.dumps(error).encode() + b"\n\ndata: [DONE]\n\n"

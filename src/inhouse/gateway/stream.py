@@ -29,11 +29,11 @@ from inhouse.gateway.relay import (
     EVENT_MARK,
     USAGE_MARK,
     StreamState,
-    error_event,
     flush,
     relay_piece,
 )
 from inhouse.gateway.upstream import Response, UpstreamError
+from inhouse.openai_errors import error_event
 
 SSE_TYPE = b"text/event-stream; charset=utf-8"
 log = logging.getLogger("inhouse.gateway")
