@@ -123,9 +123,24 @@ async def try_replica(
         return Ending(499, "client_disconnect", retries=tries.num_failed, is_client_gone=True,
                       phase="queued")  # fmt: skip
     response: Response | None = None
+    replica = placement.replica
     sent_s = time.perf_counter()
     try:
-        response = await _send(parts, admission, placement, tries.num_failed == 0)
+        # NOTE: the send is written out here, not a coroutine of its own: one frame less on
+        # every request's path (measured by benchmarks/bench_gateway_path.py).
+        try:
+            response = await replica.upstream.request(
+                "POST",
+                replica.path_prefix + admission.path,
+                admission.body,
+                admission.key,
+                parts.proxy.first_byte_timeout_s,
+            )
+        finally:  # counted once the request is on its way, not in its way
+            if tries.num_failed == 0:
+                parts.metrics.decisions.child(
+                    admission.pool.name, replica.label, placement.reason_label
+                ).inc()
         if response.status in RETRY_STATUSES and tries.num_failed < parts.proxy.retries:
             text = await response.read_all()
             raise UpstreamError(f"engine answered {response.status}: {text[:200]!r}", True)
@@ -145,25 +160,8 @@ async def try_replica(
                           retries=tries.num_failed, is_client_gone=True, was_sent=True,
                           phase="engine")  # fmt: skip
         raise
-    placement.replica.num_failures = 0
+    replica.num_failures = 0
     return Attempt(placement, response, first, sent_s, time.perf_counter(), tries)
-
-
-async def _send(parts: Parts, admission: Admission, placement: Placement, count: bool) -> Response:
-    replica = placement.replica
-    try:
-        return await replica.upstream.request(
-            "POST",
-            replica.path_prefix + admission.path,
-            admission.body,
-            admission.key,
-            parts.proxy.first_byte_timeout_s,
-        )
-    finally:  # counted once the request is on its way, not in its way
-        if count:
-            parts.metrics.decisions.child(
-                admission.pool.name, replica.label, placement.reason_label
-            ).inc()
 
 
 async def _first_bytes(response: Response) -> bytes | None:
