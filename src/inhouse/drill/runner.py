@@ -33,7 +33,8 @@ from inhouse.render.prometheus import render_prometheus, stack_rules
 from inhouse.render.runbook import render_runbook
 from inhouse.render.yamltext import dump_yaml
 from inhouse.server.demo_stack import demo_stack
-from inhouse.spec.stack import StackSpec, load_stack
+from inhouse.spec.load import load_stack
+from inhouse.spec.stack import StackSpec
 
 DrillFn = Callable[[DrillContext], Awaitable[None]]
 DEFAULT_TIME_SCALE = 0.1
