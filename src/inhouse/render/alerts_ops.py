@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from inhouse.metric_names import LOOP_LAG_PERIOD_S
 from inhouse.render.alerts import Alert, Case, RunbookEntry, Series
 from inhouse.render.alerts_slo import engine_labels
 from inhouse.render.alerts_triggers import has_hit_trigger
 from inhouse.render.layout import QUEUE_DEPTH_PER_REPLICA, engine_pools, slo_of
-from inhouse.render.metric_names import LOOP_LAG_PERIOD_S
 from inhouse.spec.stack import PoolSpec, StackSpec
 
 ENGINE_GROUP = "inhouse-engines"

@@ -21,9 +21,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from inhouse.errors import SpecError
+from inhouse.metric_names import E2E_BUCKETS_S
 from inhouse.render.alerts import Alert, Case, Recording, RunbookEntry, Series
 from inhouse.render.layout import engine_pools, slo_of
-from inhouse.render.metric_names import E2E_BUCKETS_S
 from inhouse.spec.slo import LatencyMetric, LatencySlo
 from inhouse.spec.stack import PoolSpec, StackSpec
 from inhouse.spec.vllm_buckets import ITL_BUCKETS_S, TTFT_BUCKETS_S

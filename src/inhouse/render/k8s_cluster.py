@@ -14,12 +14,12 @@ import re
 from typing import Any
 
 from inhouse.errors import SpecError
+from inhouse.metric_names import DCGM_METRICS
 from inhouse.render import layout
 from inhouse.render.alerts import rule_groups
 from inhouse.render.k8s_edge import edge_docs, gateway_section_for_cluster
 from inhouse.render.k8s_engine import Doc, labels, namespace_of
 from inhouse.render.k8s_tracing import tracing_env
-from inhouse.render.metric_names import DCGM_METRICS
 from inhouse.render.options import RenderOptions
 from inhouse.render.prometheus import stack_rules
 from inhouse.render.yamltext import dump_documents
