@@ -28,6 +28,7 @@ FILE_METHODS = {
     "glob",
     "rglob",
     "stat",
+    "open",
 }
 OS_CALLS = {
     ("os", "listdir"),
