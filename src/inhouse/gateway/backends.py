@@ -24,9 +24,9 @@ from inhouse.gateway.metrics import GatewayMetrics
 from inhouse.gateway.prompt import ROUTER_BLOCK_TOKENS, LocalCounter, RemoteCounter, TokenCounter
 from inhouse.gateway.replicas import HealthMonitor, Replica
 from inhouse.openai_errors import ApiError
-from inhouse.server.tokenizer import SimpleTokenizer, load_tokenizer
 from inhouse.spec.gateway import GatewaySpec, TierSpec
 from inhouse.spec.stack import PoolSpec, StackSpec
+from inhouse.tokenizer import SimpleTokenizer, load_tokenizer
 
 log = logging.getLogger("inhouse.gateway")
 
