@@ -153,8 +153,8 @@ async def run_rounds(num_tokens: int, num_rounds: int, replicas: int, control: A
     per-request times to `control` (a callable), which may wait for the other build."""
     from bench_gateway_overhead import KEY, stack_yaml
 
-    from inhouse.gateway import upstream
     from inhouse.gateway.service import Gateway
+    from inhouse.http1 import upstream
     from inhouse.spec.gateway import parse_gateway
     from inhouse.spec.stack import parse_stack
 
@@ -215,8 +215,8 @@ def server_protocol(gateway: Any) -> Any:
     """A client connection's protocol as `inhouse gateway` serves it; for a checkout from before
     the gateway's own server (`--compare-src`), uvicorn's protocol as that checkout used it."""
     try:
-        from inhouse.gateway.http_server import GatewayProtocol
         from inhouse.gateway.serve import gateway_server
+        from inhouse.http1.server import GatewayProtocol
     except ImportError:
         from uvicorn.server import ServerState
 

@@ -19,11 +19,11 @@ from tests.gateway.conftest import KEY, chat, engines, gateway_for, served, stac
 from tests.gateway.test_failures import wait_for
 from tests.gateway.test_limits import REDIS_URL, needs_redis
 
-from inhouse.gateway import http_server
-from inhouse.gateway.chunk_writer import ChunkWriter
 from inhouse.gateway.keys import create_key
 from inhouse.gateway.stream import _relay_direct, _relay_through_send
-from inhouse.gateway.upstream import Response, UpstreamPool, _Connection
+from inhouse.http1 import server as http_server
+from inhouse.http1.chunk_writer import ChunkWriter
+from inhouse.http1.upstream import Response, UpstreamPool, _Connection
 
 
 def events_of(text: str) -> list[str]:
