@@ -21,7 +21,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from inhouse.bench.mock_server import take_request
+# The repository root, for the test and benchmark support in tests/support/.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.support.mock_server import take_request
+
 from inhouse.engine_args import ENGINE_KEEP_ALIVE_S, KEEP_ALIVE_ENV
 from inhouse.http1.upstream import UpstreamPool
 

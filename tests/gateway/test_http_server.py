@@ -245,7 +245,7 @@ _ROLE_EVENT = (
 async def fake_engine(mode: str) -> AsyncIterator[str]:
     """An engine that is healthy but, asked to generate, answers 200 and closes before any
     token (`"head"`), after the chat role chunk (`"role"`), or answers 400 (`"bad_request"`)."""
-    from inhouse.bench.mock_server import take_request
+    from tests.support.mock_server import take_request
 
     class Conn(asyncio.Protocol):
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
