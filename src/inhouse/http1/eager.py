@@ -19,7 +19,8 @@ Python is 3.11 (pyproject's `requires-python`, and the interpreter CI and the im
 The public ways start at 3.12 (`asyncio.eager_task_factory`, loop-wide: every task of the
 process would start eagerly, not just request handlers) and 3.14 (`asyncio.Task(...,
 eager_start=True)`, per task: what replaces `start_eagerly` once 3.14 is the minimum). Both
-call these same two functions; they have been stable since 3.7. Where a task is already
+make the task current around its first step, as these two functions (stable since 3.7) do
+here. Where a task is already
 current (a caller inside a task), the coroutine starts the ordinary way.
 """
 
