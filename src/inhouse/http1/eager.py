@@ -20,8 +20,8 @@ The public ways start at 3.12 (`asyncio.eager_task_factory`, loop-wide: every ta
 process would start eagerly, not just request handlers) and 3.14 (`asyncio.Task(...,
 eager_start=True)`, per task: what replaces `start_eagerly` once 3.14 is the minimum). Both
 make the task current around its first step, as these two functions (stable since 3.7) do
-here. Where a task is already
-current (a caller inside a task), the coroutine starts the ordinary way.
+here. Where a task is already current (a caller inside a task), the coroutine starts the
+ordinary way.
 """
 
 from __future__ import annotations
