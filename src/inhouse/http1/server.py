@@ -88,6 +88,9 @@ class GatewayProtocol(asyncio.Protocol):
         self._send_timer: asyncio.TimerHandle | None = None
         self._expects_continue = False
         self._is_in_head = False
+        # From a request's first byte to its end (body and trailers too): bytes read in it
+        # that complete nothing count towards MAX_HEAD_BYTES, and a header timeout in it is
+        # a 408 (outside it, an idle connection that just closes).
         self._is_in_message = False
         self._parsing: Exchange | None = None  # the request whose bytes are being read
         self._active: Exchange | None = None  # the request being answered
