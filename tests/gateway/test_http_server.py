@@ -1,4 +1,4 @@
-"""The gateway's HTTP server (`inhouse.http1.server`) on a real socket, as `inhouse gateway` runs it:
+"""The gateway's HTTP server (`http1.server`) on a real socket, as `inhouse gateway` runs it:
 streams go out through the direct chunk path as the ASGI path streams them; a broken engine
 still ends the stream with an error event; a client that leaves stops the engine's work; a full
 client buffer pauses reading the engine until it drains; HTTP/1.1 itself (keep-alive,
