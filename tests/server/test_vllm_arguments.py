@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from inhouse.engine_args import vllm_serve_args
-from inhouse.spec.stack import load_stack, parse_stack
+from inhouse.spec.load import load_stack
+from inhouse.spec.stack import parse_stack
 
 from .test_compat import vllm_python
 
