@@ -72,6 +72,11 @@ from inhouse.routing.framework import PolicyContext
 from inhouse.routing.registry import make_policy
 from inhouse.routing.view import ReplicaView, RequestView
 
+try:
+    from inhouse.tokenizer import SimpleTokenizer
+except ImportError:  # bench_gateway_path's `--compare-src` child, on a checkout before issue 21
+    from inhouse.server.tokenizer import SimpleTokenizer  # type: ignore[no-redef]
+
 SGLANG_VENV = Path.home() / ".cache/inhouse/sglang-router-venv"
 KEY = "bench-key"
 METRICS_PORTS: dict[int, int] = {}  # a gateway's API port -> its metrics port (when it has one)
@@ -95,10 +100,6 @@ def agent_prompts(num_sessions: int, turns: int, chars: int, rng: random.Random)
 def bench_decision(num_replicas: int = 4) -> dict[str, float]:
     rng = random.Random(1)
     bodies = agent_prompts(40, 8, 32_768, rng)
-    # NOTE: imported here, not at the top: bench_gateway_path imports this module under a
-    # checkout from before issue 21 (--compare-src), which has no inhouse.tokenizer.
-    from inhouse.tokenizer import SimpleTokenizer
-
     policy = make_policy("cache_aware", PolicyContext(num_replicas, ROUTER_BLOCK_TOKENS))
     counter = LocalCounter(SimpleTokenizer())
     views = [ReplicaView(i, num_inflight=i % 3) for i in range(num_replicas)]
@@ -146,8 +147,6 @@ def bench_tokenize_vs_blocks() -> dict[str, float]:
     text = "".join(rng.choice("abcdefgh ") for _ in range(32_768))
     raw = json.dumps({"model": "m", "messages": [{"role": "user", "content": text}]}).encode()
     parsed = parse_request(raw, "application/json", True)
-    from inhouse.tokenizer import SimpleTokenizer
-
     tok = SimpleTokenizer()
     t0 = time.perf_counter()
     for _ in range(5):

@@ -21,7 +21,7 @@ from inhouse.gateway.dispatch import Placement
 from inhouse.gateway.metrics import GatewayMetrics
 from inhouse.gateway.observation import Ending
 from inhouse.gateway.relay import is_role_only
-from inhouse.gateway.upstream import Response, UpstreamError
+from inhouse.http1.upstream import Response, UpstreamError
 from inhouse.openai_errors import ApiError
 from inhouse.spec.gateway import ProxySpec
 

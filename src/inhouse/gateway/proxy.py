@@ -24,7 +24,6 @@ from starlette.types import Receive, Scope, Send
 
 from inhouse.gateway.admission import Admission
 from inhouse.gateway.attempt import NO_TRIES, Attempt, Parts, Unanswered, answer, fail
-from inhouse.gateway.chunk_writer import ChunkWriter
 from inhouse.gateway.client_watch import ClientWatch
 from inhouse.gateway.observation import Ending, billed_tokens
 from inhouse.gateway.prompt import ParsedRequest, parse_request
@@ -39,7 +38,8 @@ from inhouse.gateway.request_io import (
 from inhouse.gateway.send_writer import SendWriter
 from inhouse.gateway.service import Gateway
 from inhouse.gateway.stream import Broke, relay_stream
-from inhouse.gateway.upstream import UpstreamError
+from inhouse.http1.chunk_writer import ChunkWriter
+from inhouse.http1.upstream import UpstreamError
 from inhouse.openai_errors import ApiError
 from inhouse.spec.gateway import TenantSpec
 

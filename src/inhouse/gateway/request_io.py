@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from starlette.types import Receive, Scope, Send
 
-from inhouse.gateway.chunk_writer import EXTENSION, ChunkWriter
+from inhouse.http1.chunk_writer import EXTENSION, ChunkWriter
 from inhouse.openai_errors import ApiError
 
 MAX_REQUEST_ID_CHARS = 128

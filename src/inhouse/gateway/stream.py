@@ -32,7 +32,7 @@ from inhouse.gateway.relay import (
     flush,
     relay_piece,
 )
-from inhouse.gateway.upstream import Response, UpstreamError
+from inhouse.http1.upstream import Response, UpstreamError
 from inhouse.openai_errors import error_event
 
 SSE_TYPE = b"text/event-stream; charset=utf-8"
