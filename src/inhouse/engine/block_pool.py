@@ -152,9 +152,6 @@ class BlockPool:
         # The first block that differs, found in one pass in C (`map` stops after `num`).
         return run[: list(map(ne, held, hashes)).index(True)]
 
-    def contains(self, block_hash: int) -> bool:
-        return block_hash in self._cached
-
     def allocate(self, num: int) -> list[int] | None:
         """Take `num` blocks from the head of the free queue, or `None` if there are too few."""
         if num > self._num_free:
