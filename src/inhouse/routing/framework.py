@@ -6,6 +6,9 @@ in 0..1, higher is better. The *picker* takes the weighted sum and the best cand
 to the first tied candidate at or after a rotating offset, so equal replicas share traffic
 instead of the lowest index taking it all.
 
+The plugins live one per file in `filters/`, `scorers/` and `pickers/`, each with a header
+saying what it scores or keeps, from which signal, at what cost; `policies/` composes them.
+
 A policy chooses; it never mutates state in `choose`. What it learns from a decision (an index
 entry, an in-flight estimate, the round-robin position) it records in `observe`, called once the
 request was actually dispatched, and forgets in `on_first_token` / `on_finish`. The live gateway
@@ -18,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from inhouse.routing.pickers.max_score import pick_max_score
 from inhouse.routing.view import Decision, ReplicaView, RequestView
 
 
@@ -89,14 +93,7 @@ class Policy:
 
     def pick(self, totals: list[float]) -> int:
         """Position of the best total; ties rotate with the number of decisions observed."""
-        top = max(totals)
-        n = len(totals)
-        start = self._num_observed % n
-        for k in range(n):
-            i = (start + k) % n
-            if totals[i] >= top - 1e-12:
-                return i
-        raise AssertionError("unreachable: some total equals the maximum")
+        return pick_max_score(totals, self._num_observed)
 
     def explain(
         self, request: RequestView, candidates: list[ReplicaView], prepared: object, best: int
@@ -112,36 +109,3 @@ class Policy:
 
     def on_finish(self, request_id: str) -> None:
         """The request finished, failed or was aborted."""
-
-
-def least_inflight_score(
-    request: RequestView, candidates: list[ReplicaView], prepared: object
-) -> list[float]:
-    """1 for an idle replica, falling linearly with in-flight requests to 0 at 1 + the most."""
-    most = max(view.num_inflight for view in candidates) + 1
-    return [1.0 - view.num_inflight / most for view in candidates]
-
-
-def keep_under_load_ceiling(load_factor: float, slack: float) -> Filter:
-    """Bounded load (consistent hashing with bounded loads, as SGLang's `prefix_hash`): keep
-    replicas that would stay at or under `max(load_factor * mean, mean + slack)` in-flight
-    requests after taking this one, the mean taken over the candidates after the dispatch. The
-    least loaded replica always stays."""
-
-    def keep(request: RequestView, candidates: list[ReplicaView]) -> list[ReplicaView]:
-        loads = [view.num_inflight for view in candidates]
-        mean = (sum(loads) + 1) / len(loads)
-        ceiling = max(load_factor * mean, mean + slack, min(loads) + 1)
-        return [view for view in candidates if view.num_inflight + 1 <= ceiling + 1e-9]
-
-    return keep
-
-
-def keep_kv_below(ceiling: float) -> Filter:
-    """Keep replicas whose KV usage is below `ceiling`; all of them if none is."""
-
-    def keep(request: RequestView, candidates: list[ReplicaView]) -> list[ReplicaView]:
-        kept = [view for view in candidates if view.kv_usage < ceiling]
-        return kept or candidates
-
-    return keep
