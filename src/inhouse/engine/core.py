@@ -368,14 +368,7 @@ class EngineCore:
             request.num_computed_tokens += steps
             num_output = request.num_output_tokens + steps
             request.num_output_tokens = num_output
-            # Extend the request's last run of steps or start one; `Scheduler.update` does the
-            # same per step (keep the two identical).
-            runs = request.token_runs
-            if runs and runs[-1] == index:
-                runs[-1] = end_index
-            else:
-                runs.append(index)
-                runs.append(end_index)
+            request.record_token_steps(index, end_index)
             if num_output >= request.output_len:
                 finished.append(request)
         for request in finished:

@@ -97,6 +97,16 @@ class Request:
         # indices into the engine's timeline: cheap to record even for a 10k-token output.
         self.token_runs: list[int] = []
 
+    def record_token_steps(self, start: int, end: int) -> None:
+        """Steps `start .. end-1` each produced a token: extend the last run when it ends at
+        `start` (the request produced a token in the step before), else start a run."""
+        runs = self.token_runs
+        if runs and runs[-1] == start:
+            runs[-1] = end
+        else:
+            runs.append(start)
+            runs.append(end)
+
     @property
     def num_tokens(self) -> int:
         return self.num_prompt_tokens + self.num_output_tokens

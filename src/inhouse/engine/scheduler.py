@@ -330,13 +330,7 @@ class Scheduler:
             emit(request)
             num_output += 1
             request.num_output_tokens = num_output
-            # NOTE: `EngineCore._fast_forward` extends runs the same way (keep the two identical).
-            runs = request.token_runs
-            if runs and runs[-1] == step_index:
-                runs[-1] = next_index
-            else:
-                runs.append(step_index)
-                runs.append(next_index)
+            request.record_token_steps(step_index, next_index)
             if request.first_token_s is None:
                 request.first_token_s = end_s
             if num_output >= request.output_len:
