@@ -211,7 +211,9 @@ class BlockPool:
 
         NOTE: the one-block allocation and the block-at-a-time caching below are inlined
         copies of `_allocate_few` and `cache_blocks` (the decode jumps' hot path: one call
-        instead of four measured ~10% of a simulated hour); keep them identical to those."""
+        instead of four measured ~10% of a simulated hour, `python
+        benchmarks/bench_fleet_speed.py`). tests/engine/test_block_pool.py checks `grow`
+        against a plain reference pool over random traffic."""
         num = num_blocks - len(block_ids)
         if num > 1:
             taken = self.allocate(num)
