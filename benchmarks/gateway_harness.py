@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inhouse.bench.mock_server import take_request
-from inhouse.engine_args import ENGINE_KEEP_ALIVE_S, KEEP_ALIVE_ENV
 from inhouse.gateway.upstream import UpstreamPool
+from inhouse.launch.engine_args import ENGINE_KEEP_ALIVE_S, KEEP_ALIVE_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -28,12 +28,12 @@ from pathlib import Path
 from types import FrameType
 
 from inhouse.cli._examples import example_lines
-from inhouse.engine_args import DEFAULT_ENGINE_BASE_PORT
 from inhouse.errors import InhouseError, SpecError
-from inhouse.server.demo_stack import demo_stack
+from inhouse.launch.demo import demo_stack
+from inhouse.launch.engine_args import DEFAULT_ENGINE_BASE_PORT
+from inhouse.launch.plan import ProcessSpec, StackPlan, gateway_process, plan_stack
+from inhouse.launch.supervisor import Supervisor
 from inhouse.server.listeners import busy_ports
-from inhouse.server.stack_plan import ProcessSpec, StackPlan, gateway_process, plan_stack
-from inhouse.server.supervisor import Supervisor
 from inhouse.spec.gateway import parse_gateway
 from inhouse.spec.stack import StackSpec, dump_stack, load_stack
 

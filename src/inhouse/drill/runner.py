@@ -29,10 +29,10 @@ from inhouse.drill.report import write_drill, write_summary
 from inhouse.drill.stack import LiveStack, drill_stack
 from inhouse.drill.timescale import check_factor, scale_rules
 from inhouse.errors import SpecError
+from inhouse.launch.demo import demo_stack
 from inhouse.render.prometheus import render_prometheus, stack_rules
 from inhouse.render.runbook import render_runbook
 from inhouse.render.yamltext import dump_yaml
-from inhouse.server.demo_stack import demo_stack
 from inhouse.spec.stack import StackSpec, load_stack
 
 DrillFn = Callable[[DrillContext], Awaitable[None]]
