@@ -31,9 +31,9 @@ from inhouse.cli._examples import example_lines
 from inhouse.errors import InhouseError, SpecError
 from inhouse.launch.demo import demo_stack
 from inhouse.launch.engine_args import DEFAULT_ENGINE_BASE_PORT
+from inhouse.launch.listeners import busy_ports
 from inhouse.launch.plan import ProcessSpec, StackPlan, gateway_process, plan_stack
 from inhouse.launch.supervisor import Supervisor
-from inhouse.server.listeners import busy_ports
 from inhouse.spec.gateway import parse_gateway
 from inhouse.spec.stack import StackSpec, dump_stack, load_stack
 
@@ -289,7 +289,7 @@ def _free_port() -> int:
 def _edge_process(
     stack: StackSpec, args: argparse.Namespace, gateway: ProcessSpec, config: Path
 ) -> ProcessSpec:
-    from inhouse.server.edge import edge_concurrency, envoy_argv, envoy_binary
+    from inhouse.launch.edge import edge_concurrency, envoy_argv, envoy_binary
 
     tls = parse_gateway(stack.gateway).tls
     scheme = "https" if tls else "http"

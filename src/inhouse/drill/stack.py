@@ -328,4 +328,3 @@ def _without_flag(args: list[str], flag: str) -> list[str]:
         else:
             out.append(arg)
     return out
-

@@ -6,9 +6,13 @@
   pure apart from probing which launchers exist.
 * `demo`: the built-in demo stack (`inhouse up` with no stack file).
 * `supervisor`: the shell: starts the planned processes, waits for readiness, watches and stops
-  them.
+  them; `listeners` tells it who answers on a port (its own child, or an impostor).
+* `edge`: where Envoy is and how it starts in front of the gateway (`up --edge envoy`; its
+  configuration is `render.edge`'s).
 
-Imports run one way: `launch` imports the spec and, in `supervisor` only, the engine server's
-listener check; the pure core (`render` aside, which reads `engine_args`) and the serving
-shells import none of it (`lint-imports` checks it).
+Imports run one way: `launch` imports only the spec and `errors` (it starts the gateway and
+the engines as commands, never by importing them); the pure core and the serving shells import
+none of it but `engine_args`' command lines (`render` puts them in manifests, the engine reads
+its keep-alive variable's name); the plan, the demo stack and the command lines start no
+process (`lint-imports` checks all three).
 """

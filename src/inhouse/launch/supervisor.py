@@ -22,8 +22,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from inhouse.launch.listeners import is_own_listener
 from inhouse.launch.plan import ProcessSpec, child_env
-from inhouse.server.listeners import is_own_listener
 
 
 @dataclass
