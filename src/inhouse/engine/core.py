@@ -24,7 +24,7 @@ from array import array
 from dataclasses import dataclass, field
 
 from inhouse.engine.config import EngineConfig
-from inhouse.engine.request import Request, Status
+from inhouse.engine.request import Request, Status, record_token_steps
 from inhouse.engine.scheduler import Batch, Scheduler
 from inhouse.perf.step import StepModel
 
@@ -368,9 +368,9 @@ class EngineCore:
             request.num_computed_tokens += steps
             num_output = request.num_output_tokens + steps
             request.num_output_tokens = num_output
-            request.record_token_steps(index, end_index)
             if num_output >= request.output_len:
                 finished.append(request)
+        record_token_steps(running, index, end_index)
         for request in finished:
             scheduler.finish(request, seen_s)
         emitted = list(running)
