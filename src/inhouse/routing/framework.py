@@ -67,7 +67,8 @@ class Policy:
         self._num_observed = 0
 
     def choose(self, request: RequestView, replicas: Sequence[ReplicaView]) -> Decision | None:
-        """The replica for `request`, or None when no replica is healthy."""
+        """The replica for `request`, or None when no replica is healthy. One candidate left
+        needs no scores: the picker could only take it."""
         candidates = [view for view in replicas if view.is_healthy]
         for keep in self.filters:
             if len(candidates) <= 1:
@@ -78,14 +79,19 @@ class Policy:
         if not candidates:
             return None
         prepared = self.prepare(request, candidates)
-        totals = [0.0] * len(candidates)
+        if len(candidates) == 1:
+            return self.explain(request, candidates, prepared, 0)
+        totals: list[float] | None = None
         for scorer, weight in self.scorers:
             scores = scorer(request, candidates, prepared)
             assert min(scores) >= -1e-9 and max(scores) <= 1 + 1e-9, (
                 f"{self.name}: a score outside 0..1 in {scores}"
             )
-            totals = [total + weight * score for total, score in zip(totals, scores, strict=True)]
-        best = self.pick(totals)
+            if totals is None:  # `0.0 +`: the same sums as adding to a list of zeros
+                totals = [0.0 + weight * score for score in scores]
+            else:
+                totals = [t + weight * score for t, score in zip(totals, scores, strict=True)]
+        best = self.pick(totals or [0.0] * len(candidates))
         return self.explain(request, candidates, prepared, best)
 
     def prepare(self, request: RequestView, candidates: list[ReplicaView]) -> object:
