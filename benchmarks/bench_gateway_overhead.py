@@ -71,7 +71,7 @@ from inhouse.gateway.prompt import ROUTER_BLOCK_TOKENS, LocalCounter, parse_requ
 from inhouse.routing.framework import PolicyContext
 from inhouse.routing.registry import make_policy
 from inhouse.routing.view import ReplicaView, RequestView
-from inhouse.server.tokenizer import SimpleTokenizer
+from inhouse.tokenizer import SimpleTokenizer
 
 SGLANG_VENV = Path.home() / ".cache/inhouse/sglang-router-venv"
 KEY = "bench-key"

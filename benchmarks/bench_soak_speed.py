@@ -20,7 +20,7 @@ from pathlib import Path
 
 from inhouse.drill.soak_virtual import CRM_EXAMPLE, load_requirements, simulate_soak
 from inhouse.launch.demo import demo_stack
-from inhouse.spec.stack import load_stack
+from inhouse.spec.load import load_stack
 
 COMMAND = "python benchmarks/bench_soak_speed.py"
 TARGET_TWO_WEEKS_S = 600.0

@@ -17,7 +17,7 @@ import yaml
 import inhouse
 from inhouse.render import render_stack
 from inhouse.render.options import RenderOptions
-from inhouse.spec.stack import load_stack
+from inhouse.spec.load import load_stack
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTAINERFILE = ROOT / "Containerfile"

@@ -7,7 +7,7 @@ import math
 from collections.abc import Iterator
 
 from inhouse.bench.prompts import CHARS_PER_TOKEN, WORDS, PromptBuilder
-from inhouse.server.tokenizer import SimpleTokenizer
+from inhouse.tokenizer import SimpleTokenizer
 from inhouse.workload import WorkRequest, make_workload
 
 

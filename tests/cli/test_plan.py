@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from inhouse.cli.main import main
-from inhouse.spec.stack import load_stack
+from inhouse.spec.load import load_stack
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plan"))
 from plan_helpers import small_requirements

@@ -9,7 +9,7 @@ import pytest
 from inhouse.drill.catalog import NAMES
 from inhouse.drill.kubectl import check_command, find_kubectl, verb_of
 from inhouse.drill.prodplan import write_plan
-from inhouse.spec.stack import load_stack
+from inhouse.spec.load import load_stack
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples/crm-copilot/stack.yaml"
 needs_tools = pytest.mark.skipif(

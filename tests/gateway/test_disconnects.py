@@ -19,8 +19,8 @@ from tests.gateway.test_failures import wait_for
 from inhouse.gateway.keys import create_key
 from inhouse.gateway.limits import LimitStore, MemoryLimits, Refusal, Reservation
 from inhouse.server.runner import Stream
-from inhouse.server.tokenizer import CHARS_PER_TOKEN, render_chat
 from inhouse.spec.gateway import LimitsSpec
+from inhouse.tokenizer import CHARS_PER_TOKEN, render_chat
 
 ABORT_WITHIN_S = 1.0
 

@@ -9,7 +9,7 @@ import time
 from prometheus_client.parser import text_string_to_metric_families
 
 from inhouse.gateway.metrics import EXTRA_METRICS, GatewayMetrics
-from inhouse.render.metric_names import GATEWAY_METRICS
+from inhouse.metric_names import GATEWAY_METRICS
 
 
 def test_exposition_matches_the_contract() -> None:

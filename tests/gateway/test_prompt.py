@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from inhouse.gateway.prompt import LocalCounter, ParsedRequest, parse_request, prompt_blocks
 from inhouse.gateway.relay import StreamState, flush, is_role_only, relay_piece
-from inhouse.server.tokenizer import SimpleTokenizer
+from inhouse.tokenizer import SimpleTokenizer
 
 
 def parsed(text: str) -> ParsedRequest:

@@ -12,7 +12,8 @@ from inhouse.launch.engine_args import (
     simulated_engine_args,
     vllm_serve_args,
 )
-from inhouse.spec.stack import load_stack, parse_stack
+from inhouse.spec.load import load_stack
+from inhouse.spec.stack import parse_stack
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

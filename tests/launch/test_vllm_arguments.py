@@ -15,7 +15,8 @@ import pytest
 from tests.server.test_compat import vllm_python
 
 from inhouse.launch.engine_args import vllm_serve_args
-from inhouse.spec.stack import load_stack, parse_stack
+from inhouse.spec.load import load_stack
+from inhouse.spec.stack import parse_stack
 
 pytestmark = pytest.mark.vllm
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -11,7 +11,8 @@ from inhouse.plan.memo import render_memo
 from inhouse.plan.planner import Plan, make_plan
 from inhouse.plan.report import build_report, final_stack
 from inhouse.render import Rendered, render_stack
-from inhouse.spec.stack import StackSpec, load_stack
+from inhouse.spec.load import load_stack
+from inhouse.spec.stack import StackSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ("crm-copilot", "code-assistant")

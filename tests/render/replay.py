@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 
 from inhouse.fleet import FleetResult, RequestRecord
+from inhouse.metric_names import E2E_BUCKETS_S
 from inhouse.plan.mix import workload_of
 from inhouse.render.alerts_slo import engine_labels, gateway_labels
 from inhouse.render.alerts_triggers import max_model_len
 from inhouse.render.layout import engine_pools
-from inhouse.render.metric_names import E2E_BUCKETS_S
 from inhouse.spec.stack import PoolSpec, StackSpec
 from inhouse.spec.vllm_buckets import (
     ITL_BUCKETS_S,

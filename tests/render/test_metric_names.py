@@ -7,9 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from inhouse.render import Rendered
-from inhouse.render.grafana import dashboard_exprs
-from inhouse.render.metric_names import (
+from inhouse.metric_names import (
     DCGM_METRICS,
     GATEWAY_METRICS,
     VLLM_METRICS,
@@ -17,6 +15,8 @@ from inhouse.render.metric_names import (
     metric_names_in_promql,
     unknown_names,
 )
+from inhouse.render import Rendered
+from inhouse.render.grafana import dashboard_exprs
 
 CAPTURE = Path(__file__).resolve().parent / "data" / "vllm_metrics_0.32.txt"
 NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")

@@ -11,7 +11,8 @@ import pytest
 from inhouse.launch.engine_args import vllm_serve_args
 from inhouse.render import Rendered
 from inhouse.render.vllm import explained_flags, kubernetes_args, split_flags
-from inhouse.spec.stack import StackSpec, load_stack, parse_stack
+from inhouse.spec.load import load_stack
+from inhouse.spec.stack import StackSpec, parse_stack
 
 CRM_FLAGS = {
     "--served-model-name": ("chat-70b",),

@@ -7,7 +7,7 @@ import pytest
 from inhouse.cli._report_inputs import load_inputs
 from inhouse.render import render_stack
 from inhouse.report.inputs import RenderOutput, ReportInputs
-from inhouse.spec.stack import load_stack
+from inhouse.spec.load import load_stack
 
 from .report_fixtures import write_all
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from inhouse.routing import ReplicaView, choose_pool, primary_pool
-from inhouse.spec.stack import load_stack
+from inhouse.spec.load import load_stack
 
 ROOT = Path(__file__).resolve().parents[2]
 STACK = load_stack(ROOT / "examples" / "code-assistant" / "stack.yaml")

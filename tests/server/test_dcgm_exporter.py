@@ -14,8 +14,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from inhouse.errors import SpecError
+from inhouse.metric_names import DCGM_METRICS, metric_names_in_promql
 from inhouse.render.alerts_gpu import ecc_alert, temperature_alert, xid_alert
-from inhouse.render.metric_names import DCGM_METRICS, metric_names_in_promql
 from inhouse.server.dcgm_exporter import (
     DcgmExporter,
     Replica,

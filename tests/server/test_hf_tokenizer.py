@@ -10,7 +10,7 @@ import pytest
 
 from inhouse.server.inprocess import inprocess_engine
 from inhouse.server.state import EngineOptions
-from inhouse.server.tokenizer import HFTokenizer, load_tokenizer
+from inhouse.tokenizer import HFTokenizer, load_tokenizer
 
 tokenizers = pytest.importorskip("tokenizers")
 

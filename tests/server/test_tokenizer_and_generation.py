@@ -6,7 +6,7 @@ import pytest
 
 from inhouse.errors import SpecError
 from inhouse.server.generation import output_text, parse_eos_lengths, plan_generation
-from inhouse.server.tokenizer import SimpleTokenizer, render_chat, seed_of
+from inhouse.tokenizer import SimpleTokenizer, render_chat, seed_of
 
 
 def test_simple_tokenizer_is_prefix_stable_and_deterministic() -> None:

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Any
-
 import pytest
 
 from inhouse.errors import SpecError
@@ -16,7 +12,6 @@ from inhouse.spec.catalog import (
     get_model,
     known_gpus,
     known_models,
-    model_from_hf_config,
 )
 
 # name -> (hbm_gb, hbm_bw_tbps, bf16_tflops, fp8_tflops, link_bw_gbps, power_w), dense figures.
@@ -84,30 +79,6 @@ def _arch(name: str) -> tuple[int, ...]:
         m.vocab_size,
         m.max_context,
     )
-
-
-def _write_config(directory: Path, **overrides: Any) -> Path:
-    """A tiny Llama-shaped config.json; `overrides` set or (with None) delete fields."""
-    cfg: dict[str, Any] = {
-        "architectures": ["LlamaForCausalLM"],
-        "hidden_size": 256,
-        "intermediate_size": 688,
-        "num_hidden_layers": 4,
-        "num_attention_heads": 8,
-        "num_key_value_heads": 2,
-        "vocab_size": 1000,
-        "max_position_embeddings": 2048,
-        "tie_word_embeddings": True,
-    }
-    for key, value in overrides.items():
-        if value is None:
-            cfg.pop(key, None)
-        else:
-            cfg[key] = value
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / "config.json"
-    path.write_text(json.dumps(cfg), encoding="utf-8")
-    return path
 
 
 # --- GPUs ---------------------------------------------------------------------------------
@@ -321,58 +292,6 @@ def test_models_have_licence_and_source(name: str) -> None:
     spec = get_model(name)
     assert spec.license.strip()
     assert spec.source.startswith(f"config.json of {spec.hf_id} on the Hugging Face Hub")
-
-
-# --- local Hugging Face configs -----------------------------------------------------------
-
-
-def test_local_config_dir_loads(tmp_path: Path) -> None:
-    config_path = _write_config(tmp_path / "tiny-llama")
-    spec = get_model(str(tmp_path / "tiny-llama"))
-    assert spec == model_from_hf_config(config_path)
-    assert spec == get_model(str(config_path))
-    assert spec.name == "tiny-llama"
-    assert (spec.num_layers, spec.hidden_size, spec.num_attention_heads) == (4, 256, 8)
-    assert (spec.num_kv_heads, spec.head_dim, spec.intermediate_size) == (2, 32, 688)
-    assert (spec.vocab_size, spec.max_context, spec.tie_word_embeddings) == (1000, 2048, True)
-    assert not spec.is_moe
-
-
-def test_local_moe_config_uses_the_expert_width(tmp_path: Path) -> None:
-    config_path = _write_config(
-        tmp_path / "tiny-moe",
-        num_experts=8,
-        num_experts_per_tok=2,
-        moe_intermediate_size=128,
-        head_dim=64,
-    )
-    spec = model_from_hf_config(config_path)
-    assert (spec.num_experts, spec.num_experts_per_tok) == (8, 2)
-    assert spec.intermediate_size == 128
-    assert spec.head_dim == 64
-
-
-def test_local_mixtral_style_config_uses_intermediate_size(tmp_path: Path) -> None:
-    config_path = _write_config(tmp_path / "tiny-mixtral", num_local_experts=8)
-    spec = model_from_hf_config(config_path)
-    assert spec.num_experts == 8
-    assert spec.intermediate_size == 688
-
-
-def test_local_config_missing_field_names_it(tmp_path: Path) -> None:
-    config_path = _write_config(tmp_path / "broken", hidden_size=None)
-    with pytest.raises(SpecError, match="missing field 'hidden_size'"):
-        model_from_hf_config(config_path)
-    with pytest.raises(SpecError, match="missing field 'hidden_size'"):
-        get_model(str(tmp_path / "broken"))
-
-
-def test_local_config_unreadable_raises(tmp_path: Path) -> None:
-    path = tmp_path / "bad" / "config.json"
-    path.parent.mkdir()
-    path.write_text("{not json", encoding="utf-8")
-    with pytest.raises(SpecError, match="cannot read model config"):
-        model_from_hf_config(path)
 
 
 def test_a_stack_serves_the_instruct_checkpoint_and_the_family_has_a_tool_parser() -> None:

@@ -3,7 +3,8 @@ from pathlib import Path
 import pytest
 
 from inhouse.errors import SpecError
-from inhouse.spec.stack import dump_stack, load_stack, parse_stack
+from inhouse.spec.load import load_stack
+from inhouse.spec.stack import dump_stack, parse_stack
 
 ROOT = Path(__file__).resolve().parents[2]
 

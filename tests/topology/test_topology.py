@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from inhouse.errors import SpecError
-from inhouse.spec.stack import load_stack
+from inhouse.spec.load import load_stack
 from inhouse.topology import (
     BadPair,
     check_groups,

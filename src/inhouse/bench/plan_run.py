@@ -49,7 +49,7 @@ class PlanWorkload:
     def engine_metrics_urls(self, base_port: int, host: str = "127.0.0.1") -> tuple[str, ...]:
         """The `/metrics` of every engine `inhouse up` starts for the plan's stack."""
         from inhouse.launch.plan import plan_stack
-        from inhouse.spec.stack import load_stack
+        from inhouse.spec.load import load_stack
 
         plan = plan_stack(load_stack(self.stack_path), base_port, host)
         return tuple(f"{url}/metrics" for urls in plan.pool_urls.values() for url in urls)

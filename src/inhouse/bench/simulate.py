@@ -18,7 +18,7 @@ from inhouse.bench.driver import BenchRun
 from inhouse.bench.metrics import Outcome, RequestResult
 from inhouse.errors import SpecError
 from inhouse.fleet import FleetResult, simulate_stack
-from inhouse.spec.stack import load_stack
+from inhouse.spec.load import load_stack
 
 
 def simulation_duration_s(spec: BenchSpec) -> float:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from inhouse.errors import SpecError
-from inhouse.spec.stack import load_stack
+from inhouse.spec.load import load_stack
 from inhouse.topology import check_groups, consecutive_groups, parse_topology, stack_groups
 
 COMMAND = "check"

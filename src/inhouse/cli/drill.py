@@ -104,7 +104,7 @@ def _run(args: argparse.Namespace, names: list[str]) -> int:
 def _plan(args: argparse.Namespace) -> int:
     from inhouse.drill.prodplan import write_plan
     from inhouse.render import RenderOptions
-    from inhouse.spec.stack import load_stack
+    from inhouse.spec.load import load_stack
 
     stack = load_stack(args.stack)
     result = write_plan(stack, args.out, RenderOptions(namespace=args.namespace))

@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
 def _create_key(args: argparse.Namespace) -> int:
     from inhouse.gateway.keys import create_key
     from inhouse.spec.gateway import parse_gateway
-    from inhouse.spec.stack import load_stack
+    from inhouse.spec.load import load_stack
 
     if getattr(args, "keys_command", None) != "create":
         raise SpecError("use `inhouse gateway keys create --tenant NAME`")
@@ -121,7 +121,7 @@ def _serve(args: argparse.Namespace) -> int:
     from inhouse.gateway.service import Gateway
     from inhouse.gateway.tracing import setup_tracing
     from inhouse.spec.gateway import parse_gateway
-    from inhouse.spec.stack import load_stack
+    from inhouse.spec.load import load_stack
 
     stack = load_stack(args.stack)
     spec = parse_gateway(stack.gateway, str(args.stack))

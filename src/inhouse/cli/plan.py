@@ -19,6 +19,7 @@ from inhouse.plan.memo import render_memo
 from inhouse.plan.planner import PlanInfeasibleError, make_plan
 from inhouse.plan.report import build_report, final_stack
 from inhouse.plan.requirements import Requirements, parse_requirements
+from inhouse.spec.load import resolve_local_models
 from inhouse.spec.stack import dump_stack
 
 COMMAND = "plan"
@@ -55,7 +56,14 @@ def load_requirements(path: Path) -> Requirements:
         raise SpecError(f"cannot read requirements file {path}: {exc.strerror}") from exc
     except yaml.YAMLError as exc:
         raise SpecError(f"{path}: not valid YAML: {exc}") from exc
-    return parse_requirements(data, str(path))
+    requirements = parse_requirements(data, str(path))
+    resolve_local_models(
+        name
+        for workload in requirements.workloads
+        for name in (*workload.models.allowed, workload.models.fallback)
+        if name is not None
+    )
+    return requirements
 
 
 def run(args: argparse.Namespace) -> int:

@@ -21,6 +21,7 @@ from inhouse.engine.build import ReplicaSpec, build_replica
 from inhouse.errors import DoesNotFitError, SpecError
 from inhouse.predict import AIPERF_SILICON, VLLM_BENCH, BenchmarkProtocol, run_closed_loop
 from inhouse.spec.knobs import VLLM_SERVE_DEFAULTS, EngineKnobs
+from inhouse.spec.load import resolve_local_models
 
 COMMAND = "predict"
 HELP = "predict mean TTFT/TPOT of closed-loop runs (one shape, or every row of a CSV)"
@@ -91,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
         attention_dp=args.attention_dp,
         moe_ep=args.moe_ep,
     )
+    resolve_local_models((spec.model,))
     replica = build_replica(spec)
     protocol = _protocol(args)
     result = run_closed_loop(replica, args.isl, args.osl, args.concurrency, protocol=protocol)
@@ -184,7 +186,9 @@ def predict_row(row: dict[str, str], protocol: BenchmarkProtocol = VLLM_BENCH) -
         isl, osl, concurrency = (_int_column(row, n, 0) for n in ("isl", "osl", "concurrency"))
         if min(isl, osl, concurrency) <= 0:
             raise SpecError("isl, osl and concurrency must be positive integers")
-        replica = build_replica(replica_spec_of_row(row))
+        spec = replica_spec_of_row(row)
+        resolve_local_models((spec.model,))
+        replica = build_replica(spec)
         result = run_closed_loop(
             replica, isl, osl, concurrency, protocol=protocol_of_row(row, protocol)
         )

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from inhouse.errors import SpecError
 from inhouse.render import RenderOptions, render_stack
-from inhouse.spec.stack import load_stack
+from inhouse.spec.load import load_stack
 
 COMMAND = "render"
 HELP = "write Kubernetes, vLLM arguments, Prometheus rules+tests, Grafana and a runbook"

@@ -24,7 +24,8 @@ from inhouse.errors import SpecError
 from inhouse.render import render_stack
 from inhouse.report.build import DOCUMENT, build_outputs
 from inhouse.report.inputs import RenderOutput
-from inhouse.spec.stack import StackSpec, load_stack
+from inhouse.spec.load import load_stack
+from inhouse.spec.stack import StackSpec
 
 COMMAND = "report"
 HELP = "the reference-architecture document and its six deliverables, from plan, bench and drills"

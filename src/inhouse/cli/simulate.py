@@ -19,7 +19,8 @@ from typing import TypeVar
 from inhouse.errors import SpecError
 from inhouse.fleet import simulate_stack
 from inhouse.routing import policy_names
-from inhouse.spec.stack import StackSpec, load_stack, parse_stack
+from inhouse.spec.load import load_stack, resolve_local_models
+from inhouse.spec.stack import StackSpec, parse_stack
 from inhouse.workload import Workload, make_workload, workload_names
 from inhouse.workload.traces import TraceWorkload, parse_azure, parse_mooncake
 
@@ -179,7 +180,9 @@ def _stack(args: argparse.Namespace) -> StackSpec:
         "backend": args.backend,
         "knobs": knobs,
     }
-    return parse_stack({"version": 1, "name": "cli", "pools": [pool]}, "flags")
+    stack = parse_stack({"version": 1, "name": "cli", "pools": [pool]}, "flags")
+    resolve_local_models(p.model for p in stack.pools)
+    return stack
 
 
 def _workload(spec: str, raw_params: list[str], rate_scale: float) -> tuple[Workload, float]:

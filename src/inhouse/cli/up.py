@@ -35,7 +35,8 @@ from inhouse.launch.listeners import busy_ports
 from inhouse.launch.plan import ProcessSpec, StackPlan, gateway_process, plan_stack
 from inhouse.launch.supervisor import Supervisor
 from inhouse.spec.gateway import parse_gateway
-from inhouse.spec.stack import StackSpec, dump_stack, load_stack
+from inhouse.spec.load import load_stack
+from inhouse.spec.stack import StackSpec, dump_stack
 
 COMMAND = "up"
 HELP = "start a stack (engines and gateway) from a stack file, or the built-in demo"

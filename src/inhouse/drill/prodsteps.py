@@ -12,7 +12,7 @@ from inhouse.drill.context import SEEDS_DEGRADED_TTFT_MS, ttft_slo_ms
 from inhouse.drill.remediation import ecc_remediation
 from inhouse.render.alerts import Case, Series, render_rule_tests
 from inhouse.render.alerts_gpu import gpu_rules
-from inhouse.render.layout import engine_units, model_dir, nvml_name
+from inhouse.render.layout import engine_layout, engine_units, model_dir, nvml_name
 from inhouse.render.options import RenderOptions
 from inhouse.spec.stack import PoolSpec, StackSpec
 
@@ -336,7 +336,7 @@ def _load_not_ready(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
 
 def ecc_rule_test(stack: StackSpec) -> str:
     """A promtool test: a double-bit error on GPU 3 of the node pages, naming GPU and node."""
-    alert = next(a for a in gpu_rules(stack) if a.name == "InhouseGPUDoubleBitECC")
+    alert = next(a for a in gpu_rules(engine_layout(stack)) if a.name == "InhouseGPUDoubleBitECC")
     labels = {
         "gpu": "3",
         "UUID": "GPU-drill-3",

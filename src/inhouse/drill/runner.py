@@ -30,10 +30,12 @@ from inhouse.drill.stack import LiveStack, drill_stack
 from inhouse.drill.timescale import check_factor, scale_rules
 from inhouse.errors import SpecError
 from inhouse.launch.demo import demo_stack
-from inhouse.render.prometheus import render_prometheus, stack_rules
+from inhouse.render.layout import engine_layout
+from inhouse.render.prometheus import layout_rules, rule_files
 from inhouse.render.runbook import render_runbook
 from inhouse.render.yamltext import dump_yaml
-from inhouse.spec.stack import StackSpec, load_stack
+from inhouse.spec.load import load_stack
+from inhouse.spec.stack import StackSpec
 
 DrillFn = Callable[[DrillContext], Awaitable[None]]
 DEFAULT_TIME_SCALE = 0.1
@@ -79,9 +81,10 @@ def drill_rules(
     """The stack's rendered rules (runbook links to DIR/runbook.md, written here too), scaled
     by `factor`; `drop` removes alerts by name (the tests' broken rules files)."""
     runbook = out_dir / "runbook.md"
-    _, alerts = stack_rules(stack, namespace)
-    runbook.write_text(render_runbook(stack, alerts, namespace), encoding="utf-8")
-    text = render_prometheus(stack, namespace, runbook.resolve().as_uri())["prometheus/rules.yaml"]
+    engines = engine_layout(stack)
+    rules = layout_rules(stack, engines, namespace)
+    runbook.write_text(render_runbook(stack, engines, rules[1], namespace), encoding="utf-8")
+    text = rule_files(rules, runbook.resolve().as_uri())["prometheus/rules.yaml"]
     if drop:
         data = yaml.safe_load(text)
         for group in data["groups"]:

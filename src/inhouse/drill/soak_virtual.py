@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import json
 
-    from inhouse.spec.stack import load_stack
+    from inhouse.spec.load import load_stack
 
     parser = argparse.ArgumentParser(prog="inhouse.drill.soak_virtual")
     parser.add_argument("--stack", type=Path, required=True)

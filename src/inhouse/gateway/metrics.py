@@ -1,4 +1,4 @@
-"""The gateway's Prometheus metrics: exactly `inhouse.render.metric_names.GATEWAY_METRICS` (the
+"""The gateway's Prometheus metrics: exactly `inhouse.metric_names.GATEWAY_METRICS` (the
 names, types, labels and buckets the rendered rules and dashboards use), plus the few extra
 series listed in `EXTRA_METRICS`.
 
@@ -28,7 +28,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.utils import floatToGoString
 
-from inhouse.render.metric_names import GATEWAY_METRICS, LOOP_LAG_PERIOD_S, MetricDef
+from inhouse.metric_names import GATEWAY_METRICS, LOOP_LAG_PERIOD_S, MetricDef
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from inhouse.gateway.errors import GatewayError, bad_param
 from inhouse.hashing import ROOT_HASH, chain_hash, chain_hashes, hash_token_blocks
-from inhouse.server.tokenizer import CHARS_PER_TOKEN, SimpleTokenizer, Tokenizer, render_chat
+from inhouse.tokenizer import CHARS_PER_TOKEN, SimpleTokenizer, Tokenizer, render_chat
 
 try:  # orjson parses a 32K-character body ~5x faster than the standard library
     import orjson

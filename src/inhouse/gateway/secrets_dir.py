@@ -26,7 +26,8 @@ from pydantic import ValidationError
 
 from inhouse.errors import SpecError
 from inhouse.spec.errors_format import describe_validation_error
-from inhouse.spec.gateway import GatewaySpec, TenantSpec, read_keys_file
+from inhouse.spec.gateway import GatewaySpec, TenantSpec
+from inhouse.spec.load import read_keys_file
 
 ENV = "INHOUSE_SECRETS_DIR"
 TENANTS_FILE = "tenants.yaml"

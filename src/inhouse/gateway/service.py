@@ -44,9 +44,9 @@ from inhouse.gateway.request_io import ClientAddresses, quoted
 from inhouse.gateway.tenants import Tenants
 from inhouse.gateway.tracing import record_span
 from inhouse.routing.view import RequestView
-from inhouse.server.tokenizer import SimpleTokenizer, load_tokenizer
 from inhouse.spec.gateway import GatewaySpec, TenantSpec, TierSpec
 from inhouse.spec.stack import PoolSpec, StackSpec
+from inhouse.tokenizer import SimpleTokenizer, load_tokenizer
 
 try:
     import orjson

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from inhouse.gateway.errors import GatewayError
 from inhouse.gateway.keys import KeyRing
-from inhouse.spec.gateway import GatewaySpec, TenantSpec, TierSpec, read_keys_file
+from inhouse.spec.gateway import GatewaySpec, TenantSpec, TierSpec
+from inhouse.spec.load import read_keys_file
 
 DEMO_TENANT = "demo"
 

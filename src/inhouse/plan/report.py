@@ -10,9 +10,9 @@ p95s), `slo_check` (per workload and load multiple), `degraded` (one replica los
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
-from inhouse.plan.analytic import PoolModel
 from inhouse.plan.commitments import commitments, requirements_echo
 from inhouse.plan.cost import (
     HOURS_PER_MONTH,
@@ -25,8 +25,8 @@ from inhouse.plan.cost import (
 from inhouse.plan.lora_report import lora_assumptions, lora_pools
 from inhouse.plan.planner import Plan
 from inhouse.plan.report_degraded import check_rows, degraded, degraded_mode
+from inhouse.plan.report_figures import ReportFigures, report_figures
 from inhouse.plan.search import Candidate, offers_by_gpu
-from inhouse.plan.sensitivity import run_sensitivity
 from inhouse.plan.sizing import Sized
 from inhouse.plan.stackgen import with_plan_facts, workload_specs
 from inhouse.plan.traffic import TrafficProfile
@@ -41,6 +41,15 @@ PLAN_VERSION = 1
 def build_report(
     plan: Plan, *, sensitivity: bool = True, command: str = "", stack_path: str = "stack.yaml"
 ) -> dict[str, Any]:
+    """`plan.json`'s dictionary: the figures computed first, then assembled."""
+    figures = report_figures(plan, sensitivity=sensitivity)
+    return assemble_report(plan, figures, command=command, stack_path=stack_path)
+
+
+def assemble_report(
+    plan: Plan, figures: ReportFigures, *, command: str, stack_path: str
+) -> dict[str, Any]:
+    """`plan.json`'s dictionary from the plan and the figures computed for it (no runs here)."""
     req = plan.requirements
     chosen = plan.chosen
     report: dict[str, Any] = {
@@ -61,12 +70,8 @@ def build_report(
         "degraded": degraded(plan),
         "degraded_mode": degraded_mode(plan),
         "lora": lora_pools(plan),
-        "cost": cost(plan),
-        "sensitivity": (
-            run_sensitivity(req, chosen, plan.profiles, plan.corrections, _observed(plan))
-            if sensitivity
-            else []
-        ),
+        "cost": cost(plan, figures.costs),
+        "sensitivity": figures.sensitivity,
         "search": search_summary(plan),
         "assumptions": assumptions(plan),
         "reproduce": {
@@ -85,12 +90,6 @@ def build_report(
     }
     cleaned: dict[str, Any] = _clean(report)
     return cleaned
-
-
-def _observed(plan: Plan) -> dict[str, dict[str, dict[str, float]]] | None:
-    """The trigger signals the 1x simulation showed (None: an unverified plan)."""
-    check = next((c for c in plan.checks if c.multiple == 1.0 and not c.down), None)
-    return check.signals if check is not None else None
 
 
 def final_stack(plan: Plan, report: dict[str, Any]) -> StackSpec:
@@ -242,12 +241,12 @@ def slo_check(plan: Plan) -> dict[str, Any]:
     return out
 
 
-def cost(plan: Plan) -> dict[str, Any]:
+def cost(plan: Plan, costs: Mapping[str, WorkloadCost]) -> dict[str, Any]:
+    """The cost sheet; `costs`: each workload's share (`report_figures.workload_costs`)."""
     req = plan.requirements
     chosen = plan.chosen
     offers = offers_by_gpu(req)
     hours = req.usage.active_hours_per_month
-    costs = workload_costs(plan)
     workloads = {name: c.as_dict(req.api_prices) for name, c in costs.items()}
     capex = 0.0
     for gpu, count in chosen.nodes.items():
@@ -299,60 +298,6 @@ def cost(plan: Plan) -> dict[str, Any]:
         "breakeven_months": breakeven,
         "formula": "usd_per_million_tokens = usd_per_hour / (tokens_per_s * 3600) * 1e6",
     }
-
-
-def workload_costs(plan: Plan) -> dict[str, WorkloadCost]:
-    """Each workload's share of the stack's $/h at its average traffic (module docstring of
-    `cost`): pools' $/h by GPUs, split by the replica time each workload takes there."""
-    req = plan.requirements
-    chosen = plan.chosen
-    total_gpus = sum(p.num_gpus for p in chosen.pools)
-    shares: dict[str, list[float]] = {w.name: [0.0, 0.0, 0.0, 0.0, 0.0, 0.0] for w in req.workloads}
-    for pool in chosen.pools:
-        pool_usd = chosen.usd_per_hour * pool.num_gpus / total_gpus
-        if pool.need.role == "fallback":
-            for w in pool.need.slos:
-                shares[w][0] += pool_usd / len(pool.need.slos)
-            continue
-        streams = tuple(
-            type(s)(s.profile.scaled(load_factor=_avg_over_peak(s.profile)), s.shapes, s.share)
-            for s in pool.need.streams
-        )
-        scale = 1.0
-        model = PoolModel(pool.replica, streams, scale)
-        f = model.forecast(1.0 / pool.replicas, pool.replicas)
-        busy = {w: s.prefill_busy + s.decode_busy for w, s in f.streams.items()}
-        total_busy = sum(busy.values()) or 1.0
-        for w, s in f.streams.items():
-            usd = pool_usd * busy[w] / total_busy
-            prefill_share = s.prefill_busy / (s.prefill_busy + s.decode_busy or 1.0)
-            row = shares[w]
-            row[0] += usd
-            row[1] += usd * prefill_share
-            row[2] += s.rate_per_s * pool.replicas
-            row[3] += s.input_tokens_per_s * pool.replicas
-            row[4] += s.cached_tokens_per_s * pool.replicas
-            row[5] += s.output_tokens_per_s * pool.replicas
-    out = {}
-    for name, (usd, usd_in, rate, tin, tcached, tout) in shares.items():
-        out[name] = WorkloadCost(
-            name,
-            usd,
-            usd_in,
-            usd - usd_in,
-            rate,
-            tin,
-            tcached,
-            tout,
-            req.usage.active_hours_per_month,
-        )
-    return out
-
-
-def _avg_over_peak(profile: TrafficProfile) -> float:
-    if profile.is_sessions:
-        return profile.avg_sessions / profile.peak_sessions
-    return profile.avg_rate_per_s / profile.peak_rate_per_s
 
 
 def search_summary(plan: Plan) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from inhouse.render.k8s_exporters import render_exporters
 from inhouse.render.k8s_logging import render_logging
 from inhouse.render.k8s_tracing import render_tracing_and_grafana, tracing_notes, with_tracing
 from inhouse.render.options import RenderOptions
-from inhouse.render.prometheus import render_prometheus, stack_rules
+from inhouse.render.prometheus import layout_rules, rule_files
 from inhouse.render.prometheus_config import render_prometheus_config
 from inhouse.render.runbook import render_runbook
 from inhouse.render.vllm import render_vllm_script
@@ -46,25 +46,25 @@ def render_stack(stack: StackSpec, options: RenderOptions | None = None) -> Rend
         )
     stack = with_tracing(stack, options)
     ns = namespace_of(stack, options)
-    files.update(render_engines(stack, options))
-    files.update(render_cluster(stack, options))
-    files.update(render_prometheus(stack, ns, options.runbook_url))
-    files.update(render_prometheus_config(stack, ns, options))
+    engines = layout.engine_layout(stack)  # the traced stack's: derived once, passed to all
+    rules = layout_rules(stack, engines, ns)
+    files.update(render_engines(stack, engines, options))
+    files.update(render_cluster(stack, engines, rules, options))
+    files.update(rule_files(rules, options.runbook_url))
+    files.update(render_prometheus_config(stack, engines, ns, options))
     files.update(render_exporters(stack, options))
     files.update(render_logging(stack, ns, options))
-    dashboards = render_grafana(stack)
+    dashboards = render_grafana(stack, engines)
     files.update(dashboards)
     files.update(render_tracing_and_grafana(stack, options, dashboards))
-    _, alerts = stack_rules(stack, ns)
-    files["runbook.md"] = render_runbook(stack, alerts, ns)
-    engine_args = [
-        vllm_serve_args(stack, pool, 0, BARE_METAL_BASE_PORT) for pool in layout.engine_pools(stack)
-    ]
-    notes = render_notes(stack) + tracing_notes(stack, engine_args, options)
+    _, alerts = rules
+    files["runbook.md"] = render_runbook(stack, engines, alerts, ns)
+    engine_args = [vllm_serve_args(stack, pool, 0, BARE_METAL_BASE_PORT) for pool in engines.pools]
+    notes = render_notes(stack, engines) + tracing_notes(stack, engine_args, options)
     return Rendered(dict(sorted(files.items())), tuple(notes))
 
 
-def render_notes(stack: StackSpec) -> list[str]:
+def render_notes(stack: StackSpec, engines: layout.EngineLayout) -> list[str]:
     """Things the operator should know about what was rendered."""
     notes = []
     e2e_all = layout.planned_e2e_s(stack)
@@ -74,7 +74,7 @@ def render_notes(stack: StackSpec) -> list[str]:
             f"gateway: proxy.drain_timeout_s {drain:g} s is below the plan's longest p95 e2e "
             f"{e2e_all:.1f} s: a drain cuts longer streams; raise it in the gateway section"
         )
-    for pool in layout.engine_pools(stack):
+    for pool in engines.pools:
         if pool.slo is None:
             d = layout.DEFAULT_SLO
             notes.append(
@@ -90,12 +90,12 @@ def render_notes(stack: StackSpec) -> list[str]:
                 f"is below the plan's p95 e2e {e2e:.1f} s: vLLM's drain cuts longer requests; "
                 "raise it (`inhouse plan` writes at least the p95)"
             )
-        if layout.is_single_node(stack) and pool.tp > 1 and not pool.gpu_ids:
+        if engines.single_node and pool.tp > 1 and not pool.gpu_ids:
             notes.append(
                 f"pool {pool.name}: TP={pool.tp} without gpu_ids; the device plugin picks the "
                 "GPUs and the check-gpu-topology init container verifies they are NVLink-joined"
             )
-        if not layout.is_single_node(stack) and pool.gpu_ids:
+        if not engines.single_node and pool.gpu_ids:
             notes.append(
                 f"pool {pool.name}: gpu_ids are for a single node; on several nodes the "
                 f"device plugin picks the GPUs (vllm/{pool.name}.sh still pins them)"

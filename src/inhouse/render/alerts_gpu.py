@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from inhouse.perf.constants import get_engine_constants
 from inhouse.render.alerts import Alert, Case, RunbookEntry, Series
-from inhouse.render.layout import engine_pools, nvml_name
+from inhouse.render.layout import EngineLayout, nvml_name
 from inhouse.spec.catalog import get_gpu
-from inhouse.spec.stack import StackSpec
 
 GROUP = "inhouse-gpus"
 GPU_TEMP_C = 85
@@ -236,9 +235,9 @@ def hbm_bandwidth_alert(model_name: str, backend: str = "vllm") -> Alert:
     )
 
 
-def gpu_rules(stack: StackSpec) -> list[Alert]:
+def gpu_rules(engines: EngineLayout) -> list[Alert]:
     gpus: list[str] = []
-    for pool in engine_pools(stack):
+    for pool in engines.pools:
         if get_gpu(pool.gpu).name not in gpus:
             gpus.append(get_gpu(pool.gpu).name)
     if not gpus:

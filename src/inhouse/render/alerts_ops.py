@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from inhouse.metric_names import LOOP_LAG_PERIOD_S
 from inhouse.render.alerts import Alert, Case, RunbookEntry, Series
 from inhouse.render.alerts_slo import engine_labels
 from inhouse.render.alerts_triggers import has_hit_trigger
-from inhouse.render.layout import QUEUE_DEPTH_PER_REPLICA, engine_pools, slo_of
-from inhouse.render.metric_names import LOOP_LAG_PERIOD_S
+from inhouse.render.layout import QUEUE_DEPTH_PER_REPLICA, EngineLayout, slo_of
 from inhouse.spec.stack import PoolSpec, StackSpec
 
 ENGINE_GROUP = "inhouse-engines"
@@ -392,9 +392,9 @@ def loop_lag_alert(ns: str) -> Alert:
     )
 
 
-def engine_rules(stack: StackSpec, ns: str) -> list[Alert]:
+def engine_rules(stack: StackSpec, engines: EngineLayout, ns: str) -> list[Alert]:
     alerts: list[Alert] = []
-    for pool in engine_pools(stack):
+    for pool in engines.pools:
         alerts += replica_alerts(pool, ns)
         alerts += kv_alerts(pool, hit_floor=not has_hit_trigger(stack, pool))
     return alerts + gateway_alerts(ns)

@@ -21,9 +21,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from inhouse.errors import SpecError
+from inhouse.metric_names import E2E_BUCKETS_S
 from inhouse.render.alerts import Alert, Case, Recording, RunbookEntry, Series
-from inhouse.render.layout import engine_pools, slo_of
-from inhouse.render.metric_names import E2E_BUCKETS_S
+from inhouse.render.layout import EngineLayout, slo_of
 from inhouse.spec.slo import LatencyMetric, LatencySlo
 from inhouse.spec.stack import PoolSpec, StackSpec
 from inhouse.spec.vllm_buckets import ITL_BUCKETS_S, TTFT_BUCKETS_S
@@ -287,15 +287,15 @@ def pool_itl_target(stack: StackSpec, pool: PoolSpec) -> LatencyTarget | None:
     )
 
 
-def latency_alerts(stack: StackSpec) -> list[Alert]:
+def latency_alerts(stack: StackSpec, engines: EngineLayout) -> list[Alert]:
     targets: list[LatencyTarget] = []
     if not stack.workloads:
-        for pool in engine_pools(stack):
+        for pool in engines.pools:
             targets += pool_targets(pool)
     else:
         for workload in stack.workloads:
             targets += workload_targets(workload, stack.pool_of_workload(workload))
-        for pool in engine_pools(stack):
+        for pool in engines.pools:
             itl = pool_itl_target(stack, pool)
             if itl is not None:
                 targets.append(itl)

@@ -21,7 +21,7 @@ from inhouse.render.grafana import (
 from inhouse.render.grafana_cost import cost_board
 from inhouse.render.grafana_fleet import fleet_board, latency_board
 from inhouse.render.grafana_tenants import tenant_board
-from inhouse.render.layout import engine_pools, nvml_name, slo_of
+from inhouse.render.layout import EngineLayout, nvml_name, slo_of
 from inhouse.spec.catalog import get_gpu
 from inhouse.spec.stack import PoolSpec, StackSpec
 
@@ -30,7 +30,7 @@ TENANT = 'tenant=~"$tenant"'
 GPU = "{{Hostname}}{{hostname}} GPU {{gpu}}"
 
 
-def slo_board(stack: StackSpec) -> Board:
+def slo_board(stack: StackSpec, engines: EngineLayout) -> Board:
     board = Board(
         "slo",
         "SLO",
@@ -50,7 +50,7 @@ def slo_board(stack: StackSpec) -> Board:
             ],
         )
     )  # fmt: skip
-    for pool in engine_pools(stack):
+    for pool in engines.pools:
         title = f"Pool {pool.name} ({pool.client_model_name})"
         board.sections.append((title, pool_slo_panels(pool)))
     return board
@@ -84,7 +84,7 @@ def pool_slo_panels(pool: PoolSpec) -> list[Panel]:
     ]  # fmt: skip
 
 
-def engine_board(stack: StackSpec) -> Board:
+def engine_board(stack: StackSpec, engines: EngineLayout) -> Board:
     del stack
     board = Board(
         "engine",
@@ -148,7 +148,7 @@ def engine_board(stack: StackSpec) -> Board:
     return board
 
 
-def kv_board(stack: StackSpec) -> Board:
+def kv_board(stack: StackSpec, engines: EngineLayout) -> Board:
     del stack
     board = Board(
         "kv-cache",
@@ -209,8 +209,8 @@ def kv_board(stack: StackSpec) -> Board:
     return board
 
 
-def hardware_board(stack: StackSpec) -> Board:
-    powers = sorted({get_gpu(p.gpu).power_w for p in engine_pools(stack)})
+def hardware_board(stack: StackSpec, engines: EngineLayout) -> Board:
+    powers = sorted({get_gpu(p.gpu).power_w for p in engines.pools})
     board = Board(
         "hardware",
         "Hardware health (DCGM)",
@@ -252,7 +252,7 @@ def hardware_board(stack: StackSpec) -> Board:
                       ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", GPU + " SM"),
                       ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", GPU + " tensor"),
                       ("DCGM_FI_PROF_DRAM_ACTIVE", GPU + " HBM"), unit="percentunit"),
-                hbm_bandwidth_panel(stack),
+                hbm_bandwidth_panel(engines),
                 panel("SM and memory clocks", "A clock below its peers is throttling.",
                       ("DCGM_FI_DEV_SM_CLOCK", GPU + " SM"),
                       ("DCGM_FI_DEV_MEM_CLOCK", GPU + " memory"), unit="megahertz"),
@@ -268,11 +268,11 @@ def hardware_board(stack: StackSpec) -> Board:
     return board
 
 
-def hbm_bandwidth_panel(stack: StackSpec) -> Panel:
+def hbm_bandwidth_panel(engines: EngineLayout) -> Panel:
     """Achieved HBM bandwidth (DRAM activity x the GPU's peak) against what decode reaches
     while kernels run (the perf model's eta_bw x peak x graphics-engine activity)."""
     targets = []
-    for gpu in sorted({get_gpu(p.gpu).name for p in engine_pools(stack)}):
+    for gpu in sorted({get_gpu(p.gpu).name for p in engines.pools}):
         spec = get_gpu(gpu)
         sel = f'{{modelName="{nvml_name(gpu)}"}}'
         peak = spec.hbm_bw_tbps * 1e12
@@ -323,5 +323,5 @@ BOARDS = (
 )
 
 
-def render_grafana(stack: StackSpec) -> dict[str, str]:
-    return render_boards(stack, [make(stack) for make in BOARDS])
+def render_grafana(stack: StackSpec, engines: EngineLayout) -> dict[str, str]:
+    return render_boards(stack, [make(stack, engines) for make in BOARDS])

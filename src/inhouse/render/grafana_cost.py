@@ -10,7 +10,7 @@ grows: that is the point of sizing.
 from __future__ import annotations
 
 from inhouse.render.grafana import RATE, Board, Panel, le_label, panel, rate_sum, textbox
-from inhouse.render.layout import engine_pools, slo_of
+from inhouse.render.layout import EngineLayout, slo_of
 from inhouse.spec.stack import PoolSpec, StackSpec
 from inhouse.spec.vllm_buckets import TTFT_BUCKETS_S
 
@@ -45,12 +45,12 @@ def model_regex(pool: PoolSpec) -> str:
     return "|".join(pool.model_names)
 
 
-def pool_share(stack: StackSpec, pool: PoolSpec) -> float:
-    gpus = {p.name: p.tp * p.replicas for p in engine_pools(stack)}
+def pool_share(engines: EngineLayout, pool: PoolSpec) -> float:
+    gpus = {p.name: p.tp * p.replicas for p in engines.pools}
     return gpus[pool.name] / sum(gpus.values())
 
 
-def cost_board(stack: StackSpec) -> Board:
+def cost_board(stack: StackSpec, engines: EngineLayout) -> Board:
     board = Board(
         "cost",
         "Cost and SLO",
@@ -60,9 +60,9 @@ def cost_board(stack: StackSpec) -> Board:
     )
     all_tokens = rate_sum(TOKENS)
     per_pool = []
-    for pool in engine_pools(stack):
+    for pool in engines.pools:
         tokens = rate_sum(TOKENS, f'model=~"{model_regex(pool)}"')
-        share = pool_share(stack, pool)
+        share = pool_share(engines, pool)
         per_pool.append((f"{USD} * {share:.4g} / ({tokens} * 3600) * 1e6", pool.name))
     tenant_share = f"sum by (tenant) (rate({TOKENS}[{RATE}])) / scalar({all_tokens})"
     in_range = f"increase({TOKENS}[$__range])"
@@ -85,7 +85,7 @@ def cost_board(stack: StackSpec) -> Board:
             ],
         )
     )  # fmt: skip
-    for pool in engine_pools(stack):
+    for pool in engines.pools:
         board.sections.append((f"SLO: pool {pool.name} ({pool.client_model_name})",
                                slo_panels(pool)))  # fmt: skip
     return board

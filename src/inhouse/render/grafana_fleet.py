@@ -17,7 +17,7 @@ from inhouse.render.grafana import (
     query_variable,
     rate_sum,
 )
-from inhouse.render.layout import engine_pools
+from inhouse.render.layout import EngineLayout
 from inhouse.spec.stack import StackSpec
 
 REQUESTS = "inhouse_gateway_requests_total"
@@ -33,7 +33,7 @@ def error_share(by: str, selector: str = "") -> str:
     return f"1 - ({ok} / {rate_sum(REQUESTS, selector, by)})"
 
 
-def fleet_board(stack: StackSpec) -> Board:
+def fleet_board(stack: StackSpec, engines: EngineLayout) -> Board:
     board = Board(
         "fleet",
         "Fleet overview",
@@ -62,11 +62,9 @@ def fleet_board(stack: StackSpec) -> Board:
         )
     )  # fmt: skip
     planned = [
-        (f'sum(up{{job="{pool.name}-engine"}})', f"{pool.name} up") for pool in engine_pools(stack)
+        (f'sum(up{{job="{pool.name}-engine"}})', f"{pool.name} up") for pool in engines.pools
     ]
-    planned += [
-        (f"vector({pool.replicas})", f"{pool.name} planned") for pool in engine_pools(stack)
-    ]
+    planned += [(f"vector({pool.replicas})", f"{pool.name} planned") for pool in engines.pools]
     board.sections.append(
         (
             "Replicas",
@@ -108,7 +106,7 @@ def fleet_board(stack: StackSpec) -> Board:
     return board
 
 
-def latency_board(stack: StackSpec) -> Board:
+def latency_board(stack: StackSpec, engines: EngineLayout) -> Board:
     del stack
     board = Board(
         "latency",

@@ -13,13 +13,13 @@ from inhouse.render.grafana import (
     rate_sum,
 )
 from inhouse.render.grafana_cost import ttft_bound_s, usd_per_hour_variable
-from inhouse.render.layout import engine_pools
+from inhouse.render.layout import EngineLayout
 from inhouse.spec.stack import StackSpec
 
 TENANT = 'tenant=~"$tenant"'
 
 
-def tenant_board(stack: StackSpec) -> Board:
+def tenant_board(stack: StackSpec, engines: EngineLayout) -> Board:
     board = Board(
         "tenants",
         "Tenants and business",
@@ -53,7 +53,7 @@ def tenant_board(stack: StackSpec) -> Board:
             ],
         )
     )  # fmt: skip
-    board.sections.append(("SLA adherence per tenant", sla_panels(stack)))
+    board.sections.append(("SLA adherence per tenant", sla_panels(stack, engines)))
     board.sections.append(
         (
             "Service per tenant",
@@ -77,11 +77,11 @@ def tenant_board(stack: StackSpec) -> Board:
     return board
 
 
-def sla_panels(stack: StackSpec) -> list[Panel]:
+def sla_panels(stack: StackSpec, engines: EngineLayout) -> list[Panel]:
     """Per pool: the share of each tenant's requests within the TTFT target (gateway
     histogram, the largest bucket within it), and the share without a 5xx."""
     ttft = []
-    for pool in engine_pools(stack):
+    for pool in engines.pools:
         bound = ttft_bound_s(pool)
         if bound is None:
             continue

@@ -14,14 +14,15 @@ import re
 from typing import Any
 
 from inhouse.errors import SpecError
+from inhouse.metric_names import DCGM_METRICS
 from inhouse.render import layout
 from inhouse.render.alerts import rule_groups
 from inhouse.render.k8s_edge import edge_docs, gateway_section_for_cluster
 from inhouse.render.k8s_engine import Doc, labels, namespace_of
 from inhouse.render.k8s_tracing import tracing_env
-from inhouse.render.metric_names import DCGM_METRICS
+from inhouse.render.layout import EngineLayout
 from inhouse.render.options import RenderOptions
-from inhouse.render.prometheus import stack_rules
+from inhouse.render.prometheus import Rules
 from inhouse.render.yamltext import dump_documents
 from inhouse.spec.gateway import parse_gateway
 from inhouse.spec.stack import StackSpec, dump_stack
@@ -38,7 +39,7 @@ def namespace_doc(stack: StackSpec, options: RenderOptions) -> Doc:
     return f"Stack {stack.name}: everything but the DCGM collectors lives here.", ns
 
 
-def endpoints(stack: StackSpec, options: RenderOptions) -> dict[str, Any]:
+def endpoints(stack: StackSpec, engines: EngineLayout, options: RenderOptions) -> dict[str, Any]:
     """What the gateway's `--endpoints` file says, for this cluster: per pool the replica URLs
     (static layout: one Service per replica), or the pool's headless Service (scaled pools:
     `discovery` says to resolve it for the current replicas)."""
@@ -46,12 +47,11 @@ def endpoints(stack: StackSpec, options: RenderOptions) -> dict[str, Any]:
     port = options.engine_port
     pools: dict[str, list[str]] = {}
     discovery: dict[str, dict[str, Any]] = {}
-    units = layout.engine_units(stack)
     for pool in stack.pools:
         if stack.engine_of(pool) == "url":
             pools[pool.name] = list(pool.urls)
             continue
-        mine = [u for u in units if u.pool.name == pool.name]
+        mine = engines.units_of(pool)
         if all(u.replica_index is not None for u in mine):
             pools[pool.name] = [f"http://{u.name}.{ns}.svc:{port}" for u in mine]
         else:
@@ -90,7 +90,7 @@ def gateway_grace_s(stack: StackSpec, options: RenderOptions) -> int:
     return options.prestop_sleep_s + inflight + layout.TEARDOWN_MARGIN_S
 
 
-def gateway_docs(stack: StackSpec, options: RenderOptions) -> list[Doc]:
+def gateway_docs(stack: StackSpec, engines: EngineLayout, options: RenderOptions) -> list[Doc]:
     check_no_secrets(stack.gateway)
     ns = namespace_of(stack, options)
     pod_labels = labels(stack, "gateway")
@@ -105,7 +105,7 @@ def gateway_docs(stack: StackSpec, options: RenderOptions) -> list[Doc]:
         "metadata": {"name": "gateway-config", "namespace": ns, "labels": pod_labels},
         "data": {
             "stack.yaml": dump_stack(in_cluster),
-            "endpoints.json": json.dumps(endpoints(stack, options), indent=2) + "\n",
+            "endpoints.json": json.dumps(endpoints(stack, engines, options), indent=2) + "\n",
         },
     }
     health = {"path": "/health", "port": "http"}
@@ -220,7 +220,8 @@ def gateway_docs(stack: StackSpec, options: RenderOptions) -> list[Doc]:
     ]
 
 
-def monitoring_docs(stack: StackSpec, options: RenderOptions) -> list[Doc]:
+def monitoring_docs(stack: StackSpec, rules: Rules, options: RenderOptions) -> list[Doc]:
+    """The ServiceMonitors and the PrometheusRule of `rules` (`prometheus.stack_rules`)."""
     ns = namespace_of(stack, options)
     relabel = [
         {"sourceLabels": ["__meta_kubernetes_pod_label_inhouse_dev_pool"], "targetLabel": "pool"},
@@ -260,7 +261,7 @@ def monitoring_docs(stack: StackSpec, options: RenderOptions) -> list[Doc]:
                 },
             }
         )
-    recordings, alerts = stack_rules(stack, ns)
+    recordings, alerts = rules
     rule = {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
@@ -303,14 +304,14 @@ def dcgm_counters(options: RenderOptions) -> Doc:
     return why, config
 
 
-def autoscaling_docs(stack: StackSpec, options: RenderOptions) -> list[Doc]:
+def autoscaling_docs(stack: StackSpec, engines: EngineLayout, options: RenderOptions) -> list[Doc]:
     ns = namespace_of(stack, options)
     docs = []
-    for unit in layout.engine_units(stack):
+    for unit in engines.units:
         if unit.replica_index is not None:
             continue
         pool = unit.pool
-        high = layout.max_replicas(stack, pool)
+        high = layout.max_replicas(stack, engines, pool)
         selector = f'namespace="{ns}",model_name="{pool.client_model_name}"'
         query = f"sum(vllm:num_requests_waiting{{{selector}}})"
         scaled = {
@@ -364,15 +365,17 @@ def autoscaling_docs(stack: StackSpec, options: RenderOptions) -> list[Doc]:
     return docs
 
 
-def render_cluster(stack: StackSpec, options: RenderOptions) -> dict[str, str]:
+def render_cluster(
+    stack: StackSpec, engines: EngineLayout, rules: Rules, options: RenderOptions
+) -> dict[str, str]:
     files = {
         "k8s/namespace.yaml": dump_documents([namespace_doc(stack, options)]),
-        "k8s/gateway.yaml": dump_documents(gateway_docs(stack, options)),
+        "k8s/gateway.yaml": dump_documents(gateway_docs(stack, engines, options)),
         "k8s/edge.yaml": dump_documents(edge_docs(stack, options)),
-        "k8s/monitoring.yaml": dump_documents(monitoring_docs(stack, options)),
+        "k8s/monitoring.yaml": dump_documents(monitoring_docs(stack, rules, options)),
         "k8s/dcgm-exporter-counters.yaml": dump_documents([dcgm_counters(options)]),
     }
-    scaling = autoscaling_docs(stack, options)
+    scaling = autoscaling_docs(stack, engines, options)
     if scaling:
         files["k8s/autoscaling.yaml"] = dump_documents(scaling)
     return files

@@ -16,7 +16,7 @@ from typing import Any
 from inhouse.launch.engine_args import ENGINE_KEEP_ALIVE_S, KEEP_ALIVE_ENV
 from inhouse.render import layout
 from inhouse.render.k8s_init import TOPOLOGY_CHECK, init_containers
-from inhouse.render.layout import EngineUnit
+from inhouse.render.layout import EngineLayout, EngineUnit
 from inhouse.render.options import RenderOptions
 from inhouse.render.vllm import explained_flags, kubernetes_args
 from inhouse.render.yamltext import annotate_list_items, dump_documents
@@ -38,14 +38,15 @@ def namespace_of(stack: StackSpec, options: RenderOptions) -> str:
     return options.namespace or stack.name
 
 
-def render_engines(stack: StackSpec, options: RenderOptions) -> dict[str, str]:
+def render_engines(
+    stack: StackSpec, engines: EngineLayout, options: RenderOptions
+) -> dict[str, str]:
     """`k8s/engine-<pool>.yaml` per pool and `k8s/engine-networkpolicy.yaml`."""
     files = {}
-    units = layout.engine_units(stack)
-    for pool in layout.engine_pools(stack):
+    for pool in engines.pools:
         docs: list[Doc] = []
-        for unit in (u for u in units if u.pool.name == pool.name):
-            docs.append(engine_deployment(stack, unit, options))
+        for unit in engines.units_of(pool):
+            docs.append(engine_deployment(stack, engines, unit, options))
             if unit.replica_index is not None:
                 docs.append(replica_service(stack, unit, options))
         docs.append(pool_service(stack, pool, options))
@@ -57,7 +58,9 @@ def render_engines(stack: StackSpec, options: RenderOptions) -> dict[str, str]:
     return files
 
 
-def engine_deployment(stack: StackSpec, unit: EngineUnit, options: RenderOptions) -> Doc:
+def engine_deployment(
+    stack: StackSpec, engines: EngineLayout, unit: EngineUnit, options: RenderOptions
+) -> Doc:
     pool = unit.pool
     ns = namespace_of(stack, options)
     pod_labels = labels(stack, "engine", **{"inhouse.dev/pool": pool.name})
@@ -99,11 +102,12 @@ def engine_deployment(stack: StackSpec, unit: EngineUnit, options: RenderOptions
             },
         },
     }
-    return deployment_comment(stack, unit, window_s, window_why, grace_why), deployment
+    return deployment_comment(stack, engines, unit, window_s, window_why, grace_why), deployment
 
 
 def deployment_comment(
     stack: StackSpec,
+    engines: EngineLayout,
     unit: EngineUnit,
     window_s: int,
     window_why: str,
@@ -112,8 +116,9 @@ def deployment_comment(
     pool = unit.pool
     lines = [f"Engine {unit.name}: {pool.model} as {pool.client_model_name!r}, TP={pool.tp}."]
     if unit.replica_index is None:
+        high = layout.max_replicas(stack, engines, pool)
         lines.append(
-            f"Scaled by KEDA from {pool.replicas} to {layout.max_replicas(stack, pool)} replicas "
+            f"Scaled by KEDA from {pool.replicas} to {high} replicas "
             "on vllm:num_requests_waiting (autoscaling.yaml)."
         )
     elif unit.gpu_ids:

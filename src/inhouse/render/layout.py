@@ -90,9 +90,12 @@ def engine_pools(stack: StackSpec) -> list[PoolSpec]:
 
 
 def engine_units(stack: StackSpec) -> list[EngineUnit]:
+    return _units(engine_pools(stack), is_single_node(stack))
+
+
+def _units(pools: list[PoolSpec], static: bool) -> list[EngineUnit]:
     units = []
-    static = is_single_node(stack)
-    for pool in engine_pools(stack):
+    for pool in pools:
         if not static:
             units.append(EngineUnit(pool, pool.name, None, pool.replicas, ()))
             continue
@@ -100,6 +103,24 @@ def engine_units(stack: StackSpec) -> list[EngineUnit]:
             ids = pool.gpu_ids[index] if pool.gpu_ids else ()
             units.append(EngineUnit(pool, f"{pool.name}-r{index}", index, 1, ids))
     return units
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLayout:
+    """Where a stack's engines run: derived once per render (`engine_layout`) and passed to
+    every renderer that places, scrapes, alerts on or charts them."""
+
+    single_node: bool
+    pools: tuple[PoolSpec, ...]  # the pools render runs as vLLM Deployments
+    units: tuple[EngineUnit, ...]
+
+    def units_of(self, pool: PoolSpec) -> list[EngineUnit]:
+        return [u for u in self.units if u.pool.name == pool.name]
+
+
+def engine_layout(stack: StackSpec) -> EngineLayout:
+    pools, static = engine_pools(stack), is_single_node(stack)
+    return EngineLayout(static, tuple(pools), tuple(_units(pools, static)))
 
 
 def nvml_name(gpu: str) -> str:
@@ -213,14 +234,14 @@ def cpu_cores(pool: PoolSpec) -> int:
     return 2 * pool.tp + 2
 
 
-def max_replicas(stack: StackSpec, pool: PoolSpec) -> int:
+def max_replicas(stack: StackSpec, engines: EngineLayout, pool: PoolSpec) -> int:
     """Most replicas the nodes' GPUs of this type hold, after every other pool's minimum."""
     gpus = sum(
         n.count * n.gpus_per_node for n in stack.nodes if get_gpu(n.gpu) == get_gpu(pool.gpu)
     )
     others = sum(
         p.tp * p.replicas
-        for p in engine_pools(stack)
+        for p in engines.pools
         if p.name != pool.name and get_gpu(p.gpu) == get_gpu(pool.gpu)
     )
     return max(pool.replicas, (gpus - others) // pool.tp)

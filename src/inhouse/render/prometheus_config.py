@@ -188,7 +188,7 @@ NODE_EXPORTER_PORT = 9100
 
 
 def stack_scrape_jobs(
-    stack: StackSpec, namespace: str, options: RenderOptions
+    stack: StackSpec, engines: layout.EngineLayout, namespace: str, options: RenderOptions
 ) -> list[dict[str, Any]]:
     """The stack's jobs in a cluster, by DNS (what the rendered ServiceMonitors say, for a
     Prometheus without the Operator): a static replica through its own Service (so its `pod`
@@ -196,8 +196,8 @@ def stack_scrape_jobs(
     and the exporters through the headless Services k8s/prometheus.yaml renders."""
     svc = f"{namespace}.svc.cluster.local"
     jobs: list[dict[str, Any]] = []
-    for pool in layout.engine_pools(stack):
-        units = [u for u in layout.engine_units(stack) if u.pool.name == pool.name]
+    for pool in engines.pools:
+        units = engines.units_of(pool)
         job = f"{pool.name}-engine"
         if all(u.replica_index is not None for u in units):
             targets = [
@@ -276,12 +276,12 @@ def _address(url: str) -> str:
 
 
 def render_prometheus_config(
-    stack: StackSpec, namespace: str, options: RenderOptions
+    stack: StackSpec, engines: layout.EngineLayout, namespace: str, options: RenderOptions
 ) -> dict[str, str]:
     """`prometheus/prometheus.yml` (Kubernetes discovery, the rendered rules, Alertmanager) and
     `alertmanager/alertmanager.yml` (page and ticket routes)."""
     prometheus = prometheus_config(
-        stack_scrape_jobs(stack, namespace, options),
+        stack_scrape_jobs(stack, engines, namespace, options),
         rule_files=["rules.yaml"],
         alertmanagers=[options.alertmanager_address],
         external_labels={"stack": stack.name},

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from inhouse.render.alerts import Alert
 from inhouse.render.dashboard_guide import DASHBOARDS, first_look_line
-from inhouse.render.layout import engine_units, is_single_node, slo_of
+from inhouse.render.layout import EngineLayout, slo_of
 from inhouse.spec.stack import StackSpec
 
 
-def render_runbook(stack: StackSpec, alerts: list[Alert], namespace: str) -> str:
+def render_runbook(
+    stack: StackSpec, engines: EngineLayout, alerts: list[Alert], namespace: str
+) -> str:
     lines = [
         f"# Runbook: {stack.name}",
         "",
@@ -20,7 +22,7 @@ def render_runbook(stack: StackSpec, alerts: list[Alert], namespace: str) -> str
         "",
         "## Layout",
         "",
-        *_layout_lines(stack),
+        *_layout_lines(engines),
         "",
         "## Dashboards",
         "",
@@ -73,10 +75,10 @@ def render_runbook(stack: StackSpec, alerts: list[Alert], namespace: str) -> str
     return "\n".join(lines)
 
 
-def _layout_lines(stack: StackSpec) -> list[str]:
+def _layout_lines(engines: EngineLayout) -> list[str]:
     mode = (
         "single node: static layout, one Deployment per replica on its GPU group"
-        if is_single_node(stack)
+        if engines.single_node
         else "multi-node: one Deployment per pool, scaled by KEDA on vllm:num_requests_waiting"
     )
     lines = [
@@ -85,7 +87,7 @@ def _layout_lines(stack: StackSpec) -> list[str]:
         "| engine | pool | model | TP | GPUs | p95 alarms |",
         "|---|---|---|---|---|---|",
     ]
-    for unit in engine_units(stack):
+    for unit in engines.units:
         slo = slo_of(unit.pool)
         alarms = ", ".join(
             f"{key.upper()} {slo.alarm_ms(key):g} ms"

@@ -1,7 +1,7 @@
 """A dcgm-exporter-compatible `/metrics` endpoint for GPUs that are not there, with faults.
 
 The simulated stack has no GPUs, yet its alerts, dashboards and drills read DCGM's series. This
-endpoint speaks dcgm-exporter's exposition: the field names of `render.metric_names.DCGM_METRICS`
+endpoint speaks dcgm-exporter's exposition: the field names of `inhouse.metric_names.DCGM_METRICS`
 (every counter the rendered collectors ConfigMap enables), dcgm-exporter's label set (`gpu`,
 `UUID`, `pci_bus_id`, `device`, `modelName`, `Hostname`, `DCGM_FI_DRIVER_VERSION`, and `pod`,
 `namespace`, `container` for a GPU a replica holds, as dcgm-exporter's Kubernetes mode adds).
@@ -45,7 +45,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from inhouse.errors import SpecError
-from inhouse.render.metric_names import DCGM_METRICS
+from inhouse.metric_names import DCGM_METRICS
 
 log = logging.getLogger("inhouse.dcgm")
 

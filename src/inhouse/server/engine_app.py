@@ -40,9 +40,9 @@ from inhouse.server.protocol import (
 from inhouse.server.runner import Stream
 from inhouse.server.state import EngineState
 from inhouse.server.streaming import stream_chat, stream_completion, usage_of
-from inhouse.server.tokenizer import render_chat, seed_of
 from inhouse.server.tools import ToolCall, plan_tool_call, tools_prompt
 from inhouse.server.tools import message as tool_message
+from inhouse.tokenizer import render_chat, seed_of
 
 Handler = Callable[[Request], Awaitable[Response]]
 

@@ -18,7 +18,7 @@ import random
 from dataclasses import dataclass
 
 from inhouse.errors import SpecError
-from inhouse.server.tokenizer import Tokenizer
+from inhouse.tokenizer import Tokenizer
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -74,155 +73,6 @@ class FinishedRecord:
     num_computed_prompt_tokens: int
 
 
-# (attribute, name, help, kind, buckets) of every plain engine series, in vLLM 0.32's order;
-# kind is "counter", "gauge" or a histogram bucket family. Attribute "" = exported, never set.
-_TOKENS = "tokens"  # 1-2-5 buckets up to max_model_len
-_SERIES: tuple[tuple[str, str, str, str], ...] = (
-    (
-        "",
-        "estimated_flops_per_gpu",
-        "Estimated number of floating point operations per GPU "
-        "(for Model Flops Utilization calculations).",
-        "counter",
-    ),
-    (
-        "",
-        "estimated_read_bytes_per_gpu",
-        "Estimated number of bytes read from memory per GPU "
-        "(for Model Flops Utilization calculations).",
-        "counter",
-    ),
-    (
-        "",
-        "estimated_write_bytes_per_gpu",
-        "Estimated number of bytes written to memory per GPU "
-        "(for Model Flops Utilization calculations).",
-        "counter",
-    ),
-    ("running", "num_requests_running", "Number of requests in model execution batches.", "gauge"),
-    ("waiting", "num_requests_waiting", "Number of requests waiting to be processed.", "gauge"),
-)
-_SERIES_AFTER_SLEEP: tuple[tuple[str, str, str, str], ...] = (
-    ("kv_usage", "kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", "gauge"),
-    (
-        "prefix_queries",
-        "prefix_cache_queries",
-        "Prefix cache queries, in terms of number of queried tokens.",
-        "counter",
-    ),
-    (
-        "prefix_hits",
-        "prefix_cache_hits",
-        "Prefix cache hits, in terms of number of cached tokens.",
-        "counter",
-    ),
-    (
-        "",
-        "external_prefix_cache_queries",
-        "External prefix cache queries from KV connector "
-        "cross-instance cache sharing, in terms of number of queried tokens.",
-        "counter",
-    ),
-    (
-        "",
-        "external_prefix_cache_hits",
-        "External prefix cache hits from KV connector "
-        "cross-instance cache sharing, in terms of number of cached tokens.",
-        "counter",
-    ),
-    (
-        "",
-        "mm_cache_queries",
-        "Multi-modal cache queries, in terms of number of queried items.",
-        "counter",
-    ),
-    ("", "mm_cache_hits", "Multi-modal cache hits, in terms of number of cached items.", "counter"),
-    (
-        "preemptions",
-        "num_preemptions",
-        "Cumulative number of preemption from the engine.",
-        "counter",
-    ),
-    ("prompt_tokens", "prompt_tokens", "Number of prefill tokens processed.", "counter"),
-)
-_HISTOGRAMS: tuple[tuple[str, str, str, str], ...] = (
-    ("req_prompt", "request_prompt_tokens", "Number of prefill tokens processed.", _TOKENS),
-    (
-        "req_generation",
-        "request_generation_tokens",
-        "Number of generation tokens processed.",
-        _TOKENS,
-    ),
-    (
-        "iteration_tokens",
-        "iteration_tokens_total",
-        "Histogram of number of tokens per engine_step.",
-        "iteration",
-    ),
-    (
-        "max_gen",
-        "request_max_num_generation_tokens",
-        "Histogram of maximum number of requested generation tokens.",
-        _TOKENS,
-    ),
-    ("params_n", "request_params_n", "Histogram of the n request parameter.", "n"),
-    (
-        "params_max_tokens",
-        "request_params_max_tokens",
-        "Histogram of the max_tokens request parameter.",
-        _TOKENS,
-    ),
-    ("ttft", "time_to_first_token_seconds", "Histogram of time to first token in seconds.", "ttft"),
-    ("itl", "inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", "itl"),
-    (
-        "tpot",
-        "request_time_per_output_token_seconds",
-        "Histogram of time_per_output_token_seconds per request.",
-        "itl",
-    ),
-    (
-        "e2e",
-        "e2e_request_latency_seconds",
-        "Histogram of e2e request latency in seconds.",
-        "latency",
-    ),
-    (
-        "queue",
-        "request_queue_time_seconds",
-        "Histogram of time spent in WAITING phase for request.",
-        "latency",
-    ),
-    (
-        "inference",
-        "request_inference_time_seconds",
-        "Histogram of time spent in RUNNING phase for request.",
-        "latency",
-    ),
-    (
-        "prefill",
-        "request_prefill_time_seconds",
-        "Histogram of time spent in PREFILL phase for request.",
-        "latency",
-    ),
-    (
-        "decode",
-        "request_decode_time_seconds",
-        "Histogram of time spent in DECODE phase for request.",
-        "latency",
-    ),
-    (
-        "req_preemptions",
-        "request_num_preemptions",
-        "Histogram of the number of times a request was preempted.",
-        "preemptions",
-    ),
-    (
-        "req_kv_computed",
-        "request_prefill_kv_computed_tokens",
-        "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
-        _TOKENS,
-    ),
-)
 WAITING_BY_REASON_HELP = (
     "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling "
     "capacity; 'deferred' = deferred by transient constraints (LoRA budget, KV transfer, blocked "
@@ -240,140 +90,51 @@ CACHED_BY_SOURCE_HELP = (
 )
 
 
-class EngineMetrics:
-    """The registry of one engine server. Not shared between servers (no global state)."""
+class _Series:
+    """Makes one registry's `vllm:` series, each as its child labelled with the engine's labels."""
 
-    # Series made from the tables above (labelled children).
-    running: Gauge
-    waiting: Gauge
-    kv_usage: Gauge
-    prefix_queries: Counter
-    prefix_hits: Counter
-    preemptions: Counter
-    prompt_tokens: Counter
-    req_prompt: Histogram
-    req_generation: Histogram
-    iteration_tokens: Histogram
-    max_gen: Histogram
-    params_n: Histogram
-    params_max_tokens: Histogram
-    ttft: Histogram
-    itl: Histogram
-    tpot: Histogram
-    e2e: Histogram
-    queue: Histogram
-    inference: Histogram
-    prefill: Histogram
-    decode: Histogram
-    req_preemptions: Histogram
-    req_kv_computed: Histogram
+    def __init__(self, registry: CollectorRegistry, labels: dict[str, str]) -> None:
+        self.registry = registry
+        self.labels = labels
+
+    def counter(self, name: str, doc: str) -> Counter:
+        return Counter(f"vllm:{name}", doc, LABELS, registry=self.registry).labels(**self.labels)
+
+    def gauge(self, name: str, doc: str) -> Gauge:
+        return Gauge(f"vllm:{name}", doc, LABELS, registry=self.registry).labels(**self.labels)
+
+    def histogram(self, name: str, doc: str, buckets: Sequence[float]) -> Histogram:
+        metric = Histogram(f"vllm:{name}", doc, LABELS, buckets=buckets, registry=self.registry)
+        return metric.labels(**self.labels)
+
+    def counters(self, name: str, doc: str, label: str, values: tuple[str, ...]) -> list[Counter]:
+        metric = Counter(f"vllm:{name}", doc, (*LABELS, label), registry=self.registry)
+        return [metric.labels(**self.labels, **{label: v}) for v in values]
+
+    def gauges(self, name: str, doc: str, label: str, values: tuple[str, ...]) -> list[Gauge]:
+        metric = Gauge(f"vllm:{name}", doc, (*LABELS, label), registry=self.registry)
+        return [metric.labels(**self.labels, **{label: v}) for v in values]
+
+
+MFU_NOTE = "(for Model Flops Utilization calculations)."
+EXTERNAL_NOTE = "cross-instance cache sharing, in terms of number of"
+
+
+class EngineMetrics:
+    """The registry of one engine server. Not shared between servers (no global state).
+
+    Series are registered in vLLM 0.32's order (the exposition lists them so); a series made and
+    never set is one vLLM exports that the simulated engine has no figure for (it shows 0)."""
 
     def __init__(self, model_name: str, max_model_len: int, cache_info: dict[str, str]) -> None:
         self.registry = registry = CollectorRegistry()
         process_collector.ProcessCollector(registry=registry)
         platform_collector.PlatformCollector(registry=registry)
         gc_collector.GCCollector(registry=registry)
-        self._labels = labels = {"engine": "0", "model_name": model_name}
-        buckets: dict[str, Sequence[float]] = {
-            _TOKENS: build_1_2_5_buckets(max_model_len),
-            "iteration": ITERATION_TOKENS_BUCKETS,
-            "n": PARAMS_N_BUCKETS,
-            "ttft": TTFT_BUCKETS,
-            "itl": ITL_BUCKETS,
-            "latency": REQUEST_LATENCY_BUCKETS,
-            "preemptions": NUM_PREEMPTIONS_BUCKETS,
-        }
-
-        def add(series: tuple[tuple[str, str, str, str], ...]) -> None:
-            for attr, name, doc, kind in series:
-                metric: Counter | Gauge | Histogram
-                if kind == "counter":
-                    metric = Counter(f"vllm:{name}", doc, LABELS, registry=registry)
-                elif kind == "gauge":
-                    metric = Gauge(f"vllm:{name}", doc, LABELS, registry=registry)
-                else:
-                    metric = Histogram(
-                        f"vllm:{name}", doc, LABELS, buckets=buckets[kind], registry=registry
-                    )
-                child = metric.labels(**labels)
-                if attr:
-                    setattr(self, attr, child)
-
-        def family(
-            kind: type[Counter] | type[Gauge],
-            name: str,
-            doc: str,
-            label: str,
-            values: tuple[str, ...],
-        ) -> list[Any]:
-            metric = kind(f"vllm:{name}", doc, (*LABELS, label), registry=registry)
-            return [metric.labels(**labels, **{label: v}) for v in values]
-
-        add(_SERIES)
-        self.waiting_capacity, _ = family(
-            Gauge,
-            "num_requests_waiting_by_reason",
-            WAITING_BY_REASON_HELP,
-            "reason",
-            ("capacity", "deferred"),
-        )
-        awake, _, _ = family(
-            Gauge,
-            "engine_sleep_state",
-            SLEEP_STATE_HELP,
-            "sleep_state",
-            ("awake", "weights_offloaded", "discard_all"),
-        )
-        awake.set(1)
-        add(_SERIES_AFTER_SLEEP)
-        self.prompt_compute, self.prompt_cache_hit, _ = family(
-            Counter,
-            "prompt_tokens_by_source",
-            "Number of prompt tokens by source.",
-            "source",
-            ("local_compute", "local_cache_hit", "external_kv_transfer"),
-        )
-        self.prompt_cached = Counter(
-            "vllm:prompt_tokens_cached",
-            "Number of cached prompt tokens (local + external).",
-            LABELS,
-            registry=registry,
-        ).labels(**labels)
-        self.cached_device, self.cached_host, *_ = family(
-            Counter,
-            "prompt_tokens_cached_by_source",
-            CACHED_BY_SOURCE_HELP,
-            "source",
-            ("device", "host", "p2p", "disk", "external_unspecified"),
-        )
-        self.generation_tokens = Counter(
-            "vllm:generation_tokens",
-            "Number of generation tokens processed.",
-            LABELS,
-            registry=registry,
-        ).labels(**labels)
-        self.success = dict(
-            zip(
-                FINISHED_REASONS,
-                family(
-                    Counter,
-                    "request_success",
-                    "Count of successfully processed requests.",
-                    "finished_reason",
-                    FINISHED_REASONS,
-                ),
-                strict=True,
-            )
-        )
-        rejections = Counter(
-            "vllm:admission_rejections",
-            "Number of admission attempts rejected by a queue limit, by reason.",
-            ("model_name", "reason"),
-            registry=registry,
-        )
-        self.rejected_reqs = rejections.labels(model_name=model_name, reason="max_num_queued_reqs")
-        rejections.labels(model_name=model_name, reason="max_num_queued_tokens")
-        add(_HISTOGRAMS)
+        series = _Series(registry, {"engine": "0", "model_name": model_name})
+        self._scheduler_series(series)
+        self._token_series(series, model_name)
+        self._request_histograms(series, build_1_2_5_buckets(max_model_len))
         info = Gauge(
             "vllm:cache_config_info",
             "Information of the LLMEngine CacheConfig",
@@ -381,7 +142,177 @@ class EngineMetrics:
             registry=registry,
         )
         info.labels(**cache_info, engine="0").set(1)
-        # Ours: how late steps are delivered against the simulated clock.
+        self._lag_series(series)
+        self._synced = EngineSnapshot(0, 0, 0.0, 0, 0, 0)
+
+    def _scheduler_series(self, s: _Series) -> None:
+        s.counter(
+            "estimated_flops_per_gpu",
+            f"Estimated number of floating point operations per GPU {MFU_NOTE}",
+        )
+        s.counter(
+            "estimated_read_bytes_per_gpu",
+            f"Estimated number of bytes read from memory per GPU {MFU_NOTE}",
+        )
+        s.counter(
+            "estimated_write_bytes_per_gpu",
+            f"Estimated number of bytes written to memory per GPU {MFU_NOTE}",
+        )
+        self.running = s.gauge(
+            "num_requests_running", "Number of requests in model execution batches."
+        )
+        self.waiting = s.gauge(
+            "num_requests_waiting", "Number of requests waiting to be processed."
+        )
+        self.waiting_capacity, _ = s.gauges(
+            "num_requests_waiting_by_reason",
+            WAITING_BY_REASON_HELP,
+            "reason",
+            ("capacity", "deferred"),
+        )
+        awake, _, _ = s.gauges(
+            "engine_sleep_state",
+            SLEEP_STATE_HELP,
+            "sleep_state",
+            ("awake", "weights_offloaded", "discard_all"),
+        )
+        awake.set(1)
+        self.kv_usage = s.gauge("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
+        self.prefix_queries = s.counter(
+            "prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens."
+        )
+        self.prefix_hits = s.counter(
+            "prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."
+        )
+        s.counter(
+            "external_prefix_cache_queries",
+            f"External prefix cache queries from KV connector {EXTERNAL_NOTE} queried tokens.",
+        )
+        s.counter(
+            "external_prefix_cache_hits",
+            f"External prefix cache hits from KV connector {EXTERNAL_NOTE} cached tokens.",
+        )
+        s.counter(
+            "mm_cache_queries", "Multi-modal cache queries, in terms of number of queried items."
+        )
+        s.counter("mm_cache_hits", "Multi-modal cache hits, in terms of number of cached items.")
+        self.preemptions = s.counter(
+            "num_preemptions", "Cumulative number of preemption from the engine."
+        )
+
+    def _token_series(self, s: _Series, model_name: str) -> None:
+        self.prompt_tokens = s.counter("prompt_tokens", "Number of prefill tokens processed.")
+        self.prompt_compute, self.prompt_cache_hit, _ = s.counters(
+            "prompt_tokens_by_source",
+            "Number of prompt tokens by source.",
+            "source",
+            ("local_compute", "local_cache_hit", "external_kv_transfer"),
+        )
+        self.prompt_cached = s.counter(
+            "prompt_tokens_cached", "Number of cached prompt tokens (local + external)."
+        )
+        self.cached_device, self.cached_host, *_ = s.counters(
+            "prompt_tokens_cached_by_source",
+            CACHED_BY_SOURCE_HELP,
+            "source",
+            ("device", "host", "p2p", "disk", "external_unspecified"),
+        )
+        self.generation_tokens = s.counter(
+            "generation_tokens", "Number of generation tokens processed."
+        )
+        successes = s.counters(
+            "request_success",
+            "Count of successfully processed requests.",
+            "finished_reason",
+            FINISHED_REASONS,
+        )
+        self.success = dict(zip(FINISHED_REASONS, successes, strict=True))
+        rejections = Counter(
+            "vllm:admission_rejections",
+            "Number of admission attempts rejected by a queue limit, by reason.",
+            ("model_name", "reason"),
+            registry=s.registry,
+        )
+        self.rejected_reqs = rejections.labels(model_name=model_name, reason="max_num_queued_reqs")
+        rejections.labels(model_name=model_name, reason="max_num_queued_tokens")
+
+    def _request_histograms(self, s: _Series, tokens: Sequence[float]) -> None:
+        """Per-request and per-step histograms; `tokens` are 1-2-5 buckets up to max_model_len."""
+        self.req_prompt = s.histogram(
+            "request_prompt_tokens", "Number of prefill tokens processed.", tokens
+        )
+        self.req_generation = s.histogram(
+            "request_generation_tokens", "Number of generation tokens processed.", tokens
+        )
+        self.iteration_tokens = s.histogram(
+            "iteration_tokens_total",
+            "Histogram of number of tokens per engine_step.",
+            ITERATION_TOKENS_BUCKETS,
+        )
+        self.max_gen = s.histogram(
+            "request_max_num_generation_tokens",
+            "Histogram of maximum number of requested generation tokens.",
+            tokens,
+        )
+        self.params_n = s.histogram(
+            "request_params_n", "Histogram of the n request parameter.", PARAMS_N_BUCKETS
+        )
+        self.params_max_tokens = s.histogram(
+            "request_params_max_tokens", "Histogram of the max_tokens request parameter.", tokens
+        )
+        self.ttft = s.histogram(
+            "time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            TTFT_BUCKETS,
+        )
+        self.itl = s.histogram(
+            "inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            ITL_BUCKETS,
+        )
+        self.tpot = s.histogram(
+            "request_time_per_output_token_seconds",
+            "Histogram of time_per_output_token_seconds per request.",
+            ITL_BUCKETS,
+        )
+        latency = REQUEST_LATENCY_BUCKETS
+        self.e2e = s.histogram(
+            "e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", latency
+        )
+        self.queue = s.histogram(
+            "request_queue_time_seconds",
+            "Histogram of time spent in WAITING phase for request.",
+            latency,
+        )
+        self.inference = s.histogram(
+            "request_inference_time_seconds",
+            "Histogram of time spent in RUNNING phase for request.",
+            latency,
+        )
+        self.prefill = s.histogram(
+            "request_prefill_time_seconds",
+            "Histogram of time spent in PREFILL phase for request.",
+            latency,
+        )
+        self.decode = s.histogram(
+            "request_decode_time_seconds",
+            "Histogram of time spent in DECODE phase for request.",
+            latency,
+        )
+        self.req_preemptions = s.histogram(
+            "request_num_preemptions",
+            "Histogram of the number of times a request was preempted.",
+            NUM_PREEMPTIONS_BUCKETS,
+        )
+        self.req_kv_computed = s.histogram(
+            "request_prefill_kv_computed_tokens",
+            "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+            tokens,
+        )
+
+    def _lag_series(self, s: _Series) -> None:
+        """Ours: how late steps are delivered against the simulated clock."""
+        labels, registry = s.labels, s.registry
         self.lag = Gauge(
             "inhouse:engine_clock_lag_seconds",
             "How late the last engine step was delivered against the simulated clock.",
@@ -408,7 +339,6 @@ class EngineMetrics:
             LABELS,
             registry=registry,
         ).labels(**labels)
-        self._synced = EngineSnapshot(0, 0, 0.0, 0, 0, 0)
 
     def observe_finished(self, record: FinishedRecord) -> None:
         self.success[record.finished_reason].inc()

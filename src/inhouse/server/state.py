@@ -21,9 +21,10 @@ from inhouse.server.generation import (
 from inhouse.server.metrics import EngineMetrics
 from inhouse.server.protocol import BUSY_MESSAGE, DRAINING_MESSAGE, ApiError, new_id
 from inhouse.server.runner import EngineRunner, Stream
-from inhouse.server.tokenizer import Tokenizer, load_tokenizer, seed_of
 from inhouse.server.tools import ToolOptions
 from inhouse.spec.knobs import EngineKnobs
+from inhouse.spec.load import resolve_local_models
+from inhouse.tokenizer import Tokenizer, load_tokenizer, seed_of
 
 log = logging.getLogger("inhouse.engine")
 
@@ -120,6 +121,7 @@ class EngineState:
     @classmethod
     def build(cls, options: EngineOptions) -> EngineState:
         """Resolve the replica (raising SpecError / DoesNotFitError) and the tokenizer."""
+        resolve_local_models((options.model,))  # a local model dir: its config.json, read here
         replica = build_replica(options.replica_spec())
         tokenizer = load_tokenizer(options.model, replica.model.vocab_size)
         return cls(options, replica, tokenizer)

@@ -7,7 +7,6 @@ from inhouse.spec.catalog import (
     get_model,
     known_gpus,
     known_models,
-    model_from_hf_config,
 )
 from inhouse.spec.quant import KV_DTYPES, QUANTIZATIONS, kv_dtype_bytes, normalize_quant
 
@@ -21,6 +20,5 @@ __all__ = [
     "known_gpus",
     "known_models",
     "kv_dtype_bytes",
-    "model_from_hf_config",
     "normalize_quant",
 ]

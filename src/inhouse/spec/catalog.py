@@ -1,8 +1,10 @@
 """GPU and model catalogs, shipped as YAML data with a source for every entry.
 
 Names resolve leniently: a model is found by its Hugging Face id, its basename or an alias, in any
-case, with variant suffixes (`-Instruct`, `-FP8`, `-AWQ`, ...) stripped; a directory or file path
-holding a Hugging Face `config.json` stands in for a catalog entry.
+case, with variant suffixes (`-Instruct`, `-FP8`, `-AWQ`, ...) stripped. A directory or file path
+holding a Hugging Face `config.json` stands in for a catalog entry once the edge has read it
+(`inhouse.spec.load.resolve_local_models`): this module reads no file of the user's, only the
+catalogs shipped as package data.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import json
 import re
 from functools import cache
 from importlib import resources
-from pathlib import Path
+from pathlib import PurePath
 from typing import Any
 
 import yaml
@@ -145,13 +147,24 @@ def get_gpu(name: str) -> GpuSpec:
     return table[key]
 
 
+# Local models the edge has read (`inhouse.spec.load`), by the name they were given as: the
+# parsed spec, or the error its config.json gave (raised where the name is looked up, as a
+# catalog miss is).
+_LOCAL_MODELS: dict[str, ModelSpec | SpecError] = {}
+
+
+def add_local_model(name: str, spec: ModelSpec | SpecError) -> None:
+    """Make `get_model(name)` answer `spec` (the edge read `name`'s config.json)."""
+    _LOCAL_MODELS[name] = spec
+
+
 def get_model(name: str) -> ModelSpec:
-    """Resolve a model by HF id, basename, alias or a path holding a Hugging Face config.json."""
-    path = Path(name)
-    if name.endswith(".json") or (path.is_dir() and (path / "config.json").is_file()):
-        config_path = path if path.suffix == ".json" else path / "config.json"
-        if config_path.is_file():
-            return model_from_hf_config(config_path)
+    """Resolve a model by HF id, basename or alias, or a local model the edge has read."""
+    local = _LOCAL_MODELS.get(name)
+    if isinstance(local, SpecError):
+        raise local
+    if local is not None:
+        return local
     table = _model_table()
     key = _normalize(name)
     if key not in table:
@@ -167,12 +180,12 @@ def find_catalog_model(name: str) -> ModelSpec | None:
     return _model_table().get(_normalize(name))
 
 
-def model_from_hf_config(path: Path | str) -> ModelSpec:
-    """Build a `ModelSpec` from a Hugging Face `config.json` (Llama/Qwen/Mistral/MoE shapes)."""
-    config_path = Path(path)
+def model_from_hf_config_text(text: str, config_path: PurePath) -> ModelSpec:
+    """A `ModelSpec` from the text of a Hugging Face `config.json` (Llama/Qwen/Mistral/MoE
+    shapes); `config_path` names it in errors and gives the model its directory's name."""
     try:
-        cfg: dict[str, Any] = json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+        cfg: dict[str, Any] = json.loads(text)
+    except json.JSONDecodeError as exc:
         raise SpecError(f"cannot read model config {config_path}: {exc}") from exc
     cfg = cfg.get("text_config", cfg)
     try:

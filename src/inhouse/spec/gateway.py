@@ -20,7 +20,6 @@ keys). See docs/gateway.md for every field.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -287,12 +286,9 @@ def parse_gateway(data: Any, source: str = "stack") -> GatewaySpec:
         ) from exc
 
 
-def read_keys_file(path: Path) -> list[tuple[str, str]]:
-    """(tenant, key hash) pairs from a keys file: `TENANT HASH` per line, `#` comments."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(f"cannot read keys file {path}: {exc.strerror}") from exc
+def parse_keys_file(text: str, source: str) -> list[tuple[str, str]]:
+    """(tenant, key hash) pairs from a keys file's text: `TENANT HASH` per line, `#` comments;
+    `source` (the file's path) names it in errors. `inhouse.spec.load.read_keys_file` reads it."""
     pairs = []
     for number, line in enumerate(text.splitlines(), 1):
         line = line.split("#", 1)[0].strip()
@@ -300,10 +296,10 @@ def read_keys_file(path: Path) -> list[tuple[str, str]]:
             continue
         fields = line.split()
         if len(fields) != 2:
-            raise SpecError(f"{path}:{number}: expected `TENANT HASH`, got {line[:40]!r}")
+            raise SpecError(f"{source}:{number}: expected `TENANT HASH`, got {line[:40]!r}")
         try:
             parse_key_hash(fields[1])
         except ValueError as exc:
-            raise SpecError(f"{path}:{number}: {exc}") from None
+            raise SpecError(f"{source}:{number}: {exc}") from None
         pairs.append((fields[0], fields[1]))
     return pairs

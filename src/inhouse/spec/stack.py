@@ -9,7 +9,6 @@ Versioned: `version: 1` is the only version so far.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal
 
 import yaml
@@ -225,15 +224,14 @@ def parse_stack(data: Any, source: str = "stack") -> StackSpec:
         raise SpecError(describe_validation_error(exc, source)) from exc
 
 
-def load_stack(path: Path | str) -> StackSpec:
-    stack_path = Path(path)
+def parse_stack_text(text: str, source: str) -> StackSpec:
+    """A stack file's text as a typed stack; `source` (its path) names it in errors. The file
+    itself is read by `inhouse.spec.load.load_stack`."""
     try:
-        data = yaml.safe_load(stack_path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise SpecError(f"cannot read stack file {stack_path}: {exc.strerror}") from exc
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise SpecError(f"{stack_path}: not valid YAML: {exc}") from exc
-    return parse_stack(data, str(stack_path))
+        raise SpecError(f"{source}: not valid YAML: {exc}") from exc
+    return parse_stack(data, source)
 
 
 def dump_stack(stack: StackSpec) -> str:

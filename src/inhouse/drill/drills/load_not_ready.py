@@ -25,7 +25,7 @@ from inhouse.drill.watch import RouteWatch
 from inhouse.perf.memory import weight_bytes
 from inhouse.render import RenderOptions
 from inhouse.render.k8s_engine import render_engines
-from inhouse.render.layout import ENGINE_INIT_S, NVME_READ_BYTES_S
+from inhouse.render.layout import ENGINE_INIT_S, NVME_READ_BYTES_S, engine_layout
 from inhouse.spec.catalog import get_model
 from inhouse.spec.quant import normalize_quant
 from inhouse.spec.stack import PoolSpec
@@ -123,7 +123,7 @@ def model_load_s(pool: PoolSpec) -> float:
 def startup_probe_window_s(stack: Any, pool: PoolSpec) -> int:
     """The rendered engine Deployment's startupProbe window for the pool:
     initialDelaySeconds + periodSeconds x failureThreshold."""
-    files = render_engines(stack, RenderOptions())
+    files = render_engines(stack, engine_layout(stack), RenderOptions())
     docs = [d for d in yaml.safe_load_all(files[f"k8s/engine-{pool.name}.yaml"]) if d]
     deployment = next(d for d in docs if d.get("kind") == "Deployment")
     probe = deployment["spec"]["template"]["spec"]["containers"][0]["startupProbe"]
