@@ -6,7 +6,7 @@ Two targets (issue 6):
    (t_send - t_sched) p99 < 5 ms;
 2. streaming: >= 20,000 SSE chunks/s with the ITL measurement error p99 <= 1 ms.
 
-The mock server (`python -m inhouse.bench.mock_server`) runs in its own process and streams on
+The mock server (`tests/support/mock_server.py`) runs in its own process and streams on
 an absolute tick grid (one chunk every ITL) and stamps each chunk with its write time `t`
 (`perf_counter`: the same monotonic clock in every process). Two ITL errors are reported:
 against the server's writes (measured gap - gap between the server's writes of the same two
@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 
@@ -40,6 +41,9 @@ from inhouse.bench.health import assess_client
 from inhouse.bench.metrics import summarize
 from inhouse.bench.sender import use_fast_loop, use_realtime_priority
 
+# Test and benchmark support, run as a script (not part of the package).
+MOCK_SERVER = Path(__file__).resolve().parents[1] / "tests/support/mock_server.py"
+
 
 def start_server(
     port: int, ttft_ms: float, itl_ms: float, pin: bool = False
@@ -47,8 +51,7 @@ def start_server(
     cmd = ["taskset", "-c", "1"] if pin else []
     cmd += [
         sys.executable,
-        "-m",
-        "inhouse.bench.mock_server",
+        str(MOCK_SERVER),
         "--port",
         str(port),
         "--ttft-ms",

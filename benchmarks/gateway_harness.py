@@ -21,9 +21,23 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from inhouse.bench.mock_server import take_request
-from inhouse.gateway.upstream import UpstreamPool
-from inhouse.launch.engine_args import ENGINE_KEEP_ALIVE_S, KEEP_ALIVE_ENV
+# The repository root, for the test and benchmark support in tests/support/.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.support.mock_server import take_request
+
+try:
+    from inhouse.launch.engine_args import ENGINE_KEEP_ALIVE_S, KEEP_ALIVE_ENV
+except ImportError:  # a `--compare-src` child on a checkout before `inhouse.launch`
+    from inhouse.engine_args import (  # type: ignore[import-not-found,no-redef]
+        ENGINE_KEEP_ALIVE_S,
+        KEEP_ALIVE_ENV,
+    )
+
+try:
+    from inhouse.http1.upstream import UpstreamPool
+except ImportError:  # bench_gateway_path's `--compare-src` child, on a checkout before http1
+    from inhouse.gateway.upstream import UpstreamPool  # type: ignore[no-redef]
 
 ROOT = Path(__file__).resolve().parents[1]
 

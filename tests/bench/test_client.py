@@ -11,12 +11,13 @@ import sys
 import time
 
 import pytest
+from tests.support.mock_server import MockServer, MockServerThread, MockTiming
 
 from inhouse.bench.config import BenchSpec
 from inhouse.bench.driver import run_live
-from inhouse.bench.http import Client, Job, Target
+from inhouse.bench.http import Client
 from inhouse.bench.metrics import summarize
-from inhouse.bench.mock_server import MockServer, MockServerThread, MockTiming
+from inhouse.bench.request_func import Job, Target
 from inhouse.bench.sender import use_realtime_priority
 from inhouse.errors import SpecError
 

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.support.mock_server import MockServerThread, MockTiming
 
-from inhouse.bench.mock_server import MockServerThread, MockTiming
 from inhouse.cli.main import main
 
 STACK = """\
@@ -184,7 +184,7 @@ def test_the_api_key_is_sent_and_written_nowhere(
 ) -> None:
     """The key reaches the server, but no artifact holds it (nor, from the environment, the
     command line): result.json, requests.jsonl, report.md, report.html."""
-    from inhouse.bench import mock_server
+    from tests.support import mock_server
 
     key = "ihk-0badcafe-Sup3rSecretKeyMaterialNobodyMaySee"
     heads: list[str] = []

@@ -55,7 +55,7 @@ async def edge_in_front(
     """A simulated engine, the gateway served on a socket, and Envoy in front of it; yields
     (gateway, Envoy's port, every read the gateway's server got, its request log, the
     engine)."""
-    from inhouse.gateway import http_server
+    from inhouse.http1 import server as http_server
 
     reads: list[bytes] = []
     original = http_server.GatewayProtocol.data_received

@@ -1,4 +1,4 @@
-"""The gateway's HTTP server (`http_server.py`) on a real socket, as `inhouse gateway` runs it:
+"""The gateway's HTTP server (`http1.server`) on a real socket, as `inhouse gateway` runs it:
 streams go out through the direct chunk path as the ASGI path streams them; a broken engine
 still ends the stream with an error event; a client that leaves stops the engine's work; a full
 client buffer pauses reading the engine until it drains; HTTP/1.1 itself (keep-alive,
@@ -19,11 +19,11 @@ from tests.gateway.conftest import KEY, chat, engines, gateway_for, served, stac
 from tests.gateway.test_failures import wait_for
 from tests.gateway.test_limits import REDIS_URL, needs_redis
 
-from inhouse.gateway import http_server
-from inhouse.gateway.chunk_writer import ChunkWriter
 from inhouse.gateway.keys import create_key
 from inhouse.gateway.stream import _relay_direct, _relay_through_send
-from inhouse.gateway.upstream import Response, UpstreamPool, _Connection
+from inhouse.http1 import server as http_server
+from inhouse.http1.chunk_writer import ChunkWriter
+from inhouse.http1.upstream import Response, UpstreamPool, _Connection
 
 
 def events_of(text: str) -> list[str]:
@@ -245,7 +245,7 @@ _ROLE_EVENT = (
 async def fake_engine(mode: str) -> AsyncIterator[str]:
     """An engine that is healthy but, asked to generate, answers 200 and closes before any
     token (`"head"`), after the chat role chunk (`"role"`), or answers 400 (`"bad_request"`)."""
-    from inhouse.bench.mock_server import take_request
+    from tests.support.mock_server import take_request
 
     class Conn(asyncio.Protocol):
         def connection_made(self, transport: asyncio.BaseTransport) -> None:

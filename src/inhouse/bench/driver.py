@@ -21,10 +21,10 @@ from typing import Any
 
 from inhouse.bench.config import BenchSpec, build_workload
 from inhouse.bench.gauges import GaugeSampler
-from inhouse.bench.http import Job, Target
 from inhouse.bench.metrics import Outcome, RequestResult
 from inhouse.bench.progress import Progress
 from inhouse.bench.prompts import PromptBuilder
+from inhouse.bench.request_func import Job, Target
 from inhouse.bench.schedule import (
     INF,
     ClosedSource,
@@ -252,7 +252,7 @@ async def run_live(
     prewarm = _prewarm_size(spec)
     sender: LocalSender | ProcessSender
     if spec.kernel_timestamps:
-        from inhouse.bench.kernel_ts import check_available
+        from inhouse.http1.kernel_ts import check_available
 
         check_available()
     if spec.workers > 1:

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from inhouse.bench.http import Target
+from inhouse.bench.request_func import Target
 from inhouse.errors import SpecError
 
 QUERY_NAMES = ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")

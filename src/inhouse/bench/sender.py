@@ -23,8 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from inhouse.bench.http import JSON_LIBRARY, Client, Job, Target
+from inhouse.bench.http import Client
 from inhouse.bench.metrics import Outcome
+from inhouse.bench.request_func import JSON_LIBRARY, Job, Target
 from inhouse.errors import SpecError
 
 LAG_PROBE_INTERVAL_S = 0.01

@@ -17,11 +17,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from inhouse.gateway.errors import GatewayError, error_json
+from inhouse.gateway.errors import GatewayError
 from inhouse.gateway.metrics import CONTENT_TYPE
 from inhouse.gateway.openapi import openapi_document
 from inhouse.gateway.proxy import GenerationRoute
 from inhouse.gateway.service import Gateway
+from inhouse.http1.errors import error_json
 
 
 def _json(body: dict[str, Any], status: int = 200) -> Response:

@@ -19,7 +19,7 @@ from typing import Any
 
 from starlette.types import Receive
 
-from inhouse.gateway.chunk_writer import ChunkWriter
+from inhouse.http1.chunk_writer import ChunkWriter
 
 
 class ClientWatch:

@@ -7,8 +7,9 @@ cases use OpenAI's names (401 `invalid_api_key`, 403 `permission_denied`, 429
 
 from __future__ import annotations
 
-import json
 from http import HTTPStatus
+
+from inhouse.http1.errors import error_json
 
 _TYPES = {
     400: "BadRequestError",
@@ -54,11 +55,6 @@ class GatewayError(Exception):
             seconds = max(1, int(self.retry_after_s + 0.999))
             out.append((b"retry-after", str(seconds).encode()))
         return out
-
-
-def error_json(message: str, error_type: str, param: str | None, code: int) -> bytes:
-    body = {"error": {"message": message, "type": error_type, "param": param, "code": code}}
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def bad_param(param: str, message: str) -> GatewayError:

@@ -33,10 +33,12 @@ class JsonFormatter(logging.Formatter):
 def setup_logging(level: str = "info", access: bool = True) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
-    root = logging.getLogger("inhouse.gateway")
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    root.propagate = False
+    # The HTTP/1.1 server under the gateway (`inhouse.http1`) logs into the same stream.
+    for name in ("inhouse.gateway", "inhouse.http1"):
+        root = logging.getLogger(name)
+        root.handlers[:] = [handler]
+        root.setLevel(level.upper())
+        root.propagate = False
     logging.getLogger("inhouse.gateway.access").disabled = not access
     for name in ("uvicorn", "uvicorn.error"):
         logger = logging.getLogger(name)

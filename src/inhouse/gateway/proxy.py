@@ -25,7 +25,6 @@ from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
-from inhouse.gateway.chunk_writer import ChunkWriter
 from inhouse.gateway.client_watch import ClientWatch
 from inhouse.gateway.dispatch import Placement
 from inhouse.gateway.errors import GatewayError
@@ -40,7 +39,8 @@ from inhouse.gateway.request_io import (
 )
 from inhouse.gateway.service import Admission, Gateway
 from inhouse.gateway.stream import relay_stream
-from inhouse.gateway.upstream import Response, UpstreamError
+from inhouse.http1.chunk_writer import ChunkWriter
+from inhouse.http1.upstream import Response, UpstreamError
 from inhouse.spec.gateway import TenantSpec
 
 RETRY_STATUSES = frozenset((500, 502, 503, 504))

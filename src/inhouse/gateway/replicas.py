@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from inhouse.gateway.upstream import UpstreamPool
+from inhouse.http1.upstream import UpstreamPool
 from inhouse.routing.view import ReplicaView
 from inhouse.spec.gateway import HealthSpec
 

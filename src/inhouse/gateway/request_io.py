@@ -13,8 +13,8 @@ from collections.abc import Iterable
 
 from starlette.types import Receive, Scope, Send
 
-from inhouse.gateway.chunk_writer import EXTENSION, ChunkWriter
 from inhouse.gateway.errors import GatewayError
+from inhouse.http1.chunk_writer import EXTENSION, ChunkWriter
 
 MAX_REQUEST_ID_CHARS = 128
 MAX_QUOTED_CHARS = 256

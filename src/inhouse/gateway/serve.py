@@ -1,4 +1,4 @@
-"""Run the gateway: its HTTP server (`http_server.py`) on uvloop when installed, TLS, drain.
+"""Run the gateway: its HTTP server (`inhouse.http1.server`) on uvloop when installed, TLS, drain.
 
 SIGTERM or SIGINT starts a drain: `/health` turns 503 and new requests get 503 at once (a load
 balancer or `up` stops sending), requests already accepted run to their end for up to
@@ -15,8 +15,8 @@ import signal
 import time
 
 from inhouse.gateway.app import GatewayApp, create_metrics_app
-from inhouse.gateway.http_listener import GatewayServer, tls_context
 from inhouse.gateway.service import Gateway
+from inhouse.http1.listener import GatewayServer, tls_context
 
 log = logging.getLogger("inhouse.gateway")
 

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 
 from starlette.types import Send
 
-from inhouse.gateway.chunk_writer import ChunkWriter
 from inhouse.gateway.errors import GatewayError
 from inhouse.gateway.relay import (
     EVENT_MARK,
@@ -29,7 +28,8 @@ from inhouse.gateway.relay import (
     flush,
     relay_piece,
 )
-from inhouse.gateway.upstream import Response, UpstreamError
+from inhouse.http1.chunk_writer import ChunkWriter
+from inhouse.http1.upstream import Response, UpstreamError
 
 if TYPE_CHECKING:
     from inhouse.gateway.proxy import GenerationRoute, Outcome

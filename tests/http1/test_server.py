@@ -1,6 +1,6 @@
-"""`http_server.GatewayProtocol` on a fake transport, with small ASGI apps: what goes out in
+"""`server.GatewayProtocol` on a fake transport, with small ASGI apps: what goes out in
 which write, when a request starts, pipelining, backpressure, failures and keep-alive, each
-exactly (the socket-level tests with the real gateway are in test_http_server.py)."""
+exactly (the socket-level tests with the real gateway are in tests/gateway/test_http_server.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inhouse.gateway import http_server
-from inhouse.gateway.chunk_writer import EXTENSION
-from inhouse.gateway.http_listener import GatewayServer
-from inhouse.gateway.http_server import GatewayProtocol
+from inhouse.http1 import server as http_server
+from inhouse.http1.chunk_writer import EXTENSION
+from inhouse.http1.listener import GatewayServer
+from inhouse.http1.server import GatewayProtocol
 
 Scope = dict[str, Any]
 App = Callable[[Scope, Any, Any], Awaitable[None]]

@@ -1,5 +1,5 @@
 """One request and its response on a connection of the gateway's HTTP server
-(`http_server.py`): the ASGI scope, `receive` and `send`, and what the client gets when the
+(`server.py`): the ASGI scope, `receive` and `send`, and what the client gets when the
 handler fails.
 
 The connection feeds it (`add_body`, `end_body`, `disconnect`) and is told when its response is
@@ -15,12 +15,12 @@ from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
-from inhouse.gateway.errors import error_json
+from inhouse.http1.errors import error_json
 
 if TYPE_CHECKING:
-    from inhouse.gateway.http_server import GatewayProtocol
+    from inhouse.http1.server import GatewayProtocol
 
-log = logging.getLogger("inhouse.gateway")
+log = logging.getLogger("inhouse.http1")
 
 App = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
 HIGH_WATER_BYTES = 1 << 16  # request body buffered ahead of the handler before reading pauses

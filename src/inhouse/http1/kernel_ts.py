@@ -21,8 +21,8 @@ import struct
 import sys
 import time
 
-from inhouse.bench.http import Connection, _Exchange
 from inhouse.errors import SpecError
+from inhouse.http1.client import StreamConnection
 
 # NOTE: Python's socket module does not export it; 35 is SO_TIMESTAMPNS(_OLD) in Linux's
 # asm-generic/socket.h, which x86-64 and arm64 use (64-bit time_t: the "old" layout).
@@ -38,6 +38,7 @@ def check_available() -> None:
 
 
 async def open_timestamped(host: str, port: int) -> TimestampedConnection:
+    """A `client.Connect`: a connection whose reads carry the kernel's receive timestamp."""
     check_available()
     loop = asyncio.get_running_loop()
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
@@ -55,8 +56,8 @@ async def open_timestamped(host: str, port: int) -> TimestampedConnection:
     return TimestampedConnection(sock, loop)
 
 
-class TimestampedConnection(Connection):
-    """A `Connection` that owns its socket and reads it with `recvmsg`."""
+class TimestampedConnection(StreamConnection):
+    """A `StreamConnection` that owns its socket and reads it with `recvmsg`."""
 
     def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__()
@@ -67,8 +68,7 @@ class TimestampedConnection(Connection):
         self._ancillary = socket.CMSG_SPACE(_TIMESPEC.size)
         loop.add_reader(sock.fileno(), self._on_readable)
 
-    def send(self, data: bytes, exchange: _Exchange) -> None:
-        self.exchange = exchange
+    def write(self, data: bytes) -> None:
         self._pending += data
         self._flush()
 

@@ -7,9 +7,9 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
+from tests.support.mock_server import take_request
 
-from inhouse.bench.mock_server import take_request
-from inhouse.gateway.upstream import UpstreamError, UpstreamPool
+from inhouse.http1.upstream import UpstreamError, UpstreamPool
 
 OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
 

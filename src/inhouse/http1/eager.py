@@ -13,9 +13,15 @@ The task exists before the first step and is the current task while the step run
 during the eager part all behave as they would inside the task; the step runs in the task's
 own context (its `contextvars`), not the caller's.
 
-NOTE: `asyncio.tasks._enter_task` and `_leave_task` are private but have been stable since
-3.7 and are what 3.12's own eager tasks use; where a task is already current (a caller inside a
-task), the coroutine starts the ordinary way.
+NOTE: `asyncio.tasks._enter_task` and `_leave_task` are private, kept on purpose: the minimum
+Python is 3.11 (pyproject's `requires-python`, and the interpreter CI and the images run), and
+3.11 has no public way to make a task current for a step run outside the loop's scheduling.
+The public ways start at 3.12 (`asyncio.eager_task_factory`, loop-wide: every task of the
+process would start eagerly, not just request handlers) and 3.14 (`asyncio.Task(...,
+eager_start=True)`, per task: what replaces `start_eagerly` once 3.14 is the minimum). Both
+make the task current around its first step, as these two functions (stable since 3.7) do
+here. Where a task is already current (a caller inside a task), the coroutine starts the
+ordinary way.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The gateway's HTTP/1.1 connection: httptools' parser under asyncio protocols, an ASGI app on
-top (`http_listener.GatewayServer` listens; docs/gateway.md, "The HTTP server", says why not
+top (`listener.GatewayServer` listens; docs/gateway.md, "The HTTP server", says why not
 uvicorn and what is measured). What it does, in the open:
 
 * **One request at a time per connection, in order** (pipelined requests wait; reading pauses).
@@ -35,15 +35,15 @@ from urllib.parse import unquote
 
 import httptools
 
-from inhouse.gateway.chunk_writer import EXTENSION, ChunkWriter
-from inhouse.gateway.eager import start_eagerly
-from inhouse.gateway.errors import error_json
-from inhouse.gateway.exchange import HIGH_WATER_BYTES, STATUS_LINES, Exchange
+from inhouse.http1.chunk_writer import EXTENSION, ChunkWriter
+from inhouse.http1.eager import start_eagerly
+from inhouse.http1.errors import error_json
+from inhouse.http1.exchange import HIGH_WATER_BYTES, STATUS_LINES, Exchange
 
 if TYPE_CHECKING:
-    from inhouse.gateway.http_listener import GatewayServer
+    from inhouse.http1.listener import GatewayServer
 
-log = logging.getLogger("inhouse.gateway")
+log = logging.getLogger("inhouse.http1")
 
 MAX_HEAD_BYTES = 1 << 16  # request line and headers together (and trailers, apart)
 MAX_DROPPED_BYTES = 1 << 20  # of a body answered before it was read, then the connection closes
@@ -88,6 +88,9 @@ class GatewayProtocol(asyncio.Protocol):
         self._send_timer: asyncio.TimerHandle | None = None
         self._expects_continue = False
         self._is_in_head = False
+        # From a request's first byte to its end (body and trailers too): bytes read in it
+        # that complete nothing count towards MAX_HEAD_BYTES, and a header timeout in it is
+        # a 408 (outside it, an idle connection that just closes).
         self._is_in_message = False
         self._parsing: Exchange | None = None  # the request whose bytes are being read
         self._active: Exchange | None = None  # the request being answered

@@ -10,7 +10,8 @@ tokenizer); `cached_fraction` of them are reported as cached, and `/metrics` exp
 prefix-cache counters to match.
 
 Raw asyncio protocol on purpose: a few microseconds per chunk, so the server stays out of the
-way of the client it measures. Loopback only; for tests and `benchmarks/`.
+way of the client it measures. Loopback only; test and benchmark support (`tests/`,
+`benchmarks/`), not part of the package.
 """
 
 from __future__ import annotations
@@ -338,7 +339,7 @@ class MockServerThread:
 
 
 def main() -> None:
-    """`python -m inhouse.bench.mock_server --port P --ttft-ms 50 --itl-ms 10`"""
+    """`python tests/support/mock_server.py --port P --ttft-ms 50 --itl-ms 10` (from a checkout)"""
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__)

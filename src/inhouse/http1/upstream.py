@@ -1,4 +1,5 @@
-"""The data path to the engines: a lean HTTP/1.1 client on asyncio protocols and httptools.
+"""The data path to the engines: a lean HTTP/1.1 client on asyncio protocols and httptools
+(the response head read by `reader.ResponseReader`, which the bench's client shares).
 
 Why not httpx here (it stays for health checks, scrapes and `/tokenize`): measured on this
 machine, an httpx `AsyncClient` spent ~5 ms of CPU per streamed 16-chunk request with a
@@ -29,6 +30,8 @@ from typing import Any
 
 import httptools
 
+from inhouse.http1.reader import ResponseReader
+
 PAUSE_BUFFER_BYTES = 1 << 20
 
 
@@ -43,7 +46,7 @@ class UpstreamError(Exception):
         self.is_timeout = is_timeout
 
 
-class _Connection(asyncio.Protocol):
+class _Connection(ResponseReader, asyncio.Protocol):
     __slots__ = (
         "_body_bytes",
         "_chunks",
@@ -51,18 +54,14 @@ class _Connection(asyncio.Protocol):
         "_error",
         "_head",
         "_loop",
-        "_parser",
         "_paused",
         "_pool",
         "_sink",
         "_sink_error",
         "_waiter",
-        "headers",
         "idle_since",
         "is_closed",
-        "keep_alive",
         "num_received",
-        "status",
         "transport",
     )
 
@@ -77,7 +76,7 @@ class _Connection(asyncio.Protocol):
         self._reset()
 
     def _reset(self) -> None:
-        self._parser = httptools.HttpResponseParser(self)
+        self.reset_reader()
         self._head: asyncio.Future[None] | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._chunks: collections.deque[bytes] = collections.deque()
@@ -87,9 +86,6 @@ class _Connection(asyncio.Protocol):
         self._paused = False
         self._sink: Callable[[bytes], None] | None = None
         self._sink_error: Exception | None = None
-        self.status = 0
-        self.headers: list[tuple[bytes, bytes]] = []
-        self.keep_alive = True
         self.num_received = 0
 
     # -- asyncio.Protocol ---------------------------------------------------------------
@@ -122,14 +118,9 @@ class _Connection(asyncio.Protocol):
             reason = f"engine connection lost: {exc}" if exc else "engine closed the connection"
             self._fail(UpstreamError(reason, self.status == 0))
 
-    # -- httptools callbacks ------------------------------------------------------------
+    # -- httptools callbacks (the head: ResponseReader) -------------------------------------
 
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name.lower(), value))
-
-    def on_headers_complete(self) -> None:
-        self.status = self._parser.get_status_code()
-        self.keep_alive = self._parser.should_keep_alive()
+    def on_head(self) -> None:
         head = self._head
         if head is not None and not head.done():
             head.set_result(None)

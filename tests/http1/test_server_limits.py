@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 import pytest
-from tests.gateway.test_http_server_protocol import (
+from tests.http1.test_server import (
     FakeTransport,
     Scope,
     hello,
@@ -21,9 +21,9 @@ from tests.gateway.test_http_server_protocol import (
     settle,
 )
 
-from inhouse.gateway import http_server
-from inhouse.gateway.http_listener import GatewayServer
-from inhouse.gateway.http_server import GatewayProtocol
+from inhouse.http1 import server as http_server
+from inhouse.http1.listener import GatewayServer
+from inhouse.http1.server import GatewayProtocol
 
 
 def connect(
@@ -220,7 +220,7 @@ def test_requests_refused_with_a_400_and_no_traceback(
         assert message in json.loads(body)["error"]["message"]
         assert transport.closed and not called
 
-    with caplog.at_level(logging.WARNING, logger="inhouse.gateway"):
+    with caplog.at_level(logging.WARNING, logger="inhouse.http1"):
         asyncio.run(main())
     assert not [r for r in caplog.records if r.exc_info]
 

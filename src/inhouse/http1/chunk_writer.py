@@ -1,6 +1,6 @@
 """The writer the generation routes stream through when the server offers one.
 
-The gateway's HTTP server (`http_server.GatewayProtocol`) puts its connection's `ChunkWriter` in
+The gateway's HTTP server (`server.GatewayProtocol`) puts its connection's `ChunkWriter` in
 every request's `scope["extensions"][EXTENSION]`; the server itself writes each response's
 head and body through it too. This module imports nothing of the server, so the routes (and any
 other ASGI server, which offers no writer) do not depend on it.

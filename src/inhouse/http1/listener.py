@@ -1,5 +1,5 @@
 """The gateway's HTTP server's listening side (`GatewayServer`): its sockets, the limits its
-connections (`http_server.GatewayProtocol`) apply, the shared `date` line, and shutdown."""
+connections (`server.GatewayProtocol`) apply, the shared `date` line, and shutdown."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import email.utils
 import ssl
 import time
 
-from inhouse.gateway.exchange import App
-from inhouse.gateway.http_server import GatewayProtocol
+from inhouse.http1.exchange import App
+from inhouse.http1.server import GatewayProtocol
 
 
 class GatewayServer:

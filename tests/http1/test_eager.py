@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from inhouse.gateway.eager import start_eagerly
+from inhouse.http1.eager import start_eagerly
 
 VAR: contextvars.ContextVar[str] = contextvars.ContextVar("VAR", default="unset")
 
