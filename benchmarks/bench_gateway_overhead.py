@@ -312,8 +312,8 @@ def start_envoy(tmp: Path, gateway_port: int, cpu: int | None) -> tuple[object, 
     """Envoy (`inhouse up --edge envoy`'s configuration, one worker) in front of the gateway
     on `gateway_port`; None when there is no Envoy binary."""
     from inhouse.errors import SpecError
+    from inhouse.launch.edge import envoy_argv, envoy_binary
     from inhouse.render.edge import Edge, render_envoy_yaml
-    from inhouse.server.edge import envoy_argv, envoy_binary
     from inhouse.spec.gateway import GatewaySpec
 
     try:

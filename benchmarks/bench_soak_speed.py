@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from inhouse.drill.soak_virtual import CRM_EXAMPLE, load_requirements, simulate_soak
-from inhouse.server.demo_stack import demo_stack
+from inhouse.launch.demo import demo_stack
 from inhouse.spec.load import load_stack
 
 COMMAND = "python benchmarks/bench_soak_speed.py"

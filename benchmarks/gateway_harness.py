@@ -26,7 +26,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.support.mock_server import take_request
 
-from inhouse.engine_args import ENGINE_KEEP_ALIVE_S, KEEP_ALIVE_ENV
+try:
+    from inhouse.launch.engine_args import ENGINE_KEEP_ALIVE_S, KEEP_ALIVE_ENV
+except ImportError:  # a `--compare-src` child on a checkout before `inhouse.launch`
+    from inhouse.engine_args import (  # type: ignore[import-not-found,no-redef]
+        ENGINE_KEEP_ALIVE_S,
+        KEEP_ALIVE_ENV,
+    )
 
 try:
     from inhouse.http1.upstream import UpstreamPool

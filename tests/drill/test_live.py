@@ -19,7 +19,7 @@ from inhouse.drill.evidence import DrillResult
 from inhouse.drill.judge import Judge
 from inhouse.drill.runner import Options, drill_rules, restore, run_one
 from inhouse.drill.stack import LiveStack, drill_stack
-from inhouse.server.demo_stack import demo_stack
+from inhouse.launch.demo import demo_stack
 
 pytestmark = [needs_judge, pytest.mark.slow]
 SCALE = 0.1

@@ -10,7 +10,7 @@ from inhouse.drill.soak_virtual import (
     model_names,
     simulate_soak,
 )
-from inhouse.server.demo_stack import demo_stack
+from inhouse.launch.demo import demo_stack
 
 
 def _day(day: int, ttft: float, hit: float = 0.8) -> DayStats:

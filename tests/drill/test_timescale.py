@@ -13,8 +13,8 @@ from inhouse.drill.timescale import (
     scale_rules,
 )
 from inhouse.errors import SpecError
+from inhouse.launch.demo import demo_stack
 from inhouse.render.prometheus import render_prometheus
-from inhouse.server.demo_stack import demo_stack
 
 
 def test_durations_parse_and_format() -> None:

@@ -17,10 +17,10 @@ from inhouse.drill.soak_virtual import CRM_EXAMPLE, load_requirements, model_nam
 from inhouse.engine import Request
 from inhouse.engine.build import build_replica
 from inhouse.fleet import Fleet, replica_spec_for_pool
+from inhouse.launch.demo import demo_stack
 from inhouse.openai_errors import rejection_message
 from inhouse.plan.mix import MixedWorkload
 from inhouse.plan.verify import mixed_workload
-from inhouse.server.demo_stack import demo_stack
 from inhouse.spec.stack import StackSpec
 from inhouse.workload import WorkRequest
 

@@ -21,8 +21,8 @@ from tests.gateway.conftest import KEY, chat, engines, free_port, served, stack_
 from tests.gateway.test_failures import wait_for
 from tests.render.test_edge import ENVOY
 
+from inhouse.launch.edge import envoy_argv
 from inhouse.render.edge import Edge, render_envoy_yaml
-from inhouse.server.edge import envoy_argv
 from inhouse.spec.gateway import parse_gateway
 
 BINARY = ENVOY  # the same runnable-binary probe as the render tests

@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx
 
+from inhouse.launch.plan import gateway_process, plan_stack
 from inhouse.render import render_stack
 from inhouse.render.layout import engine_units
 from inhouse.render.prometheus_config import (
@@ -35,7 +36,6 @@ from inhouse.render.prometheus_config import (
     prometheus_config,
 )
 from inhouse.render.yamltext import dump_yaml
-from inhouse.server.stack_plan import gateway_process, plan_stack
 from inhouse.spec.catalog import get_gpu
 from inhouse.spec.stack import StackSpec, dump_stack
 

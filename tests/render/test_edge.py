@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from inhouse.errors import SpecError
+from inhouse.launch.edge import envoy_binary
 from inhouse.render import Rendered
 from inhouse.render.edge import Edge, envoy_config, render_envoy_yaml
-from inhouse.server.edge import envoy_binary
 from inhouse.spec.gateway import parse_gateway
 
 

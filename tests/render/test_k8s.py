@@ -11,8 +11,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from inhouse.engine_args import vllm_serve_args
 from inhouse.errors import SpecError
+from inhouse.launch.engine_args import vllm_serve_args
 from inhouse.render import Rendered, render_stack
 from inhouse.render.k8s_engine import TOPOLOGY_CHECK
 from inhouse.render.k8s_tracing import with_tracing

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from inhouse.engine_args import vllm_serve_args
+from inhouse.launch.engine_args import vllm_serve_args
 from inhouse.render import Rendered
 from inhouse.render.vllm import explained_flags, kubernetes_args, split_flags
 from inhouse.spec.load import load_stack

@@ -24,9 +24,9 @@ import pytest
 
 from inhouse.cli.engine import add_arguments, options_from_args
 from inhouse.engine.config import EngineConfig
-from inhouse.engine_args import simulated_engine_args, vllm_serve_args
 from inhouse.fleet import simulate_stack
-from inhouse.knob_flags import engine_flag, knobs_from_args
+from inhouse.launch.engine_args import simulated_engine_args, vllm_serve_args
+from inhouse.launch.knob_flags import engine_flag, knobs_from_args
 from inhouse.plan.mix import MixedWorkload
 from inhouse.server.serve import _load
 from inhouse.server.state import EngineOptions, EngineState

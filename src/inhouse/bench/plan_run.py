@@ -48,7 +48,7 @@ class PlanWorkload:
 
     def engine_metrics_urls(self, base_port: int, host: str = "127.0.0.1") -> tuple[str, ...]:
         """The `/metrics` of every engine `inhouse up` starts for the plan's stack."""
-        from inhouse.server.stack_plan import plan_stack
+        from inhouse.launch.plan import plan_stack
         from inhouse.spec.load import load_stack
 
         plan = plan_stack(load_stack(self.stack_path), base_port, host)

@@ -23,8 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from inhouse.engine_args import DEFAULT_ENGINE_BASE_PORT
 from inhouse.errors import SpecError
+from inhouse.launch.engine_args import DEFAULT_ENGINE_BASE_PORT
 
 COMMAND = "bench"
 HELP = "SLO benchmarks (vLLM bench metrics) against a live endpoint or the simulator"

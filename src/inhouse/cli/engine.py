@@ -4,9 +4,9 @@
 
 Timing comes from the engine core and the step-time model for the model, GPU, TP and
 quantization given, in wall-clock time. The knob flags are generated from the stack file's knob
-type (`inhouse.knob_flags`) and carry vLLM's names. With `--weights-dir` (and `--public-key`),
-the signed weights are verified first and the engine refuses to start, naming the file, when
-they were altered. See docs/engine.md.
+type (`inhouse.launch.knob_flags`) and carry vLLM's names. With `--weights-dir` (and
+`--public-key`), the signed weights are verified first and the engine refuses to start, naming
+the file, when they were altered. See docs/engine.md.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from inhouse.errors import InhouseError
-from inhouse.knob_flags import add_knob_arguments, knobs_from_args
+from inhouse.launch.knob_flags import add_knob_arguments, knobs_from_args
 from inhouse.server.serve import serve_engine
 from inhouse.server.state import EngineOptions
 from inhouse.server.tools import add_tool_arguments, tool_options

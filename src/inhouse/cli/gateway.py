@@ -18,8 +18,8 @@ import os
 import sys
 from pathlib import Path
 
-from inhouse.engine_args import DEFAULT_ENGINE_BASE_PORT
 from inhouse.errors import SpecError
+from inhouse.launch.engine_args import DEFAULT_ENGINE_BASE_PORT
 
 COMMAND = "gateway"
 HELP = "serve the tenant-aware, prefix-cache-aware gateway in front of a stack's engines"
@@ -102,7 +102,7 @@ def _create_key(args: argparse.Namespace) -> int:
 
 
 def _pool_urls(args: argparse.Namespace, stack: object) -> dict[str, list[str]]:
-    from inhouse.server.stack_plan import plan_stack
+    from inhouse.launch.plan import plan_stack
 
     if args.endpoints is not None:
         try:

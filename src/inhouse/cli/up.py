@@ -28,12 +28,12 @@ from pathlib import Path
 from types import FrameType
 
 from inhouse.cli._examples import example_lines
-from inhouse.engine_args import DEFAULT_ENGINE_BASE_PORT
 from inhouse.errors import InhouseError, SpecError
-from inhouse.server.demo_stack import demo_stack
-from inhouse.server.listeners import busy_ports
-from inhouse.server.stack_plan import ProcessSpec, StackPlan, gateway_process, plan_stack
-from inhouse.server.supervisor import Supervisor
+from inhouse.launch.demo import demo_stack
+from inhouse.launch.engine_args import DEFAULT_ENGINE_BASE_PORT
+from inhouse.launch.listeners import busy_ports
+from inhouse.launch.plan import ProcessSpec, StackPlan, gateway_process, plan_stack
+from inhouse.launch.supervisor import Supervisor
 from inhouse.spec.gateway import parse_gateway
 from inhouse.spec.load import load_stack
 from inhouse.spec.stack import StackSpec, dump_stack
@@ -290,7 +290,7 @@ def _free_port() -> int:
 def _edge_process(
     stack: StackSpec, args: argparse.Namespace, gateway: ProcessSpec, config: Path
 ) -> ProcessSpec:
-    from inhouse.server.edge import edge_concurrency, envoy_argv, envoy_binary
+    from inhouse.launch.edge import edge_concurrency, envoy_argv, envoy_binary
 
     tls = parse_gateway(stack.gateway).tls
     scheme = "https" if tls else "http"

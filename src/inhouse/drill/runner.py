@@ -29,11 +29,11 @@ from inhouse.drill.report import write_drill, write_summary
 from inhouse.drill.stack import LiveStack, drill_stack
 from inhouse.drill.timescale import check_factor, scale_rules
 from inhouse.errors import SpecError
+from inhouse.launch.demo import demo_stack
 from inhouse.render.layout import engine_layout
 from inhouse.render.prometheus import layout_rules, rule_files
 from inhouse.render.runbook import render_runbook
 from inhouse.render.yamltext import dump_yaml
-from inhouse.server.demo_stack import demo_stack
 from inhouse.spec.load import load_stack
 from inhouse.spec.stack import StackSpec
 

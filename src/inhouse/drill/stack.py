@@ -24,10 +24,10 @@ import httpx
 
 from inhouse.drill.judge import free_port
 from inhouse.drill.promconfig import drill_jobs
-from inhouse.engine_args import ATTACHED_KINDS, replica_env, simulated_engine_args
 from inhouse.errors import InhouseError
 from inhouse.gateway.keys import create_key, hash_key
-from inhouse.server.stack_plan import INHOUSE, INHOUSE_ENGINE, child_env, gateway_process
+from inhouse.launch.engine_args import ATTACHED_KINDS, replica_env, simulated_engine_args
+from inhouse.launch.plan import INHOUSE, INHOUSE_ENGINE, child_env, gateway_process
 from inhouse.spec.stack import PoolSpec, StackSpec, dump_stack, parse_stack
 
 HOST = "127.0.0.1"
@@ -195,7 +195,7 @@ class LiveStack:
         replica = self.replicas[name]
         if replica.is_running:
             raise StackError(f"replica {name} is already running")
-        env = child_env_for(replica_env(self.pool_of(name), replica.index))
+        env = child_env(replica_env(self.pool_of(name), replica.index))
         replica.process = _spawn(self.engine_argv(replica, load_time_s), env, replica.log)
         return replica
 
@@ -225,7 +225,7 @@ class LiveStack:
         if gateway is None:
             raise StackError("no `inhouse gateway` in this install")
         log = self.log_dir / "gateway.log"
-        self.gateway_proc = _spawn(gateway.argv, child_env(gateway), log)
+        self.gateway_proc = _spawn(gateway.argv, child_env(gateway.env), log)
         self._wait_url("gateway", self.gateway_url + "/health", self.gateway_proc, ready_timeout_s)
         self._start_dcgm(ready_timeout_s)
         return self
@@ -251,7 +251,7 @@ class LiveStack:
         ]
         for r in self.replicas.values():
             argv += ["--replica", f"{r.name}={','.join(map(str, r.gpus))}@{r.url}"]
-        proc = _spawn(argv, child_env_for({}), self.log_dir / "dcgm-exporter.log")
+        proc = _spawn(argv, child_env({}), self.log_dir / "dcgm-exporter.log")
         self._others.append(proc)
         self._wait_url("dcgm-exporter", f"http://{HOST}:{self.dcgm_port}/metrics", proc, timeout_s)
 
@@ -328,10 +328,3 @@ def _without_flag(args: list[str], flag: str) -> list[str]:
         else:
             out.append(arg)
     return out
-
-
-def child_env_for(extra: dict[str, str]) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(extra)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    return env

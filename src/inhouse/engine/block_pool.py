@@ -152,9 +152,6 @@ class BlockPool:
         # The first block that differs, found in one pass in C (`map` stops after `num`).
         return run[: list(map(ne, held, hashes)).index(True)]
 
-    def contains(self, block_hash: int) -> bool:
-        return block_hash in self._cached
-
     def allocate(self, num: int) -> list[int] | None:
         """Take `num` blocks from the head of the free queue, or `None` if there are too few."""
         if num > self._num_free:
@@ -214,7 +211,9 @@ class BlockPool:
 
         NOTE: the one-block allocation and the block-at-a-time caching below are inlined
         copies of `_allocate_few` and `cache_blocks` (the decode jumps' hot path: one call
-        instead of four measured ~10% of a simulated hour); keep them identical to those."""
+        instead of four measured ~10% of a simulated hour, `python
+        benchmarks/bench_fleet_speed.py`). tests/engine/test_block_pool.py checks `grow`
+        against a plain reference pool over random traffic."""
         num = num_blocks - len(block_ids)
         if num > 1:
             taken = self.allocate(num)

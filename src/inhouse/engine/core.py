@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from inhouse.engine.config import EngineConfig
 from inhouse.engine.rejection import Rejection, RejectionKind
-from inhouse.engine.request import Request, Status
+from inhouse.engine.request import Request, Status, record_token_steps
 from inhouse.engine.scheduler import Batch, Scheduler
 from inhouse.perf.step import StepModel
 
@@ -361,16 +361,9 @@ class EngineCore:
             request.num_computed_tokens += steps
             num_output = request.num_output_tokens + steps
             request.num_output_tokens = num_output
-            # Extend the request's last run of steps or start one; `Scheduler.update` does the
-            # same per step (keep the two identical).
-            runs = request.token_runs
-            if runs and runs[-1] == index:
-                runs[-1] = end_index
-            else:
-                runs.append(index)
-                runs.append(end_index)
             if num_output >= request.output_len:
                 finished.append(request)
+        record_token_steps(running, index, end_index)
         for request in finished:
             scheduler.finish(request, seen_s)
         emitted = list(running)

@@ -15,7 +15,7 @@ from inhouse.engine.config import EngineConfig
 from inhouse.engine.kv_cache import KVCacheManager
 from inhouse.engine.lora_slots import LoraSlots
 from inhouse.engine.queue import make_queue
-from inhouse.engine.request import FinishReason, Request, Status
+from inhouse.engine.request import FinishReason, Request, Status, record_token_steps
 from inhouse.engine.reservation import TokenReservation
 from inhouse.perf.step import StepShape
 
@@ -330,18 +330,12 @@ class Scheduler:
             emit(request)
             num_output += 1
             request.num_output_tokens = num_output
-            # NOTE: `EngineCore._fast_forward` extends runs the same way (keep the two identical).
-            runs = request.token_runs
-            if runs and runs[-1] == step_index:
-                runs[-1] = next_index
-            else:
-                runs.append(step_index)
-                runs.append(next_index)
             if request.first_token_s is None:
                 request.first_token_s = end_s
             if num_output >= request.output_len:
                 self.finish(request, end_s)
                 finished.append(request)
+        record_token_steps(emitted, step_index, next_index)
         if finished:
             self.running = [r for r in self.running if r.status is Status.RUNNING]
         return emitted, finished

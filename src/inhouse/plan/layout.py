@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -221,12 +220,3 @@ def fallback_need(req: WorkloadReq, profile: TrafficProfile, share: float) -> Po
         min_replicas=1,
         max_model_len=_max_model_len(profile, profile.max_prompt_tokens),
     )
-
-
-def workloads_of(needs: Sequence[PoolNeed]) -> list[str]:
-    out: list[str] = []
-    for need in needs:
-        for name in need.slos:
-            if name not in out:
-                out.append(name)
-    return out

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from inhouse.engine_args import vllm_serve_args
+from inhouse.launch.engine_args import vllm_serve_args
 from inhouse.render import layout
 from inhouse.render.grafana_boards import render_grafana
 from inhouse.render.k8s_cluster import render_cluster

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from inhouse.engine_args import ENGINE_KEEP_ALIVE_S, KEEP_ALIVE_ENV
+from inhouse.launch.engine_args import ENGINE_KEEP_ALIVE_S, KEEP_ALIVE_ENV
 from inhouse.render import layout
 from inhouse.render.k8s_init import TOPOLOGY_CHECK, init_containers
 from inhouse.render.layout import EngineLayout, EngineUnit

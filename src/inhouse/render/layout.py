@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from inhouse.engine_args import LORA_ROOT
 from inhouse.errors import SpecError
+from inhouse.launch.engine_args import LORA_ROOT
 from inhouse.perf.memory import weight_bytes
 from inhouse.spec.catalog import get_gpu, get_model
 from inhouse.spec.quant import normalize_quant
@@ -158,7 +158,7 @@ def model_dir(pool: PoolSpec) -> str:
 
 
 def lora_dir(adapter: str) -> str:
-    """Where `inhouse.engine_args` tells vLLM to find a LoRA adapter."""
+    """Where `inhouse.launch.engine_args` tells vLLM to find a LoRA adapter."""
     return f"{LORA_ROOT}/{adapter}"
 
 

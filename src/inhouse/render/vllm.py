@@ -1,6 +1,6 @@
 """The `vllm serve` command line of a pool, each flag with the reason it is there.
 
-The arguments themselves come from `inhouse.engine_args.vllm_serve_args`, the one place the
+The arguments themselves come from `inhouse.launch.engine_args.vllm_serve_args`, the one place the
 stack's knobs become vLLM flags, so `inhouse up` and the rendered manifests run the same
 command. This module adds the explanations and writes `vllm/<pool>.sh`. In Kubernetes the model
 (the first argument) is its directory on the node's NVMe cache instead of the stack's `model`.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from inhouse.engine_args import (
+from inhouse.launch.engine_args import (
     ENGINE_KEEP_ALIVE_S,
     KEEP_ALIVE_ENV,
     LORA_ROOT,

@@ -6,6 +6,9 @@ in 0..1, higher is better. The *picker* takes the weighted sum and the best cand
 to the first tied candidate at or after a rotating offset, so equal replicas share traffic
 instead of the lowest index taking it all.
 
+The plugins live one per file in `filters/`, `scorers/` and `pickers/`, each with a header
+saying what it scores or keeps, from which signal, at what cost; `policies/` composes them.
+
 A policy chooses; it never mutates state in `choose`. What it learns from a decision (an index
 entry, an in-flight estimate, the round-robin position) it records in `observe`, called once the
 request was actually dispatched, and forgets in `on_first_token` / `on_finish`. The live gateway
@@ -18,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from inhouse.routing.pickers.max_score import pick_max_score
 from inhouse.routing.view import Decision, ReplicaView, RequestView
 
 
@@ -63,7 +67,8 @@ class Policy:
         self._num_observed = 0
 
     def choose(self, request: RequestView, replicas: Sequence[ReplicaView]) -> Decision | None:
-        """The replica for `request`, or None when no replica is healthy."""
+        """The replica for `request`, or None when no replica is healthy. One candidate left
+        needs no scores: the picker could only take it."""
         candidates = [view for view in replicas if view.is_healthy]
         for keep in self.filters:
             if len(candidates) <= 1:
@@ -74,14 +79,19 @@ class Policy:
         if not candidates:
             return None
         prepared = self.prepare(request, candidates)
-        totals = [0.0] * len(candidates)
+        if len(candidates) == 1:
+            return self.explain(request, candidates, prepared, 0)
+        totals: list[float] | None = None
         for scorer, weight in self.scorers:
             scores = scorer(request, candidates, prepared)
             assert min(scores) >= -1e-9 and max(scores) <= 1 + 1e-9, (
                 f"{self.name}: a score outside 0..1 in {scores}"
             )
-            totals = [total + weight * score for total, score in zip(totals, scores, strict=True)]
-        best = self.pick(totals)
+            if totals is None:  # `0.0 +`: the same sums as adding to a list of zeros
+                totals = [0.0 + weight * score for score in scores]
+            else:
+                totals = [t + weight * score for t, score in zip(totals, scores, strict=True)]
+        best = self.pick(totals or [0.0] * len(candidates))
         return self.explain(request, candidates, prepared, best)
 
     def prepare(self, request: RequestView, candidates: list[ReplicaView]) -> object:
@@ -89,14 +99,7 @@ class Policy:
 
     def pick(self, totals: list[float]) -> int:
         """Position of the best total; ties rotate with the number of decisions observed."""
-        top = max(totals)
-        n = len(totals)
-        start = self._num_observed % n
-        for k in range(n):
-            i = (start + k) % n
-            if totals[i] >= top - 1e-12:
-                return i
-        raise AssertionError("unreachable: some total equals the maximum")
+        return pick_max_score(totals, self._num_observed)
 
     def explain(
         self, request: RequestView, candidates: list[ReplicaView], prepared: object, best: int
@@ -112,36 +115,3 @@ class Policy:
 
     def on_finish(self, request_id: str) -> None:
         """The request finished, failed or was aborted."""
-
-
-def least_inflight_score(
-    request: RequestView, candidates: list[ReplicaView], prepared: object
-) -> list[float]:
-    """1 for an idle replica, falling linearly with in-flight requests to 0 at 1 + the most."""
-    most = max(view.num_inflight for view in candidates) + 1
-    return [1.0 - view.num_inflight / most for view in candidates]
-
-
-def keep_under_load_ceiling(load_factor: float, slack: float) -> Filter:
-    """Bounded load (consistent hashing with bounded loads, as SGLang's `prefix_hash`): keep
-    replicas that would stay at or under `max(load_factor * mean, mean + slack)` in-flight
-    requests after taking this one, the mean taken over the candidates after the dispatch. The
-    least loaded replica always stays."""
-
-    def keep(request: RequestView, candidates: list[ReplicaView]) -> list[ReplicaView]:
-        loads = [view.num_inflight for view in candidates]
-        mean = (sum(loads) + 1) / len(loads)
-        ceiling = max(load_factor * mean, mean + slack, min(loads) + 1)
-        return [view for view in candidates if view.num_inflight + 1 <= ceiling + 1e-9]
-
-    return keep
-
-
-def keep_kv_below(ceiling: float) -> Filter:
-    """Keep replicas whose KV usage is below `ceiling`; all of them if none is."""
-
-    def keep(request: RequestView, candidates: list[ReplicaView]) -> list[ReplicaView]:
-        kept = [view for view in candidates if view.kv_usage < ceiling]
-        return kept or candidates
-
-    return keep

@@ -6,9 +6,12 @@ import inspect
 from collections.abc import Mapping
 
 from inhouse.errors import SpecError
-from inhouse.routing.basic import LeastLoaded, RoundRobin, SessionAffinity
-from inhouse.routing.cache_aware import CacheAware, Oracle
 from inhouse.routing.framework import Policy, PolicyContext
+from inhouse.routing.policies.cache_aware import CacheAware
+from inhouse.routing.policies.least_loaded import LeastLoaded
+from inhouse.routing.policies.oracle import Oracle
+from inhouse.routing.policies.round_robin import RoundRobin
+from inhouse.routing.policies.session import SessionAffinity
 
 POLICIES: dict[str, type[Policy]] = {
     "round_robin": RoundRobin,

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 
 import uvicorn
 
-from inhouse.engine_args import KEEP_ALIVE_ENV
 from inhouse.errors import SpecError
+from inhouse.launch.engine_args import KEEP_ALIVE_ENV
 from inhouse.server.admin_app import create_admin_app
 from inhouse.server.engine_app import create_engine_app
 from inhouse.server.state import EngineOptions, EngineState

@@ -3,8 +3,8 @@
 `EngineKnobs` is what a stack pool's `knobs:` holds. The same value, unchanged and unrenamed,
 is resolved by `engine.build_replica` into the engine core's `EngineConfig` (so the fleet
 simulator and the simulated engine run it alike), becomes `inhouse engine`'s flags (generated
-from the fields by `inhouse.knob_flags`, parsed back by the same module) and `vllm serve`'s
-arguments (`inhouse.engine_args`).
+from the fields by `inhouse.launch.knob_flags`, parsed back by the same module) and `vllm serve`'s
+arguments (`inhouse.launch.engine_args`).
 
 Each field carries a `Knob` saying where it acts:
 
@@ -41,7 +41,7 @@ class Knob:
     * `acts`: the places it changes (see the module docstring).
     * `flag`: `inhouse engine`'s flag for it ('' for a vLLM-only knob); vLLM's own by default.
     * `vllm_flag`: vLLM's flag when it differs from `flag` ('' when rendered by hand or not
-      at all: see `inhouse.knob_flags.vllm_knob_args`).
+      at all: see `inhouse.launch.knob_flags.vllm_knob_args`).
     * `always`: rendered for vLLM even at its default (vLLM's own default differs).
     * `explicit`: rendered for vLLM when the stack file sets it, even to the default (vLLM's
       default varies by platform; unset, the platform's is left alone).

@@ -26,7 +26,7 @@ from inhouse.drill.load import BEFORE, Load, count, samples
 from inhouse.drill.probes import health_code, wait_healthy
 from inhouse.drill.stack import LOAD_TENANT
 from inhouse.drill.watch import RouteWatch
-from inhouse.server.stack_plan import INHOUSE
+from inhouse.launch.plan import INHOUSE
 
 SHARD = "model-00002-of-00003.safetensors"
 SHARD_BYTES = 2 * 1024 * 1024

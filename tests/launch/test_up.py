@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from inhouse.errors import SpecError
-from inhouse.server.demo_stack import demo_stack
-from inhouse.server.stack_plan import plan_stack
+from inhouse.launch.demo import demo_stack
+from inhouse.launch.plan import plan_stack
 from inhouse.spec.stack import parse_stack
 
 UP = [sys.executable, "-m", "inhouse.cli.up"]

@@ -22,8 +22,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from inhouse.server.listeners import is_own_listener
-from inhouse.server.stack_plan import ProcessSpec, child_env
+from inhouse.launch.listeners import is_own_listener
+from inhouse.launch.plan import ProcessSpec, child_env
 
 
 @dataclass
@@ -60,7 +60,7 @@ class Supervisor:
             with log_path.open("ab") as handle:
                 process = subprocess.Popen(
                     spec.argv,
-                    env=child_env(spec),
+                    env=child_env(spec.env),
                     stdout=handle,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
@@ -69,7 +69,7 @@ class Supervisor:
         else:
             process = subprocess.Popen(
                 spec.argv,
-                env=child_env(spec),
+                env=child_env(spec.env),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

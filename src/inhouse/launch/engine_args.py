@@ -2,7 +2,7 @@
 
 * `vllm_serve_args(stack, pool, replica_index, port)`: the arguments that follow `vllm serve`
   for one replica of a pool (the model first, then flags). `up` runs them; `render` puts them in
-  Kubernetes manifests. Knob flags come from the knob type (`inhouse.knob_flags`): a knob is
+  Kubernetes manifests. Knob flags come from the knob type (`inhouse.launch.knob_flags`): a knob is
   rendered when it differs from its default or is marked `always`; `knobs.extra_args` come
   last, so they win. Tool calling is on where the model's family has a parser (a catalog
   field); tracing where `knobs.otlp_traces_endpoint` is set.
@@ -20,7 +20,7 @@ so `usage.prompt_tokens_details.cached_tokens` reports prefix-cache hits to clie
 
 from __future__ import annotations
 
-from inhouse.knob_flags import fmt_number, simulated_knob_args, vllm_knob_args
+from inhouse.launch.knob_flags import fmt_number, simulated_knob_args, vllm_knob_args
 from inhouse.spec.catalog import find_catalog_model
 from inhouse.spec.stack import PoolSpec, StackSpec
 

@@ -1,7 +1,8 @@
 """What `inhouse up` runs for a stack: engine processes, attached URLs, and the gateway hook.
 
-Pure apart from probing which launchers exist. `plan_stack` turns a stack into `ProcessSpec`s
-(command, environment, URL) and the engine URLs of every pool; `Supervisor` runs them.
+Pure apart from probing which launchers exist (and `child_env` reading ours). `plan_stack` turns
+a stack into `ProcessSpec`s (command, environment, URL) and the engine URLs of every pool;
+`launch.supervisor.Supervisor` runs them.
 
 Gateway hook: `gateway_process` returns the gateway's process once the `inhouse gateway`
 command exists (a module `inhouse.cli.gateway`), else None. It gets the stack file, a JSON file
@@ -20,14 +21,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from inhouse.engine_args import (
+from inhouse.errors import SpecError
+from inhouse.launch.engine_args import (
     ATTACHED_KINDS,
     replica_env,
     replica_ports,
     simulated_engine_args,
     vllm_serve_args,
 )
-from inhouse.errors import SpecError
 from inhouse.spec.stack import StackSpec
 
 INHOUSE = [sys.executable, "-m", "inhouse.cli.main"]
@@ -137,8 +138,9 @@ def gateway_process(
     return ProcessSpec("gateway", "gateway", argv, f"http://{host}:{port}")
 
 
-def child_env(spec: ProcessSpec) -> dict[str, str]:
+def child_env(extra: Mapping[str, str]) -> dict[str, str]:
+    """A child's environment: ours, with `extra` (a `ProcessSpec.env`) over it, unbuffered."""
     env = dict(os.environ)
-    env.update(spec.env)
+    env.update(extra)
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env

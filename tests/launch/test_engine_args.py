@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from inhouse.engine_args import (
+from inhouse.launch.engine_args import (
     replica_env,
     replica_ports,
     simulated_engine_args,

@@ -1,43 +1,13 @@
-"""The load-only policies: `round_robin`, `least_loaded` and `session`."""
+"""Policy `session`: session affinity, else as `least_loaded`."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from inhouse.routing.framework import Policy, PolicyContext, least_inflight_score
+from inhouse.routing.framework import Policy, PolicyContext
+from inhouse.routing.scorers.inflight import least_inflight_score
 from inhouse.routing.view import Decision, ReplicaView, RequestView
-
-
-class RoundRobin(Policy):
-    """`round_robin`: the healthy replicas in turn, whatever their load or cache.
-
-    Algorithm: the *k*-th dispatched request goes to healthy candidate `k mod n`. No
-    parameters. The position advances in `observe`, so asking twice gives the same answer.
-    """
-
-    name = "round_robin"
-
-    def choose(self, request: RequestView, replicas: Sequence[ReplicaView]) -> Decision | None:
-        healthy = [view for view in replicas if view.is_healthy]
-        if not healthy:
-            return None
-        return Decision(healthy[self._num_observed % len(healthy)].index, self.name)
-
-
-class LeastLoaded(Policy):
-    """`least_loaded`: the healthy replica with the fewest in-flight requests.
-
-    Algorithm: one scorer, `1 - inflight / (max_inflight + 1)`; ties rotate. In-flight counts
-    are the router's own (incremented at dispatch), the cure for the hot-spotting every router
-    that counted only after the decision or from stale scrapes suffered. No parameters.
-    """
-
-    name = "least_loaded"
-
-    def __init__(self, context: PolicyContext) -> None:
-        super().__init__(context)
-        self.scorers = ((least_inflight_score, 1.0),)
 
 
 class SessionAffinity(Policy):

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from inhouse.errors import SpecError
-from inhouse.server.edge import envoy_binary
+from inhouse.launch.edge import envoy_binary
 
 UP = [sys.executable, "-m", "inhouse.cli.up"]
 

@@ -12,12 +12,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from tests.server.test_compat import vllm_python
 
-from inhouse.engine_args import vllm_serve_args
+from inhouse.launch.engine_args import vllm_serve_args
 from inhouse.spec.load import load_stack
 from inhouse.spec.stack import parse_stack
-
-from .test_compat import vllm_python
 
 pytestmark = pytest.mark.vllm
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from inhouse.server.listeners import busy_ports, is_own_listener, listener_pids
-from inhouse.server.stack_plan import ProcessSpec
-from inhouse.server.supervisor import Supervisor
+from inhouse.launch.listeners import busy_ports, is_own_listener, listener_pids
+from inhouse.launch.plan import ProcessSpec
+from inhouse.launch.supervisor import Supervisor
 
 UP = [sys.executable, "-m", "inhouse.cli.up"]
 
