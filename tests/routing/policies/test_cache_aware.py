@@ -1,12 +1,11 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
 
 import pytest
 from tests.routing.policies.pool import BS, SYSTEM, Pool, request
 
-from inhouse.routing import CacheAware, Decision, Policy, ReplicaView, RequestView
+from inhouse.routing import Decision, Policy
 
 
 def test_cache_aware_follows_a_session_to_the_replica_holding_its_history() -> None:
@@ -86,62 +85,11 @@ def test_cache_aware_index_respects_its_cap() -> None:
     assert all(i.num_blocks <= 1000 for i in pool.policy.indexes)  # type: ignore[attr-defined]
 
 
-def written_out_choose(
-    policy: Policy,
-    request: RequestView,
-    replicas: Sequence[ReplicaView],
-    load_factor: float = 1.3,
-    load_slack: float = 3.0,
-    kv_ceiling: float = 0.95,
-    weights: tuple[float, float] = (2.0, 1.0),
-) -> Decision | None:
-    """`cache_aware`'s decision written out in one pass: the arithmetic `CacheAware.choose`
-    carried beside the generic pipeline until issue 21, kept here as the reference."""
-    assert isinstance(policy, CacheAware)
-    candidates = [view for view in replicas if view.is_healthy]
-    n = len(candidates)
-    if n == 0:
-        return None
-    if n > 1:  # keep_under_load_ceiling, then keep_kv_below
-        loads = [view.num_inflight for view in candidates]
-        mean = (sum(loads) + 1) / n
-        ceiling = max(load_factor * mean, mean + load_slack, min(loads) + 1)
-        ceiling += 1e-9
-        candidates = [view for view in candidates if view.num_inflight + 1 <= ceiling]
-        if len(candidates) > 1:
-            candidates = [v for v in candidates if v.kv_usage < kv_ceiling] or candidates
-        n = len(candidates)
-    bs = policy.context.block_size
-    pending = policy.pending_tokens
-    if request.block_hashes:
-        matched = [policy.matched_blocks(request, view) for view in candidates]
-        common = min(matched)
-        saved = [(m - common) * bs for m in matched]
-    else:
-        matched = saved = [0] * n
-    load = [pending[v.index] + policy.request_cost_tokens * v.num_inflight for v in candidates]
-    scale = max(max(saved), max(load), 1.0)
-    prefix_weight, load_weight = weights
-    totals = [
-        (0.0 + prefix_weight * (saved[i] / scale)) + load_weight * (1.0 - load[i] / scale)
-        for i in range(n)
-    ]
-    top = max(totals)
-    start = policy._num_observed % n
-    best = 0
-    for k in range(n):
-        best = (start + k) % n
-        if totals[best] >= top - 1e-12:
-            break
-    reason = "cache_hit" if saved[best] > 0 else "load"
-    return Decision(candidates[best].index, reason, matched[best])
-
-
 @pytest.mark.parametrize("name", ["cache_aware", "oracle"])
-def test_the_pipeline_decides_as_the_written_out_arithmetic(name: str) -> None:
+def test_the_written_out_choose_decides_as_the_pipeline(name: str) -> None:
     """`CacheAware.choose` is `Policy.choose` over the `load_ceiling` and `kv_ceiling` filters,
-    the `prefix` and `load` scorers and the `max_score` picker: on random loads, KV usage,
-    health, cached prefixes and ties it decides as the cost arithmetic written out does."""
+    the `prefix` and `load` scorers and the `max_score` picker, written out: on random loads, KV
+    usage, health, cached prefixes and ties the two decide the same."""
     import random
 
     rng = random.Random(11)
@@ -166,5 +114,4 @@ def test_the_pipeline_decides_as_the_written_out_arithmetic(name: str) -> None:
             pool.kv = [rng.choice([0.1, 0.5, 0.96, 0.99]) for _ in range(n)]
             probe = request("probe", [(rng.randint(0, 3), BS * rng.randint(0, 6))])
             views = pool.views()
-            expected = written_out_choose(pool.policy, probe, views, load_slack=slack)
-            assert pool.policy.choose(probe, views) == expected
+            assert pool.policy.choose(probe, views) == Policy.choose(pool.policy, probe, views)

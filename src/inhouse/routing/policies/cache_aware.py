@@ -82,6 +82,10 @@ class CacheAware(Policy):
         assert prefix_weight >= 0 and load_weight >= 0, "weights must be non-negative"
         assert load_factor >= 1.0, "load_factor must be at least 1"
         self.request_cost_tokens = request_cost_tokens
+        self._load_factor = load_factor
+        self._load_slack = load_slack
+        self._kv_ceiling = kv_ceiling
+        self._weights = (prefix_weight, load_weight)
         self.filters = (
             keep_under_load_ceiling(load_factor, load_slack),
             keep_kv_below(kv_ceiling),
@@ -94,6 +98,56 @@ class CacheAware(Policy):
 
     def matched_blocks(self, request: RequestView, view: ReplicaView) -> int:
         return self.indexes[view.index].match(request.block_hashes)
+
+    def choose(self, request: RequestView, replicas: Sequence[ReplicaView]) -> Decision | None:
+        """`Policy.choose` over this policy's filters, scorers and picker, written out in one
+        pass: the same decision bit for bit (the same arithmetic in the same order), measured
+        cheaper on the gateway's path. The generic pipeline cost 3.3 µs more per decision
+        (timeit of `policy.choose`, 2 replicas 8.0-8.9 against 5.1-5.6 µs; gateway placement p50
+        12.0 against 8.7 µs, `python benchmarks/bench_gateway_admission.py`). A twin kept for
+        that reason: `tests/routing/policies/test_cache_aware.py::
+        test_the_written_out_choose_decides_as_the_pipeline` compares the two on random states,
+        and `Policy.choose` (with `prepare`, the scorers, the picker and `explain`) stays the
+        definition."""
+        candidates = [view for view in replicas if view.is_healthy]
+        n = len(candidates)
+        if n == 0:
+            return None
+        if n > 1:  # keep_under_load_ceiling, then keep_kv_below
+            loads = [view.num_inflight for view in candidates]
+            mean = (sum(loads) + 1) / n
+            ceiling = max(self._load_factor * mean, mean + self._load_slack, min(loads) + 1)
+            ceiling += 1e-9
+            candidates = [view for view in candidates if view.num_inflight + 1 <= ceiling]
+            if len(candidates) > 1:
+                kv_ceiling = self._kv_ceiling
+                candidates = [v for v in candidates if v.kv_usage < kv_ceiling] or candidates
+            n = len(candidates)
+        bs = self.context.block_size  # prepare, the two scorers and the picker
+        per_request = self.request_cost_tokens
+        pending = self._pending_tokens
+        if request.block_hashes:
+            matched = [self.matched_blocks(request, view) for view in candidates]
+            common = min(matched)
+            saved = [(m - common) * bs for m in matched]
+        else:  # nothing to match: every replica holds the same (no) prefix
+            matched = saved = [0] * n
+        load = [pending[view.index] + per_request * view.num_inflight for view in candidates]
+        scale = max(max(saved), max(load), 1.0)
+        prefix_weight, load_weight = self._weights
+        totals = [
+            (0.0 + prefix_weight * (saved[i] / scale)) + load_weight * (1.0 - load[i] / scale)
+            for i in range(n)
+        ]
+        top = max(totals)
+        start = self._num_observed % n
+        best = 0
+        for k in range(n):
+            best = (start + k) % n
+            if totals[best] >= top - 1e-12:
+                break
+        reason = "cache_hit" if saved[best] > 0 else "load"
+        return Decision(candidates[best].index, reason, matched[best])
 
     def prepare(self, request: RequestView, candidates: list[ReplicaView]) -> PrefillEstimate:
         return estimate_prefill(
