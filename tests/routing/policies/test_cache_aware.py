@@ -86,7 +86,7 @@ def test_cache_aware_index_respects_its_cap() -> None:
 
 
 @pytest.mark.parametrize("name", ["cache_aware", "oracle"])
-def test_the_written_out_choose_decides_as_the_pipeline(name: str) -> None:
+def test_the_written_out_choose_decides_as_the_generic_pipeline(name: str) -> None:
     """`CacheAware.choose` is `Policy.choose` over the `load_ceiling` and `kv_ceiling` filters,
     the `prefix` and `load` scorers and the `max_score` picker, written out: on random loads, KV
     usage, health, cached prefixes and ties the two decide the same."""

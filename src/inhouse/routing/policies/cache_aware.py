@@ -105,9 +105,9 @@ class CacheAware(Policy):
         cheaper on the gateway's path. The generic pipeline cost 3.3 µs more per decision
         (timeit of `policy.choose`, 2 replicas 8.0-8.9 against 5.1-5.6 µs; gateway placement p50
         12.0 against 8.7 µs, `python benchmarks/bench_gateway_admission.py`). A twin kept for
-        that reason: `tests/routing/policies/test_cache_aware.py::
-        test_the_written_out_choose_decides_as_the_pipeline` compares the two on random states,
-        and `Policy.choose` (with `prepare`, the scorers, the picker and `explain`) stays the
+        that reason: `test_the_written_out_choose_decides_as_the_generic_pipeline` (in
+        tests/routing/policies/test_cache_aware.py) compares the two on random states, and
+        `Policy.choose` (with `prepare`, the scorers, the picker and `explain`) stays the
         definition."""
         candidates = [view for view in replicas if view.is_healthy]
         n = len(candidates)
