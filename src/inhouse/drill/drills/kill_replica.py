@@ -15,7 +15,7 @@ import time
 from inhouse.bench.metrics import RequestResult
 from inhouse.drill.context import DrillContext
 from inhouse.drill.load import BEFORE, MID, Load, count, cut_at, p95_ttft_ms, samples
-from inhouse.drill.probes import engine_value, wait_healthy
+from inhouse.drill.probes import engine_value, loaded_at, wait_healthy
 from inhouse.drill.receiver import Notified
 from inhouse.drill.stack import LOAD_TENANT
 from inhouse.drill.watch import RouteWatch
@@ -55,7 +55,7 @@ async def run(ctx: DrillContext) -> None:
         t_restart = time.perf_counter()
         ctx.stack.start_replica(victim.name, load_time_s=load_time)
         ctx.event(f"restart {victim.name} (model load {load_time:g} s)")
-        t_ready = await wait_healthy(victim.url, load_time + 60)
+        t_ready = await _wait_loaded(ctx, victim.url, victim.admin_url, load_time + 60)
         ctx.event(f"{victim.name} /health 200")
         resolved = await ctx.wait_resolved(fired, 30.0) if fired else None
         ctx.record_alert(ALERT, fired, resolved)
@@ -64,7 +64,7 @@ async def run(ctx: DrillContext) -> None:
         t_term, t_exit, code = await _drain(ctx, victim.name)
         ctx.stack.start_replica(victim.name, load_time_s=load_time)
         ctx.event(f"restart {victim.name} (model load {load_time:g} s)")
-        t_back = await wait_healthy(victim.url, load_time + 60)
+        t_back = await _wait_loaded(ctx, victim.url, victim.admin_url, load_time + 60)
         ctx.event(f"{victim.name} back after drain")
         await ctx.sleep(settle)
     finally:
@@ -82,6 +82,26 @@ async def run(ctx: DrillContext) -> None:
     )
     _check_drain(ctx, results, watch, index, t_term, t_exit, code, window)
     _check_rejoin(ctx, watch, index, t_exit or t_term, t_back, "after the drain")
+
+
+async def _wait_loaded(
+    ctx: DrillContext, url: str, admin_url: str, timeout_s: float
+) -> float | None:
+    """When the restarted replica turned /health 200, by its own clock: the drill's probe sees
+    it later, and under load much later, while the gateway (probing on its own) may rightly
+    route to it before the drill looks. None if it never did, or does not say."""
+    seen = await wait_healthy(url, timeout_s)
+    if seen is None:
+        return None
+    at = await loaded_at(admin_url)
+    if at is None:
+        ctx.result.notes.append(f"{admin_url}/loaded did not say when /health turned 200")
+        return None
+    ctx.result.notes.append(
+        f"{url}/health 200 at {at - ctx.t0:.2f} s by the replica's clock; the drill's own "
+        f"probe saw it {seen - at:.2f} s later"
+    )
+    return at
 
 
 async def _wait_busy(url: str, timeout_s: float) -> None:
@@ -174,12 +194,15 @@ def _check_rejoin(
     t_ready: float | None,
     phase: str,
 ) -> None:
+    """`t_ready`: when the replica turned /health 200, by its own clock. Routing decisions
+    counted before it are certain: a sample's time is when its scrape came back, after the
+    gateway counted what it shows."""
     res = ctx.result
     if t_ready is None:
         res.check(f"rejoin {phase}", "the replica's /health turns 200", "never healthy", False)
         return
-    early = watch.routed_count(index, t_start, t_ready - 0.3)
-    joined = watch.first_healthy(index, t_ready - 0.3)
+    early = watch.routed_count(index, t_start, t_ready)
+    joined = watch.first_healthy(index, t_ready)
     res.check(
         f"rejoins only once healthy ({phase})",
         "no request routed to it before /health is 200; the gateway takes it back after",
