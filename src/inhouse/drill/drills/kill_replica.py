@@ -72,7 +72,7 @@ async def run(ctx: DrillContext) -> None:
         await watch.stop()
     res.samples = samples(results, ctx.t0)
     _check_kill(ctx, results, watch, index, (t_kill, t_restart), window, fired)
-    _check_rejoin(ctx, watch, index, t_restart, t_ready, "after SIGKILL")
+    _check_rejoin(ctx, watch, index, (t_kill, t_restart), t_ready, "after SIGKILL")
     degraded_p95 = p95_ttft_ms(results, t_kill + window, t_restart)
     res.check(
         "degraded p95 TTFT",
@@ -81,7 +81,7 @@ async def run(ctx: DrillContext) -> None:
         degraded_p95 is not None and degraded_p95 <= p.degraded_ttft_slo_ms,
     )
     _check_drain(ctx, results, watch, index, t_term, t_exit, code, window)
-    _check_rejoin(ctx, watch, index, t_exit or t_term, t_back, "after the drain")
+    _check_rejoin(ctx, watch, index, (t_term, t_exit or t_term), t_back, "after the drain")
 
 
 async def _wait_loaded(
@@ -190,25 +190,33 @@ def _check_rejoin(
     ctx: DrillContext,
     watch: RouteWatch,
     index: str,
-    t_start: float,
+    span: tuple[float, float],
     t_ready: float | None,
     phase: str,
 ) -> None:
-    """`t_ready`: when the replica turned /health 200, by its own clock. Routing decisions
-    counted before it are certain: a sample's time is when its scrape came back, after the
-    gateway counted what it shows."""
+    """`span`: the fault (SIGKILL, SIGTERM) and the moment the replica was gone (restarted,
+    exited); `t_ready`: when it turned /health 200, by its own clock. A routing decision is
+    early when the gateway made it after it had taken the replica out (its own health gauge,
+    0) or after it was gone, whichever is later, and before `t_ready`. Before the gateway
+    takes a dead replica out it may route there within its health window: the kill and drain
+    checks bound that. A decision a scrape shows is certain: a sample's time is when its
+    scrape came back, after the gateway counted what it shows."""
     res = ctx.result
     if t_ready is None:
         res.check(f"rejoin {phase}", "the replica's /health turns 200", "never healthy", False)
         return
-    early = watch.routed_count(index, t_start, t_ready)
+    t_fault, t_gone = span
+    left = watch.first_unhealthy(index, t_fault)
+    early = watch.routed_count(index, max(t_gone, left if left is not None else t_gone), t_ready)
     joined = watch.first_healthy(index, t_ready)
     res.check(
         f"rejoins only once healthy ({phase})",
         "no request routed to it before /health is 200; the gateway takes it back after",
-        f"{early:.0f} routed before ready; back in the gateway "
+        f"{early:.0f} routed before ready"
+        + ("; the gateway never took it out" if left is None else "")
+        + "; back in the gateway "
         + ("never" if joined is None else f"{joined - t_ready:+.1f} s after ready"),
-        early == 0 and joined is not None,
+        early == 0 and joined is not None and left is not None,
     )
 
 
@@ -236,7 +244,11 @@ def _check_drain(
         f"exit code {code}",
         code == 0,
     )
-    last = watch.last_routed(index, t_term + 0.5, t_exit or float("inf"))
+    # Until the gateway takes it out, exited or not (a quick drain ends before the health
+    # window does); the rejoin check counts what comes after.
+    left = watch.first_unhealthy(index, t_term)
+    until = max(t_exit or float("inf"), left if left is not None else float("inf"))
+    last = watch.last_routed(index, t_term + 0.5, until + 1e-6)  # the sample at `left` too
     res.check(
         "drain: no new requests to the draining replica",
         f"no routing decision to it later than {window:g} s after SIGTERM",
