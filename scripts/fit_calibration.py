@@ -191,6 +191,7 @@ def write_table(path: Path, table: dict[str, EngineConstants], notes: dict[str, 
             fitted_on=notes[engine],
             mixed_batches=constants.mixed_batches,
             reserve_new_tokens=constants.reserve_new_tokens,
+            memory_rule=constants.memory_rule,
         )
         if constants.batched_tokens_by_hbm_gib:
             block["batched_tokens_by_hbm_gib"] = dict(constants.batched_tokens_by_hbm_gib)
