@@ -222,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{len(corpus.rows)} runs ({len(corpus.duplicates)} duplicate rows dropped, "
         f"{len(corpus.corrected)} layouts corrected); left out: {len(screened.invalid)} "
-        f"invalid, {len(screened.unfit)} do not fit, {len(screened.implausible)} implausible"
+        f"invalid, {len(screened.unfit)} do not fit, {len(screened.implausible)} implausible, "
+        f"{len(screened.queued)} queued in front of the engine"
     )
     rows = [r for r in screened.usable if r.gpu != args.holdout]
     base = load_engine_table(args.start.read_text("utf-8"))
