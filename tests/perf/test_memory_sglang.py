@@ -6,6 +6,7 @@ import pytest
 
 from inhouse.calibration.corpus import HARNESS_HEADROOM_TOKENS
 from inhouse.engine.build import ReplicaSpec, build_replica
+from inhouse.errors import DoesNotFitError
 from inhouse.perf.memory import (
     CUDA_CONTEXT_BYTES,
     MIB,
@@ -102,3 +103,12 @@ def test_sglang_replica_sizes_kv_by_its_rule_and_vllm_by_its_own() -> None:
     assert vllm.memory.usable_bytes_per_gpu == pytest.approx(B200.hbm_bytes * 0.9)
     assert vllm.memory.reserve_bytes_per_gpu > 0
     assert replica.memory.kv_bytes_per_gpu > 3 * vllm.memory.kv_bytes_per_gpu
+
+
+def test_a_reserve_that_takes_the_whole_gpu_is_refused_with_the_fix() -> None:
+    small = get_gpu("l40s")
+    fraction = sglang_mem_fraction_static(small, ParallelLayout(tp=1), 40_000, 8)
+    assert fraction <= 0
+    quant = resolve_weight_quants("fp8", False)
+    with pytest.raises(DoesNotFitError, match="lower the prefill budget"):
+        plan_memory(get_model("Llama-3.1-8B"), small, 1, quant, mem_fraction_static=fraction)

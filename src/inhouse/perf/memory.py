@@ -227,6 +227,12 @@ def plan_memory(
         raise DoesNotFitError(
             f"gpu_memory_utilization={gpu_memory_utilization} must be in (0, 1]; vLLM uses 0.9"
         )
+    if mem_fraction_static is not None and not 0 < mem_fraction_static <= 1:
+        raise DoesNotFitError(
+            f"mem_fraction_static={mem_fraction_static}: SGLang's reserve for activations and "
+            f"CUDA graphs takes all of a {gpu.name}'s memory; lower the prefill budget "
+            "(max_num_batched_tokens) or max_num_seqs"
+        )
     layout = as_layout(tp)
     quants = _as_quants(quant)
     weights = weight_bytes_per_gpu(model, quants, layout)
