@@ -114,6 +114,7 @@ def _read(path: Path) -> Screening:
         ("invalid layout", screened.invalid),
         ("does not fit", screened.unfit),
         ("faster than the hardware allows", screened.implausible),
+        ("queued in front of the engine", screened.queued),
     ):
         print(f"  left out, {label}: {len(items)}")
         for row, why in items[:3]:

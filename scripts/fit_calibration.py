@@ -191,6 +191,7 @@ def write_table(path: Path, table: dict[str, EngineConstants], notes: dict[str, 
             fitted_on=notes[engine],
             mixed_batches=constants.mixed_batches,
             reserve_new_tokens=constants.reserve_new_tokens,
+            memory_rule=constants.memory_rule,
         )
         if constants.batched_tokens_by_hbm_gib:
             block["batched_tokens_by_hbm_gib"] = dict(constants.batched_tokens_by_hbm_gib)
@@ -221,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{len(corpus.rows)} runs ({len(corpus.duplicates)} duplicate rows dropped, "
         f"{len(corpus.corrected)} layouts corrected); left out: {len(screened.invalid)} "
-        f"invalid, {len(screened.unfit)} do not fit, {len(screened.implausible)} implausible"
+        f"invalid, {len(screened.unfit)} do not fit, {len(screened.implausible)} implausible, "
+        f"{len(screened.queued)} queued in front of the engine"
     )
     rows = [r for r in screened.usable if r.gpu != args.holdout]
     base = load_engine_table(args.start.read_text("utf-8"))

@@ -11,12 +11,21 @@ Before fitting, every measured row is held against two bounds computed from the 
 
 A row faster than a bound cannot have run as labelled (a wrong layout, GPU or shape) and is
 reported, not fitted.
+
+One rule compares a row with its own configuration's other runs (`queued_outside`): a run
+whose mean TPOT is lower than a run of the same configuration with fewer clients decoded
+smaller batches with more clients. A KV limit inside the engine cannot do that (the run
+with fewer clients shows the cache holds them all), so when its mean TTFT is also longer
+than its whole decode, most of its clients were waiting in front of the engine, under a
+server or client cap the corpus does not record. Such a row is reported and left out: no
+input of the model says what the cap was.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections import defaultdict
+from dataclasses import dataclass, field
 
 from inhouse.calibration.corpus import CorpusRow
 from inhouse.engine.build import build_replica
@@ -79,6 +88,44 @@ def violations(measured_ttft_ms: float, measured_tpot_ms: float, bounds: Bounds)
     return out
 
 
+# A mean TPOT this much below a run with fewer clients is not noise: repeated runs of one
+# configuration in the corpus agree on TPOT within about 1% (median).
+TPOT_DROP = 0.9
+
+
+def _configuration(row: CorpusRow) -> tuple[object, ...]:
+    spec = row.spec
+    layout = (spec.tp, spec.attention_dp, spec.moe_tp, spec.moe_ep, spec.pp)
+    quant = (spec.quant, spec.gemm_quant, spec.moe_quant, spec.knobs.kv_cache_dtype)
+    return (spec.model, spec.gpu, spec.backend, layout, quant, row.isl, row.osl)
+
+
+def queued_outside(rows: list[CorpusRow]) -> list[tuple[CorpusRow, str]]:
+    """Rows whose clients waited in front of the engine (see the module docstring)."""
+    by_config: dict[tuple[object, ...], list[CorpusRow]] = defaultdict(list)
+    for row in rows:
+        by_config[_configuration(row)].append(row)
+    out = []
+    for runs in by_config.values():
+        for row in runs:
+            fewer = [r for r in runs if r.concurrency < row.concurrency]
+            if not fewer:
+                continue
+            slowest = max(fewer, key=lambda r: r.tpot_ms)
+            decode_ms = (row.osl - 1) * row.tpot_ms
+            if row.tpot_ms < TPOT_DROP * slowest.tpot_ms and row.ttft_ms > decode_ms:
+                out.append(
+                    (
+                        row,
+                        f"TPOT {row.tpot_ms:.2f} ms at {row.concurrency} clients is below "
+                        f"{slowest.tpot_ms:.2f} ms at {slowest.concurrency}, and TTFT "
+                        f"{row.ttft_ms:.0f} ms exceeds the whole decode ({decode_ms:.0f} ms): "
+                        "clients queued in front of the engine",
+                    )
+                )
+    return out
+
+
 @dataclass
 class Screening:
     """The corpus rows the fit may use, and why the others may not."""
@@ -87,10 +134,11 @@ class Screening:
     invalid: list[tuple[CorpusRow, str]]  # a layout or name the model cannot resolve
     unfit: list[tuple[CorpusRow, str]]  # the memory model says it cannot run
     implausible: list[tuple[CorpusRow, str]]  # faster than the hardware allows
+    queued: list[tuple[CorpusRow, str]] = field(default_factory=list)  # waited outside
 
 
 def screen(rows: list[CorpusRow]) -> Screening:
-    """Sort rows into usable, invalid, unfit and implausible (reasons worded)."""
+    """Sort rows into usable, invalid, unfit, implausible and queued (reasons worded)."""
     out = Screening([], [], [], [])
     for row in rows:
         try:
@@ -114,4 +162,7 @@ def screen(rows: list[CorpusRow]) -> Screening:
             out.implausible.append((row, "; ".join(problems)))
         else:
             out.usable.append(row)
+    out.queued = queued_outside(out.usable)
+    left_out = {id(row) for row, _ in out.queued}
+    out.usable = [row for row in out.usable if id(row) not in left_out]
     return out

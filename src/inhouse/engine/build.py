@@ -9,7 +9,7 @@ from inhouse.engine.core import EngineCore
 from inhouse.errors import DoesNotFitError, SpecError
 from inhouse.perf.constants import EngineConstants, get_engine_constants
 from inhouse.perf.lora import LoraCost, lora_cost, with_lora_slots
-from inhouse.perf.memory import MemoryPlan, plan_memory
+from inhouse.perf.memory import MemoryPlan, plan_memory, sglang_mem_fraction_static
 from inhouse.perf.step import StepModel
 from inhouse.spec.catalog import GpuSpec, ModelSpec, get_gpu, get_model
 from inhouse.spec.knobs import EngineKnobs
@@ -77,6 +77,11 @@ def build_replica(spec: ReplicaSpec, constants: EngineConstants | None = None) -
     max_batched = _token_budget(knobs, consts, gpu, max_model_len)
     # NOTE: each attention-DP group runs its own scheduler with the engine's per-group
     # defaults; the simulated core schedules the replica as one, with their sums.
+    static_fraction = None
+    if consts.memory_rule == "mem_fraction_static":
+        # NOTE: CUDA graphs are taken as captured up to the running cap (the calibration
+        # harness passes --cuda-graph-bs 1..C), the prefill as one budget's worth of tokens.
+        static_fraction = sglang_mem_fraction_static(gpu, layout, max_batched, max_num_seqs)
     max_num_seqs *= layout.attention_dp
     max_batched *= layout.attention_dp
     memory = plan_memory(
@@ -90,6 +95,7 @@ def build_replica(spec: ReplicaSpec, constants: EngineConstants | None = None) -
         max_num_seqs=max_num_seqs,
         block_size=knobs.block_size,
         min_kv_tokens=max_model_len if knobs.max_model_len else 0,
+        mem_fraction_static=static_fraction,
     )
     lora = None
     if spec.lora_adapters:

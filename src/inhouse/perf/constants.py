@@ -68,6 +68,11 @@ class EngineConstants:
     * `reserve_new_tokens`: whether admission reserves KV for the tokens a request will still
       generate (SGLang's `new_token_ratio`) and retracts requests when decode runs out of
       KV, instead of vLLM's allocate-as-you-go with preemption. Not fitted: a fact.
+    * `memory_rule`: how the engine sizes its KV cache: `gpu_memory_utilization` (vLLM: that
+      share of the GPU, less weights, activations and a runtime reserve) or
+      `mem_fraction_static` (SGLang: its default static fraction, computed from the GPU's
+      memory and the launch flags, of the memory free before loading, less the weights; see
+      `inhouse.perf.memory.sglang_mem_fraction_static`). Not fitted: a fact.
     """
 
     name: str
@@ -95,6 +100,14 @@ class EngineConstants:
     mixed_batches: bool = True
     reserve_new_tokens: bool = False
     batched_tokens_by_hbm_gib: tuple[tuple[float, int], ...] = ()
+    memory_rule: str = "gpu_memory_utilization"
+
+    def __post_init__(self) -> None:
+        if self.memory_rule not in MEMORY_RULES:
+            raise SpecError(
+                f"engine {self.name!r}: memory_rule {self.memory_rule!r} is not one of "
+                f"{', '.join(MEMORY_RULES)}"
+            )
 
     def batched_tokens_for(self, hbm_gib: float) -> int:
         """The engine's default token budget on a GPU with this much memory."""
@@ -110,6 +123,7 @@ class EngineConstants:
         return EngineConstants(**data)
 
 
+MEMORY_RULES = ("gpu_memory_utilization", "mem_fraction_static")
 # Fitted once for all engines (the `kernels` block of engines.yaml).
 KERNEL_FIELDS = (
     "eta_bw",

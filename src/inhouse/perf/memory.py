@@ -27,6 +27,10 @@ INDEXER_KEY_BYTES = 1.0 + 4.0 / 128
 # cache (vLLM's hybrid allocator and SGLang's state pool both size it against the KV budget);
 # at most this share of the budget is reserved for it, and `max_num_seqs` is capped to fit.
 MAX_STATE_SHARE = 0.5
+# The CUDA context and allocator state a process holds before it loads weights (an estimate;
+# 0.3-0.8 GiB is what `nvidia-smi` shows for an idle PyTorch process on H100/B200).
+CUDA_CONTEXT_BYTES = 0.5 * GIB
+MIB = 1024**2
 
 
 def _as_quants(quant: Quant | WeightQuants) -> WeightQuants:
@@ -172,6 +176,29 @@ def reserve_bytes_per_gpu(
     return FIXED_RESERVE_BYTES + nccl + activations + logits
 
 
+def sglang_mem_fraction_static(
+    gpu: GpuSpec, layout: ParallelLayout, prefill_tokens: int, cuda_graph_max_bs: int
+) -> float:
+    """SGLang's default `--mem-fraction-static`: the share of GPU memory for weights and KV.
+
+    SGLang's rule (`ServerArgs._handle_gpu_memory_settings`, 0.5.x), in MiB: 512 of metadata,
+    1.5 per token of the largest prefill (its chunk, or `--max-prefill-tokens` with chunking
+    off; at least 2048), 2 per CUDA-graph batch size, 1024 per 8 GPUs of the replica, and
+    with attention DP 3 (4.5 above 300) per graph batch per DP rank; at least 10 GiB on a GPU
+    of more than 60 GiB. The fraction is (memory - that) / memory, rounded to 3 places.
+    """
+    gpu_mib = gpu.hbm_bytes / MIB
+    reserved = 512 + max(prefill_tokens, 2048) * 1.5 + cuda_graph_max_bs * 2
+    reserved += layout.num_gpus * layout.pp / 8 * 1024
+    if layout.attention_dp > 1:
+        reserved += (
+            cuda_graph_max_bs * layout.attention_dp * (4.5 if cuda_graph_max_bs > 300 else 3)
+        )
+    if gpu_mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return round((gpu_mib - reserved) / gpu_mib, 3)
+
+
 def plan_memory(
     model: ModelSpec,
     gpu: GpuSpec,
@@ -183,28 +210,51 @@ def plan_memory(
     max_num_seqs: int = 256,
     block_size: int = 16,
     min_kv_tokens: int = 0,
+    mem_fraction_static: float | None = None,
 ) -> MemoryPlan:
     """Split one replica's memory; raise `DoesNotFitError` naming the shortfall if it cannot run.
 
     `tp` is a plain tensor-parallel degree or a full layout. `min_kv_tokens` is the KV the
     caller needs (e.g. one `max_model_len` sequence, as vLLM checks at start-up); it must fit.
+
+    Two engines' rules: vLLM (the default) takes `gpu_memory_utilization` of the GPU and
+    leaves weights, the activation peak and its fixed runtime reserve outside the KV cache.
+    SGLang (`mem_fraction_static` given, see `sglang_mem_fraction_static`) sizes its KV pool
+    as that fraction of the memory free before it loads weights, less the weights: the
+    activations and CUDA graphs live in the rest, so no reserve is taken from the budget.
     """
     if not 0 < gpu_memory_utilization <= 1:
         raise DoesNotFitError(
             f"gpu_memory_utilization={gpu_memory_utilization} must be in (0, 1]; vLLM uses 0.9"
         )
+    if mem_fraction_static is not None and not 0 < mem_fraction_static <= 1:
+        raise DoesNotFitError(
+            f"mem_fraction_static={mem_fraction_static}: SGLang's reserve for activations and "
+            f"CUDA graphs takes all of a {gpu.name}'s memory; lower the prefill budget "
+            "(max_num_batched_tokens) or max_num_seqs"
+        )
     layout = as_layout(tp)
     quants = _as_quants(quant)
-    usable = gpu.hbm_bytes * gpu_memory_utilization
     weights = weight_bytes_per_gpu(model, quants, layout)
     per_rank_seqs = -(-max_num_seqs // layout.attention_dp)
     per_rank_tokens = max_num_batched_tokens // layout.attention_dp or 1
-    reserve = reserve_bytes_per_gpu(model, layout.tp, per_rank_tokens, per_rank_seqs)
+    if mem_fraction_static is None:
+        usable = gpu.hbm_bytes * gpu_memory_utilization
+        reserve = reserve_bytes_per_gpu(model, layout.tp, per_rank_tokens, per_rank_seqs)
+    else:
+        nccl = NCCL_RESERVE_BYTES if layout.num_gpus > 1 else 0.0
+        usable = (gpu.hbm_bytes - CUDA_CONTEXT_BYTES - nccl) * mem_fraction_static
+        reserve = 0.0
     kv_per_token = kv_bytes_per_token_per_gpu(model, layout.tp, kv_dtype)
     budget = usable - weights - reserve
+    share = (
+        f"gpu_memory_utilization {gpu_memory_utilization}"
+        if mem_fraction_static is None
+        else f"mem_fraction_static {mem_fraction_static}"
+    )
     where = (
         f"{model.name} {quants.name} on {layout.num_gpus}x {gpu.name} ({layout.describe()}) "
-        f"at gpu_memory_utilization {gpu_memory_utilization}"
+        f"at {share}"
     )
     if budget <= 0:
         raise DoesNotFitError(
