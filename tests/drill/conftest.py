@@ -6,8 +6,11 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from tests.server.conftest import free_port, make_options
 
 from inhouse.drill.judge import ALERTMANAGER_NAMES, PROMETHEUS_NAMES
+
+__all__ = ["free_port", "make_options", "needs_judge", "needs_promtool"]
 
 
 def _have(names: tuple[str, ...]) -> bool:

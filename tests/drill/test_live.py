@@ -8,12 +8,18 @@ runner puts the stack back whole before each drill. `--quick` phases, time scale
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.drill.conftest import needs_judge
 
+from inhouse.drill import stack as drill_stack_module
+from inhouse.drill.drills import kill_replica
 from inhouse.drill.drills.bad_signature import weights_available
 from inhouse.drill.evidence import DrillResult
 from inhouse.drill.judge import Judge
@@ -76,6 +82,23 @@ def test_kill_replica(live: LiveStack, judge: Judge, out: Path) -> None:
     assert alert.name == "InhouseEngineReplicaDown" and alert.received_by_alertmanager
     assert alert.labels["pod"] == "chat-r1" and alert.severity == "page"
     assert (out / "kill-replica" / "timeline.png").exists()
+
+
+def test_kill_replica_dates_the_rejoin_by_the_replica_when_the_drill_looks_late(
+    live: LiveStack, judge: Judge, out: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under load the drill's own /health probe is late, and the gateway (probing on its own)
+    rightly routes to the replica before the drill has looked; "rejoins only once healthy"
+    once failed so (review, stop 25). A drill that sees the 200 3 s late must still pass."""
+    wait_healthy = kill_replica.wait_healthy
+
+    async def late(url: str, timeout_s: float, poll_s: float = 0.1) -> float | None:
+        seen = await wait_healthy(url, timeout_s, poll_s)
+        await asyncio.sleep(3.0)
+        return None if seen is None else time.perf_counter()
+
+    monkeypatch.setattr(kill_replica, "wait_healthy", late)
+    _passes(drill("kill-replica", live, judge, out / "late-probe"))
 
 
 def test_kv_fill(live: LiveStack, judge: Judge, out: Path) -> None:
@@ -144,3 +167,35 @@ def test_long_prompt_fails_when_the_flooding_tenant_has_no_limits(judge: Judge, 
     assert result.verdict == "fail"
     assert "flood held by the tenant's limits" in result.failed_checks
     assert "200K-token prompts refused at the gateway" not in result.failed_checks
+
+
+# The gateway's health checks disabled: a failure (probe or request) never takes a replica out.
+FORCED_HEALTHY = (
+    "import sys; import inhouse.gateway.replicas as r; "
+    "r.Replica.record_failure = lambda self, health: False; "
+    "from inhouse.cli.main import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def test_kill_replica_fails_when_the_gateway_routes_to_a_replica_not_ready(
+    judge: Judge, out: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gateway_process = drill_stack_module.gateway_process
+
+    def forced_healthy(*args: Any, **kwargs: Any) -> Any:
+        spec = gateway_process(*args, **kwargs)
+        assert spec.argv[1:3] == ["-m", "inhouse.cli.main"], spec.argv
+        return dataclasses.replace(
+            spec, argv=[sys.executable, "-c", FORCED_HEALTHY, *spec.argv[3:]]
+        )
+
+    monkeypatch.setattr(drill_stack_module, "gateway_process", forced_healthy)
+    stack, keys = drill_stack(demo_stack(2))
+    blind = LiveStack(stack, keys, out / "forced-healthy" / "_run").start()
+    try:
+        result = drill("kill-replica", blind, judge, out / "forced-healthy")
+    finally:
+        blind.stop()
+    assert result.verdict == "fail"
+    assert "rejoins only once healthy (after SIGKILL)" in result.failed_checks
+    assert "gateway stops routing to the killed replica" in result.failed_checks

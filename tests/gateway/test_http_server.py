@@ -108,23 +108,34 @@ def test_client_leaving_mid_stream_stops_the_engine_request() -> None:
 
 
 class _FakeResponse:
-    def __init__(self, pieces: list[bytes], last: bytes) -> None:
+    """An engine's response that sends `pieces`, lets the client's buffer drain (`drain`), and
+    sends its end only once the gateway resumes reading it (as a paused connection would)."""
+
+    def __init__(self, pieces: list[bytes], last: bytes, drain: Callable[[], None]) -> None:
         self.pieces = pieces
         self.last = last
+        self.drain = drain
         self.calls: list[str] = []
+        self.calls_before_drain: list[str] = []
         self.is_complete = False
+        self.resumed = asyncio.Event()
 
     def pause_reading(self) -> None:
         self.calls.append("pause")
 
     def resume_reading(self) -> None:
         self.calls.append("resume")
+        self.resumed.set()
 
     async def relay(self, sink: Callable[[bytes], None]) -> bytes:
         for piece in self.pieces:
             sink(piece)
             await asyncio.sleep(0)
-        await asyncio.sleep(0.01)
+        self.calls_before_drain = list(self.calls)
+        self.drain()
+        # A bound for a relay that never resumes (the failure), not a race: resuming takes a
+        # few turns of the loop, no timer.
+        await asyncio.wait_for(self.resumed.wait(), 10)
         return self.last
 
 
@@ -145,12 +156,13 @@ class _FullWriter:
 
 def test_full_client_buffer_pauses_the_engine_until_it_drains() -> None:
     async def main() -> None:
-        response = _FakeResponse([b"data: 2\n\n", b"data: 3\n\n"], b"data: [DONE]\n\n")
         writer = _FullWriter()
-        asyncio.get_running_loop().call_later(0.005, writer.drained.set)
+        pieces = [b"data: 2\n\n", b"data: 3\n\n"]
+        response = _FakeResponse(pieces, b"data: [DONE]\n\n", writer.drained.set)
         last = await _relay(lambda b: b, response, b"data: 1\n\n", writer)  # type: ignore[arg-type]
         assert writer.written == [b"data: 1\n\n", b"data: 2\n\n", b"data: 3\n\n"]
-        assert response.calls == ["pause", "resume"]
+        assert response.calls_before_drain == ["pause"]  # once, and held while the buffer is full
+        assert response.calls == ["pause", "resume"]  # resumed once it drained
         assert last == b"data: [DONE]\n\n"
 
     asyncio.run(main())

@@ -109,3 +109,41 @@ def test_block_size_is_rendered_only_when_the_stack_sets_it() -> None:
     assert "--block-size" not in args({})
     rendered = args({"block_size": 16})
     assert rendered[rendered.index("--block-size") + 1] == "16"
+
+
+def _tool_flags(args: list[str]) -> list[str]:
+    out = ["--enable-auto-tool-choice"] if "--enable-auto-tool-choice" in args else []
+    if "--tool-call-parser" in args:
+        out += args[args.index("--tool-call-parser") : args.index("--tool-call-parser") + 2]
+    return out
+
+
+@pytest.mark.parametrize(
+    ("model", "knobs", "flags"),
+    [
+        ("meta-llama/Llama-3.1-8B-Instruct", {}, ["--tool-call-parser", "llama3_json"]),
+        ("meta-llama/Llama-3.1-8B-Instruct", {"tool_call_parser": "hermes"},
+         ["--tool-call-parser", "hermes"]),
+        ("meta-llama/Llama-3.1-8B-Instruct", {"tool_call_parser": "none"}, []),
+        ("phi-4", {}, []),  # a family without a parser
+    ],
+)  # fmt: skip
+def test_the_simulated_engine_gets_the_tool_calling_flags_vllm_gets(
+    model: str, knobs: dict[str, str], flags: list[str]
+) -> None:
+    """(review, stop 25) The demo stack answers `tool_choice: "auto"` as the vLLM deployment it
+    stands in for: same rule (`tool_call_parser(pool)`), same flags."""
+    import argparse
+
+    from inhouse.cli.engine import add_arguments, options_from_args
+    from inhouse.server.tools import ToolOptions
+
+    stack = parse_stack({"name": "s", "pools": [{"name": "p", "model": model, "knobs": knobs}]})
+    sim = simulated_engine_args(stack, stack.pools[0], 0, 9000)
+    expected = ["--enable-auto-tool-choice", *flags] if flags else []
+    assert _tool_flags(sim) == expected
+    assert _tool_flags(vllm_serve_args(stack, stack.pools[0], 0, 9000)) == expected
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    tools = options_from_args(parser.parse_args(sim)).tools
+    assert tools == (ToolOptions(True, flags[1]) if flags else ToolOptions())

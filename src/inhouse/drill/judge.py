@@ -4,7 +4,8 @@ Prometheus (Debian `prometheus`) scrapes the stack each second with the stack's 
 `for:` holds and range windows scaled by `--time-scale`; Alertmanager (Debian
 `prometheus-alertmanager`) routes `page` and `ticket` to the drill's `Receiver`. Both run as
 child processes in their own sessions, with their data and logs in the drill's work directory,
-on ephemeral ports of 127.0.0.1, and are stopped with the drill.
+on ephemeral ports of 127.0.0.1, and are stopped with the drill (tethered to it: a drill
+killed outright takes them along, `launch.tether`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import httpx
 from inhouse.drill.promconfig import drill_alertmanager_config, drill_prometheus_config
 from inhouse.drill.receiver import Receiver
 from inhouse.errors import InhouseError
+from inhouse.launch.tether import popen
 
 PROMETHEUS_NAMES = ("prometheus",)
 ALERTMANAGER_NAMES = ("prometheus-alertmanager", "alertmanager")
@@ -64,7 +66,7 @@ class _Proc:
 
 def _start(name: str, argv: list[str], url: str, ready_path: str, log: Path) -> _Proc:
     with log.open("ab") as handle:
-        process = subprocess.Popen(
+        process = popen(
             argv,
             stdout=handle,
             stderr=subprocess.STDOUT,

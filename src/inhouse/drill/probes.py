@@ -1,5 +1,6 @@
 """Small probes of the live stack that drills read between faults: an engine's own gauges and
-counters (its /metrics, summed over labels), and when a URL's /health first answers 200."""
+counters (its /metrics, summed over labels), when a URL's /health first answers 200 (as the
+drill saw it), and when a simulated engine says its /health turned 200 (as it was)."""
 
 from __future__ import annotations
 
@@ -41,3 +42,18 @@ async def wait_healthy(url: str, timeout_s: float, poll_s: float = 0.1) -> float
                     return time.perf_counter()
             await asyncio.sleep(poll_s)
     return None
+
+
+async def loaded_at(admin_url: str) -> float | None:
+    """When the simulated engine behind `admin_url` (its fault port) turned /health 200, as a
+    `perf_counter` time of this process; None if it does not say. The engine reports its own
+    `time.monotonic()`, one clock for every process of the host: unlike `wait_healthy`'s
+    answer, this is not late when this process's event loop is."""
+    async with httpx.AsyncClient(timeout=5.0) as client:
+        try:
+            value = (await client.get(f"{admin_url}/loaded")).json().get("loaded_at_monotonic")
+        except (httpx.HTTPError, ValueError):
+            return None
+    if not isinstance(value, int | float):
+        return None
+    return float(value) + (time.perf_counter() - time.monotonic())

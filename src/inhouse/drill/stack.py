@@ -5,7 +5,8 @@ stack file): `drill-load` for the planned load, `drill-interactive` (tier intera
 `drill-flood` (limited: the long-prompt flood must be held by its limits). `LiveStack` starts
 every simulated replica with its fault port (`--admin-port`), the gateway, and a
 DCGM-compatible exporter whose GPUs belong to the replicas as `gpu_ids` (or TP order) give
-them; it can signal, stop and restart single replicas, which is what drills do to them.
+them; it can signal, stop and restart single replicas, which is what drills do to them. Every
+process is tethered to the drill (`launch.tether`): a drill killed outright takes them along.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from inhouse.errors import InhouseError
 from inhouse.gateway.keys import create_key, hash_key
 from inhouse.launch.engine_args import ATTACHED_KINDS, replica_env, simulated_engine_args
 from inhouse.launch.plan import INHOUSE, INHOUSE_ENGINE, child_env, gateway_process
+from inhouse.launch.tether import popen
 from inhouse.spec.stack import PoolSpec, StackSpec, dump_stack, parse_stack
 
 HOST = "127.0.0.1"
@@ -98,7 +100,7 @@ def _gpus_of(pool: PoolSpec, index: int, first_free: int) -> tuple[int, ...]:
 
 def _spawn(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as handle:
-        return subprocess.Popen(
+        return popen(
             argv,
             env=env,
             stdout=handle,

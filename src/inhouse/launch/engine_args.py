@@ -7,7 +7,7 @@
   last, so they win. Tool calling is on where the model's family has a parser (a catalog
   field); tracing where `knobs.otlp_traces_endpoint` is set.
 * `simulated_engine_args(...)`: the arguments that follow `inhouse engine`, the same replica
-  simulated, its knob flags generated from the same type.
+  simulated, its knob flags generated from the same type, tool calling by the same rule.
 * `replica_env(pool, replica_index)`: environment for the replica (`CUDA_VISIBLE_DEVICES` from
   `gpu_ids`, and `VLLM_HTTP_TIMEOUT_KEEP_ALIVE`: see `ENGINE_KEEP_ALIVE_S`).
 * `replica_ports(stack, base_port)`: one port per replica of every pool that `up` launches.
@@ -64,14 +64,18 @@ def _lora_args(pool: PoolSpec) -> list[str]:
     return [*args, "--lora-modules", *(f"{n}={LORA_ROOT}/{n}" for n in adapters)]
 
 
+def _tool_args(pool: PoolSpec) -> list[str]:
+    """`--enable-auto-tool-choice --tool-call-parser NAME` where the pool calls tools: vLLM's
+    flags, which the simulated engine takes too (so both answer `tool_choice` alike)."""
+    parser = tool_call_parser(pool)
+    return [] if parser is None else ["--enable-auto-tool-choice", "--tool-call-parser", parser]
+
+
 def _agent_args(pool: PoolSpec) -> list[str]:
     """Tool calling by model family; OTLP tracing when an endpoint is set (render sets Tempo's
     when `observability.tracing.enabled`), detailed spans when asked for (they cost step
     time: `observability.tracing.detailed` or `knobs.collect_detailed_traces`)."""
-    args: list[str] = []
-    parser = tool_call_parser(pool)
-    if parser is not None:
-        args += ["--enable-auto-tool-choice", "--tool-call-parser", parser]
+    args = _tool_args(pool)
     knobs = pool.knobs
     if knobs.otlp_traces_endpoint:
         args += ["--otlp-traces-endpoint", knobs.otlp_traces_endpoint]
@@ -113,8 +117,9 @@ def simulated_engine_args(
     stack: StackSpec, pool: PoolSpec, replica_index: int, port: int, host: str = "127.0.0.1"
 ) -> list[str]:
     """Arguments after `inhouse engine` for the same replica, simulated: every knob the
-    simulated engine takes, generated from the knob type (`knob_flags`); vLLM-only knobs
-    (`extra_args`, tool calling, tracing) are not passed."""
+    simulated engine takes, generated from the knob type (`knob_flags`), and vLLM's
+    tool-calling flags by vLLM's rule; vLLM-only knobs (`extra_args`, tracing) are not
+    passed."""
     assert 0 <= replica_index < pool.replicas, f"pool {pool.name} has {pool.replicas} replicas"
     args = ["--model", pool.model, "--served-model-name", *_served_names(pool)]
     args += ["--gpu", pool.gpu, "--tp", str(pool.tp), "--quant", pool.quant]
@@ -122,7 +127,7 @@ def simulated_engine_args(
     args += simulated_knob_args(pool.knobs)
     if pool.lora_adapters:
         args += ["--lora-modules", *(f"{n}={LORA_ROOT}/{n}" for n in pool.lora_adapters)]
-    return args
+    return args + _tool_args(pool)
 
 
 def replica_env(pool: PoolSpec, replica_index: int) -> dict[str, str]:

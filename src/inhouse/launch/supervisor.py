@@ -3,7 +3,9 @@
 Each child runs in its own session (process group), so a terminal's Ctrl-C reaches only `up`,
 which then sends SIGTERM to every child (engines drain, see docs/engine.md), waits up to the
 stop timeout, and kills what is left, process group and all (vLLM's engine-core workers
-included). Output goes to `<log_dir>/<name>.log`, or to our stdout with a `[name]` prefix.
+included). Should `up` itself be killed (SIGKILL leaves it no say), every child is tethered
+to it and dies with it (`launch.tether`). Output goes to `<log_dir>/<name>.log`, or to our
+stdout with a `[name]` prefix.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import httpx
 
 from inhouse.launch.listeners import is_own_listener
 from inhouse.launch.plan import ProcessSpec, child_env
+from inhouse.launch.tether import popen
 
 
 @dataclass
@@ -58,7 +61,7 @@ class Supervisor:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             log_path = self.log_dir / f"{spec.name}.log"
             with log_path.open("ab") as handle:
-                process = subprocess.Popen(
+                process = popen(
                     spec.argv,
                     env=child_env(spec.env),
                     stdout=handle,
@@ -67,7 +70,7 @@ class Supervisor:
                     start_new_session=True,
                 )
         else:
-            process = subprocess.Popen(
+            process = popen(
                 spec.argv,
                 env=child_env(spec.env),
                 stdout=subprocess.PIPE,

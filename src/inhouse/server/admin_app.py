@@ -2,6 +2,8 @@
 given `--admin-port` (bound to 127.0.0.1 unless `--admin-host` says otherwise).
 
     GET  /faults                      current switches
+    GET  /loaded                      {"loaded": true, "loaded_at_monotonic": 12.3}: when /health
+                                      first turned 200, on this host's monotonic clock
     POST /faults/slow     {"factor": 3.0}            every step takes factor x longer (1 = off)
     POST /faults/fail     {"count": 5, "status": 500} the next N generation requests fail
     POST /faults/hang     {"scope": "engine"|"all"}   stop stepping; `all` also stalls every
@@ -65,6 +67,11 @@ async def get_faults(request: Request) -> Response:
     return JSONResponse(describe(_state(request)))
 
 
+async def get_loaded(request: Request) -> Response:
+    state = _state(request)
+    return JSONResponse({"loaded": state.is_loaded, "loaded_at_monotonic": state.loaded_at})
+
+
 async def post_fault(request: Request) -> Response:
     state = _state(request)
     name = request.path_params["name"]
@@ -116,6 +123,7 @@ def create_admin_app(state: EngineState) -> Starlette:
     app = Starlette(
         routes=[
             Route("/faults", get_faults, methods=["GET"]),
+            Route("/loaded", get_loaded, methods=["GET"]),
             Route("/faults/{name}", post_fault, methods=["POST"]),
         ]
     )

@@ -33,7 +33,8 @@ async def inprocess_engine(
     options: EngineOptions, loaded: bool = True
 ) -> AsyncIterator[InProcessEngine]:
     state = EngineState.build(options)
-    state.is_loaded = loaded
+    if loaded:
+        state.mark_loaded()
     task = asyncio.create_task(state.runner.run())
     api = httpx.ASGITransport(app=create_engine_app(state))
     admin = httpx.ASGITransport(app=create_admin_app(state))

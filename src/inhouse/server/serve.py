@@ -66,7 +66,7 @@ async def _load(state: EngineState) -> None:
     # so full collections stay short (they would show up as steps delivered late).
     gc.collect()
     gc.freeze()
-    state.is_loaded = True
+    state.mark_loaded()
     log.info(
         "engine ready: model %s, %d KV blocks",
         state.model_name,

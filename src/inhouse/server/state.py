@@ -126,8 +126,16 @@ class EngineState:
         )
         self.faults = Faults()
         self.is_loaded = False
+        # `time.monotonic()` when /health first turned 200 (`mark_loaded`): drills compare the
+        # gateway's routing with it, not with when their own probe happened to look.
+        self.loaded_at: float | None = None
         self.is_draining = False
         self.created = int(time.time())
+
+    def mark_loaded(self) -> None:
+        """The model is loaded: /health answers 200 from now on (unless draining)."""
+        self.loaded_at = time.monotonic()
+        self.is_loaded = True
 
     @classmethod
     def build(cls, options: EngineOptions) -> EngineState:

@@ -15,7 +15,7 @@ import time
 from inhouse.bench.metrics import RequestResult
 from inhouse.drill.context import DrillContext
 from inhouse.drill.load import BEFORE, MID, Load, count, cut_at, p95_ttft_ms, samples
-from inhouse.drill.probes import engine_value, wait_healthy
+from inhouse.drill.probes import engine_value, loaded_at, wait_healthy
 from inhouse.drill.receiver import Notified
 from inhouse.drill.stack import LOAD_TENANT
 from inhouse.drill.watch import RouteWatch
@@ -55,7 +55,7 @@ async def run(ctx: DrillContext) -> None:
         t_restart = time.perf_counter()
         ctx.stack.start_replica(victim.name, load_time_s=load_time)
         ctx.event(f"restart {victim.name} (model load {load_time:g} s)")
-        t_ready = await wait_healthy(victim.url, load_time + 60)
+        t_ready = await _wait_loaded(ctx, victim.url, victim.admin_url, load_time + 60)
         ctx.event(f"{victim.name} /health 200")
         resolved = await ctx.wait_resolved(fired, 30.0) if fired else None
         ctx.record_alert(ALERT, fired, resolved)
@@ -64,7 +64,7 @@ async def run(ctx: DrillContext) -> None:
         t_term, t_exit, code = await _drain(ctx, victim.name)
         ctx.stack.start_replica(victim.name, load_time_s=load_time)
         ctx.event(f"restart {victim.name} (model load {load_time:g} s)")
-        t_back = await wait_healthy(victim.url, load_time + 60)
+        t_back = await _wait_loaded(ctx, victim.url, victim.admin_url, load_time + 60)
         ctx.event(f"{victim.name} back after drain")
         await ctx.sleep(settle)
     finally:
@@ -72,7 +72,7 @@ async def run(ctx: DrillContext) -> None:
         await watch.stop()
     res.samples = samples(results, ctx.t0)
     _check_kill(ctx, results, watch, index, (t_kill, t_restart), window, fired)
-    _check_rejoin(ctx, watch, index, t_restart, t_ready, "after SIGKILL")
+    _check_rejoin(ctx, watch, index, (t_kill, t_restart), t_ready, "after SIGKILL")
     degraded_p95 = p95_ttft_ms(results, t_kill + window, t_restart)
     res.check(
         "degraded p95 TTFT",
@@ -81,7 +81,27 @@ async def run(ctx: DrillContext) -> None:
         degraded_p95 is not None and degraded_p95 <= p.degraded_ttft_slo_ms,
     )
     _check_drain(ctx, results, watch, index, t_term, t_exit, code, window)
-    _check_rejoin(ctx, watch, index, t_exit or t_term, t_back, "after the drain")
+    _check_rejoin(ctx, watch, index, (t_term, t_exit or t_term), t_back, "after the drain")
+
+
+async def _wait_loaded(
+    ctx: DrillContext, url: str, admin_url: str, timeout_s: float
+) -> float | None:
+    """When the restarted replica turned /health 200, by its own clock: the drill's probe sees
+    it later, and under load much later, while the gateway (probing on its own) may rightly
+    route to it before the drill looks. None if it never did, or does not say."""
+    seen = await wait_healthy(url, timeout_s)
+    if seen is None:
+        return None
+    at = await loaded_at(admin_url)
+    if at is None:
+        ctx.result.notes.append(f"{admin_url}/loaded did not say when /health turned 200")
+        return None
+    ctx.result.notes.append(
+        f"{url}/health 200 at {at - ctx.t0:.2f} s by the replica's clock; the drill's own "
+        f"probe saw it {seen - at:.2f} s later"
+    )
+    return at
 
 
 async def _wait_busy(url: str, timeout_s: float) -> None:
@@ -170,22 +190,33 @@ def _check_rejoin(
     ctx: DrillContext,
     watch: RouteWatch,
     index: str,
-    t_start: float,
+    span: tuple[float, float],
     t_ready: float | None,
     phase: str,
 ) -> None:
+    """`span`: the fault (SIGKILL, SIGTERM) and the moment the replica was gone (restarted,
+    exited); `t_ready`: when it turned /health 200, by its own clock. A routing decision is
+    early when the gateway made it after it had taken the replica out (its own health gauge,
+    0) or after it was gone, whichever is later, and before `t_ready`. Before the gateway
+    takes a dead replica out it may route there within its health window: the kill and drain
+    checks bound that. A decision a scrape shows is certain: a sample's time is when its
+    scrape came back, after the gateway counted what it shows."""
     res = ctx.result
     if t_ready is None:
         res.check(f"rejoin {phase}", "the replica's /health turns 200", "never healthy", False)
         return
-    early = watch.routed_count(index, t_start, t_ready - 0.3)
-    joined = watch.first_healthy(index, t_ready - 0.3)
+    t_fault, t_gone = span
+    left = watch.first_unhealthy(index, t_fault)
+    early = watch.routed_count(index, max(t_gone, left if left is not None else t_gone), t_ready)
+    joined = watch.first_healthy(index, t_ready)
     res.check(
         f"rejoins only once healthy ({phase})",
         "no request routed to it before /health is 200; the gateway takes it back after",
-        f"{early:.0f} routed before ready; back in the gateway "
+        f"{early:.0f} routed before ready"
+        + ("; the gateway never took it out" if left is None else "")
+        + "; back in the gateway "
         + ("never" if joined is None else f"{joined - t_ready:+.1f} s after ready"),
-        early == 0 and joined is not None,
+        early == 0 and joined is not None and left is not None,
     )
 
 
@@ -213,7 +244,11 @@ def _check_drain(
         f"exit code {code}",
         code == 0,
     )
-    last = watch.last_routed(index, t_term + 0.5, t_exit or float("inf"))
+    # Until the gateway takes it out, exited or not (a quick drain ends before the health
+    # window does); the rejoin check counts what comes after.
+    left = watch.first_unhealthy(index, t_term)
+    until = max(t_exit or float("inf"), left if left is not None else float("inf"))
+    last = watch.last_routed(index, t_term + 0.5, until + 1e-6)  # the sample at `left` too
     res.check(
         "drain: no new requests to the draining replica",
         f"no routing decision to it later than {window:g} s after SIGTERM",

@@ -29,6 +29,7 @@ from inhouse.drill.load import Load, p95_ttft_ms, samples
 from inhouse.drill.probes import engine_value
 from inhouse.drill.soak_virtual import CRM_EXAMPLE, DRIFT_LIMIT
 from inhouse.drill.stack import LOAD_TENANT
+from inhouse.launch.tether import tethered_argv
 from inhouse.spec.stack import dump_stack
 
 RSS_SHARE, RSS_SLACK_MIB, FD_SLACK, P95_SHARE = 0.10, 16.0, 8, 0.10
@@ -90,8 +91,8 @@ async def _start_virtual(ctx: DrillContext, days: int) -> tuple[asyncio.subproce
     ]
     if ctx.soak_day_s is not None:
         argv += ["--day-s", f"{ctx.soak_day_s:g}"]
-    proc = await asyncio.create_subprocess_exec(
-        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    proc = await asyncio.create_subprocess_exec(  # forked on the loop's thread: tethered
+        *tethered_argv(argv), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
     )
     ctx.event(f"virtual soak: {_days(ctx, days)} of {reqs.name} at 60% of planned peak")
     return proc, out

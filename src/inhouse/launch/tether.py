@@ -1,0 +1,110 @@
+"""Children that die with their parent: `inhouse up` and `inhouse drill` SIGKILLed (OOM killer,
+`kill -9`, a CI runner timing out) must not leave engines, the gateway, Prometheus or Envoy
+running and holding their ports.
+
+`popen(argv, ...)` is `subprocess.Popen` with the child tethered, on Linux:
+
+* The child first runs a few lines of Python (`TETHER`, no site, isolated) that set
+  `PR_SET_PDEATHSIG` to SIGKILL, then check that the parent is still the process that started
+  it (had the parent died before `prctl` ran, the signal would never come: the tether exits
+  instead), then `exec` the real program. The death signal survives `exec` (the binaries here
+  are not set-user-ID), so the pid `Popen` returns is the program's own, and signals, process
+  groups and `/proc` listener checks work as before. Any program is tethered this way, ours
+  and others' (vLLM, Prometheus, Alertmanager, Envoy) alike; no `preexec_fn` (unsafe in a
+  process with threads, as `up` and the drill are) runs in the forked child.
+* Linux sends the death signal when the *thread* that forked the child exits, not the
+  process. So every tethered child is forked by one thread, `inhouse-spawner`, that lives as
+  long as the process (a daemon thread waiting for work): callers on any thread (the drill
+  starts processes from asyncio's executor threads, whose lifetime is not ours to promise)
+  hand it the `Popen` and wait for the result.
+
+Grandchildren are not covered: a program that starts its own workers must end them when it
+dies (vLLM's multiprocess workers watch a pipe to their parent). Elsewhere than Linux `popen`
+is plain `Popen`.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+# Runs in the child before the real program: argv is [parent pid, "--", program, args...].
+TETHER = """\
+import ctypes, os, signal, sys
+PR_SET_PDEATHSIG = 1
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+    sys.stderr.write("inhouse tether: prctl failed: %s\\n" % os.strerror(ctypes.get_errno()))
+    os._exit(70)
+if os.getppid() != int(sys.argv[1]):
+    os._exit(71)  # the parent died before the tether held: do not outlive it
+os.execvp(sys.argv[3], sys.argv[3:])
+"""
+IS_LINUX = sys.platform.startswith("linux")
+
+_work: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
+_spawner: threading.Thread | None = None
+_spawner_lock = threading.Lock()
+
+
+def tethered_argv(argv: Sequence[str]) -> list[str]:
+    """`argv` run through the tether (on Linux), for this process as the parent. The program
+    is resolved on PATH here, so a missing one raises `FileNotFoundError` in the caller, as
+    `Popen` would."""
+    if not IS_LINUX:
+        return list(argv)
+    program = argv[0]
+    if os.sep not in program:
+        found = shutil.which(program)
+        if found is None:
+            raise FileNotFoundError(2, "No such file or directory", program)
+        program = found
+    return [sys.executable, "-I", "-S", "-c", TETHER, str(os.getpid()), "--", program, *argv[1:]]
+
+
+def popen(argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+    """`subprocess.Popen(argv, **kwargs)`, the child tethered to this process (Linux) and
+    forked by the spawner thread."""
+    command = tethered_argv(argv)
+    if not IS_LINUX:
+        return subprocess.Popen(command, **kwargs)
+    return _on_spawner(lambda: subprocess.Popen(command, **kwargs))
+
+
+def _on_spawner(make: Callable[[], subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
+    global _spawner
+    with _spawner_lock:
+        if _spawner is None or not _spawner.is_alive():
+            _spawner = threading.Thread(target=_spawn_forever, name="inhouse-spawner", daemon=True)
+            _spawner.start()
+    future: Future[subprocess.Popen[bytes]] = Future()
+    _work.put((make, future))
+    return future.result()
+
+
+def _spawn_forever() -> None:
+    while True:
+        make, future = _work.get()
+        if not future.set_running_or_notify_cancel():
+            continue
+        try:
+            future.set_result(make())
+        except BaseException as exc:  # handed to the caller, who raises it
+            future.set_exception(exc)
+
+
+def _forget_spawner() -> None:
+    """A forked copy of this process has no spawner thread (only the forking thread survives a
+    fork): it starts its own when it needs one."""
+    global _spawner, _spawner_lock, _work
+    _spawner, _spawner_lock, _work = None, threading.Lock(), queue.SimpleQueue()
+
+
+os.register_at_fork(after_in_child=_forget_spawner)

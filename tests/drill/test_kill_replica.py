@@ -1,0 +1,86 @@
+"""kill-replica's "rejoins only once healthy" (review, stop 25): judged from the moment the
+gateway took the replica out (its own health gauge) to the moment the replica itself turned
+/health 200. Routing there always fails it; the gateway taking the replica back before a late
+drill probe looked does not, nor does routing to a replica that just exited before the gateway
+noticed (within its health window, which the drain check bounds)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from inhouse.drill.drills.kill_replica import _check_drain, _check_rejoin
+from inhouse.drill.evidence import DrillResult
+from inhouse.drill.watch import RouteWatch
+
+REJOIN = "rejoins only once healthy (after the drain)"
+DRAIN = "drain: no new requests to the draining replica"
+# SIGTERM, the process gone (a quick drain), /health 200 again by the replica's own clock.
+TERM, GONE, READY = 100.0, 100.5, 106.0
+WINDOW = 4.0  # the gateway's health window
+
+
+def _watch(routed: list[float], left: float | None, back: float) -> RouteWatch:
+    """The gateway's metrics scraped each 0.25 s: a routing decision to replica 1 counted by
+    the first sample at or after each time in `routed`; the replica healthy in the gateway
+    until `left` (None: never taken out) and again from `back`."""
+    watch = RouteWatch("http://gateway/metrics", "chat")
+    for step in range(60):
+        t = 99.0 + 0.25 * step
+        count = 7.0 + sum(1.0 for r in routed if r <= t)
+        healthy = 1.0 if left is None or t < left or t >= back else 0.0
+        watch.samples.append((t, {"0": 50.0 + step, "1": count}, {"0": 1.0, "1": healthy}))
+    return watch
+
+
+def _checks(watch: RouteWatch) -> dict[str, tuple[bool, str]]:
+    result = DrillResult("kill-replica", "now", "test")
+    ctx = SimpleNamespace(result=result)
+    _check_drain(ctx, [], watch, "1", TERM, GONE, 0, WINDOW)  # type: ignore[arg-type]
+    _check_rejoin(ctx, watch, "1", (TERM, GONE), READY, "after the drain")  # type: ignore[arg-type]
+    return {c.name: (c.ok, c.observed) for c in result.checks}
+
+
+def test_the_gateway_taking_the_replica_back_once_it_is_ready_passes() -> None:
+    # What failed under load: the gateway saw the 200 at +0.25 s and routed at +0.5 s, while
+    # the drill's own probe, late, saw it only at +1.2 s.
+    checks = _checks(_watch([READY + 0.5], left=TERM + 2.0, back=READY + 0.25))
+    ok, observed = checks[REJOIN]
+    assert ok, observed
+    assert "0 routed before ready" in observed and "+0.2 s after ready" in observed
+
+
+def test_routing_to_the_exited_replica_before_the_gateway_took_it_out_is_the_drains_business():
+    # Also failed under load: the drain ended in 0.5 s, the gateway (2 failed probes, 1 s
+    # apart) took the replica out 2 s after SIGTERM and routed to it once in between.
+    checks = _checks(_watch([TERM + 1.2, READY + 0.5], left=TERM + 2.0, back=READY + 0.25))
+    assert checks[REJOIN][0], checks[REJOIN]
+    ok, observed = checks[DRAIN]
+    assert ok and "last one 1.2 s after" in observed, observed
+
+
+def test_routing_to_the_exited_replica_after_the_health_window_fails_the_drain() -> None:
+    checks = _checks(_watch([TERM + 5.5, READY + 0.5], left=TERM + 6.0, back=READY + 0.25))
+    ok, observed = checks[DRAIN]
+    assert not ok and "last one 5.5 s after" in observed, observed
+
+
+def test_routing_to_the_replica_before_it_is_ready_fails() -> None:
+    # A gateway that takes a loading replica for healthy: routed 1 s before /health was 200.
+    checks = _checks(_watch([READY - 1.0], left=TERM + 2.0, back=READY - 1.25))
+    ok, observed = checks[REJOIN]
+    assert not ok and "1 routed before ready" in observed, observed
+
+
+def test_routing_the_sample_just_before_ready_fails() -> None:
+    # A decision counted by a scrape that came back before the replica was ready was made
+    # before it: no slack.
+    checks = _checks(_watch([READY - 0.25], left=TERM + 2.0, back=READY + 0.25))
+    ok, observed = checks[REJOIN]
+    assert not ok and "1 routed before ready" in observed, observed
+
+
+def test_a_gateway_that_never_takes_the_replica_out_fails() -> None:
+    checks = _checks(_watch([TERM + 1.0, GONE + 3.0, READY + 0.5], left=None, back=READY))
+    ok, observed = checks[REJOIN]
+    assert not ok and "never took it out" in observed, observed
+    assert not checks[DRAIN][0], checks[DRAIN]
