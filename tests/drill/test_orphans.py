@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from tests.drill.conftest import needs_judge
-from tests.launch.test_up_orphans import children_of, wait_free, wait_gone
+from tests.support.processes import children_of, reap, wait_free, wait_gone
 
 DRILL = [sys.executable, "-m", "inhouse.cli.main", "drill"]
 
@@ -60,11 +60,4 @@ def test_a_killed_drill_takes_its_stack_and_its_judge_with_it(tmp_path: Path) ->
         assert wait_gone(children, 5.0) == []
         assert wait_free(ports, 5.0) == []
     finally:
-        for pid in children:  # this test's own grandchildren, when the tether failed
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        if process.poll() is None:
-            process.kill()
-        process.wait()
-        if process.stdout is not None:
-            process.stdout.close()
+        reap(process, children)

@@ -3,7 +3,6 @@ asked for it, and not later than its parent when the parent dies first."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -12,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.launch.test_up_orphans import is_running, wait_gone
+from tests.support.processes import is_running, reap, wait_gone
 
 from inhouse.launch.tether import IS_LINUX, TETHER, popen, tethered_argv
 
@@ -50,14 +49,7 @@ def test_a_child_outlives_the_thread_that_started_it_and_dies_with_its_parent() 
         parent.wait(10)
         assert wait_gone([child], 5.0) == []
     finally:
-        if child:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(child, signal.SIGKILL)
-        if parent.poll() is None:
-            parent.kill()
-        parent.wait()
-        if parent.stdout is not None:
-            parent.stdout.close()
+        reap(parent, [child] if child else [])
 
 
 def test_the_tether_refuses_to_run_when_its_parent_is_already_gone() -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from tests.support.processes import reap
 
 from inhouse.errors import SpecError
 from inhouse.launch.demo import demo_stack
@@ -146,11 +147,7 @@ def test_up_starts_waits_serves_and_stops_cleanly(
                 httpx.get(f"http://127.0.0.1:{port + offset}/health", timeout=1)
         assert (tmp_path / "logs" / "p-0.log").read_text()
     finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait()
-        if process.stdout is not None:
-            process.stdout.close()
+        reap(process, [])
 
 
 def test_up_reports_an_engine_that_dies_before_ready(

@@ -4,61 +4,17 @@ and the gateway (each in a session of its own) kept running and held its port, a
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import yaml
-
-from inhouse.launch.listeners import busy_ports
+from tests.support.processes import children_of, reap, wait_free, wait_gone
 
 UP = [sys.executable, "-m", "inhouse.cli.up"]
-
-
-def children_of(pid: int) -> list[int]:
-    """The running processes whose parent is `pid` (from /proc)."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            if int(fields[1]) == pid and fields[0] != "Z":
-                out.append(int(entry.name))
-    return out
-
-
-def is_running(pid: int) -> bool:
-    """Alive and not a zombie (an orphan is reaped by whoever adopts it, maybe late)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-def wait_gone(pids: list[int], timeout_s: float) -> list[int]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        alive = [p for p in pids if is_running(p)]
-        if not alive:
-            return []
-        time.sleep(0.1)
-    return [p for p in pids if is_running(p)]
-
-
-def wait_free(ports: list[int], timeout_s: float) -> list[int]:
-    """The ports still held after `timeout_s` (a dead process's sockets close a moment late)."""
-    deadline = time.monotonic() + timeout_s
-    while (busy := busy_ports("127.0.0.1", ports)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return busy
 
 
 def test_up_killed_takes_its_engines_and_gateway_with_it(
@@ -88,11 +44,4 @@ def test_up_killed_takes_its_engines_and_gateway_with_it(
         assert wait_gone(children, 5.0) == []
         assert wait_free([port, metrics, base], 5.0) == []
     finally:
-        for pid in children:  # this test's own grandchildren, when the tether failed
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        if process.poll() is None:
-            process.kill()
-        process.wait()
-        if process.stdout is not None:
-            process.stdout.close()
+        reap(process, children)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import yaml
+from tests.support.processes import reap
 
 UP = [sys.executable, "-m", "inhouse.cli.up"]
 KEY = "ihk-demo-tools-test-key"
@@ -55,8 +56,4 @@ def test_a_simulated_replica_from_a_tool_calling_stack_takes_tool_choice_auto(
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
     finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait()
-        if process.stdout is not None:
-            process.stdout.close()
+        reap(process, [])
