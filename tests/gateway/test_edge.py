@@ -22,6 +22,7 @@ from tests.gateway.test_failures import wait_for
 from tests.render.test_edge import ENVOY
 
 from inhouse.launch.edge import envoy_argv
+from inhouse.launch.tether import popen
 from inhouse.render.edge import Edge, render_envoy_yaml
 from inhouse.spec.gateway import parse_gateway
 
@@ -91,7 +92,7 @@ async def edge_in_front(
             )
             assert BINARY is not None
             log = (tmp_path / "envoy.log").open("wb")
-            process = subprocess.Popen(envoy_argv(BINARY, config, 1), stdout=log,
+            process = popen(envoy_argv(BINARY, config, 1), stdout=log,
                                            stderr=subprocess.STDOUT)  # fmt: skip
             try:
                 await _wait_listening(port, process)

@@ -27,6 +27,7 @@ from inhouse.gateway.keys import create_key
 from inhouse.gateway.limit_failover import FailoverLimits
 from inhouse.gateway.limits import Refusal, Reservation
 from inhouse.gateway.redis_limits import RedisLimits
+from inhouse.launch.tether import popen
 from inhouse.spec.gateway import LimitsSpec, LimitStoreSpec
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="no redis-server")
@@ -45,7 +46,7 @@ class OwnRedis:
         self.url = f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        self.process = subprocess.Popen(
+        self.process = popen(
             ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
              "--appendonly", "yes", "--appendfsync", "always", "--dir", str(self.dir)],
             stdout=subprocess.DEVNULL,

@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 
 from inhouse.launch.plan import gateway_process, plan_stack
+from inhouse.launch.tether import popen
 from inhouse.render import render_stack
 from inhouse.render.layout import engine_units
 from inhouse.render.prometheus_config import (
@@ -68,7 +69,7 @@ class LiveStack:
         log = self.workdir / f"{name}.log"
         self.logs[name] = log
         with log.open("wb") as out:
-            process = subprocess.Popen(
+            process = popen(
                 argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
         self.processes.append(process)

@@ -26,6 +26,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from inhouse.launch.tether import popen
+
 PORT_FLAGS = (
     "master.port",
     "master.port.grpc",
@@ -121,7 +123,7 @@ class SeaweedS3:
         argv += [f"-{flag}={port}" for flag, port in ports.items()]
         self.endpoint = f"http://127.0.0.1:{ports['s3.port']}"
         with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
+            self.process = popen(
                 argv,
                 stdout=log,
                 stderr=subprocess.STDOUT,
