@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from tests.drill.conftest import needs_judge
-from tests.support.processes import children_of, reap, wait_free, wait_gone
+from tests.support.processes import children_of, read_until, reap, wait_free, wait_gone
 
 DRILL = [sys.executable, "-m", "inhouse.cli.main", "drill"]
 
@@ -44,10 +44,8 @@ def test_a_killed_drill_takes_its_stack_and_its_judge_with_it(tmp_path: Path) ->
     )  # fmt: skip
     children: list[int] = []
     try:
-        assert process.stdout is not None
-        for line in process.stdout:
-            if "Prometheus" in line and " up at " in line:  # the stack and the judge are up
-                break
+        # The stack and the judge are up once Prometheus is.
+        read_until(process, lambda line: "Prometheus" in line and " up at " in line)
         children = children_of(process.pid)
         names = {Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0] for p in children}
         assert any(n.endswith(b"prometheus") for n in names), names

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from tests.support.processes import reap
+from tests.support.processes import UP_READY, read_until, reap
 
 from inhouse.errors import SpecError
 from inhouse.launch.demo import demo_stack
@@ -127,13 +127,7 @@ def test_up_starts_waits_serves_and_stops_cleanly(
         text=True,
     )
     try:
-        assert process.stdout is not None
-        lines = []
-        for line in process.stdout:
-            lines.append(line)
-            if "Ctrl-C stops the stack" in line:
-                break
-        output = "".join(lines)
+        output = "".join(read_until(process, lambda line: UP_READY in line))
         assert "stack two is ready" in output
         for offset in (0, 1):
             url = f"http://127.0.0.1:{port + offset}"

@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from tests.support.processes import UP_READY, read_until
 
 from inhouse.errors import SpecError
 from inhouse.launch.edge import envoy_binary
@@ -45,13 +46,7 @@ def test_up_with_the_edge_serves_through_envoy(
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        assert process.stdout is not None
-        lines = []
-        for line in process.stdout:
-            lines.append(line)
-            if "Ctrl-C stops the stack" in line:
-                break
-        output = "".join(lines)
+        output = "".join(read_until(process, lambda line: UP_READY in line))
         assert f"edge (Envoy) http://127.0.0.1:{port}/v1" in output, output
         auth = {"authorization": "Bearer edge-demo-key", "x-request-id": "through-the-edge"}
         body = {"model": "tiny", "prompt": "hi", "max_tokens": 8, "stream": True,

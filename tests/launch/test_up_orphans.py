@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 import yaml
-from tests.support.processes import children_of, reap, wait_free, wait_gone
+from tests.support.processes import UP_READY, children_of, read_until, reap, wait_free, wait_gone
 
 UP = [sys.executable, "-m", "inhouse.cli.up"]
 
@@ -32,10 +32,7 @@ def test_up_killed_takes_its_engines_and_gateway_with_it(
     )  # fmt: skip
     children: list[int] = []
     try:
-        assert process.stdout is not None
-        for line in process.stdout:
-            if "Ctrl-C stops the stack" in line:
-                break
+        read_until(process, lambda line: UP_READY in line)
         assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
         children = children_of(process.pid)
         assert len(children) == 2, children  # the engine and the gateway

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 import yaml
-from tests.support.processes import reap
+from tests.support.processes import UP_READY, read_until, reap
 
 UP = [sys.executable, "-m", "inhouse.cli.up"]
 KEY = "ihk-demo-tools-test-key"
@@ -40,10 +40,7 @@ def test_a_simulated_replica_from_a_tool_calling_stack_takes_tool_choice_auto(
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        assert process.stdout is not None
-        for line in process.stdout:
-            if "Ctrl-C stops the stack" in line:
-                break
+        read_until(process, lambda line: UP_READY in line)
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
         headers = {"Authorization": f"Bearer {KEY}"}
         auto = httpx.post(url, json=_chat("auto"), headers=headers, timeout=30)

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from inhouse.launch.listeners import busy_ports
@@ -51,6 +52,22 @@ def wait_free(ports: list[int], timeout_s: float) -> list[int]:
     while (busy := busy_ports("127.0.0.1", ports)) and time.monotonic() < deadline:
         time.sleep(0.1)
     return busy
+
+
+# What `inhouse up` prints once its stack is ready.
+UP_READY = "Ctrl-C stops the stack"
+
+
+def read_until(process: subprocess.Popen[str], done: Callable[[str], bool]) -> list[str]:
+    """The lines `process` prints up to and including the first for which `done` holds (all of
+    them, should it end first)."""
+    assert process.stdout is not None, "started with stdout=PIPE"
+    lines = []
+    for line in process.stdout:
+        lines.append(line)
+        if done(line):
+            break
+    return lines
 
 
 def reap(process: subprocess.Popen[str], children: list[int]) -> None:
