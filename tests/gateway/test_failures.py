@@ -59,6 +59,33 @@ def test_failure_before_first_byte_is_retried_elsewhere() -> None:
     asyncio.run(main())
 
 
+def test_a_request_a_draining_replica_refuses_before_the_gateway_noticed_goes_elsewhere() -> None:
+    # SIGTERM between two probes: the replica answers new requests 503 ("shutting down")
+    # while the gateway still routes to it; nothing was streamed, so each is retried.
+    data = stack_data(
+        replicas=2, gateway={"health": {"interval_s": 30}}, routing={"policy": "round_robin"}
+    )
+
+    async def main() -> None:
+        async with (
+            engines(2) as live,
+            gateway_for(data, {"chat": [e.url for e in live]}) as (gw, client),
+        ):
+            live[0].state.is_draining = True
+            results = [
+                await client.post("/v1/chat/completions", json=chat(max_tokens=2, stream=s))
+                for s in (False, True, False, True)
+            ]
+            assert [r.status_code for r in results] == [200] * 4
+            assert all('"content"' in r.text and "error" not in r.text for r in results)
+            assert results[1].text.endswith("data: [DONE]\n\n")
+            text = gw.metrics.render().decode()
+            assert 'inhouse_gateway_retries_total{pool="chat",replica="0"}' in text
+            assert 'inhouse_gateway_retries_total{pool="chat",replica="1"}' not in text
+
+    asyncio.run(main())
+
+
 def test_stream_broken_mid_way_ends_with_an_error_event() -> None:
     async def main() -> None:
         async with (
