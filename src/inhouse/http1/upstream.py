@@ -312,8 +312,12 @@ class UpstreamPool:
         self.idle_s = idle_s
         self._idle: collections.deque[_Connection] = collections.deque()
         self._host_header = f"{host}:{port}".encode()
+        self.is_closed = False
 
     def put_idle(self, conn: _Connection) -> None:
+        if self.is_closed:  # a response that outlived its pool (its engine left): no reuse
+            conn.close()
+            return
         conn._reset()
         conn.idle_since = time.monotonic()
         self._idle.append(conn)
@@ -378,5 +382,8 @@ class UpstreamPool:
         return Response(self, conn)
 
     def close(self) -> None:
+        """Close the idle connections; those of responses still being read close when they
+        are released (a replica's engine left: nothing is reused, nothing in flight is cut)."""
+        self.is_closed = True
         while self._idle:
             self._idle.pop().close()
