@@ -135,14 +135,13 @@ class HealthMonitor:
         replicas: list[Replica],
         health: HealthSpec,
         on_join: Callable[[Replica], None] | None = None,
-        num_slots: int | None = None,
     ) -> None:
         self.replicas = [r for r in replicas if not r.is_vacant]
         self.health = health
         self._on_join = on_join
         self._client: httpx.AsyncClient | None = None
         self._loops: dict[Replica, tuple[asyncio.Task[None], ...]] = {}
-        self._num_slots = len(replicas) if num_slots is None else num_slots
+        self._num_slots = len(replicas)  # vacant ones too: connections for the most it may watch
         self._is_started = False
 
     async def start(self) -> None:
