@@ -163,7 +163,8 @@ def main() -> int:
         tasks = [(r, constants_of(r.backend), protocol) for r in unseen]
         never = list(pool.map(_predict, tasks, chunksize=2))
     wall_s = time.perf_counter() - started
-    print_table("in-sample (shipped constants, fitted on every usable row):", in_sample)
+    which = f"constants of {args.engines}" if args.engines else "shipped constants"
+    print_table(f"in-sample ({which}, fitted on every usable row):", in_sample)
     if held_out:
         title = "leave-one-GPU-out (each GPU predicted by constants fitted without it):"
         print_table(title, held_out)
