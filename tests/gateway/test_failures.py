@@ -4,6 +4,7 @@ byte, an error event mid-stream, and a replica killed while requests flow."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 from tests.gateway.conftest import chat, engines, gateway_for, stack_data
 
@@ -82,6 +83,36 @@ def test_a_request_a_draining_replica_refuses_before_the_gateway_noticed_goes_el
             text = gw.metrics.render().decode()
             assert 'inhouse_gateway_retries_total{pool="chat",replica="0"}' in text
             assert 'inhouse_gateway_retries_total{pool="chat",replica="1"}' not in text
+
+    asyncio.run(main())
+
+
+def test_a_busy_replica_is_retried_elsewhere_and_stays_in_routing() -> None:
+    # Its waiting queue full, an engine answers 503 "busy"; counted as health failures, two of
+    # them took a full but healthy replica out of routing, its load onto the others (which fill
+    # and go out in turn). The request goes elsewhere; the replica stays routable.
+    data = stack_data(
+        replicas=2, gateway={"health": {"interval_s": 30}}, routing={"policy": "round_robin"}
+    )
+
+    async def main() -> None:
+        async with (
+            engines(2) as live,
+            gateway_for(data, {"chat": [e.url for e in live]}) as (gw, client),
+        ):
+            live[0].state.options = dataclasses.replace(
+                live[0].state.options, max_num_queued_reqs=0
+            )  # every request finds the queue full
+            results = [
+                await client.post("/v1/chat/completions", json=chat(max_tokens=1, stream=s))
+                for s in (False, True, False, True, False, True)
+            ]
+            assert [r.status_code for r in results] == [200] * 6
+            text = gw.metrics.render().decode()
+            # Round robin offers replica 0 first each time: each request is retried once.
+            assert 'inhouse_gateway_retries_total{pool="chat",replica="0"} 6.0' in text
+            assert gw.pools["chat"].replicas[0].is_healthy
+            assert gw.pools["chat"].replicas[0].num_failures == 0
 
     asyncio.run(main())
 
