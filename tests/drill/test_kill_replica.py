@@ -2,21 +2,25 @@
 gateway took the replica out (its own health gauge) to the moment the replica itself turned
 /health 200. Routing there always fails it; the gateway taking the replica back before a late
 drill probe looked does not, nor does routing to a replica that just exited before the gateway
-noticed (within its health window, which the drain check bounds)."""
+noticed (within its health window, which the drain check bounds). The drain's window is one
+probe while the replica still runs (it answers /health 503, and the gateway believes it), the
+dead replica's window when it exited first."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from inhouse.drill.drills.kill_replica import _check_drain, _check_rejoin
+from inhouse.drill.drills.kill_replica import _check_drain, _check_rejoin, drain_window_s
 from inhouse.drill.evidence import DrillResult
 from inhouse.drill.watch import RouteWatch
+from inhouse.spec.gateway import HealthSpec
 
 REJOIN = "rejoins only once healthy (after the drain)"
 DRAIN = "drain: no new requests to the draining replica"
+OUT = "drain: the gateway takes the draining replica out"
 # SIGTERM, the process gone (a quick drain), /health 200 again by the replica's own clock.
 TERM, GONE, READY = 100.0, 100.5, 106.0
-WINDOW = 4.0  # the gateway's health window
+HEALTH = HealthSpec()  # probes 1 s apart, 2 s timeout, out after 2 failures
 
 
 def _watch(routed: list[float], left: float | None, back: float) -> RouteWatch:
@@ -32,11 +36,12 @@ def _watch(routed: list[float], left: float | None, back: float) -> RouteWatch:
     return watch
 
 
-def _checks(watch: RouteWatch) -> dict[str, tuple[bool, str]]:
+def _checks(watch: RouteWatch, gone: float = GONE) -> dict[str, tuple[bool, str]]:
     result = DrillResult("kill-replica", "now", "test")
     ctx = SimpleNamespace(result=result)
-    _check_drain(ctx, [], watch, "1", TERM, GONE, 0, WINDOW)  # type: ignore[arg-type]
-    _check_rejoin(ctx, watch, "1", (TERM, GONE), READY, "after the drain")  # type: ignore[arg-type]
+    window = drain_window_s(HEALTH, gone - TERM)
+    _check_drain(ctx, [], watch, "1", TERM, gone, 0, window)  # type: ignore[arg-type]
+    _check_rejoin(ctx, watch, "1", (TERM, gone), READY, "after the drain")  # type: ignore[arg-type]
     return {c.name: (c.ok, c.observed) for c in result.checks}
 
 
@@ -84,3 +89,33 @@ def test_a_gateway_that_never_takes_the_replica_out_fails() -> None:
     ok, observed = checks[REJOIN]
     assert not ok and "never took it out" in observed, observed
     assert not checks[DRAIN][0], checks[DRAIN]
+
+
+def test_the_drain_window_is_one_probe_while_the_replica_runs_else_the_dead_window() -> None:
+    one_probe = "one probe, which it answers 503"
+    assert drain_window_s(HEALTH, None) == (3.0, one_probe)  # still draining at the end
+    assert drain_window_s(HEALTH, 3.0) == (3.0, one_probe)
+    assert drain_window_s(HEALTH, 0.5) == (
+        4.0,
+        "the dead replica's window: it exited 0.5 s after SIGTERM",
+    )
+
+
+def test_a_long_drain_is_judged_by_one_probe() -> None:
+    # The replica drains for 5 s; the gateway routed to it last 0.75 s after SIGTERM and
+    # believed its first 503 (1 s).
+    checks = _checks(_watch([TERM + 0.75, READY + 0.5], left=TERM + 1.0, back=READY), TERM + 5)
+    assert checks[DRAIN] == (True, "last one 0.8 s after")
+    assert checks[OUT] == (True, "1.0 s after SIGTERM")
+
+
+def test_a_gateway_that_counts_the_503_like_a_timeout_late_fails_a_long_drain() -> None:
+    # Out only 4 s after SIGTERM, routing there until then: within the dead replica's window
+    # (what a quick drain is allowed) but not within one probe (3 s, 0.5 s of sampling slack).
+    late = _watch([TERM + 3.75, READY + 0.5], left=TERM + 4.0, back=READY)
+    checks = _checks(late, TERM + 5)
+    assert checks[DRAIN] == (False, "last one 3.8 s after")
+    assert checks[OUT] == (False, "4.0 s after SIGTERM")
+    quick = _checks(late)
+    assert quick[DRAIN] == (True, "last one 3.8 s after")
+    assert quick[OUT] == (True, "4.0 s after SIGTERM")

@@ -172,7 +172,7 @@ def test_long_prompt_fails_when_the_flooding_tenant_has_no_limits(judge: Judge, 
 # The gateway's health checks disabled: a failure (probe or request) never takes a replica out.
 FORCED_HEALTHY = (
     "import sys; import inhouse.gateway.replicas as r; "
-    "r.Replica.record_failure = lambda self, health: False; "
+    "r.Replica.record_failure = lambda self, health, is_explicit=False: False; "
     "from inhouse.cli.main import main; sys.exit(main(sys.argv[1:]))"
 )
 

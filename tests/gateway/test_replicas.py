@@ -1,8 +1,19 @@
-"""`Replica`'s view of an engine's queue: a fresh scrape, else the gateway's own estimate."""
+"""`Replica`'s view of an engine's queue (a fresh scrape, else the gateway's own estimate) and its
+health: a `/health` answer other than 200 takes it out at once, no answer only `unhealthy_after`
+times in a row, and it rejoins after `healthy_after` 200s."""
 
 from __future__ import annotations
 
-from inhouse.gateway.replicas import Replica
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from tests.gateway.conftest import LiveEngine, engines, gateway_for, stack_data
+
+from inhouse.gateway.replicas import HealthMonitor, Replica
+from inhouse.spec.gateway import HealthSpec
 
 
 def test_waiting_is_the_fresh_scrape_or_the_live_estimate_never_a_stale_scrape() -> None:
@@ -22,8 +33,6 @@ def test_waiting_is_the_fresh_scrape_or_the_live_estimate_never_a_stale_scrape()
 
 
 def test_idle_engine_connections_are_kept_as_long_as_the_spec_says() -> None:
-    from tests.gateway.conftest import stack_data
-
     from inhouse.gateway.service import Gateway
     from inhouse.spec.gateway import parse_gateway
     from inhouse.spec.stack import parse_stack
@@ -34,3 +43,105 @@ def test_idle_engine_connections_are_kept_as_long_as_the_spec_says() -> None:
             stack, parse_gateway(stack.gateway), {"chat": ["http://a:1", "http://b:2"]}
         )
         assert [r.upstream.idle_s for r in gateway.pools["chat"].replicas] == [expected] * 2
+
+
+def test_a_non_200_answer_takes_a_replica_out_at_once_no_answer_only_in_a_row() -> None:
+    health = HealthSpec(unhealthy_after=2, healthy_after=1)
+    replica = Replica("chat", 0, "http://127.0.0.1:9000", 4, 1.0)
+    replica.is_healthy = True
+    assert not replica.record_failure(health)  # a timeout or a refusal: one is not enough
+    assert replica.is_healthy
+    assert not replica.record_success(health)  # already in; the count starts again
+    assert not replica.record_failure(health)
+    assert replica.record_failure(health)  # the second in a row
+    assert not replica.is_healthy
+    assert replica.record_success(health)
+    assert replica.record_failure(health, is_explicit=True)  # "I am not healthy": believed
+    assert not replica.is_healthy
+    assert not replica.record_failure(health, is_explicit=True)  # out already: no second leave
+
+
+class _Records(logging.Handler):
+    """The gateway's log records, whatever its logging setup (it may not propagate)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def _gateway_log() -> Iterator[list[str]]:
+    handler = _Records()
+    logger = logging.getLogger("inhouse.gateway")
+    logger.addHandler(handler)
+    try:
+        yield handler.messages
+    finally:
+        logger.removeHandler(handler)
+
+
+@contextlib.asynccontextmanager
+async def _probed(**health: Any) -> AsyncIterator[tuple[LiveEngine, HealthMonitor, Replica]]:
+    """One engine behind a gateway whose probes run 30 s apart: only its first probe and the
+    test's own ones run."""
+    data = stack_data(replicas=1, gateway={"health": {"interval_s": 30, **health}})
+    async with engines(1) as live, gateway_for(data, {"chat": [live[0].url]}) as (gw, _):
+        yield live[0], gw.backends.monitor, gw.pools["chat"].replicas[0]
+
+
+def test_a_replica_whose_health_turns_503_is_out_after_one_probe_and_rejoins_after_three() -> None:
+    async def main() -> None:
+        async with _probed(healthy_after=3) as (engine, monitor, replica):
+            for _ in range(2):  # in after three 200s: the first probe and two more
+                await monitor.probe(replica)
+            assert replica.is_healthy
+            engine.state.is_draining = True  # SIGTERM: /health answers 503 at once
+            with _gateway_log() as messages:
+                await monitor.probe(replica)
+            assert not replica.is_healthy
+            assert messages == ["replica chat/0 removed: answered 503"]
+            engine.state.is_draining = False  # (a restarted replica, loaded)
+            for _ in range(2):
+                await monitor.probe(replica)
+                assert not replica.is_healthy
+            await monitor.probe(replica)
+            assert replica.is_healthy
+
+    asyncio.run(main())
+
+
+def test_a_probe_that_times_out_once_keeps_the_replica_twice_takes_it_out() -> None:
+    async def main() -> None:
+        async with _probed(timeout_s=0.2) as (engine, monitor, replica):
+            assert replica.is_healthy
+            engine.state.faults.hang_all.clear()  # every request, /health too, hangs
+            try:
+                with _gateway_log() as messages:
+                    await monitor.probe(replica)
+                    assert replica.is_healthy and messages == []
+                    await monitor.probe(replica)
+                    assert not replica.is_healthy
+            finally:
+                engine.state.faults.hang_all.set()
+            assert messages == ["replica chat/0 removed: health checks fail"]
+
+    asyncio.run(main())
+
+
+def test_a_probe_refused_once_keeps_the_replica_a_timeout_after_a_200_too() -> None:
+    async def main() -> None:
+        async with _probed(timeout_s=0.2) as (engine, monitor, replica):
+            engine.state.faults.hang_all.clear()
+            await monitor.probe(replica)  # timed out: one failure
+            engine.state.faults.hang_all.set()
+            await monitor.probe(replica)  # 200: the count starts again
+            await engine.kill()  # nothing listens any more: refused
+            await monitor.probe(replica)
+            assert replica.is_healthy
+            await monitor.probe(replica)
+            assert not replica.is_healthy
+
+    asyncio.run(main())

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from tests.support.processes import is_running, reap, wait_gone
 
+from inhouse.launch import tether
 from inhouse.launch.tether import IS_LINUX, TETHER, popen, tethered_argv
 
 pytestmark = pytest.mark.skipif(not IS_LINUX, reason="the tether is Linux's PR_SET_PDEATHSIG")
@@ -74,3 +75,65 @@ def test_a_missing_program_raises_in_the_caller_as_popen_does() -> None:
         tethered_argv(["no-such-program-f25"])
     with pytest.raises(FileNotFoundError):
         popen(["no-such-program-f25"])
+
+
+# A parent that starts a child in a session of its own (as `up` starts an engine), the child
+# starting a worker of its own (as vLLM's API server starts its engine core), and prints the
+# three pids: its own keeper's, the child's and the worker's.
+PARENT_OF_A_GROUP = """
+import subprocess, time
+from inhouse.launch import tether
+child = tether.popen(["sh", "-c", "sleep 60 & echo $!; exec sleep 60"], stdout=subprocess.PIPE,
+                     start_new_session=True)
+worker = int(child.stdout.readline())
+print(tether._keeper.pid, child.pid, worker, flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "exit"])
+def test_a_childs_own_workers_die_with_the_parent(how: str) -> None:
+    """vLLM's engine core outlived a SIGKILLed `up` (its API server's tether held, but not its
+    worker's): the group keeper ends the whole group, whichever way the parent ends."""
+    parent = subprocess.Popen([sys.executable, "-c", PARENT_OF_A_GROUP], stdout=subprocess.PIPE,
+                              text=True)  # fmt: skip
+    pids: list[int] = []
+    try:
+        assert parent.stdout is not None
+        pids = [int(p) for p in parent.stdout.readline().split()]
+        keeper, child, worker = pids
+        assert os.getpgid(worker) == child, "the worker is in the child's group"
+        assert os.getsid(keeper) == keeper, "the keeper is in a session of its own"
+        if how == "SIGKILL":
+            parent.send_signal(signal.SIGKILL)
+        else:
+            parent.send_signal(signal.SIGTERM)  # the default action: the parent just ends
+        parent.wait(10)
+        assert wait_gone([child, worker], 5.0) == [], "the child's group outlived its parent"
+        assert wait_gone([keeper], 5.0) == [], "the keeper outlived its work"
+    finally:
+        reap(parent, pids)
+
+
+def test_the_keeper_kills_the_live_groups_it_holds_and_passes_over_dead_ones() -> None:
+    """A group whose members are all gone is dropped, not an error: the keeper runs on, and at
+    the end kills the live group registered beside it."""
+    keeper = subprocess.Popen([sys.executable, "-I", "-S", "-c", tether.KEEPER],
+                              stdin=subprocess.PIPE, start_new_session=True)  # fmt: skip
+    victim = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        assert keeper.stdin is not None
+        dead = subprocess.Popen(["true"], start_new_session=True)
+        dead.wait()
+        keeper.stdin.write(b"%d\n%d\n" % (dead.pid, victim.pid))
+        keeper.stdin.flush()
+        time.sleep(1.5)  # one look at /proc
+        assert keeper.poll() is None
+        keeper.stdin.close()
+        assert keeper.wait(10) == 0
+        assert victim.wait(10) == -signal.SIGKILL
+    finally:
+        for process in (keeper, victim):
+            if process.poll() is None:
+                process.kill()
+                process.wait()

@@ -27,6 +27,16 @@ def children_of(pid: int) -> list[int]:
     return out
 
 
+def descendants_of(pid: int) -> list[int]:
+    """The running processes below `pid`: its children, theirs, and so on."""
+    out, todo = [], [pid]
+    while todo:
+        found = children_of(todo.pop())
+        out += found
+        todo += found
+    return out
+
+
 def is_running(pid: int) -> bool:
     """Alive and not a zombie (an orphan is reaped by whoever adopts it, maybe late)."""
     try:

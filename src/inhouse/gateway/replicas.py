@@ -1,9 +1,13 @@
 """Engine replicas as the gateway sees them: health, live load, scraped engine state.
 
 * Health: a replica is routable only after `healthy_after` consecutive `/health` 200s (a
-  loading model answers 503, so it is not ready), and stops being routable after
-  `unhealthy_after` consecutive failures — failed probes and refused connections of real
-  requests alike; probes keep running, so recovery brings it back.
+  loading model answers 503, so it is not ready). It stops being routable at once when its
+  `/health` answers anything but 200 (a draining or dead engine says so: it is believed), and
+  after `unhealthy_after` consecutive failures otherwise — probes that time out or find no
+  one listening, and real requests refused, reset or answered 500, 502 or 504 before their
+  first byte (no answer may be the network's fault, so one of them must not flap a replica).
+  A request answered 503 ("busy") is retried elsewhere and not counted (`Backends.failed`).
+  Probes keep running, so recovery brings it back.
 * Load: `num_inflight` is the gateway's own count, changed at dispatch and at the end of every
   request, never a scraped figure (the root of the hot-spotting bugs in routers that counted
   late). The engine's `vllm:num_requests_waiting` and `vllm:kv_cache_usage_perc` are scraped
@@ -89,11 +93,13 @@ class Replica:
             return True
         return False
 
-    def record_failure(self, health: HealthSpec) -> bool:
-        """A failed probe or refused request; True when the replica leaves."""
+    def record_failure(self, health: HealthSpec, is_explicit: bool = False) -> bool:
+        """A failed probe or request; True when the replica leaves: at once when `is_explicit`
+        (its `/health` answered, and not 200), after `unhealthy_after` in a row otherwise."""
         self.num_successes = 0
         self.num_failures += 1
-        if self.is_healthy and self.num_failures >= health.unhealthy_after:
+        threshold = 1 if is_explicit else health.unhealthy_after
+        if self.is_healthy and self.num_failures >= threshold:
             self.is_healthy = False
             return True
         return False
@@ -160,20 +166,22 @@ class HealthMonitor:
         return self._client
 
     async def probe(self, replica: Replica) -> None:
-        try:
-            response = await self.client.get(replica.url + "/health")
-            ok = response.status_code == 200
-        except httpx.HTTPError:
-            ok = False
-        if ok:
+        """One `/health` probe: 200 counts towards joining; any other answer takes a routable
+        replica out at once; no answer (timeout, refused, reset) counts towards
+        `unhealthy_after`."""
+        status: int | None = None  # None: no answer
+        with contextlib.suppress(httpx.HTTPError):
+            status = (await self.client.get(replica.url + "/health")).status_code
+        if status == 200:
             if replica.max_model_len is None:
                 await self._read_models(replica)
             if replica.record_success(self.health):
                 log.info("replica %s/%s joined (%s)", replica.pool, replica.index, replica.url)
                 if self._on_join is not None:
                     self._on_join(replica)
-        elif replica.record_failure(self.health):
-            log.warning("replica %s/%s removed: health checks fail", replica.pool, replica.index)
+        elif replica.record_failure(self.health, is_explicit=status is not None):
+            why = "health checks fail" if status is None else f"answered {status}"
+            log.warning("replica %s/%s removed: %s", replica.pool, replica.index, why)
 
     async def _read_models(self, replica: Replica) -> None:
         with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, TypeError):

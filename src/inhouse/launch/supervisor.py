@@ -4,7 +4,8 @@ Each child runs in its own session (process group), so a terminal's Ctrl-C reach
 which then sends SIGTERM to every child (engines drain, see docs/engine.md), waits up to the
 stop timeout, and kills what is left, process group and all (vLLM's engine-core workers
 included). Should `up` itself be killed (SIGKILL leaves it no say), every child is tethered
-to it and dies with it (`launch.tether`). Output goes to `<log_dir>/<name>.log`, or to our
+to it and dies with it, and the group keeper kills what is left of each child's process group
+(vLLM's engine core and workers; `launch.tether`). Output goes to `<log_dir>/<name>.log`, or to our
 stdout with a `[name]` prefix.
 """
 

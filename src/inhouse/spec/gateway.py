@@ -99,12 +99,19 @@ class TenantSpec(_Strict):
 
 
 class HealthSpec(_Strict):
-    """Replica health: a replica joins after `healthy_after` consecutive /health 200s, leaves
-    after `unhealthy_after` consecutive failures (a refused connection counts too)."""
+    """Replica health: a replica joins after `healthy_after` consecutive /health 200s; it
+    leaves at once when its /health answers anything else (a draining or dead engine says so),
+    and after `unhealthy_after` consecutive failures that are no such answer (a probe timed
+    out or refused, a request refused or failed before its first byte)."""
 
     interval_s: float = Field(default=1.0, gt=0)
     timeout_s: float = Field(default=2.0, gt=0)
-    unhealthy_after: int = Field(default=2, ge=1)
+    unhealthy_after: int = Field(
+        default=2,
+        ge=1,
+        description="failures in a row without a /health answer (timeouts, refused "
+        "connections, failed requests) that take a replica out; a non-200 answer does at once",
+    )
     healthy_after: int = Field(default=1, ge=1)
     scrape_interval_s: float = Field(default=2.0, gt=0, description="engine /metrics period")
     scrape_max_age_s: float = Field(

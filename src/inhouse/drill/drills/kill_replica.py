@@ -19,17 +19,32 @@ from inhouse.drill.probes import engine_value, loaded_at, wait_healthy
 from inhouse.drill.receiver import Notified
 from inhouse.drill.stack import LOAD_TENANT
 from inhouse.drill.watch import RouteWatch
-from inhouse.spec.gateway import parse_gateway
+from inhouse.spec.gateway import HealthSpec, parse_gateway
 
 ALERT = "InhouseEngineReplicaDown"
 QUICK_OUTPUT = "120:400"  # shorter answers in --quick, so the drain phase ends in seconds
 
 
 def health_window_s(ctx: DrillContext) -> float:
+    """The stack's `dead_window_s`."""
+    return dead_window_s(parse_gateway(ctx.stack.stack.gateway).health)
+
+
+def dead_window_s(h: HealthSpec) -> float:
     """How long the gateway may keep routing to a dead replica: `unhealthy_after` probes
     `interval_s` apart, the last one waiting `timeout_s`."""
-    h = parse_gateway(ctx.stack.stack.gateway).health
     return h.interval_s * h.unhealthy_after + h.timeout_s
+
+
+def drain_window_s(h: HealthSpec, drained_s: float | None) -> tuple[float, str]:
+    """How long the gateway may keep routing to a draining replica, and why: one probe (the
+    next comes within `interval_s`, its 503 within `timeout_s`: a replica that answers
+    unhealthy leaves at once) while the replica still runs; the dead replica's window when it
+    exited (after `drained_s`; None: not yet) before that probe was sure to be answered."""
+    one_probe = h.interval_s + h.timeout_s
+    if drained_s is None or drained_s >= one_probe:
+        return one_probe, "one probe, which it answers 503"
+    return dead_window_s(h), f"the dead replica's window: it exited {drained_s:.1f} s after SIGTERM"
 
 
 async def run(ctx: DrillContext) -> None:
@@ -80,7 +95,9 @@ async def run(ctx: DrillContext) -> None:
         "no request in the degraded window" if degraded_p95 is None else f"{degraded_p95:.0f} ms",
         degraded_p95 is not None and degraded_p95 <= p.degraded_ttft_slo_ms,
     )
-    _check_drain(ctx, results, watch, index, t_term, t_exit, code, window)
+    health = parse_gateway(ctx.stack.stack.gateway).health
+    drain_window = drain_window_s(health, None if t_exit is None else t_exit - t_term)
+    _check_drain(ctx, results, watch, index, t_term, t_exit, code, drain_window)
     _check_rejoin(ctx, watch, index, (t_term, t_exit or t_term), t_back, "after the drain")
 
 
@@ -228,9 +245,12 @@ def _check_drain(
     t_term: float,
     t_exit: float | None,
     code: int | None,
-    window: float,
+    drain_window: tuple[float, str],
 ) -> None:
+    """`drain_window`: how long after SIGTERM the gateway may route there, and why
+    (`drain_window_s`)."""
     res = ctx.result
+    window, why = drain_window
     cut_after = cut_at(results, t_term)
     res.check(
         "drain: streams in flight complete",
@@ -251,7 +271,13 @@ def _check_drain(
     last = watch.last_routed(index, t_term + 0.5, until + 1e-6)  # the sample at `left` too
     res.check(
         "drain: no new requests to the draining replica",
-        f"no routing decision to it later than {window:g} s after SIGTERM",
+        f"no routing decision to it later than {window:g} s after SIGTERM ({why})",
         "none after SIGTERM" if last is None else f"last one {last - t_term:.1f} s after",
         last is None or last - t_term <= window + 0.5,
+    )
+    res.check(
+        "drain: the gateway takes the draining replica out",
+        f"its health gauge at 0 within {window:g} s of SIGTERM ({why})",
+        "never" if left is None else f"{left - t_term:.1f} s after SIGTERM",
+        left is not None and left - t_term <= window + 0.5,
     )
