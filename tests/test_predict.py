@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from inhouse.engine.build import ReplicaSpec, build_replica
+from inhouse.engine.build import Replica, ReplicaSpec, build_replica
 from inhouse.predict import (
     AIPERF_SILICON,
     VLLM_BENCH,
@@ -54,9 +54,9 @@ def test_client_think_time_de_phases_a_locked_closed_loop() -> None:
     assert b.mean_ttft_ms < a.mean_ttft_ms
 
 
-def _measured_sends(replica: object, protocol: BenchmarkProtocol, concurrency: int) -> list[float]:
+def _measured_sends(replica: Replica, protocol: BenchmarkProtocol, concurrency: int) -> list[float]:
     head = protocol.head(concurrency)
-    loop = ClosedLoop(replica, 1024, 128, concurrency, protocol, head + 3 * concurrency)  # type: ignore[arg-type]
+    loop = ClosedLoop(replica, 1024, 128, concurrency, protocol, head + 3 * concurrency)
     return [r.arrival_s for r in loop.run()[head:]]
 
 
