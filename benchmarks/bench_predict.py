@@ -26,13 +26,14 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 from inhouse.calibration.corpus import CorpusRow, prepare
 from inhouse.calibration.plausibility import Screening, screen
 from inhouse.engine.build import build_replica
 from inhouse.perf.constants import EngineConstants, get_engine_constants, load_engine_table
-from inhouse.predict import AIPERF_SILICON, run_closed_loop
+from inhouse.predict import AIPERF_SILICON, BenchmarkProtocol, run_closed_loop
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CSV = ROOT / "data" / "calibration_silicon.csv"
@@ -43,10 +44,10 @@ COMMAND = "python benchmarks/bench_predict.py"
 Scored = tuple[CorpusRow, float, float]  # row, predicted TTFT, predicted TPOT
 
 
-def _predict(task: tuple[CorpusRow, EngineConstants]) -> Scored:
-    row, constants = task
+def _predict(task: tuple[CorpusRow, EngineConstants, BenchmarkProtocol]) -> Scored:
+    row, constants, protocol = task
     replica = build_replica(row.spec, constants)
-    result = run_closed_loop(replica, row.isl, row.osl, row.concurrency, protocol=AIPERF_SILICON)
+    result = run_closed_loop(replica, row.isl, row.osl, row.concurrency, protocol=protocol)
     return row, result.mean_ttft_ms, result.mean_tpot_ms
 
 
@@ -130,13 +131,26 @@ def main() -> int:
     parser.add_argument("--worst", type=int, default=8)
     parser.add_argument("--quick", action="store_true", help="every fourth row only")
     parser.add_argument("--unseen", type=Path, default=UNSEEN_CSV, help="runs on unfitted GPUs")
+    parser.add_argument(
+        "--dephased-start",
+        action=argparse.BooleanOptionalAction,
+        default=AIPERF_SILICON.dephased_start,
+        help="clients enter the measurement de-phased (BenchmarkProtocol.dephased_start)",
+    )
+    parser.add_argument("--engines", type=Path, help="in-sample constants (default: shipped)")
     args = parser.parse_args()
+    protocol = replace(AIPERF_SILICON, dephased_start=args.dephased_start)
+    shipped = load_engine_table(args.engines.read_text("utf-8")) if args.engines else None
+
+    def constants_of(backend: str) -> EngineConstants:
+        return shipped[backend] if shipped else get_engine_constants(backend)
+
     screened = _read(args.csv)
     rows = screened.usable[:: 4 if args.quick else 1]
     unseen = _read(args.unseen).usable[:: 4 if args.quick else 1] if args.unseen.is_file() else []
     started = time.perf_counter()
     with ProcessPoolExecutor(args.workers) as pool:
-        tasks = [(r, get_engine_constants(r.backend)) for r in rows]
+        tasks = [(r, constants_of(r.backend), protocol) for r in rows]
         in_sample = list(pool.map(_predict, tasks, chunksize=2))
         held_out: list[Scored] = []
         for gpu in sorted({r.gpu for r in rows}):
@@ -144,12 +158,13 @@ def main() -> int:
             if not path.is_file():
                 continue
             table = load_engine_table(path.read_text("utf-8"))
-            tasks = [(r, table[r.backend]) for r in rows if r.gpu == gpu]
+            tasks = [(r, table[r.backend], protocol) for r in rows if r.gpu == gpu]
             held_out += list(pool.map(_predict, tasks, chunksize=2))
-        tasks = [(r, get_engine_constants(r.backend)) for r in unseen]
+        tasks = [(r, constants_of(r.backend), protocol) for r in unseen]
         never = list(pool.map(_predict, tasks, chunksize=2))
     wall_s = time.perf_counter() - started
-    print_table("in-sample (shipped constants, fitted on every usable row):", in_sample)
+    which = f"constants of {args.engines}" if args.engines else "shipped constants"
+    print_table(f"in-sample ({which}, fitted on every usable row):", in_sample)
     if held_out:
         title = "leave-one-GPU-out (each GPU predicted by constants fitted without it):"
         print_table(title, held_out)

@@ -28,6 +28,7 @@ import math
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +41,7 @@ from inhouse.calibration.plausibility import screen
 from inhouse.calibration.replay import Recording, record
 from inhouse.engine.build import build_replica
 from inhouse.perf.constants import ENGINE_FIELDS, KERNEL_FIELDS, EngineConstants, load_engine_table
-from inhouse.predict import AIPERF_SILICON, run_closed_loop
+from inhouse.predict import AIPERF_SILICON, BenchmarkProtocol, run_closed_loop
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CSV = ROOT / "data" / "calibration_silicon.csv"
@@ -52,20 +53,23 @@ F_SCALE = 0.1  # residuals beyond ~10% count linearly, not quadratically
 TRUST = 0.5  # a round moves no constant by more than this in log space (x1.65)
 
 
-def _record(task: tuple[CorpusRow, EngineConstants]) -> Recording | None:
-    row, constants = task
+Task = tuple[CorpusRow, EngineConstants, BenchmarkProtocol]
+
+
+def _record(task: Task) -> Recording | None:
+    row, constants, protocol = task
     try:
-        return record(row, constants)
+        return record(row, constants, protocol)
     except AssertionError as exc:  # NOTE: reported, not hidden: a row the engine cannot run
         print(f"  cannot simulate {row.row_id}: {exc}", flush=True)
         return None
 
 
-def _predict(task: tuple[CorpusRow, EngineConstants]) -> tuple[float, float]:
-    row, constants = task
+def _predict(task: Task) -> tuple[float, float]:
+    row, constants, protocol = task
     result = run_closed_loop(
         build_replica(row.spec, constants), row.isl, row.osl, row.concurrency,
-        protocol=AIPERF_SILICON,
+        protocol=protocol,
     )  # fmt: skip
     return result.mean_ttft_ms, result.mean_tpot_ms
 
@@ -93,6 +97,7 @@ def host_jacobian(
     x: np.ndarray,
     recordings: list[Recording],
     pool: ProcessPoolExecutor,
+    protocol: BenchmarkProtocol,
 ) -> np.ndarray:
     """d log prediction / d log host constant, by re-simulating with each one nudged."""
     jac = np.zeros((2 * len(recordings), len(space.params)))
@@ -103,7 +108,7 @@ def host_jacobian(
         nudged[j] += HOST_STEP
         table = space.constants(nudged)
         rows = [i for i, r in enumerate(recordings) if param.applies_to(r.row.backend)]
-        tasks = [(recordings[i].row, table[recordings[i].row.backend]) for i in rows]
+        tasks = [(recordings[i].row, table[recordings[i].row.backend], protocol) for i in rows]
         for i, (ttft, tpot) in zip(rows, pool.map(_predict, tasks, chunksize=2), strict=True):
             jac[2 * i, j] = (math.log(ttft) - base[2 * i]) / HOST_STEP
             jac[2 * i + 1, j] = (math.log(tpot) - base[2 * i + 1]) / HOST_STEP
@@ -133,6 +138,7 @@ def fit(
     rounds: int,
     workers: int,
     trace: Path | None = None,
+    protocol: BenchmarkProtocol = AIPERF_SILICON,
 ):
     space = Space.over(base, prior)
     low, high = space.bounds()
@@ -143,7 +149,7 @@ def fit(
         for k in range(rounds + 1):
             started = time.perf_counter()
             table = space.constants(x)
-            tasks = [(r, table[r.backend]) for r in rows]
+            tasks = [(r, table[r.backend], protocol) for r in rows]
             recordings = [r for r in pool.map(_record, tasks, chunksize=2) if r is not None]
             replicas = [build_replica(r.row.spec, table[r.row.backend]) for r in recordings]
             no_host = np.zeros((2 * len(recordings), len(x)))
@@ -159,7 +165,7 @@ def fit(
             if k == rounds:
                 break
             if jac_host is None or k % HOST_EVERY == 0:
-                jac_host = host_jacobian(space, x, recordings, pool)
+                jac_host = host_jacobian(space, x, recordings, pool, protocol)
             lin.host_jacobian = jac_host
             result = least_squares(
                 lin.residuals,
@@ -214,7 +220,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="write the fitted constants here")
     parser.add_argument("--write", action="store_true", help="write them to engines.yaml")
     parser.add_argument("--trace", type=Path, help="keep every round's constants and predictions")
+    parser.add_argument(
+        "--dephased-start",
+        action=argparse.BooleanOptionalAction,
+        default=AIPERF_SILICON.dephased_start,
+        help="simulate the corpus's clients entering the measurement de-phased "
+        "(BenchmarkProtocol.dephased_start; default: the corpus protocol's)",
+    )
     args = parser.parse_args(argv)
+    protocol = replace(AIPERF_SILICON, dephased_start=args.dephased_start)
 
     with args.csv.open(newline="", encoding="utf-8") as handle:
         corpus = prepare(list(csv.DictReader(handle)))
@@ -228,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [r for r in screened.usable if r.gpu != args.holdout]
     base = load_engine_table(args.start.read_text("utf-8"))
     prior = load_engine_table(args.prior.read_text("utf-8"))
-    fitted = fit(rows, base, prior, args.rounds, args.workers, args.trace)
+    fitted = fit(rows, base, prior, args.rounds, args.workers, args.trace, protocol)
     space, (_cost, x, recordings) = fitted
     table = space.constants(x)
     where = f"without {args.holdout} " if args.holdout else ""

@@ -6,11 +6,12 @@ from dataclasses import replace
 
 import pytest
 
-from inhouse.engine.build import ReplicaSpec, build_replica
+from inhouse.engine.build import Replica, ReplicaSpec, build_replica
 from inhouse.predict import (
     AIPERF_SILICON,
     VLLM_BENCH,
     BenchmarkProtocol,
+    ClosedLoop,
     run_closed_loop,
     wave_weights,
 )
@@ -51,6 +52,54 @@ def test_client_think_time_de_phases_a_locked_closed_loop() -> None:
     a = run_closed_loop(REPLICA, 4096, 256, 8, protocol=locked, sampled_waves=None)
     b = run_closed_loop(REPLICA, 4096, 256, 8, protocol=thinking, sampled_waves=None)
     assert b.mean_ttft_ms < a.mean_ttft_ms
+
+
+def _measured_sends(replica: Replica, protocol: BenchmarkProtocol, concurrency: int) -> list[float]:
+    head = protocol.head(concurrency)
+    loop = ClosedLoop(replica, 1024, 128, concurrency, protocol, head + 3 * concurrency)
+    return [r.arrival_s for r in loop.run()[head:]]
+
+
+def test_a_dephased_start_spreads_the_clients_over_a_request_cycle() -> None:
+    """Locked, the 8 clients send each wave within a few decode steps of each other, for
+    ever; de-phased, every wave's sends spread over most of a request cycle."""
+    locked = BenchmarkProtocol(waves=3)
+    sends = _measured_sends(REPLICA, locked, 8)
+    assert sends[:8] == [0.0] * 8
+    cycle_s = min(sends[8:16])  # one request, prefill and 128 tokens
+    for wave in range(1, 3):
+        times = sends[8 * wave : 8 * (wave + 1)]
+        assert max(times) - min(times) < 0.1 * cycle_s
+    dephased = _measured_sends(REPLICA, replace(locked, dephased_start=True), 8)
+    for wave in range(3):
+        times = dephased[8 * wave : 8 * (wave + 1)]
+        assert max(times) - min(times) > 0.5 * cycle_s
+
+
+def test_a_dephased_start_is_left_out_of_the_means_and_seeded() -> None:
+    dephased = BenchmarkProtocol(waves=4, dephased_start=True, seed=1)
+    a = run_closed_loop(REPLICA, 2048, 64, 16, protocol=dephased)
+    b = run_closed_loop(REPLICA, 2048, 64, 16, protocol=dephased)
+    other = run_closed_loop(REPLICA, 2048, 64, 16, protocol=replace(dephased, seed=2))
+    assert (a.mean_ttft_ms, a.mean_tpot_ms) == (b.mean_ttft_ms, b.mean_tpot_ms)
+    assert a.mean_ttft_ms != other.mean_ttft_ms
+    assert a.num_requests == 4 * 16 + 16  # the de-phasing requests, then the measured
+    locked = run_closed_loop(
+        REPLICA, 2048, 64, 16, protocol=replace(dephased, dephased_start=False)
+    )
+    assert a.mean_ttft_ms < locked.mean_ttft_ms  # no burst of 16 prompts is measured
+
+
+def test_the_dephasing_is_the_protocols_not_the_engines() -> None:
+    """The same seed gives the same de-phasing requests whatever engine serves them."""
+    sglang = build_replica(ReplicaSpec("Llama-3.1-8B", "b200_sxm", 2, "fp8", "sglang"))
+    protocol = BenchmarkProtocol(waves=1, dephased_start=True, seed=5)
+    heads = []
+    for replica in (REPLICA, sglang):
+        loop = ClosedLoop(replica, 1024, 128, 8, protocol, 16)
+        heads.append([r.output_len for r in loop.run()[:8]])
+    assert heads[0] == heads[1]
+    assert len(set(heads[0])) > 1 and all(1 <= n <= 128 for n in heads[0])
 
 
 def test_a_server_cap_queues_requests_at_the_door_with_their_clock_running() -> None:

@@ -14,7 +14,11 @@ time 0 (aiperf and genai-perf wait for the warm-up to drain before measuring), s
 wave queues for prefill. What de-phases the clients afterwards is the same for every engine:
 the API server serves prompts one at a time (`prompt_token_overhead_s` per token), streams
 every output token (`output_token_overhead_s`), and lengths that vary finish at different
-times. No per-engine "spread" constant is fitted.
+times. No per-engine "spread" constant is fitted. With fixed lengths that is not enough: the
+steps are exact, so clients admitted together finish together and stay in step; a pause
+per request shorter than a prefill step (`think_time_s`) does not part them.
+`dephased_start` starts them at independent phases instead, the opposite extreme (see
+docs/perf-model.md, "The benchmark protocol").
 """
 
 from __future__ import annotations
@@ -45,7 +49,16 @@ class BenchmarkProtocol:
       rest wait at its door with their clock running. None: no cap beyond the engine's.
     * `think_time_s`: mean pause of a client between receiving a response and sending its
       next request (exponential, drawn from `seed`); outside TTFT. The load generator's own
-      timing variance: what keeps real closed loops from locking into waves.
+      send-path latency (a few ms); in the model it does not de-phase a locked loop (see
+      `dephased_start`).
+    * `dephased_start`: the clients enter the measurement spread over one request cycle, as
+      the clients of a long run are, instead of all at once: each client first runs one
+      unmeasured request whose output is a uniform share (drawn from `seed`) of `osl`, so
+      its first measured send falls at a random point of the cycle. The premise is the
+      load generator's: timing variance (send path, HTTP, the server's per-request work)
+      accumulates over a run until the clients' phases are independent; the model's steps
+      are exact, so jitter shorter than a prefill step collapses back into one step and
+      cannot do that itself. The same for every engine; it fits no constant.
     """
 
     num_requests: int | None = None
@@ -56,10 +69,17 @@ class BenchmarkProtocol:
     osl_std: float = 0.0
     server_cap: int | None = None
     think_time_s: float = 0.0
+    dephased_start: bool = False
     seed: int = 0
 
     def measured(self, concurrency: int) -> int:
         return self.num_requests or self.waves * concurrency
+
+    def head(self, concurrency: int) -> int:
+        """Requests simulated before the measured ones: the de-phasing requests, then a
+        warm-up that does not drain."""
+        dephasing = concurrency if self.dephased_start else 0
+        return dephasing + (0 if self.warmup_drains else self.warmup_requests)
 
 
 # `vllm bench serve --max-concurrency C --num-prompts 10C` with a random dataset: no warm-up.
@@ -107,7 +127,7 @@ def run_closed_loop(
     """
     assert isl > 0 and osl > 0 and concurrency > 0, "isl, osl and concurrency must be positive"
     requested = num_requests or protocol.measured(concurrency)
-    head = 0 if protocol.warmup_drains else protocol.warmup_requests
+    head = protocol.head(concurrency)
     total = requested if sampled_waves is None else min(requested, sampled_waves * concurrency)
     loop = ClosedLoop(replica, isl, osl, concurrency, protocol, head + total)
     done = loop.run()
@@ -164,10 +184,13 @@ class ClosedLoop:
             return mean
         return max(1, round(self.rng.gauss(mean, std)))
 
-    def schedule_send(self, at_s: float) -> None:
+    def schedule_send(self, at_s: float, osl_share: float | None = None) -> None:
+        """Send the next request at `at_s`; `osl_share` shortens its output (de-phasing)."""
         p = self.protocol
         isl = self._length(self.isl, p.isl_std)
         osl = self._length(self.osl, p.osl_std)
+        if osl_share is not None:
+            osl = max(1, math.ceil(osl_share * osl))
         request = Request(f"r{self.sent}", isl, osl, at_s, tag=self.sent)
         heapq.heappush(self.sends, (at_s, self.sent, request))
         self.sent += 1
@@ -193,7 +216,8 @@ class ClosedLoop:
     def run(self) -> list[Request]:
         engine = self.engine
         for _ in range(min(self.concurrency, self.total)):
-            self.schedule_send(0.0)
+            share = self.rng.random() if self.protocol.dephased_start else None
+            self.schedule_send(0.0, share)
         while self.sends or engine.has_unfinished:
             self._release_sends()
             ready = engine.next_ready_s()

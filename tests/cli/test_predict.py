@@ -107,3 +107,13 @@ def test_single_form_takes_a_protocol(capsys: pytest.CaptureFixture[str]) -> Non
     main([*base, "--protocol", "aiperf"])
     twenty = json.loads(capsys.readouterr().out)
     assert twenty["mean_ttft_ms"] < ten["mean_ttft_ms"]  # the first wave weighs half as much
+
+
+def test_single_form_takes_a_dephased_start(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["predict", "--model", "Llama-3.1-8B", "--isl", "2048", "--osl", "32",
+            "--concurrency", "32", "--json"]  # fmt: skip
+    main(base)
+    locked = json.loads(capsys.readouterr().out)
+    main([*base, "--dephased-start"])
+    dephased = json.loads(capsys.readouterr().out)
+    assert dephased["mean_ttft_ms"] < locked["mean_ttft_ms"]  # no burst of 32 prompts measured

@@ -4,8 +4,14 @@ byte, an error event mid-stream, and a replica killed while requests flow."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator
 
-from tests.gateway.conftest import chat, engines, gateway_for, stack_data
+import httpx
+from tests.gateway.conftest import LiveEngine, chat, engines, gateway_for, stack_data
+
+from inhouse.gateway.service import Gateway
 
 
 async def wait_for(predicate, timeout_s: float = 5.0) -> None:  # type: ignore[no-untyped-def]
@@ -13,6 +19,22 @@ async def wait_for(predicate, timeout_s: float = 5.0) -> None:  # type: ignore[n
     while not predicate():
         assert asyncio.get_running_loop().time() < deadline, "condition not reached"
         await asyncio.sleep(0.02)
+
+
+@contextlib.asynccontextmanager
+async def two_replicas_in_turn() -> AsyncIterator[
+    tuple[list[LiveEngine], Gateway, httpx.AsyncClient]
+]:
+    """Two engines behind a round-robin gateway whose probes stay out of the way (every 30 s):
+    what the requests meet decides a replica's health."""
+    data = stack_data(
+        replicas=2, gateway={"health": {"interval_s": 30}}, routing={"policy": "round_robin"}
+    )
+    async with (
+        engines(2) as live,
+        gateway_for(data, {"chat": [e.url for e in live]}) as (gw, client),
+    ):
+        yield live, gw, client
 
 
 def test_replica_joins_after_health_200_and_leaves_and_recovers() -> None:
@@ -37,15 +59,8 @@ def test_replica_joins_after_health_200_and_leaves_and_recovers() -> None:
 
 
 def test_failure_before_first_byte_is_retried_elsewhere() -> None:
-    data = stack_data(
-        replicas=2, gateway={"health": {"interval_s": 30}}, routing={"policy": "round_robin"}
-    )
-
     async def main() -> None:
-        async with (
-            engines(2) as live,
-            gateway_for(data, {"chat": [e.url for e in live]}) as (gw, client),
-        ):
+        async with two_replicas_in_turn() as (live, gw, client):
             live[0].state.faults.fail_next = 3  # the engine answers 500 three times
             results = [
                 await client.post("/v1/chat/completions", json=chat(max_tokens=1)) for _ in range(6)
@@ -62,15 +77,8 @@ def test_failure_before_first_byte_is_retried_elsewhere() -> None:
 def test_a_request_a_draining_replica_refuses_before_the_gateway_noticed_goes_elsewhere() -> None:
     # SIGTERM between two probes: the replica answers new requests 503 ("shutting down")
     # while the gateway still routes to it; nothing was streamed, so each is retried.
-    data = stack_data(
-        replicas=2, gateway={"health": {"interval_s": 30}}, routing={"policy": "round_robin"}
-    )
-
     async def main() -> None:
-        async with (
-            engines(2) as live,
-            gateway_for(data, {"chat": [e.url for e in live]}) as (gw, client),
-        ):
+        async with two_replicas_in_turn() as (live, gw, client):
             live[0].state.is_draining = True
             results = [
                 await client.post("/v1/chat/completions", json=chat(max_tokens=2, stream=s))
@@ -82,6 +90,29 @@ def test_a_request_a_draining_replica_refuses_before_the_gateway_noticed_goes_el
             text = gw.metrics.render().decode()
             assert 'inhouse_gateway_retries_total{pool="chat",replica="0"}' in text
             assert 'inhouse_gateway_retries_total{pool="chat",replica="1"}' not in text
+
+    asyncio.run(main())
+
+
+def test_a_busy_replica_is_retried_elsewhere_and_stays_in_routing() -> None:
+    # Its waiting queue full, an engine answers 503 "busy"; counted as health failures, two of
+    # them took a full but healthy replica out of routing, its load onto the others (which fill
+    # and go out in turn). The request goes elsewhere; the replica stays routable.
+    async def main() -> None:
+        async with two_replicas_in_turn() as (live, gw, client):
+            live[0].state.options = dataclasses.replace(
+                live[0].state.options, max_num_queued_reqs=0
+            )  # every request finds the queue full
+            results = [
+                await client.post("/v1/chat/completions", json=chat(max_tokens=1, stream=s))
+                for s in (False, True, False, True, False, True)
+            ]
+            assert [r.status_code for r in results] == [200] * 6
+            text = gw.metrics.render().decode()
+            # Round robin offers replica 0 first each time: each request is retried once.
+            assert 'inhouse_gateway_retries_total{pool="chat",replica="0"} 6.0' in text
+            assert gw.pools["chat"].replicas[0].is_healthy
+            assert gw.pools["chat"].replicas[0].num_failures == 0
 
     asyncio.run(main())
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from tests.gateway.conftest import engines, gateway_for, stack_data
+from tests.gateway.conftest import LiveEngine, engines, gateway_for, stack_data
 
-from inhouse.gateway.replicas import Replica
+from inhouse.gateway.replicas import HealthMonitor, Replica
 from inhouse.spec.gateway import HealthSpec
 
 
@@ -83,28 +83,27 @@ def _gateway_log() -> Iterator[list[str]]:
         logger.removeHandler(handler)
 
 
-def _probing(**health: Any) -> dict[str, Any]:
-    # NOTE: probes 30 s apart: only the gateway's first probe and the test's own ones run.
-    return stack_data(replicas=1, gateway={"health": {"interval_s": 30, **health}})
+@contextlib.asynccontextmanager
+async def _probed(**health: Any) -> AsyncIterator[tuple[LiveEngine, HealthMonitor, Replica]]:
+    """One engine behind a gateway whose probes run 30 s apart: only its first probe and the
+    test's own ones run."""
+    data = stack_data(replicas=1, gateway={"health": {"interval_s": 30, **health}})
+    async with engines(1) as live, gateway_for(data, {"chat": [live[0].url]}) as (gw, _):
+        yield live[0], gw.backends.monitor, gw.pools["chat"].replicas[0]
 
 
 def test_a_replica_whose_health_turns_503_is_out_after_one_probe_and_rejoins_after_three() -> None:
     async def main() -> None:
-        async with (
-            engines(1) as live,
-            gateway_for(_probing(healthy_after=3), {"chat": [live[0].url]}) as (gw, _),
-        ):
-            monitor = gw.backends.monitor
-            replica = gw.pools["chat"].replicas[0]
+        async with _probed(healthy_after=3) as (engine, monitor, replica):
             for _ in range(2):  # in after three 200s: the first probe and two more
                 await monitor.probe(replica)
             assert replica.is_healthy
-            live[0].state.is_draining = True  # SIGTERM: /health answers 503 at once
+            engine.state.is_draining = True  # SIGTERM: /health answers 503 at once
             with _gateway_log() as messages:
                 await monitor.probe(replica)
             assert not replica.is_healthy
             assert messages == ["replica chat/0 removed: answered 503"]
-            live[0].state.is_draining = False  # (a restarted replica, loaded)
+            engine.state.is_draining = False  # (a restarted replica, loaded)
             for _ in range(2):
                 await monitor.probe(replica)
                 assert not replica.is_healthy
@@ -116,14 +115,9 @@ def test_a_replica_whose_health_turns_503_is_out_after_one_probe_and_rejoins_aft
 
 def test_a_probe_that_times_out_once_keeps_the_replica_twice_takes_it_out() -> None:
     async def main() -> None:
-        async with (
-            engines(1) as live,
-            gateway_for(_probing(timeout_s=0.2), {"chat": [live[0].url]}) as (gw, _),
-        ):
-            monitor = gw.backends.monitor
-            replica = gw.pools["chat"].replicas[0]
+        async with _probed(timeout_s=0.2) as (engine, monitor, replica):
             assert replica.is_healthy
-            live[0].state.faults.hang_all.clear()  # every request, /health too, hangs
+            engine.state.faults.hang_all.clear()  # every request, /health too, hangs
             try:
                 with _gateway_log() as messages:
                     await monitor.probe(replica)
@@ -131,7 +125,7 @@ def test_a_probe_that_times_out_once_keeps_the_replica_twice_takes_it_out() -> N
                     await monitor.probe(replica)
                     assert not replica.is_healthy
             finally:
-                live[0].state.faults.hang_all.set()
+                engine.state.faults.hang_all.set()
             assert messages == ["replica chat/0 removed: health checks fail"]
 
     asyncio.run(main())
@@ -139,17 +133,12 @@ def test_a_probe_that_times_out_once_keeps_the_replica_twice_takes_it_out() -> N
 
 def test_a_probe_refused_once_keeps_the_replica_a_timeout_after_a_200_too() -> None:
     async def main() -> None:
-        async with (
-            engines(1) as live,
-            gateway_for(_probing(timeout_s=0.2), {"chat": [live[0].url]}) as (gw, _),
-        ):
-            monitor = gw.backends.monitor
-            replica = gw.pools["chat"].replicas[0]
-            live[0].state.faults.hang_all.clear()
+        async with _probed(timeout_s=0.2) as (engine, monitor, replica):
+            engine.state.faults.hang_all.clear()
             await monitor.probe(replica)  # timed out: one failure
-            live[0].state.faults.hang_all.set()
+            engine.state.faults.hang_all.set()
             await monitor.probe(replica)  # 200: the count starts again
-            await live[0].kill()  # nothing listens any more: refused
+            await engine.kill()  # nothing listens any more: refused
             await monitor.probe(replica)
             assert replica.is_healthy
             await monitor.probe(replica)

@@ -44,9 +44,9 @@ class _RecordingLoop(ClosedLoop):
         self.first: dict[str, int] = {}
         self.last: dict[str, int] = {}
 
-    def schedule_send(self, at_s: float) -> None:
+    def schedule_send(self, at_s: float, osl_share: float | None = None) -> None:
         self.after[f"r{self.sent}"] = len(self.shapes) - 1
-        super().schedule_send(at_s)
+        super().schedule_send(at_s, osl_share)
 
     def on_step(self, result: StepResult) -> None:
         entry = len(self.shapes)
@@ -128,9 +128,10 @@ def record(
     """Simulate `row` at `constants` and keep what replaying it needs."""
     replica = build_replica(row.spec, constants)
     requested = protocol.measured(row.concurrency)
+    head = protocol.head(row.concurrency)
     total = min(requested, sampled_waves * row.concurrency)
-    loop = _RecordingLoop(replica, row.isl, row.osl, row.concurrency, protocol, total)
-    done = loop.run()
+    loop = _RecordingLoop(replica, row.isl, row.osl, row.concurrency, protocol, head + total)
+    done = loop.run()[head:]
     v, w = _weights(loop, done, requested)
     shapes = {
         name: np.array([s[i] for s in loop.shapes], dtype=float)

@@ -57,6 +57,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--isl-std", type=float, default=0.0, help="spread of prompt lengths")
     parser.add_argument("--osl-std", type=float, default=0.0, help="spread of output lengths")
     parser.add_argument("--server-cap", type=int, help="requests the server holds at once")
+    parser.add_argument(
+        "--dephased-start",
+        action="store_true",
+        help="clients enter the measurement spread over one request cycle, not all at once",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON (single form)")
 
 
@@ -67,6 +72,7 @@ def _protocol(args: argparse.Namespace) -> BenchmarkProtocol:
         isl_std=args.isl_std,
         osl_std=args.osl_std,
         server_cap=args.server_cap,
+        dephased_start=args.dephased_start or PROTOCOLS[args.protocol].dephased_start,
     )
 
 

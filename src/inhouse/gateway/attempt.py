@@ -143,7 +143,9 @@ async def try_replica(
                 ).inc()
         if response.status in RETRY_STATUSES and tries.num_failed < parts.proxy.retries:
             text = await response.read_all()
-            raise UpstreamError(f"engine answered {response.status}: {text[:200]!r}", True)
+            raise UpstreamError(
+                f"engine answered {response.status}: {text[:200]!r}", True, status=response.status
+            )
         if early and response.status == 200:
             return Attempt(placement, response, b"", sent_s, time.perf_counter(), tries)
         first = await _first_bytes(response)

@@ -232,10 +232,17 @@ class Backends:
         self.dispatcher.first_token(placement)
 
     def failed(self, placement: Placement, error: Exception) -> None:
-        """An attempt that failed before the client saw a byte: count it against the replica
-        and let go of it (the next attempt goes elsewhere)."""
+        """An attempt that failed before the client saw a byte: let go of it (the next attempt
+        goes elsewhere) and count it against the replica, unless the replica answered 503.
+
+        A 503 is the engine saying it will not take the request now — busy (its waiting queue
+        is full), loading or draining — and it is alive enough to say so. Counted as a health
+        failure, two busy answers in a row would take a full but healthy replica out of
+        routing, putting its load on the others, which fill and go out in turn: an overload
+        turned into an outage. Whether it is draining or dead is for its `/health` to say,
+        which the probes ask every `interval_s`."""
         replica = placement.replica
-        if replica.record_failure(self.spec.health):
+        if getattr(error, "status", None) != 503 and replica.record_failure(self.spec.health):
             log.warning("replica %s/%s removed: %s", replica.pool, replica.index, error)
         self.dispatcher.release(placement)
 

@@ -4,9 +4,10 @@
   loading model answers 503, so it is not ready). It stops being routable at once when its
   `/health` answers anything but 200 (a draining or dead engine says so: it is believed), and
   after `unhealthy_after` consecutive failures otherwise — probes that time out or find no
-  one listening, and real requests refused, reset or answered 5xx before their first byte
-  (no answer may be the network's fault, and a 503 to a request may only mean "busy", so
-  one of them must not flap a replica). Probes keep running, so recovery brings it back.
+  one listening, and real requests refused, reset or answered 500, 502 or 504 before their
+  first byte (no answer may be the network's fault, so one of them must not flap a replica).
+  A request answered 503 ("busy") is retried elsewhere and not counted (`Backends.failed`).
+  Probes keep running, so recovery brings it back.
 * Load: `num_inflight` is the gateway's own count, changed at dispatch and at the end of every
   request, never a scraped figure (the root of the hot-spotting bugs in routers that counted
   late). The engine's `vllm:num_requests_waiting` and `vllm:kv_cache_usage_perc` are scraped

@@ -36,14 +36,22 @@ PAUSE_BUFFER_BYTES = 1 << 20
 
 
 class UpstreamError(Exception):
-    """The engine could not be reached or the connection broke. `is_before_response`: no
-    byte of the response came back (safe to retry on another replica)."""
+    """The engine could not be reached or the connection broke, or it answered with an error
+    status to be retried elsewhere (`status`). `is_before_response`: no byte of the response
+    came back (safe to retry on another replica)."""
 
-    def __init__(self, message: str, is_before_response: bool, is_timeout: bool = False) -> None:
+    def __init__(
+        self,
+        message: str,
+        is_before_response: bool,
+        is_timeout: bool = False,
+        status: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.is_before_response = is_before_response
         # No answer in time: the engine may be working on the request, never send it again.
         self.is_timeout = is_timeout
+        self.status = status
 
 
 class _Connection(ResponseReader, asyncio.Protocol):
