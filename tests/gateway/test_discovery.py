@@ -407,3 +407,34 @@ def test_discovery_for_a_pool_the_stack_does_not_have_is_refused() -> None:
         _gateway(
             {"chat": DiscoveryTarget(dns=NAME, port=1), "long": DiscoveryTarget(dns=NAME, port=1)}
         )
+
+
+def test_the_gateway_follows_dns_on_its_own_every_interval() -> None:
+    """No test-driven lookups: `discovery.interval_s` apart the gateway resolves the name, a
+    new pod is probed and joins, and the one that left is no longer probed."""
+
+    async def main() -> None:
+        async with behind_one_name() as behind:
+            behind.in_dns = ["127.0.0.1"]
+            target = DiscoveryTarget(dns=NAME, port=behind.port, max_replicas=2)
+            fast = {"health": {"interval_s": 0.05}, "discovery": {"interval_s": 0.05}}
+            data = stack_data(replicas=1, gateway=fast, routing={"policy": "round_robin"})
+            async with gateway_for(
+                data, {}, discovery={"chat": target}, resolver=behind.resolve
+            ) as (gateway, client):
+                pool = gateway.pools["chat"]
+                old = pool.replicas[0]
+                assert old.is_healthy
+                behind.in_dns = ["127.0.0.2"]
+                for _ in range(100):
+                    await asyncio.sleep(0.05)
+                    if pool.replicas[0].is_healthy and pool.replicas[0] is not old:
+                        break
+                assert pool.replicas[0].url == f"http://127.0.0.2:{behind.port}"
+                assert pool.replicas[0].is_healthy
+                assert old not in gateway.backends.monitor.replicas
+                assert not old.is_healthy
+                await send(client, 2)
+        assert behind.served == {"127.0.0.1": 0, "127.0.0.2": 2, "127.0.0.3": 0}
+
+    asyncio.run(main())
