@@ -119,3 +119,8 @@ def test_a_response_that_outlives_its_closed_pool_is_read_to_its_end_then_closed
             assert response._conn.is_closed
 
     asyncio.run(main())
+
+
+def test_the_host_header_brackets_an_ipv6_address() -> None:
+    assert b"\r\nhost: [fd00::1]:8000\r\n" in UpstreamPool("fd00::1", 8000).head("GET", "/", 0, "r")
+    assert b"\r\nhost: 10.0.0.1:8000\r\n" in UpstreamPool("10.0.0.1", 8000).head("GET", "/", 0, "r")

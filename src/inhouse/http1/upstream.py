@@ -319,7 +319,8 @@ class UpstreamPool:
         self.connect_timeout_s = connect_timeout_s
         self.idle_s = idle_s
         self._idle: collections.deque[_Connection] = collections.deque()
-        self._host_header = f"{host}:{port}".encode()
+        authority = f"[{host}]" if ":" in host else host  # an IPv6 address (a scaled pod's)
+        self._host_header = f"{authority}:{port}".encode()
         self.is_closed = False
 
     def put_idle(self, conn: _Connection) -> None:
