@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -91,14 +91,25 @@ def stack_data(replicas: int, gateway: dict[str, object] | None = None) -> dict[
 
 
 class Stack:
-    def __init__(self, tmp: Path, gateway_args: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        gateway_args: list[str] | None = None,
+        endpoints: Callable[[int], dict[str, object]] | None = None,
+        replicas: int = 1,
+    ) -> None:
+        """An engine and a gateway in front of it, given the engine's URL, or `endpoints`
+        (a function of the engine's port)."""
         self.engine_port = free_port()
         self.port = free_port()
         self.metrics_port = free_port()
         self.key = "test-demo-key"
-        (tmp / "stack.yaml").write_text(yaml.safe_dump(stack_data(1)))
-        endpoints = {"pools": {"p": [f"http://127.0.0.1:{self.engine_port}"]}}
-        (tmp / "endpoints.json").write_text(json.dumps(endpoints))
+        (tmp / "stack.yaml").write_text(yaml.safe_dump(stack_data(replicas)))
+        if endpoints is None:
+            data = {"pools": {"p": [f"http://127.0.0.1:{self.engine_port}"]}}
+        else:
+            data = endpoints(self.engine_port)
+        (tmp / "endpoints.json").write_text(json.dumps(data))
         engine_args = ["--model", MODEL, "--served-model-name", "tiny", "--max-model-len", "1024",
                        "--port", str(self.engine_port), "--time-scale", "1.0"]  # fmt: skip
         env = {**os.environ, "INHOUSE_DEMO_KEY": self.key}
@@ -160,6 +171,55 @@ def test_streams_over_sockets_and_sigterm_drains(live_stack: Stack) -> None:
         assert not any('"error"' in e for e in events)
         assert sum('"text"' in e for e in events) == 200
     assert live_stack.gateway.wait(20) == 0
+
+
+def test_a_scaled_pool_is_routed_to_the_addresses_its_name_resolves_to(tmp_path: Path) -> None:
+    """The endpoints file render writes for a pool KEDA scales (2 replicas at least, so one
+    URL for it would not do): the gateway resolves the name (`localhost`: the engine's one
+    address) into the pool's 3 replica slots and serves through it."""
+
+    def endpoints(port: int) -> dict[str, object]:
+        return {
+            "pools": {"p": [f"http://localhost:{port}"]},
+            "discovery": {"p": {"dns": "localhost", "port": port, "max_replicas": 3}},
+        }
+
+    stack = Stack(tmp_path, endpoints=endpoints, replicas=2)
+    try:
+        wait_http(f"http://127.0.0.1:{stack.port}/health")
+        response = httpx.post(
+            f"http://127.0.0.1:{stack.port}/v1/completions",
+            json={"model": "tiny", "prompt": "hello", "max_tokens": 3},
+            headers={"authorization": f"Bearer {stack.key}"},
+            timeout=30,
+        )
+        assert response.status_code == 200, response.text
+        metrics = httpx.get(f"http://127.0.0.1:{stack.metrics_port}/metrics", timeout=5).text
+    finally:
+        stack.close()
+    healthy = [line for line in metrics.splitlines()
+               if line.startswith("inhouse_gateway_replica_healthy{")]  # fmt: skip
+    assert healthy == [
+        'inhouse_gateway_replica_healthy{pool="p",replica="0"} 1.0',
+        'inhouse_gateway_replica_healthy{pool="p",replica="1"} 0.0',
+        'inhouse_gateway_replica_healthy{pool="p",replica="2"} 0.0',
+    ]
+    log = (tmp_path / "gateway.log").read_text()
+    assert f"replica p/0: http://127.0.0.1:{stack.engine_port} from DNS, probing" in log
+
+
+def test_a_malformed_endpoints_file_is_refused_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "stack.yaml").write_text(yaml.safe_dump(stack_data(1)))
+    endpoints = {"pools": {"p": ["http://h:1"]}, "discovery": {"p": {"dns": "h", "port": "x"}}}
+    (tmp_path / "endpoints.json").write_text(json.dumps(endpoints))
+    args = ["gateway", "--stack", str(tmp_path / "stack.yaml"),
+            "--endpoints", str(tmp_path / "endpoints.json")]  # fmt: skip
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "discovery.p.port: Input should be a valid integer" in err
+    assert "fix: write the file again with `inhouse render`" in err
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl for a test cert")

@@ -16,11 +16,13 @@ import httpx
 import uvicorn
 
 from inhouse.gateway.app import GatewayApp
+from inhouse.gateway.discovery import Resolver, resolve_dns
 from inhouse.gateway.limits import LimitStore
 from inhouse.gateway.serve import gateway_server
 from inhouse.gateway.service import Gateway
 from inhouse.server.engine_app import create_engine_app
 from inhouse.server.state import EngineOptions, EngineState
+from inhouse.spec.endpoints import DiscoveryTarget
 from inhouse.spec.gateway import parse_gateway
 from inhouse.spec.knobs import EngineKnobs
 from inhouse.spec.stack import parse_stack
@@ -80,13 +82,16 @@ def engine_options(**overrides: Any) -> EngineOptions:
     return EngineOptions(knobs=EngineKnobs(**knobs), **values)
 
 
-async def start_engine(options: EngineOptions | None = None, port: int = 0) -> LiveEngine:
+async def start_engine(
+    options: EngineOptions | None = None, port: int = 0, host: str = "127.0.0.1"
+) -> LiveEngine:
+    """A simulated engine on `host` (any loopback address: 127.0.0.2 is one too) and `port`."""
     state = EngineState.build(options or engine_options())
     state.is_loaded = True
     port = port or free_port()
     config = uvicorn.Config(
         create_engine_app(state),
-        host="127.0.0.1",
+        host=host,
         port=port,
         lifespan="off",
         log_config=None,
@@ -98,7 +103,7 @@ async def start_engine(options: EngineOptions | None = None, port: int = 0) -> L
     task = asyncio.create_task(server.serve())
     while not server.started:
         await asyncio.sleep(0.01)
-    return LiveEngine(state, f"http://127.0.0.1:{port}", server, task, loop_task)
+    return LiveEngine(state, f"http://{host}:{port}", server, task, loop_task)
 
 
 async def stop_engine(engine: LiveEngine) -> None:
@@ -135,10 +140,12 @@ async def gateway_for(
     pool_urls: dict[str, list[str]],
     demo_key: str | None = KEY,
     limits: LimitStore | None = None,
+    discovery: dict[str, DiscoveryTarget] | None = None,
+    resolver: Resolver = resolve_dns,
 ) -> AsyncIterator[tuple[Gateway, httpx.AsyncClient]]:
     stack = parse_stack(data)
     spec = parse_gateway(stack.gateway)
-    gateway = Gateway(stack, spec, pool_urls, demo_key, limits)
+    gateway = Gateway(stack, spec, pool_urls, demo_key, limits, None, None, discovery, resolver)
     await gateway.start()
     transport = httpx.ASGITransport(app=GatewayApp(gateway))
     headers = {"authorization": f"Bearer {demo_key}"} if demo_key else {}

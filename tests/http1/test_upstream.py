@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 from collections.abc import AsyncIterator
 
@@ -101,3 +102,25 @@ def test_an_idle_connection_the_engine_closed_is_replaced_unseen() -> None:
             pool.close()
 
     asyncio.run(main())
+
+
+def test_a_response_that_outlives_its_closed_pool_is_read_to_its_end_then_closed() -> None:
+    """A scaled pool's replica left DNS while a request ran there: the gateway closed its
+    pool; the response still reads to its end, and its connection closes instead of idling in
+    a pool nobody uses (an open socket per request that ran there)."""
+
+    async def main() -> None:
+        async with engine(["ok"]) as (port, _):
+            pool = UpstreamPool("127.0.0.1", port)
+            response = await pool.request("POST", "/v1/completions", b"{}", "r", 5.0)
+            pool.close()
+            assert await response.read_all() == b"{}"
+            assert pool._idle == collections.deque()  # closed, not kept
+            assert response._conn.is_closed
+
+    asyncio.run(main())
+
+
+def test_the_host_header_brackets_an_ipv6_address() -> None:
+    assert b"\r\nhost: [fd00::1]:8000\r\n" in UpstreamPool("fd00::1", 8000).head("GET", "/", 0, "r")
+    assert b"\r\nhost: 10.0.0.1:8000\r\n" in UpstreamPool("10.0.0.1", 8000).head("GET", "/", 0, "r")

@@ -184,6 +184,25 @@ def test_gateway_endpoints_name_each_static_replica(crm: Rendered) -> None:
     assert "name: crm-copilot" in config["stack.yaml"]
 
 
+def test_a_scaled_pools_endpoints_say_how_to_find_its_replicas(
+    rendered: dict[str, Rendered],
+) -> None:
+    """A pool KEDA scales is a headless Service: the gateway resolves it (`discovery`), in as
+    many replica slots as the ScaledObject's maximum, and parses the file render wrote."""
+    from inhouse.spec.endpoints import parse_endpoints
+
+    code = rendered["code-assistant"]
+    data = json.loads(find(code, "ConfigMap", "gateway-config")["data"]["endpoints.json"])
+    assert sorted(data["discovery"]) == ["fallback", "long", "standard"]  # all scaled
+    parsed = parse_endpoints(data, "endpoints.json")
+    for pool, entry in data["discovery"].items():
+        host = f"{pool}-engine.code-assistant.svc.cluster.local"
+        high = find(code, "ScaledObject", pool)["spec"]["maxReplicaCount"]
+        assert entry == {"dns": host, "port": 8000, "max_replicas": high}
+        assert data["pools"][pool] == [f"http://{host}:8000"]  # for gateways before discovery
+        assert parsed.discovery[pool].max_replicas == high
+
+
 def test_multi_node_pools_scale_with_keda_on_vllm_waiting(rendered: dict[str, Rendered]) -> None:
     code = rendered["code-assistant"]
     scaled = find(code, "ScaledObject", "long")["spec"]

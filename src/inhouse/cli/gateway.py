@@ -17,9 +17,13 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from inhouse.errors import SpecError
 from inhouse.launch.engine_args import DEFAULT_ENGINE_BASE_PORT
+
+if TYPE_CHECKING:
+    from inhouse.spec.endpoints import Endpoints
 
 COMMAND = "gateway"
 HELP = "serve the tenant-aware, prefix-cache-aware gateway in front of a stack's engines"
@@ -30,7 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--endpoints",
         type=Path,
-        help='JSON {"pools": {POOL: [URL, ...]}}, as `inhouse up` writes it',
+        help='JSON {"pools": {POOL: [URL, ...]}, "discovery": {POOL: {"dns", "port", '
+        '"max_replicas"}}}, as `inhouse up` and `inhouse render` write it',
     )
     parser.add_argument(
         "--engine-base-port",
@@ -101,16 +106,20 @@ def _create_key(args: argparse.Namespace) -> int:
     return 0
 
 
-def _pool_urls(args: argparse.Namespace, stack: object) -> dict[str, list[str]]:
+def _endpoints(args: argparse.Namespace, stack: object) -> Endpoints:
+    """The engines: the --endpoints file (`up` and `render` write it), else where `up` puts
+    them."""
     from inhouse.launch.plan import plan_stack
+    from inhouse.spec.endpoints import Endpoints, parse_endpoints
 
     if args.endpoints is not None:
+        source = f"--endpoints {args.endpoints}"
         try:
             data = json.loads(args.endpoints.read_text(encoding="utf-8"))
-            return {str(k): [str(u) for u in v] for k, v in data["pools"].items()}
-        except (OSError, ValueError, KeyError, AttributeError) as exc:
-            raise SpecError(f"--endpoints {args.endpoints}: {exc}") from None
-    return plan_stack(stack, args.engine_base_port).pool_urls  # type: ignore[arg-type]
+        except (OSError, ValueError) as exc:
+            raise SpecError(f"{source}: {exc}") from None
+        return parse_endpoints(data, source)
+    return Endpoints(pools=plan_stack(stack, args.engine_base_port).pool_urls)  # type: ignore[arg-type]
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -140,7 +149,7 @@ def _serve(args: argparse.Namespace) -> int:
     if bool(certfile) != bool(keyfile):
         raise SpecError("TLS needs both --ssl-certfile and --ssl-keyfile")
     setup_logging(spec.log.level, spec.log.requests)
-    pool_urls = _pool_urls(args, stack)
+    endpoints = _endpoints(args, stack)
 
     async def main() -> int:
         limits = None
@@ -160,11 +169,12 @@ def _serve(args: argparse.Namespace) -> int:
         gateway = Gateway(
             stack,
             spec,
-            pool_urls,
+            endpoints.pools,
             demo_key,
             limits,
             args.log_prompts or None,
             args.stack.resolve().parent,
+            endpoints.discovery,
         )
         gateway.observer.tracer = setup_tracing(spec.otlp_endpoint)
         return await serve_gateway(

@@ -1,17 +1,21 @@
 """The gateway's engines: each pool's replicas, its routing policy and token counter, the
 dispatcher that places requests on them, their health, and what a failed attempt costs a
 replica. Admission asks it which pool serves a model; the request path asks it for a replica
-and hands the replica back.
+and hands the replica back. A scaled pool's replicas come from DNS (`discovery.py`): fixed
+slots whose addresses change.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from inhouse.errors import SpecError
+from inhouse.gateway.discovery import PoolDiscovery, Resolver, engine_url, resolve_dns
 from inhouse.gateway.dispatch import (
     HASHING_POLICIES,
     Dispatcher,
@@ -24,6 +28,7 @@ from inhouse.gateway.metrics import GatewayMetrics
 from inhouse.gateway.prompt import ROUTER_BLOCK_TOKENS, LocalCounter, RemoteCounter, TokenCounter
 from inhouse.gateway.replicas import HealthMonitor, Replica
 from inhouse.openai_errors import ApiError
+from inhouse.spec.endpoints import DiscoveryTarget
 from inhouse.spec.gateway import GatewaySpec, TierSpec
 from inhouse.spec.stack import PoolSpec, StackSpec
 from inhouse.tokenizer import SimpleTokenizer, load_tokenizer
@@ -32,21 +37,44 @@ log = logging.getLogger("inhouse.gateway")
 
 
 class Backends:
-    """Pools, replicas, routing, health and failover accounting; nothing about tenants."""
+    """Pools, replicas, routing, health and failover accounting; nothing about tenants.
+
+    `discovery` names the scaled pools (the endpoints file's `discovery`): their replicas
+    come from resolving each one's DNS name with `resolver`, and their `pool_urls` entry is
+    not used."""
 
     def __init__(
-        self, stack: StackSpec, spec: GatewaySpec, pool_urls: Mapping[str, list[str]]
+        self,
+        stack: StackSpec,
+        spec: GatewaySpec,
+        pool_urls: Mapping[str, list[str]],
+        discovery: Mapping[str, DiscoveryTarget] | None = None,
+        resolver: Resolver = resolve_dns,
     ) -> None:
         self.stack = stack
         self.spec = spec
         self.pools: dict[str, PoolState] = {}
+        self.discoveries: dict[str, PoolDiscovery] = {}
+        discovery = discovery or {}
+        unknown = sorted(set(discovery) - {pool.name for pool in stack.pools})
+        if unknown:
+            raise SpecError(
+                f"endpoints: discovery names pool(s) {', '.join(unknown)}, which the stack does "
+                f"not have; pools: {', '.join(p.name for p in stack.pools)} (render the "
+                "endpoints from this stack)"
+            )
         replicas: list[Replica] = []
         for pool in stack.pools:
-            state = self._build_pool(pool, list(pool_urls.get(pool.name, ())))
+            target = discovery.get(pool.name)
+            if target is None:
+                state = self._build_pool(pool, list(pool_urls.get(pool.name, ())))
+            else:
+                state = self._build_scaled_pool(pool, target, resolver)
             self.pools[pool.name] = state
             replicas.extend(state.replicas)
         self.dispatcher = Dispatcher(stack, self.pools, spec.health.scrape_max_age_s)
         self.monitor = HealthMonitor(replicas, spec.health, on_join=self._on_join)
+        self._tasks: list[asyncio.Task[None]] = []
 
     def _build_pool(self, pool: PoolSpec, urls: list[str]) -> PoolState:
         if len(urls) != pool.replicas:
@@ -54,22 +82,107 @@ class Backends:
                 f"pool {pool.name!r}: {pool.replicas} replicas but {len(urls)} engine URLs; "
                 "give --endpoints (written by `inhouse up`) or the pool's `urls`"
             )
-        capacity = running_capacity(pool)
         proxy = self.spec.proxy
-        max_inflight = proxy.max_inflight_per_replica or (capacity + pool.saturation_waiting)
+        capacity = running_capacity(pool)
         replicas = [
             Replica(pool.name, i, url, capacity, proxy.connect_timeout_s, proxy.upstream_idle_s)
             for i, url in enumerate(urls)
         ]
+        return self._pool_state(pool, replicas)
+
+    def _build_scaled_pool(
+        self, pool: PoolSpec, target: DiscoveryTarget, resolver: Resolver
+    ) -> PoolState:
+        """A pool of vacant slots, filled from DNS once `start` resolves its name."""
+        num_slots = target.max_replicas
+        if num_slots is None:
+            num_slots = max(pool.replicas, self.spec.discovery.max_replicas)
+            log.warning(
+                "pool %s: the endpoints file's discovery entry has no max_replicas (an older "
+                "render); %d replica slots (gateway.discovery.max_replicas; render again to "
+                "match the autoscaler's maximum)",
+                pool.name,
+                num_slots,
+            )
+        state = self._pool_state(
+            pool, [self._slot(pool, i, None, target) for i in range(num_slots)]
+        )
+
+        def on_change(index: int, address: str | None) -> None:
+            self._move_slot(state, target, index, address)
+
+        self.discoveries[pool.name] = PoolDiscovery(
+            pool.name, target, num_slots, on_change, resolver
+        )
+        return state
+
+    def _slot(
+        self, pool: PoolSpec, index: int, address: str | None, target: DiscoveryTarget
+    ) -> Replica:
+        """A scaled pool's replica at `address`, or its vacant slot (None)."""
+        proxy = self.spec.proxy
+        url = engine_url(address or target.dns, target.port)
+        return Replica(
+            pool.name,
+            index,
+            url,
+            running_capacity(pool),
+            proxy.connect_timeout_s,
+            proxy.upstream_idle_s,
+            is_vacant=address is None,
+        )
+
+    def _move_slot(
+        self, pool: PoolState, target: DiscoveryTarget, index: int, address: str | None
+    ) -> None:
+        """Slot `index` of a scaled pool has another address (or none): a new replica there,
+        unhealthy until its probes pass, and the policy forgets the engine that was there."""
+        old = pool.replicas[index]
+        new = self._slot(pool.spec, index, address, target)
+        pool.replicas[index] = new
+        if not old.is_vacant:
+            old.is_healthy = False  # its requests in flight end on it; none start there
+            self.monitor.unwatch(old)
+            log.info(
+                "replica %s/%s left: %s no longer in DNS (%d request(s) in flight run on)",
+                pool.name, index, old.url, old.num_inflight,
+            )  # fmt: skip
+        if not new.is_vacant:
+            self.monitor.watch(new)
+            log.info("replica %s/%s: %s from DNS, probing", pool.name, index, new.url)
+        pool.policy.forget_replica(index)
+
+    def _pool_state(self, pool: PoolSpec, replicas: list[Replica]) -> PoolState:
+        proxy = self.spec.proxy
+        max_inflight = proxy.max_inflight_per_replica or (
+            running_capacity(pool) + pool.saturation_waiting
+        )
         return PoolState(
             pool,
             replicas,
-            build_policy(pool, ROUTER_BLOCK_TOKENS),
+            build_policy(pool, ROUTER_BLOCK_TOKENS, len(replicas)),
             max_inflight,
             self._counter(pool),
             ROUTER_BLOCK_TOKENS,
             pool.routing.policy in HASHING_POLICIES,
         )
+
+    async def start(self) -> None:
+        """Resolve the scaled pools' names, probe every replica, then keep both going."""
+        await asyncio.gather(*(d.refresh() for d in self.discoveries.values()))
+        await self.monitor.start()
+        loop = asyncio.get_running_loop()
+        interval_s = self.spec.discovery.interval_s
+        self._tasks = [loop.create_task(d.run(interval_s)) for d in self.discoveries.values()]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        await self.monitor.stop()
 
     def _counter(self, pool: PoolSpec) -> TokenCounter:
         """How the pool's prompts are counted: the model's own tokenizer when it is on disk."""
@@ -84,7 +197,11 @@ class Backends:
     def _poster(self, pool_name: str) -> Any:
         async def post(path: str, payload: dict[str, Any]) -> Any:
             pool = self.pools[pool_name]
-            healthy = [r for r in pool.replicas if r.is_healthy] or pool.replicas
+            healthy = (
+                [r for r in pool.replicas if r.is_healthy]
+                or [r for r in pool.replicas if not r.is_vacant]
+                or pool.replicas
+            )
             replica = min(healthy, key=lambda r: r.num_inflight)
             response = await self.monitor.client.post(replica.url + path, json=payload)
             if response.status_code != 200:

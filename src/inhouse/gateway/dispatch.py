@@ -112,7 +112,8 @@ def running_capacity(pool: PoolSpec) -> int:
     return pool.knobs.max_num_seqs or DEFAULT_RUNNING_CAPACITY
 
 
-def build_policy(pool: PoolSpec, block_tokens: int) -> Policy:
+def build_policy(pool: PoolSpec, block_tokens: int, num_replicas: int | None = None) -> Policy:
+    """The pool's routing policy, for `num_replicas` replica slots (default: its replicas)."""
     name = pool.routing.policy
     if name == "oracle":
         raise SpecError(
@@ -120,7 +121,8 @@ def build_policy(pool: PoolSpec, block_tokens: int) -> Policy:
             "only in the simulator; use cache_aware in a live stack"
         )
     params = {k: v for k, v in pool.routing.params.items()}
-    context = PolicyContext(num_replicas=pool.replicas, block_size=block_tokens)
+    num = pool.replicas if num_replicas is None else num_replicas
+    context = PolicyContext(num_replicas=num, block_size=block_tokens)
     return make_policy(name, context, params)
 
 

@@ -34,7 +34,10 @@ log = logging.getLogger("inhouse.gateway")
 
 
 class Replica:
-    """One engine replica of a pool. Mutated only from the event loop."""
+    """One engine replica of a pool. Mutated only from the event loop.
+
+    `is_vacant`: a scaled pool's slot with no address now (`gateway.discovery`); its `url` is
+    the pool's DNS name, a placeholder: it is never probed, never healthy, never routed to."""
 
     def __init__(
         self,
@@ -44,6 +47,7 @@ class Replica:
         running_capacity: int,
         connect_timeout_s: float,
         idle_s: float = 60.0,
+        is_vacant: bool = False,
     ) -> None:
         parts = urlsplit(url)
         assert parts.hostname, f"engine URL {url!r} has no host"
@@ -53,6 +57,7 @@ class Replica:
         self.url = url.rstrip("/")
         self.upstream = UpstreamPool(parts.hostname, parts.port or 80, connect_timeout_s, idle_s)
         self.path_prefix = parts.path.rstrip("/")
+        self.is_vacant = is_vacant
         self.running_capacity = running_capacity
         self.is_healthy = False
         self.num_inflight = 0
@@ -123,7 +128,8 @@ def parse_engine_metrics(text: str) -> tuple[int, float]:
 
 class HealthMonitor:
     """Probes `/health`, scrapes `/metrics` and reads `/v1/models` (max_model_len) for every
-    replica, on one httpx client, as background tasks of the gateway's loop."""
+    replica it watches, on one httpx client, as background tasks of the gateway's loop. A
+    scaled pool's replicas come and go (`watch`, `unwatch`); vacant slots are not watched."""
 
     def __init__(
         self,
@@ -131,28 +137,54 @@ class HealthMonitor:
         health: HealthSpec,
         on_join: Callable[[Replica], None] | None = None,
     ) -> None:
-        self.replicas = replicas
+        self.replicas = [r for r in replicas if not r.is_vacant]
         self.health = health
         self._on_join = on_join
         self._client: httpx.AsyncClient | None = None
-        self._tasks: list[asyncio.Task[None]] = []
+        self._loops: dict[Replica, tuple[asyncio.Task[None], ...]] = {}
+        self._num_slots = len(replicas)  # vacant ones too: connections for the most it may watch
+        self._is_started = False
 
     async def start(self) -> None:
-        limits = httpx.Limits(max_connections=max(8, 2 * len(self.replicas)))
+        limits = httpx.Limits(max_connections=max(8, 2 * self._num_slots))
         self._client = httpx.AsyncClient(timeout=self.health.timeout_s, limits=limits)
         await asyncio.gather(*(self.probe(r) for r in self.replicas))
-        loop = asyncio.get_running_loop()
         for replica in self.replicas:
-            self._tasks.append(loop.create_task(self._probe_loop(replica)))
-            self._tasks.append(loop.create_task(self._scrape_loop(replica)))
+            self._start_loops(replica, is_probed=True)
+        self._is_started = True
+
+    def watch(self, replica: Replica) -> None:
+        """Probe and scrape `replica` from now on (a new address in a scaled pool's slot): a
+        first probe at once, so it can join as soon as its engine answers 200."""
+        assert not replica.is_vacant, "a vacant slot has nothing to probe"
+        self.replicas.append(replica)
+        if self._is_started:
+            self._start_loops(replica, is_probed=False)
+
+    def unwatch(self, replica: Replica) -> None:
+        """Stop probing and scraping `replica` (its address left DNS) and close its idle
+        connections; its requests in flight run on (the engine's own drain ends them)."""
+        self.replicas.remove(replica)
+        for task in self._loops.pop(replica, ()):
+            task.cancel()
+        replica.upstream.close()
+
+    def _start_loops(self, replica: Replica, is_probed: bool) -> None:
+        loop = asyncio.get_running_loop()
+        self._loops[replica] = (
+            loop.create_task(self._probe_loop(replica, is_probed)),
+            loop.create_task(self._scrape_loop(replica)),
+        )
 
     async def stop(self) -> None:
-        for task in self._tasks:
+        tasks = [task for loops in self._loops.values() for task in loops]
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        self._tasks.clear()
+        self._loops.clear()
+        self._is_started = False
         if self._client is not None:
             await self._client.aclose()
             self._client = None
@@ -191,7 +223,9 @@ class HealthMonitor:
             if lengths:
                 replica.max_model_len = int(min(lengths))
 
-    async def _probe_loop(self, replica: Replica) -> None:
+    async def _probe_loop(self, replica: Replica, is_probed: bool) -> None:
+        if not is_probed:
+            await self.probe(replica)
         while True:
             await asyncio.sleep(self.health.interval_s)
             await self.probe(replica)

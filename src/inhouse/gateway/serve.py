@@ -109,7 +109,7 @@ async def serve_gateway(
             return 1
         scheme = "https" if certfile else "http"
         ready = sum(r.is_healthy for p in gateway.pools.values() for r in p.replicas)
-        total = sum(len(p.replicas) for p in gateway.pools.values())
+        total = sum(not r.is_vacant for p in gateway.pools.values() for r in p.replicas)
         log.info(
             "inhouse gateway on %s://%s:%d, metrics on http://%s:%d/metrics "
             "(%d of %d replicas ready)",

@@ -22,10 +22,12 @@ from pathlib import Path
 
 from inhouse.gateway.admission import Admitter
 from inhouse.gateway.backends import Backends
+from inhouse.gateway.discovery import Resolver, resolve_dns
 from inhouse.gateway.limits import LimitStore, MemoryLimits
 from inhouse.gateway.metrics import GatewayMetrics
 from inhouse.gateway.observation import Observer
 from inhouse.gateway.tenants import Tenants
+from inhouse.spec.endpoints import DiscoveryTarget
 from inhouse.spec.gateway import GatewaySpec
 from inhouse.spec.stack import StackSpec
 
@@ -42,10 +44,12 @@ class Gateway:
         limits: LimitStore | None = None,
         log_prompts: bool | None = None,
         base_dir: Path | None = None,
+        discovery: Mapping[str, DiscoveryTarget] | None = None,
+        resolver: Resolver = resolve_dns,
     ) -> None:
         self.stack = stack
         self.spec = spec
-        self.backends = Backends(stack, spec, pool_urls)
+        self.backends = Backends(stack, spec, pool_urls, discovery, resolver)
         # NOTE: in memory a request always settles (its task's `finally`), so its lease never
         # outlives it; the lease only bounds a bug.
         store = limits or MemoryLimits(lease_s=spec.proxy.request_timeout_s)
@@ -65,12 +69,12 @@ class Gateway:
 
     async def start(self) -> None:
         await self.limits.start()
-        await self.backends.monitor.start()
+        await self.backends.start()
         self.observer.start()
 
     async def stop(self) -> None:
         await self.observer.stop()
-        await self.backends.monitor.stop()
+        await self.backends.stop()
         await self.limits.close()
 
     async def drain(self, timeout_s: float) -> int:

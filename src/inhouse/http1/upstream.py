@@ -319,9 +319,14 @@ class UpstreamPool:
         self.connect_timeout_s = connect_timeout_s
         self.idle_s = idle_s
         self._idle: collections.deque[_Connection] = collections.deque()
-        self._host_header = f"{host}:{port}".encode()
+        authority = f"[{host}]" if ":" in host else host  # an IPv6 address (a scaled pod's)
+        self._host_header = f"{authority}:{port}".encode()
+        self.is_closed = False
 
     def put_idle(self, conn: _Connection) -> None:
+        if self.is_closed:  # a response that outlived its pool (its engine left): no reuse
+            conn.close()
+            return
         conn._reset()
         conn.idle_since = time.monotonic()
         self._idle.append(conn)
@@ -386,5 +391,8 @@ class UpstreamPool:
         return Response(self, conn)
 
     def close(self) -> None:
+        """Close the idle connections; those of responses still being read close when they
+        are released (a replica's engine left: nothing is reused, nothing in flight is cut)."""
+        self.is_closed = True
         while self._idle:
             self._idle.pop().close()

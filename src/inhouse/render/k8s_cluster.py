@@ -42,7 +42,8 @@ def namespace_doc(stack: StackSpec, options: RenderOptions) -> Doc:
 def endpoints(stack: StackSpec, engines: EngineLayout, options: RenderOptions) -> dict[str, Any]:
     """What the gateway's `--endpoints` file says, for this cluster: per pool the replica URLs
     (static layout: one Service per replica), or the pool's headless Service (scaled pools:
-    `discovery` says to resolve it for the current replicas)."""
+    `discovery` says to resolve it for the current replicas, in up to the autoscaler's
+    `maxReplicaCount` slots; the `pools` URL is for gateways that predate discovery)."""
     ns = namespace_of(stack, options)
     port = options.engine_port
     pools: dict[str, list[str]] = {}
@@ -57,7 +58,8 @@ def endpoints(stack: StackSpec, engines: EngineLayout, options: RenderOptions) -
         else:
             host = f"{pool.name}-engine.{ns}.svc.cluster.local"
             pools[pool.name] = [f"http://{host}:{port}"]
-            discovery[pool.name] = {"dns": host, "port": port}
+            high = layout.max_replicas(stack, engines, pool)  # the ScaledObject's maximum
+            discovery[pool.name] = {"dns": host, "port": port, "max_replicas": high}
     data: dict[str, Any] = {"pools": pools}
     if discovery:
         data["discovery"] = discovery

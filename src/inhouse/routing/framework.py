@@ -12,7 +12,8 @@ saying what it scores or keeps, from which signal, at what cost; `policies/` com
 A policy chooses; it never mutates state in `choose`. What it learns from a decision (an index
 entry, an in-flight estimate, the round-robin position) it records in `observe`, called once the
 request was actually dispatched, and forgets in `on_first_token` / `on_finish`. The live gateway
-calls the same four methods from its event loop.
+calls the same four methods from its event loop, and `forget_replica` when a replica's index
+names another engine from then on (a scaled pool's replicas come and go; the count stays).
 """
 
 from __future__ import annotations
@@ -115,3 +116,7 @@ class Policy:
 
     def on_finish(self, request_id: str) -> None:
         """The request finished, failed or was aborted."""
+
+    def forget_replica(self, index: int) -> None:
+        """Replica `index` is another engine now (a scaled pool's slot got a new address, or
+        lost its own): nothing learnt about the engine there before may carry over."""

@@ -209,6 +209,19 @@ class LimitStoreSpec(_Strict):
     )
 
 
+class DiscoverySpec(_Strict):
+    """Scaled pools (the endpoints file's `discovery`): the gateway resolves each pool's
+    headless Service every `interval_s` and routes to the addresses it returns, in at most
+    `max_replicas` slots (the file's own `max_replicas` wins; render writes it)."""
+
+    interval_s: float = Field(default=5.0, gt=0, description="DNS lookups' period")
+    max_replicas: int = Field(
+        default=16,
+        ge=1,
+        description="replica slots of a scaled pool whose endpoints entry has no max_replicas",
+    )
+
+
 class LogSpec(_Strict):
     level: Literal["debug", "info", "warning", "error"] = "info"
     prompts: bool = Field(default=False, description="log prompts (redacted when false)")
@@ -235,6 +248,7 @@ class GatewaySpec(_Strict):
     tenants: tuple[TenantSpec, ...] = ()
     health: HealthSpec = Field(default_factory=HealthSpec)
     proxy: ProxySpec = Field(default_factory=ProxySpec)
+    discovery: DiscoverySpec = Field(default_factory=DiscoverySpec)
     server: ServerSpec = Field(default_factory=ServerSpec)
     limits: LimitStoreSpec = Field(default_factory=LimitStoreSpec)
     log: LogSpec = Field(default_factory=LogSpec)

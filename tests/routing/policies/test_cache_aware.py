@@ -115,3 +115,24 @@ def test_the_written_out_choose_decides_as_the_generic_pipeline(name: str) -> No
             probe = request("probe", [(rng.randint(0, 3), BS * rng.randint(0, 6))])
             views = pool.views()
             assert pool.policy.choose(probe, views) == Policy.choose(pool.policy, probe, views)
+
+
+def test_forget_replica_drops_what_was_learnt_about_the_engine_at_that_index() -> None:
+    """A scaled pool's slot got another pod: its index and pending prefill start empty, and
+    the requests still running on the old pod end without taking prefill off the new one."""
+    from inhouse.routing.policies.cache_aware import CacheAware
+
+    pool = Pool("cache_aware")
+    policy = pool.policy
+    assert isinstance(policy, CacheAware)
+    history = request("s0t0", [SYSTEM, (7, 2000)])
+    home = pool.send(history)
+    assert policy.indexes[home].num_blocks == len(history.block_hashes)
+    assert policy.pending_tokens[home] == history.num_prompt_tokens
+    policy.forget_replica(home)
+    assert policy.indexes[home].num_blocks == 0
+    assert policy.pending_tokens[home] == 0
+    pool.finish("s0t0", home)  # the old pod's request ends: nothing to take off
+    assert policy.pending_tokens == (0, 0, 0, 0)
+    decision = policy.choose(request("s0t1", [SYSTEM, (7, 2000), (8, 100)]), pool.views())
+    assert decision is not None and decision.num_matched_blocks == 0  # no stale cache hit

@@ -22,3 +22,16 @@ def test_session_table_is_bounded() -> None:
     for s in range(10):
         pool.send(request(f"r{s}", [(s, 10)], session=f"s{s}"))
     assert pool.policy.num_sessions == 3  # type: ignore[attr-defined]
+
+
+def test_a_session_bound_to_a_forgotten_replica_is_placed_again() -> None:
+    """Another engine took the session's replica index (a scaled pool's slot changed pod):
+    the binding no longer holds, and the session is placed as least_loaded would."""
+    pool = Pool("session")
+    home = pool.send(request("t0", [(1, 100)], session="s1"))
+    pool.inflight[home] += 50
+    assert pool.send(request("t1", [(1, 110)], session="s1")) == home
+    pool.policy.forget_replica(home)
+    moved = pool.send(request("t2", [(1, 120)], session="s1"))
+    assert moved != home  # least loaded, not the stale binding
+    assert pool.send(request("t3", [(1, 130)], session="s1")) == moved  # bound anew

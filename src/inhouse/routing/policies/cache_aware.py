@@ -48,7 +48,8 @@ class CacheAware(Policy):
     block hashes in each candidate's prefix index (binary search over the chained hashes);
     (5) score prefix and load as in the module docstring and take the best, ties rotating.
     `observe` inserts the prompt's blocks into the chosen replica's index and adds its uncached
-    tokens to that replica's pending prefill; `on_first_token` removes them.
+    tokens to that replica's pending prefill; `on_first_token` removes them. `forget_replica`
+    empties a replica's index and pending prefill (another engine took its place).
 
     Parameters:
 
@@ -91,7 +92,7 @@ class CacheAware(Policy):
             keep_kv_below(kv_ceiling),
         )
         self.scorers = ((prefix_score, prefix_weight), (pending_load_score, load_weight))
-        cap = max_blocks_per_replica or context.kv_blocks_per_replica
+        cap = self._max_blocks = max_blocks_per_replica or context.kv_blocks_per_replica
         self.indexes = [PrefixIndex(cap) for _ in range(context.num_replicas)]
         self._pending_tokens = [0] * context.num_replicas
         self._inflight: dict[str, tuple[int, int]] = {}  # request id -> (replica, pending tokens)
@@ -190,6 +191,15 @@ class CacheAware(Policy):
         entry = self._inflight.pop(request_id, None)
         if entry is not None:
             self._pending_tokens[entry[0]] -= entry[1]
+
+    def forget_replica(self, index: int) -> None:
+        """Another engine at `index`: an empty index, and no pending prefill (requests still
+        running on the engine that was there end without taking it off again)."""
+        self.indexes[index] = PrefixIndex(self._max_blocks)
+        self._pending_tokens[index] = 0
+        for request_id, (replica, _) in self._inflight.items():
+            if replica == index:
+                self._inflight[request_id] = (replica, 0)
 
     @property
     def pending_tokens(self) -> Sequence[int]:

@@ -16,7 +16,9 @@ class SessionAffinity(Policy):
     Algorithm: a table from session key to replica, filled in `observe`. A request whose
     session is bound to a healthy replica goes there; a request without a session key, or
     whose replica is down, is placed as `least_loaded` would (and, if it has a key, bound to
-    the new replica). Parameters:
+    the new replica). A binding made before `forget_replica(index)` (another engine took that
+    index) no longer holds: each binding keeps its replica's generation, compared on lookup
+    (no scan of the table). Parameters:
 
     * `max_sessions` (default 1,000,000): the table's size; the least recently used binding is
       forgotten beyond it, so memory stays bounded.
@@ -29,13 +31,16 @@ class SessionAffinity(Policy):
         assert max_sessions > 0, "max_sessions must be positive"
         self.scorers = ((least_inflight_score, 1.0),)
         self.max_sessions = max_sessions
-        self._replica_of: OrderedDict[str, int] = OrderedDict()
+        # session key -> (replica, the replica's generation when bound)
+        self._replica_of: OrderedDict[str, tuple[int, int]] = OrderedDict()
+        self._generations = [0] * context.num_replicas
 
     def choose(self, request: RequestView, replicas: Sequence[ReplicaView]) -> Decision | None:
         key = request.session_key
         if key is not None:
-            bound = self._replica_of.get(key)
-            if bound is not None:
+            entry = self._replica_of.get(key)
+            if entry is not None and entry[1] == self._generations[entry[0]]:
+                bound = entry[0]
                 for view in replicas:
                     if view.index == bound and view.is_healthy:
                         return Decision(bound, "session")
@@ -50,10 +55,13 @@ class SessionAffinity(Policy):
         if key is None:
             return
         table = self._replica_of
-        table[key] = decision.replica
+        table[key] = (decision.replica, self._generations[decision.replica])
         table.move_to_end(key)
         if len(table) > self.max_sessions:
             table.popitem(last=False)
+
+    def forget_replica(self, index: int) -> None:
+        self._generations[index] += 1
 
     @property
     def num_sessions(self) -> int:
