@@ -118,6 +118,21 @@ GATEWAY_METRICS: tuple[MetricDef, ...] = (
         ("pool", "replica"),
         "1 while the gateway routes to the replica (health checks pass, not draining), else 0.",
     ),
+    MetricDef(
+        "inhouse_gateway_discovery_addresses",
+        "gauge",
+        ("pool",),
+        "Addresses of a scaled pool's DNS name (its headless Service) in the gateway's replica "
+        "slots.",
+    ),
+    MetricDef(
+        "inhouse_gateway_discovery_failed_lookups",
+        "gauge",
+        ("pool",),
+        "Lookups of a scaled pool's DNS name in a row that failed (an error, a timeout, no "
+        "address); 0 once it resolves. Meanwhile the gateway routes to the addresses it last "
+        "knew, and new pods get nothing.",
+    ),
 )
 
 # The vLLM V1 series the rules and dashboards read (all labelled model_name and engine).

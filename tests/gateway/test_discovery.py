@@ -349,12 +349,21 @@ def test_a_dns_outage_keeps_the_pool_serving() -> None:
             async with scaled_gateway(behind) as (gateway, client):
                 behind.failure = socket.gaierror(socket.EAI_AGAIN, "Temporary failure")
                 assert not await gateway.backends.discoveries["chat"].refresh()
+                assert not await gateway.backends.discoveries["chat"].refresh()
                 assert [r.is_healthy for r in gateway.pools["chat"].replicas] == [
                     True,
                     True,
                     False,
                 ]
                 await send(client, 4)
+                # What an operator's alert reads: two lookups in a row failed, two addresses kept.
+                text = gateway.metrics.render().decode()
+                assert 'inhouse_gateway_discovery_failed_lookups{pool="chat"} 2' in text
+                assert 'inhouse_gateway_discovery_addresses{pool="chat"} 2' in text
+                behind.failure = None
+                assert await gateway.backends.discoveries["chat"].refresh()
+                text = gateway.metrics.render().decode()
+                assert 'inhouse_gateway_discovery_failed_lookups{pool="chat"} 0' in text
         assert behind.served == {"127.0.0.1": 2, "127.0.0.2": 2, "127.0.0.3": 0}
 
     asyncio.run(main())

@@ -25,6 +25,8 @@ def test_exposition_matches_the_contract() -> None:
             "inhouse_gateway_routing_decisions_total": metrics.decisions,
             "inhouse_gateway_prefix_index_blocks": metrics.index_blocks,
             "inhouse_gateway_replica_healthy": metrics.healthy,
+            "inhouse_gateway_discovery_addresses": metrics.discovery_addresses,
+            "inhouse_gateway_discovery_failed_lookups": metrics.discovery_failed,
             "inhouse_gateway_retries_total": metrics.retries,
             "inhouse_gateway_stream_errors_total": metrics.stream_errors,
             "inhouse_gateway_inflight_requests": metrics.inflight,

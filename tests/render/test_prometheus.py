@@ -41,6 +41,7 @@ TICKET_ALERTS = {
     "InhouseGPUPowerAtLimit",
     "InhouseGPUHBMBandwidthLow",
     "InhouseGatewayEventLoopLagging",
+    "InhouseGatewayDiscoveryFailing",
 }
 
 

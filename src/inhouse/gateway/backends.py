@@ -248,6 +248,9 @@ class Backends:
 
     def export(self, metrics: GatewayMetrics) -> None:
         """The pools' gauges, at each scrape."""
+        for name, discovery in self.discoveries.items():
+            metrics.discovery_addresses.child(name).set(discovery.num_addresses)
+            metrics.discovery_failed.child(name).set(discovery.num_failed_lookups)
         for pool in self.pools.values():
             metrics.queue_depth.child(pool.name).set(pool.num_queued)
             indexes = getattr(pool.policy, "indexes", None)

@@ -93,6 +93,12 @@ class PoolDiscovery:
         self._timeout_s = timeout_s
         self._is_failing = False
         self._left_out: list[str] = []
+        self.num_failed_lookups = 0  # in a row; 0 once the name resolves
+
+    @property
+    def num_addresses(self) -> int:
+        """Slots that hold an address."""
+        return sum(address is not None for address in self.slots)
 
     async def refresh(self) -> bool:
         """One lookup, its changes handed to `on_change` slot by slot; False when it failed
@@ -108,6 +114,7 @@ class PoolDiscovery:
         if not addresses:
             self._fail("no address")
             return False
+        self.num_failed_lookups = 0
         if self._is_failing:
             self._is_failing = False
             log.info("pool %s: DNS name %s resolves again", self.pool, name)
@@ -126,9 +133,10 @@ class PoolDiscovery:
         return True
 
     def _fail(self, why: str) -> None:
+        self.num_failed_lookups += 1
         if not self._is_failing:
             self._is_failing = True
-            known = sum(address is not None for address in self.slots)
+            known = self.num_addresses
             log.warning(
                 "pool %s: cannot resolve %s (%s); keeping its %d known replica address(es) "
                 "until it resolves again",

@@ -168,6 +168,8 @@ class GatewayMetrics:
         self.decisions = families["inhouse_gateway_routing_decisions_total"]
         self.index_blocks = families["inhouse_gateway_prefix_index_blocks"]
         self.healthy = families["inhouse_gateway_replica_healthy"]
+        self.discovery_addresses = families["inhouse_gateway_discovery_addresses"]
+        self.discovery_failed = families["inhouse_gateway_discovery_failed_lookups"]
         self.retries = families["inhouse_gateway_retries_total"]
         self.stream_errors = families["inhouse_gateway_stream_errors_total"]
         self.inflight = families["inhouse_gateway_inflight_requests"]

@@ -334,7 +334,47 @@ def gateway_alerts(ns: str) -> list[Alert]:
             ),
         ),
         loop_lag_alert(ns),
+        discovery_alert(ns),
     ]
+
+
+def discovery_alert(ns: str) -> Alert:
+    """A gateway cannot resolve a scaled pool's headless Service for 5 minutes: it routes to
+    the pods it last knew (the gateway's `discovery`), new pods get no traffic."""
+    metric = "inhouse_gateway_discovery_failed_lookups"
+    sel = f'namespace="{ns}", job="gateway"'
+    pod = {"namespace": ns, "job": "gateway", "pod": "gateway-0", "pool": "long"}
+    return Alert(
+        name="InhouseGatewayDiscoveryFailing",
+        group=ENGINE_GROUP,
+        expr=f"max by (namespace, pool) ({metric}{{{sel}}}) > 0",
+        hold="5m",
+        severity="ticket",
+        summary="the gateway cannot resolve pool {{ $labels.pool }}'s Service",
+        description="It routes to the pods it last knew: pods started since get no requests, "
+        "and requests to pods gone since fail and are retried elsewhere.",
+        runbook=RunbookEntry(
+            meaning="The gateway's lookups of a scaled pool's headless Service "
+            "(`<pool>-engine.<namespace>.svc.cluster.local`) fail: DNS errors, timeouts or no "
+            "address at all. Until one succeeds, the pool's replica slots keep their last "
+            "addresses, so a scale-up adds no capacity and a rescheduled pod is lost to it.",
+            first_promql=f"{metric}{{{sel}}}",
+            mitigations=(
+                "`kubectl -n NS logs deploy/gateway | grep 'cannot resolve'` says the error; "
+                "`kubectl -n kube-system get pods -l k8s-app=kube-dns` for CoreDNS itself.",
+                "`kubectl -n NS get endpoints <pool>-engine`: no ready pod at all answers no "
+                "address (then it is the pool, not DNS: InhouseEngineReplicasMissing).",
+                "A NetworkPolicy that blocks the gateway's egress to kube-dns (UDP and TCP 53).",
+            ),
+            escalate="Replica alerts or the TTFT SLO firing as well: page the platform owner.",
+        ),
+        cases=(
+            Case("lookups failing", "15s", (Series(pod, "0+1x40", metric),), "7m",
+                 {"namespace": ns, "pool": "long"}),
+            Case("one failed lookup, then resolving", "15s",
+                 (Series(pod, "0 1 0x38", metric),), "7m", None),
+        ),
+    )  # fmt: skip
 
 
 def loop_lag_alert(ns: str) -> Alert:

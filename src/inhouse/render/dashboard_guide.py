@@ -81,6 +81,9 @@ FIRST_LOOK: dict[str, FirstLook] = {
         "the GPU below its expected line, then SM and memory clocks for throttling"),
     "InhouseGatewayEventLoopLagging": FirstLook("tenants", "Gateway event-loop lag p99",
         "which gateway pod lags; then its CPU on the Fleet overview's node panels"),
+    "InhouseGatewayDiscoveryFailing": FirstLook("fleet", "Per-replica health",
+        "the pool's routable slots against its scraped pods: a pod scraped but never routable "
+        "is one the gateway has not found"),
 }  # fmt: skip
 
 
