@@ -175,6 +175,40 @@ def test_a_failed_lookup_keeps_the_known_addresses_and_is_logged_once_per_outage
     asyncio.run(main())
 
 
+def test_a_lookup_still_running_is_waited_on_not_started_again() -> None:
+    """A DNS server that does not answer holds each getaddrinfo thread for the resolver's own
+    timeouts, well past ours; a new lookup every interval filled the loop's default executor,
+    where the long-prompt gate counts big prompts. One lookup runs at a time."""
+
+    async def main() -> None:
+        started: list[float] = []
+        release = asyncio.Event()
+
+        async def slow(host: str, port: int) -> list[str]:
+            started.append(asyncio.get_running_loop().time())
+            await release.wait()
+            return ["10.0.0.1"]
+
+        target = DiscoveryTarget(dns=NAME, port=8000)
+        changes: list[tuple[int, str | None]] = []
+        pool = PoolDiscovery(
+            "chat", target, 2, lambda i, a: changes.append((i, a)), slow, timeout_s=0.05
+        )
+        for _ in range(3):
+            assert not await pool.refresh()
+        assert len(started) == 1, "a lookup was started while the last still ran"
+        assert pool.num_failed_lookups == 3
+        release.set()
+        assert await pool.refresh()  # the same lookup, answered now
+        assert len(started) == 1
+        assert changes == [(0, "10.0.0.1")] and pool.num_failed_lookups == 0
+        assert await pool.refresh()  # done: the next refresh asks again
+        assert len(started) == 2
+        pool.close()
+
+    asyncio.run(main())
+
+
 def test_a_lookup_that_hangs_is_a_failure_after_its_timeout() -> None:
     async def main() -> None:
         async def hang(host: str, port: int) -> list[str]:
@@ -184,6 +218,7 @@ def test_a_lookup_that_hangs_is_a_failure_after_its_timeout() -> None:
         target = DiscoveryTarget(dns=NAME, port=8000)
         pool = PoolDiscovery("chat", target, 2, lambda i, a: None, hang, timeout_s=0.05)
         assert not await asyncio.wait_for(pool.refresh(), 5)
+        pool.close()
 
     asyncio.run(main())
 

@@ -182,6 +182,8 @@ class Backends:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
+        for discovery in self.discoveries.values():
+            discovery.close()
         await self.monitor.stop()
 
     def _counter(self, pool: PoolSpec) -> TokenCounter:

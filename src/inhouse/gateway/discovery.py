@@ -94,6 +94,7 @@ class PoolDiscovery:
         self._is_failing = False
         self._left_out: list[str] = []
         self.num_failed_lookups = 0  # in a row; 0 once the name resolves
+        self._lookup: asyncio.Future[list[str]] | None = None  # one at a time, see `refresh`
 
     @property
     def num_addresses(self) -> int:
@@ -104,10 +105,21 @@ class PoolDiscovery:
         """One lookup, its changes handed to `on_change` slot by slot; False when it failed
         (nothing changed)."""
         name = self.target.dns
+        # NOTE: one lookup at a time. getaddrinfo runs on the loop's default executor and a
+        # timeout here does not stop it: with an unreachable DNS server each call holds its
+        # thread for the resolver's own timeouts (times the search domains), far beyond ours.
+        # A new lookup every interval would fill the executor, where the long-prompt gate
+        # counts big prompts' tokens; so a lookup still running is waited on, never doubled.
+        if self._lookup is None or self._lookup.done():
+            self._lookup = asyncio.ensure_future(self._resolve(name, self.target.port))
+        lookup = self._lookup
+        done, _ = await asyncio.wait({lookup}, timeout=self._timeout_s)
+        if not done:
+            self._fail(f"no answer in {self._timeout_s:g} s")
+            return False
+        self._lookup = None
         try:
-            addresses = await asyncio.wait_for(
-                self._resolve(name, self.target.port), self._timeout_s
-            )
+            addresses = lookup.result()
         except (OSError, UnicodeError, TimeoutError) as exc:  # socket.gaierror is an OSError
             self._fail(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
             return False
@@ -142,6 +154,12 @@ class PoolDiscovery:
                 "until it resolves again",
                 self.pool, self.target.dns, why, known,
             )  # fmt: skip
+
+    def close(self) -> None:
+        """Stop waiting for a lookup still running (its thread ends with the resolver)."""
+        if self._lookup is not None and not self._lookup.done():
+            self._lookup.cancel()
+        self._lookup = None
 
     async def run(self, interval_s: float) -> None:
         """`refresh` every `interval_s`, for ever (a task of the gateway's loop)."""
