@@ -17,7 +17,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from inhouse.drill.context import DrillContext
-from inhouse.drill.drills.kill_replica import health_window_s
+from inhouse.drill.drills.kill_replica import drain_window_s
 from inhouse.drill.kubectl import check_command, kubectl_version
 from inhouse.drill.load import Load, cut_at, samples
 from inhouse.drill.probes import engine_value
@@ -25,6 +25,7 @@ from inhouse.drill.receiver import Notified
 from inhouse.drill.remediation import ecc_remediation
 from inhouse.drill.stack import LOAD_TENANT, NODE_NAME
 from inhouse.drill.watch import RouteWatch
+from inhouse.spec.gateway import parse_gateway
 
 ALERT = "InhouseGPUDoubleBitECC"
 
@@ -38,6 +39,7 @@ async def run(ctx: DrillContext) -> None:
     load = Load(ctx.gateway, ctx.key(LOAD_TENANT), "agent", params, 3600, model=p.model).start()
     watch = RouteWatch(ctx.stack.gateway_metrics_url, p.pool).start()
     t_drain: float | None = None
+    t_exit: float | None = None
     code: int | None = None
     fired: Notified | None = None
     try:
@@ -54,6 +56,8 @@ async def run(ctx: DrillContext) -> None:
             ctx.stack.signal(victim.name, signal.SIGTERM)
             ctx.event(f"page received: drain {victim.name} (the pod on GPU {gpu})")
             code = await asyncio.to_thread(ctx.stack.wait_exit, victim.name, 60.0)
+            if code is not None:
+                t_exit = time.perf_counter()
             ctx.event(f"{victim.name} drained, exit code {code}")
         await ctx.sleep(3.0)
     finally:
@@ -65,11 +69,12 @@ async def run(ctx: DrillContext) -> None:
     if t_drain is None:
         res.check("replica drained", "drained after the page", "no page, no drain", False)
     else:
-        window = health_window_s(ctx)
+        health = parse_gateway(ctx.stack.stack.gateway).health
+        window, why = drain_window_s(health, None if t_exit is None else t_exit - t_drain)
         last = watch.last_routed(str(victim.index), t_drain + 0.5)
         res.check(
             "no new requests to the drained replica",
-            f"no routing decision to it later than {window:g} s after the drain began",
+            f"no routing decision to it later than {window:g} s after the drain began ({why})",
             "none" if last is None else f"last {last - t_drain:.1f} s after",
             last is None or last - t_drain <= window + 0.5,
         )
