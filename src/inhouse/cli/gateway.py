@@ -148,8 +148,8 @@ def _serve(args: argparse.Namespace) -> int:
     keyfile = None if args.no_tls else args.ssl_keyfile or (tls.keyfile if tls else None)
     if bool(certfile) != bool(keyfile):
         raise SpecError("TLS needs both --ssl-certfile and --ssl-keyfile")
+    endpoints = _endpoints(args, stack)  # every input checked before logging is set up
     setup_logging(spec.log.level, spec.log.requests)
-    endpoints = _endpoints(args, stack)
 
     async def main() -> int:
         limits = None
