@@ -20,33 +20,17 @@ RUNS = rows(
 )
 
 
+@pytest.mark.parametrize("dephased", [False, True], ids=["locked", "dephased"])
 @pytest.mark.parametrize("index", [0, 1])
-def test_replay_at_the_recorded_constants_is_the_simulation(index: int) -> None:
+def test_replay_at_the_recorded_constants_is_the_simulation(index: int, dephased: bool) -> None:
+    """The recording measures what the prediction does; with a de-phased start its de-phasing
+    requests are simulated and recorded but left out of the means."""
     row = prepare(RUNS).rows[index]
     constants = get_engine_constants(row.backend)
-    recording = record(row, constants)
+    protocol = replace(AIPERF_SILICON, dephased_start=dephased)
+    recording = record(row, constants, protocol)
     result = run_closed_loop(
-        build_replica(row.spec, constants), row.isl, row.osl, row.concurrency,
-        protocol=AIPERF_SILICON,
-    )  # fmt: skip
-    assert (recording.ttft_ms, recording.tpot_ms) == pytest.approx(
-        (result.mean_ttft_ms, result.mean_tpot_ms), rel=1e-9
-    )
-    replica = build_replica(row.spec, constants)
-    assert recording.predict(replica, constants) == pytest.approx(
-        (recording.ttft_ms, recording.tpot_ms), rel=1e-12
-    )
-
-
-@pytest.mark.parametrize("index", [0, 1])
-def test_a_dephased_recording_measures_what_the_prediction_does(index: int) -> None:
-    """The de-phasing requests are simulated and recorded but left out of the means."""
-    row = prepare(RUNS).rows[index]
-    constants = get_engine_constants(row.backend)
-    dephased = replace(AIPERF_SILICON, dephased_start=True)
-    recording = record(row, constants, dephased)
-    result = run_closed_loop(
-        build_replica(row.spec, constants), row.isl, row.osl, row.concurrency, protocol=dephased
+        build_replica(row.spec, constants), row.isl, row.osl, row.concurrency, protocol=protocol
     )
     assert (recording.ttft_ms, recording.tpot_ms) == pytest.approx(
         (result.mean_ttft_ms, result.mean_tpot_ms), rel=1e-9

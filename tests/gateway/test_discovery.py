@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -24,6 +23,7 @@ from tests.gateway.conftest import (
     start_engine,
     stop_engine,
 )
+from tests.support.logs import logged
 
 from inhouse.gateway.discovery import PoolDiscovery, assign_slots, engine_url, resolve_dns
 from inhouse.gateway.service import Gateway
@@ -93,29 +93,6 @@ class Answers:
         return list(self.answer)
 
 
-class _Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-
-@contextlib.contextmanager
-def gateway_log() -> Iterator[list[str]]:
-    handler = _Records()
-    logger = logging.getLogger("inhouse.gateway")
-    logger.addHandler(handler)
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    try:
-        yield handler.messages
-    finally:
-        logger.setLevel(level)
-        logger.removeHandler(handler)
-
-
 def discovery(answers: Answers, changes: list[tuple[int, str | None]]) -> PoolDiscovery:
     target = DiscoveryTarget(dns=NAME, port=8000, max_replicas=3)
     return PoolDiscovery("chat", target, 3, lambda i, a: changes.append((i, a)), answers)
@@ -159,7 +136,7 @@ def test_a_failed_lookup_keeps_the_known_addresses_and_is_logged_once_per_outage
         await pool.refresh()
         changes.clear()
         answers.answer = failure
-        with gateway_log() as messages:
+        with logged() as messages:
             assert not await pool.refresh()
             assert not await pool.refresh()
             answers.answer = ["10.0.0.2"]
@@ -427,7 +404,7 @@ def _gateway(targets: dict[str, DiscoveryTarget], **gateway: Any) -> Gateway:
 
 def test_an_entry_without_max_replicas_gets_the_documented_default_and_says_so() -> None:
     target = DiscoveryTarget(dns=NAME, port=8000)  # an endpoints file from an older render
-    with gateway_log() as messages:
+    with logged() as messages:
         gateway = _gateway({"chat": target})
     assert len(gateway.pools["chat"].replicas) == 16  # gateway.discovery.max_replicas
     assert messages == [

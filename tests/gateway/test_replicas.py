@@ -7,10 +7,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 from tests.gateway.conftest import LiveEngine, engines, gateway_for, stack_data
+from tests.support.logs import logged
 
 from inhouse.gateway.replicas import HealthMonitor, Replica
 from inhouse.spec.gateway import HealthSpec
@@ -61,28 +62,6 @@ def test_a_non_200_answer_takes_a_replica_out_at_once_no_answer_only_in_a_row() 
     assert not replica.record_failure(health, is_explicit=True)  # out already: no second leave
 
 
-class _Records(logging.Handler):
-    """The gateway's log records, whatever its logging setup (it may not propagate)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-
-@contextlib.contextmanager
-def _gateway_log() -> Iterator[list[str]]:
-    handler = _Records()
-    logger = logging.getLogger("inhouse.gateway")
-    logger.addHandler(handler)
-    try:
-        yield handler.messages
-    finally:
-        logger.removeHandler(handler)
-
-
 @contextlib.asynccontextmanager
 async def _probed(**health: Any) -> AsyncIterator[tuple[LiveEngine, HealthMonitor, Replica]]:
     """One engine behind a gateway whose probes run 30 s apart: only its first probe and the
@@ -99,7 +78,7 @@ def test_a_replica_whose_health_turns_503_is_out_after_one_probe_and_rejoins_aft
                 await monitor.probe(replica)
             assert replica.is_healthy
             engine.state.is_draining = True  # SIGTERM: /health answers 503 at once
-            with _gateway_log() as messages:
+            with logged(level=logging.WARNING) as messages:
                 await monitor.probe(replica)
             assert not replica.is_healthy
             assert messages == ["replica chat/0 removed: answered 503"]
@@ -119,7 +98,7 @@ def test_a_probe_that_times_out_once_keeps_the_replica_twice_takes_it_out() -> N
             assert replica.is_healthy
             engine.state.faults.hang_all.clear()  # every request, /health too, hangs
             try:
-                with _gateway_log() as messages:
+                with logged(level=logging.WARNING) as messages:
                     await monitor.probe(replica)
                     assert replica.is_healthy and messages == []
                     await monitor.probe(replica)
