@@ -41,7 +41,6 @@ TICKET_ALERTS = {
     "InhouseGPUPowerAtLimit",
     "InhouseGPUHBMBandwidthLow",
     "InhouseGatewayEventLoopLagging",
-    "InhouseGatewayDiscoveryFailing",
 }
 
 
@@ -118,6 +117,14 @@ def test_every_alert_has_severity_summary_and_runbook(crm: Rendered) -> None:
         assert alert["labels"]["severity"] == expected, alert["alert"]
         assert alert["annotations"]["summary"]
         assert alert["annotations"]["runbook_url"] == f"runbook.md#{alert['alert'].lower()}"
+
+
+def test_the_discovery_alert_comes_with_scaled_pools_only(rendered: dict[str, Rendered]) -> None:
+    """The code assistant's pools are scaled (the gateway finds their pods by DNS); the CRM
+    copilot's replicas are static, and its gateway exports no discovery series to alert on."""
+    for example, scaled in (("code-assistant", True), ("crm-copilot", False)):
+        names = {r["alert"] for r in rules_of(rendered[example]) if "alert" in r}
+        assert ("InhouseGatewayDiscoveryFailing" in names) == scaled, example
 
 
 def test_every_alert_has_a_firing_and_a_silent_case(crm_stack: StackSpec) -> None:

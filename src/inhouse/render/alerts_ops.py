@@ -334,7 +334,6 @@ def gateway_alerts(ns: str) -> list[Alert]:
             ),
         ),
         loop_lag_alert(ns),
-        discovery_alert(ns),
     ]
 
 
@@ -437,4 +436,7 @@ def engine_rules(stack: StackSpec, engines: EngineLayout, ns: str) -> list[Alert
     for pool in engines.pools:
         alerts += replica_alerts(pool, ns)
         alerts += kv_alerts(pool, hit_floor=not has_hit_trigger(stack, pool))
-    return alerts + gateway_alerts(ns)
+    alerts += gateway_alerts(ns)
+    if any(unit.replica_index is None for unit in engines.units):  # a pool the gateway finds
+        alerts.append(discovery_alert(ns))  # by DNS (a scaled pool: `k8s_cluster.endpoints`)
+    return alerts
