@@ -13,8 +13,11 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import pytest
+
+from inhouse.launch.tether import popen
 
 ROOT = Path(__file__).resolve().parents[2]
 HAS_DRILL = importlib.util.find_spec("inhouse.cli.drill") is not None
@@ -42,10 +45,12 @@ def _run(
     argv: list[str], env: dict[str, str], timeout_s: float
 ) -> subprocess.CompletedProcess[str]:
     """`subprocess.run`, but a timeout kills the whole tree, so nothing the sequence started
-    outlives the test (a leftover stack would hold ports and cores from the rest of the suite)."""
-    process = subprocess.Popen(
-        argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    outlives the test (a leftover stack would hold ports and cores from the rest of the suite);
+    and, tethered in a group of its own, nothing outlives a pytest killed outright either."""
+    process = cast("subprocess.Popen[str]", popen(
+        argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    ))  # fmt: skip
     try:
         stdout, stderr = process.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
