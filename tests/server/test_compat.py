@@ -369,7 +369,10 @@ def test_completion_stream(engine_url: str) -> None:
         "stream": True,
     }
     chunks = sse_events(post(engine_url, "/v1/completions", payload))
-    assert chunks[-1] == "[DONE]" and len(chunks) == 4
+    # One chunk a token, except that vLLM's output collector merges the deltas its API server
+    # has not sent yet into one chunk when that server falls behind the engine (seen on two
+    # loaded cores: two chunks for three tokens); the simulated engine sends one a token.
+    assert chunks[-1] == "[DONE]" and 2 <= len(chunks) <= 4
     for chunk in chunks[:-1]:
         assert chunk["object"] == "text_completion"
         assert list(chunk["choices"][0]) == [
