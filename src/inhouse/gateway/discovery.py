@@ -26,6 +26,7 @@ import logging
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 
+from inhouse.http1.upstream import authority
 from inhouse.spec.endpoints import DiscoveryTarget
 
 log = logging.getLogger("inhouse.gateway")
@@ -69,8 +70,7 @@ def assign_slots(
 
 def engine_url(address: str, port: int) -> str:
     """`http://` URL of an engine at an IP address (IPv6 in brackets)."""
-    host = f"[{address}]" if ":" in address else address
-    return f"http://{host}:{port}"
+    return f"http://{authority(address, port)}"
 
 
 class PoolDiscovery:

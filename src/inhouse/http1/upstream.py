@@ -310,6 +310,12 @@ class Response:
         self.abort()
 
 
+def authority(host: str, port: int) -> str:
+    """`host:port` as a URL or a Host header writes it: an IPv6 address (a scaled pool's pod)
+    in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 class UpstreamPool:
     """Keep-alive connections to one engine replica."""
 
@@ -319,8 +325,7 @@ class UpstreamPool:
         self.connect_timeout_s = connect_timeout_s
         self.idle_s = idle_s
         self._idle: collections.deque[_Connection] = collections.deque()
-        authority = f"[{host}]" if ":" in host else host  # an IPv6 address (a scaled pod's)
-        self._host_header = f"{authority}:{port}".encode()
+        self._host_header = authority(host, port).encode()
         self.is_closed = False
 
     def put_idle(self, conn: _Connection) -> None:
