@@ -91,7 +91,6 @@ class PoolDiscovery:
         self._on_change = on_change
         self._resolve = resolver
         self._timeout_s = timeout_s
-        self._is_failing = False
         self._left_out: list[str] = []
         self.num_failed_lookups = 0  # in a row; 0 once the name resolves
         self._lookup: asyncio.Future[list[str]] | None = None  # one at a time, see `refresh`
@@ -126,10 +125,9 @@ class PoolDiscovery:
         if not addresses:
             self._fail("no address")
             return False
-        self.num_failed_lookups = 0
-        if self._is_failing:
-            self._is_failing = False
+        if self.num_failed_lookups:
             log.info("pool %s: DNS name %s resolves again", self.pool, name)
+        self.num_failed_lookups = 0
         after, left_out = assign_slots(self.slots, addresses)
         if left_out and left_out != self._left_out:
             log.warning(
@@ -146,8 +144,7 @@ class PoolDiscovery:
 
     def _fail(self, why: str) -> None:
         self.num_failed_lookups += 1
-        if not self._is_failing:
-            self._is_failing = True
+        if self.num_failed_lookups == 1:  # logged once per outage
             known = self.num_addresses
             log.warning(
                 "pool %s: cannot resolve %s (%s); keeping its %d known replica address(es) "
