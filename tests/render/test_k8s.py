@@ -198,7 +198,8 @@ def test_a_scaled_pools_endpoints_say_how_to_find_its_replicas(
     for pool, entry in data["discovery"].items():
         host = f"{pool}-engine.code-assistant.svc.cluster.local"
         high = find(code, "ScaledObject", pool)["spec"]["maxReplicaCount"]
-        assert entry == {"dns": host, "port": 8000, "max_replicas": high}
+        # absolute: not tried under the pod's search domains first (ndots:5)
+        assert entry == {"dns": f"{host}.", "port": 8000, "max_replicas": high}
         assert data["pools"][pool] == [f"http://{host}:8000"]  # for gateways before discovery
         assert parsed.discovery[pool].max_replicas == high
 

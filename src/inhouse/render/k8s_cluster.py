@@ -59,7 +59,11 @@ def endpoints(stack: StackSpec, engines: EngineLayout, options: RenderOptions) -
             host = f"{pool.name}-engine.{ns}.svc.cluster.local"
             pools[pool.name] = [f"http://{host}:{port}"]
             high = layout.max_replicas(stack, engines, pool)  # the ScaledObject's maximum
-            discovery[pool.name] = {"dns": host, "port": port, "max_replicas": high}
+            # NOTE: absolute (the trailing dot). A pod's resolv.conf has ndots:5, so the
+            # relative name (four dots) is first tried under every search domain, the node's
+            # own included: the lookup every few seconds costs several NXDOMAINs first, and
+            # a wildcard record in a corporate search domain would answer for the pool.
+            discovery[pool.name] = {"dns": f"{host}.", "port": port, "max_replicas": high}
     data: dict[str, Any] = {"pools": pools}
     if discovery:
         data["discovery"] = discovery

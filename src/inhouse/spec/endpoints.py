@@ -2,7 +2,7 @@
 
     {"pools": {"chat": ["http://chat-r0.ns.svc:8000", "http://chat-r1.ns.svc:8000"],
                "long": ["http://long-engine.ns.svc.cluster.local:8000"]},
-     "discovery": {"long": {"dns": "long-engine.ns.svc.cluster.local", "port": 8000,
+     "discovery": {"long": {"dns": "long-engine.ns.svc.cluster.local.", "port": 8000,
                             "max_replicas": 6}}}
 
 `pools` lists one URL per replica (`inhouse up` writes only this). A pool named under
