@@ -22,6 +22,7 @@ from inhouse.spec.slo import LatencySlo
 from inhouse.spec.triggers import Trigger
 from inhouse.spec.weights import WeightsSpec
 from inhouse.spec.workloads import WorkloadSpec
+from inhouse.spec.yaml_load import load_yaml
 
 STACK_VERSION = 1
 
@@ -227,11 +228,7 @@ def parse_stack(data: Any, source: str = "stack") -> StackSpec:
 def parse_stack_text(text: str, source: str) -> StackSpec:
     """A stack file's text as a typed stack; `source` (its path) names it in errors. The file
     itself is read by `inhouse.spec.load.load_stack`."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{source}: not valid YAML: {exc}") from exc
-    return parse_stack(data, source)
+    return parse_stack(load_yaml(text, source), source)
 
 
 def dump_stack(stack: StackSpec) -> str:
