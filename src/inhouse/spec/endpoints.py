@@ -17,18 +17,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from inhouse.errors import SpecError
+from inhouse.spec.base import SpecModel
 from inhouse.spec.errors_format import describe_validation_error
 
 DOCS = 'docs/gateway.md ("Scaled pools: replicas from DNS")'
 
 
-class DiscoveryTarget(BaseModel):
+class DiscoveryTarget(SpecModel):
     """A scaled pool's headless Service: its DNS name, the engines' port, the most replicas."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     dns: str = Field(min_length=1, description="the headless Service's name")
     port: int = Field(ge=1, le=65535)
@@ -37,9 +36,7 @@ class DiscoveryTarget(BaseModel):
     )
 
 
-class Endpoints(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class Endpoints(SpecModel):
     pools: dict[str, list[str]]
     discovery: dict[str, DiscoveryTarget] = Field(default_factory=dict)
 

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from inhouse.errors import SpecError
+from inhouse.spec.base import SpecModel
 from inhouse.spec.errors_format import describe_validation_error
 
 KEY_HASH_SCHEME = "ihk1"
@@ -34,11 +35,7 @@ DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 DEFAULT_METRICS_PORT = 9464
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class TierSpec(_Strict):
+class TierSpec(SpecModel):
     """A priority tier. `priority` is vLLM's (lower is served earlier); when every replica of
     a pool is saturated, requests wait in the gateway by tier (lower `priority` first), at most
     `max_queue` of them for at most `queue_timeout_s`, then get 503 + Retry-After.
@@ -58,7 +55,7 @@ DEFAULT_TIERS: dict[str, TierSpec] = {
 }
 
 
-class LimitsSpec(_Strict):
+class LimitsSpec(SpecModel):
     """Per-tenant limits; `None` is unlimited. Token limits count prompt + completion tokens
     and are enforced by reserve-then-settle (prompt + max_tokens reserved at admission,
     settled to the engine's usage at the end). `max_prompt_tokens` is the tenant's own cap
@@ -87,7 +84,7 @@ class LimitsSpec(_Strict):
         )
 
 
-class TenantSpec(_Strict):
+class TenantSpec(SpecModel):
     name: str = Field(pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*$", max_length=64)
     tier: str = "standard"
     models: tuple[str, ...] = Field(default=("*",), description="model names; '*' for all")
@@ -98,7 +95,7 @@ class TenantSpec(_Strict):
         return "*" in self.models or model in self.models
 
 
-class HealthSpec(_Strict):
+class HealthSpec(SpecModel):
     """Replica health: a replica joins after `healthy_after` consecutive /health 200s; it
     leaves at once when its /health answers anything else (a draining or dead engine says so),
     and after `unhealthy_after` consecutive failures that are no such answer (a probe timed
@@ -119,7 +116,7 @@ class HealthSpec(_Strict):
     )
 
 
-class ProxySpec(_Strict):
+class ProxySpec(SpecModel):
     """Dispatch: retries before the first byte, saturation, timeouts."""
 
     retries: int = Field(default=2, ge=0, description="other replicas tried before first byte")
@@ -142,7 +139,7 @@ class ProxySpec(_Strict):
     drain_timeout_s: float = Field(default=30.0, ge=0)
 
 
-class ServerSpec(_Strict):
+class ServerSpec(SpecModel):
     """The gateway's own HTTP server: what it refuses on its own, in front of Envoy or not."""
 
     header_timeout_s: float = Field(
@@ -184,7 +181,7 @@ class ServerSpec(_Strict):
         return self
 
 
-class LimitStoreSpec(_Strict):
+class LimitStoreSpec(SpecModel):
     """How the shared limit store (Redis) is used, and what happens when it fails.
 
     `on_store_failure: closed` (the default): a tenant with limits gets 503 + Retry-After while
@@ -209,7 +206,7 @@ class LimitStoreSpec(_Strict):
     )
 
 
-class DiscoverySpec(_Strict):
+class DiscoverySpec(SpecModel):
     """Scaled pools (the endpoints file's `discovery`): the gateway resolves each pool's
     headless Service every `interval_s` and routes to the addresses it returns, in at most
     `max_replicas` slots (the file's own `max_replicas` wins; render writes it)."""
@@ -222,18 +219,18 @@ class DiscoverySpec(_Strict):
     )
 
 
-class LogSpec(_Strict):
+class LogSpec(SpecModel):
     level: Literal["debug", "info", "warning", "error"] = "info"
     prompts: bool = Field(default=False, description="log prompts (redacted when false)")
     requests: bool = Field(default=True, description="one JSON line per request")
 
 
-class TlsSpec(_Strict):
+class TlsSpec(SpecModel):
     certfile: str
     keyfile: str
 
 
-class GatewaySpec(_Strict):
+class GatewaySpec(SpecModel):
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, gt=0)
     metrics_port: int = Field(
         default=DEFAULT_METRICS_PORT,

@@ -12,9 +12,10 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from inhouse.errors import SpecError
+from inhouse.spec.base import SpecModel
 from inhouse.spec.errors_format import describe_validation_error
 from inhouse.spec.knobs import EngineKnobs as EngineKnobs  # the pools' `knobs:` (re-export)
 from inhouse.spec.observability import ObservabilitySpec
@@ -30,11 +31,7 @@ EngineKind = Literal["simulated", "vllm", "sglang", "url"]
 PoolRole = Literal["standard", "fast", "long", "fallback", "utility"]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class RoutingSpec(_Strict):
+class RoutingSpec(SpecModel):
     """Replica choice inside a pool; `params` are the policy's own (docs/routing.md)."""
 
     policy: str = "cache_aware"
@@ -52,7 +49,7 @@ class PoolSlo(LatencySlo):
     prefix_hit_rate_min: float | None = Field(default=0.6, ge=0, le=1)
 
 
-class PoolSpec(_Strict):
+class PoolSpec(SpecModel):
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=40)
     model: str = Field(description="catalog name, Hugging Face id, or a local model directory")
     served_model_name: str | None = None
@@ -101,13 +98,13 @@ class PoolSpec(_Strict):
         return (self.client_model_name, *self.aliases, *self.lora_adapters)
 
 
-class NodeSpec(_Strict):
+class NodeSpec(SpecModel):
     gpu: str = "h100_sxm"
     gpus_per_node: int = Field(default=8, gt=0)
     count: int = Field(default=1, gt=0)
 
 
-class StackSpec(_Strict):
+class StackSpec(SpecModel):
     version: Literal[1] = 1
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=40)
     engine: EngineKind = "simulated"
