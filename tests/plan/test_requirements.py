@@ -85,8 +85,8 @@ def test_heavier_prompt_tail_keeps_the_median() -> None:
 
 
 def test_an_infinite_peak_and_a_boolean_count_are_refused_by_field() -> None:
-    # `.inf` passed `gt=0` (the planner was left to size for infinite traffic) and `yes` was
-    # read as 1 GPU per node.
+    # `.inf` passed `gt=0` (`inhouse plan` then died on a NaN: a ValueError traceback) and
+    # `yes` was read as 1 GPU per node.
     data = small_requirements()
     data["workloads"][0]["traffic"] = {"avg_per_s": 1, "peak_per_s": float("inf")}
     data["hardware"][0]["gpus_per_node"] = True

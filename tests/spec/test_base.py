@@ -58,3 +58,28 @@ def test_nan_and_infinity_are_refused_by_field(field: str, where: str) -> None:
 def test_a_gateway_timeout_of_infinity_is_refused() -> None:
     with pytest.raises(SpecError, match=r"tiers\.batch\.queue_timeout_s: .*finite"):
         parse_gateway({"tiers": {"batch": {"queue_timeout_s": float("inf")}}})
+
+
+def test_a_stray_digit_in_replicas_is_refused_not_a_memory_error() -> None:
+    # 100000000000 replicas: render built a port list and simulate a prefix index per replica,
+    # a MemoryError after 13 to 34 s.
+    with pytest.raises(SpecError, match=r"pools\.0\.replicas: .*less than or equal to 1024"):
+        parse_stack_text(STACK + "    replicas: 100000000000\n", "stack.yaml")
+    with pytest.raises(SpecError, match=r"discovery\.max_replicas: .*less than or equal to 1024"):
+        parse_gateway({"discovery": {"max_replicas": 10**11}})
+
+
+def test_one_failing_pool_is_one_problem_not_also_an_empty_pools_list() -> None:
+    # pydantic also reported `pools: Tuple should have at least 1 item` for the same pool.
+    with pytest.raises(SpecError) as info:
+        parse_stack_text(STACK + "    replcias: 2\n", "stack.yaml")
+    assert str(info.value) == (
+        "stack.yaml: 1 problem(s)\n"
+        "  pools.0.replcias: unknown field; remove it or check its spelling against docs/stack.md"
+    )
+
+
+def test_a_bad_gateway_section_names_the_stack_file_at_load() -> None:
+    # render and simulate read the section later as "stack: gateway" (no file), or not at all.
+    with pytest.raises(SpecError, match=r"^stack\.yaml: gateway: 1 problem.*\n  tenats: unknown"):
+        parse_stack_text(STACK + "gateway: {tenats: []}\n", "stack.yaml")

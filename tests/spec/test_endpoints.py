@@ -70,3 +70,15 @@ def test_a_pool_listed_twice_in_the_json_is_refused() -> None:
     assert parse_endpoints_text('{"pools": {"chat": ["http://a:8000"]}}', "e").pools == {
         "chat": ["http://a:8000"]
     }
+
+
+def test_a_scaled_pool_of_1e11_slots_is_refused() -> None:
+    # The gateway built one replica slot each at start: a memory blow-up.
+    data = {
+        "pools": {"chat": []},
+        "discovery": {"chat": {"dns": "x.", "port": 1, "max_replicas": 10**11}},
+    }
+    with pytest.raises(
+        SpecError, match=r"discovery\.chat\.max_replicas: .*less than or equal to 1024"
+    ):
+        parse_endpoints(data, "endpoints.json")

@@ -18,6 +18,11 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
+# Replicas of one pool (and a scaled pool's slots). Each is a simulated engine in `simulate`,
+# a port in render's scripts and a slot in the gateway: a stray digit (1e11) was a
+# MemoryError after half a minute; a pool of more than this is two pools.
+MAX_REPLICAS = 1024
+
 
 def _leaf_types(annotation: Any) -> set[Any]:
     """The types a field's value may have at its top level (unions and Literals unpacked)."""

@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import Field, ValidationError
 
 from inhouse.errors import SpecError
-from inhouse.spec.base import SpecModel
+from inhouse.spec.base import MAX_REPLICAS, SpecModel
 from inhouse.spec.errors_format import describe_validation_error
 
 DOCS = 'docs/gateway.md ("Scaled pools: replicas from DNS")'
@@ -32,7 +32,10 @@ class DiscoveryTarget(SpecModel):
     dns: str = Field(min_length=1, description="the headless Service's name")
     port: int = Field(ge=1, le=65535)
     max_replicas: int | None = Field(
-        default=None, ge=1, description="replica slots (None: gateway.discovery's default)"
+        default=None,
+        ge=1,
+        le=MAX_REPLICAS,
+        description="replica slots (None: gateway.discovery's default)",
     )
 
 

@@ -20,12 +20,13 @@ keys). See docs/gateway.md for every field.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
 from inhouse.errors import SpecError
-from inhouse.spec.base import SpecModel
+from inhouse.spec.base import MAX_REPLICAS, SpecModel
 from inhouse.spec.errors_format import describe_validation_error
 
 KEY_HASH_SCHEME = "ihk1"
@@ -215,6 +216,7 @@ class DiscoverySpec(SpecModel):
     max_replicas: int = Field(
         default=16,
         ge=1,
+        le=MAX_REPLICAS,
         description="replica slots of a scaled pool whose endpoints entry has no max_replicas",
     )
 
@@ -290,12 +292,35 @@ def parse_key_hash(entry: str) -> tuple[str, bytes, bytes]:
     return parts[1], salt, digest
 
 
+_SECRET_KEY = re.compile(r"(^|_)(api_?keys?|keys?|secrets?|passwords?|tokens?)$", re.IGNORECASE)
+
+
+def check_no_secrets(value: Any, path: str = "gateway") -> None:
+    """Refuse key material in the stack's `gateway` section: `inhouse render` writes the stack
+    into a ConfigMap, and the stack holds key hashes only."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(item, str) and item and _SECRET_KEY.search(str(key)):
+                raise SpecError(
+                    f"{path}.{key}: looks like key material, and render writes the stack into "
+                    "a ConfigMap; move it to the Secret the gateway mounts (docs/render.md)"
+                )
+            check_no_secrets(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            check_no_secrets(item, f"{path}[{index}]")
+
+
 def parse_gateway(data: Any, source: str = "stack") -> GatewaySpec:
     """`stack.gateway` (a mapping, possibly empty) as a typed spec; errors name the field."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise SpecError(f"{source}: gateway must be a mapping (see docs/gateway.md)")
+    try:
+        check_no_secrets(data)
+    except SpecError as exc:
+        raise SpecError(f"{source}: {exc}") from None
     try:
         return GatewaySpec.model_validate(data)
     except ValidationError as exc:

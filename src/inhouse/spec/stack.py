@@ -15,8 +15,9 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from inhouse.errors import SpecError
-from inhouse.spec.base import SpecModel
+from inhouse.spec.base import MAX_REPLICAS, SpecModel
 from inhouse.spec.errors_format import describe_validation_error
+from inhouse.spec.gateway import parse_gateway
 from inhouse.spec.knobs import EngineKnobs as EngineKnobs  # the pools' `knobs:` (re-export)
 from inhouse.spec.observability import ObservabilitySpec
 from inhouse.spec.slo import LatencySlo
@@ -63,7 +64,7 @@ class PoolSpec(SpecModel):
     gpu: str = "h100_sxm"
     quant: str = "bf16"
     tp: int = Field(default=1, ge=1)
-    replicas: int = Field(default=1, ge=1)
+    replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS)
     knobs: EngineKnobs = Field(default_factory=EngineKnobs)
     routing: RoutingSpec = Field(default_factory=RoutingSpec)
     long_prompt_tokens: int | None = Field(
@@ -217,9 +218,14 @@ def parse_stack(data: Any, source: str = "stack") -> StackSpec:
             f"{STACK_VERSION}"
         )
     try:
-        return StackSpec.model_validate(data)
+        stack = StackSpec.model_validate(data)
     except ValidationError as exc:
         raise SpecError(describe_validation_error(exc, source)) from exc
+    # The gateway section is typed where it is used (`parse_gateway`); checked here too, its
+    # errors name this file, and a command that ignores the gateway (`render`, `simulate`)
+    # does not pass over a misspelled tenant limit in silence or name the file "stack".
+    parse_gateway(stack.gateway, source)
+    return stack
 
 
 def parse_stack_text(text: str, source: str) -> StackSpec:
