@@ -23,6 +23,13 @@ from inhouse.weights.errors import WeightsError
 
 HashAlgorithm = Literal["sha256", "blake2", "blake3"]
 HASH_ALGORITHMS: tuple[HashAlgorithm, ...] = ("sha256", "blake2", "blake3")
+# A statement names its hash by the digest's name (`blake2b`); the library's hashing
+# configuration by the algorithm's (`blake2`).
+_ALGORITHM_OF_DIGEST: dict[str, HashAlgorithm] = {
+    "sha256": "sha256",
+    "blake2b": "blake2",
+    "blake3": "blake3",
+}
 SIGNATURE_SUFFIX = ".sig"
 
 
@@ -98,7 +105,7 @@ def configure_hashing(
     shard size), ignoring `ignored` paths relative to the model (the signature, if inside)."""
     args = statement.serialization
     common: dict[str, Any] = {
-        "hashing_algorithm": args["hash_type"],
+        "hashing_algorithm": _ALGORITHM_OF_DIGEST[str(args["hash_type"])],
         "allow_symlinks": bool(args.get("allow_symlinks", False)),
     }
     if statement.method == "shards":
