@@ -4,13 +4,20 @@ model file should be. Each is refused with a `Problem` (never a traceback, never
 
 from __future__ import annotations
 
+import base64
+import json
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.weights.conftest import Keys, Tampering
 from tests.weights.tiny_model import write_tiny_model
 
+from inhouse.weights.errors import WeightsError
+from inhouse.weights.registry import push_model
+from inhouse.weights.s3 import RegistryUrl
 from inhouse.weights.signature import HashAlgorithm, default_signature_path, sign_model
 from inhouse.weights.verdict import Verification
 from inhouse.weights.verify import check_signature, verify_model
@@ -59,3 +66,42 @@ def test_every_hash_the_signer_offers_verifies(
     Tampering("byte", "altered", ONE_SHARD).apply(model)
     (problem,) = verify_model(model, keys.trust).problems
     assert (problem.kind, problem.path) == ("altered", ONE_SHARD)
+
+
+def _rewrite_serialization(change: Callable[[dict[str, Any]], None]) -> Callable[[Path], None]:
+    def rewrite(signature: Path) -> None:
+        bundle = json.loads(signature.read_text())
+        payload = json.loads(base64.b64decode(bundle["dsseEnvelope"]["payload"]))
+        change(payload["predicate"]["serialization"])
+        encoded = base64.b64encode(json.dumps(payload).encode()).decode()
+        bundle["dsseEnvelope"]["payload"] = encoded
+        signature.write_text(json.dumps(bundle))
+
+    return rewrite
+
+
+IMPOSSIBLE_HASHING = {
+    "no hash_type": _rewrite_serialization(lambda s: s.pop("hash_type")),
+    "hash_type md5": _rewrite_serialization(lambda s: s.update(hash_type="md5")),
+    "shards without a size": _rewrite_serialization(lambda s: s.update(method="shards")),
+    "shard size not a number": _rewrite_serialization(
+        lambda s: s.update(method="shards", shard_size="x")
+    ),
+    "shard size 0": _rewrite_serialization(lambda s: s.update(method="shards", shard_size=0)),
+}
+
+
+@pytest.mark.parametrize("rewrite", IMPOSSIBLE_HASHING.values(), ids=IMPOSSIBLE_HASHING.keys())
+def test_a_statement_asking_for_impossible_hashing_is_a_bad_signature(
+    small_model: Path, keys: Keys, rewrite: Callable[[Path], None]
+) -> None:
+    """The statement is read (untrusted) to configure hashing before the library checks the
+    envelope: a KeyError or ValueError from configuring escaped as a traceback."""
+    signature = default_signature_path(small_model)
+    rewrite(signature)
+    for result in (verify_model(small_model, keys.trust), check_signature(signature, keys.trust)):
+        (problem,) = result.problems
+        assert (problem.kind, problem.path) == ("signature", str(signature))
+        assert "corrupt or was altered" in problem.detail
+    with pytest.raises(WeightsError, match="corrupt or was altered"):  # before any S3 call
+        push_model(None, small_model, RegistryUrl.parse("s3://b/p"), "acme/m", "v1")

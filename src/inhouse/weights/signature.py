@@ -95,7 +95,15 @@ def read_statement(signature: Path) -> Statement:
         signer = "certificate"
     elif isinstance(material, dict) and "publicKey" in material:
         signer = "key"
-    return Statement(serialization, resources, signer)
+    statement = Statement(serialization, resources, signer)
+    try:  # hashing is configured from it before the library checks the envelope
+        configure_hashing(new_hashing(), statement, [])
+    except (KeyError, ValueError, TypeError) as exc:
+        raise WeightsError(
+            "its statement asks for hashing that model-signing cannot do "
+            f"({type(exc).__name__}: {exc}); it is corrupt or was altered"
+        ) from exc
+    return statement
 
 
 def configure_hashing(
