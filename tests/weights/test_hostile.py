@@ -5,7 +5,10 @@ model file should be. Each is refused with a `Problem` (never a traceback, never
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import os
+import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -105,3 +108,49 @@ def test_a_statement_asking_for_impossible_hashing_is_a_bad_signature(
         assert "corrupt or was altered" in problem.detail
     with pytest.raises(WeightsError, match="corrupt or was altered"):  # before any S3 call
         push_model(None, small_model, RegistryUrl.parse("s3://b/p"), "acme/m", "v1")
+
+
+def test_a_fifo_where_the_signature_should_be_is_refused_not_waited_on(
+    small_model: Path, keys: Keys
+) -> None:
+    """Reading a FIFO with no writer blocks forever: verify hung."""
+    signature = default_signature_path(small_model)
+    signature.unlink()
+    os.mkfifo(signature)
+    try:
+        (problem,) = verify_within(small_model, keys).problems
+    finally:  # release a reader blocked on the FIFO (the old code), so the thread ends
+        with contextlib.suppress(OSError):  # no reader: nothing blocked
+            os.close(os.open(signature, os.O_WRONLY | os.O_NONBLOCK))
+    assert (problem.kind, problem.path) == ("signature", str(signature))
+    assert "not a regular file" in problem.detail
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def _socket(path: Path) -> None:
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(path))
+
+
+def _loop(path: Path) -> None:
+    os.symlink(path.name, path)
+
+
+def _outside(path: Path) -> None:
+    os.symlink("/etc", path)
+
+
+SPECIAL_FILES = {"fifo": _fifo, "socket": _socket, "symlink loop": _loop, "symlink out": _outside}
+
+
+@pytest.mark.parametrize("make", SPECIAL_FILES.values(), ids=SPECIAL_FILES.keys())
+def test_special_files_in_the_model_are_refused_without_reading_them(
+    small_model: Path, keys: Keys, make: Callable[[Path], None]
+) -> None:
+    make(small_model / "odd")
+    (problem,) = verify_within(small_model, keys).problems
+    assert (problem.kind, problem.path) == ("unreadable", str(small_model))
+    assert "odd" in problem.detail

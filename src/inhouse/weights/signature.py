@@ -72,6 +72,9 @@ class Statement:
 def read_statement(signature: Path) -> Statement:
     """Decode the statement inside a signature file. WeightsError saying what is wrong (the
     caller names the file)."""
+    if signature.exists() and not signature.is_file():
+        # NOTE: reading a FIFO would wait for a writer forever.
+        raise WeightsError("not a regular file (a directory, FIFO or device): pass the .sig file")
     try:
         bundle = json.loads(signature.read_text(encoding="utf-8"))
         payload = json.loads(base64.b64decode(bundle["dsseEnvelope"]["payload"], validate=True))
