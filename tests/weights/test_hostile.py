@@ -20,7 +20,7 @@ from tests.weights.tiny_model import write_tiny_model
 
 from inhouse.weights.errors import WeightsError
 from inhouse.weights.registry import push_model
-from inhouse.weights.s3 import RegistryUrl
+from inhouse.weights.s3 import RegistryUrl, make_client
 from inhouse.weights.signature import HashAlgorithm, default_signature_path, sign_model
 from inhouse.weights.verdict import Verification
 from inhouse.weights.verify import check_signature, verify_model
@@ -154,3 +154,14 @@ def test_special_files_in_the_model_are_refused_without_reading_them(
     (problem,) = verify_within(small_model, keys).problems
     assert (problem.kind, problem.path) == ("unreadable", str(small_model))
     assert "odd" in problem.detail
+
+
+def test_pushing_an_empty_directory_says_so(tmp_path: Path, keys: Keys, registry: str) -> None:
+    """An empty directory signs (a statement of no files), but the registry's manifest needs a
+    file: push died with pydantic's ValidationError traceback."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / ".gitattributes").write_text("*.safetensors filter=lfs\n")  # git metadata: not a file
+    sign_model(empty, keys.private)
+    with pytest.raises(WeightsError, match="holds no files"):
+        push_model(make_client(), empty, RegistryUrl.parse(registry), "acme/m", "v1")
