@@ -5,8 +5,10 @@ altered, healed with --verify-cached, one download for concurrent pulls."""
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import json
+import os
 import shutil
 import threading
 from pathlib import Path
@@ -249,3 +251,31 @@ def test_a_pull_that_cannot_fit_says_so_before_fetching(
     with pytest.raises(WeightsError, match="not enough space for the pull"):
         pull_model(request(pushed, tmp_path / "c", keys.trust), counting)
     assert counting.blob_gets == 0
+
+
+def test_a_disk_that_fills_mid_pull_is_an_error_to_act_on_and_the_pull_resumes(
+    pushed: RegistryUrl, keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The space check passed, then the disk filled (another pull, a log): the OSError from
+    writing a part escaped as a traceback."""
+    cache = tmp_path / "c"
+    real_pwrite = os.pwrite
+    num_writes = [0]
+
+    def pwrite(fd: int, data: bytes, offset: int) -> int:
+        num_writes[0] += 1
+        if num_writes[0] > 4:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr("inhouse.weights.download.os.pwrite", pwrite)
+    with pytest.raises(WeightsError, match=r"No space left on device.*run the pull again"):
+        pull_model(request(pushed, cache, keys.trust, workers=1))
+    assert not (cache / "by-name" / NAME / "v1").exists()
+    monkeypatch.setattr("inhouse.weights.download.os.pwrite", real_pwrite)
+    result = pull_model(request(pushed, cache, keys.trust, workers=1))
+    assert result.verification is not None and result.verification.ok
+    assert (
+        result.resumed_bytes > 0
+        and result.fetched_bytes == result.total_bytes - result.resumed_bytes
+    )

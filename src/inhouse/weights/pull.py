@@ -14,11 +14,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import logging
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,7 +85,7 @@ def pull_model(request: PullRequest, client: Any = None) -> PullResult:
     revision = resolve_revision(client, registry, request.name, request.revision)
     manifest, signature = read_revision(client, registry, request.name, revision)
     cache = WeightCache(request.cache)
-    with cache.lock(manifest.digest):
+    with cache.lock(manifest.digest), _cache_errors(cache.root):
         quarantined = None
         if cache.is_cached(manifest):
             cached = _use_cached(request, cache, manifest, signature)
@@ -93,6 +94,24 @@ def pull_model(request: PullRequest, client: Any = None) -> PullResult:
             quarantined = cached
         result = _fetch_and_verify(request, client, cache, manifest, signature)
         return dataclasses.replace(result, quarantined=quarantined)
+
+
+@contextlib.contextmanager
+def _cache_errors(root: Path) -> Iterator[None]:
+    """A failure to write the cache (disk full, read-only, an I/O error) as a WeightsError that
+    says what to do. Network failures arrive as botocore's errors (`s3_errors` words them); a
+    bare ConnectionError or TimeoutError is not the disk's, and passes."""
+    try:
+        yield
+    except OSError as exc:
+        if isinstance(exc, ConnectionError | TimeoutError):
+            raise
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise WeightsError(
+            f"cannot write the weight cache {root}: {exc.strerror or exc}{where}. Parts already "
+            "fetched are kept in its partial/ directory: free space (or fix its permissions, or "
+            "use another --cache) and run the pull again to resume"
+        ) from exc
 
 
 def _use_cached(
