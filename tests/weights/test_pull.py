@@ -5,6 +5,7 @@ altered, healed with --verify-cached, one download for concurrent pulls."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import errno
 import hashlib
 import json
@@ -24,6 +25,7 @@ from inhouse.weights.manifest import FileEntry, model_digest
 from inhouse.weights.pull import PullRequest, PullResult, pull_model
 from inhouse.weights.registry import blob_key, push_model, read_revision, revision_key
 from inhouse.weights.s3 import RegistryUrl, make_client
+from inhouse.weights.signature import sign_model
 from inhouse.weights.trust import Trust, keygen
 from inhouse.weights.verify import verify_model
 
@@ -279,3 +281,23 @@ def test_a_disk_that_fills_mid_pull_is_an_error_to_act_on_and_the_pull_resumes(
         result.resumed_bytes > 0
         and result.fetched_bytes == result.total_bytes - result.resumed_bytes
     )
+
+
+def test_a_cached_model_under_a_signature_the_key_does_not_trust_is_refused(
+    pushed: RegistryUrl, signed_model: Path, keys: Keys, tmp_path: Path
+) -> None:
+    """Someone pushes the same bytes under another name, signed with their own key: the content
+    is cached, and the cache hit linked it without checking the signature at all."""
+    cache = tmp_path / "c"
+    pull_model(request(pushed, cache, keys.trust))
+    keygen(tmp_path / "theirs")
+    theirs = tmp_path / "theirs.sig"
+    sign_model(signed_model, tmp_path / "theirs" / "key.priv", signature=theirs)
+    push_model(make_client(), signed_model, pushed, "acme/impostor", "v1", signature=theirs)
+    impostor = dataclasses.replace(request(pushed, cache, keys.trust), name="acme/impostor")
+    with pytest.raises(VerificationFailed) as refused:
+        pull_model(impostor)
+    assert refused.value.verification.first is not None
+    assert refused.value.verification.first.kind == "signature"
+    assert not (cache / "by-name" / "acme" / "impostor" / "v1").exists()
+    assert pull_model(request(pushed, cache, keys.trust)).was_cached  # the trusted one is intact

@@ -5,8 +5,9 @@
 1. Read the revision's manifest and signature; check the signature with the trusted key before
    fetching anything (a wrong key fails in milliseconds, not after 140 GB), and that it covers
    exactly the manifest's files.
-2. If the model's content is cached, link this name and revision to it: no bytes move (with
-   `verify_cached`, the cached copy is re-hashed first, and set aside if it fails).
+2. If the model's content is cached, check the signature the same way, then link this name
+   and revision to it: no bytes move (with `verify_cached`, the cached copy is re-hashed
+   first, and set aside if it fails).
 3. Otherwise fetch the files in parallel ranged parts into `partial/`, resuming what an
    interrupted pull left, verify the signature over them with model-signing, and only then
    rename the directory to its content address.
@@ -19,6 +20,7 @@ import dataclasses
 import hashlib
 import logging
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,6 +90,7 @@ def pull_model(request: PullRequest, client: Any = None) -> PullResult:
     with cache.lock(manifest.digest), _cache_errors(cache.root):
         quarantined = None
         if cache.is_cached(manifest):
+            _check_cached_signature(request, manifest, signature)
             cached = _use_cached(request, cache, manifest, signature)
             if isinstance(cached, PullResult):
                 return cached
@@ -143,6 +146,17 @@ def _use_cached(
         True,
         verification,
     )
+
+
+def _check_cached_signature(
+    request: PullRequest, manifest: RegistryManifest, signature: bytes
+) -> None:
+    """The check before a fetch, for a model whose content is cached (under any name): the
+    same bytes signed by a key we do not trust are refused, not linked."""
+    with tempfile.TemporaryDirectory(prefix="inhouse-pull-") as scratch:
+        signature_path = Path(scratch) / "model.sig"
+        signature_path.write_bytes(signature)
+        _check_before_fetch(request, manifest, signature_path, signature)
 
 
 def _check_before_fetch(
