@@ -41,9 +41,9 @@ from inhouse.weights.download import (
 from inhouse.weights.errors import VerificationFailed, WeightsError
 from inhouse.weights.manifest import FileEntry, RegistryManifest
 from inhouse.weights.messages import describe_failure
-from inhouse.weights.registry import blob_key, read_revision, resolve_revision
+from inhouse.weights.registry import blob_key, hash_files, read_revision, resolve_revision
 from inhouse.weights.s3 import RegistryUrl, make_client, s3_errors
-from inhouse.weights.signature import read_statement
+from inhouse.weights.signature import Statement, read_statement
 from inhouse.weights.trust import Trust
 from inhouse.weights.verdict import Problem, Verification
 from inhouse.weights.verify import FileHashes, check_signature, diff_resources, verify_model
@@ -90,8 +90,11 @@ def pull_model(request: PullRequest, client: Any = None) -> PullResult:
     with cache.lock(manifest.digest), _cache_errors(cache.root):
         quarantined = None
         if cache.is_cached(manifest):
-            _check_cached_signature(request, manifest, signature)
-            cached = _use_cached(request, cache, manifest, signature)
+            statement = _check_cached_signature(request, manifest, signature)
+            # NOTE: a signature without SHA-256s does not vouch for the manifest's, by which
+            # the content was found: only hashing the cached copy tells whether it is signed.
+            verify = request.verify_cached or not statement.lists_sha256
+            cached = _use_cached(request, cache, manifest, signature, verify)
             if isinstance(cached, PullResult):
                 return cached
             quarantined = cached
@@ -118,13 +121,17 @@ def _cache_errors(root: Path) -> Iterator[None]:
 
 
 def _use_cached(
-    request: PullRequest, cache: WeightCache, manifest: RegistryManifest, signature: bytes
+    request: PullRequest,
+    cache: WeightCache,
+    manifest: RegistryManifest,
+    signature: bytes,
+    verify: bool,
 ) -> PullResult | Path:
-    """The cached copy, linked for this name and revision; or, when `verify_cached` finds it
+    """The cached copy, linked for this name and revision; or, when `verify` finds it
     altered, the place it was moved to."""
     link = cache.link(manifest, signature)
     verification = None
-    if request.verify_cached:
+    if verify:
         verification = verify_model(link, request.trust)
         if not verification.ok:
             moved = cache.quarantine(manifest.digest)
@@ -150,20 +157,20 @@ def _use_cached(
 
 def _check_cached_signature(
     request: PullRequest, manifest: RegistryManifest, signature: bytes
-) -> None:
+) -> Statement:
     """The check before a fetch, for a model whose content is cached (under any name): the
     same bytes signed by a key we do not trust are refused, not linked."""
     with tempfile.TemporaryDirectory(prefix="inhouse-pull-") as scratch:
         signature_path = Path(scratch) / "model.sig"
         signature_path.write_bytes(signature)
-        _check_before_fetch(request, manifest, signature_path, signature)
+        return _check_before_fetch(request, manifest, signature_path, signature)
 
 
 def _check_before_fetch(
     request: PullRequest, manifest: RegistryManifest, signature_path: Path, signature: bytes
-) -> None:
+) -> Statement:
     """Refuse before any download: a signature that is not the one pushed, does not verify
-    with the trusted key, or lists other files than the manifest."""
+    with the trusted key, or lists other files than the manifest. Returns its statement."""
     where = f"{request.registry}/models/{manifest.name}/{manifest.revision}/model.sig"
     problem = None
     if hashlib.sha256(signature).hexdigest() != manifest.signature.sha256:
@@ -177,7 +184,7 @@ def _check_before_fetch(
         statement = read_statement(signature_path)
         listed = {f.path: f.sha256 for f in manifest.files}
         signed = {p: listed.get(p, "?") for p in statement.files}
-        if statement.method == "files" and statement.serialization.get("hash_type") == "sha256":
+        if statement.lists_sha256:
             signed = statement.resources
         problems = diff_resources(signed, listed)
         if problems:
@@ -190,6 +197,7 @@ def _check_before_fetch(
         trust = request.trust.describe()
         verification = Verification(Path(where), signature_path, trust, (problem,))
         raise VerificationFailed(verification, _refusal(manifest, verification))
+    return read_statement(signature_path)
 
 
 def _refusal(manifest: RegistryManifest, verification: Verification) -> str:
@@ -249,7 +257,8 @@ def _fetch_and_verify(
     job = _start_job(request, cache, manifest, signature)
     request.on_start(manifest.total_bytes, job.resumed_bytes)
     rate = RateLimit(request.max_bytes_per_s) if request.max_bytes_per_s else None
-    hashes = FileHashes(job.model_dir, read_statement(job.signature_path))
+    statement = read_statement(job.signature_path)
+    hashes = FileHashes(job.model_dir, statement)
     fetcher = Fetcher(client, request.registry.bucket, job.model_dir, job.journal,
                       request.workers, rate, request.on_bytes, hashes.add)  # fmt: skip
     with s3_errors(f"pull {manifest.name}@{manifest.revision}", request.registry):
@@ -257,6 +266,8 @@ def _fetch_and_verify(
         fetched, verification = _download(request, fetcher, hashes, list(manifest.files),
                                           missing, job.signature_path)  # fmt: skip
         refetched, lost, verification = _refetch_lost(request, job, fetcher, verification)
+    if verification.ok and not statement.lists_sha256:
+        verification = _check_content_address(job.model_dir, manifest, verification)
     if not verification.ok:
         _forget(job.journal, job.parts, {p.path for p in verification.file_problems})
         raise VerificationFailed(verification, _refusal(manifest, verification))
@@ -268,6 +279,19 @@ def _fetch_and_verify(
         cache.signature_of(manifest.name, manifest.revision), manifest.total_bytes,
         fetched + refetched, job.resumed_bytes - lost, False, verification,
     )  # fmt: skip
+
+
+def _check_content_address(
+    model_dir: Path, manifest: RegistryManifest, verification: Verification
+) -> Verification:
+    """For a signature without SHA-256s, the verified files hashed with SHA-256 against the
+    manifest's, the content address they are stored under: a manifest that gives other digests
+    (to file these bytes under another model's address) is refused."""
+    found = {f.path: f.sha256 for f in hash_files(model_dir)}
+    detail = "its SHA-256 is not the registry manifest's: the manifest was altered"
+    problems = diff_resources({f.path: f.sha256 for f in manifest.files}, found)
+    problems = [dataclasses.replace(p, detail=detail) for p in problems]
+    return dataclasses.replace(verification, problems=tuple(problems))
 
 
 def _refetch_lost(

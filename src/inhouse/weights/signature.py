@@ -68,6 +68,12 @@ class Statement:
     def files(self) -> list[str]:
         return sorted({name.split(":")[0] for name in self.resources})
 
+    @property
+    def lists_sha256(self) -> bool:
+        """Whether it signs each file's SHA-256, the digests a registry manifest and the
+        cache's content address are made of (not so for blake2, blake3 or shards)."""
+        return self.method == "files" and self.serialization.get("hash_type") == "sha256"
+
 
 def read_statement(signature: Path) -> Statement:
     """Decode the statement inside a signature file. WeightsError saying what is wrong (the
