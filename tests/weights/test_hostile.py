@@ -9,6 +9,8 @@ import contextlib
 import json
 import os
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -165,3 +167,20 @@ def test_pushing_an_empty_directory_says_so(tmp_path: Path, keys: Keys, registry
     sign_model(empty, keys.private)
     with pytest.raises(WeightsError, match="holds no files"):
         push_model(make_client(), empty, RegistryUrl.parse(registry), "acme/m", "v1")
+
+
+@pytest.mark.parametrize(
+    "option", [["--workers", "0"], ["--part-mib", "0"], ["--limit-rate", "-1"]]
+)
+def test_pull_options_out_of_range_are_usage_errors(
+    signed_model: Path, keys: Keys, registry: str, tmp_path: Path, option: list[str]
+) -> None:
+    """They reached ThreadPoolExecutor's ValueError or an assert: a traceback, after the
+    signature had been fetched and checked."""
+    push_model(make_client(), signed_model, RegistryUrl.parse(registry), "acme/tiny", "v1")
+    cache = str(tmp_path / "c")
+    argv = [sys.executable, "-m", "inhouse.cli.weights", "pull", "acme/tiny@v1", "--registry",
+            registry, "--cache", cache, "--public-key", str(keys.public), *option]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert option[0] in done.stderr and "Traceback" not in done.stderr
