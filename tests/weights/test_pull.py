@@ -361,3 +361,19 @@ def test_a_blake2_manifest_naming_cached_content_is_refused_not_linked(
     assert refused.value.verification.first.path == SHARD
     assert not verify_model(cache / "by-name" / "acme" / "b2" / "v1", keys.trust).ok
     assert pull_model(request(pushed, cache, keys.trust)).digest == cached.digest
+
+
+def test_leftovers_of_a_crash_in_the_partial_directory_do_not_fail_the_next_pull(
+    pushed: RegistryUrl, keys: Keys, tmp_path: Path
+) -> None:
+    """A pull killed between writing its signature's temporary file and renaming it leaves
+    `.model.sig.<pid>.tmp` behind: the next pull installed the model, then failed removing the
+    partial directory (rmdir: not empty)."""
+    cache = tmp_path / "c"
+    manifest, _ = read_revision(make_client(), pushed, NAME, "v1")
+    partial = WeightCache(cache).partial_dir(manifest.digest)
+    partial.mkdir(parents=True)
+    (partial / ".model.sig.999999.tmp").write_bytes(b"torn")
+    result = pull_model(request(pushed, cache, keys.trust))
+    assert result.verification is not None and result.verification.ok
+    assert not partial.exists()

@@ -339,6 +339,6 @@ def _forget(journal: Journal, parts: list[Part], paths: set[str]) -> None:
 
 
 def _remove_partial(partial: Path) -> None:
-    for leaf in (JOURNAL, "model.sig"):
-        (partial / leaf).unlink(missing_ok=True)
-    partial.rmdir()
+    """What is left once the model is installed: the journal, the signature, and any temporary
+    file a killed pull left. The pull has succeeded: what cannot be removed stays."""
+    shutil.rmtree(partial, ignore_errors=True)
