@@ -5,8 +5,11 @@ altered, healed with --verify-cached, one download for concurrent pulls."""
 from __future__ import annotations
 
 import base64
+import dataclasses
+import errno
 import hashlib
 import json
+import os
 import shutil
 import threading
 from pathlib import Path
@@ -18,10 +21,11 @@ from tests.weights.conftest import SHARD, Keys, Tampering
 from inhouse.weights.cache import WeightCache
 from inhouse.weights.download import DEFAULT_PART_BYTES, plan_parts
 from inhouse.weights.errors import VerificationFailed, WeightsError
-from inhouse.weights.manifest import FileEntry, model_digest
+from inhouse.weights.manifest import FileEntry, RegistryManifest, model_digest
 from inhouse.weights.pull import PullRequest, PullResult, pull_model
 from inhouse.weights.registry import blob_key, push_model, read_revision, revision_key
 from inhouse.weights.s3 import RegistryUrl, make_client
+from inhouse.weights.signature import sign_model
 from inhouse.weights.trust import Trust, keygen
 from inhouse.weights.verify import verify_model
 
@@ -249,3 +253,127 @@ def test_a_pull_that_cannot_fit_says_so_before_fetching(
     with pytest.raises(WeightsError, match="not enough space for the pull"):
         pull_model(request(pushed, tmp_path / "c", keys.trust), counting)
     assert counting.blob_gets == 0
+
+
+def test_a_disk_that_fills_mid_pull_is_an_error_to_act_on_and_the_pull_resumes(
+    pushed: RegistryUrl, keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The space check passed, then the disk filled (another pull, a log): the OSError from
+    writing a part escaped as a traceback."""
+    cache = tmp_path / "c"
+    real_pwrite = os.pwrite
+    num_writes = [0]
+
+    def pwrite(fd: int, data: bytes, offset: int) -> int:
+        num_writes[0] += 1
+        if num_writes[0] > 4:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr("inhouse.weights.download.os.pwrite", pwrite)
+    with pytest.raises(WeightsError, match=r"No space left on device.*run the pull again"):
+        pull_model(request(pushed, cache, keys.trust, workers=1))
+    assert not (cache / "by-name" / NAME / "v1").exists()
+    monkeypatch.setattr("inhouse.weights.download.os.pwrite", real_pwrite)
+    result = pull_model(request(pushed, cache, keys.trust, workers=1))
+    assert result.verification is not None and result.verification.ok
+    assert (
+        result.resumed_bytes > 0
+        and result.fetched_bytes == result.total_bytes - result.resumed_bytes
+    )
+
+
+def test_a_cached_model_under_a_signature_the_key_does_not_trust_is_refused(
+    pushed: RegistryUrl, signed_model: Path, keys: Keys, tmp_path: Path
+) -> None:
+    """Someone pushes the same bytes under another name, signed with their own key: the content
+    is cached, and the cache hit linked it without checking the signature at all."""
+    cache = tmp_path / "c"
+    pull_model(request(pushed, cache, keys.trust))
+    keygen(tmp_path / "theirs")
+    theirs = tmp_path / "theirs.sig"
+    sign_model(signed_model, tmp_path / "theirs" / "key.priv", signature=theirs)
+    push_model(make_client(), signed_model, pushed, "acme/impostor", "v1", signature=theirs)
+    impostor = dataclasses.replace(request(pushed, cache, keys.trust), name="acme/impostor")
+    with pytest.raises(VerificationFailed) as refused:
+        pull_model(impostor)
+    assert refused.value.verification.first is not None
+    assert refused.value.verification.first.kind == "signature"
+    assert not (cache / "by-name" / "acme" / "impostor" / "v1").exists()
+    assert pull_model(request(pushed, cache, keys.trust)).was_cached  # the trusted one is intact
+
+
+def _push_blake2(model: Path, keys: Keys, url: RegistryUrl, name: str) -> RegistryManifest:
+    signature = model.with_name(model.name + ".b2.sig")
+    sign_model(model, keys.private, signature=signature, hash_algorithm="blake2")
+    return push_model(make_client(), model, url, name, "v1", signature=signature).manifest
+
+
+def _rewrite_manifest(url: RegistryUrl, name: str, files: list[FileEntry]) -> None:
+    client = make_client()
+    manifest, _ = read_revision(client, url, name, "v1")
+    changed = manifest.model_copy(update={"files": tuple(files), "digest": model_digest(files)})
+    key = revision_key(url, name, "v1", "manifest.json")
+    client.put_object(Bucket=url.bucket, Key=key, Body=changed.model_dump_json().encode())
+
+
+def test_a_blake2_model_is_never_stored_under_another_sha256_than_its_own(
+    signed_model: Path, keys: Keys, registry: str, tmp_path: Path
+) -> None:
+    """A blake2 signature does not list SHA-256s: a manifest that labels the right bytes with
+    another SHA-256 had them verified and stored under that content address, where a later
+    pull of the model that address belongs to would take them, unhashed."""
+    url = RegistryUrl.parse(registry)
+    manifest = _push_blake2(signed_model, keys, url, "acme/b2")
+    fake = hashlib.sha256(b"another model's shard").hexdigest()
+    entry = next(f for f in manifest.files if f.path == SHARD)
+    body = (signed_model / SHARD).read_bytes()
+    make_client().put_object(Bucket=url.bucket, Key=blob_key(url, fake), Body=body)
+    files = [f.model_copy(update={"sha256": fake}) if f == entry else f for f in manifest.files]
+    _rewrite_manifest(url, "acme/b2", files)
+    cache = tmp_path / "c"
+    b2 = dataclasses.replace(request(url, cache, keys.trust), name="acme/b2")
+    with pytest.raises(VerificationFailed) as refused:
+        pull_model(b2)
+    assert refused.value.verification.first is not None
+    assert refused.value.verification.first.path == SHARD
+    assert not WeightCache(cache).model_dir(model_digest(files)).exists()
+
+
+def test_a_blake2_manifest_naming_cached_content_is_refused_not_linked(
+    pushed: RegistryUrl, signed_model: Path, keys: Keys, tmp_path: Path
+) -> None:
+    """The same file names, other bytes signed with blake2, and a manifest listing the cached
+    model's SHA-256s: the cache hit linked the cached model's bytes under the blake2 revision,
+    without hashing them."""
+    cache = tmp_path / "c"
+    cached = pull_model(request(pushed, cache, keys.trust))
+    other = tmp_path / "other"
+    shutil.copytree(signed_model, other)
+    Tampering("byte", "altered", SHARD).apply(other)
+    _push_blake2(other, keys, pushed, "acme/b2")
+    tiny, _ = read_revision(make_client(), pushed, NAME, "v1")
+    _rewrite_manifest(pushed, "acme/b2", list(tiny.files))
+    b2 = dataclasses.replace(request(pushed, cache, keys.trust), name="acme/b2")
+    with pytest.raises(VerificationFailed) as refused:
+        pull_model(b2)
+    assert refused.value.verification.first is not None
+    assert refused.value.verification.first.path == SHARD
+    assert not verify_model(cache / "by-name" / "acme" / "b2" / "v1", keys.trust).ok
+    assert pull_model(request(pushed, cache, keys.trust)).digest == cached.digest
+
+
+def test_leftovers_of_a_crash_in_the_partial_directory_do_not_fail_the_next_pull(
+    pushed: RegistryUrl, keys: Keys, tmp_path: Path
+) -> None:
+    """A pull killed between writing its signature's temporary file and renaming it leaves
+    `.model.sig.<pid>.tmp` behind: the next pull installed the model, then failed removing the
+    partial directory (rmdir: not empty)."""
+    cache = tmp_path / "c"
+    manifest, _ = read_revision(make_client(), pushed, NAME, "v1")
+    partial = WeightCache(cache).partial_dir(manifest.digest)
+    partial.mkdir(parents=True)
+    (partial / ".model.sig.999999.tmp").write_bytes(b"torn")
+    result = pull_model(request(pushed, cache, keys.trust))
+    assert result.verification is not None and result.verification.ok
+    assert not partial.exists()

@@ -25,6 +25,21 @@ COMMAND = "weights"
 HELP = "sign, verify, push and pull model weights (OpenSSF model-signing, an S3 registry)"
 
 
+def _positive(kind: type[int] | type[float]) -> Any:
+    """An argparse type: a number above zero, else a usage error naming the option."""
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text} must be above 0")
+        return value
+
+    return parse
+
+
 def _trust_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--public-key", type=Path, help="PEM public key of the release key")
     parser.add_argument(
@@ -84,9 +99,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="re-hash a cached copy; move it aside and re-fetch if it fails",
     )
-    pull.add_argument("--workers", type=int, default=8, help="parallel ranged GETs")
-    pull.add_argument("--part-mib", type=int, default=16, help="part size in MiB")
-    pull.add_argument("--limit-rate", type=float, help="MB/s at most (spare the storage)")
+    pull.add_argument("--workers", type=_positive(int), default=8, help="parallel ranged GETs")
+    pull.add_argument("--part-mib", type=_positive(int), default=16, help="part size in MiB")
+    pull.add_argument(
+        "--limit-rate", type=_positive(float), help="MB/s at most (spare the storage)"
+    )
     pull.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,

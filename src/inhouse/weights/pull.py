@@ -5,8 +5,9 @@
 1. Read the revision's manifest and signature; check the signature with the trusted key before
    fetching anything (a wrong key fails in milliseconds, not after 140 GB), and that it covers
    exactly the manifest's files.
-2. If the model's content is cached, link this name and revision to it: no bytes move (with
-   `verify_cached`, the cached copy is re-hashed first, and set aside if it fails).
+2. If the model's content is cached, check the signature the same way, then link this name
+   and revision to it: no bytes move (with `verify_cached`, the cached copy is re-hashed
+   first, and set aside if it fails).
 3. Otherwise fetch the files in parallel ranged parts into `partial/`, resuming what an
    interrupted pull left, verify the signature over them with model-signing, and only then
    rename the directory to its content address.
@@ -14,11 +15,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import logging
 import shutil
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,9 +41,9 @@ from inhouse.weights.download import (
 from inhouse.weights.errors import VerificationFailed, WeightsError
 from inhouse.weights.manifest import FileEntry, RegistryManifest
 from inhouse.weights.messages import describe_failure
-from inhouse.weights.registry import blob_key, read_revision, resolve_revision
+from inhouse.weights.registry import blob_key, hash_files, read_revision, resolve_revision
 from inhouse.weights.s3 import RegistryUrl, make_client, s3_errors
-from inhouse.weights.signature import read_statement
+from inhouse.weights.signature import Statement, read_statement
 from inhouse.weights.trust import Trust
 from inhouse.weights.verdict import Problem, Verification
 from inhouse.weights.verify import FileHashes, check_signature, diff_resources, verify_model
@@ -84,10 +87,14 @@ def pull_model(request: PullRequest, client: Any = None) -> PullResult:
     revision = resolve_revision(client, registry, request.name, request.revision)
     manifest, signature = read_revision(client, registry, request.name, revision)
     cache = WeightCache(request.cache)
-    with cache.lock(manifest.digest):
+    with cache.lock(manifest.digest), _cache_errors(cache.root):
         quarantined = None
         if cache.is_cached(manifest):
-            cached = _use_cached(request, cache, manifest, signature)
+            statement = _check_cached_signature(request, manifest, signature)
+            # NOTE: a signature without SHA-256s does not vouch for the manifest's, by which
+            # the content was found: only hashing the cached copy tells whether it is signed.
+            verify = request.verify_cached or not statement.lists_sha256
+            cached = _use_cached(request, cache, manifest, signature, verify)
             if isinstance(cached, PullResult):
                 return cached
             quarantined = cached
@@ -95,14 +102,36 @@ def pull_model(request: PullRequest, client: Any = None) -> PullResult:
         return dataclasses.replace(result, quarantined=quarantined)
 
 
+@contextlib.contextmanager
+def _cache_errors(root: Path) -> Iterator[None]:
+    """A failure to write the cache (disk full, read-only, an I/O error) as a WeightsError that
+    says what to do. Network failures arrive as botocore's errors (`s3_errors` words them); a
+    bare ConnectionError or TimeoutError is not the disk's, and passes."""
+    try:
+        yield
+    except OSError as exc:
+        if isinstance(exc, ConnectionError | TimeoutError):
+            raise
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise WeightsError(
+            f"cannot write the weight cache {root}: {exc.strerror or exc}{where}. Parts already "
+            "fetched are kept in its partial/ directory: free space (or fix its permissions, or "
+            "use another --cache) and run the pull again to resume"
+        ) from exc
+
+
 def _use_cached(
-    request: PullRequest, cache: WeightCache, manifest: RegistryManifest, signature: bytes
+    request: PullRequest,
+    cache: WeightCache,
+    manifest: RegistryManifest,
+    signature: bytes,
+    verify: bool,
 ) -> PullResult | Path:
-    """The cached copy, linked for this name and revision; or, when `verify_cached` finds it
+    """The cached copy, linked for this name and revision; or, when `verify` finds it
     altered, the place it was moved to."""
     link = cache.link(manifest, signature)
     verification = None
-    if request.verify_cached:
+    if verify:
         verification = verify_model(link, request.trust)
         if not verification.ok:
             moved = cache.quarantine(manifest.digest)
@@ -126,11 +155,22 @@ def _use_cached(
     )
 
 
+def _check_cached_signature(
+    request: PullRequest, manifest: RegistryManifest, signature: bytes
+) -> Statement:
+    """The check before a fetch, for a model whose content is cached (under any name): the
+    same bytes signed by a key we do not trust are refused, not linked."""
+    with tempfile.TemporaryDirectory(prefix="inhouse-pull-") as scratch:
+        signature_path = Path(scratch) / "model.sig"
+        signature_path.write_bytes(signature)
+        return _check_before_fetch(request, manifest, signature_path, signature)
+
+
 def _check_before_fetch(
     request: PullRequest, manifest: RegistryManifest, signature_path: Path, signature: bytes
-) -> None:
+) -> Statement:
     """Refuse before any download: a signature that is not the one pushed, does not verify
-    with the trusted key, or lists other files than the manifest."""
+    with the trusted key, or lists other files than the manifest. Returns its statement."""
     where = f"{request.registry}/models/{manifest.name}/{manifest.revision}/model.sig"
     problem = None
     if hashlib.sha256(signature).hexdigest() != manifest.signature.sha256:
@@ -144,7 +184,7 @@ def _check_before_fetch(
         statement = read_statement(signature_path)
         listed = {f.path: f.sha256 for f in manifest.files}
         signed = {p: listed.get(p, "?") for p in statement.files}
-        if statement.method == "files" and statement.serialization.get("hash_type") == "sha256":
+        if statement.lists_sha256:
             signed = statement.resources
         problems = diff_resources(signed, listed)
         if problems:
@@ -157,6 +197,7 @@ def _check_before_fetch(
         trust = request.trust.describe()
         verification = Verification(Path(where), signature_path, trust, (problem,))
         raise VerificationFailed(verification, _refusal(manifest, verification))
+    return read_statement(signature_path)
 
 
 def _refusal(manifest: RegistryManifest, verification: Verification) -> str:
@@ -216,7 +257,8 @@ def _fetch_and_verify(
     job = _start_job(request, cache, manifest, signature)
     request.on_start(manifest.total_bytes, job.resumed_bytes)
     rate = RateLimit(request.max_bytes_per_s) if request.max_bytes_per_s else None
-    hashes = FileHashes(job.model_dir, read_statement(job.signature_path))
+    statement = read_statement(job.signature_path)
+    hashes = FileHashes(job.model_dir, statement)
     fetcher = Fetcher(client, request.registry.bucket, job.model_dir, job.journal,
                       request.workers, rate, request.on_bytes, hashes.add)  # fmt: skip
     with s3_errors(f"pull {manifest.name}@{manifest.revision}", request.registry):
@@ -224,6 +266,8 @@ def _fetch_and_verify(
         fetched, verification = _download(request, fetcher, hashes, list(manifest.files),
                                           missing, job.signature_path)  # fmt: skip
         refetched, lost, verification = _refetch_lost(request, job, fetcher, verification)
+    if verification.ok and not statement.lists_sha256:
+        verification = _check_content_address(job.model_dir, manifest, verification)
     if not verification.ok:
         _forget(job.journal, job.parts, {p.path for p in verification.file_problems})
         raise VerificationFailed(verification, _refusal(manifest, verification))
@@ -235,6 +279,19 @@ def _fetch_and_verify(
         cache.signature_of(manifest.name, manifest.revision), manifest.total_bytes,
         fetched + refetched, job.resumed_bytes - lost, False, verification,
     )  # fmt: skip
+
+
+def _check_content_address(
+    model_dir: Path, manifest: RegistryManifest, verification: Verification
+) -> Verification:
+    """For a signature without SHA-256s, the verified files hashed with SHA-256 against the
+    manifest's, the content address they are stored under: a manifest that gives other digests
+    (to file these bytes under another model's address) is refused."""
+    found = {f.path: f.sha256 for f in hash_files(model_dir)}
+    detail = "its SHA-256 is not the registry manifest's: the manifest was altered"
+    problems = diff_resources({f.path: f.sha256 for f in manifest.files}, found)
+    problems = [dataclasses.replace(p, detail=detail) for p in problems]
+    return dataclasses.replace(verification, problems=tuple(problems))
 
 
 def _refetch_lost(
@@ -282,6 +339,6 @@ def _forget(journal: Journal, parts: list[Part], paths: set[str]) -> None:
 
 
 def _remove_partial(partial: Path) -> None:
-    for leaf in (JOURNAL, "model.sig"):
-        (partial / leaf).unlink(missing_ok=True)
-    partial.rmdir()
+    """What is left once the model is installed: the journal, the signature, and any temporary
+    file a killed pull left. The pull has succeeded: what cannot be removed stays."""
+    shutil.rmtree(partial, ignore_errors=True)

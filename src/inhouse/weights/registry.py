@@ -120,6 +120,11 @@ def push_model(
     except WeightsError as exc:
         raise WeightsError(f"signature {signature}: {exc}") from exc
     files = hash_files(model_dir)
+    if not files:
+        raise WeightsError(
+            f"{model_dir} holds no files (git metadata aside): nothing to push; is it the "
+            "model's directory?"
+        )
     check_covers(statement, files, signature)
     manifest_key = revision_key(registry, name, revision, MANIFEST)
     with s3_errors(f"push {name}@{revision}", registry):

@@ -23,6 +23,13 @@ from inhouse.weights.errors import WeightsError
 
 HashAlgorithm = Literal["sha256", "blake2", "blake3"]
 HASH_ALGORITHMS: tuple[HashAlgorithm, ...] = ("sha256", "blake2", "blake3")
+# A statement names its hash by the digest's name (`blake2b`); the library's hashing
+# configuration by the algorithm's (`blake2`).
+_ALGORITHM_OF_DIGEST: dict[str, HashAlgorithm] = {
+    "sha256": "sha256",
+    "blake2b": "blake2",
+    "blake3": "blake3",
+}
 SIGNATURE_SUFFIX = ".sig"
 
 
@@ -61,10 +68,19 @@ class Statement:
     def files(self) -> list[str]:
         return sorted({name.split(":")[0] for name in self.resources})
 
+    @property
+    def lists_sha256(self) -> bool:
+        """Whether it signs each file's SHA-256, the digests a registry manifest and the
+        cache's content address are made of (not so for blake2, blake3 or shards)."""
+        return self.method == "files" and self.serialization.get("hash_type") == "sha256"
+
 
 def read_statement(signature: Path) -> Statement:
     """Decode the statement inside a signature file. WeightsError saying what is wrong (the
     caller names the file)."""
+    if signature.exists() and not signature.is_file():
+        # NOTE: reading a FIFO would wait for a writer forever.
+        raise WeightsError("not a regular file (a directory, FIFO or device): pass the .sig file")
     try:
         bundle = json.loads(signature.read_text(encoding="utf-8"))
         payload = json.loads(base64.b64decode(bundle["dsseEnvelope"]["payload"], validate=True))
@@ -88,7 +104,15 @@ def read_statement(signature: Path) -> Statement:
         signer = "certificate"
     elif isinstance(material, dict) and "publicKey" in material:
         signer = "key"
-    return Statement(serialization, resources, signer)
+    statement = Statement(serialization, resources, signer)
+    try:  # hashing is configured from it before the library checks the envelope
+        configure_hashing(new_hashing(), statement, [])
+    except (KeyError, ValueError, TypeError) as exc:
+        raise WeightsError(
+            "its statement asks for hashing that model-signing cannot do "
+            f"({type(exc).__name__}: {exc}); it is corrupt or was altered"
+        ) from exc
+    return statement
 
 
 def configure_hashing(
@@ -98,7 +122,7 @@ def configure_hashing(
     shard size), ignoring `ignored` paths relative to the model (the signature, if inside)."""
     args = statement.serialization
     common: dict[str, Any] = {
-        "hashing_algorithm": args["hash_type"],
+        "hashing_algorithm": _ALGORITHM_OF_DIGEST[str(args["hash_type"])],
         "allow_symlinks": bool(args.get("allow_symlinks", False)),
     }
     if statement.method == "shards":

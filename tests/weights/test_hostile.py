@@ -1,0 +1,186 @@
+"""What a hostile reviewer tries on verification: every hash the signer offers, signatures
+whose statement asks for hashing that cannot be done, special files where a signature or a
+model file should be. Each is refused with a `Problem` (never a traceback, never a hang)."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.weights.conftest import Keys, Tampering
+from tests.weights.tiny_model import write_tiny_model
+
+from inhouse.weights.errors import WeightsError
+from inhouse.weights.registry import push_model
+from inhouse.weights.s3 import RegistryUrl, make_client
+from inhouse.weights.signature import HashAlgorithm, default_signature_path, sign_model
+from inhouse.weights.verdict import Verification
+from inhouse.weights.verify import check_signature, verify_model
+
+TIMEOUT_S = 30
+ONE_SHARD = "model-00001-of-00001.safetensors"
+
+
+@pytest.fixture
+def small_model(tmp_path: Path, keys: Keys) -> Path:
+    model = write_tiny_model(tmp_path / "m", num_shards=1, shard_bytes=4096)
+    sign_model(model, keys.private)
+    return model
+
+
+def verify_within(model: Path, keys: Keys, signature: Path | None = None) -> Verification:
+    """`verify_model` in a thread, failing the test (not hanging it) if it never returns."""
+    results: list[Verification | BaseException] = []
+
+    def run() -> None:
+        try:
+            results.append(verify_model(model, keys.trust, signature))
+        except BaseException as exc:  # handed to the test
+            results.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(TIMEOUT_S)
+    assert not thread.is_alive(), f"verify_model still running after {TIMEOUT_S} s"
+    (result,) = results
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+@pytest.mark.parametrize("algorithm", ["sha256", "blake2", "blake3"])
+def test_every_hash_the_signer_offers_verifies(
+    tmp_path: Path, keys: Keys, algorithm: HashAlgorithm
+) -> None:
+    """`sign --hash blake2` writes `hash_type: blake2b` (the digest's name), which the library's
+    hashing configuration does not accept by that name: verification raised a ValueError."""
+    model = write_tiny_model(tmp_path / "m", num_shards=1, shard_bytes=4096)
+    sign_model(model, keys.private, hash_algorithm=algorithm)
+    assert verify_model(model, keys.trust).ok
+    assert check_signature(default_signature_path(model), keys.trust).ok
+    Tampering("byte", "altered", ONE_SHARD).apply(model)
+    (problem,) = verify_model(model, keys.trust).problems
+    assert (problem.kind, problem.path) == ("altered", ONE_SHARD)
+
+
+def _rewrite_serialization(change: Callable[[dict[str, Any]], None]) -> Callable[[Path], None]:
+    def rewrite(signature: Path) -> None:
+        bundle = json.loads(signature.read_text())
+        payload = json.loads(base64.b64decode(bundle["dsseEnvelope"]["payload"]))
+        change(payload["predicate"]["serialization"])
+        encoded = base64.b64encode(json.dumps(payload).encode()).decode()
+        bundle["dsseEnvelope"]["payload"] = encoded
+        signature.write_text(json.dumps(bundle))
+
+    return rewrite
+
+
+IMPOSSIBLE_HASHING = {
+    "no hash_type": _rewrite_serialization(lambda s: s.pop("hash_type")),
+    "hash_type md5": _rewrite_serialization(lambda s: s.update(hash_type="md5")),
+    "shards without a size": _rewrite_serialization(lambda s: s.update(method="shards")),
+    "shard size not a number": _rewrite_serialization(
+        lambda s: s.update(method="shards", shard_size="x")
+    ),
+    "shard size 0": _rewrite_serialization(lambda s: s.update(method="shards", shard_size=0)),
+}
+
+
+@pytest.mark.parametrize("rewrite", IMPOSSIBLE_HASHING.values(), ids=IMPOSSIBLE_HASHING.keys())
+def test_a_statement_asking_for_impossible_hashing_is_a_bad_signature(
+    small_model: Path, keys: Keys, rewrite: Callable[[Path], None]
+) -> None:
+    """The statement is read (untrusted) to configure hashing before the library checks the
+    envelope: a KeyError or ValueError from configuring escaped as a traceback."""
+    signature = default_signature_path(small_model)
+    rewrite(signature)
+    for result in (verify_model(small_model, keys.trust), check_signature(signature, keys.trust)):
+        (problem,) = result.problems
+        assert (problem.kind, problem.path) == ("signature", str(signature))
+        assert "corrupt or was altered" in problem.detail
+    with pytest.raises(WeightsError, match="corrupt or was altered"):  # before any S3 call
+        push_model(None, small_model, RegistryUrl.parse("s3://b/p"), "acme/m", "v1")
+
+
+def test_a_fifo_where_the_signature_should_be_is_refused_not_waited_on(
+    small_model: Path, keys: Keys
+) -> None:
+    """Reading a FIFO with no writer blocks forever: verify hung."""
+    signature = default_signature_path(small_model)
+    signature.unlink()
+    os.mkfifo(signature)
+    try:
+        (problem,) = verify_within(small_model, keys).problems
+    finally:  # release a reader blocked on the FIFO (the old code), so the thread ends
+        with contextlib.suppress(OSError):  # no reader: nothing blocked
+            os.close(os.open(signature, os.O_WRONLY | os.O_NONBLOCK))
+    assert (problem.kind, problem.path) == ("signature", str(signature))
+    assert "not a regular file" in problem.detail
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def _socket(path: Path) -> None:
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(path))
+
+
+def _loop(path: Path) -> None:
+    os.symlink(path.name, path)
+
+
+def _outside(path: Path) -> None:
+    os.symlink("/etc", path)
+
+
+SPECIAL_FILES = {"fifo": _fifo, "socket": _socket, "symlink loop": _loop, "symlink out": _outside}
+
+
+@pytest.mark.parametrize("make", SPECIAL_FILES.values(), ids=SPECIAL_FILES.keys())
+def test_special_files_in_the_model_are_refused_without_reading_them(
+    small_model: Path, keys: Keys, make: Callable[[Path], None]
+) -> None:
+    make(small_model / "odd")
+    (problem,) = verify_within(small_model, keys).problems
+    assert (problem.kind, problem.path) == ("unreadable", str(small_model))
+    assert "odd" in problem.detail
+
+
+def test_pushing_an_empty_directory_says_so(tmp_path: Path, keys: Keys, registry: str) -> None:
+    """An empty directory signs (a statement of no files), but the registry's manifest needs a
+    file: push died with pydantic's ValidationError traceback."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / ".gitattributes").write_text("*.safetensors filter=lfs\n")  # git metadata: not a file
+    sign_model(empty, keys.private)
+    with pytest.raises(WeightsError, match="holds no files"):
+        push_model(make_client(), empty, RegistryUrl.parse(registry), "acme/m", "v1")
+
+
+@pytest.mark.parametrize(
+    "option", [["--workers", "0"], ["--part-mib", "0"], ["--limit-rate", "-1"]]
+)
+def test_pull_options_out_of_range_are_usage_errors(
+    signed_model: Path, keys: Keys, registry: str, tmp_path: Path, option: list[str]
+) -> None:
+    """They reached ThreadPoolExecutor's ValueError or an assert: a traceback, after the
+    signature had been fetched and checked."""
+    push_model(make_client(), signed_model, RegistryUrl.parse(registry), "acme/tiny", "v1")
+    cache = str(tmp_path / "c")
+    argv = [sys.executable, "-m", "inhouse.cli.weights", "pull", "acme/tiny@v1", "--registry",
+            registry, "--cache", cache, "--public-key", str(keys.public), *option]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert option[0] in done.stderr and "Traceback" not in done.stderr
