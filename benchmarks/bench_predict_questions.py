@@ -1,0 +1,216 @@
+"""The engine model's open questions on the calibration corpus, each as a figure to reproduce.
+
+    python benchmarks/bench_predict_questions.py kv-dtype [--workers 2]
+    python benchmarks/bench_predict_questions.py first-wave [--stride 3] [--match SUBSTRING ...]
+    python benchmarks/bench_predict_questions.py floors
+    python benchmarks/bench_predict_questions.py repeats
+
+docs/perf-model.md ("Errors by group") quotes these; none changes the shipped model, and all
+run with the shipped constants (no refit):
+
+* `kv-dtype`: every FP8 and FP4 run read with an FP8 KV cache, against the corpus's rule (the
+  checkpoint's declared dtype): medians by backend and by concurrency regime, the RMS of
+  log(predicted / measured) TTFT, and, for the rows whose predicted TTFT moves by more than 30%
+  (the runs that queue for KV), which reading each model and GPU sides with.
+* `first-wave`: locked, de-phased (`dephased_start`) and the first wave locked with every later
+  wave de-phased (weighted 1 to 19, as twenty waves are), median TTFT error of each.
+* `floors`: measured TTFT at c4 with 1k prompts against both loops, per model, GPU and layout.
+* `repeats`: how far the corpus's own repeated runs of one configuration disagree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import math
+import statistics
+import sys
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+from inhouse.calibration.corpus import CorpusRow, prepare
+from inhouse.calibration.plausibility import screen
+from inhouse.engine.build import build_replica
+from inhouse.perf.constants import get_engine_constants
+from inhouse.predict import AIPERF_SILICON, BenchmarkProtocol, ClosedLoop, run_closed_loop
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "data" / "calibration_silicon.csv"
+COMMAND = "python benchmarks/bench_predict_questions.py"
+DEPHASED = replace(AIPERF_SILICON, dephased_start=True)
+MOVED = math.log(1.3)  # a prediction this far from the other reading's: the row queues for KV
+
+Prediction = tuple[CorpusRow, float, float]  # row, TTFT ms, TPOT ms
+
+
+def usable_rows() -> list[CorpusRow]:
+    with CORPUS.open(newline="", encoding="utf-8") as handle:
+        corpus = prepare(list(csv.DictReader(handle)))
+    return screen(corpus.rows).usable
+
+
+def with_fp8_kv(row: CorpusRow) -> CorpusRow:
+    """The row read with an FP8 KV cache when its weights are FP8 or FP4."""
+    if row.spec.quant not in ("fp8", "fp4") or row.spec.knobs.kv_cache_dtype == "fp8":
+        return row
+    knobs = row.spec.knobs.model_copy(update={"kv_cache_dtype": "fp8"})
+    return replace(row, spec=replace(row.spec, knobs=knobs))
+
+
+def predict(task: tuple[CorpusRow, BenchmarkProtocol]) -> Prediction:
+    row, protocol = task
+    replica = build_replica(row.spec, get_engine_constants(row.backend))
+    result = run_closed_loop(replica, row.isl, row.osl, row.concurrency, protocol=protocol)
+    return row, result.mean_ttft_ms, result.mean_tpot_ms
+
+
+def first_wave_ttft(row: CorpusRow) -> float:
+    """Mean TTFT of the first wave alone, as the locked loop runs it (all clients at once)."""
+    replica = build_replica(row.spec, get_engine_constants(row.backend))
+    loop = ClosedLoop(replica, row.isl, row.osl, row.concurrency, AIPERF_SILICON, row.concurrency)
+    done = loop.run()
+    return 1000 * statistics.mean(r.first_token_s - r.arrival_s for r in done)  # type: ignore[operator]
+
+
+def predict_all(
+    rows: list[CorpusRow], protocol: BenchmarkProtocol, workers: int
+) -> list[Prediction]:
+    with ProcessPoolExecutor(workers) as pool:
+        return list(pool.map(predict, [(r, protocol) for r in rows], chunksize=4))
+
+
+def mdape(values: Iterable[float]) -> str:
+    return f"{100 * statistics.median(values):5.1f}%"
+
+
+def medians(predictions: list[Prediction]) -> str:
+    ttft = mdape(abs(t / r.ttft_ms - 1) for r, t, _ in predictions)
+    tpot = mdape(abs(p / r.tpot_ms - 1) for r, _, p in predictions)
+    return f"TTFT {ttft}  TPOT {tpot}"
+
+
+def kv_dtype(workers: int) -> None:
+    rows = usable_rows()
+    rule = predict_all(rows, AIPERF_SILICON, workers)
+    fp8 = predict_all([with_fp8_kv(r) for r in rows], AIPERF_SILICON, workers)
+    print("KV cache dtype: the corpus's rule (checkpoint) against FP8 for every FP8/FP4 run")
+    for backend in ("vllm", "sglang"):
+        for label, keep in [("all", lambda r: True)] + [
+            (name, lambda r, name=name: r.regime == name) for name in ("c<=16", "c32-128", "c>=256")
+        ]:
+            mine_rule = [p for p in rule if p[0].backend == backend and keep(p[0])]
+            mine_fp8 = [p for p in fp8 if p[0].backend == backend and keep(p[0])]
+            print(f"  {backend:<6} {label:<8} rows {len(mine_rule):>4}   rule: "
+                  f"{medians(mine_rule)}   fp8: {medians(mine_fp8)}")  # fmt: skip
+        for name, preds in (("rule", rule), ("fp8", fp8)):
+            mine = [p for p in preds if p[0].backend == backend]
+            rms = math.sqrt(statistics.mean(math.log(t / r.ttft_ms) ** 2 for r, t, _ in mine))
+            print(f"  {backend:<6} RMS log TTFT error, {name}: {rms:.3f}")
+    votes: dict[tuple[str, str, str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for (row, t_rule, _), (_, t_fp8, _) in zip(rule, fp8, strict=True):
+        if abs(math.log(t_rule / t_fp8)) < MOVED:
+            continue
+        rule_closer = abs(math.log(t_rule / row.ttft_ms)) < abs(math.log(t_fp8 / row.ttft_ms))
+        key = _group(row)
+        votes[key][0 if rule_closer else 1] += 1
+    print("\n  rows that queue for KV (prediction moves > 30%): which reading is closer")
+    for key, (by_rule, by_fp8) in sorted(votes.items()):
+        dtypes = {r.spec.knobs.kv_cache_dtype for r in rows if _group(r) == key}
+        dtype = "/".join(sorted(dtypes))
+        print(f"  {' '.join(key):<44} rule ({dtype}) {by_rule:>3}   fp8 {by_fp8:>3}")
+    print(f"\nreproduce: {COMMAND} kv-dtype")
+
+
+def _group(row: CorpusRow) -> tuple[str, str, str, str]:
+    return (row.backend, row.spec.model, row.spec.quant, row.gpu)
+
+
+def first_wave(stride: int, match: list[str], workers: int) -> None:
+    rows = [r for r in usable_rows() if all(m.lower() in r.row_id.lower() for m in match)]
+    rows = rows[::stride]
+    locked = predict_all(rows, AIPERF_SILICON, workers)
+    dephased = predict_all(rows, DEPHASED, workers)
+    with ProcessPoolExecutor(workers) as pool:
+        waves = list(pool.map(first_wave_ttft, rows, chunksize=4))
+    print(f"first wave locked, later waves de-phased: {len(rows)} rows "
+          f"(every {stride}th{', matching ' + ' '.join(match) if match else ''})")  # fmt: skip
+    for backend in sorted({r.backend for r in rows}):
+        pick = [i for i, r in enumerate(rows) if r.backend == backend]
+        err: dict[str, list[float]] = defaultdict(list)
+        for i in pick:
+            row = rows[i]
+            mixed = (waves[i] + 19 * dephased[i][1]) / 20
+            for name, value in (("locked", locked[i][1]), ("de-phased", dephased[i][1]),
+                                ("first wave locked", mixed)):  # fmt: skip
+                err[name].append(abs(value / row.ttft_ms - 1))
+        shown = "   ".join(f"{name} {mdape(v)}" for name, v in err.items())
+        print(f"  {backend:<6} rows {len(pick):>4}   TTFT  {shown}")
+    flags = f" --stride {stride}" + (f" --match {' '.join(match)}" if match else "")
+    print(f"\nreproduce: {COMMAND} first-wave{flags}")
+
+
+def floors(workers: int) -> None:
+    rows = [r for r in usable_rows() if r.concurrency == 4 and r.isl == 1024 and r.osl == 1024]
+    seen: set[tuple[object, ...]] = set()
+    picked = []
+    for row in sorted(
+        rows, key=lambda r: (r.backend, r.spec.model, r.gpu, r.spec.quant, r.spec.tp)
+    ):
+        key = (row.backend, row.spec.model, row.gpu, row.spec.quant, row.spec.tp, row.spec.moe_ep)
+        if key not in seen:
+            seen.add(key)
+            picked.append(row)
+    locked = predict_all(picked, AIPERF_SILICON, workers)
+    dephased = predict_all(picked, DEPHASED, workers)
+    print("TTFT at c4, 1k/1k (ms): measured, locked loop, de-phased loop")
+    for (row, lock, _), (_, deph, _) in zip(locked, dephased, strict=True):
+        layout = f"tp{row.spec.tp} ep{row.spec.moe_ep}"
+        print(f"  {row.backend:<6} {row.spec.model:<18} {row.gpu:<9} {row.spec.quant:<5} "
+              f"{layout}  {row.ttft_ms:7.1f} {lock:7.1f} {deph:7.1f}")  # fmt: skip
+    print(f"\nreproduce: {COMMAND} floors")
+
+
+def repeats() -> None:
+    groups: dict[tuple[object, ...], list[CorpusRow]] = defaultdict(list)
+    for row in usable_rows():
+        s = row.spec
+        groups[(row.backend, s.model, s.gpu, s.quant, s.tp, s.moe_ep, s.attention_dp,
+                row.isl, row.osl, row.concurrency)].append(row)  # fmt: skip
+    by_backend: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for key, rows in groups.items():
+        for a, b in itertools.combinations(rows, 2):
+            pair = (abs(a.ttft_ms / b.ttft_ms - 1), abs(a.tpot_ms / b.tpot_ms - 1))
+            by_backend[str(key[0])].append(pair)
+    print("repeated runs of one configuration: one repeat as the prediction of the other")
+    for backend, pairs in sorted(by_backend.items()):
+        print(f"  {backend:<6} pairs {len(pairs):>4}   TTFT {mdape(t for t, _ in pairs)}  "
+              f"TPOT {mdape(p for _, p in pairs)}")  # fmt: skip
+    print(f"\nreproduce: {COMMAND} repeats")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="question", required=True)
+    commands: dict[str, Callable[[argparse.Namespace], None]] = {
+        "kv-dtype": lambda a: kv_dtype(a.workers),
+        "first-wave": lambda a: first_wave(a.stride, a.match, a.workers),
+        "floors": lambda a: floors(a.workers),
+        "repeats": lambda a: repeats(),
+    }
+    for name in commands:
+        command = sub.add_parser(name)
+        command.add_argument("--workers", type=int, default=2)
+        if name == "first-wave":
+            command.add_argument("--stride", type=int, default=3, help="every Nth usable row")
+            command.add_argument("--match", nargs="*", default=[], help="row-id substrings")
+    args = parser.parse_args()
+    commands[args.question](args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
