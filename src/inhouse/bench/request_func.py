@@ -112,8 +112,8 @@ class OpenAIStream:
     """An OpenAI-compatible answer, streamed (SSE) or whole (JSON), read into its `Outcome`: a
     `http1.client.Receiver`."""
 
-    __slots__ = ("body", "events", "is_sse", "keep_text", "last_t", "last_usage_tokens",
-                 "outcome", "text_parts", "trace")  # fmt: skip
+    __slots__ = ("body", "events", "has_done", "is_sse", "keep_text", "last_t",
+                 "last_usage_tokens", "outcome", "text_parts", "trace")  # fmt: skip
 
     def __init__(self, outcome: Outcome, keep_text: bool, trace: bool = False) -> None:
         self.outcome = outcome
@@ -125,6 +125,7 @@ class OpenAIStream:
         o = self.outcome
         o.error = ""
         self.is_sse = False
+        self.has_done = False  # `data: [DONE]` came: the stream was not cut short
         self.body = b""  # a body that is not an SSE stream: an error, or a whole answer
         self.events = EventSplitter()
         self.last_t = o.t_send
@@ -162,6 +163,9 @@ class OpenAIStream:
             rest = self.events.rest.strip()
             if rest:
                 self._on_event(rest, now)
+            if o.num_chunks and not self.has_done:
+                # A stream the server closed (or ended) before `[DONE]` was cut short.
+                o.error = o.error or "the stream ended without `data: [DONE]` (cut short)"
             if o.num_chunks:
                 # NOTE: `vllm bench serve` counts a stream that ended in an error event as a
                 # success once it had a token; we do not: the client did not get its answer.
@@ -182,13 +186,22 @@ class OpenAIStream:
 
     def _on_event(self, event: bytes, now: float) -> None:
         message = payload(event)
-        if message is None or message == b"[DONE]":
+        if message == b"[DONE]":
+            self.has_done = True
+            return
+        if message is None:
             return
         try:
             data = loads(message)
         except ValueError:
             self.outcome.error = f"bad SSE message: {message[:200]!r}"
             return
+        try:
+            self._on_data(data, now)
+        except (AttributeError, TypeError, KeyError, IndexError, ValueError):
+            self.outcome.error = f"SSE message of an unexpected shape: {message[:200]!r}"
+
+    def _on_data(self, data: object, now: float) -> None:
         if not isinstance(data, dict):
             return
         o = self.outcome
@@ -265,8 +278,12 @@ class OpenAIStream:
             o.error = f"bad JSON body: {self.body[:200]!r}"
             return
         choices = data.get("choices") if isinstance(data, dict) else None
-        if not choices:
-            o.error = "response has no choices"
+        if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
+            o.error = f"response has no choices: {self.body[:200]!r}"
+            return
+        usage = data.get("usage") or {}
+        if not isinstance(usage, dict):
+            o.error = f"response has a usage that is not an object: {self.body[:200]!r}"
             return
         o.success = True
         o.ttft_s = o.latency_s = now - o.t_send
@@ -276,4 +293,4 @@ class OpenAIStream:
         text = (message or {}).get("content") if message is not None else choice.get("text")
         if self.text_parts is not None and text:
             self.text_parts.append(text)
-        self._on_usage(data.get("usage") or {})
+        self._on_usage(usage)
