@@ -230,6 +230,8 @@ class OpenAIStream:
         else:
             text = choice.get("text") or ""
             has_content = bool(text)
+        if not isinstance(text, str):
+            raise TypeError("the chunk's text is not a string")
         if has_content and o.ttft_content_s is None:
             o.ttft_content_s = now - o.t_send
         if self.text_parts is not None and text:
@@ -243,12 +245,16 @@ class OpenAIStream:
         self.last_t = now
 
     def _on_usage(self, usage: dict[str, Any]) -> None:
+        """Usage counts; a count that is not a whole number >= 0 raises ValueError (it would
+        break the run's totals later, far from the answer that sent it)."""
+        if not isinstance(usage, dict):
+            raise TypeError("usage is not an object")
         o = self.outcome
-        o.completion_tokens = usage.get("completion_tokens")
-        o.prompt_tokens = usage.get("prompt_tokens")
+        o.completion_tokens = _token_count(usage.get("completion_tokens"))
+        o.prompt_tokens = _token_count(usage.get("prompt_tokens"))
         details = usage.get("prompt_tokens_details")
         if isinstance(details, dict):
-            o.cached_tokens = details.get("cached_tokens")
+            o.cached_tokens = _token_count(details.get("cached_tokens"))
 
     def _per_token(self, usage: dict[str, Any], now: float) -> None:
         """Per-token gaps from continuous usage stats: a chunk carrying k tokens gives k gaps
@@ -278,19 +284,31 @@ class OpenAIStream:
             o.error = f"bad JSON body: {self.body[:200]!r}"
             return
         choices = data.get("choices") if isinstance(data, dict) else None
-        if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
-            o.error = f"response has no choices: {self.body[:200]!r}"
+        if not choices:
+            o.error = "response has no choices"
             return
-        usage = data.get("usage") or {}
-        if not isinstance(usage, dict):
-            o.error = f"response has a usage that is not an object: {self.body[:200]!r}"
+        try:
+            text = self._read_whole(data, choices)
+        except (AttributeError, TypeError, KeyError, IndexError, ValueError):
+            o.error = f"response of an unexpected shape: {self.body[:200]!r}"
             return
         o.success = True
         o.ttft_s = o.latency_s = now - o.t_send
         o.num_chunks = 1
-        choice = choices[0]
-        message = choice.get("message")
-        text = (message or {}).get("content") if message is not None else choice.get("text")
         if self.text_parts is not None and text:
             self.text_parts.append(text)
-        self._on_usage(usage)
+
+    def _read_whole(self, data: dict[str, Any], choices: Any) -> str | None:
+        choice = choices[0]
+        message = choice.get("message")
+        text = message.get("content") if message is not None else choice.get("text")
+        if text is not None and not isinstance(text, str):
+            raise TypeError("the answer's text is not a string")
+        self._on_usage(data.get("usage") or {})
+        return text
+
+
+def _token_count(value: Any) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise ValueError(f"{value!r} is not a token count")
+    return value
