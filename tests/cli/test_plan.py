@@ -114,3 +114,22 @@ def test_examples_plan_and_their_stacks_load(tmp_path: Path, name: str) -> None:
     assert report["slo_check"]["1x"]["workloads"]
     assert all(w["pass"] for w in report["slo_check"]["1x"]["workloads"].values())
     assert stack.name == name
+
+
+def test_hostile_requirements_files_exit_2_with_a_sentence(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Each was a traceback (UnicodeDecodeError) or a silent override (the second key won).
+    latin1 = tmp_path / "latin1.yaml"
+    latin1.write_bytes("version: 1\n# caf\xe9\n".encode("latin-1"))
+    twice = tmp_path / "twice.yaml"
+    twice.write_text(yaml.safe_dump(small_requirements()) + "name: other\n", encoding="utf-8")
+    for path, expected in (
+        (latin1, "latin1.yaml: line 2 (byte 16) is not UTF-8"),
+        (twice, "duplicate key 'name'"),
+        (tmp_path, "cannot read requirements file"),
+    ):
+        assert main(["plan", str(path), "--out", str(tmp_path / "o")]) == 2
+        err = capsys.readouterr().err
+        assert expected in err
+        assert "Traceback" not in err

@@ -79,3 +79,14 @@ def test_unset_leaves_the_spec_alone_and_a_missing_dir_is_an_error(tmp_path: Pat
     assert load_secrets_dir(spec, "") is spec
     with pytest.raises(SpecError, match="not a directory; mount the Secret gateway-tenant-keys"):
         load_secrets_dir(spec, str(tmp_path / "absent"))
+
+
+def test_a_secret_tenant_named_twice_in_one_entry_is_refused(tmp_path: Path) -> None:
+    # yaml.safe_load kept the second name: the key went to a new tenant `admin` with nothing
+    # said, not to `crm`.
+    entry = create_key()[1]
+    (tmp_path / "tenants.yaml").write_text(
+        f"tenants:\n  - name: crm\n    name: admin\n    keys: ['{entry}']\n", encoding="utf-8"
+    )
+    with pytest.raises(SpecError, match=r"tenants\.yaml: .*duplicate key 'name'"):
+        load_secrets_dir(parse_gateway(STACK_GATEWAY), str(tmp_path))

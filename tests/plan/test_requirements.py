@@ -82,3 +82,16 @@ def test_heavier_prompt_tail_keeps_the_median() -> None:
     )
     halved = profile.scaled(hit_factor=0.5)
     assert halved.expected_hit_rate == pytest.approx(profile.expected_hit_rate / 2)
+
+
+def test_an_infinite_peak_and_a_boolean_count_are_refused_by_field() -> None:
+    # `.inf` passed `gt=0` (`inhouse plan` then died on a NaN: a ValueError traceback) and
+    # `yes` was read as 1 GPU per node.
+    data = small_requirements()
+    data["workloads"][0]["traffic"] = {"avg_per_s": 1, "peak_per_s": float("inf")}
+    data["hardware"][0]["gpus_per_node"] = True
+    with pytest.raises(SpecError) as info:
+        parse_requirements(data, "req.yaml")
+    message = str(info.value)
+    assert "workloads.0.traffic.peak_per_s: Input should be a finite number" in message
+    assert "hardware.0.gpus_per_node: Value error, true is a boolean" in message

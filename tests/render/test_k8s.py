@@ -149,15 +149,19 @@ def test_no_key_material_is_rendered(rendered: dict[str, Rendered]) -> None:
 
 
 def test_stack_with_an_api_key_in_the_gateway_section_is_refused() -> None:
-    stack = parse_stack(
-        {
-            "name": "demo",
-            "pools": [{"name": "chat", "model": "Llama-3.1-8B"}],
-            "gateway": {"tenants": [{"name": "acme", "api_key": "sk-123"}]},
-        }
-    )
+    # Refused when the stack is loaded (the gateway section is checked there), with render's
+    # own advice, not as an unknown field.
+    data = {
+        "name": "demo",
+        "pools": [{"name": "chat", "model": "Llama-3.1-8B"}],
+        "gateway": {"tenants": [{"name": "acme", "api_key": "sk-123"}]},
+    }
+    with pytest.raises(SpecError, match=r"gateway\.tenants\[0\]\.api_key: looks like key"):
+        parse_stack(data)
     with pytest.raises(SpecError, match=r"gateway\.tenants\[0\]\.api_key"):
-        render_stack(stack)
+        render_stack(
+            parse_stack({**data, "gateway": {}}).model_copy(update={"gateway": data["gateway"]})
+        )
 
 
 def test_only_the_gateway_and_prometheus_reach_engines(crm: Rendered) -> None:

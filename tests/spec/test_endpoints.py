@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from inhouse.errors import SpecError
-from inhouse.spec.endpoints import DiscoveryTarget, parse_endpoints
+from inhouse.spec.endpoints import DiscoveryTarget, parse_endpoints, parse_endpoints_text
 
 
 def test_the_file_up_writes_has_urls_and_no_discovery() -> None:
@@ -60,3 +60,25 @@ def test_a_file_without_pools_or_not_an_object_says_what_it_should_be() -> None:
         parse_endpoints({"discovery": {}}, "e.json")
     with pytest.raises(SpecError, match=r'e.json: an endpoints file is a JSON object \{"pools"'):
         parse_endpoints([], "e.json")
+
+
+def test_a_pool_listed_twice_in_the_json_is_refused() -> None:
+    # json.loads kept the second list: the first pool's engines vanished with nothing said.
+    text = '{"pools": {"chat": ["http://a:8000"], "chat": ["http://b:8000"]}}'
+    with pytest.raises(SpecError, match=r"endpoints\.json: not valid JSON: duplicate key 'chat'"):
+        parse_endpoints_text(text, "endpoints.json")
+    assert parse_endpoints_text('{"pools": {"chat": ["http://a:8000"]}}', "e").pools == {
+        "chat": ["http://a:8000"]
+    }
+
+
+def test_a_scaled_pool_of_1e11_slots_is_refused() -> None:
+    # The gateway built one replica slot each at start: a memory blow-up.
+    data = {
+        "pools": {"chat": []},
+        "discovery": {"chat": {"dns": "x.", "port": 1, "max_replicas": 10**11}},
+    }
+    with pytest.raises(
+        SpecError, match=r"discovery\.chat\.max_replicas: .*less than or equal to 1024"
+    ):
+        parse_endpoints(data, "endpoints.json")

@@ -5,6 +5,7 @@ entries (moved from test_catalog.py with the reading; `get_model(path)` is now
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,13 @@ import pytest
 
 from inhouse.errors import SpecError
 from inhouse.spec.catalog import get_model
-from inhouse.spec.load import load_stack, model_from_hf_config, resolve_model
+from inhouse.spec.load import (
+    MAX_SPEC_BYTES,
+    load_stack,
+    model_from_hf_config,
+    read_keys_file,
+    resolve_model,
+)
 
 
 def _write_config(directory: Path, **overrides: Any) -> Path:
@@ -122,3 +129,46 @@ def test_the_catalog_alone_reads_no_local_path(tmp_path: Path) -> None:
     _write_config(tmp_path / "unread")
     with pytest.raises(SpecError, match="unknown model"):
         get_model(str(tmp_path / "unread"))
+
+
+# --- what is not a readable spec file (hostile inputs) -------------------------------------
+
+
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:
+    # Opening a FIFO for reading blocks until something writes to it: `inhouse render` hung.
+    fifo = tmp_path / "stack.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(SpecError, match=r"stack\.yaml: not a regular file"):
+        load_stack(fifo)
+
+
+def test_a_directory_and_a_device_are_refused_by_name(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match=r"cannot read stack file .*: a directory"):
+        load_stack(tmp_path)
+    with pytest.raises(SpecError, match="/dev/zero: not a regular file"):
+        load_stack("/dev/zero")  # read to the end, it was a MemoryError
+
+
+def test_an_oversized_file_is_refused_before_parsing(tmp_path: Path) -> None:
+    big = tmp_path / "stack.yaml"
+    big.write_text("version: 1\n" + "# padding\n" * (MAX_SPEC_BYTES // 10 + 1), encoding="utf-8")
+    with pytest.raises(SpecError, match="larger than 1024 KiB, too large for a stack file"):
+        load_stack(big)
+
+
+def test_non_utf8_bytes_name_the_line(tmp_path: Path) -> None:
+    latin1 = tmp_path / "stack.yaml"
+    latin1.write_bytes("version: 1\n# caf\xe9\n".encode("latin-1"))
+    with pytest.raises(SpecError, match=r"stack\.yaml: line 2 \(byte 16\) is not UTF-8"):
+        load_stack(latin1)
+    keys = tmp_path / "keys"
+    keys.write_bytes(b"\xff\xfeacme")
+    with pytest.raises(SpecError, match=r"line 1 .* save the keys file as UTF-8"):
+        read_keys_file(keys)
+
+
+def test_a_model_config_that_is_not_an_object_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text("[1, 2]", encoding="utf-8")
+    with pytest.raises(SpecError, match=r"config\.json is a JSON object"):
+        model_from_hf_config(path)

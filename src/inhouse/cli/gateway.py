@@ -13,7 +13,6 @@ without a demo key gets a generated demo key, printed once.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -110,15 +109,12 @@ def _endpoints(args: argparse.Namespace, stack: object) -> Endpoints:
     """The engines: the --endpoints file (`up` and `render` write it), else where `up` puts
     them."""
     from inhouse.launch.plan import plan_stack
-    from inhouse.spec.endpoints import Endpoints, parse_endpoints
+    from inhouse.spec.endpoints import Endpoints, parse_endpoints_text
+    from inhouse.spec.load import read_spec_text
 
     if args.endpoints is not None:
-        source = f"--endpoints {args.endpoints}"
-        try:
-            data = json.loads(args.endpoints.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise SpecError(f"{source}: {exc}") from None
-        return parse_endpoints(data, source)
+        text = read_spec_text(args.endpoints, "endpoints file")
+        return parse_endpoints_text(text, f"--endpoints {args.endpoints}")
     return Endpoints(pools=plan_stack(stack, args.engine_base_port).pool_urls)  # type: ignore[arg-type]
 
 

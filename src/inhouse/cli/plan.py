@@ -12,15 +12,13 @@ import json
 import sys
 from pathlib import Path
 
-import yaml
-
-from inhouse.errors import SpecError
 from inhouse.plan.memo import render_memo
 from inhouse.plan.planner import PlanInfeasibleError, make_plan
 from inhouse.plan.report import build_report, final_stack
 from inhouse.plan.requirements import Requirements, parse_requirements
-from inhouse.spec.load import resolve_local_models
+from inhouse.spec.load import read_spec_text, resolve_local_models
 from inhouse.spec.stack import dump_stack
+from inhouse.spec.yaml_load import load_yaml
 
 COMMAND = "plan"
 HELP = "size a stack from workloads, SLOs and prices: stack.yaml, plan.json, sizing memo"
@@ -50,12 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def load_requirements(path: Path) -> Requirements:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise SpecError(f"cannot read requirements file {path}: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{path}: not valid YAML: {exc}") from exc
+    data = load_yaml(read_spec_text(path, "requirements file"), str(path))
     requirements = parse_requirements(data, str(path))
     resolve_local_models(
         name

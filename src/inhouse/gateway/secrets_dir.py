@@ -21,13 +21,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from inhouse.errors import SpecError
 from inhouse.spec.errors_format import describe_validation_error
 from inhouse.spec.gateway import GatewaySpec, TenantSpec
-from inhouse.spec.load import read_keys_file
+from inhouse.spec.load import read_keys_file, read_spec_text
+from inhouse.spec.yaml_load import load_yaml
 
 ENV = "INHOUSE_SECRETS_DIR"
 TENANTS_FILE = "tenants.yaml"
@@ -35,12 +35,7 @@ KEYS_FILE = "keys"
 
 
 def _read_tenants(path: Path) -> list[TenantSpec]:
-    try:
-        data: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise SpecError(f"cannot read {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{path}: not valid YAML: {exc}") from None
+    data: Any = load_yaml(read_spec_text(path, "tenants file"), str(path))
     if not isinstance(data, dict) or not isinstance(data.get("tenants"), list):
         raise SpecError(
             f"{path}: expected a mapping with `tenants:` (a list of name, keys, and optionally "

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from inhouse.errors import SpecError
 from inhouse.gateway.keys import KeyRing
 from inhouse.openai_errors import ApiError
-from inhouse.spec.gateway import GatewaySpec, TenantSpec, TierSpec
+from inhouse.spec.gateway import GatewaySpec, TenantSpec, TierSpec, parse_key_hash
 from inhouse.spec.load import read_keys_file
 
 DEMO_TENANT = "demo"
@@ -25,6 +26,7 @@ class Tenants:
                 if tenant not in self.by_name:
                     self.by_name[tenant] = TenantSpec(name=tenant)
                 entries.append((tenant, entry))
+        _check_key_ids(entries)
         self.keys = KeyRing(entries)
         if demo_key:
             if DEMO_TENANT not in self.by_name:
@@ -52,3 +54,19 @@ class Tenants:
 
     def tier_of(self, tenant: TenantSpec) -> TierSpec:
         return self.tiers[tenant.tier]
+
+
+def _check_key_ids(entries: list[tuple[str, str]]) -> None:
+    """Refuse one key id listed for two tenants (or with two hashes): the key ring keeps the
+    last, so a line copied into another tenant's entry (or the keys file) would move the key
+    to that tenant, its tier and its limits, with nothing said."""
+    first: dict[str, tuple[str, str]] = {}
+    for tenant, entry in entries:
+        key_id = parse_key_hash(entry)[0]
+        seen = first.setdefault(key_id, (tenant, entry))
+        if seen != (tenant, entry):
+            raise SpecError(
+                f"key id {key_id!r} is listed for tenant {seen[0]!r} and again for tenant "
+                f"{tenant!r}{' with another hash' if seen[0] == tenant else ''}; a key belongs "
+                "to one tenant: remove one of the lines (stack `keys`, keys_file or the Secret)"
+            )

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from inhouse.errors import SpecError
+from inhouse.spec.base import SpecModel
 from inhouse.spec.errors_format import describe_validation_error
 
 REQUIREMENTS_VERSION = 1
@@ -19,11 +20,7 @@ REQUIREMENTS_VERSION = 1
 WorkloadKind = Literal["agent", "utility", "longctx", "shared-prefix"]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class TokenLengths(_Strict):
+class TokenLengths(SpecModel):
     """A token-length distribution by its median and 95th percentile (a lognormal between)."""
 
     p50: int = Field(gt=0)
@@ -36,7 +33,7 @@ class TokenLengths(_Strict):
         return self
 
 
-class Traffic(_Strict):
+class Traffic(SpecModel):
     """Average and peak load: a request rate (per second or per minute) for open-loop traffic,
     or concurrent sessions for multi-turn agents. The average holds during active hours."""
 
@@ -86,7 +83,7 @@ class Traffic(_Strict):
         return int(value)
 
 
-class MultiTurn(_Strict):
+class MultiTurn(SpecModel):
     """Shape of an agent session: turn 1 sends the app's system prompt and a first message; each
     later turn re-sends the history plus a tool output, after a think time."""
 
@@ -105,7 +102,7 @@ class MultiTurn(_Strict):
         return self
 
 
-class Slo(_Strict):
+class Slo(SpecModel):
     """p95 targets in ms (null: no target) and the p95 that should page (default: 1.25x the
     target), plus availability: the share of requests answered without an error."""
 
@@ -142,7 +139,7 @@ class Slo(_Strict):
 METRICS = ("ttft", "itl", "tpot", "e2e")
 
 
-class ModelChoice(_Strict):
+class ModelChoice(SpecModel):
     """Models a workload may run on, best first; `min_params_b` is the quality floor (models below
     it are refused); `fallback` a smaller model for degraded mode; `lora_on` names another
     workload whose model may serve this one as LoRA adapters instead of a model of its own."""
@@ -153,7 +150,7 @@ class ModelChoice(_Strict):
     lora_on: str | None = None
 
 
-class WorkloadReq(_Strict):
+class WorkloadReq(SpecModel):
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=30)
     kind: WorkloadKind
     traffic: Traffic
@@ -199,7 +196,7 @@ class WorkloadReq(_Strict):
         return self
 
 
-class HardwareOffer(_Strict):
+class HardwareOffer(SpecModel):
     """A GPU type on offer: owned or bought (capex) or rented (per GPU-hour)."""
 
     gpu: str
@@ -226,14 +223,14 @@ class HardwareOffer(_Strict):
         return self
 
 
-class ApiPrice(_Strict):
+class ApiPrice(SpecModel):
     name: str
     input_usd_per_million: float = Field(ge=0)
     output_usd_per_million: float = Field(ge=0)
     cached_input_usd_per_million: float | None = Field(default=None, ge=0)
 
 
-class Usage(_Strict):
+class Usage(SpecModel):
     """When traffic runs: the average rates hold for these hours, the rest is idle."""
 
     active_hours_per_day: float = Field(default=24.0, gt=0, le=24)
@@ -244,7 +241,7 @@ class Usage(_Strict):
         return self.active_hours_per_day * self.active_days_per_month
 
 
-class Planning(_Strict):
+class Planning(SpecModel):
     """The planner's own knobs."""
 
     headroom: float = Field(
@@ -275,7 +272,7 @@ class Planning(_Strict):
     seed: int = 0
 
 
-class Requirements(_Strict):
+class Requirements(SpecModel):
     version: Literal[1] = 1
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=40)
     description: str = ""

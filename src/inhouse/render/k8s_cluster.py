@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from typing import Any
 
 from inhouse.errors import SpecError
@@ -24,10 +23,8 @@ from inhouse.render.layout import EngineLayout
 from inhouse.render.options import RenderOptions
 from inhouse.render.prometheus import Rules
 from inhouse.render.yamltext import dump_documents
-from inhouse.spec.gateway import parse_gateway
+from inhouse.spec.gateway import check_no_secrets, parse_gateway
 from inhouse.spec.stack import StackSpec, dump_stack
-
-_SECRET_KEY = re.compile(r"(^|_)(api_?keys?|keys?|secrets?|passwords?|tokens?)$", re.IGNORECASE)
 
 
 def namespace_doc(stack: StackSpec, options: RenderOptions) -> Doc:
@@ -68,21 +65,6 @@ def endpoints(stack: StackSpec, engines: EngineLayout, options: RenderOptions) -
     if discovery:
         data["discovery"] = discovery
     return data
-
-
-def check_no_secrets(value: Any, path: str = "gateway") -> None:
-    """Refuse to put key material from the stack's `gateway` section into a ConfigMap."""
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if isinstance(item, str) and item and _SECRET_KEY.search(str(key)):
-                raise SpecError(
-                    f"{path}.{key}: looks like key material, and render writes the stack into "
-                    "a ConfigMap; move it to the Secret the gateway mounts (docs/render.md)"
-                )
-            check_no_secrets(item, f"{path}.{key}")
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            check_no_secrets(item, f"{path}[{index}]")
 
 
 def gateway_grace_s(stack: StackSpec, options: RenderOptions) -> int:

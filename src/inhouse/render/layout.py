@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from inhouse.errors import SpecError
 from inhouse.launch.engine_args import LORA_ROOT
 from inhouse.perf.memory import weight_bytes
+from inhouse.spec.base import MAX_REPLICAS
 from inhouse.spec.catalog import get_gpu, get_model
 from inhouse.spec.quant import normalize_quant
 from inhouse.spec.stack import PoolSlo, PoolSpec, StackSpec
@@ -244,4 +245,4 @@ def max_replicas(stack: StackSpec, engines: EngineLayout, pool: PoolSpec) -> int
         for p in engines.pools
         if p.name != pool.name and get_gpu(p.gpu) == get_gpu(pool.gpu)
     )
-    return max(pool.replicas, (gpus - others) // pool.tp)
+    return max(pool.replicas, min((gpus - others) // pool.tp, MAX_REPLICAS))

@@ -187,7 +187,13 @@ def model_from_hf_config_text(text: str, config_path: PurePath) -> ModelSpec:
         cfg: dict[str, Any] = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SpecError(f"cannot read model config {config_path}: {exc}") from exc
-    cfg = cfg.get("text_config", cfg)
+    if isinstance(cfg, dict):
+        cfg = cfg.get("text_config", cfg)
+    if not isinstance(cfg, dict):
+        raise SpecError(
+            f"cannot read model config {config_path}: a Hugging Face config.json is a JSON "
+            "object (hidden_size, num_attention_heads, ...)"
+        )
     try:
         heads = int(cfg["num_attention_heads"])
         hidden = int(cfg["hidden_size"])

@@ -14,31 +14,32 @@ its `pools` entry is then only a fallback for gateways that predate discovery.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from inhouse.errors import SpecError
+from inhouse.spec.base import MAX_REPLICAS, SpecModel
 from inhouse.spec.errors_format import describe_validation_error
 
 DOCS = 'docs/gateway.md ("Scaled pools: replicas from DNS")'
 
 
-class DiscoveryTarget(BaseModel):
+class DiscoveryTarget(SpecModel):
     """A scaled pool's headless Service: its DNS name, the engines' port, the most replicas."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     dns: str = Field(min_length=1, description="the headless Service's name")
     port: int = Field(ge=1, le=65535)
     max_replicas: int | None = Field(
-        default=None, ge=1, description="replica slots (None: gateway.discovery's default)"
+        default=None,
+        ge=1,
+        le=MAX_REPLICAS,
+        description="replica slots (None: gateway.discovery's default)",
     )
 
 
-class Endpoints(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class Endpoints(SpecModel):
     pools: dict[str, list[str]]
     discovery: dict[str, DiscoveryTarget] = Field(default_factory=dict)
 
@@ -65,3 +66,25 @@ def parse_endpoints(data: Any, source: str) -> Endpoints:
                 f"the bare DNS name (the port goes in discovery.{pool}.port)"
             )
     return endpoints
+
+
+def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            # JSON's own parsers keep the last value silently: a pool listed twice would lose
+            # its first list of engines with nothing said.
+            raise ValueError(f"duplicate key {key!r}; keep one entry per name")
+        out[key] = value
+    return out
+
+
+def parse_endpoints_text(text: str, source: str) -> Endpoints:
+    """An endpoints file's text (JSON) as a typed value; `source` names it in errors."""
+    try:
+        data = json.loads(text, object_pairs_hook=_refuse_duplicates)
+    except ValueError as exc:
+        raise SpecError(f"{source}: not valid JSON: {exc}") from None
+    except RecursionError:
+        raise SpecError(f"{source}: nested too deeply to read; see {DOCS}") from None
+    return parse_endpoints(data, source)

@@ -10,14 +10,32 @@ def describe_validation_error(
 ) -> str:
     """One line per problem: where, what, and (for a misspelled field) the page that lists the
     fields of this kind of file."""
-    lines = [f"{source}: {exc.error_count()} problem(s)"]
-    for error in exc.errors():
+    errors = exc.errors()
+    # NOTE: a list whose only item failed also reports "should have at least 1 item" for the
+    # list itself (`pools: Tuple should have at least 1 item` beside `pools.0.replicas`): noise
+    # that reads as if the file had no pools. Keep the item's own problem.
+    locs = [error["loc"] for error in errors]
+    errors = [
+        error
+        for error in errors
+        if not (
+            error["type"] == "too_short"
+            and any(
+                len(loc) > len(error["loc"]) and loc[: len(error["loc"])] == error["loc"]
+                for loc in locs
+            )
+        )
+    ]
+    lines = [f"{source}: {len(errors)} problem(s)"]
+    for error in errors:
         where = ".".join(str(part) for part in error["loc"]) or "(top level)"
         message = error["msg"]
         if error["type"] == "extra_forbidden":
             message = f"unknown field; remove it or check its spelling against {docs}"
         elif error["type"] == "missing":
             message = "required field is missing"
+        elif error["type"] == "finite_number":
+            message += " (.nan and .inf are not values here; write a number)"
         ctx = error.get("ctx") or {}
         if "expected" in ctx:
             message += f" (allowed: {ctx['expected']})"

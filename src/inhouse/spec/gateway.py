@@ -20,11 +20,13 @@ keys). See docs/gateway.md for every field.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from inhouse.errors import SpecError
+from inhouse.spec.base import MAX_REPLICAS, SpecModel
 from inhouse.spec.errors_format import describe_validation_error
 
 KEY_HASH_SCHEME = "ihk1"
@@ -34,11 +36,7 @@ DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 DEFAULT_METRICS_PORT = 9464
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class TierSpec(_Strict):
+class TierSpec(SpecModel):
     """A priority tier. `priority` is vLLM's (lower is served earlier); when every replica of
     a pool is saturated, requests wait in the gateway by tier (lower `priority` first), at most
     `max_queue` of them for at most `queue_timeout_s`, then get 503 + Retry-After.
@@ -58,7 +56,7 @@ DEFAULT_TIERS: dict[str, TierSpec] = {
 }
 
 
-class LimitsSpec(_Strict):
+class LimitsSpec(SpecModel):
     """Per-tenant limits; `None` is unlimited. Token limits count prompt + completion tokens
     and are enforced by reserve-then-settle (prompt + max_tokens reserved at admission,
     settled to the engine's usage at the end). `max_prompt_tokens` is the tenant's own cap
@@ -87,7 +85,7 @@ class LimitsSpec(_Strict):
         )
 
 
-class TenantSpec(_Strict):
+class TenantSpec(SpecModel):
     name: str = Field(pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*$", max_length=64)
     tier: str = "standard"
     models: tuple[str, ...] = Field(default=("*",), description="model names; '*' for all")
@@ -98,7 +96,7 @@ class TenantSpec(_Strict):
         return "*" in self.models or model in self.models
 
 
-class HealthSpec(_Strict):
+class HealthSpec(SpecModel):
     """Replica health: a replica joins after `healthy_after` consecutive /health 200s; it
     leaves at once when its /health answers anything else (a draining or dead engine says so),
     and after `unhealthy_after` consecutive failures that are no such answer (a probe timed
@@ -119,7 +117,7 @@ class HealthSpec(_Strict):
     )
 
 
-class ProxySpec(_Strict):
+class ProxySpec(SpecModel):
     """Dispatch: retries before the first byte, saturation, timeouts."""
 
     retries: int = Field(default=2, ge=0, description="other replicas tried before first byte")
@@ -142,7 +140,7 @@ class ProxySpec(_Strict):
     drain_timeout_s: float = Field(default=30.0, ge=0)
 
 
-class ServerSpec(_Strict):
+class ServerSpec(SpecModel):
     """The gateway's own HTTP server: what it refuses on its own, in front of Envoy or not."""
 
     header_timeout_s: float = Field(
@@ -184,7 +182,7 @@ class ServerSpec(_Strict):
         return self
 
 
-class LimitStoreSpec(_Strict):
+class LimitStoreSpec(SpecModel):
     """How the shared limit store (Redis) is used, and what happens when it fails.
 
     `on_store_failure: closed` (the default): a tenant with limits gets 503 + Retry-After while
@@ -209,7 +207,7 @@ class LimitStoreSpec(_Strict):
     )
 
 
-class DiscoverySpec(_Strict):
+class DiscoverySpec(SpecModel):
     """Scaled pools (the endpoints file's `discovery`): the gateway resolves each pool's
     headless Service every `interval_s` and routes to the addresses it returns, in at most
     `max_replicas` slots (the file's own `max_replicas` wins; render writes it)."""
@@ -218,22 +216,23 @@ class DiscoverySpec(_Strict):
     max_replicas: int = Field(
         default=16,
         ge=1,
+        le=MAX_REPLICAS,
         description="replica slots of a scaled pool whose endpoints entry has no max_replicas",
     )
 
 
-class LogSpec(_Strict):
+class LogSpec(SpecModel):
     level: Literal["debug", "info", "warning", "error"] = "info"
     prompts: bool = Field(default=False, description="log prompts (redacted when false)")
     requests: bool = Field(default=True, description="one JSON line per request")
 
 
-class TlsSpec(_Strict):
+class TlsSpec(SpecModel):
     certfile: str
     keyfile: str
 
 
-class GatewaySpec(_Strict):
+class GatewaySpec(SpecModel):
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, gt=0)
     metrics_port: int = Field(
         default=DEFAULT_METRICS_PORT,
@@ -293,12 +292,35 @@ def parse_key_hash(entry: str) -> tuple[str, bytes, bytes]:
     return parts[1], salt, digest
 
 
+_SECRET_KEY = re.compile(r"(^|_)(api_?keys?|keys?|secrets?|passwords?|tokens?)$", re.IGNORECASE)
+
+
+def check_no_secrets(value: Any, path: str = "gateway") -> None:
+    """Refuse key material in the stack's `gateway` section: `inhouse render` writes the stack
+    into a ConfigMap, and the stack holds key hashes only."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(item, str) and item and _SECRET_KEY.search(str(key)):
+                raise SpecError(
+                    f"{path}.{key}: looks like key material, and render writes the stack into "
+                    "a ConfigMap; move it to the Secret the gateway mounts (docs/render.md)"
+                )
+            check_no_secrets(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            check_no_secrets(item, f"{path}[{index}]")
+
+
 def parse_gateway(data: Any, source: str = "stack") -> GatewaySpec:
     """`stack.gateway` (a mapping, possibly empty) as a typed spec; errors name the field."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise SpecError(f"{source}: gateway must be a mapping (see docs/gateway.md)")
+    try:
+        check_no_secrets(data)
+    except SpecError as exc:
+        raise SpecError(f"{source}: {exc}") from None
     try:
         return GatewaySpec.model_validate(data)
     except ValidationError as exc:

@@ -29,7 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from inhouse.spec.base import SpecModel
 
 Place = Literal["core", "server", "vllm"]
 
@@ -64,10 +66,8 @@ def _acts(
     return Knob(frozenset(places), flag, vllm_flag, always, explicit)
 
 
-class EngineKnobs(BaseModel):
+class EngineKnobs(SpecModel):
     """vLLM's own knobs, by vLLM's names. `None` takes the engine's default (docs/stack.md)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_num_seqs: Annotated[int | None, _acts("core", "vllm")] = Field(
         default=None, gt=0, description="most sequences in one step"

@@ -10,6 +10,8 @@ touch the disk.
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -20,21 +22,55 @@ from inhouse.spec.model import ModelSpec
 from inhouse.spec.stack import StackSpec, parse_stack_text
 
 __all__ = [
+    "MAX_SPEC_BYTES",
     "load_stack",
     "model_from_hf_config",
     "read_keys_file",
+    "read_spec_text",
     "resolve_local_models",
     "resolve_model",
 ]
+
+# A spec is a few kilobytes (a plan's stack file with every tenant is well under this); a file
+# past it is a wrong path or an attack, refused before a parser spends minutes on it.
+MAX_SPEC_BYTES = 1024 * 1024
+MAX_KEYS_FILE_BYTES = 16 * 1024 * 1024  # ~150,000 `TENANT HASH` lines
+
+
+def read_spec_text(path: Path, what: str, max_bytes: int = MAX_SPEC_BYTES) -> str:
+    """The UTF-8 text of the regular file at `path`; a `SpecError` naming `what` and the file
+    for anything else: missing, a directory, a FIFO or device (opened without blocking, so a
+    pipe with no writer cannot hang the command), larger than `max_bytes`, not UTF-8."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise SpecError(f"cannot read {what} {path}: {exc.strerror}") from exc
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise SpecError(f"cannot read {what} {path}: {kind}; give the path of a file")
+    with os.fdopen(fd, "rb") as file:
+        data = file.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise SpecError(
+            f"{path}: larger than {max_bytes // 1024} KiB, too large for a {what}; check the path"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        bad = data[exc.start : exc.start + 1]
+        raise SpecError(
+            f"{path}: line {line} (byte {exc.start}) is not UTF-8 ({bad!r}); save the {what} "
+            "as UTF-8 text"
+        ) from None
 
 
 def load_stack(path: Path | str) -> StackSpec:
     """The stack file at `path`, parsed, with its pools' local model configs read."""
     stack_path = Path(path)
-    try:
-        text = stack_path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(f"cannot read stack file {stack_path}: {exc.strerror}") from exc
+    text = read_spec_text(stack_path, "stack file")
     stack = parse_stack_text(text, str(stack_path))
     resolve_local_models(pool.model for pool in stack.pools)
     return stack
@@ -42,20 +78,14 @@ def load_stack(path: Path | str) -> StackSpec:
 
 def read_keys_file(path: Path) -> list[tuple[str, str]]:
     """(tenant, key hash) pairs from a keys file: `TENANT HASH` per line, `#` comments."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(f"cannot read keys file {path}: {exc.strerror}") from exc
+    text = read_spec_text(path, "keys file", MAX_KEYS_FILE_BYTES)
     return parse_keys_file(text, str(path))
 
 
 def model_from_hf_config(path: Path | str) -> ModelSpec:
     """A `ModelSpec` from a Hugging Face `config.json` file."""
     config_path = Path(path)
-    try:
-        text = config_path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(f"cannot read model config {config_path}: {exc}") from exc
+    text = read_spec_text(config_path, "model config")
     return model_from_hf_config_text(text, config_path)
 
 

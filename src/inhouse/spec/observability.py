@@ -13,14 +13,12 @@ need to know that the pools do not say. Optional and additive to stack schema v1
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from inhouse.spec.base import SpecModel
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class TracingSpec(_Strict):
+class TracingSpec(SpecModel):
     enabled: bool = Field(default=False, description="gateway and engines send OTLP traces")
     sample_ratio: float = Field(
         default=0.05,
@@ -35,7 +33,7 @@ class TracingSpec(_Strict):
     )
 
 
-class ObservabilitySpec(_Strict):
+class ObservabilitySpec(SpecModel):
     usd_per_hour: float | None = Field(
         default=None,
         gt=0,

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from inhouse.spec.base import SpecModel
 
 LatencyMetric = Literal["ttft", "itl", "e2e"]
 LATENCY_METRICS: tuple[LatencyMetric, ...] = ("ttft", "itl", "e2e")
 
 
-class LatencySlo(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class LatencySlo(SpecModel):
     ttft_p95_ms: float | None = Field(default=None, gt=0)
     ttft_alarm_ms: float | None = Field(default=None, gt=0)
     itl_p95_ms: float | None = Field(default=None, gt=0)

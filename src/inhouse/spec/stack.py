@@ -12,16 +12,19 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from inhouse.errors import SpecError
+from inhouse.spec.base import MAX_REPLICAS, SpecModel
 from inhouse.spec.errors_format import describe_validation_error
+from inhouse.spec.gateway import parse_gateway
 from inhouse.spec.knobs import EngineKnobs as EngineKnobs  # the pools' `knobs:` (re-export)
 from inhouse.spec.observability import ObservabilitySpec
 from inhouse.spec.slo import LatencySlo
 from inhouse.spec.triggers import Trigger
 from inhouse.spec.weights import WeightsSpec
 from inhouse.spec.workloads import WorkloadSpec
+from inhouse.spec.yaml_load import load_yaml
 
 STACK_VERSION = 1
 
@@ -29,11 +32,7 @@ EngineKind = Literal["simulated", "vllm", "sglang", "url"]
 PoolRole = Literal["standard", "fast", "long", "fallback", "utility"]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class RoutingSpec(_Strict):
+class RoutingSpec(SpecModel):
     """Replica choice inside a pool; `params` are the policy's own (docs/routing.md)."""
 
     policy: str = "cache_aware"
@@ -51,7 +50,7 @@ class PoolSlo(LatencySlo):
     prefix_hit_rate_min: float | None = Field(default=0.6, ge=0, le=1)
 
 
-class PoolSpec(_Strict):
+class PoolSpec(SpecModel):
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=40)
     model: str = Field(description="catalog name, Hugging Face id, or a local model directory")
     served_model_name: str | None = None
@@ -65,7 +64,7 @@ class PoolSpec(_Strict):
     gpu: str = "h100_sxm"
     quant: str = "bf16"
     tp: int = Field(default=1, ge=1)
-    replicas: int = Field(default=1, ge=1)
+    replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS)
     knobs: EngineKnobs = Field(default_factory=EngineKnobs)
     routing: RoutingSpec = Field(default_factory=RoutingSpec)
     long_prompt_tokens: int | None = Field(
@@ -100,13 +99,13 @@ class PoolSpec(_Strict):
         return (self.client_model_name, *self.aliases, *self.lora_adapters)
 
 
-class NodeSpec(_Strict):
+class NodeSpec(SpecModel):
     gpu: str = "h100_sxm"
     gpus_per_node: int = Field(default=8, gt=0)
     count: int = Field(default=1, gt=0)
 
 
-class StackSpec(_Strict):
+class StackSpec(SpecModel):
     version: Literal[1] = 1
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=40)
     engine: EngineKind = "simulated"
@@ -219,19 +218,20 @@ def parse_stack(data: Any, source: str = "stack") -> StackSpec:
             f"{STACK_VERSION}"
         )
     try:
-        return StackSpec.model_validate(data)
+        stack = StackSpec.model_validate(data)
     except ValidationError as exc:
         raise SpecError(describe_validation_error(exc, source)) from exc
+    # The gateway section is typed where it is used (`parse_gateway`); checked here too, its
+    # errors name this file, and a command that ignores the gateway (`render`, `simulate`)
+    # does not pass over a misspelled tenant limit in silence or name the file "stack".
+    parse_gateway(stack.gateway, source)
+    return stack
 
 
 def parse_stack_text(text: str, source: str) -> StackSpec:
     """A stack file's text as a typed stack; `source` (its path) names it in errors. The file
     itself is read by `inhouse.spec.load.load_stack`."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{source}: not valid YAML: {exc}") from exc
-    return parse_stack(data, source)
+    return parse_stack(load_yaml(text, source), source)
 
 
 def dump_stack(stack: StackSpec) -> str:

@@ -32,7 +32,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from inhouse.spec.base import SpecModel
 
 TriggerSignal = Literal[
     "prompt_tokens_p95", "prefix_hit_rate", "request_rate", "queue_every_replica", "tpot_median"
@@ -42,14 +44,12 @@ FALLING: frozenset[str] = frozenset({"prefix_hit_rate"})
 DURATION_PATTERN = r"^[0-9]+[smhd]$"
 
 
-class Trigger(BaseModel):
+class Trigger(SpecModel):
     """One re-plan trigger: `signal` of `pool` (or of the workload `model`, for gateway signals)
     crossing `threshold` for `hold` says the plan's assumption `change` no longer holds.
     `planned` is the signal at peak as the plan's simulation shows it (the analytic forecast
     for a plan run without verification); `breaks_at` the size of the change at which the
     first SLO breaks (None: it holds at the full change)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     change: str = Field(description="the sensitivity row, e.g. prefix_hit_halved")
     change_text: str = Field(description="the row's words, e.g. 'prefix-cache hit rate halved'")

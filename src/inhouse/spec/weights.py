@@ -18,9 +18,10 @@ from __future__ import annotations
 import posixpath
 import re
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from inhouse.errors import SpecError
+from inhouse.spec.base import SpecModel
 
 _COMPONENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 # Registry keys of one revision: <prefix>/<name>/<revision>/{manifest.json,model.sig,files/...}.
@@ -58,10 +59,8 @@ def by_name_path(name: str, revision: str) -> str:
     return posixpath.join(BY_NAME_DIR, check_model_name(name), check_revision(revision))
 
 
-class WeightsSpec(BaseModel):
+class WeightsSpec(SpecModel):
     """Where a pool's weights come from and the key that must have signed them."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     registry: str | None = Field(default=None, description="s3://BUCKET[/PREFIX]")
     name: str | None = Field(default=None, description="model name in the registry")

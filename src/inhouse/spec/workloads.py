@@ -10,27 +10,24 @@ without `workloads` keeps the per-pool alerts of `pools[].slo`.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from inhouse.spec.base import SpecModel
 from inhouse.spec.slo import LatencySlo
 
 
-class PlannedP95(BaseModel):
+class PlannedP95(SpecModel):
     """The plan's simulated p95s at 1x peak (ms), the figures the memo commits to."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     ttft_ms: float | None = Field(default=None, ge=0)
     itl_ms: float | None = Field(default=None, ge=0)
     e2e_ms: float | None = Field(default=None, ge=0)
 
 
-class WorkloadSpec(BaseModel):
+class WorkloadSpec(SpecModel):
     """One workload: clients send `model` (a pool's served name, alias or LoRA adapter); `slo`
     is the workload's own; `planned_p95` what the plan simulated for it at peak (render sizes
     grace periods from its e2e)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$", max_length=40)
     model: str
