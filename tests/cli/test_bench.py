@@ -215,3 +215,17 @@ def test_the_api_key_is_sent_and_written_nowhere(
         assert key.encode() not in data, name
     command = json.loads(written["result.json"])["run"]["command"]
     assert ("--api-key REDACTED" in command) == (how == "flag")
+
+
+def test_compare_refuses_garbage_and_results_with_nothing_in_common(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = write_result(tmp_path / "base")
+    garbage = write_result(tmp_path / "garbage", p99_ttft_ms="slow")  # type: ignore[arg-type]
+    assert main(["bench", "compare", str(base), str(garbage)]) == 2
+    assert "`p99_ttft_ms` is 'slow'" in capsys.readouterr().err
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "result.json").write_text(json.dumps({"completed": 10, "ttft": {"p99": 1.0}}))
+    assert main(["bench", "compare", str(base), str(other)]) == 2
+    assert "no metric in common" in capsys.readouterr().err

@@ -8,6 +8,8 @@ a regression; the command exits 1 when there is one, so CI can gate an engine up
 from __future__ import annotations
 
 import json
+import math
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +44,8 @@ class Row:
 def load_result(path: Path) -> dict[str, Any]:
     file = path / "result.json" if path.is_dir() else path
     try:
+        if not stat.S_ISREG(file.stat().st_mode):  # a FIFO would wait for a writer forever
+            raise SpecError(f"{file}: not a regular file; give a result directory or result.json")
         data = json.loads(file.read_text(encoding="utf-8"))
     except OSError as exc:
         raise SpecError(f"cannot read {file}: {exc.strerror}") from None
@@ -49,7 +53,31 @@ def load_result(path: Path) -> dict[str, Any]:
         raise SpecError(f"{file} is not JSON: {exc}") from None
     if not isinstance(data, dict) or "completed" not in data:
         raise SpecError(f"{file} is not a bench result (no `completed` key)")
+    for metric in HIGHER_IS_WORSE + LOWER_IS_WORSE:
+        value = data.get(metric)
+        if value is None:
+            continue
+        # NOTE: a NaN would compare as "ok" and pass the gate; a bool would pass as 0 or 1.
+        is_number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not is_number or not math.isfinite(value):
+            raise SpecError(
+                f"{file}: `{metric}` is {value!r:.60}, not a finite number; was it written by "
+                f"another inhouse version ({data.get('inhouse_version', 'unknown')})? Re-run "
+                "the bench with this one"
+            )
     return data
+
+
+def require_common_metrics(
+    rows: list[Row], base: Mapping[str, Any], new: Mapping[str, Any], names: tuple[str, str]
+) -> None:
+    """Refuse a comparison with nothing in common: it would pass the gate comparing nothing."""
+    if not any(row.status != "missing" for row in rows):
+        versions = [str(side.get("inhouse_version", "unknown")) for side in (base, new)]
+        raise SpecError(
+            f"{names[0]} and {names[1]} have no metric in common (inhouse versions "
+            f"{versions[0]} and {versions[1]}); compare two results of the same version"
+        )
 
 
 def compare(

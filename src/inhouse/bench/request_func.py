@@ -112,8 +112,8 @@ class OpenAIStream:
     """An OpenAI-compatible answer, streamed (SSE) or whole (JSON), read into its `Outcome`: a
     `http1.client.Receiver`."""
 
-    __slots__ = ("body", "events", "is_sse", "keep_text", "last_t", "last_usage_tokens",
-                 "outcome", "text_parts", "trace")  # fmt: skip
+    __slots__ = ("body", "events", "has_done", "is_sse", "keep_text", "last_t",
+                 "last_usage_tokens", "outcome", "text_parts", "trace")  # fmt: skip
 
     def __init__(self, outcome: Outcome, keep_text: bool, trace: bool = False) -> None:
         self.outcome = outcome
@@ -125,6 +125,7 @@ class OpenAIStream:
         o = self.outcome
         o.error = ""
         self.is_sse = False
+        self.has_done = False  # `data: [DONE]` came: the stream was not cut short
         self.body = b""  # a body that is not an SSE stream: an error, or a whole answer
         self.events = EventSplitter()
         self.last_t = o.t_send
@@ -162,6 +163,9 @@ class OpenAIStream:
             rest = self.events.rest.strip()
             if rest:
                 self._on_event(rest, now)
+            if o.num_chunks and not self.has_done:
+                # A stream the server closed (or ended) before `[DONE]` was cut short.
+                o.error = o.error or "the stream ended without `data: [DONE]` (cut short)"
             if o.num_chunks:
                 # NOTE: `vllm bench serve` counts a stream that ended in an error event as a
                 # success once it had a token; we do not: the client did not get its answer.
@@ -182,13 +186,22 @@ class OpenAIStream:
 
     def _on_event(self, event: bytes, now: float) -> None:
         message = payload(event)
-        if message is None or message == b"[DONE]":
+        if message == b"[DONE]":
+            self.has_done = True
+            return
+        if message is None:
             return
         try:
             data = loads(message)
         except ValueError:
             self.outcome.error = f"bad SSE message: {message[:200]!r}"
             return
+        try:
+            self._on_data(data, now)
+        except (AttributeError, TypeError, KeyError, IndexError, ValueError):
+            self.outcome.error = f"SSE message of an unexpected shape: {message[:200]!r}"
+
+    def _on_data(self, data: object, now: float) -> None:
         if not isinstance(data, dict):
             return
         o = self.outcome
@@ -217,6 +230,8 @@ class OpenAIStream:
         else:
             text = choice.get("text") or ""
             has_content = bool(text)
+        if not isinstance(text, str):
+            raise TypeError("the chunk's text is not a string")
         if has_content and o.ttft_content_s is None:
             o.ttft_content_s = now - o.t_send
         if self.text_parts is not None and text:
@@ -230,12 +245,16 @@ class OpenAIStream:
         self.last_t = now
 
     def _on_usage(self, usage: dict[str, Any]) -> None:
+        """Usage counts; a count that is not a whole number >= 0 raises ValueError (it would
+        break the run's totals later, far from the answer that sent it)."""
+        if not isinstance(usage, dict):
+            raise TypeError("usage is not an object")
         o = self.outcome
-        o.completion_tokens = usage.get("completion_tokens")
-        o.prompt_tokens = usage.get("prompt_tokens")
+        o.completion_tokens = _token_count(usage.get("completion_tokens"))
+        o.prompt_tokens = _token_count(usage.get("prompt_tokens"))
         details = usage.get("prompt_tokens_details")
         if isinstance(details, dict):
-            o.cached_tokens = details.get("cached_tokens")
+            o.cached_tokens = _token_count(details.get("cached_tokens"))
 
     def _per_token(self, usage: dict[str, Any], now: float) -> None:
         """Per-token gaps from continuous usage stats: a chunk carrying k tokens gives k gaps
@@ -268,12 +287,28 @@ class OpenAIStream:
         if not choices:
             o.error = "response has no choices"
             return
+        try:
+            text = self._read_whole(data, choices)
+        except (AttributeError, TypeError, KeyError, IndexError, ValueError):
+            o.error = f"response of an unexpected shape: {self.body[:200]!r}"
+            return
         o.success = True
         o.ttft_s = o.latency_s = now - o.t_send
         o.num_chunks = 1
-        choice = choices[0]
-        message = choice.get("message")
-        text = (message or {}).get("content") if message is not None else choice.get("text")
         if self.text_parts is not None and text:
             self.text_parts.append(text)
+
+    def _read_whole(self, data: dict[str, Any], choices: Any) -> str | None:
+        choice = choices[0]
+        message = choice.get("message")
+        text = message.get("content") if message is not None else choice.get("text")
+        if text is not None and not isinstance(text, str):
+            raise TypeError("the answer's text is not a string")
         self._on_usage(data.get("usage") or {})
+        return text
+
+
+def _token_count(value: Any) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise ValueError(f"{value!r} is not a token count")
+    return value

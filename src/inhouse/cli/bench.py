@@ -324,10 +324,17 @@ def _sweep(args: argparse.Namespace, spec: Any) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from inhouse.bench.compare import compare, load_result, parse_overrides, render_table
+    from inhouse.bench.compare import (
+        compare,
+        load_result,
+        parse_overrides,
+        render_table,
+        require_common_metrics,
+    )
 
     base, new = load_result(args.base), load_result(args.new)
     rows = compare(base, new, args.threshold, parse_overrides(args.metric_threshold))
+    require_common_metrics(rows, base, new, (str(args.base), str(args.new)))
     if args.json:
         print(json.dumps([dataclasses.asdict(row) for row in rows], indent=2))
     else:

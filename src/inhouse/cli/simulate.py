@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from inhouse.bench.config import read_trace_text
 from inhouse.errors import SpecError
 from inhouse.fleet import simulate_stack
 from inhouse.routing import policy_names
@@ -197,10 +198,7 @@ def _workload(spec: str, raw_params: list[str], rate_scale: float) -> tuple[Work
 
 def load_trace(path: Path) -> TraceWorkload:
     """Read a Mooncake (.jsonl) or Azure (.csv) trace file."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(f"cannot read trace {path}: {exc.strerror}") from exc
+    text = read_trace_text(path, f"trace {path}")
     if path.suffix == ".jsonl":
         return TraceWorkload(parse_mooncake(text.splitlines(), str(path)), name="mooncake")
     if path.suffix == ".csv":

@@ -142,11 +142,15 @@ class StreamConnection(ResponseReader, asyncio.Protocol):
         receiver = self.receiver
         if receiver is None or self.is_finished:
             return
-        if self.status and self._is_close_delimited:
-            receiver.on_end(time.perf_counter())
-        else:
-            receiver.on_lost(f"connection lost: {exc or 'closed'}")
-        self._complete()
+        try:
+            if self.status and self._is_close_delimited:
+                receiver.on_end(time.perf_counter())
+            else:
+                receiver.on_lost(f"connection lost: {exc or 'closed'}")
+        finally:
+            # NOTE: even when the receiver raises: nothing else would end the exchange (the
+            # timeout's abort finds the connection already closed), so its request would hang.
+            self._complete()
 
 
 Connect = Callable[[str, int], Awaitable[StreamConnection]]

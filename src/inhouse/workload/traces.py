@@ -20,6 +20,7 @@ import csv
 import io
 import itertools
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -31,6 +32,9 @@ from inhouse.workload.base import ScheduledRun, WorkRequest, ideal_cached_tokens
 MOONCAKE_BLOCK_TOKENS = 512
 # Memo entries (one per distinct block id after a given prefix) kept while replaying.
 MAX_MEMO_BLOCKS = 1 << 16
+# The longest prompt or answer a trace row may ask for (16 Mi tokens): a bigger count is a
+# broken row, and replaying it would build that many pseudo-tokens.
+MAX_TRACE_TOKENS = 1 << 24
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,21 +51,54 @@ def parse_mooncake(lines: Iterable[str], source: str = "trace") -> tuple[TraceRo
         if not line.strip():
             continue
         try:
-            item = json.loads(line)
-            rows.append(
-                TraceRow(
-                    float(item["timestamp"]) / 1000.0,
-                    int(item["input_length"]),
-                    int(item["output_length"]),
-                    tuple(int(h) for h in item.get("hash_ids", ())),
-                )
-            )
+            rows.append(_mooncake_row(json.loads(line)))
         except (ValueError, KeyError, TypeError) as exc:
             raise SpecError(
                 f"{source}:{number}: a Mooncake line needs timestamp (ms), input_length, "
                 f"output_length and hash_ids: {exc}"
             ) from None
     return _checked(rows, source)
+
+
+def _mooncake_row(item: object) -> TraceRow:
+    if not isinstance(item, dict):
+        raise TypeError(f"expected a JSON object, got {type(item).__name__}")
+    timestamp = item["timestamp"]
+    if isinstance(timestamp, bool) or not isinstance(timestamp, int | float):
+        raise TypeError(f"timestamp {timestamp!r} is not a number of milliseconds")
+    if not math.isfinite(timestamp):
+        raise ValueError(f"timestamp {timestamp!r} is not a finite number")
+    input_tokens = _token_count(item, "input_length")
+    hash_ids = item.get("hash_ids", [])
+    if not isinstance(hash_ids, list) or not all(
+        isinstance(h, int) and not isinstance(h, bool) for h in hash_ids
+    ):
+        raise TypeError(f"hash_ids must be a list of integer block ids, not {hash_ids!r:.80}")
+    max_ids = -(-input_tokens // MOONCAKE_BLOCK_TOKENS)
+    if len(hash_ids) > max_ids:
+        raise ValueError(
+            f"{len(hash_ids)} hash_ids, but input_length {input_tokens} fills at most "
+            f"{max_ids} blocks of {MOONCAKE_BLOCK_TOKENS} tokens"
+        )
+    return TraceRow(
+        timestamp / 1000.0, input_tokens, _token_count(item, "output_length"), tuple(hash_ids)
+    )
+
+
+def _token_count(item: dict[str, object], key: str) -> int:
+    """A whole, non-negative, bounded token count (an integral float such as 600.0 counts)."""
+    value = item[key]
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{key} {value!r} is not a whole number of tokens")
+    return _bounded(key, value)
+
+
+def _bounded(key: str, value: int) -> int:
+    if not 0 <= value <= MAX_TRACE_TOKENS:
+        raise ValueError(f"{key} {value} is outside 0..{MAX_TRACE_TOKENS} tokens")
+    return value
 
 
 def parse_azure(text: str, source: str = "trace") -> tuple[TraceRow, ...]:
@@ -81,8 +118,14 @@ def parse_azure(text: str, source: str = "trace") -> tuple[TraceRow, ...]:
                 moment = datetime.fromisoformat(stamp)
                 start = start or moment
                 arrival_s = (moment - start).total_seconds()
+            if not math.isfinite(arrival_s):
+                raise ValueError(f"TIMESTAMP {stamp!r} is not a finite number")
             rows.append(
-                TraceRow(arrival_s, int(item["ContextTokens"]), int(item["GeneratedTokens"]))
+                TraceRow(
+                    arrival_s,
+                    _bounded("ContextTokens", int(item["ContextTokens"])),
+                    _bounded("GeneratedTokens", int(item["GeneratedTokens"])),
+                )
             )
         except ValueError as exc:
             raise SpecError(f"{source}:{number}: bad Azure trace row: {exc}") from None

@@ -1,0 +1,126 @@
+"""Garbage from the server: each such request is a failure with a reason, so its timings stay
+out of TTFT and ITL (the summary reads successes only)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from inhouse.bench.http import Client
+from inhouse.bench.metrics import Outcome, RequestResult, summarize
+from inhouse.bench.request_func import Job, OpenAIStream, Target
+
+OK = b'data: {"choices":[{"text":"a"}]}\n\n'
+DONE = b"data: [DONE]\n\n"
+SSE = [(b"content-type", b"text/event-stream")]
+JSON = [(b"content-type", b"application/json")]
+
+
+def answer(*parts: bytes, headers: list[tuple[bytes, bytes]] = SSE) -> Outcome:
+    outcome = Outcome(0, 0.0)
+    stream = OpenAIStream(outcome, keep_text=True)
+    stream.on_head(200, headers)
+    for i, part in enumerate(parts):
+        stream.on_body(part, 1.0 + i)
+    stream.on_end(9.0)
+    return outcome
+
+
+def test_a_whole_stream_is_a_success() -> None:
+    o = answer(OK, OK, DONE)
+    assert (o.success, o.error, o.num_chunks, o.ttft_s, o.itl_s) == (True, "", 2, 1.0, [1.0])
+    assert o.text == "aa"
+
+
+def test_a_whole_answer_with_usage_is_a_success() -> None:
+    body = b'{"choices":[{"message":{"content":"hi"}}],"usage":{"completion_tokens":2}}'
+    o = answer(body, headers=JSON)
+    assert (o.success, o.error, o.text, o.completion_tokens) == (True, "", "hi", 2)
+
+
+def test_a_usage_count_that_is_not_a_count_fails_the_request_not_the_summary() -> None:
+    o = answer(OK, b'data: {"choices":[],"usage":{"completion_tokens":"5"}}\n\n', DONE)
+    assert not o.success
+    summary = summarize([RequestResult(o, "r0", 10)], 1.0)
+    assert (summary["completed"], summary["failed"]) == (0, 1)
+
+
+def test_a_stream_that_ends_before_done_is_a_failure() -> None:
+    o = answer(OK, OK)
+    assert not o.success
+    assert o.error == "the stream ended without `data: [DONE]` (cut short)"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b'data: {"choices":"xyz"}\n\n',
+        b'data: {"choices":{"a":1}}\n\n',
+        b'data: {"choices":[{"delta":"x"}]}\n\n',
+        b'data: {"choices":[],"usage":"x"}\n\n',
+        b'data: {"choices":[{"delta":{"content":["a"]}}]}\n\n',
+        b'data: {"choices":[],"usage":{"completion_tokens":"5"}}\n\n',
+        b'data: {"choices":[],"usage":{"prompt_tokens":-1}}\n\n',
+        b'data: {"choices":[],"usage":{"prompt_tokens_details":{"cached_tokens":1.5}}}\n\n',
+    ],
+)
+def test_a_message_of_the_wrong_shape_is_a_failure_with_the_message(bad: bytes) -> None:
+    o = answer(OK, bad, OK, DONE)
+    assert not o.success
+    assert o.error.startswith("SSE message of an unexpected shape: ")
+    assert bad[6:-2].decode() in o.error
+
+
+def test_a_non_json_message_is_a_failure() -> None:
+    o = answer(OK, b"data: hello\n\n", OK, DONE)
+    assert not o.success and o.error == "bad SSE message: b'hello'"
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b"<html></html>", "bad JSON body"),
+        (b'{"choices":[]}', "response has no choices"),
+        (b'{"choices":"abc"}', "response of an unexpected shape"),
+        (b'{"choices":[{"message":"x"}]}', "response of an unexpected shape"),
+        (b'{"choices":[{"text":["a"]}]}', "response of an unexpected shape"),
+        (b'{"choices":[{"text":"a"}],"usage":[1,2]}', "response of an unexpected shape"),
+        (b'{"choices":[{"text":"a"}],"usage":{"completion_tokens":"5"}}', "unexpected shape"),
+    ],
+)
+def test_a_whole_answer_that_is_not_one_is_a_failure(body: bytes, says: str) -> None:
+    o = answer(body, headers=JSON)
+    assert not o.success and says in o.error
+
+
+async def send_to_raw_server(response: bytes) -> Outcome:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(response)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    client = Client(Target("127.0.0.1", server.sockets[0].getsockname()[1]))
+    job = Job(0, time.perf_counter(), "/v1/completions", b"{}", timeout_s=0.5)
+    try:
+        return await asyncio.wait_for(client.send(job), 5.0)
+    finally:
+        client.close()
+        server.close()
+
+
+def test_a_close_delimited_answer_of_the_wrong_shape_ends_instead_of_hanging() -> None:
+    """The body ends when the server closes; reading it used to raise inside connection_lost,
+    and the request never ended (not even at its timeout), so the run never finished."""
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n"
+    o = asyncio.run(send_to_raw_server(head + b'{"choices":[{"message":"x"}]}'))
+    assert not o.success and "unexpected shape" in o.error
+
+
+def test_a_close_delimited_stream_cut_short_is_a_failure() -> None:
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
+    o = asyncio.run(send_to_raw_server(head + OK + OK))
+    assert not o.success and o.num_chunks == 2 and "without `data: [DONE]`" in o.error
