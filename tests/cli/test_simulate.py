@@ -110,7 +110,10 @@ def test_trace_replay_of_the_mooncake_sample(tmp_path: Path) -> None:
         ([*SMALL, "--slo", "ttft=5"], "SLO 'ttft' is unknown"),
         ([*SMALL, "--slo", "ttft_ms"], "use KEY=VALUE"),
         ([*SMALL, "-W", "sesions=3"], "has no parameter 'sesions'"),
-        ([*SMALL, "--workload", "trace:/nonexistent.jsonl"], "nonexistent.jsonl: cannot read it"),
+        (
+            [*SMALL, "--workload", "trace:/nonexistent.jsonl"],
+            "cannot read trace /nonexistent.jsonl",
+        ),
         ([*SMALL, "--down", "gpu=1"], "'gpu' is not a pool"),
         ([*SMALL, "--duration", "0"], "duration must be positive"),
     ],

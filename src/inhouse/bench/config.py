@@ -13,7 +13,6 @@ Load flags map onto the workloads the simulator uses, so `--simulate` runs the s
 from __future__ import annotations
 
 import math
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ from pathlib import Path
 from inhouse.bench.metrics import DEFAULT_PERCENTILES
 from inhouse.errors import SpecError
 from inhouse.fleet import check_slo
+from inhouse.spec.load import MAX_TRACE_BYTES, read_spec_text
 from inhouse.workload import (
     TraceWorkload,
     Workload,
@@ -175,29 +175,9 @@ def build_workload(spec: BenchSpec) -> Workload:
 
 def load_trace(path: Path, model: str | None = None) -> TraceWorkload:
     """A Mooncake `.jsonl` or Azure `.csv` trace."""
-    text = read_trace_text(path, f"--workload trace:{path}")
+    text = read_spec_text(path, "--workload trace file", MAX_TRACE_BYTES)
     if path.suffix == ".csv":
         rows = parse_azure(text, str(path))
     else:
         rows = parse_mooncake(text.splitlines(), str(path))
     return TraceWorkload(rows, model=model, name=f"trace:{path.name}")
-
-
-def read_trace_text(path: Path, what: str) -> str:
-    """The text of a trace file; a SpecError naming it (and the line of a byte that is not
-    UTF-8) otherwise. NOTE: a FIFO or device is refused before it is opened: reading one would
-    wait for a writer forever or never end."""
-    try:
-        if not stat.S_ISREG(path.stat().st_mode):
-            raise SpecError(f"{what}: not a regular file; give the path of a trace file")
-        data = path.read_bytes()
-    except OSError as exc:
-        raise SpecError(f"{what}: cannot read it ({exc.strerror})") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise SpecError(
-            f"{path}:{line}: byte {data[exc.start]:#04x} is not UTF-8; a trace is UTF-8 text "
-            "(re-encode it, e.g. `iconv -t UTF-8`, or drop the line)"
-        ) from None

@@ -16,11 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from inhouse.bench.config import read_trace_text
 from inhouse.errors import SpecError
 from inhouse.fleet import simulate_stack
 from inhouse.routing import policy_names
-from inhouse.spec.load import load_stack, resolve_local_models
+from inhouse.spec.load import MAX_TRACE_BYTES, load_stack, read_spec_text, resolve_local_models
 from inhouse.spec.stack import StackSpec, parse_stack
 from inhouse.workload import Workload, make_workload, workload_names
 from inhouse.workload.traces import TraceWorkload, parse_azure, parse_mooncake
@@ -198,7 +197,7 @@ def _workload(spec: str, raw_params: list[str], rate_scale: float) -> tuple[Work
 
 def load_trace(path: Path) -> TraceWorkload:
     """Read a Mooncake (.jsonl) or Azure (.csv) trace file."""
-    text = read_trace_text(path, f"trace {path}")
+    text = read_spec_text(path, "trace", MAX_TRACE_BYTES)
     if path.suffix == ".jsonl":
         return TraceWorkload(parse_mooncake(text.splitlines(), str(path)), name="mooncake")
     if path.suffix == ".csv":

@@ -23,6 +23,7 @@ from inhouse.spec.stack import StackSpec, parse_stack_text
 
 __all__ = [
     "MAX_SPEC_BYTES",
+    "MAX_TRACE_BYTES",
     "load_stack",
     "model_from_hf_config",
     "read_keys_file",
@@ -35,6 +36,8 @@ __all__ = [
 # past it is a wrong path or an attack, refused before a parser spends minutes on it.
 MAX_SPEC_BYTES = 1024 * 1024
 MAX_KEYS_FILE_BYTES = 16 * 1024 * 1024  # ~150,000 `TENANT HASH` lines
+# A replayed trace is read whole (Mooncake's published traces are tens of MB).
+MAX_TRACE_BYTES = 1024 * 1024 * 1024
 
 
 def read_spec_text(path: Path, what: str, max_bytes: int = MAX_SPEC_BYTES) -> str:
@@ -63,7 +66,7 @@ def read_spec_text(path: Path, what: str, max_bytes: int = MAX_SPEC_BYTES) -> st
         bad = data[exc.start : exc.start + 1]
         raise SpecError(
             f"{path}: line {line} (byte {exc.start}) is not UTF-8 ({bad!r}); save the {what} "
-            "as UTF-8 text"
+            "as UTF-8 text (e.g. `iconv -t UTF-8`)"
         ) from None
 
 
