@@ -187,17 +187,16 @@ def _check_before_fetch(
         if statement.lists_sha256:
             signed = statement.resources
         problems = diff_resources(signed, listed)
-        if problems:
-            problem = Problem(
-                problems[0].kind,
-                problems[0].path,
-                "the registry's manifest disagrees with the signature",
-            )
-    if problem is not None:
-        trust = request.trust.describe()
-        verification = Verification(Path(where), signature_path, trust, (problem,))
-        raise VerificationFailed(verification, _refusal(manifest, verification))
-    return read_statement(signature_path)
+        if not problems:
+            return statement
+        problem = Problem(
+            problems[0].kind,
+            problems[0].path,
+            "the registry's manifest disagrees with the signature",
+        )
+    trust = request.trust.describe()
+    verification = Verification(Path(where), signature_path, trust, (problem,))
+    raise VerificationFailed(verification, _refusal(manifest, verification))
 
 
 def _refusal(manifest: RegistryManifest, verification: Verification) -> str:
