@@ -51,6 +51,35 @@ def test_references_must_name_pools() -> None:
         parse_stack(data)
 
 
+@pytest.mark.parametrize("field", ["fallback", "long_pool"])
+def test_a_pool_cannot_be_its_own_fallback_or_long_pool(field: str) -> None:
+    with pytest.raises(SpecError, match=f"{field} names the pool itself"):
+        parse_stack(minimal(long_prompt_tokens=8000, **{field: "chat"}))
+
+
+def test_pools_may_fall_back_on_each_other() -> None:
+    data = minimal(fallback="spare")
+    spare = {"name": "spare", "model": "Llama-3.1-8B", "served_model_name": "spare"}
+    data["pools"].append({**spare, "fallback": "chat"})  # type: ignore[attr-defined]
+    assert parse_stack(data).pool("spare").fallback == "chat"  # one hop: a pair is a backup pair
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("served_model_name", 'chat"} or vector(1) #'),
+        ("served_model_name", "../chat"),
+        ("aliases", ["chat 70b"]),
+        ("lora_adapters", ["../../etc/x"]),
+        ("lora_adapters", ["org/adapter"]),
+    ],
+)
+def test_model_names_cannot_break_promql_or_paths(field: str, value: object) -> None:
+    # The names become PromQL label values in the alerts and LoRA directories in the pods.
+    with pytest.raises(SpecError, match=r"is not valid"):
+        parse_stack(minimal(**{field: value}))
+
+
 def test_url_engines_need_one_url_per_replica() -> None:
     with pytest.raises(SpecError, match="one entry in urls per replica"):
         parse_stack(minimal(engine="url", replicas=2, urls=["http://127.0.0.1:8001"]))

@@ -22,7 +22,7 @@ from inhouse.spec.knobs import EngineKnobs as EngineKnobs  # the pools' `knobs:`
 from inhouse.spec.observability import ObservabilitySpec
 from inhouse.spec.slo import LatencySlo
 from inhouse.spec.triggers import Trigger
-from inhouse.spec.weights import WeightsSpec
+from inhouse.spec.weights import WeightsSpec, check_model_name
 from inhouse.spec.workloads import WorkloadSpec
 from inhouse.spec.yaml_load import load_yaml
 
@@ -89,6 +89,25 @@ class PoolSpec(SpecModel):
         default=None, description="signed weights, verified before start (docs/weights.md)"
     )
 
+    @model_validator(mode="after")
+    def _check_names(self) -> PoolSpec:
+        # NOTE: these names become PromQL label values (model_name="..."), vLLM arguments and,
+        # for adapters, a directory under the LoRA root: a quote or a `..` would rewrite an
+        # alert's query or climb out of the model cache.
+        what = f"pool {self.name!r}:"
+        if self.served_model_name is not None:
+            check_model_name(self.served_model_name, f"{what} served_model_name")
+        for alias in self.aliases:
+            check_model_name(alias, f"{what} alias")
+        for adapter in self.lora_adapters:
+            if "/" in adapter:
+                raise SpecError(
+                    f"{what} LoRA adapter {adapter!r} is not valid: an adapter is one directory "
+                    "under the LoRA root; use letters, digits, '.', '_' and '-' (no '/')"
+                )
+            check_model_name(adapter, f"{what} LoRA adapter")
+        return self
+
     @property
     def client_model_name(self) -> str:
         return self.served_model_name or self.model.rstrip("/").split("/")[-1]
@@ -138,6 +157,12 @@ class StackSpec(SpecModel):
                 raise ValueError(
                     f"pool {pool.name!r}: long_pool needs long_prompt_tokens (the length rule)"
                 )
+            for ref, field in ((pool.long_pool, "long_pool"), (pool.fallback, "fallback")):
+                if ref == pool.name:
+                    raise ValueError(
+                        f"pool {pool.name!r}: {field} names the pool itself, so no other pool "
+                        f"ever takes its traffic; name another pool or remove {field}"
+                    )
             if self.engine_of(pool) == "url" and len(pool.urls) != pool.replicas:
                 raise ValueError(
                     f"pool {pool.name!r}: engine 'url' needs one entry in urls per replica "
