@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from inhouse.launch.engine_args import vllm_serve_args
 from inhouse.render import layout
+from inhouse.render.checks import check_renderable
 from inhouse.render.grafana_boards import render_grafana
 from inhouse.render.k8s_cluster import render_cluster
 from inhouse.render.k8s_engine import namespace_of, render_engines
@@ -37,6 +38,7 @@ class Rendered:
 
 def render_stack(stack: StackSpec, options: RenderOptions | None = None) -> Rendered:
     options = options or RenderOptions()
+    check_renderable(stack, layout.engine_layout(stack))
     files: dict[str, str] = {}
     # NOTE: the bare-metal scripts run exactly what `inhouse up` runs; only the cluster's
     # manifests send traces to the in-cluster Tempo (`with_tracing`).

@@ -1,0 +1,77 @@
+"""Render refuses a pool that would not start or not schedule as rendered, naming the field
+and the fix (`inhouse.render.checks`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from inhouse.errors import DoesNotFitError, SpecError
+from inhouse.render import render_stack
+from inhouse.spec.load import load_stack
+from inhouse.spec.stack import parse_stack
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def stack_with(nodes: object = None, **pool: object) -> dict[str, object]:
+    data: dict[str, object] = {
+        "version": 1,
+        "name": "demo",
+        "engine": "vllm",
+        "nodes": [{"gpu": "h100_sxm", "gpus_per_node": 8, "count": 1}] if nodes is None else nodes,
+        "pools": [{"name": "chat", "model": "llama-3.1-8b", **pool}],
+    }
+    return data
+
+
+@pytest.mark.parametrize(
+    ("pool", "message"),
+    [
+        ({"tp": 16}, r"tp=16 is more GPUs than a h100_sxm node has \(8\).*lower tp to at most 8"),
+        ({"tp": 3}, r"tp=3: Llama-3.1-8B has 32 attention heads"),
+        ({"routing": {"policy": "nonesuch"}}, r"routing policy 'nonesuch' is unknown; use one of"),
+        ({"routing": {"policy": "oracle"}}, r"'oracle' .* exists only in the simulator"),
+        (
+            {"routing": {"policy": "cache_aware", "params": {"bogus": 1}}},
+            r"routing\.params\.bogus: unknown parameter",
+        ),
+        ({"quant": "fp6"}, r"pool 'chat': unknown quantization 'fp6'"),
+        ({"knobs": {"kv_cache_dtype": "bf16"}}, r"kv_cache_dtype 'bf16' is not a value vLLM"),
+        ({"knobs": {"max_model_len": 200_000}}, r"max_model_len 200000 is longer than"),
+        ({"gpu": "a100_sxm_80gb"}, r"gpu 'a100_sxm_80gb' is on none of the stack's nodes"),
+        ({"replicas": 9}, r"need 9 GPUs at their minimum replicas .* the nodes have 8"),
+        ({"gpu_ids": [[9]]}, r"gpu_ids has GPU 9, but the node has GPUs 0\.\.7"),
+        ({"replicas": 2, "gpu_ids": [[0], [0]]}, r"chat-r1 and chat-r0 are both pinned to GPU 0"),
+    ],
+)
+def test_render_refuses_a_pool_that_cannot_run_as_rendered(
+    pool: dict[str, object], message: str
+) -> None:
+    stack = parse_stack(stack_with(**pool))
+    with pytest.raises(SpecError, match=message):
+        render_stack(stack)
+
+
+def test_a_tp_group_larger_than_the_catalog_node_is_refused_without_nodes() -> None:
+    stack = parse_stack(stack_with(nodes=[], tp=16))
+    with pytest.raises(SpecError, match=r"tp=16 is more GPUs than a h100_sxm node has \(8\)"):
+        render_stack(stack)
+
+
+def test_a_pool_whose_weights_and_one_sequence_do_not_fit_is_refused() -> None:
+    # Llama-3.1-70B at bf16 is ~141 GB of weights: it cannot load on one 80 GB H100.
+    stack = parse_stack(stack_with(model="llama-3.1-70b"))
+    with pytest.raises(DoesNotFitError, match=r"pool 'chat' \(llama-3.1-70b, bf16, tp=1"):
+        render_stack(stack)
+
+
+def test_the_pool_renders_once_its_values_are_ones_vllm_takes() -> None:
+    stack = parse_stack(stack_with(tp=2, knobs={"kv_cache_dtype": "fp8"}))
+    assert "k8s/engine-chat.yaml" in render_stack(stack).files
+
+
+@pytest.mark.parametrize("example", sorted((ROOT / "examples").glob("*/stack.yaml")))
+def test_the_examples_pass_the_checks(example: Path) -> None:
+    assert render_stack(load_stack(example)).files
