@@ -64,6 +64,11 @@ def test_pools_may_fall_back_on_each_other() -> None:
     assert parse_stack(data).pool("spare").fallback == "chat"  # one hop: a pair is a backup pair
 
 
+def test_served_names_may_be_hugging_face_ids_or_ollama_tags() -> None:
+    pool = parse_stack(minimal(served_model_name="org/Chat-1.5_b", aliases=["llama3.1:8b"]))
+    assert pool.pools[0].model_names == ("org/Chat-1.5_b", "llama3.1:8b")
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [

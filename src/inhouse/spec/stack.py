@@ -9,6 +9,7 @@ Versioned: `version: 1` is the only version so far.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 import yaml
@@ -30,6 +31,11 @@ STACK_VERSION = 1
 
 EngineKind = Literal["simulated", "vllm", "sglang", "url"]
 PoolRole = Literal["standard", "fast", "long", "fallback", "utility"]
+# A name clients send as `model`: path components of letters, digits, '.', '_', '-' and ':'
+# (Ollama-style tags such as `llama3.1:8b`), each starting with a letter or digit.
+_SERVED_NAME = re.compile(
+    r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}(/[A-Za-z0-9][A-Za-z0-9._:-]{0,127})*$"
+)
 
 
 class RoutingSpec(SpecModel):
@@ -95,10 +101,17 @@ class PoolSpec(SpecModel):
         # for adapters, a directory under the LoRA root: a quote or a `..` would rewrite an
         # alert's query or climb out of the model cache.
         what = f"pool {self.name!r}:"
-        if self.served_model_name is not None:
-            check_model_name(self.served_model_name, f"{what} served_model_name")
-        for alias in self.aliases:
-            check_model_name(alias, f"{what} alias")
+        names = [
+            ("served_model_name", self.served_model_name),
+            *(("alias", a) for a in self.aliases),
+        ]
+        for field, name in names:
+            if name is not None and not _SERVED_NAME.match(name):
+                raise SpecError(
+                    f"{what} {field} {name!r} is not valid: use path components of letters, "
+                    "digits, '.', '_', '-' and ':' separated by '/', each starting with a letter "
+                    "or digit (e.g. meta-llama/Llama-3.1-8B-Instruct or llama3.1:8b)"
+                )
         for adapter in self.lora_adapters:
             if "/" in adapter:
                 raise SpecError(
