@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from inhouse.errors import DoesNotFitError, SpecError
-from inhouse.render import render_stack
+from inhouse.render import RenderOptions, render_stack
 from inhouse.spec.load import load_stack
 from inhouse.spec.stack import parse_stack
 
@@ -75,3 +75,23 @@ def test_the_pool_renders_once_its_values_are_ones_vllm_takes() -> None:
 @pytest.mark.parametrize("example", sorted((ROOT / "examples").glob("*/stack.yaml")))
 def test_the_examples_pass_the_checks(example: Path) -> None:
     assert render_stack(load_stack(example)).files
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("namespace", 'prod"} or vector(1) #'),
+        ("namespace", "Prod_NS"),
+        ("namespace", "n" * 64),
+        ("monitoring_namespace", "-monitoring"),
+        ("dcgm_namespace", "gpu operator"),
+    ],
+)
+def test_namespaces_must_be_kubernetes_names(field: str, value: str) -> None:
+    with pytest.raises(SpecError, match=r"is not a Kubernetes namespace"):
+        RenderOptions(**{field: value})  # type: ignore[arg-type]
+
+
+def test_a_valid_namespace_is_used() -> None:
+    rendered = render_stack(parse_stack(stack_with()), RenderOptions(namespace="prod-1"))
+    assert "namespace: prod-1" in rendered.files["k8s/engine-chat.yaml"]

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import inhouse
+from inhouse.errors import SpecError
+
+# A Kubernetes namespace is a DNS-1123 label: kubectl refuses anything else, and the rendered
+# PromQL carries it as a label value (`namespace="..."`), where a quote would rewrite the query.
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +55,16 @@ class RenderOptions:
     gateway_port: int = 8080
     prestop_sleep_s: int = 15
     kubernetes_version: str = "1.30"  # what the manifests target; tests validate against it
+
+    def __post_init__(self) -> None:
+        for field in ("namespace", "monitoring_namespace", "dcgm_namespace"):
+            value = getattr(self, field)
+            if value is not None and not _DNS_LABEL.match(value):
+                flag = "--" + field.replace("_", "-")
+                raise SpecError(
+                    f"{flag} {value!r} is not a Kubernetes namespace: at most 63 lowercase "
+                    "letters, digits and '-', starting and ending with a letter or digit"
+                )
 
     def image(self, ref: str) -> str:
         """`ref` with its registry host replaced by `registry` (first path part with a dot or
