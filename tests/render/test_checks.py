@@ -95,3 +95,18 @@ def test_namespaces_must_be_kubernetes_names(field: str, value: str) -> None:
 def test_a_valid_namespace_is_used() -> None:
     rendered = render_stack(parse_stack(stack_with()), RenderOptions(namespace="prod-1"))
     assert "namespace: prod-1" in rendered.files["k8s/engine-chat.yaml"]
+
+
+@pytest.mark.parametrize(
+    ("model", "quant", "noted"),
+    [
+        ("llama-3.1-8b", "w4a16", True),  # a 16-bit checkpoint: vLLM would serve it at bf16
+        ("hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4", "awq", False),
+        ("nvidia/Llama-3.1-8B-Instruct-FP4", "fp4", False),
+        ("llama-3.1-8b", "fp8", False),  # rendered as --quantization fp8
+        ("llama-3.1-8b", "bf16", False),
+    ],
+)
+def test_a_checkpoint_quant_on_a_16_bit_name_is_noted(model: str, quant: str, noted: bool) -> None:
+    notes = render_stack(parse_stack(stack_with(model=model, quant=quant))).notes
+    assert any("renders no --quantization" in n for n in notes) is noted

@@ -23,11 +23,19 @@ from inhouse.render.prometheus_config import render_prometheus_config
 from inhouse.render.runbook import render_runbook
 from inhouse.render.vllm import render_vllm_script
 from inhouse.spec.gateway import parse_gateway
-from inhouse.spec.stack import StackSpec
+from inhouse.spec.quant import normalize_quant
+from inhouse.spec.stack import PoolSpec, StackSpec
 
 __all__ = ["RenderOptions", "Rendered", "render_stack"]
 
 BARE_METAL_BASE_PORT = 8000
+# Quantizations vLLM reads from a pre-quantized checkpoint's config (render passes no
+# --quantization for them), and the words that name such a checkpoint (gpt-oss ships MXFP4).
+CHECKPOINT_QUANT_HINTS = {
+    "w4a16": ("awq", "gptq", "int4", "w4a16"),
+    "int8": ("int8", "w8a8"),
+    "fp4": ("fp4", "gpt-oss"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +100,9 @@ def render_notes(stack: StackSpec, engines: layout.EngineLayout) -> list[str]:
                 f"is below the plan's p95 e2e {e2e:.1f} s: vLLM's drain cuts longer requests; "
                 "raise it (`inhouse plan` writes at least the p95)"
             )
+        quant_note = checkpoint_quant_note(pool)
+        if quant_note:
+            notes.append(quant_note)
         if engines.single_node and pool.tp > 1 and not pool.gpu_ids:
             notes.append(
                 f"pool {pool.name}: TP={pool.tp} without gpu_ids; the device plugin picks the "
@@ -103,3 +114,19 @@ def render_notes(stack: StackSpec, engines: layout.EngineLayout) -> list[str]:
                 f"device plugin picks the GPUs (vllm/{pool.name}.sh still pins them)"
             )
     return notes
+
+
+def checkpoint_quant_note(pool: PoolSpec) -> str | None:
+    """A pool whose `quant` vLLM reads from the checkpoint, on a model whose name does not say
+    it is quantized: a 16-bit checkpoint would be served at 16 bits, not as planned."""
+    quant = normalize_quant(pool.quant).name
+    hints = CHECKPOINT_QUANT_HINTS.get(quant)
+    names = [pool.model, *([pool.weights.name] if pool.weights and pool.weights.name else [])]
+    if hints is None or any(h in n.lower() for n in names for h in hints):
+        return None
+    return (
+        f"pool {pool.name}: quant {pool.quant} renders no --quantization (vLLM reads the scheme "
+        f"from the checkpoint's config), and {pool.model} does not look like a {quant} "
+        "checkpoint: a 16-bit one would load at 16 bits, more memory than the plan sized; "
+        "point `model` at the quantized checkpoint"
+    )
