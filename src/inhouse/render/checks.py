@@ -11,8 +11,9 @@ planner and the simulator use). Each error names the pool, the field and the fix
 
 from __future__ import annotations
 
-from inhouse.engine.build import ReplicaSpec, build_replica
+from inhouse.engine.build import build_replica
 from inhouse.errors import DoesNotFitError, SpecError
+from inhouse.fleet import replica_spec_for_pool
 from inhouse.render.layout import EngineLayout
 from inhouse.routing.framework import PolicyContext
 from inhouse.routing.registry import make_policy
@@ -124,17 +125,8 @@ def _check_fit(pool: PoolSpec) -> None:
             f"context ({model.max_context} tokens), which vLLM refuses at start; lower it to "
             f"at most {model.max_context}"
         )
-    spec = ReplicaSpec(
-        model=pool.model,
-        gpu=pool.gpu,
-        tp=pool.tp,
-        quant=pool.quant,
-        backend=pool.backend,
-        knobs=pool.knobs,
-        lora_adapters=pool.lora_adapters,
-    )
     try:
-        build_replica(spec)
+        build_replica(replica_spec_for_pool(pool))
     except DoesNotFitError as exc:
         raise DoesNotFitError(
             f"pool {pool.name!r} ({pool.model}, {pool.quant}, tp={pool.tp} on {pool.gpu}) does "
