@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
+import time
 from collections.abc import Awaitable, Callable
 
 from inhouse.http1.client import StreamPool, connect_tcp
@@ -127,3 +129,37 @@ def test_no_answer_in_time_is_a_timeout_and_is_not_sent_again() -> None:
     [r] = recorders
     assert r.events == ["timeout", "lost: connection lost: closed"]
     assert pool.num_retries == 0
+
+
+def test_a_server_whose_accept_queue_is_full_times_out_within_the_requests_timeout() -> None:
+    # A listener that never accepts, its queue filled: Linux drops further SYNs, and connect
+    # would retry them for about two minutes. The request's timeout covers connecting.
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        held = [socket.socket() for _ in range(4)]
+        for held_socket in held:
+            held_socket.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                held_socket.connect(("127.0.0.1", port))
+
+        async def one() -> tuple[Recorder, StreamPool, str, float]:
+            pool = StreamPool("127.0.0.1", port, connect_tcp)
+            recorder = Recorder()
+            start = time.monotonic()
+            try:
+                await pool.handle(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n", recorder, 0.3)
+                error = ""
+            except OSError as exc:
+                error = str(exc)
+            return recorder, pool, error, time.monotonic() - start
+
+        try:
+            recorder, pool, error, took_s = asyncio.run(one())
+        finally:
+            for held_socket in held:
+                held_socket.close()
+    assert took_s < 2.0, f"the request outlived its 0.3 s timeout: {took_s:.1f} s"
+    assert error.startswith(f"no connection to 127.0.0.1:{port} within the request's timeout")
+    assert pool.num_open_errors == 1 and recorder.events == []

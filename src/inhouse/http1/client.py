@@ -199,22 +199,25 @@ class StreamPool:
 
     async def handle(self, request: bytes, receiver: Receiver, timeout_s: float) -> None:
         """Send `request` (head and body) and hand its response to `receiver` until it ends,
-        fails or runs past `timeout_s`. Raises OSError when no connection can be opened.
+        fails or runs past `timeout_s`, connecting included. Raises OSError when no connection
+        can be opened, TimeoutError (an OSError) when none opens within `timeout_s`.
 
         A kept-alive connection the server closed while idle fails before any byte comes back;
-        such a request is sent once more on a new connection."""
+        such a request is sent once more on a new connection, within the same `timeout_s`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
         conn: StreamConnection | None = None
         try:
             conn = self._take()
             reused = conn is not None
             if conn is None:
-                conn = await self.open()
-            await self._exchange(conn, request, receiver, timeout_s)
+                conn = await self._open_by(deadline, timeout_s)
+            await self._exchange(conn, request, receiver, deadline, timeout_s)
             if reused and conn.status == 0 and not conn.is_timed_out:
                 self.num_retries += 1
                 receiver.restart()
-                conn = await self.open()
-                await self._exchange(conn, request, receiver, timeout_s)
+                conn = await self._open_by(deadline, timeout_s)
+                await self._exchange(conn, request, receiver, deadline, timeout_s)
         except OSError:
             self.num_open_errors += 1
             raise
@@ -223,12 +226,30 @@ class StreamPool:
                 conn.abort()
             raise
 
+    async def _open_by(self, deadline: float, timeout_s: float) -> StreamConnection:
+        """A new connection opened before `deadline` (loop time). NOTE: a server whose accept
+        queue is full drops the SYN, and the kernel retries it for about two minutes: without
+        this bound a request to an overloaded server outlived its own timeout."""
+        remaining_s = deadline - asyncio.get_running_loop().time()
+        try:
+            return await asyncio.wait_for(self.open(), max(remaining_s, 0.0))
+        except TimeoutError:
+            raise TimeoutError(
+                f"no connection to {self.host}:{self.port} within the request's "
+                f"timeout of {timeout_s:g} s (the server's accept queue may be full)"
+            ) from None
+
     async def _exchange(
-        self, conn: StreamConnection, request: bytes, receiver: Receiver, timeout_s: float
+        self,
+        conn: StreamConnection,
+        request: bytes,
+        receiver: Receiver,
+        deadline: float,
+        timeout_s: float,
     ) -> None:
         loop = asyncio.get_running_loop()
         done = conn.send(request, receiver)
-        timer = loop.call_later(timeout_s, _expire, conn, receiver, timeout_s)
+        timer = loop.call_at(deadline, _expire, conn, receiver, timeout_s)
         try:
             await done
         finally:
