@@ -5,12 +5,16 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import pytest
 import yaml
-from tests.render.conftest import PlannedCrm
+from tests.render.conftest import ROOT, PlannedCrm
+from tests.render.test_k8s import find
 
+from inhouse.errors import SpecError
 from inhouse.render import render_stack
-from inhouse.render.layout import TEARDOWN_MARGIN_S
+from inhouse.render.layout import DISCOVERY_MARGIN_S, TEARDOWN_MARGIN_S, inflight_s
 from inhouse.render.options import RenderOptions
+from inhouse.spec.load import load_stack
 from inhouse.spec.stack import StackSpec, parse_stack
 
 
@@ -69,3 +73,31 @@ def test_the_plan_drains_its_p95_and_render_waits_for_it(crm_plan: PlannedCrm) -
     prestop = RenderOptions().prestop_sleep_s
     for name in ("chat-r0", "gateway"):
         assert grace(docs(stack, name)) >= prestop + e2e_s + TEARDOWN_MARGIN_S
+
+
+def prestop(doc: dict[str, Any]) -> int:
+    (vllm,) = doc["spec"]["template"]["spec"]["containers"]
+    return int(vllm["lifecycle"]["preStop"]["exec"]["command"][1])
+
+
+def test_a_scaled_pools_engines_sleep_out_the_dns_ttl_and_one_discovery_interval() -> None:
+    """The gateway finds a scaled pool's pods by DNS every `discovery.interval_s` (5 s), and
+    the cluster's DNS serves cached records for their TTL (30 s in kubeadm's CoreDNS): a
+    terminating pod keeps getting new requests that long, so it drains only after."""
+    code = load_stack(ROOT / "examples" / "code-assistant" / "stack.yaml")
+    doc = docs(code, "standard")  # a scaled pool: one Deployment, found by DNS
+    assert prestop(doc) == 30 + 5 + DISCOVERY_MARGIN_S
+    assert grace(doc) == prestop(doc) + doc_inflight(code, "standard") + TEARDOWN_MARGIN_S
+    short_ttl = render_stack(code, RenderOptions(dns_ttl_s=5))
+    assert prestop(find(short_ttl, "Deployment", "standard")) == RenderOptions().prestop_sleep_s
+    crm = load_stack(ROOT / "examples" / "crm-copilot" / "stack.yaml")
+    assert prestop(docs(crm, "chat-r0")) == RenderOptions().prestop_sleep_s  # own Service
+
+
+def doc_inflight(stack: StackSpec, pool: str) -> int:
+    return inflight_s(stack, next(p for p in stack.pools if p.name == pool))[0]
+
+
+def test_a_dns_ttl_outside_coredns_range_is_refused() -> None:
+    with pytest.raises(SpecError, match=r"--dns-ttl-s -1: the DNS TTL is 0\.\.3600 s"):
+        RenderOptions(dns_ttl_s=-1)

@@ -56,6 +56,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Alertmanager receiver for severity=page (the pager bridge)",
     )
     parser.add_argument(
+        "--dns-ttl-s",
+        type=int,
+        default=defaults.dns_ttl_s,
+        help="TTL of the cluster DNS's Service records (CoreDNS kubernetes plugin `ttl`; "
+        "kubeadm's Corefile: 30): scaled pools' engines sleep it out before draining",
+    )
+    parser.add_argument(
         "--ticket-webhook",
         default=defaults.ticket_webhook_url,
         help="Alertmanager receiver for severity=ticket (the ticket system)",
@@ -77,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
         runbook_url=args.runbook_url,
         page_webhook_url=args.page_webhook,
         ticket_webhook_url=args.ticket_webhook,
+        dns_ttl_s=args.dns_ttl_s,
     )
     rendered = render_stack(stack, options)
     out: Path = args.out

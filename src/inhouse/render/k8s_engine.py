@@ -67,7 +67,10 @@ def engine_deployment(
     if unit.replica_index is not None:
         pod_labels["inhouse.dev/replica"] = str(unit.replica_index)
     window_s, window_why = layout.startup_window_s(pool)
-    grace_s, grace_why = layout.termination_grace_s(stack, pool, options.prestop_sleep_s)
+    prestop_s, _ = layout.engine_prestop_s(
+        stack, unit.replica_index is None, options.prestop_sleep_s, options.dns_ttl_s
+    )
+    grace_s, grace_why = layout.termination_grace_s(stack, pool, prestop_s)
     annotations = {"kubectl.kubernetes.io/default-container": "vllm"}
     if unit.gpu_ids:
         annotations["inhouse.dev/gpu-ids"] = ",".join(map(str, unit.gpu_ids))
@@ -79,7 +82,7 @@ def engine_deployment(
         "nodeSelector": {"nvidia.com/gpu.product": layout.gpu_product_label(pool.gpu)},
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
         "initContainers": init_containers(pool, options),
-        "containers": [vllm_container(stack, pool, options, window_s)],
+        "containers": [vllm_container(stack, pool, options, window_s, prestop_s)],
         "volumes": volumes(pool, options),
     }
     if unit.replica_index is None:
@@ -145,7 +148,7 @@ def deployment_comment(
 
 
 def vllm_container(
-    stack: StackSpec, pool: PoolSpec, options: RenderOptions, window_s: int
+    stack: StackSpec, pool: PoolSpec, options: RenderOptions, window_s: int, prestop_s: int
 ) -> dict[str, Any]:
     args = kubernetes_args(stack, pool, layout.model_dir(pool), options.engine_port)
     health = {"path": "/health", "port": "http"}
@@ -188,9 +191,10 @@ def vllm_container(
             "timeoutSeconds": 10,
             "failureThreshold": 3,
         },
-        # /health stays 200 while vLLM drains, so the pod leaves the endpoints by this sleep,
-        # before SIGTERM starts the --shutdown-timeout drain.
-        "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(options.prestop_sleep_s)]}}},
+        # /health stays 200 while vLLM drains, so the pod leaves the endpoints (and, for a
+        # scaled pool, the gateway's DNS view) by this sleep, before SIGTERM starts the
+        # --shutdown-timeout drain (`layout.engine_prestop_s`).
+        "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(prestop_s)]}}},
         "securityContext": {"allowPrivilegeEscalation": False},
     }
 

@@ -16,6 +16,7 @@ from inhouse.launch.engine_args import LORA_ROOT
 from inhouse.perf.memory import weight_bytes
 from inhouse.spec.base import MAX_REPLICAS
 from inhouse.spec.catalog import get_gpu, get_model
+from inhouse.spec.gateway import parse_gateway
 from inhouse.spec.quant import normalize_quant
 from inhouse.spec.stack import PoolSlo, PoolSpec, StackSpec
 from inhouse.spec.weights import by_name_path
@@ -206,6 +207,31 @@ def inflight_s(stack: StackSpec, pool: PoolSpec) -> tuple[int, str]:
     return seconds, (
         f"max(vLLM drain --shutdown-timeout {drain} s, the plan's p95 e2e {e2e:.1f} s) = "
         f"{seconds} s in flight"
+    )
+
+
+# After the DNS TTL and one discovery interval, a margin for the lookup itself.
+DISCOVERY_MARGIN_S = 5
+
+
+def engine_prestop_s(
+    stack: StackSpec, is_scaled: bool, prestop_sleep_s: int, dns_ttl_s: int
+) -> tuple[int, str]:
+    """The engine pod's preStop sleep, and why. A static replica is reached through its own
+    Service, which drops the pod from its endpoints at once. A scaled pool's pods are found by
+    the gateway's DNS lookups of a headless Service, every `gateway.discovery.interval_s`, and
+    the cluster's DNS answers from its cache for up to the records' TTL: the gateway can still
+    send new requests to a terminating pod for the TTL plus one interval, so the sleep covers
+    that before SIGTERM starts vLLM's drain (where new requests get 500)."""
+    if not is_scaled:
+        return prestop_sleep_s, f"preStop sleep {prestop_sleep_s} s"
+    interval_s = math.ceil(parse_gateway(stack.gateway).discovery.interval_s)
+    needed = dns_ttl_s + interval_s + DISCOVERY_MARGIN_S
+    if needed <= prestop_sleep_s:
+        return prestop_sleep_s, f"preStop sleep {prestop_sleep_s} s"
+    return needed, (
+        f"preStop sleep {needed} s (DNS TTL {dns_ttl_s} s + discovery every {interval_s} s "
+        f"+ {DISCOVERY_MARGIN_S} s: the gateway finds this pool's pods by DNS)"
     )
 
 

@@ -54,9 +54,18 @@ class RenderOptions:
     engine_port: int = 8000
     gateway_port: int = 8080
     prestop_sleep_s: int = 15
+    # How long the cluster's DNS serves a Service's records from cache: the `ttl` of CoreDNS's
+    # kubernetes plugin (30 in kubeadm's Corefile; the plugin's own default is 5). A scaled
+    # pool's engines sleep it out before draining (`layout.engine_prestop_s`).
+    dns_ttl_s: int = 30
     kubernetes_version: str = "1.30"  # what the manifests target; tests validate against it
 
     def __post_init__(self) -> None:
+        if not 0 <= self.dns_ttl_s <= 3600:
+            raise SpecError(
+                f"--dns-ttl-s {self.dns_ttl_s}: the DNS TTL is 0..3600 s (CoreDNS's range); "
+                "read it from the `ttl` line of the kubernetes block in the coredns ConfigMap"
+            )
         for field in ("namespace", "monitoring_namespace", "dcgm_namespace"):
             value = getattr(self, field)
             if value is not None and not _DNS_LABEL.match(value):
