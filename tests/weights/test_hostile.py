@@ -20,6 +20,7 @@ import pytest
 from tests.weights.conftest import Keys, Tampering
 from tests.weights.tiny_model import write_tiny_model
 
+from inhouse.weights import registry as registry_module
 from inhouse.weights.errors import WeightsError
 from inhouse.weights.registry import push_model
 from inhouse.weights.s3 import RegistryUrl, make_client
@@ -184,3 +185,47 @@ def test_pull_options_out_of_range_are_usage_errors(
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr
     assert option[0] in done.stderr and "Traceback" not in done.stderr
+
+
+class _Body:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.asked: list[int | None] = []
+        self.closed = False
+
+    def read(self, amt: int | None = None) -> bytes:
+        self.asked.append(amt)
+        return self.data if amt is None else self.data[:amt]
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _OneObject:
+    """An S3 client whose every object is `data`, with `length` as its ContentLength."""
+
+    def __init__(self, data: bytes, length: int | None) -> None:
+        self.body = _Body(data)
+        self.length = length
+
+    def get_object(self, Bucket: str, Key: str) -> dict[str, Any]:  # boto3's argument names
+        response: dict[str, Any] = {"Body": self.body}
+        if self.length is not None:
+            response["ContentLength"] = self.length
+        return response
+
+
+@pytest.mark.parametrize("announced", [True, False], ids=["content-length", "no-length"])
+def test_a_manifest_past_the_limit_is_refused_without_reading_it_whole(
+    monkeypatch: pytest.MonkeyPatch, announced: bool
+) -> None:
+    """The registry is not trusted: a huge object where a manifest or signature belongs would
+    have been read whole into the memory of every engine pod's init container."""
+    monkeypatch.setattr(registry_module, "MAX_METADATA_BYTES", 1024)
+    data = b"{" + b" " * 4096 + b"}"
+    client = _OneObject(data, len(data) if announced else None)
+    url = RegistryUrl.parse("s3://bucket/models")
+    with pytest.raises(WeightsError, match=r"s3://bucket/models/.*manifest\.json is .*over the"):
+        registry_module.read_revision(client, url, "tiny", "v1")
+    assert client.body.closed
+    assert client.body.asked == ([] if announced else [1025])

@@ -41,6 +41,9 @@ from inhouse.weights.signature import (
 
 MANIFEST = "manifest.json"
 SIGNATURE = "model.sig"
+# A revision's manifest and signature list one entry per file (per shard with shard hashing):
+# a few hundred kilobytes for the largest checkpoints. Anything past this is not ours.
+MAX_METADATA_BYTES = 64 << 20
 UPLOAD = TransferConfig(
     multipart_threshold=64 * 2**20, multipart_chunksize=64 * 2**20, max_concurrency=4
 )
@@ -258,9 +261,25 @@ def read_manifests(
 
 
 def _get(client: Any, bucket: str, key: str) -> bytes:
-    body = client.get_object(Bucket=bucket, Key=key)["Body"]
+    """A manifest's or signature's bytes, refused past `MAX_METADATA_BYTES` without reading
+    on: the registry is not trusted (only the signature is), and a pull runs in every engine
+    pod's init container, where an object of gigabytes read whole would take the pod down."""
+    response = client.get_object(Bucket=bucket, Key=key)
+    body = response["Body"]
     try:
-        data: bytes = body.read()
+        length = response.get("ContentLength")
+        data: bytes = b"" if _over_limit(length) else body.read(MAX_METADATA_BYTES + 1)
     finally:
         body.close()
+    if _over_limit(length) or len(data) > MAX_METADATA_BYTES:
+        size = f"{length:,} bytes" if isinstance(length, int) else "larger"
+        raise WeightsError(
+            f"s3://{bucket}/{key} is {size}, over the {MAX_METADATA_BYTES >> 20} MiB a manifest "
+            "or signature may have: it is not what `inhouse weights push` wrote; push the "
+            "revision again, or pull another"
+        )
     return data
+
+
+def _over_limit(length: object) -> bool:
+    return isinstance(length, int) and length > MAX_METADATA_BYTES
