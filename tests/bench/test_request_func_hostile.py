@@ -64,6 +64,9 @@ def test_a_stream_that_ends_before_done_is_a_failure() -> None:
         b'data: {"choices":[],"usage":{"completion_tokens":"5"}}\n\n',
         b'data: {"choices":[],"usage":{"prompt_tokens":-1}}\n\n',
         b'data: {"choices":[],"usage":{"prompt_tokens_details":{"cached_tokens":1.5}}}\n\n',
+        b"data: 42\n\n",  # JSON, but no object: was skipped as if it were not there
+        b'data: ["a"]\n\n',
+        b"data: null\n\n",
     ],
 )
 def test_a_message_of_the_wrong_shape_is_a_failure_with_the_message(bad: bytes) -> None:

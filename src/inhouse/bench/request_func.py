@@ -203,7 +203,7 @@ class OpenAIStream:
 
     def _on_data(self, data: object, now: float) -> None:
         if not isinstance(data, dict):
-            return
+            raise TypeError("an SSE message is a JSON object")
         o = self.outcome
         choices = data.get("choices")
         if choices:
