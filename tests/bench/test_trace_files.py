@@ -39,3 +39,26 @@ def test_a_directory_and_a_missing_file_are_refused(load, tmp_path: Path) -> Non
         load(tmp_path)
     with pytest.raises(SpecError, match="No such file"):
         load(tmp_path / "absent.jsonl")
+
+
+@pytest.mark.parametrize("load", LOADERS)
+def test_rows_with_nothing_to_replay_are_counted_and_said(
+    load, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A row with an empty prompt or output is left out of the replay, and the user is told
+    how many were: the replayed load is not the file's."""
+    empty = json.dumps({"timestamp": 5, "input_length": 600, "output_length": 0, "hash_ids": [1]})
+    path = tmp_path / "t.jsonl"
+    path.write_text(f"{GOOD}\n{empty}\n{GOOD}\n", encoding="utf-8")
+    trace = load(path)
+    assert (len(trace.rows), trace.num_empty) == (2, 1)
+    assert (
+        f"trace {path}: 1 of 3 rows left out (an empty prompt or output" in capsys.readouterr().err
+    )
+    csv = tmp_path / "t.csv"
+    csv.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n0,10,5\n1,0,5\n", encoding="utf-8")
+    assert load(csv).num_empty == 1
+    assert "1 of 2 rows left out" in capsys.readouterr().err
+    path.write_text(f"{GOOD}\n", encoding="utf-8")
+    assert load(path).num_empty == 0
+    assert capsys.readouterr().err == ""

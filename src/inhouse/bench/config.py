@@ -13,6 +13,7 @@ Load flags map onto the workloads the simulator uses, so `--simulate` runs the s
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,10 +26,9 @@ from inhouse.workload import (
     TraceWorkload,
     Workload,
     make_workload,
-    parse_azure,
-    parse_mooncake,
     workload_names,
 )
+from inhouse.workload.traces import read_trace
 
 DEFAULT_DURATION_S = 60.0
 SESSION_WORKLOADS = ("agent",)
@@ -174,10 +174,20 @@ def build_workload(spec: BenchSpec) -> Workload:
 
 
 def load_trace(path: Path, model: str | None = None) -> TraceWorkload:
-    """A Mooncake `.jsonl` or Azure `.csv` trace."""
+    """A Mooncake `.jsonl` or Azure `.csv` trace; says on stderr how many rows it leaves out."""
     text = read_spec_text(path, "--workload trace file", MAX_TRACE_BYTES)
-    if path.suffix == ".csv":
-        rows = parse_azure(text, str(path))
-    else:
-        rows = parse_mooncake(text.splitlines(), str(path))
-    return TraceWorkload(rows, model=model, name=f"trace:{path.name}")
+    trace = read_trace(
+        text, str(path), azure=path.suffix == ".csv", model=model, name=f"trace:{path.name}"
+    )
+    say_rows_left_out(trace, path)
+    return trace
+
+
+def say_rows_left_out(trace: TraceWorkload, path: Path) -> None:
+    if trace.num_empty:
+        total = len(trace.rows) + trace.num_empty
+        print(
+            f"trace {path}: {trace.num_empty:,} of {total:,} rows left out "
+            "(an empty prompt or output: nothing to replay)",
+            file=sys.stderr,
+        )

@@ -16,13 +16,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from inhouse.bench.config import say_rows_left_out
 from inhouse.errors import SpecError
 from inhouse.fleet import simulate_stack
 from inhouse.routing import policy_names
 from inhouse.spec.load import MAX_TRACE_BYTES, load_stack, read_spec_text, resolve_local_models
 from inhouse.spec.stack import StackSpec, parse_stack
 from inhouse.workload import Workload, make_workload, workload_names
-from inhouse.workload.traces import TraceWorkload, parse_azure, parse_mooncake
+from inhouse.workload.traces import TraceWorkload, read_trace
 
 T = TypeVar("T")
 
@@ -198,11 +199,12 @@ def _workload(spec: str, raw_params: list[str], rate_scale: float) -> tuple[Work
 def load_trace(path: Path) -> TraceWorkload:
     """Read a Mooncake (.jsonl) or Azure (.csv) trace file."""
     text = read_spec_text(path, "trace", MAX_TRACE_BYTES)
-    if path.suffix == ".jsonl":
-        return TraceWorkload(parse_mooncake(text.splitlines(), str(path)), name="mooncake")
-    if path.suffix == ".csv":
-        return TraceWorkload(parse_azure(text, str(path)), name="azure")
-    raise SpecError(f"trace {path}: use a Mooncake .jsonl or an Azure .csv file")
+    if path.suffix not in (".jsonl", ".csv"):
+        raise SpecError(f"trace {path}: use a Mooncake .jsonl or an Azure .csv file")
+    azure = path.suffix == ".csv"
+    trace = read_trace(text, str(path), azure=azure, name="azure" if azure else "mooncake")
+    say_rows_left_out(trace, path)
+    return trace
 
 
 def _pairs(flag: str, raw: list[str], convert: Callable[[str], T]) -> dict[str, T]:

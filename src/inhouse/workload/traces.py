@@ -46,6 +46,10 @@ class TraceRow:
 
 
 def parse_mooncake(lines: Iterable[str], source: str = "trace") -> tuple[TraceRow, ...]:
+    return _checked(_mooncake_rows(lines, source), source)[0]
+
+
+def _mooncake_rows(lines: Iterable[str], source: str) -> list[TraceRow]:
     rows = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -57,7 +61,7 @@ def parse_mooncake(lines: Iterable[str], source: str = "trace") -> tuple[TraceRo
                 f"{source}:{number}: a Mooncake line needs timestamp (ms), input_length, "
                 f"output_length and hash_ids: {exc}"
             ) from None
-    return _checked(rows, source)
+    return rows
 
 
 def _mooncake_row(item: object) -> TraceRow:
@@ -102,6 +106,20 @@ def _bounded(key: str, value: int) -> int:
 
 
 def parse_azure(text: str, source: str = "trace") -> tuple[TraceRow, ...]:
+    return _checked(_azure_rows(text, source), source)[0]
+
+
+def read_trace(
+    text: str, source: str, *, azure: bool, model: str | None = None, name: str = "trace"
+) -> TraceWorkload:
+    """A trace's text (Azure CSV, else Mooncake JSON lines) as a workload that says how many of
+    its rows it leaves out for an empty prompt or output (`num_empty`)."""
+    raw = _azure_rows(text, source) if azure else _mooncake_rows(text.splitlines(), source)
+    rows, num_empty = _checked(raw, source)
+    return TraceWorkload(rows, model=model, name=name, num_empty=num_empty)
+
+
+def _azure_rows(text: str, source: str) -> list[TraceRow]:
     reader = csv.DictReader(io.StringIO(text))
     needed = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
     missing = [c for c in needed if c not in (reader.fieldnames or ())]
@@ -129,10 +147,12 @@ def parse_azure(text: str, source: str = "trace") -> tuple[TraceRow, ...]:
             )
         except ValueError as exc:
             raise SpecError(f"{source}:{number}: bad Azure trace row: {exc}") from None
-    return _checked(rows, source)
+    return rows
 
 
-def _checked(rows: list[TraceRow], source: str) -> tuple[TraceRow, ...]:
+def _checked(rows: list[TraceRow], source: str) -> tuple[tuple[TraceRow, ...], int]:
+    """The rows in arrival order from 0, without those with an empty prompt or output (nothing
+    to replay), and how many those were."""
     if not rows:
         raise SpecError(f"{source}: the trace has no requests")
     start = min(row.arrival_s for row in rows)
@@ -143,7 +163,7 @@ def _checked(rows: list[TraceRow], source: str) -> tuple[TraceRow, ...]:
     ]
     if not kept:
         raise SpecError(f"{source}: every request has an empty prompt or output")
-    return tuple(kept)
+    return tuple(kept), len(rows) - len(kept)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +174,7 @@ class TraceWorkload:
     block_tokens: int = MOONCAKE_BLOCK_TOKENS
     model: str | None = None
     name: str = "trace"
+    num_empty: int = 0  # rows of the file left out: an empty prompt or output
 
     @property
     def span_s(self) -> float:
