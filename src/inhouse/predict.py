@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from inhouse.engine.build import Replica
 from inhouse.engine.core import StepResult
 from inhouse.engine.request import Request
+from inhouse.errors import SpecError
+from inhouse.openai_errors import rejection_message
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +77,23 @@ class BenchmarkProtocol:
     def measured(self, concurrency: int) -> int:
         return self.num_requests or self.waves * concurrency
 
+    def check(self) -> None:
+        """Refuse settings no run can have, naming the input (`--flag` or CSV column)."""
+        if self.num_requests is not None and self.num_requests <= 0:
+            raise SpecError(
+                f"num_requests {self.num_requests}: give at least 1 measured request, or "
+                "leave it out for waves x concurrency"
+            )
+        for name in ("isl_std", "osl_std", "think_time_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise SpecError(f"{name} {value}: a spread or pause is a finite number >= 0")
+        if self.server_cap is not None and self.server_cap <= 0:
+            raise SpecError(
+                f"server_cap {self.server_cap}: a server holds at least 1 request at once; "
+                "leave it out for no cap beyond the engine's"
+            )
+
     def head(self, concurrency: int) -> int:
         """Requests simulated before the measured ones: the de-phasing requests, then a
         warm-up that does not drain."""
@@ -105,6 +124,9 @@ def default_num_requests(concurrency: int) -> int:
     return VLLM_BENCH.measured(concurrency)
 
 
+# The most clients a prediction simulates: past a replica's max_num_seqs (at most a few
+# thousand) more clients only queue, and each costs its requests' simulation (c20000: 40 s).
+MAX_CONCURRENCY = 65_536
 # Waves simulated before the steady state is taken as stationary (see `run_closed_loop`).
 SAMPLED_WAVES = 4
 
@@ -125,7 +147,8 @@ def run_closed_loop(
     two waves as simulated and every later request at the sampled steady-state mean.
     `sampled_waves=None` simulates every request.
     """
-    assert isl > 0 and osl > 0 and concurrency > 0, "isl, osl and concurrency must be positive"
+    check_shape(isl, osl, concurrency)
+    protocol.check()
     requested = num_requests or protocol.measured(concurrency)
     head = protocol.head(concurrency)
     total = requested if sampled_waves is None else min(requested, sampled_waves * concurrency)
@@ -147,6 +170,20 @@ def run_closed_loop(
         num_preemptions=engine.scheduler.num_preemptions,
         output_throughput=sum(r.output_len for r in done) / loop.now,
     )
+
+
+def check_shape(isl: int, osl: int, concurrency: int) -> None:
+    """Refuse a benchmark shape no run can have, naming the input."""
+    if min(isl, osl, concurrency) <= 0:
+        raise SpecError(
+            f"isl {isl}, osl {osl}, concurrency {concurrency}: each must be a positive integer"
+        )
+    if concurrency > MAX_CONCURRENCY:
+        raise SpecError(
+            f"concurrency {concurrency}: at most {MAX_CONCURRENCY:,} clients. The model "
+            "simulates the run's requests; a replica holds at most its max_num_seqs at once, "
+            "and the rest only queue (model that with server_cap)"
+        )
 
 
 class ClosedLoop:
@@ -209,7 +246,12 @@ class ClosedLoop:
         sent_s = request.arrival_s
         request.arrival_s = now_s
         reason = self.engine.add_request(request)
-        assert reason is None, reason
+        if reason is not None:
+            # A prompt (or prompt and output) the replica can never hold: an input error.
+            raise SpecError(
+                f"isl {request.num_prompt_tokens}, osl {request.output_len}: "
+                + rejection_message(reason)
+            )
         request.arrival_s = sent_s
         self.in_server += 1
 

@@ -117,3 +117,45 @@ def test_single_form_takes_a_dephased_start(capsys: pytest.CaptureFixture[str]) 
     main([*base, "--dephased-start"])
     dephased = json.loads(capsys.readouterr().out)
     assert dephased["mean_ttft_ms"] < locked["mean_ttft_ms"]  # no burst of 32 prompts measured
+
+
+SHAPE = ["predict", "--model", "Llama-3.1-8B", "--gpu", "h100_sxm", "--isl", "1000",
+         "--osl", "100", "--concurrency", "4"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--isl", "200000"], "isl 200000, osl 100: This model's maximum context length is 131072"),
+        (["--osl", "200000"], "isl 1000, osl 200000: This model's maximum context length is"),
+        (["--server-cap", "0"], "server_cap 0: a server holds at least 1 request at once"),
+        (["--isl-std", "-1"], "isl_std -1.0: a spread or pause is a finite number >= 0"),
+        (["--osl-std", "nan"], "osl_std nan: a spread or pause is a finite number >= 0"),
+        (["--num-requests", "0"], "num_requests 0: give at least 1 measured request"),
+        (["--concurrency", "100000000"], "concurrency 100000000: at most 65,536 clients"),
+    ],
+)
+def test_a_shape_or_protocol_no_run_can_have_is_a_clear_error(
+    extra: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each of these was an AssertionError traceback, a silent default (num_requests 0, a
+    negative spread) or, for 1e8 clients, a simulation of days."""
+    assert main([*SHAPE, *extra]) == 2
+    assert says in capsys.readouterr().err
+
+
+def test_a_batch_row_past_the_context_is_marked_and_the_rest_predicted(tmp_path: Path) -> None:
+    src = tmp_path / "in.csv"
+    src.write_text(
+        "model,system,backend,precision,tp,isl,osl,concurrency,num_requests\n"
+        "Llama-3.1-8B,h100_sxm,vllm,bf16,1,200000,32,2,\n"
+        "Llama-3.1-8B,h100_sxm,vllm,bf16,1,256,32,2,-3\n"
+        "Llama-3.1-8B,h100_sxm,vllm,bf16,1,256,32,2,\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "out.csv"
+    assert main(["predict", "--csv", str(src), "--out", str(out)]) == 0
+    rows = list(csv.DictReader(out.read_text(encoding="utf-8").splitlines()))
+    assert rows[0]["pred_error"].startswith("isl 200000, osl 32: This model's maximum context")
+    assert rows[1]["pred_error"].startswith("num_requests -3: give at least 1 measured request")
+    assert rows[2]["pred_error"] == "" and float(rows[2]["pred_ttft_ms"]) > 0

@@ -77,6 +77,7 @@ def _protocol(args: argparse.Namespace) -> BenchmarkProtocol:
 
 
 def run(args: argparse.Namespace) -> int:
+    _protocol(args).check()  # once, before any row
     if args.csv:
         if not args.out:
             raise SpecError("--csv needs --out OUT.csv")
