@@ -22,6 +22,7 @@ _M = TypeVar("_M", bound=BaseModel)
 VLLM_API_VERSION = "0.32.0"
 VERSION = f"{VLLM_API_VERSION}+inhouse"
 SYSTEM_FINGERPRINT = f"vllm-{VLLM_API_VERSION}-inhouse"
+BODY_PARSE_ERROR = "There was an error parsing the body"
 
 # -- requests ------------------------------------------------------------------------------
 
@@ -99,6 +100,10 @@ def parse_body(raw: bytes, content_type: str, model: type[_M]) -> _M:
             "ctx": {"error": exc.msg},
         }
         raise validation_error([error]) from None
+    except (ValueError, RecursionError):
+        # Not UTF-8, or nested deeper than the parser goes: FastAPI's words for any body it
+        # cannot parse, as vLLM answers them.
+        raise ApiError(400, BODY_PARSE_ERROR, error_type="Bad Request") from None
     try:
         return model.model_validate(data)
     except ValidationError as exc:
