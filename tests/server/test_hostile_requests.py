@@ -49,3 +49,25 @@ def test_a_body_that_is_not_utf8_or_nests_too_deep_is_a_400(
     for response in responses:
         assert response.status_code == 400
         assert error_of(response) == PARSE_ERROR
+
+
+def test_a_token_id_prompt_outside_the_vocabulary_is_a_400(
+    make_options: Callable[..., EngineOptions],
+) -> None:
+    options = make_options()
+    bodies = [
+        b'{"model": "tiny", "prompt": [5, -1], "max_tokens": 2}',
+        b'{"model": "tiny", "prompt": [5, 1000000000000], "max_tokens": 2}',
+        b'{"model": "tiny", "prompt": [[5, 128256]], "max_tokens": 2}',
+        b'{"model": "tiny", "prompt": [5, 128255], "max_tokens": 2}',
+    ]
+    negative, huge, one_past, last = post_raw(options, "/v1/completions", *bodies)
+    assert error_of(negative) == {
+        "message": "Token id -1 is out of vocabulary",
+        "type": "BadRequestError",
+        "param": "prompt",
+        "code": 400,
+    }
+    assert error_of(huge)["message"] == "Token id 1000000000000 is out of vocabulary"
+    assert error_of(one_past)["message"] == "Token id 128256 is out of vocabulary"
+    assert last.status_code == 200 and last.json()["usage"]["prompt_tokens"] == 2

@@ -82,7 +82,11 @@ async def completions(state: EngineState, request: Request) -> Response:
             )
         prompt = prompt[0]
     is_text = isinstance(prompt, str)
-    ids = state.tokenizer.encode(prompt) if isinstance(prompt, str) else _token_ids(prompt)
+    tokenizer = state.tokenizer
+    if isinstance(prompt, str):
+        ids = tokenizer.encode(prompt)
+    else:
+        ids = _token_ids(prompt, tokenizer.vocab_size)
     check_sampling(body, body.max_tokens)
     stream = state.admit(
         ids,
@@ -141,10 +145,15 @@ async def chat_completions(state: EngineState, request: Request) -> Response:
     return await _complete(state, request, stream, model, chat=True, call=call)
 
 
-def _token_ids(prompt: object) -> list[int]:
+def _token_ids(prompt: object, vocab_size: int) -> list[int]:
+    """A token-id prompt, refused (as vLLM refuses it) when an id is not in the vocabulary."""
     if not isinstance(prompt, list):
         return []
-    return [int(t) for t in prompt]
+    ids = [int(t) for t in prompt]
+    bad = next((t for t in ids if not 0 <= t < vocab_size), None)
+    if bad is not None:
+        raise ApiError(400, f"Token id {bad} is out of vocabulary", param="prompt")
+    return ids
 
 
 async def _complete(
