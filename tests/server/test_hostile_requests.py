@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -10,6 +11,7 @@ import httpx
 
 from inhouse.server.inprocess import inprocess_engine
 from inhouse.server.state import EngineOptions
+from inhouse.server.tools import ToolOptions
 
 
 def post_raw(options: EngineOptions, path: str, *bodies: bytes) -> list[httpx.Response]:
@@ -71,3 +73,56 @@ def test_a_token_id_prompt_outside_the_vocabulary_is_a_400(
     assert error_of(huge)["message"] == "Token id 1000000000000 is out of vocabulary"
     assert error_of(one_past)["message"] == "Token id 128256 is out of vocabulary"
     assert last.status_code == 200 and last.json()["usage"]["prompt_tokens"] == 2
+
+
+def _tool_request(function: str) -> bytes:
+    return (
+        b'{"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": 200, '
+        b'"tool_choice": "required", "tools": [{"type": "function", "function": '
+        + function.encode()
+        + b"}]}"
+    )
+
+
+def test_a_tool_without_a_name_or_with_a_non_object_schema_is_a_400(
+    make_options: Callable[..., EngineOptions],
+) -> None:
+    options = make_options(tools=ToolOptions(True, "hermes"), max_model_len=4096)
+    no_name, bad_schema = post_raw(
+        options,
+        "/v1/chat/completions",
+        _tool_request('{"parameters": {"type": "object"}}'),
+        _tool_request('{"name": "f", "parameters": "not a schema"}'),
+    )
+    assert error_of(no_name) == {
+        "message": "1 validation error:\n  {'type': 'missing', 'loc': "
+        "'body.tools.0.function.name', 'msg': 'Field required', 'input': '<dict of 1 items>'}",
+        "type": "Bad Request",
+        "param": "body.tools.0.function.name",
+        "code": 400,
+    }
+    assert error_of(bad_schema)["param"] == "body.tools.0.function.parameters"
+    assert "'type': 'dict_type'" in error_of(bad_schema)["message"]
+
+
+def test_a_schema_with_nonsense_keywords_still_gets_a_call(
+    make_options: Callable[..., EngineOptions],
+) -> None:
+    """Keywords of the wrong type are ignored: the call's arguments are still JSON."""
+    schema = (
+        '{"type": "object", "properties": {'
+        '"a": {"type": "integer", "minimum": "x"}, "b": {"type": "number", "minimum": 1e400}, '
+        '"c": {"type": "number", "minimum": 2.5}, "d": {"enum": {"x": 1}}, '
+        '"e": {"type": "object", "properties": ["p"]}, "f": {"type": "object", "required": [{}]}'
+        "}}"
+    )
+    (reply,) = post_raw(
+        make_options(tools=ToolOptions(True, "hermes"), max_model_len=4096),
+        "/v1/chat/completions",
+        _tool_request('{"name": "f", "parameters": ' + schema + "}"),
+    )
+    assert reply.status_code == 200, reply.text
+    (call,) = reply.json()["choices"][0]["message"]["tool_calls"]
+    arguments = json.loads(call["function"]["arguments"])
+    assert arguments["a"] == 1 and arguments["b"] == 1 and arguments["c"] == 3
+    assert arguments["e"] == {} and arguments["f"] == {}

@@ -117,7 +117,9 @@ async def chat_completions(state: EngineState, request: Request) -> Response:
         await request.body(), request.headers.get("content-type", ""), ChatCompletionRequest
     )
     model = state.resolve_model(body.model)
-    extra = body.model_extra or {}
+    extra = dict(body.model_extra or {})
+    if body.tools is not None:  # as sent: the prompt renders the client's own JSON
+        extra["tools"] = [tool.model_dump(exclude_unset=True) for tool in body.tools]
     text = tools_prompt(extra) + render_chat(body.messages, body.add_generation_prompt)
     ids = state.tokenizer.encode(text)
     max_tokens = body.max_completion_tokens or body.max_tokens

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -59,8 +59,24 @@ class CompletionRequest(_SamplingRequest):
     echo: bool | None = False
 
 
+class FunctionDefinition(BaseModel):
+    """A tool's function as vLLM types it: a name is required, the schema is an object."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class ChatCompletionTool(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
+
+
 class ChatCompletionRequest(_SamplingRequest):
     messages: list[dict[str, Any]]
+    tools: list[ChatCompletionTool] | None = None
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
     add_generation_prompt: bool = True
