@@ -126,3 +126,35 @@ def test_a_schema_with_nonsense_keywords_still_gets_a_call(
     arguments = json.loads(call["function"]["arguments"])
     assert arguments["a"] == 1 and arguments["b"] == 1 and arguments["c"] == 3
     assert arguments["e"] == {} and arguments["f"] == {}
+
+
+STREAM_OPTIONS_ERROR = "Stream options can only be defined when `stream=True`. (parameter=stream_options)"
+
+
+def test_stream_options_without_stream_is_a_400_as_in_vllm(
+    make_options: Callable[..., EngineOptions],
+) -> None:
+    completion = b'{"model": "tiny", "prompt": "x", "max_tokens": 2, '
+    chat = b'{"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2, '
+    options = make_options()
+    bare, not_streamed, empty = post_raw(
+        options,
+        "/v1/completions",
+        completion + b'"stream_options": {"include_usage": true}}',
+        completion + b'"stream": false, "stream_options": {"include_usage": false}}',
+        completion + b'"stream_options": {}}',
+    )
+    (chat_bare,) = post_raw(
+        options, "/v1/chat/completions", chat + b'"stream_options": {"include_usage": true}}'
+    )
+    assert error_of(bare) == {
+        "message": "1 validation error:\n  {'type': 'value_error', 'loc': 'body', 'msg': "
+        f"'Value error, {STREAM_OPTIONS_ERROR}', 'input': '<dict of 4 items>', 'ctx': "
+        f"{{'error': '{STREAM_OPTIONS_ERROR}'}}}}",
+        "type": "Bad Request",
+        "param": "stream_options",
+        "code": 400,
+    }
+    assert error_of(not_streamed)["param"] == "stream_options"
+    assert error_of(chat_bare)["param"] == "stream_options"
+    assert empty.status_code == 200  # vLLM checks for a truthy value

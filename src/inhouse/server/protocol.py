@@ -13,7 +13,7 @@ import json
 import secrets
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from inhouse.openai_errors import ApiError, invalid
 
@@ -25,6 +25,15 @@ SYSTEM_FINGERPRINT = f"vllm-{VLLM_API_VERSION}-inhouse"
 BODY_PARSE_ERROR = "There was an error parsing the body"
 
 # -- requests ------------------------------------------------------------------------------
+
+
+class FieldError(ValueError):
+    """A request check that spans fields (vLLM's `VLLMValidationError` in a model validator):
+    rendered among the validation errors, with `param` naming the field."""
+
+    def __init__(self, message: str, param: str) -> None:
+        super().__init__(f"{message} (parameter={param})")
+        self.param = param
 
 
 class StreamOptions(BaseModel):
@@ -51,6 +60,15 @@ class _SamplingRequest(BaseModel):
     seed: int | None = None
     priority: int = 0
     user: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stream_options_need_stream(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("stream_options") and not data.get("stream"):
+            raise FieldError(
+                "Stream options can only be defined when `stream=True`.", "stream_options"
+            )
+        return data
 
 
 class CompletionRequest(_SamplingRequest):
@@ -124,7 +142,11 @@ def parse_body(raw: bytes, content_type: str, model: type[_M]) -> _M:
         return model.model_validate(data)
     except ValidationError as exc:
         errors: list[dict[str, Any]] = []
+        param: str | None = None
         for err in exc.errors(include_url=False):
+            cause = (err.get("ctx") or {}).get("error")
+            if isinstance(cause, FieldError) and param is None:
+                param = cause.param
             item: dict[str, Any] = {
                 "type": err["type"],
                 "loc": ("body", *err["loc"]),
@@ -134,7 +156,7 @@ def parse_body(raw: bytes, content_type: str, model: type[_M]) -> _M:
             if err.get("ctx"):
                 item["ctx"] = {k: str(v) for k, v in err["ctx"].items()}
             errors.append(item)
-        raise validation_error(errors) from None
+        raise validation_error(errors, param) from None
 
 
 def _summarize(value: object) -> object:
@@ -146,8 +168,9 @@ def _summarize(value: object) -> object:
     return text if len(text) <= 200 else text[:200] + "...[truncated]"
 
 
-def validation_error(errors: list[dict[str, Any]]) -> ApiError:
-    """FastAPI-style validation errors, rendered as vLLM renders them."""
+def validation_error(errors: list[dict[str, Any]], param: str | None = None) -> ApiError:
+    """FastAPI-style validation errors, rendered as vLLM renders them; `param` is the first
+    error's location unless a `FieldError` named the field."""
     count = len(errors)
     lines = []
     for err in errors[:10]:
@@ -160,7 +183,8 @@ def validation_error(errors: list[dict[str, Any]]) -> ApiError:
         lines.append(f"  ...and {count - 10} more {'error' if count - 10 == 1 else 'errors'}")
     message = f"{count} validation {'error' if count == 1 else 'errors'}:\n" + "\n".join(lines)
     first_loc = errors[0]["loc"] if errors else ()
-    param = ".".join(str(p) for p in first_loc if not _is_internal_loc(str(p))) or None
+    if param is None:
+        param = ".".join(str(p) for p in first_loc if not _is_internal_loc(str(p))) or None
     return ApiError(400, message, param=param, error_type="Bad Request")
 
 
