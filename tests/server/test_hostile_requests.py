@@ -158,3 +158,39 @@ def test_stream_options_without_stream_is_a_400_as_in_vllm(
     assert error_of(not_streamed)["param"] == "stream_options"
     assert error_of(chat_bare)["param"] == "stream_options"
     assert empty.status_code == 200  # vLLM checks for a truthy value
+
+
+def test_sampling_values_are_checked_as_vllm_checks_them(
+    make_options: Callable[..., EngineOptions],
+) -> None:
+    def body(**fields: object) -> bytes:
+        return json.dumps({"model": "tiny", "prompt": "x", "max_tokens": 1, **fields}).encode()
+
+    replies = post_raw(
+        make_options(),
+        "/v1/completions",
+        body(frequency_penalty=2.5),
+        body(presence_penalty=-3),
+        body(repetition_penalty=0),
+        body(top_k=-2),
+        body(min_p=1.5),
+        body(temperature=2.5),  # vLLM sets no upper bound
+        body(frequency_penalty=-2, presence_penalty=2, repetition_penalty=1.3, top_k=-1, min_p=0),
+    )
+    *refused, hot, edges = replies
+    assert [error_of(r)["message"] for r in refused] == [
+        "frequency_penalty must be in [-2, 2], got 2.5. (parameter=frequency_penalty, value=2.5)",
+        "presence_penalty must be in [-2, 2], got -3.0. (parameter=presence_penalty, value=-3.0)",
+        "repetition_penalty must be greater than zero, got 0.0. "
+        "(parameter=repetition_penalty, value=0.0)",
+        "top_k must be 0 (disable), or at least 1, got -2. (parameter=top_k, value=-2)",
+        "min_p must be in [0, 1], got 1.5. (parameter=min_p, value=1.5)",
+    ]
+    assert [error_of(r)["param"] for r in refused] == [
+        "frequency_penalty",
+        "presence_penalty",
+        "repetition_penalty",
+        "top_k",
+        "min_p",
+    ]
+    assert hot.status_code == 200 and edges.status_code == 200

@@ -57,6 +57,10 @@ class _SamplingRequest(BaseModel):
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
+    min_p: float | None = None
+    frequency_penalty: float | None = 0.0
+    presence_penalty: float | None = 0.0
+    repetition_penalty: float | None = None
     seed: int | None = None
     priority: int = 0
     user: str | None = None
@@ -216,22 +220,7 @@ def check_sampling(request: _SamplingRequest, max_tokens: int | None) -> None:
         raise invalid(
             f"n must be 1 in the simulated engine, got {request.n}.", param="n", value=request.n
         )
-    temperature = request.temperature
-    if temperature is not None and temperature < 0.0:
-        raise invalid(
-            f"temperature must be non-negative, got {temperature}.",
-            param="temperature",
-            value=temperature,
-        )
-    if temperature is not None and temperature > 2.0:
-        raise invalid(
-            f"temperature must be in [0, 2], got {temperature}.",
-            param="temperature",
-            value=temperature,
-        )
-    top_p = request.top_p
-    if top_p is not None and not 0.0 < top_p <= 1.0:
-        raise invalid(f"top_p must be in (0, 1], got {top_p}.", param="top_p", value=top_p)
+    _check_sampling_ranges(request)
     if max_tokens is not None and max_tokens < 1:
         raise invalid(
             f"max_tokens must be at least 1, got {max_tokens}.",
@@ -247,6 +236,39 @@ def check_sampling(request: _SamplingRequest, max_tokens: int | None) -> None:
         )
     if any(not s for s in stop_list(request.stop)):
         raise invalid("stop cannot contain an empty string.")
+
+
+def _check_sampling_ranges(request: _SamplingRequest) -> None:
+    """The sampling values the simulated engine ignores, still refused where vLLM refuses."""
+    for name in ("presence_penalty", "frequency_penalty"):
+        penalty = getattr(request, name)
+        if penalty is not None and not -2.0 <= penalty <= 2.0:
+            raise invalid(f"{name} must be in [-2, 2], got {penalty}.", param=name, value=penalty)
+    repetition = request.repetition_penalty
+    if repetition is not None and repetition <= 0.0:
+        raise invalid(
+            f"repetition_penalty must be greater than zero, got {repetition}.",
+            param="repetition_penalty",
+            value=repetition,
+        )
+    temperature = request.temperature  # NOTE: no upper bound, as in vLLM (OpenAI's is 2)
+    if temperature is not None and temperature < 0.0:
+        raise invalid(
+            f"temperature must be non-negative, got {temperature}.",
+            param="temperature",
+            value=temperature,
+        )
+    top_p = request.top_p
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        raise invalid(f"top_p must be in (0, 1], got {top_p}.", param="top_p", value=top_p)
+    top_k = request.top_k
+    if top_k is not None and top_k < -1:
+        raise invalid(
+            f"top_k must be 0 (disable), or at least 1, got {top_k}.", param="top_k", value=top_k
+        )
+    min_p = request.min_p
+    if min_p is not None and not 0.0 <= min_p <= 1.0:
+        raise invalid(f"min_p must be in [0, 1], got {min_p}.", param="min_p", value=min_p)
 
 
 def stop_list(stop: str | list[str] | None) -> list[str]:
