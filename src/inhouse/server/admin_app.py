@@ -18,7 +18,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
+from http import HTTPStatus
 from typing import Any
 
 from starlette.applications import Starlette
@@ -29,6 +31,8 @@ from starlette.routing import Route
 from inhouse.server.state import EngineState
 
 log = logging.getLogger("inhouse.engine")
+
+ERROR_STATUSES = frozenset(s.value for s in HTTPStatus if 400 <= s.value <= 599)
 
 
 def _state(request: Request) -> EngineState:
@@ -79,12 +83,19 @@ async def post_fault(request: Request) -> Response:
         body = await _json(request)
         if name == "slow":
             factor = float(body.get("factor", 1.0))
-            if factor <= 0:
-                return _bad("factor must be positive")
+            if not (math.isfinite(factor) and factor > 0):  # NaN or inf would wedge the loop
+                return _bad(f"factor must be a finite number above 0, got {factor}")
             state.runner.slow_factor = factor
         elif name == "fail":
-            state.faults.fail_next = int(body.get("count", 1))
-            state.faults.fail_status = int(body.get("status", 500))
+            count, status = body.get("count", 1), body.get("status", 500)
+            if type(count) is not int or count < 0:  # not bool, not 1.5
+                return _bad(f"count must be a whole number of requests, 0 or more, got {count!r}")
+            if type(status) is not int or status not in ERROR_STATUSES:  # its body's words
+                return _bad(
+                    f"status must be a standard HTTP error status (4xx or 5xx), got {status!r}"
+                )
+            state.faults.fail_next = count
+            state.faults.fail_status = status
         elif name == "hang":
             scope = body.get("scope", "engine")
             if scope not in ("engine", "all"):
