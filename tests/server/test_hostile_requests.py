@@ -194,3 +194,47 @@ def test_sampling_values_are_checked_as_vllm_checks_them(
         "min_p",
     ]
     assert hot.status_code == 200 and edges.status_code == 200
+
+
+def test_logprobs_and_echo_are_refused_not_silently_dropped(
+    make_options: Callable[..., EngineOptions],
+) -> None:
+    def completion(**fields: object) -> bytes:
+        return json.dumps({"model": "tiny", "prompt": "x", "max_tokens": 1, **fields}).encode()
+
+    def chat(**fields: object) -> bytes:
+        messages = [{"role": "user", "content": "x"}]
+        return json.dumps({"model": "tiny", "messages": messages, "max_tokens": 1, **fields}).encode()
+
+    options = make_options()
+    *refused, unset = post_raw(
+        options,
+        "/v1/completions",
+        completion(logprobs=0),
+        completion(prompt_logprobs=1),
+        completion(echo=True),
+        completion(logprobs=None, echo=False),
+    )
+    *chat_refused, chat_unset = post_raw(
+        options,
+        "/v1/chat/completions",
+        chat(logprobs=True, top_logprobs=5),
+        chat(top_logprobs=2),
+        chat(logprobs=False, top_logprobs=0),
+    )
+    assert [error_of(r)["param"] for r in refused + chat_refused] == [
+        "logprobs",
+        "prompt_logprobs",
+        "echo",
+        "logprobs",
+        "top_logprobs",
+    ]
+    assert error_of(refused[0])["message"] == (
+        "The simulated engine does not sample from a model, so it has no logprobs to return; "
+        "leave `logprobs` unset. (parameter=logprobs, value=0)"
+    )
+    assert error_of(refused[2])["message"] == (
+        "The simulated engine does not echo the prompt; leave `echo` unset. "
+        "(parameter=echo, value=True)"
+    )
+    assert unset.status_code == 200 and chat_unset.status_code == 200

@@ -64,6 +64,7 @@ class _SamplingRequest(BaseModel):
     seed: int | None = None
     priority: int = 0
     user: str | None = None
+    prompt_logprobs: int | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -79,6 +80,7 @@ class CompletionRequest(_SamplingRequest):
     prompt: list[int] | list[list[int]] | str | list[str] | None = None
     max_tokens: int | None = 16
     echo: bool | None = False
+    logprobs: int | None = None
 
 
 class FunctionDefinition(BaseModel):
@@ -102,6 +104,8 @@ class ChatCompletionRequest(_SamplingRequest):
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
     add_generation_prompt: bool = True
+    logprobs: bool | None = False
+    top_logprobs: int | None = 0
 
 
 class TokenizeRequest(BaseModel):
@@ -221,6 +225,7 @@ def check_sampling(request: _SamplingRequest, max_tokens: int | None) -> None:
             f"n must be 1 in the simulated engine, got {request.n}.", param="n", value=request.n
         )
     _check_sampling_ranges(request)
+    _check_served(request)
     if max_tokens is not None and max_tokens < 1:
         raise invalid(
             f"max_tokens must be at least 1, got {max_tokens}.",
@@ -236,6 +241,32 @@ def check_sampling(request: _SamplingRequest, max_tokens: int | None) -> None:
         )
     if any(not s for s in stop_list(request.stop)):
         raise invalid("stop cannot contain an empty string.")
+
+
+def _check_served(request: _SamplingRequest) -> None:
+    """Fields asking for what the simulated engine cannot produce are refused, naming the
+    field, rather than answered with a null the client did not ask for."""
+    unserved: list[tuple[str, object]] = []
+    if isinstance(request, CompletionRequest):
+        if request.echo:
+            raise invalid(
+                "The simulated engine does not echo the prompt; leave `echo` unset.",
+                param="echo",
+                value=True,
+            )
+        unserved.append(("logprobs", request.logprobs))
+    elif isinstance(request, ChatCompletionRequest):
+        unserved.append(("logprobs", request.logprobs or None))
+        unserved.append(("top_logprobs", request.top_logprobs or None))
+    unserved.append(("prompt_logprobs", request.prompt_logprobs))
+    for name, value in unserved:
+        if value is not None:
+            raise invalid(
+                "The simulated engine does not sample from a model, so it has no logprobs to "
+                f"return; leave `{name}` unset.",
+                param=name,
+                value=value,
+            )
 
 
 def _check_sampling_ranges(request: _SamplingRequest) -> None:
