@@ -238,3 +238,27 @@ def test_logprobs_and_echo_are_refused_not_silently_dropped(
         "(parameter=echo, value=True)"
     )
     assert unset.status_code == 200 and chat_unset.status_code == 200
+
+
+def test_a_message_without_a_role_or_with_content_of_the_wrong_type_is_a_400(
+    make_options: Callable[..., EngineOptions],
+) -> None:
+    def chat(*messages: object) -> bytes:
+        return json.dumps({"model": "tiny", "messages": messages, "max_tokens": 1}).encode()
+
+    options = make_options()
+    no_role, number, role_number, fine = post_raw(
+        options,
+        "/v1/chat/completions",
+        chat({"role": "user", "content": "hi"}, {"content": "x"}),
+        chat({"role": "user", "content": 5}),
+        chat({"role": 7, "content": "x"}),
+        chat({"role": "developer", "content": [{"type": "text", "text": "hi"}]}, {"role": "user"}),
+    )
+    (tokenize,) = post_raw(options, "/tokenize", json.dumps({"messages": [{"content": "x"}]}).encode())
+    assert error_of(no_role)["param"] == "body.messages.1.role"
+    assert "'type': 'missing'" in error_of(no_role)["message"]
+    assert error_of(number)["param"] == "body.messages.0.content"
+    assert error_of(role_number)["param"] == "body.messages.0.role"
+    assert error_of(tokenize)["param"] == "body.messages.0.role"
+    assert fine.status_code == 200

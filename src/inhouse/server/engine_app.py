@@ -33,6 +33,7 @@ from inhouse.server.protocol import (
     chat_body,
     check_sampling,
     completion_body,
+    message_dicts,
     parse_body,
     stop_list,
 )
@@ -120,7 +121,8 @@ async def chat_completions(state: EngineState, request: Request) -> Response:
     extra = dict(body.model_extra or {})
     if body.tools is not None:  # as sent: the prompt renders the client's own JSON
         extra["tools"] = [tool.model_dump(exclude_unset=True) for tool in body.tools]
-    text = tools_prompt(extra) + render_chat(body.messages, body.add_generation_prompt)
+    messages = message_dicts(body.messages)
+    text = tools_prompt(extra) + render_chat(messages, body.add_generation_prompt)
     ids = state.tokenizer.encode(text)
     max_tokens = body.max_completion_tokens or body.max_tokens
     check_sampling(body, max_tokens)
@@ -257,7 +259,7 @@ async def tokenize(state: EngineState, request: Request) -> Response:
     )
     state.resolve_model(body.model)
     if body.messages is not None:
-        text = render_chat(body.messages, body.add_generation_prompt)
+        text = render_chat(message_dicts(body.messages), body.add_generation_prompt)
     else:
         text = body.prompt or ""
     ids = state.tokenizer.encode(text)

@@ -83,6 +83,20 @@ class CompletionRequest(_SamplingRequest):
     logprobs: int | None = None
 
 
+class ChatMessage(BaseModel):
+    """A chat message as vLLM types it: a role (any string, as vLLM's custom message type
+    allows) and content that is text, a list of content parts, or null."""
+
+    model_config = ConfigDict(extra="allow")
+    role: str
+    content: str | list[dict[str, Any]] | None = None
+
+
+def message_dicts(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    """The messages as the client sent them, for the chat template."""
+    return [message.model_dump(exclude_unset=True) for message in messages]
+
+
 class FunctionDefinition(BaseModel):
     """A tool's function as vLLM types it: a name is required, the schema is an object."""
 
@@ -99,7 +113,7 @@ class ChatCompletionTool(BaseModel):
 
 
 class ChatCompletionRequest(_SamplingRequest):
-    messages: list[dict[str, Any]]
+    messages: list[ChatMessage]
     tools: list[ChatCompletionTool] | None = None
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
@@ -112,7 +126,7 @@ class TokenizeRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
     model: str | None = None
     prompt: str | None = None
-    messages: list[dict[str, Any]] | None = None
+    messages: list[ChatMessage] | None = None
     add_special_tokens: bool = True
     add_generation_prompt: bool = True
 
