@@ -262,3 +262,21 @@ def test_a_message_without_a_role_or_with_content_of_the_wrong_type_is_a_400(
     assert error_of(role_number)["param"] == "body.messages.0.role"
     assert error_of(tokenize)["param"] == "body.messages.0.role"
     assert fine.status_code == 200
+
+
+def test_a_seed_outside_a_64_bit_integer_is_a_400(
+    make_options: Callable[..., EngineOptions],
+) -> None:
+    def body(seed: int) -> bytes:
+        return json.dumps({"model": "tiny", "prompt": "x", "max_tokens": 1, "seed": seed}).encode()
+
+    too_big, smallest = post_raw(make_options(), "/v1/completions", body(2**63), body(-(2**63)))
+    assert error_of(too_big) == {
+        "message": "1 validation error:\n  {'type': 'less_than_equal', 'loc': 'body.seed', "
+        "'msg': 'Input should be less than or equal to 9223372036854775807', "
+        "'input': '9223372036854775808', 'ctx': {'le': '9223372036854775807'}}",
+        "type": "Bad Request",
+        "param": "body.seed",
+        "code": 400,
+    }
+    assert smallest.status_code == 200

@@ -61,7 +61,7 @@ class _SamplingRequest(BaseModel):
     frequency_penalty: float | None = 0.0
     presence_penalty: float | None = 0.0
     repetition_penalty: float | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-(2**63), le=2**63 - 1)  # vLLM's: a torch.long
     priority: int = 0
     user: str | None = None
     prompt_logprobs: int | None = None
