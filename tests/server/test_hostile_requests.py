@@ -280,3 +280,23 @@ def test_a_seed_outside_a_64_bit_integer_is_a_400(
         "code": 400,
     }
     assert smallest.status_code == 200
+
+
+def test_detokenize_refuses_ids_outside_the_vocabulary(
+    make_options: Callable[..., EngineOptions],
+) -> None:
+    negative, past, fine = post_raw(
+        make_options(),
+        "/detokenize",
+        b'{"model": "tiny", "tokens": [5, -1]}',
+        b'{"model": "tiny", "tokens": [128256]}',
+        b'{"model": "tiny", "tokens": [128255]}',
+    )
+    assert error_of(negative) == {
+        "message": "Token id -1 is out of vocabulary",
+        "type": "BadRequestError",
+        "param": "tokens",
+        "code": 400,
+    }
+    assert error_of(past)["message"] == "Token id 128256 is out of vocabulary"
+    assert fine.status_code == 200

@@ -149,14 +149,15 @@ async def chat_completions(state: EngineState, request: Request) -> Response:
     return await _complete(state, request, stream, model, chat=True, call=call)
 
 
-def _token_ids(prompt: object, vocab_size: int) -> list[int]:
-    """A token-id prompt, refused (as vLLM refuses it) when an id is not in the vocabulary."""
+def _token_ids(prompt: object, vocab_size: int, param: str = "prompt") -> list[int]:
+    """Token ids from a request, refused (as vLLM refuses a prompt) when one is not in the
+    vocabulary: a tokenizer would decode it to nonsense or fail on it."""
     if not isinstance(prompt, list):
         return []
     ids = [int(t) for t in prompt]
     bad = next((t for t in ids if not 0 <= t < vocab_size), None)
     if bad is not None:
-        raise ApiError(400, f"Token id {bad} is out of vocabulary", param="prompt")
+        raise ApiError(400, f"Token id {bad} is out of vocabulary", param=param)
     return ids
 
 
@@ -273,7 +274,8 @@ async def detokenize(state: EngineState, request: Request) -> Response:
         await request.body(), request.headers.get("content-type", ""), DetokenizeRequest
     )
     state.resolve_model(body.model)
-    return json_response({"prompt": state.tokenizer.decode(body.tokens)})
+    ids = _token_ids(body.tokens, state.tokenizer.vocab_size, param="tokens")
+    return json_response({"prompt": state.tokenizer.decode(ids)})
 
 
 async def health(state: EngineState, request: Request) -> Response:
