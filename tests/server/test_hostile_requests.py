@@ -300,3 +300,24 @@ def test_detokenize_refuses_ids_outside_the_vocabulary(
     }
     assert error_of(past)["message"] == "Token id 128256 is out of vocabulary"
     assert fine.status_code == 200
+
+
+def test_text_with_a_lone_surrogate_is_a_400(make_options: Callable[..., EngineOptions]) -> None:
+    """JSON may escape half a UTF-16 pair ("\\ud800"); no tokenizer can encode it."""
+    options = make_options()
+    prompt, = post_raw(options, "/v1/completions", b'{"prompt": "a\\ud800b", "max_tokens": 2}')
+    chat, = post_raw(
+        options,
+        "/v1/chat/completions",
+        b'{"messages": [{"role": "user", "content": "\\udfff"}], "max_tokens": 2}',
+    )
+    tokenize, = post_raw(options, "/tokenize", b'{"prompt": "\\ud800"}')
+    assert error_of(prompt) == {
+        "message": "The request's text is not valid Unicode ('utf-8' codec can't encode "
+        "character '\\ud800' in position 1: surrogates not allowed); send UTF-8 text without "
+        "lone surrogate escapes such as \\ud800.",
+        "type": "BadRequestError",
+        "param": None,
+        "code": 400,
+    }
+    assert chat.status_code == 400 and tokenize.status_code == 400

@@ -57,8 +57,15 @@ def _api(handler: Callable[[EngineState, Request], Awaitable[Response]]) -> Hand
         state: EngineState = request.app.state.engine
         try:
             return await handler(state, request)
-        except ApiError as error:
-            return Response(error.body(), status_code=error.status, media_type="application/json")
+        except UnicodeEncodeError as bad_text:  # a "\ud800" escape: valid JSON, not valid text
+            error = ApiError(
+                400,
+                f"The request's text is not valid Unicode ({bad_text}); send UTF-8 text without "
+                "lone surrogate escapes such as \\ud800.",
+            )
+        except ApiError as refused:
+            error = refused
+        return Response(error.body(), status_code=error.status, media_type="application/json")
 
     return endpoint
 
