@@ -48,4 +48,3 @@ def test_bad_fault_values_are_refused_and_change_nothing(
         "kv_usage": 0.0,
     }
     assert status == 200
-

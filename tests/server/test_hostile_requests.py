@@ -128,7 +128,9 @@ def test_a_schema_with_nonsense_keywords_still_gets_a_call(
     assert arguments["e"] == {} and arguments["f"] == {}
 
 
-STREAM_OPTIONS_ERROR = "Stream options can only be defined when `stream=True`. (parameter=stream_options)"
+STREAM_OPTIONS_ERROR = (
+    "Stream options can only be defined when `stream=True`. (parameter=stream_options)"
+)
 
 
 def test_stream_options_without_stream_is_a_400_as_in_vllm(
@@ -204,7 +206,9 @@ def test_logprobs_and_echo_are_refused_not_silently_dropped(
 
     def chat(**fields: object) -> bytes:
         messages = [{"role": "user", "content": "x"}]
-        return json.dumps({"model": "tiny", "messages": messages, "max_tokens": 1, **fields}).encode()
+        return json.dumps(
+            {"model": "tiny", "messages": messages, "max_tokens": 1, **fields}
+        ).encode()
 
     options = make_options()
     *refused, unset = post_raw(
@@ -255,7 +259,9 @@ def test_a_message_without_a_role_or_with_content_of_the_wrong_type_is_a_400(
         chat({"role": 7, "content": "x"}),
         chat({"role": "developer", "content": [{"type": "text", "text": "hi"}]}, {"role": "user"}),
     )
-    (tokenize,) = post_raw(options, "/tokenize", json.dumps({"messages": [{"content": "x"}]}).encode())
+    (tokenize,) = post_raw(
+        options, "/tokenize", json.dumps({"messages": [{"content": "x"}]}).encode()
+    )
     assert error_of(no_role)["param"] == "body.messages.1.role"
     assert "'type': 'missing'" in error_of(no_role)["message"]
     assert error_of(number)["param"] == "body.messages.0.content"
@@ -305,13 +311,13 @@ def test_detokenize_refuses_ids_outside_the_vocabulary(
 def test_text_with_a_lone_surrogate_is_a_400(make_options: Callable[..., EngineOptions]) -> None:
     """JSON may escape half a UTF-16 pair ("\\ud800"); no tokenizer can encode it."""
     options = make_options()
-    prompt, = post_raw(options, "/v1/completions", b'{"prompt": "a\\ud800b", "max_tokens": 2}')
-    chat, = post_raw(
+    (prompt,) = post_raw(options, "/v1/completions", b'{"prompt": "a\\ud800b", "max_tokens": 2}')
+    (chat,) = post_raw(
         options,
         "/v1/chat/completions",
         b'{"messages": [{"role": "user", "content": "\\udfff"}], "max_tokens": 2}',
     )
-    tokenize, = post_raw(options, "/tokenize", b'{"prompt": "\\ud800"}')
+    (tokenize,) = post_raw(options, "/tokenize", b'{"prompt": "\\ud800"}')
     assert error_of(prompt) == {
         "message": "The request's text is not valid Unicode ('utf-8' codec can't encode "
         "character '\\ud800' in position 1: surrogates not allowed); send UTF-8 text without "
