@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from inhouse.openai_errors import ApiError, invalid
+from inhouse.openai_errors import ENGINE_DEAD_MESSAGE, ApiError, invalid
 from inhouse.server.generation import output_text
 from inhouse.server.http_metrics import HttpMetricsMiddleware
 from inhouse.server.metrics import CONTENT_TYPE
@@ -189,6 +189,9 @@ async def _complete(
             stream.event.clear()
     finally:
         disconnect.cancel()
+    if stream.finish_reason == "error":
+        error = ApiError(500, ENGINE_DEAD_MESSAGE)
+        return Response(error.body(), status_code=error.status, media_type="application/json")
     text, _ = output_text(state.tokenizer, stream.plan, 0, stream.num_tokens, 0)
     reason = stream.finish_reason or "length"
     stop_reason = stream.plan.stop_reason if reason == "stop" else None
@@ -288,7 +291,7 @@ async def detokenize(state: EngineState, request: Request) -> Response:
 async def health(state: EngineState, request: Request) -> Response:
     # NOTE: unlike vLLM (200 until the port closes), 503 while draining, so routers and
     # readiness probes stop sending work here at once.
-    ok = state.is_loaded and not state.is_draining
+    ok = state.is_loaded and not state.is_draining and not state.runner.is_dead
     return Response(status_code=200 if ok else 503)
 
 

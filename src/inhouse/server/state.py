@@ -14,6 +14,7 @@ from inhouse.hashing import hash_token_blocks
 from inhouse.openai_errors import (
     BUSY_MESSAGE,
     DRAINING_MESSAGE,
+    ENGINE_DEAD_MESSAGE,
     LOADING_MESSAGE,
     ApiError,
     invalid,
@@ -174,6 +175,7 @@ class EngineState:
     # -- admission -------------------------------------------------------------------------
 
     def check_accepting(self) -> None:
+        self.check_alive()
         if self.is_draining:
             raise ApiError(503, DRAINING_MESSAGE)
         if not self.is_loaded:
@@ -182,6 +184,10 @@ class EngineState:
         if faults.fail_next > 0:
             faults.fail_next -= 1
             raise ApiError(faults.fail_status, "Injected failure (fault injection).")
+
+    def check_alive(self) -> None:
+        if self.runner.is_dead:
+            raise ApiError(500, ENGINE_DEAD_MESSAGE)
 
     def _block_hashes(self, prompt_ids: list[int], plan: GenerationPlan, salt: str) -> list[int]:
         """Hashes of the prompt's blocks and of the answer's: vLLM caches generated blocks too,
@@ -253,6 +259,7 @@ class EngineState:
             lora=None if model in self.served_names else model,
         )
         stream = Stream(request, plan, max_tokens, prompt_ids)
+        self.check_alive()  # it may have died while the body was read
         rejection = self.runner.submit(stream)
         if rejection is not None:
             raise invalid(rejection_message(rejection), param="input_tokens", value=num_prompt)
