@@ -40,7 +40,7 @@ from inhouse.server.protocol import (
 from inhouse.server.runner import Stream
 from inhouse.server.state import EngineState
 from inhouse.server.streaming import stream_chat, stream_completion, usage_of
-from inhouse.server.tools import ToolCall, plan_tool_call, tools_prompt
+from inhouse.server.tools import ToolCall, plan_tool_call, structured_text, tools_prompt
 from inhouse.server.tools import message as tool_message
 from inhouse.tokenizer import render_chat, seed_of
 
@@ -107,6 +107,7 @@ async def completions(state: EngineState, request: Request) -> Response:
         model,
         "cmpl",
         arrival_s,
+        forced_text=structured_text(body.response_format, seed_of(ids)),
     )
     options = body.stream_options
     if body.stream:
@@ -133,7 +134,8 @@ async def chat_completions(state: EngineState, request: Request) -> Response:
     ids = state.tokenizer.encode(text)
     max_tokens = body.max_completion_tokens or body.max_tokens
     check_sampling(body, max_tokens)
-    call = plan_tool_call(extra, state.options.tools, seed_of(ids))
+    seed = seed_of(ids)
+    call = plan_tool_call(extra, state.options.tools, seed)
     stream = state.admit(
         ids,
         True,
@@ -145,7 +147,7 @@ async def chat_completions(state: EngineState, request: Request) -> Response:
         model,
         "chatcmpl",
         arrival_s,
-        forced_text=call.raw_text if call is not None else None,
+        forced_text=call.raw_text if call else structured_text(body.response_format, seed),
     )
     options = body.stream_options
     if body.stream:

@@ -65,6 +65,7 @@ class _SamplingRequest(BaseModel):
     priority: int = 0
     user: str | None = None
     prompt_logprobs: int | None = None
+    response_format: dict[str, Any] | None = None
 
     @model_validator(mode="before")
     @classmethod

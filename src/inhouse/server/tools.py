@@ -204,6 +204,30 @@ def _least_at_or_above(minimum: object) -> int:
     return math.ceil(minimum) if math.isfinite(minimum) else 1
 
 
+def structured_text(response_format: dict[str, Any] | None, seed: int) -> str | None:
+    """The answer a `response_format` forces, as vLLM's structured outputs do: JSON that fits
+    `json_schema.schema`, or a JSON object for `json_object`; None for `text` or none."""
+    if response_format is None or response_format.get("type") == "text":
+        return None
+    kind = response_format.get("type")
+    if kind == "json_object":
+        return "{}"
+    if kind != "json_schema":
+        raise invalid(
+            'response_format must be {"type": "text"}, {"type": "json_object"} or {"type": '
+            '"json_schema", "json_schema": {"name": ..., "schema": {...}}}.',
+            param="response_format",
+        )
+    spec = response_format.get("json_schema")
+    schema = spec.get("schema") if isinstance(spec, dict) else None
+    if not isinstance(schema, dict):
+        raise invalid(
+            'response_format {"type": "json_schema"} needs the schema in `json_schema.schema`.',
+            param="response_format",
+        )
+    return json.dumps(example_value(schema, seed, 0), ensure_ascii=False)
+
+
 def tools_prompt(body: dict[str, Any]) -> str:
     """The tools as the prompt carries them (ahead of the messages, as chat templates put
     them): they are prompt tokens, and a stable prefix across an agent's turns."""
