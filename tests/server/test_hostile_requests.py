@@ -327,3 +327,21 @@ def test_text_with_a_lone_surrogate_is_a_400(make_options: Callable[..., EngineO
         "code": 400,
     }
     assert chat.status_code == 400 and tokenize.status_code == 400
+
+
+def test_a_completion_suffix_is_refused_as_vllm_refuses_it(
+    make_options: Callable[..., EngineOptions],
+) -> None:
+    suffix, none = post_raw(
+        make_options(),
+        "/v1/completions",
+        b'{"model": "tiny", "prompt": "def f(", "suffix": "return x", "max_tokens": 2}',
+        b'{"model": "tiny", "prompt": "def f(", "suffix": null, "max_tokens": 2}',
+    )
+    assert error_of(suffix) == {
+        "message": "suffix is not currently supported",
+        "type": "BadRequestError",
+        "param": "suffix",
+        "code": 400,
+    }
+    assert none.status_code == 200

@@ -82,6 +82,7 @@ class CompletionRequest(_SamplingRequest):
     max_tokens: int | None = 16
     echo: bool | None = False
     logprobs: int | None = None
+    suffix: str | None = None
 
 
 class ChatMessage(BaseModel):
@@ -263,6 +264,8 @@ def _check_served(request: _SamplingRequest) -> None:
     field, rather than answered with a null the client did not ask for."""
     unserved: list[tuple[str, object]] = []
     if isinstance(request, CompletionRequest):
+        if request.suffix is not None:  # vLLM's words
+            raise ApiError(400, "suffix is not currently supported", param="suffix")
         if request.echo:
             raise invalid(
                 "The simulated engine does not echo the prompt; leave `echo` unset.",
