@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inhouse.engine import Replica, ReplicaSpec, Request, build_replica
+from inhouse.errors import SpecError
 from inhouse.hashing import hash_token_blocks
 from inhouse.openai_errors import (
     BUSY_MESSAGE,
@@ -66,6 +67,11 @@ class EngineOptions:
     catchup_window_s: float = 0.2
     tools: ToolOptions = field(default_factory=ToolOptions)
 
+    @property
+    def served_names(self) -> tuple[str, ...]:
+        """The names clients may use for the base model (the first names its metrics)."""
+        return self.served_model_names or (self.model,)
+
     def replica_spec(self) -> ReplicaSpec:
         return ReplicaSpec(
             model=self.model,
@@ -74,7 +80,9 @@ class EngineOptions:
             quant=self.quant,
             backend=self.backend,
             knobs=self.knobs,
-            lora_adapters=tuple(m.name for m in parse_lora_modules(self.lora_modules)),
+            lora_adapters=tuple(
+                m.name for m in parse_lora_modules(self.lora_modules, self.served_names)
+            ),
         )
 
 
@@ -84,12 +92,27 @@ class LoraModule:
     path: str
 
 
-def parse_lora_modules(entries: tuple[str, ...]) -> list[LoraModule]:
-    """vLLM's `--lora-modules name=path` (a bare `name` is accepted: path = name)."""
-    out = []
+def parse_lora_modules(
+    entries: tuple[str, ...], served_names: tuple[str, ...] = ()
+) -> list[LoraModule]:
+    """vLLM's `--lora-modules name=path` (a bare `name` is accepted: path = name). A name that
+    is empty, repeated or one of `served_names` is refused: requests could not reach it."""
+    out: list[LoraModule] = []
     for entry in entries:
-        name, _, path = entry.partition("=")
-        out.append(LoraModule(name.strip(), path.strip() or name.strip()))
+        name, _, path = (part.strip() for part in entry.partition("="))
+        if not name:
+            raise SpecError(f"--lora-modules {entry!r}: the adapter needs a name (NAME=PATH)")
+        if any(module.name == name for module in out):
+            raise SpecError(
+                f"--lora-modules: adapter name {name!r} is given twice; each adapter needs its "
+                "own name"
+            )
+        if name in served_names:
+            raise SpecError(
+                f"--lora-modules: adapter name {name!r} is also a --served-model-name; requests "
+                "for it could not reach the adapter"
+            )
+        out.append(LoraModule(name, path or name))
     return out
 
 
@@ -112,9 +135,9 @@ class EngineState:
         self.tokenizer = tokenizer
         self.max_model_len = replica.config.max_model_len
         self.block_size = replica.config.block_size
-        self.model_name = (options.served_model_names or (options.model,))[0]
-        self.served_names = options.served_model_names or (options.model,)
-        self.loras = parse_lora_modules(options.lora_modules)
+        self.served_names = options.served_names
+        self.model_name = self.served_names[0]
+        self.loras = parse_lora_modules(options.lora_modules, self.served_names)
         self.eos = parse_eos_lengths(options.eos_length_dist)
         self.metrics = EngineMetrics(self.model_name, self.max_model_len, self._cache_info())
         self.core = replica.new_engine()
