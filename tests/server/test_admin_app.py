@@ -23,6 +23,8 @@ BAD = [
     ("fail", b'{"count": -3}', "count must be a whole number of requests, 0 or more, got -3"),
     ("fail", b'{"count": 1.5}', "count must be a whole number of requests, 0 or more, got 1.5"),
     ("fail", b'{"count": true}', "count must be a whole number of requests, 0 or more, got True"),
+    ("exit", b'{"code": 256}', "code must be a process exit status, 0 to 255, got 256"),
+    ("exit", b'{"code": -9}', "code must be a process exit status, 0 to 255, got -9"),
 ]
 
 

@@ -109,7 +109,9 @@ async def post_fault(request: Request) -> Response:
                 return _bad("fraction is between 0 and 1")
             state.runner.fill_kv(fraction)
         elif name == "exit":
-            code = int(body.get("code", 137))
+            code = body.get("code", 137)
+            if type(code) is not int or not 0 <= code <= 255:  # 256 would exit 0: "clean"
+                return _bad(f"code must be a process exit status, 0 to 255, got {code!r}")
             log.warning("fault injection: exiting abruptly with code %d", code)
             asyncio.get_running_loop().call_later(0.05, os._exit, code)
         elif name == "clear":
