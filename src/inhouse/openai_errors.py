@@ -42,6 +42,8 @@ DRAINING_MESSAGE = (
     "instance."
 )
 LOADING_MESSAGE = "The model is still loading. Please try again later."
+# vLLM's `EngineDeadError`: the engine loop failed; requests get a 500, /health a 503.
+ENGINE_DEAD_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 
 
 class ApiError(Exception):

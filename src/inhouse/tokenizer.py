@@ -38,6 +38,8 @@ MAX_REMEMBERED_PIECES = 1 << 20
 class Tokenizer(Protocol):
     """What the engine server needs from a tokenizer."""
 
+    vocab_size: int  # valid token ids are 0 .. vocab_size - 1
+
     @property
     def eos_token_id(self) -> int: ...
 

@@ -73,3 +73,23 @@ def test_model_tokenizer_is_loaded_and_served(model_dir: Path) -> None:
         },
         "completion_tokens_details": None,
     }
+
+
+def test_ids_outside_the_models_vocabulary_are_a_400(model_dir: Path) -> None:
+    """The `tokenizers` package raises OverflowError on them: a 400, not a 500."""
+
+    async def body() -> list[tuple[int, str]]:
+        options = EngineOptions(model=str(model_dir), served_model_names=("t",))
+        async with inprocess_engine(options) as engine:
+            replies = [
+                await engine.client.post("/detokenize", json={"tokens": [-1]}),
+                await engine.client.post("/v1/completions", json={"prompt": [2**64]}),
+                await engine.client.post("/v1/completions", json={"prompt": [300]}),
+            ]
+            return [(r.status_code, r.json()["error"]["message"]) for r in replies]
+
+    assert asyncio.run(body()) == [
+        (400, "Token id -1 is out of vocabulary"),
+        (400, f"Token id {2**64} is out of vocabulary"),
+        (400, "Token id 300 is out of vocabulary"),
+    ]

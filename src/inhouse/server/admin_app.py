@@ -18,7 +18,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
+from http import HTTPStatus
 from typing import Any
 
 from starlette.applications import Starlette
@@ -29,6 +31,8 @@ from starlette.routing import Route
 from inhouse.server.state import EngineState
 
 log = logging.getLogger("inhouse.engine")
+
+ERROR_STATUSES = frozenset(s.value for s in HTTPStatus if 400 <= s.value <= 599)
 
 
 def _state(request: Request) -> EngineState:
@@ -79,12 +83,19 @@ async def post_fault(request: Request) -> Response:
         body = await _json(request)
         if name == "slow":
             factor = float(body.get("factor", 1.0))
-            if factor <= 0:
-                return _bad("factor must be positive")
+            if not (math.isfinite(factor) and factor > 0):  # NaN or inf would wedge the loop
+                return _bad(f"factor must be a finite number above 0, got {factor}")
             state.runner.slow_factor = factor
         elif name == "fail":
-            state.faults.fail_next = int(body.get("count", 1))
-            state.faults.fail_status = int(body.get("status", 500))
+            count, status = body.get("count", 1), body.get("status", 500)
+            if type(count) is not int or count < 0:  # not bool, not 1.5
+                return _bad(f"count must be a whole number of requests, 0 or more, got {count!r}")
+            if type(status) is not int or status not in ERROR_STATUSES:  # its body's words
+                return _bad(
+                    f"status must be a standard HTTP error status (4xx or 5xx), got {status!r}"
+                )
+            state.faults.fail_next = count
+            state.faults.fail_status = status
         elif name == "hang":
             scope = body.get("scope", "engine")
             if scope not in ("engine", "all"):
@@ -98,7 +109,9 @@ async def post_fault(request: Request) -> Response:
                 return _bad("fraction is between 0 and 1")
             state.runner.fill_kv(fraction)
         elif name == "exit":
-            code = int(body.get("code", 137))
+            code = body.get("code", 137)
+            if type(code) is not int or not 0 <= code <= 255:  # 256 would exit 0: "clean"
+                return _bad(f"code must be a process exit status, 0 to 255, got {code!r}")
             log.warning("fault injection: exiting abruptly with code %d", code)
             asyncio.get_running_loop().call_later(0.05, os._exit, code)
         elif name == "clear":

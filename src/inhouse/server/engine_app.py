@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from inhouse.openai_errors import ApiError, invalid
+from inhouse.openai_errors import ENGINE_DEAD_MESSAGE, ApiError, invalid
 from inhouse.server.generation import output_text
 from inhouse.server.http_metrics import HttpMetricsMiddleware
 from inhouse.server.metrics import CONTENT_TYPE
@@ -33,13 +33,14 @@ from inhouse.server.protocol import (
     chat_body,
     check_sampling,
     completion_body,
+    message_dicts,
     parse_body,
     stop_list,
 )
 from inhouse.server.runner import Stream
 from inhouse.server.state import EngineState
 from inhouse.server.streaming import stream_chat, stream_completion, usage_of
-from inhouse.server.tools import ToolCall, plan_tool_call, tools_prompt
+from inhouse.server.tools import ToolCall, plan_tool_call, structured_text, tools_prompt
 from inhouse.server.tools import message as tool_message
 from inhouse.tokenizer import render_chat, seed_of
 
@@ -56,8 +57,15 @@ def _api(handler: Callable[[EngineState, Request], Awaitable[Response]]) -> Hand
         state: EngineState = request.app.state.engine
         try:
             return await handler(state, request)
-        except ApiError as error:
-            return Response(error.body(), status_code=error.status, media_type="application/json")
+        except UnicodeEncodeError as bad_text:  # a "\ud800" escape: valid JSON, not valid text
+            error = ApiError(
+                400,
+                f"The request's text is not valid Unicode ({bad_text}); send UTF-8 text without "
+                "lone surrogate escapes such as \\ud800.",
+            )
+        except ApiError as refused:
+            error = refused
+        return Response(error.body(), status_code=error.status, media_type="application/json")
 
     return endpoint
 
@@ -82,7 +90,11 @@ async def completions(state: EngineState, request: Request) -> Response:
             )
         prompt = prompt[0]
     is_text = isinstance(prompt, str)
-    ids = state.tokenizer.encode(prompt) if isinstance(prompt, str) else _token_ids(prompt)
+    tokenizer = state.tokenizer
+    if isinstance(prompt, str):
+        ids = tokenizer.encode(prompt)
+    else:
+        ids = _token_ids(prompt, tokenizer.vocab_size)
     check_sampling(body, body.max_tokens)
     stream = state.admit(
         ids,
@@ -95,6 +107,7 @@ async def completions(state: EngineState, request: Request) -> Response:
         model,
         "cmpl",
         arrival_s,
+        forced_text=structured_text(body.response_format, seed_of(ids)),
     )
     options = body.stream_options
     if body.stream:
@@ -113,12 +126,16 @@ async def chat_completions(state: EngineState, request: Request) -> Response:
         await request.body(), request.headers.get("content-type", ""), ChatCompletionRequest
     )
     model = state.resolve_model(body.model)
-    extra = body.model_extra or {}
-    text = tools_prompt(extra) + render_chat(body.messages, body.add_generation_prompt)
+    extra = dict(body.model_extra or {})
+    if body.tools is not None:  # as sent: the prompt renders the client's own JSON
+        extra["tools"] = [tool.model_dump(exclude_unset=True) for tool in body.tools]
+    messages = message_dicts(body.messages)
+    text = tools_prompt(extra) + render_chat(messages, body.add_generation_prompt)
     ids = state.tokenizer.encode(text)
     max_tokens = body.max_completion_tokens or body.max_tokens
     check_sampling(body, max_tokens)
-    call = plan_tool_call(extra, state.options.tools, seed_of(ids))
+    seed = seed_of(ids)
+    call = plan_tool_call(extra, state.options.tools, seed)
     stream = state.admit(
         ids,
         True,
@@ -130,7 +147,7 @@ async def chat_completions(state: EngineState, request: Request) -> Response:
         model,
         "chatcmpl",
         arrival_s,
-        forced_text=call.raw_text if call is not None else None,
+        forced_text=call.raw_text if call else structured_text(body.response_format, seed),
     )
     options = body.stream_options
     if body.stream:
@@ -141,10 +158,16 @@ async def chat_completions(state: EngineState, request: Request) -> Response:
     return await _complete(state, request, stream, model, chat=True, call=call)
 
 
-def _token_ids(prompt: object) -> list[int]:
+def _token_ids(prompt: object, vocab_size: int, param: str = "prompt") -> list[int]:
+    """Token ids from a request, refused (as vLLM refuses a prompt) when one is not in the
+    vocabulary: a tokenizer would decode it to nonsense or fail on it."""
     if not isinstance(prompt, list):
         return []
-    return [int(t) for t in prompt]
+    ids = [int(t) for t in prompt]
+    bad = next((t for t in ids if not 0 <= t < vocab_size), None)
+    if bad is not None:
+        raise ApiError(400, f"Token id {bad} is out of vocabulary", param=param)
+    return ids
 
 
 async def _complete(
@@ -168,6 +191,9 @@ async def _complete(
             stream.event.clear()
     finally:
         disconnect.cancel()
+    if stream.finish_reason == "error":
+        error = ApiError(500, ENGINE_DEAD_MESSAGE)
+        return Response(error.body(), status_code=error.status, media_type="application/json")
     text, _ = output_text(state.tokenizer, stream.plan, 0, stream.num_tokens, 0)
     reason = stream.finish_reason or "length"
     stop_reason = stream.plan.stop_reason if reason == "stop" else None
@@ -246,7 +272,7 @@ async def tokenize(state: EngineState, request: Request) -> Response:
     )
     state.resolve_model(body.model)
     if body.messages is not None:
-        text = render_chat(body.messages, body.add_generation_prompt)
+        text = render_chat(message_dicts(body.messages), body.add_generation_prompt)
     else:
         text = body.prompt or ""
     ids = state.tokenizer.encode(text)
@@ -260,13 +286,14 @@ async def detokenize(state: EngineState, request: Request) -> Response:
         await request.body(), request.headers.get("content-type", ""), DetokenizeRequest
     )
     state.resolve_model(body.model)
-    return json_response({"prompt": state.tokenizer.decode(body.tokens)})
+    ids = _token_ids(body.tokens, state.tokenizer.vocab_size, param="tokens")
+    return json_response({"prompt": state.tokenizer.decode(ids)})
 
 
 async def health(state: EngineState, request: Request) -> Response:
     # NOTE: unlike vLLM (200 until the port closes), 503 while draining, so routers and
     # readiness probes stop sending work here at once.
-    ok = state.is_loaded and not state.is_draining
+    ok = state.is_loaded and not state.is_draining and not state.runner.is_dead
     return Response(status_code=200 if ok else 503)
 
 

@@ -344,7 +344,8 @@ class EngineMetrics:
         self.success[record.finished_reason].inc()
         self.req_prompt.observe(record.num_prompt_tokens)
         self.req_generation.observe(record.num_generation_tokens)
-        self.max_gen.observe(record.max_tokens)
+        # NOTE: generated tokens (the most of the `n` outputs), not the max_tokens asked for.
+        self.max_gen.observe(record.num_generation_tokens)
         self.params_max_tokens.observe(record.max_tokens)
         self.params_n.observe(record.n)
         self.e2e.observe(record.e2e_s)
@@ -352,8 +353,9 @@ class EngineMetrics:
         self.inference.observe(record.inference_s)
         self.prefill.observe(record.prefill_s)
         self.decode.observe(record.decode_s)
-        if record.num_generation_tokens > 1:
-            self.tpot.observe(record.decode_s / (record.num_generation_tokens - 1))
+        # Every request, as vLLM: 0 when there was no token after the first.
+        gaps = record.num_generation_tokens - 1
+        self.tpot.observe(record.decode_s / gaps if gaps > 0 else 0.0)
         self.req_preemptions.observe(record.num_preemptions)
         self.req_kv_computed.observe(record.num_computed_prompt_tokens)
 

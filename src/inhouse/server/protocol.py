@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 import secrets
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from inhouse.openai_errors import ApiError, invalid
 
@@ -22,8 +22,18 @@ _M = TypeVar("_M", bound=BaseModel)
 VLLM_API_VERSION = "0.32.0"
 VERSION = f"{VLLM_API_VERSION}+inhouse"
 SYSTEM_FINGERPRINT = f"vllm-{VLLM_API_VERSION}-inhouse"
+BODY_PARSE_ERROR = "There was an error parsing the body"
 
 # -- requests ------------------------------------------------------------------------------
+
+
+class FieldError(ValueError):
+    """A request check that spans fields (vLLM's `VLLMValidationError` in a model validator):
+    rendered among the validation errors, with `param` naming the field."""
+
+    def __init__(self, message: str, param: str) -> None:
+        super().__init__(f"{message} (parameter={param})")
+        self.param = param
 
 
 class StreamOptions(BaseModel):
@@ -47,29 +57,78 @@ class _SamplingRequest(BaseModel):
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
-    seed: int | None = None
+    min_p: float | None = None
+    frequency_penalty: float | None = 0.0
+    presence_penalty: float | None = 0.0
+    repetition_penalty: float | None = None
+    seed: int | None = Field(None, ge=-(2**63), le=2**63 - 1)  # vLLM's: a torch.long
     priority: int = 0
     user: str | None = None
+    prompt_logprobs: int | None = None
+    response_format: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stream_options_need_stream(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("stream_options") and not data.get("stream"):
+            raise FieldError(
+                "Stream options can only be defined when `stream=True`.", "stream_options"
+            )
+        return data
 
 
 class CompletionRequest(_SamplingRequest):
     prompt: list[int] | list[list[int]] | str | list[str] | None = None
     max_tokens: int | None = 16
     echo: bool | None = False
+    logprobs: int | None = None
+    suffix: str | None = None
+
+
+class ChatMessage(BaseModel):
+    """A chat message as vLLM types it: a role (any string, as vLLM's custom message type
+    allows) and content that is text, a list of content parts, or null."""
+
+    model_config = ConfigDict(extra="allow")
+    role: str
+    content: str | list[dict[str, Any]] | None = None
+
+
+def message_dicts(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    """The messages as the client sent them, for the chat template."""
+    return [message.model_dump(exclude_unset=True) for message in messages]
+
+
+class FunctionDefinition(BaseModel):
+    """A tool's function as vLLM types it: a name is required, the schema is an object."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class ChatCompletionTool(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
 
 
 class ChatCompletionRequest(_SamplingRequest):
-    messages: list[dict[str, Any]]
+    messages: list[ChatMessage]
+    tools: list[ChatCompletionTool] | None = None
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
     add_generation_prompt: bool = True
+    logprobs: bool | None = False
+    top_logprobs: int | None = 0
 
 
 class TokenizeRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
     model: str | None = None
     prompt: str | None = None
-    messages: list[dict[str, Any]] | None = None
+    messages: list[ChatMessage] | None = None
     add_special_tokens: bool = True
     add_generation_prompt: bool = True
 
@@ -99,11 +158,19 @@ def parse_body(raw: bytes, content_type: str, model: type[_M]) -> _M:
             "ctx": {"error": exc.msg},
         }
         raise validation_error([error]) from None
+    except (ValueError, RecursionError):
+        # Not UTF-8, or nested deeper than the parser goes: FastAPI's words for any body it
+        # cannot parse, as vLLM answers them.
+        raise ApiError(400, BODY_PARSE_ERROR, error_type="Bad Request") from None
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         errors: list[dict[str, Any]] = []
+        param: str | None = None
         for err in exc.errors(include_url=False):
+            cause = (err.get("ctx") or {}).get("error")
+            if isinstance(cause, FieldError) and param is None:
+                param = cause.param
             item: dict[str, Any] = {
                 "type": err["type"],
                 "loc": ("body", *err["loc"]),
@@ -113,7 +180,7 @@ def parse_body(raw: bytes, content_type: str, model: type[_M]) -> _M:
             if err.get("ctx"):
                 item["ctx"] = {k: str(v) for k, v in err["ctx"].items()}
             errors.append(item)
-        raise validation_error(errors) from None
+        raise validation_error(errors, param) from None
 
 
 def _summarize(value: object) -> object:
@@ -125,8 +192,9 @@ def _summarize(value: object) -> object:
     return text if len(text) <= 200 else text[:200] + "...[truncated]"
 
 
-def validation_error(errors: list[dict[str, Any]]) -> ApiError:
-    """FastAPI-style validation errors, rendered as vLLM renders them."""
+def validation_error(errors: list[dict[str, Any]], param: str | None = None) -> ApiError:
+    """FastAPI-style validation errors, rendered as vLLM renders them; `param` is the first
+    error's location unless a `FieldError` named the field."""
     count = len(errors)
     lines = []
     for err in errors[:10]:
@@ -139,7 +207,8 @@ def validation_error(errors: list[dict[str, Any]]) -> ApiError:
         lines.append(f"  ...and {count - 10} more {'error' if count - 10 == 1 else 'errors'}")
     message = f"{count} validation {'error' if count == 1 else 'errors'}:\n" + "\n".join(lines)
     first_loc = errors[0]["loc"] if errors else ()
-    param = ".".join(str(p) for p in first_loc if not _is_internal_loc(str(p))) or None
+    if param is None:
+        param = ".".join(str(p) for p in first_loc if not _is_internal_loc(str(p))) or None
     return ApiError(400, message, param=param, error_type="Bad Request")
 
 
@@ -171,22 +240,8 @@ def check_sampling(request: _SamplingRequest, max_tokens: int | None) -> None:
         raise invalid(
             f"n must be 1 in the simulated engine, got {request.n}.", param="n", value=request.n
         )
-    temperature = request.temperature
-    if temperature is not None and temperature < 0.0:
-        raise invalid(
-            f"temperature must be non-negative, got {temperature}.",
-            param="temperature",
-            value=temperature,
-        )
-    if temperature is not None and temperature > 2.0:
-        raise invalid(
-            f"temperature must be in [0, 2], got {temperature}.",
-            param="temperature",
-            value=temperature,
-        )
-    top_p = request.top_p
-    if top_p is not None and not 0.0 < top_p <= 1.0:
-        raise invalid(f"top_p must be in (0, 1], got {top_p}.", param="top_p", value=top_p)
+    _check_sampling_ranges(request)
+    _check_served(request)
     if max_tokens is not None and max_tokens < 1:
         raise invalid(
             f"max_tokens must be at least 1, got {max_tokens}.",
@@ -202,6 +257,67 @@ def check_sampling(request: _SamplingRequest, max_tokens: int | None) -> None:
         )
     if any(not s for s in stop_list(request.stop)):
         raise invalid("stop cannot contain an empty string.")
+
+
+def _check_served(request: _SamplingRequest) -> None:
+    """Fields asking for what the simulated engine cannot produce are refused, naming the
+    field, rather than answered with a null the client did not ask for."""
+    unserved: list[tuple[str, object]] = []
+    if isinstance(request, CompletionRequest):
+        if request.suffix is not None:  # vLLM's words
+            raise ApiError(400, "suffix is not currently supported", param="suffix")
+        if request.echo:
+            raise invalid(
+                "The simulated engine does not echo the prompt; leave `echo` unset.",
+                param="echo",
+                value=True,
+            )
+        unserved.append(("logprobs", request.logprobs))
+    elif isinstance(request, ChatCompletionRequest):
+        unserved.append(("logprobs", request.logprobs or None))
+        unserved.append(("top_logprobs", request.top_logprobs or None))
+    unserved.append(("prompt_logprobs", request.prompt_logprobs))
+    for name, value in unserved:
+        if value is not None:
+            raise invalid(
+                "The simulated engine does not sample from a model, so it has no logprobs to "
+                f"return; leave `{name}` unset.",
+                param=name,
+                value=value,
+            )
+
+
+def _check_sampling_ranges(request: _SamplingRequest) -> None:
+    """The sampling values the simulated engine ignores, still refused where vLLM refuses."""
+    for name in ("presence_penalty", "frequency_penalty"):
+        penalty = getattr(request, name)
+        if penalty is not None and not -2.0 <= penalty <= 2.0:
+            raise invalid(f"{name} must be in [-2, 2], got {penalty}.", param=name, value=penalty)
+    repetition = request.repetition_penalty
+    if repetition is not None and repetition <= 0.0:
+        raise invalid(
+            f"repetition_penalty must be greater than zero, got {repetition}.",
+            param="repetition_penalty",
+            value=repetition,
+        )
+    temperature = request.temperature  # NOTE: no upper bound, as in vLLM (OpenAI's is 2)
+    if temperature is not None and temperature < 0.0:
+        raise invalid(
+            f"temperature must be non-negative, got {temperature}.",
+            param="temperature",
+            value=temperature,
+        )
+    top_p = request.top_p
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        raise invalid(f"top_p must be in (0, 1], got {top_p}.", param="top_p", value=top_p)
+    top_k = request.top_k
+    if top_k is not None and top_k < -1:
+        raise invalid(
+            f"top_k must be 0 (disable), or at least 1, got {top_k}.", param="top_k", value=top_k
+        )
+    min_p = request.min_p
+    if min_p is not None and not 0.0 <= min_p <= 1.0:
+        raise invalid(f"min_p must be in [0, 1], got {min_p}.", param="min_p", value=min_p)
 
 
 def stop_list(stop: str | list[str] | None) -> list[str]:

@@ -49,7 +49,7 @@ class Stream:
     event: asyncio.Event = field(default_factory=asyncio.Event)
     num_tokens: int = 0  # tokens generated so far
     finished: bool = False
-    finish_reason: str | None = None  # "length" | "stop" | "abort"
+    finish_reason: str | None = None  # "length" | "stop" | "abort" | "error"
     arrival_s: float = 0.0
     first_token_s: float | None = None
     last_token_s: float | None = None
@@ -85,6 +85,7 @@ class EngineRunner:
         self._unhang = asyncio.Event()
         self._unhang.set()
         self._stopped = False
+        self.is_dead = False  # the loop failed: nothing steps any more
         self._prev_end_s: float | None = None
         self._kv_held: list[int] = []
         self._lag_window: list[float] = []
@@ -162,6 +163,18 @@ class EngineRunner:
         self._unhang.set()
 
     async def run(self) -> None:
+        """Step until stopped. A failure ends the loop for good, as a dead vLLM engine core:
+        every in-flight request finishes with "error" and the server reports the death."""
+        try:
+            await self._run()
+        except Exception:
+            log.exception("the engine loop failed: the engine is dead (/health answers 503)")
+            self.is_dead = True
+            now = self.clock()
+            for stream in list(self.streams.values()):
+                self._finish(stream, "error", now)
+
+    async def _run(self) -> None:
         while not self._stopped:
             if not self._unhang.is_set():
                 self._prev_end_s = None

@@ -10,10 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inhouse.engine import Replica, ReplicaSpec, Request, build_replica
+from inhouse.errors import SpecError
 from inhouse.hashing import hash_token_blocks
 from inhouse.openai_errors import (
     BUSY_MESSAGE,
     DRAINING_MESSAGE,
+    ENGINE_DEAD_MESSAGE,
     LOADING_MESSAGE,
     ApiError,
     invalid,
@@ -65,6 +67,11 @@ class EngineOptions:
     catchup_window_s: float = 0.2
     tools: ToolOptions = field(default_factory=ToolOptions)
 
+    @property
+    def served_names(self) -> tuple[str, ...]:
+        """The names clients may use for the base model (the first names its metrics)."""
+        return self.served_model_names or (self.model,)
+
     def replica_spec(self) -> ReplicaSpec:
         return ReplicaSpec(
             model=self.model,
@@ -73,7 +80,9 @@ class EngineOptions:
             quant=self.quant,
             backend=self.backend,
             knobs=self.knobs,
-            lora_adapters=tuple(m.name for m in parse_lora_modules(self.lora_modules)),
+            lora_adapters=tuple(
+                m.name for m in parse_lora_modules(self.lora_modules, self.served_names)
+            ),
         )
 
 
@@ -83,12 +92,27 @@ class LoraModule:
     path: str
 
 
-def parse_lora_modules(entries: tuple[str, ...]) -> list[LoraModule]:
-    """vLLM's `--lora-modules name=path` (a bare `name` is accepted: path = name)."""
-    out = []
+def parse_lora_modules(
+    entries: tuple[str, ...], served_names: tuple[str, ...] = ()
+) -> list[LoraModule]:
+    """vLLM's `--lora-modules name=path` (a bare `name` is accepted: path = name). A name that
+    is empty, repeated or one of `served_names` is refused: requests could not reach it."""
+    out: list[LoraModule] = []
     for entry in entries:
-        name, _, path = entry.partition("=")
-        out.append(LoraModule(name.strip(), path.strip() or name.strip()))
+        name, _, path = (part.strip() for part in entry.partition("="))
+        if not name:
+            raise SpecError(f"--lora-modules {entry!r}: the adapter needs a name (NAME=PATH)")
+        if any(module.name == name for module in out):
+            raise SpecError(
+                f"--lora-modules: adapter name {name!r} is given twice; each adapter needs its "
+                "own name"
+            )
+        if name in served_names:
+            raise SpecError(
+                f"--lora-modules: adapter name {name!r} is also a --served-model-name; requests "
+                "for it could not reach the adapter"
+            )
+        out.append(LoraModule(name, path or name))
     return out
 
 
@@ -111,9 +135,9 @@ class EngineState:
         self.tokenizer = tokenizer
         self.max_model_len = replica.config.max_model_len
         self.block_size = replica.config.block_size
-        self.model_name = (options.served_model_names or (options.model,))[0]
-        self.served_names = options.served_model_names or (options.model,)
-        self.loras = parse_lora_modules(options.lora_modules)
+        self.served_names = options.served_names
+        self.model_name = self.served_names[0]
+        self.loras = parse_lora_modules(options.lora_modules, self.served_names)
         self.eos = parse_eos_lengths(options.eos_length_dist)
         self.metrics = EngineMetrics(self.model_name, self.max_model_len, self._cache_info())
         self.core = replica.new_engine()
@@ -174,6 +198,7 @@ class EngineState:
     # -- admission -------------------------------------------------------------------------
 
     def check_accepting(self) -> None:
+        self.check_alive()
         if self.is_draining:
             raise ApiError(503, DRAINING_MESSAGE)
         if not self.is_loaded:
@@ -182,6 +207,10 @@ class EngineState:
         if faults.fail_next > 0:
             faults.fail_next -= 1
             raise ApiError(faults.fail_status, "Injected failure (fault injection).")
+
+    def check_alive(self) -> None:
+        if self.runner.is_dead:
+            raise ApiError(500, ENGINE_DEAD_MESSAGE)
 
     def _block_hashes(self, prompt_ids: list[int], plan: GenerationPlan, salt: str) -> list[int]:
         """Hashes of the prompt's blocks and of the answer's: vLLM caches generated blocks too,
@@ -253,6 +282,7 @@ class EngineState:
             lora=None if model in self.served_names else model,
         )
         stream = Stream(request, plan, max_tokens, prompt_ids)
+        self.check_alive()  # it may have died while the body was read
         rejection = self.runner.submit(stream)
         if rejection is not None:
             raise invalid(rejection_message(rejection), param="input_tokens", value=num_prompt)

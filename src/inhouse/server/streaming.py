@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from inhouse.openai_errors import ENGINE_DEAD_MESSAGE, ApiError
 from inhouse.server.generation import output_text
 from inhouse.server.protocol import DONE, SYSTEM_FINGERPRINT, sse, usage
 from inhouse.server.runner import Stream
@@ -151,6 +152,7 @@ def _stream_usage(state: EngineState, stream: Stream) -> dict[str, Any]:
 
 
 Piece = tuple[str, str | None, str]
+ENDED_EARLY = ("abort", "error")  # no token carries these: an abort piece or error event does
 
 
 async def _events(
@@ -165,6 +167,9 @@ async def _events(
     when asked for, then `[DONE]`."""
     async for batch in _batches(state, stream, continuous):
         yield b"".join(chunk(*piece) for piece in batch)
+    if stream.finish_reason == "error":  # the engine died: vLLM's error event, then [DONE]
+        yield b"data: " + ApiError(500, ENGINE_DEAD_MESSAGE).body() + b"\n\n" + DONE
+        return
     if include_usage:
         body = json.dumps(_stream_usage(state, stream), separators=(",", ":"))
         yield sse(
@@ -188,7 +193,9 @@ async def _batches(
         batch: list[Piece] = []
         for index in range(start, end):
             text, raw_chars = output_text(tokenizer, plan, index, index + 1, raw_chars)
-            is_last = stream.finished and index == end - 1 and stream.finish_reason != "abort"
+            is_last = (
+                stream.finished and index == end - 1 and stream.finish_reason not in ENDED_EARLY
+            )
             reason = stream.finish_reason if is_last else None
             suffix = ""
             if continuous:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -164,29 +165,67 @@ def example_value(schema: Any, seed: int, depth: int) -> Any:
     """A value that validates against a simple JSON schema, the same for the same seed."""
     if not isinstance(schema, dict) or depth > MAX_SCHEMA_DEPTH:
         return None
-    if schema.get("enum"):
-        return schema["enum"][0]
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum:
+        return enum[0]
     if "const" in schema:
         return schema["const"]
     kind = schema.get("type", "object" if "properties" in schema else "string")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "null")
     if kind == "object":
-        properties = schema.get("properties") or {}
-        wanted = schema.get("required") or list(properties)
+        # NOTE: keywords of the wrong type (a list of properties, a non-string required
+        # name) are ignored, not trusted: the call stays well-formed JSON.
+        properties = schema.get("properties")
+        properties = properties if isinstance(properties, dict) else {}
+        required = schema.get("required")
+        wanted = required if isinstance(required, list) and required else list(properties)
+        names = [key for key in wanted if isinstance(key, str)]
         return {
             key: example_value(properties.get(key, {}), seed + i, depth + 1)
-            for i, key in enumerate(wanted)
+            for i, key in enumerate(names)
         }
     if kind == "array":
         return [example_value(schema.get("items") or {}, seed, depth + 1)]
     if kind in ("integer", "number"):
-        return max(1, int(schema.get("minimum", 1)))
+        return max(1, _least_at_or_above(schema.get("minimum")))
     if kind == "boolean":
         return True
     if kind == "null":
         return None
     return f"{WORDS[seed % len(WORDS)]} {WORDS[(seed // 7) % len(WORDS)]}"
+
+
+def _least_at_or_above(minimum: object) -> int:
+    """The least whole number at or above a schema's `minimum`; 1 when it is not a finite
+    number (absent, a string, `1e400` parsed as infinity)."""
+    if isinstance(minimum, bool) or not isinstance(minimum, int | float):
+        return 1
+    return math.ceil(minimum) if math.isfinite(minimum) else 1
+
+
+def structured_text(response_format: dict[str, Any] | None, seed: int) -> str | None:
+    """The answer a `response_format` forces, as vLLM's structured outputs do: JSON that fits
+    `json_schema.schema`, or a JSON object for `json_object`; None for `text` or none."""
+    if response_format is None or response_format.get("type") == "text":
+        return None
+    kind = response_format.get("type")
+    if kind == "json_object":
+        return "{}"
+    if kind != "json_schema":
+        raise invalid(
+            'response_format must be {"type": "text"}, {"type": "json_object"} or {"type": '
+            '"json_schema", "json_schema": {"name": ..., "schema": {...}}}.',
+            param="response_format",
+        )
+    spec = response_format.get("json_schema")
+    schema = spec.get("schema") if isinstance(spec, dict) else None
+    if not isinstance(schema, dict):
+        raise invalid(
+            'response_format {"type": "json_schema"} needs the schema in `json_schema.schema`.',
+            param="response_format",
+        )
+    return json.dumps(example_value(schema, seed, 0), ensure_ascii=False)
 
 
 def tools_prompt(body: dict[str, Any]) -> str:
