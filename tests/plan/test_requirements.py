@@ -95,3 +95,62 @@ def test_an_infinite_peak_and_a_boolean_count_are_refused_by_field() -> None:
     message = str(info.value)
     assert "workloads.0.traffic.peak_per_s: Input should be a finite number" in message
     assert "hardware.0.gpus_per_node: Value error, true is a boolean" in message
+
+
+@pytest.mark.parametrize(
+    ("slo", "expected"),
+    [
+        # Was a pydantic traceback from the stack's SLO, after the whole search had run.
+        (
+            {"ttft_p95_ms": 1000, "ttft_alarm_ms": 500},
+            "workloads.0.slo: Value error, ttft_alarm_ms (500) is below ttft_p95_ms (1000)",
+        ),
+        # Was dropped without a word: no target, so nothing ever paged at 80 ms.
+        (
+            {"ttft_p95_ms": 1000, "itl_alarm_ms": 80},
+            "workloads.0.slo: Value error, itl_alarm_ms (80) has no itl_p95_ms target",
+        ),
+    ],
+)
+def test_an_alarm_below_its_target_or_without_one_is_refused(
+    slo: dict[str, float], expected: str
+) -> None:
+    data = small_requirements()
+    data["workloads"][0]["slo"] = slo
+    with pytest.raises(SpecError) as info:
+        parse(data)
+    assert expected in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("knob", "value", "expected"),
+    [
+        # Tracebacks: a ZeroDivisionError, a pydantic error from the stack.
+        ("tensor_parallel", [0], "planning.tensor_parallel.0: Input should be greater than 0"),
+        (
+            "max_num_batched_tokens",
+            [-5],
+            "planning.max_num_batched_tokens.0: Input should be greater than 0",
+        ),
+        # Empty lists were "infeasible: no GPU on offer fits the model" (exit 3).
+        ("tensor_parallel", [], "planning.tensor_parallel: Tuple should have at least 1 item"),
+        ("quantizations", [], "planning.quantizations: Tuple should have at least 1 item"),
+        ("kv_cache_dtypes", [], "planning.kv_cache_dtypes: Tuple should have at least 1 item"),
+        (
+            "max_num_batched_tokens",
+            [],
+            "planning.max_num_batched_tokens: Tuple should have at least 1 item",
+        ),
+        # Unknown names were refused without the field's name.
+        ("quantizations", ["fp9"], "planning.quantizations: Value error, unknown quantization"),
+        ("kv_cache_dtypes", ["int3"], "planning.kv_cache_dtypes: Value error, unknown kv cache"),
+        # "rate scale must be positive, got 0.0", from the simulator.
+        ("load_multiples", [1, 0], "planning.load_multiples.1: Input should be greater than 0"),
+    ],
+)
+def test_planning_lists_need_items_and_sensible_values(
+    knob: str, value: list[object], expected: str
+) -> None:
+    with pytest.raises(SpecError) as info:
+        parse(small_requirements(**{knob: value}))
+    assert expected in str(info.value)

@@ -7,13 +7,14 @@ compare against, and the planner's own knobs. docs/plan.md documents every field
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from inhouse.errors import SpecError
 from inhouse.spec.base import SpecModel
 from inhouse.spec.errors_format import describe_validation_error
+from inhouse.spec.quant import kv_dtype_bytes, normalize_quant
 
 REQUIREMENTS_VERSION = 1
 
@@ -119,6 +120,27 @@ class Slo(SpecModel):
     ttft_cold_p95_ms: float | None = Field(default=None, gt=0)
     ttft_cold_alarm_ms: float | None = Field(default=None, gt=0)
     availability: float = Field(default=0.999, gt=0, lt=1)
+
+    @model_validator(mode="after")
+    def _alarms(self) -> Slo:
+        # Checked here, where the error names the file and field: the stack's SLO refused an
+        # alarm below its target only when the plan was written (a pydantic traceback).
+        for metric in (*METRICS, "ttft_cold"):
+            target = getattr(self, f"{metric}_p95_ms")
+            alarm = getattr(self, f"{metric}_alarm_ms")
+            if alarm is None:
+                continue
+            if target is None:
+                raise ValueError(
+                    f"{metric}_alarm_ms ({alarm:g}) has no {metric}_p95_ms target to page on: "
+                    f"state the target or remove the alarm"
+                )
+            if alarm < target:
+                raise ValueError(
+                    f"{metric}_alarm_ms ({alarm:g}) is below {metric}_p95_ms ({target:g}): the "
+                    "alarm would page while the target still holds; set it at or above the target"
+                )
+        return self
 
     def targets(self) -> dict[str, float]:
         """`{metric: target_ms}` for every metric with a target, in a fixed order."""
@@ -253,10 +275,17 @@ class Planning(SpecModel):
         description="size pools so the degraded SLO holds with one replica lost, checked in the "
         "simulator (false: only report it, and price the plan that would meet it)",
     )
-    quantizations: tuple[str, ...] = ("fp8", "bf16")
-    kv_cache_dtypes: tuple[str, ...] = ("auto", "fp8")
-    tensor_parallel: tuple[int, ...] = (1, 2, 4, 8)
-    max_num_batched_tokens: tuple[int, ...] = (512, 1024, 2048, 8192)
+    # NOTE: each list needs an item and each item a sensible value: an empty list left nothing
+    # to try and was reported as "no GPU on offer fits the model", TP 0 and a budget of 0
+    # were tracebacks.
+    quantizations: tuple[str, ...] = Field(default=("fp8", "bf16"), min_length=1)
+    kv_cache_dtypes: tuple[str, ...] = Field(default=("auto", "fp8"), min_length=1)
+    tensor_parallel: tuple[Annotated[int, Field(gt=0)], ...] = Field(
+        default=(1, 2, 4, 8), min_length=1
+    )
+    max_num_batched_tokens: tuple[Annotated[int, Field(gt=0)], ...] = Field(
+        default=(512, 1024, 2048, 8192), min_length=1
+    )
     backend: Literal["vllm", "sglang"] = "vllm"
     routing_policy: str = "cache_aware"
     verify_top: int = Field(
@@ -268,8 +297,28 @@ class Planning(SpecModel):
     stress_duration_s: float = Field(
         default=60.0, gt=0, description="simulated seconds per 2x/3x and one-replica-lost check"
     )
-    load_multiples: tuple[float, ...] = (1.0, 2.0, 3.0)
+    load_multiples: tuple[Annotated[float, Field(gt=0)], ...] = (1.0, 2.0, 3.0)
     seed: int = 0
+
+    @field_validator("quantizations")
+    @classmethod
+    def _known_quants(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        for name in names:
+            try:
+                normalize_quant(name)
+            except SpecError as exc:
+                raise ValueError(str(exc)) from None
+        return names
+
+    @field_validator("kv_cache_dtypes")
+    @classmethod
+    def _known_kv_dtypes(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        for name in names:
+            try:
+                kv_dtype_bytes(name)
+            except SpecError as exc:
+                raise ValueError(str(exc)) from None
+        return names
 
 
 class Requirements(SpecModel):
