@@ -154,3 +154,26 @@ def test_planning_lists_need_items_and_sensible_values(
     with pytest.raises(SpecError) as info:
         parse(small_requirements(**{knob: value}))
     assert expected in str(info.value)
+
+
+def test_one_offer_per_gpu_type_and_one_price_per_api_name() -> None:
+    # The planner keys both by name: the second H100 offer replaced the first ($3/GPU-h was
+    # planned at $2 without a word), the second API price the first.
+    data = small_requirements()
+    data["hardware"] = [
+        {"gpu": "h100_sxm", "pricing": "hourly", "usd_per_gpu_hour": 3.0},
+        {"gpu": "H100-SXM", "pricing": "hourly", "usd_per_gpu_hour": 2.0},
+    ]
+    data["api_prices"] *= 2
+    with pytest.raises(SpecError) as info:
+        parse(data)
+    message = str(info.value)
+    assert "hardware: Value error, h100_sxm is offered more than once" in message
+    assert "api_prices: Value error, api is named more than once" in message
+
+
+def test_an_unknown_gpu_names_its_field() -> None:
+    data = small_requirements()
+    data["hardware"][0]["gpu"] = "h999"
+    with pytest.raises(SpecError, match=r"hardware\.0\.gpu: Value error, unknown GPU 'h999'"):
+        parse(data)

@@ -13,6 +13,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from inhouse.errors import SpecError
 from inhouse.spec.base import SpecModel
+from inhouse.spec.catalog import get_gpu
 from inhouse.spec.errors_format import describe_validation_error
 from inhouse.spec.quant import kv_dtype_bytes, normalize_quant
 
@@ -236,6 +237,15 @@ class HardwareOffer(SpecModel):
     ops_usd_per_node_year: float = Field(default=0.0, ge=0)
     usd_per_gpu_hour: float | None = Field(default=None, gt=0)
 
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, name: str) -> str:
+        try:
+            get_gpu(name)
+        except SpecError as exc:
+            raise ValueError(str(exc)) from None
+        return name
+
     @model_validator(mode="after")
     def _priced(self) -> HardwareOffer:
         if self.pricing == "capex" and self.capex_usd_per_node is None:
@@ -330,6 +340,32 @@ class Requirements(SpecModel):
     api_prices: tuple[ApiPrice, ...] = ()
     usage: Usage = Usage()
     planning: Planning = Planning()
+
+    @field_validator("hardware")
+    @classmethod
+    def _one_offer_per_gpu(cls, offers: tuple[HardwareOffer, ...]) -> tuple[HardwareOffer, ...]:
+        # NOTE: the planner keys offers by GPU type; a second offer of one type replaced the
+        # first without a word (its price, its max_nodes).
+        gpus = [get_gpu(offer.gpu).name for offer in offers]
+        twice = sorted({gpu for gpu in gpus if gpus.count(gpu) > 1})
+        if twice:
+            raise ValueError(
+                f"{', '.join(twice)} is offered more than once; give one offer per GPU type "
+                "(one price, one max_nodes)"
+            )
+        return offers
+
+    @field_validator("api_prices")
+    @classmethod
+    def _one_price_per_name(cls, apis: tuple[ApiPrice, ...]) -> tuple[ApiPrice, ...]:
+        names = [api.name for api in apis]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError(
+                f"{', '.join(twice)} is named more than once (the last price replaced the "
+                "others); give each API price its own name"
+            )
+        return apis
 
     @model_validator(mode="after")
     def _references(self) -> Requirements:
