@@ -177,3 +177,40 @@ def test_an_unknown_gpu_names_its_field() -> None:
     data["hardware"][0]["gpu"] = "h999"
     with pytest.raises(SpecError, match=r"hardware\.0\.gpu: Value error, unknown GPU 'h999'"):
         parse(data)
+
+
+def test_a_longest_prompt_below_the_p95_is_refused() -> None:
+    # Was raised to the p95 (3,000) without a word: the stack's max_model_len
+    # ignored the 100 the file stated.
+    data = small_requirements()
+    data["workloads"][0]["max_prompt_tokens"] = 100
+    with pytest.raises(SpecError) as info:
+        parse(data)
+    assert (
+        "workloads.0: Value error, max_prompt_tokens (100) is below prompt_tokens.p95 (3000)"
+        in (str(info.value))
+    )
+
+
+def test_an_agent_longest_prompt_below_what_its_sessions_send_is_refused() -> None:
+    data = small_requirements()
+    data["workloads"][0] = {
+        "name": "chat",
+        "kind": "agent",
+        "traffic": {"avg_sessions": 5, "peak_sessions": 10},
+        "multi_turn": {"system_prompt_tokens": 2000, "min_turns": 1, "max_turns": 1},
+        "max_prompt_tokens": 1000,
+        "output_tokens": {"p50": 100, "p95": 300},
+        "slo": {"ttft_p95_ms": 1000},
+        "models": {"allowed": ["Llama-3.1-8B"]},
+    }
+    req = parse(data).workloads[0]
+    # Every first turn is the 2,000-token system prompt plus a message: none fits in 1,000.
+    with pytest.raises(SpecError, match=r"workloads\[chat\]\.max_prompt_tokens \(1,000\) is below"):
+        profile_workload(req)
+    stated = req.model_copy(update={"max_prompt_tokens": None})
+    longest = profile_workload(stated).max_prompt_tokens
+    assert (
+        profile_workload(req.model_copy(update={"max_prompt_tokens": longest})).max_prompt_tokens
+        == longest
+    )

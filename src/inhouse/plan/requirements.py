@@ -214,6 +214,15 @@ class WorkloadReq(SpecModel):
                 raise ValueError(f"a {self.kind} workload needs prompt_tokens (p50, p95)")
             if self.multi_turn is not None:
                 raise ValueError("multi_turn is for kind: agent")
+            # NOTE: a limit below the p95 was raised to the p95 without a word (the generator
+            # cannot cap a distribution below its own p95); say so instead.
+            longest = self.max_prompt_tokens
+            if longest is not None and longest < self.prompt_tokens.p95:
+                raise ValueError(
+                    f"max_prompt_tokens ({longest}) is below prompt_tokens.p95 "
+                    f"({self.prompt_tokens.p95}): more than 5% of the prompts would be refused; "
+                    "raise max_prompt_tokens to at least the p95, or lower the p95"
+                )
         if not self.slo.targets():
             raise ValueError("slo needs at least one p95 target (ttft, itl, tpot or e2e)")
         return self
