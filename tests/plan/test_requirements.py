@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from inhouse.errors import SpecError
-from inhouse.plan.requirements import parse_requirements
+from inhouse.plan.requirements import MultiTurn, parse_requirements
 from inhouse.plan.traffic import profile_workload
 
 from .plan_helpers import parse, small_requirements
@@ -214,3 +214,22 @@ def test_an_agent_longest_prompt_below_what_its_sessions_send_is_refused() -> No
         profile_workload(req.model_copy(update={"max_prompt_tokens": longest})).max_prompt_tokens
         == longest
     )
+
+
+def test_an_agent_without_multi_turn_takes_the_documented_defaults() -> None:
+    # docs/plan.md: `multi_turn` defaults to the agents' defaults; it was an AssertionError
+    # traceback while characterizing.
+    data = small_requirements()
+    data["workloads"][0] = {
+        "name": "chat",
+        "kind": "agent",
+        "traffic": {"avg_sessions": 5, "peak_sessions": 10},
+        "output_tokens": {"p50": 100, "p95": 300},
+        "slo": {"ttft_p95_ms": 1000},
+        "models": {"allowed": ["Llama-3.1-8B"]},
+    }
+    req = parse(data).workloads[0]
+    assert req.multi_turn == MultiTurn()
+    profile = profile_workload(req)
+    # Every prompt carries one of the default 6,000-token system prompts.
+    assert profile.shapes.prompt.min() >= 6000

@@ -202,6 +202,14 @@ class WorkloadReq(SpecModel):
         "serves lower priorities first, and with a replica lost the lowest tier is shed first",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _agent_defaults(cls, data: Any) -> Any:
+        # An agent without `multi_turn` takes the documented defaults (it was an assert).
+        if isinstance(data, dict) and data.get("kind") == "agent" and "multi_turn" not in data:
+            return {**data, "multi_turn": {}}
+        return data
+
     @model_validator(mode="after")
     def _consistent(self) -> WorkloadReq:
         if self.kind == "agent":
