@@ -101,3 +101,15 @@ def test_small_plan_is_verified_and_its_stack_simulates() -> None:
     tps = load["input_tokens_per_s"] + load["output_tokens_per_s"]
     assert blended == pytest.approx(cost["usd_per_hour"] / (tps * 3600) * 1e6)
     assert cost["breakeven_months"]["api"] in (0.0, None)  # rented: from month one, or never
+
+
+def test_a_p95_prompt_past_every_allowed_context_is_named_before_sampling() -> None:
+    data = small_requirements()
+    data["workloads"][0]["prompt_tokens"] = {"p50": 100_000, "p95": 200_000}
+    with pytest.raises(PlanInfeasibleError) as info:
+        make_plan(parse(data), verify=False)
+    assert str(info.value) == (
+        "small: workloads[chat].prompt_tokens.p95 (200,000 tokens) is longer than the context "
+        "of every allowed model (the longest: Llama-3.1-8B, 131,072 tokens). To act: shorten "
+        "it, or allow a model with a longer context."
+    )

@@ -233,3 +233,28 @@ def test_an_agent_without_multi_turn_takes_the_documented_defaults() -> None:
     profile = profile_workload(req)
     # Every prompt carries one of the default 6,000-token system prompts.
     assert profile.shapes.prompt.min() >= 6000
+
+
+def test_counts_the_generators_build_up_front_are_bounded() -> None:
+    # Each hung `inhouse plan` (a billion prefix groups, apps or sessions built one by one).
+    data = small_requirements()
+    data["workloads"][0]["num_prefix_groups"] = 10**9
+    agent = {
+        "name": "agent",
+        "kind": "agent",
+        "traffic": {"avg_sessions": 10**7, "peak_sessions": 10**7},
+        "multi_turn": {"num_apps": 10**9},
+        "output_tokens": {"p50": 100, "p95": 300},
+        "slo": {"ttft_p95_ms": 1000},
+        "models": {"allowed": ["Llama-3.1-8B"]},
+    }
+    data["workloads"].append(agent)
+    with pytest.raises(SpecError) as info:
+        parse(data)
+    message = str(info.value)
+    for field in (
+        "workloads.0.num_prefix_groups",
+        "workloads.1.traffic.peak_sessions",
+        "workloads.1.multi_turn.num_apps",
+    ):
+        assert f"{field}: Input should be less than or equal to 100000" in message

@@ -20,6 +20,11 @@ from inhouse.spec.quant import kv_dtype_bytes, normalize_quant
 REQUIREMENTS_VERSION = 1
 
 WorkloadKind = Literal["agent", "utility", "longctx", "shared-prefix"]
+# Counts the generators build one by one before the first request (sessions, apps' system
+# prompts, prefix groups): a stray digit (1e9) hung `inhouse plan` while it characterized the
+# workload. A pool holds at most 64 replicas, so a count past these is no plan anyway.
+MAX_SESSIONS = 100_000
+MAX_PREFIX_GROUPS = 100_000
 
 
 class TokenLengths(SpecModel):
@@ -43,8 +48,8 @@ class Traffic(SpecModel):
     peak_per_s: float | None = Field(default=None, gt=0)
     avg_per_min: float | None = Field(default=None, gt=0)
     peak_per_min: float | None = Field(default=None, gt=0)
-    avg_sessions: int | None = Field(default=None, gt=0)
-    peak_sessions: int | None = Field(default=None, gt=0)
+    avg_sessions: int | None = Field(default=None, gt=0, le=MAX_SESSIONS)
+    peak_sessions: int | None = Field(default=None, gt=0, le=MAX_SESSIONS)
 
     @model_validator(mode="after")
     def _one_form(self) -> Traffic:
@@ -89,7 +94,7 @@ class MultiTurn(SpecModel):
     """Shape of an agent session: turn 1 sends the app's system prompt and a first message; each
     later turn re-sends the history plus a tool output, after a think time."""
 
-    num_apps: int = Field(default=4, gt=0)
+    num_apps: int = Field(default=4, gt=0, le=MAX_PREFIX_GROUPS)
     system_prompt_tokens: int = Field(default=6000, ge=0)
     min_turns: int = Field(default=3, gt=0)
     max_turns: int = Field(default=6, gt=0)
@@ -188,7 +193,7 @@ class WorkloadReq(SpecModel):
         default=0.0, ge=0, lt=1, description="expected prefix-cache hit rate (token share)"
     )
     shared_prefix_tokens: int = Field(default=0, ge=0)
-    num_prefix_groups: int = Field(default=4, gt=0)
+    num_prefix_groups: int = Field(default=4, gt=0, le=MAX_PREFIX_GROUPS)
     multi_turn: MultiTurn | None = None
     burstiness: float = Field(
         default=1.0, gt=0, description="gamma shape of arrival gaps: 1 Poisson, <1 burstier"
