@@ -258,3 +258,18 @@ def test_counts_the_generators_build_up_front_are_bounded() -> None:
         "workloads.1.multi_turn.num_apps",
     ):
         assert f"{field}: Input should be less than or equal to 100000" in message
+
+
+def test_a_share_written_as_a_percentage_gets_the_share_in_its_message() -> None:
+    # Was "Input should be less than 1", which does not say what to write.
+    data = small_requirements()
+    data["workloads"][0]["slo"]["availability"] = 99.9
+    data["workloads"][0]["prefix_reuse"] = 85
+    data["hardware"][0]["avg_power_fraction"] = 70
+    with pytest.raises(SpecError) as info:
+        parse(data)
+    message = str(info.value)
+    assert "workloads.0.slo.availability: Value error, 99.9 reads as a percentage" in message
+    assert "(0.999)" in message
+    assert "workloads.0.prefix_reuse: Value error, 85 reads as a percentage" in message
+    assert "hardware.0.avg_power_fraction: Value error, 70 reads as a percentage" in message

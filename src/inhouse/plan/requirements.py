@@ -27,6 +27,17 @@ MAX_SESSIONS = 100_000
 MAX_PREFIX_GROUPS = 100_000
 
 
+def _share_not_percent(value: Any) -> Any:
+    """A share written as a percentage (`availability: 99.9`, `prefix_reuse: 85`) gets the fix
+    in its message instead of pydantic's bare "should be less than 1"."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and 1 < value <= 100:
+        raise ValueError(
+            f"{value:g} reads as a percentage; write it as a share between 0 and 1 "
+            f"({value / 100:g})"
+        )
+    return value
+
+
 class TokenLengths(SpecModel):
     """A token-length distribution by its median and 95th percentile (a lognormal between)."""
 
@@ -127,6 +138,8 @@ class Slo(SpecModel):
     ttft_cold_alarm_ms: float | None = Field(default=None, gt=0)
     availability: float = Field(default=0.999, gt=0, lt=1)
 
+    _availability_share = field_validator("availability", mode="before")(_share_not_percent)
+
     @model_validator(mode="after")
     def _alarms(self) -> Slo:
         # Checked here, where the error names the file and field: the stack's SLO refused an
@@ -192,6 +205,7 @@ class WorkloadReq(SpecModel):
     prefix_reuse: float = Field(
         default=0.0, ge=0, lt=1, description="expected prefix-cache hit rate (token share)"
     )
+    _prefix_reuse_share = field_validator("prefix_reuse", mode="before")(_share_not_percent)
     shared_prefix_tokens: int = Field(default=0, ge=0)
     num_prefix_groups: int = Field(default=4, gt=0, le=MAX_PREFIX_GROUPS)
     multi_turn: MultiTurn | None = None
@@ -254,6 +268,7 @@ class HardwareOffer(SpecModel):
         default=None, gt=0, description="peak draw (default: 1.8x the GPUs' TDP)"
     )
     avg_power_fraction: float = Field(default=0.7, gt=0, le=1)
+    _power_share = field_validator("avg_power_fraction", mode="before")(_share_not_percent)
     pue: float = Field(default=1.3, ge=1)
     usd_per_kwh: float = Field(default=0.12, ge=0)
     ops_usd_per_node_year: float = Field(default=0.0, ge=0)
