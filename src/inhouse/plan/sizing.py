@@ -107,6 +107,9 @@ class Violation:
     limit: float
 
     def __str__(self) -> str:
+        if self.what.startswith("unstable"):
+            # The reason says it all; its value and limit are flags (it read "... 1 ms > 0 ms").
+            return self.what
         if self.what in ("utilization", "kv utilization", "batch"):
             return f"{self.what} {self.value:.2f} > {self.limit:.2f}"
         return f"{self.what} {self.value:,.0f} ms > {self.limit:,.0f} ms"
@@ -285,7 +288,12 @@ def size_choice(
                 violation.value,
                 violation.limit,
             )
-        return Rejected(choice, str(violation), violation.what)
+        return Rejected(
+            choice,
+            f"{violation} with {FLOOR_LOAD:.2%} of the peak traffic on a replica (no replica "
+            "count serves it)",
+            violation.what,
+        )
     replicas = max(need.min_replicas, 1)
     violations: list[Violation] = []
     previous: dict[str, float] = {}
