@@ -273,3 +273,12 @@ def test_a_share_written_as_a_percentage_gets_the_share_in_its_message() -> None
     assert "(0.999)" in message
     assert "workloads.0.prefix_reuse: Value error, 85 reads as a percentage" in message
     assert "hardware.0.avg_power_fraction: Value error, 70 reads as a percentage" in message
+
+
+def test_a_shared_prefix_longer_than_the_median_prompt_is_refused() -> None:
+    # The generator cut it to the p50 while the KV working set counted it whole (4 x 1e9
+    # tokens: "kv utilization 1.00 > 0.90" on every configuration).
+    data = small_requirements()
+    data["workloads"][0]["shared_prefix_tokens"] = 10**9
+    with pytest.raises(SpecError, match=r"shared_prefix_tokens \(1000000000\) is not below"):
+        parse(data)

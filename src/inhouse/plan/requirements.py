@@ -241,6 +241,13 @@ class WorkloadReq(SpecModel):
                 raise ValueError(f"a {self.kind} workload needs prompt_tokens (p50, p95)")
             if self.multi_turn is not None:
                 raise ValueError("multi_turn is for kind: agent")
+            if self.shared_prefix_tokens >= self.prompt_tokens.p50:
+                # The generator cut it to the p50 while the KV working set kept it whole.
+                raise ValueError(
+                    f"shared_prefix_tokens ({self.shared_prefix_tokens}) is not below "
+                    f"prompt_tokens.p50 ({self.prompt_tokens.p50}): the shared prefix is part "
+                    "of each prompt; lower it or raise the prompt lengths"
+                )
             # NOTE: a limit below the p95 was raised to the p95 without a word (the generator
             # cannot cap a distribution below its own p95); say so instead.
             longest = self.max_prompt_tokens
