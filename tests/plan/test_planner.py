@@ -113,3 +113,16 @@ def test_a_p95_prompt_past_every_allowed_context_is_named_before_sampling() -> N
         "of every allowed model (the longest: Llama-3.1-8B, 131,072 tokens). To act: shorten "
         "it, or allow a model with a longer context."
     )
+
+
+def test_a_check_that_measured_nothing_says_so() -> None:
+    # 0.001 requests/s sends none in 20 simulated seconds: every p95 was NaN and the plan was
+    # "infeasible" with no binding constraint at all.
+    data = small_requirements()
+    data["workloads"][0]["traffic"] = {"avg_per_s": 0.001, "peak_per_s": 0.001}
+    with pytest.raises(PlanInfeasibleError) as info:
+        make_plan(parse(data))
+    assert (
+        "binding constraint: chat — no request of it completed after the warm-up in the 20 s "
+        "simulated at 1x peak, so no p95 could be measured; raise planning.verify_duration_s"
+    ) in str(info.value)

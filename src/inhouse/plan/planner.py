@@ -331,6 +331,21 @@ def infeasible_message(
     if verifications:
         last = verifications[-1]
         for workload, summary in last.check.workloads.items():
+            if not summary["completed"]:
+                # NOTE: with nothing measured every p95 is NaN, which no line below names.
+                lines.append(
+                    f"  binding constraint: {workload} — no request of it completed after the "
+                    f"warm-up in the {last.check.duration_s:g} s simulated at 1x peak, so no "
+                    "p95 could be measured; raise planning.verify_duration_s (too little "
+                    "traffic for the check), or plan with --no-verify."
+                )
+                continue
+            if summary["failed"]:
+                lines.append(
+                    f"  binding constraint: {workload} — {summary['failed']} of its requests "
+                    f"failed in the simulator with the best analytic plan "
+                    f"({last.candidate.label})."
+                )
             checks = summary["checks"]
             assert isinstance(checks, dict)
             for metric, item in checks.items():
