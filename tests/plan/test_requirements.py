@@ -282,3 +282,11 @@ def test_a_shared_prefix_longer_than_the_median_prompt_is_refused() -> None:
     data["workloads"][0]["shared_prefix_tokens"] = 10**9
     with pytest.raises(SpecError, match=r"shared_prefix_tokens \(1000000000\) is not below"):
         parse(data)
+
+
+def test_an_inter_token_target_for_one_token_answers_is_refused() -> None:
+    # Nothing to measure: the simulator's ITL p95 was NaN and the plan "infeasible" unexplained.
+    data = small_requirements()
+    data["workloads"][0]["output_tokens"] = {"p50": 1, "p95": 1}
+    with pytest.raises(SpecError, match="itl_p95_ms needs answers of two tokens or more"):
+        parse(data)

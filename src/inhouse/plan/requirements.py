@@ -259,6 +259,16 @@ class WorkloadReq(SpecModel):
                 )
         if not self.slo.targets():
             raise ValueError("slo needs at least one p95 target (ttft, itl, tpot or e2e)")
+        if self.output_tokens.p95 < 2:
+            for slo in (self.slo, self.degraded_slo):
+                gaps = [m for m in ("itl", "tpot") if slo is not None and m in slo.targets()]
+                if gaps:
+                    # One-token answers have no inter-token gap: the check measured nothing
+                    # and the plan was "infeasible" without a reason.
+                    raise ValueError(
+                        f"{gaps[0]}_p95_ms needs answers of two tokens or more, and "
+                        "output_tokens.p95 is 1: drop the target or state the output lengths"
+                    )
         return self
 
 
