@@ -1,5 +1,6 @@
 import pytest
 
+from inhouse.errors import SpecError
 from inhouse.fleet import simulate_stack
 from inhouse.plan.planner import PlanInfeasibleError, make_plan
 from inhouse.plan.report import build_report
@@ -126,3 +127,15 @@ def test_a_check_that_measured_nothing_says_so() -> None:
         "binding constraint: chat — no request of it completed after the warm-up in the 20 s "
         "simulated at 1x peak, so no p95 could be measured; raise planning.verify_duration_s"
     ) in str(info.value)
+
+
+def test_a_quality_floor_above_every_allowed_model_names_the_field() -> None:
+    # Was "infeasible: ... no configuration to try (no GPU on offer fits the model)".
+    data = small_requirements()
+    data["workloads"][0]["models"]["min_params_b"] = 1000
+    with pytest.raises(SpecError) as info:
+        make_plan(parse(data), verify=False)
+    assert str(info.value) == (
+        "workloads.0.models.min_params_b (1000) refuses every allowed model: Llama-3.1-8B "
+        "(8.0B) is below the 1000B quality floor. Lower the floor or allow a larger model."
+    )

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from inhouse.errors import InhouseError
+from inhouse.errors import InhouseError, SpecError
 from inhouse.plan.degraded import (
     Alternative,
     cheapest_other,
@@ -27,6 +27,7 @@ from inhouse.plan.degraded import (
     misses,
     shed_checks,
 )
+from inhouse.plan.layout import allowed_models
 from inhouse.plan.requirements import Requirements, Slo, WorkloadReq
 from inhouse.plan.search import Candidate, SearchResult, grow, search
 from inhouse.plan.stackgen import build_stack
@@ -67,6 +68,18 @@ class Plan:
     degraded_enforced: bool = False  # sized for, and meets, the degraded SLO
     shortfall: str | None = None  # why the degraded SLO could not be enforced
     alternative: Alternative | None = None  # the cheapest plan of the other choice
+
+
+def refuse_a_floor_above_every_model(requirements: Requirements) -> None:
+    """`models.min_params_b` above every allowed model leaves nothing to size (it was reported
+    as "no GPU on offer fits the model")."""
+    for i, req in enumerate(requirements.workloads):
+        models, refused = allowed_models(req)
+        if not models and req.models.lora_on is None:  # adapters may still ride on another
+            raise SpecError(
+                f"workloads.{i}.models.min_params_b ({req.models.min_params_b:g}) refuses every "
+                f"allowed model: {'; '.join(refused)}. Lower the floor or allow a larger model."
+            )
 
 
 def refuse_prompts_past_every_context(requirements: Requirements) -> None:
@@ -120,6 +133,7 @@ def make_plan(requirements: Requirements, *, verify: bool = True) -> Plan:
     must also meet it with one replica lost (in the simulator); if none does, the plan is the
     best one for the normal SLOs and `shortfall` says which constraint prevents the degraded
     one. `alternative` prices the other choice."""
+    refuse_a_floor_above_every_model(requirements)
     refuse_prompts_past_every_context(requirements)
     profiles = characterize(requirements)
     planning = requirements.planning
