@@ -139,3 +139,13 @@ def test_a_quality_floor_above_every_allowed_model_names_the_field() -> None:
         "workloads.0.models.min_params_b (1000) refuses every allowed model: Llama-3.1-8B "
         "(8.0B) is below the 1000B quality floor. Lower the floor or allow a larger model."
     )
+
+
+def test_no_tensor_parallel_degree_that_fits_says_so() -> None:
+    # TP 3 divides none of Llama-3.1-8B's 32 heads; it read "no GPU on offer fits the model".
+    with pytest.raises(PlanInfeasibleError) as info:
+        make_plan(parse(small_requirements(tensor_parallel=[3])), verify=False)
+    assert (
+        "pool chat: no configuration to try: no degree in planning.tensor_parallel divides the "
+        "attention heads of Llama-3.1-8B (32 attention heads) and fits in one node"
+    ) in str(info.value)
