@@ -290,3 +290,13 @@ def test_an_inter_token_target_for_one_token_answers_is_refused() -> None:
     data["workloads"][0]["output_tokens"] = {"p50": 1, "p95": 1}
     with pytest.raises(SpecError, match="itl_p95_ms needs answers of two tokens or more"):
         parse(data)
+
+
+def test_active_hours_past_the_cost_sheets_month_are_refused() -> None:
+    # 24 h x 31 d = 744 h of traffic (and API spend) against a stack paid for 730 h.
+    data = small_requirements()
+    data["usage"] = {"active_hours_per_day": 24, "active_days_per_month": 31}
+    with pytest.raises(SpecError, match=r"usage: Value error, active_hours_per_day x active_days"):
+        parse(data)
+    data["usage"] = {"active_hours_per_day": 24, "active_days_per_month": 30.4}
+    assert parse(data).usage.active_hours_per_month == pytest.approx(729.6)

@@ -18,6 +18,8 @@ from inhouse.spec.errors_format import describe_validation_error
 from inhouse.spec.quant import kv_dtype_bytes, normalize_quant
 
 REQUIREMENTS_VERSION = 1
+# The cost sheet's month: the stack is paid for 8,760 h a year.
+HOURS_PER_MONTH = 8760.0 / 12.0
 
 WorkloadKind = Literal["agent", "utility", "longctx", "shared-prefix"]
 # Counts the generators build one by one before the first request (sessions, apps' system
@@ -321,6 +323,19 @@ class Usage(SpecModel):
 
     active_hours_per_day: float = Field(default=24.0, gt=0, le=24)
     active_days_per_month: float = Field(default=30.4, gt=0, le=31)
+
+    @model_validator(mode="after")
+    def _within_a_month(self) -> Usage:
+        # NOTE: the stack is paid for 730 h a month (8,760 / 12); 24 h x 31 d counted 744 h of
+        # API spend against it, and "rented only in active hours" cost more than 24/7.
+        if self.active_hours_per_month > HOURS_PER_MONTH + 1e-9:
+            raise ValueError(
+                f"active_hours_per_day x active_days_per_month is "
+                f"{self.active_hours_per_month:g} h, more than the {HOURS_PER_MONTH:g} h of an "
+                "average month (8,760 h / 12) that the cost sheet counts; for traffic every "
+                "hour use 24 and 30.4 (the defaults)"
+            )
+        return self
 
     @property
     def active_hours_per_month(self) -> float:
