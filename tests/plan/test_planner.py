@@ -1,5 +1,6 @@
 import pytest
 
+from inhouse.errors import SpecError
 from inhouse.fleet import simulate_stack
 from inhouse.plan.planner import PlanInfeasibleError, make_plan
 from inhouse.plan.report import build_report
@@ -101,3 +102,50 @@ def test_small_plan_is_verified_and_its_stack_simulates() -> None:
     tps = load["input_tokens_per_s"] + load["output_tokens_per_s"]
     assert blended == pytest.approx(cost["usd_per_hour"] / (tps * 3600) * 1e6)
     assert cost["breakeven_months"]["api"] in (0.0, None)  # rented: from month one, or never
+
+
+def test_a_p95_prompt_past_every_allowed_context_is_named_before_sampling() -> None:
+    data = small_requirements()
+    data["workloads"][0]["prompt_tokens"] = {"p50": 100_000, "p95": 200_000}
+    with pytest.raises(PlanInfeasibleError) as info:
+        make_plan(parse(data), verify=False)
+    assert str(info.value) == (
+        "small: workloads[chat].prompt_tokens.p95 (200,000 tokens) is longer than the context "
+        "of every allowed model (the longest: Llama-3.1-8B, 131,072 tokens). To act: shorten "
+        "it, or allow a model with a longer context."
+    )
+
+
+def test_a_check_that_measured_nothing_says_so() -> None:
+    # 0.001 requests/s sends none in 20 simulated seconds: every p95 was NaN and the plan was
+    # "infeasible" with no binding constraint at all.
+    data = small_requirements()
+    data["workloads"][0]["traffic"] = {"avg_per_s": 0.001, "peak_per_s": 0.001}
+    with pytest.raises(PlanInfeasibleError) as info:
+        make_plan(parse(data))
+    assert (
+        "binding constraint: chat — no request of it completed after the warm-up in the 20 s "
+        "simulated at 1x peak, so no p95 could be measured; raise planning.verify_duration_s"
+    ) in str(info.value)
+
+
+def test_a_quality_floor_above_every_allowed_model_names_the_field() -> None:
+    # Was "infeasible: ... no configuration to try (no GPU on offer fits the model)".
+    data = small_requirements()
+    data["workloads"][0]["models"]["min_params_b"] = 1000
+    with pytest.raises(SpecError) as info:
+        make_plan(parse(data), verify=False)
+    assert str(info.value) == (
+        "workloads.0.models.min_params_b (1000) refuses every allowed model: Llama-3.1-8B "
+        "(8.0B) is below the 1000B quality floor. Lower the floor or allow a larger model."
+    )
+
+
+def test_no_tensor_parallel_degree_that_fits_says_so() -> None:
+    # TP 3 divides none of Llama-3.1-8B's 32 heads; it read "no GPU on offer fits the model".
+    with pytest.raises(PlanInfeasibleError) as info:
+        make_plan(parse(small_requirements(tensor_parallel=[3])), verify=False)
+    assert (
+        "pool chat: no configuration to try: no degree in planning.tensor_parallel divides the "
+        "attention heads of Llama-3.1-8B (32 attention heads) and fits in one node"
+    ) in str(info.value)

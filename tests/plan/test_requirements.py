@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from inhouse.errors import SpecError
-from inhouse.plan.requirements import parse_requirements
+from inhouse.plan.requirements import MultiTurn, parse_requirements
 from inhouse.plan.traffic import profile_workload
 
 from .plan_helpers import parse, small_requirements
@@ -95,3 +95,208 @@ def test_an_infinite_peak_and_a_boolean_count_are_refused_by_field() -> None:
     message = str(info.value)
     assert "workloads.0.traffic.peak_per_s: Input should be a finite number" in message
     assert "hardware.0.gpus_per_node: Value error, true is a boolean" in message
+
+
+@pytest.mark.parametrize(
+    ("slo", "expected"),
+    [
+        # Was a pydantic traceback from the stack's SLO, after the whole search had run.
+        (
+            {"ttft_p95_ms": 1000, "ttft_alarm_ms": 500},
+            "workloads.0.slo: Value error, ttft_alarm_ms (500) is below ttft_p95_ms (1000)",
+        ),
+        # Was dropped without a word: no target, so nothing ever paged at 80 ms.
+        (
+            {"ttft_p95_ms": 1000, "itl_alarm_ms": 80},
+            "workloads.0.slo: Value error, itl_alarm_ms (80) has no itl_p95_ms target",
+        ),
+    ],
+)
+def test_an_alarm_below_its_target_or_without_one_is_refused(
+    slo: dict[str, float], expected: str
+) -> None:
+    data = small_requirements()
+    data["workloads"][0]["slo"] = slo
+    with pytest.raises(SpecError) as info:
+        parse(data)
+    assert expected in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("knob", "value", "expected"),
+    [
+        # Tracebacks: a ZeroDivisionError, a pydantic error from the stack.
+        ("tensor_parallel", [0], "planning.tensor_parallel.0: Input should be greater than 0"),
+        (
+            "max_num_batched_tokens",
+            [-5],
+            "planning.max_num_batched_tokens.0: Input should be greater than 0",
+        ),
+        # Empty lists were "infeasible: no GPU on offer fits the model" (exit 3).
+        ("tensor_parallel", [], "planning.tensor_parallel: Tuple should have at least 1 item"),
+        ("quantizations", [], "planning.quantizations: Tuple should have at least 1 item"),
+        ("kv_cache_dtypes", [], "planning.kv_cache_dtypes: Tuple should have at least 1 item"),
+        (
+            "max_num_batched_tokens",
+            [],
+            "planning.max_num_batched_tokens: Tuple should have at least 1 item",
+        ),
+        # Unknown names were refused without the field's name.
+        ("quantizations", ["fp9"], "planning.quantizations: Value error, unknown quantization"),
+        ("kv_cache_dtypes", ["int3"], "planning.kv_cache_dtypes: Value error, unknown kv cache"),
+        # "rate scale must be positive, got 0.0", from the simulator.
+        ("load_multiples", [1, 0], "planning.load_multiples.1: Input should be greater than 0"),
+    ],
+)
+def test_planning_lists_need_items_and_sensible_values(
+    knob: str, value: list[object], expected: str
+) -> None:
+    with pytest.raises(SpecError) as info:
+        parse(small_requirements(**{knob: value}))
+    assert expected in str(info.value)
+
+
+def test_one_offer_per_gpu_type_and_one_price_per_api_name() -> None:
+    # The planner keys both by name: the second H100 offer replaced the first ($3/GPU-h was
+    # planned at $2 without a word), the second API price the first.
+    data = small_requirements()
+    data["hardware"] = [
+        {"gpu": "h100_sxm", "pricing": "hourly", "usd_per_gpu_hour": 3.0},
+        {"gpu": "H100-SXM", "pricing": "hourly", "usd_per_gpu_hour": 2.0},
+    ]
+    data["api_prices"] *= 2
+    with pytest.raises(SpecError) as info:
+        parse(data)
+    message = str(info.value)
+    assert "hardware: Value error, h100_sxm is offered more than once" in message
+    assert "api_prices: Value error, api is named more than once" in message
+
+
+def test_an_unknown_gpu_names_its_field() -> None:
+    data = small_requirements()
+    data["hardware"][0]["gpu"] = "h999"
+    with pytest.raises(SpecError, match=r"hardware\.0\.gpu: Value error, unknown GPU 'h999'"):
+        parse(data)
+
+
+def test_a_longest_prompt_below_the_p95_is_refused() -> None:
+    # Was raised to the p95 (3,000) without a word: the stack's max_model_len
+    # ignored the 100 the file stated.
+    data = small_requirements()
+    data["workloads"][0]["max_prompt_tokens"] = 100
+    with pytest.raises(SpecError) as info:
+        parse(data)
+    assert (
+        "workloads.0: Value error, max_prompt_tokens (100) is below prompt_tokens.p95 (3000)"
+        in (str(info.value))
+    )
+
+
+def test_an_agent_longest_prompt_below_what_its_sessions_send_is_refused() -> None:
+    data = small_requirements()
+    data["workloads"][0] = {
+        "name": "chat",
+        "kind": "agent",
+        "traffic": {"avg_sessions": 5, "peak_sessions": 10},
+        "multi_turn": {"system_prompt_tokens": 2000, "min_turns": 1, "max_turns": 1},
+        "max_prompt_tokens": 1000,
+        "output_tokens": {"p50": 100, "p95": 300},
+        "slo": {"ttft_p95_ms": 1000},
+        "models": {"allowed": ["Llama-3.1-8B"]},
+    }
+    req = parse(data).workloads[0]
+    # Every first turn is the 2,000-token system prompt plus a message: none fits in 1,000.
+    with pytest.raises(SpecError, match=r"workloads\[chat\]\.max_prompt_tokens \(1,000\) is below"):
+        profile_workload(req)
+    stated = req.model_copy(update={"max_prompt_tokens": None})
+    longest = profile_workload(stated).max_prompt_tokens
+    assert (
+        profile_workload(req.model_copy(update={"max_prompt_tokens": longest})).max_prompt_tokens
+        == longest
+    )
+
+
+def test_an_agent_without_multi_turn_takes_the_documented_defaults() -> None:
+    # docs/plan.md: `multi_turn` defaults to the agents' defaults; it was an AssertionError
+    # traceback while characterizing.
+    data = small_requirements()
+    data["workloads"][0] = {
+        "name": "chat",
+        "kind": "agent",
+        "traffic": {"avg_sessions": 5, "peak_sessions": 10},
+        "output_tokens": {"p50": 100, "p95": 300},
+        "slo": {"ttft_p95_ms": 1000},
+        "models": {"allowed": ["Llama-3.1-8B"]},
+    }
+    req = parse(data).workloads[0]
+    assert req.multi_turn == MultiTurn()
+    profile = profile_workload(req)
+    # Every prompt carries one of the default 6,000-token system prompts.
+    assert profile.shapes.prompt.min() >= 6000
+
+
+def test_counts_the_generators_build_up_front_are_bounded() -> None:
+    # Each hung `inhouse plan` (a billion prefix groups, apps or sessions built one by one).
+    data = small_requirements()
+    data["workloads"][0]["num_prefix_groups"] = 10**9
+    agent = {
+        "name": "agent",
+        "kind": "agent",
+        "traffic": {"avg_sessions": 10**7, "peak_sessions": 10**7},
+        "multi_turn": {"num_apps": 10**9},
+        "output_tokens": {"p50": 100, "p95": 300},
+        "slo": {"ttft_p95_ms": 1000},
+        "models": {"allowed": ["Llama-3.1-8B"]},
+    }
+    data["workloads"].append(agent)
+    with pytest.raises(SpecError) as info:
+        parse(data)
+    message = str(info.value)
+    for field in (
+        "workloads.0.num_prefix_groups",
+        "workloads.1.traffic.peak_sessions",
+        "workloads.1.multi_turn.num_apps",
+    ):
+        assert f"{field}: Input should be less than or equal to 100000" in message
+
+
+def test_a_share_written_as_a_percentage_gets_the_share_in_its_message() -> None:
+    # Was "Input should be less than 1", which does not say what to write.
+    data = small_requirements()
+    data["workloads"][0]["slo"]["availability"] = 99.9
+    data["workloads"][0]["prefix_reuse"] = 85
+    data["hardware"][0]["avg_power_fraction"] = 70
+    with pytest.raises(SpecError) as info:
+        parse(data)
+    message = str(info.value)
+    assert "workloads.0.slo.availability: Value error, 99.9 reads as a percentage" in message
+    assert "(0.999)" in message
+    assert "workloads.0.prefix_reuse: Value error, 85 reads as a percentage" in message
+    assert "hardware.0.avg_power_fraction: Value error, 70 reads as a percentage" in message
+
+
+def test_a_shared_prefix_longer_than_the_median_prompt_is_refused() -> None:
+    # The generator cut it to the p50 while the KV working set counted it whole (4 x 1e9
+    # tokens: "kv utilization 1.00 > 0.90" on every configuration).
+    data = small_requirements()
+    data["workloads"][0]["shared_prefix_tokens"] = 10**9
+    with pytest.raises(SpecError, match=r"shared_prefix_tokens \(1000000000\) is not below"):
+        parse(data)
+
+
+def test_an_inter_token_target_for_one_token_answers_is_refused() -> None:
+    # Nothing to measure: the simulator's ITL p95 was NaN and the plan "infeasible" unexplained.
+    data = small_requirements()
+    data["workloads"][0]["output_tokens"] = {"p50": 1, "p95": 1}
+    with pytest.raises(SpecError, match="itl_p95_ms needs answers of two tokens or more"):
+        parse(data)
+
+
+def test_active_hours_past_the_cost_sheets_month_are_refused() -> None:
+    # 24 h x 31 d = 744 h of traffic (and API spend) against a stack paid for 730 h.
+    data = small_requirements()
+    data["usage"] = {"active_hours_per_day": 24, "active_days_per_month": 31}
+    with pytest.raises(SpecError, match=r"usage: Value error, active_hours_per_day x active_days"):
+        parse(data)
+    data["usage"] = {"active_hours_per_day": 24, "active_days_per_month": 30.4}
+    assert parse(data).usage.active_hours_per_month == pytest.approx(729.6)

@@ -23,7 +23,6 @@ from inhouse.plan.requirements import ApiPrice, HardwareOffer
 from inhouse.spec.catalog import get_gpu
 
 HOURS_PER_YEAR = 8760.0
-HOURS_PER_MONTH = HOURS_PER_YEAR / 12.0
 # Default node draw: GPUs' TDP times this (a DGX H100 draws 10.2 kW for 5.6 kW of GPUs).
 NODE_POWER_OVER_GPUS = 1.8
 

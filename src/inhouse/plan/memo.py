@@ -110,6 +110,18 @@ def _workloads(r: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def _bill(h: Mapping[str, Any]) -> str:
+    """What the GPUs in use cost per hour, with the arithmetic. NOTE: `arithmetic` in plan.json
+    is one node's; beside 33 rented GPUs it read `8 GPUs x $3.00/GPU-h = $24.00/h`."""
+    if h["pricing"] == "hourly":
+        total = h["gpus_used"] * h["usd_per_gpu_hour"]
+        return f"{h['gpus_used']} GPUs x {_usd(h['usd_per_gpu_hour'])}/GPU-h = {_usd(total)}/h"
+    if h["nodes"] == 1:
+        return str(h["arithmetic"])
+    total = h["nodes"] * h["node_usd_per_hour"]
+    return f"{h['arithmetic']}; x {h['nodes']} nodes = {_usd(total)}/h"
+
+
 def _hardware(r: Mapping[str, Any]) -> list[str]:
     rows = [
         [
@@ -118,7 +130,7 @@ def _hardware(r: Mapping[str, Any]) -> list[str]:
             str(h["nodes"]),
             h["pricing"],
             _usd(h["usd_per_gpu_hour"]),
-            h["arithmetic"],
+            _bill(h),
         ]
         for h in r["hardware"]
     ]

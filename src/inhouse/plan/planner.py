@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from inhouse.errors import InhouseError
+from inhouse.errors import InhouseError, SpecError
 from inhouse.plan.degraded import (
     Alternative,
     cheapest_other,
@@ -27,11 +27,13 @@ from inhouse.plan.degraded import (
     misses,
     shed_checks,
 )
-from inhouse.plan.requirements import Requirements, Slo
+from inhouse.plan.layout import allowed_models
+from inhouse.plan.requirements import Requirements, Slo, WorkloadReq
 from inhouse.plan.search import Candidate, SearchResult, grow, search
 from inhouse.plan.stackgen import build_stack
 from inhouse.plan.traffic import TrafficProfile, profile_workload
 from inhouse.plan.verify import METRIC_KEYS, SimCheck, run_check
+from inhouse.spec.catalog import get_model
 from inhouse.spec.stack import StackSpec
 
 MAX_ROUNDS = 4
@@ -68,6 +70,52 @@ class Plan:
     alternative: Alternative | None = None  # the cheapest plan of the other choice
 
 
+def refuse_a_floor_above_every_model(requirements: Requirements) -> None:
+    """`models.min_params_b` above every allowed model leaves nothing to size (it was reported
+    as "no GPU on offer fits the model")."""
+    for i, req in enumerate(requirements.workloads):
+        models, refused = allowed_models(req)
+        if not models and req.models.lora_on is None:  # adapters may still ride on another
+            raise SpecError(
+                f"workloads.{i}.models.min_params_b ({req.models.min_params_b:g}) refuses every "
+                f"allowed model: {'; '.join(refused)}. Lower the floor or allow a larger model."
+            )
+
+
+def refuse_prompts_past_every_context(requirements: Requirements) -> None:
+    """A workload whose p95 prompt (an agent's: its first turn) is longer than the context of
+    every model it may run on cannot be planned; say so by field before sampling it (a prompt
+    of a billion tokens was sampled for minutes, then called infeasible)."""
+    for req in requirements.workloads:
+        models = list(req.models.allowed)
+        if req.models.lora_on is not None:
+            models += requirements.workload(req.models.lora_on).models.allowed
+        longest = max((get_model(name) for name in models), key=lambda m: m.max_context)
+        for what, tokens in _lengths_to_fit(req):
+            if tokens > longest.max_context:
+                raise PlanInfeasibleError(
+                    f"{requirements.name}: workloads[{req.name}].{what} ({tokens:,} tokens) is "
+                    "longer than the context of every allowed model (the longest: "
+                    f"{longest.name}, {longest.max_context:,} tokens). To act: shorten it, or "
+                    "allow a model with a longer context."
+                )
+
+
+def _lengths_to_fit(req: WorkloadReq) -> list[tuple[str, int]]:
+    """(field, tokens) that one request of the workload holds at its p95."""
+    out = [("output_tokens.p95", req.output_tokens.p95)]
+    if req.kind == "agent":
+        assert req.multi_turn is not None
+        mt = req.multi_turn
+        first = mt.system_prompt_tokens + mt.first_message_tokens.p95
+        out.append(("multi_turn.system_prompt_tokens + first_message_tokens.p95", first))
+        out.append(("multi_turn.tool_output_tokens.p95", mt.tool_output_tokens.p95))
+    else:
+        assert req.prompt_tokens is not None
+        out.insert(0, ("prompt_tokens.p95", req.prompt_tokens.p95))
+    return out
+
+
 def characterize(requirements: Requirements) -> dict[str, TrafficProfile]:
     seed = requirements.planning.seed
     return {req.name: profile_workload(req, seed) for req in requirements.workloads}
@@ -85,6 +133,8 @@ def make_plan(requirements: Requirements, *, verify: bool = True) -> Plan:
     must also meet it with one replica lost (in the simulator); if none does, the plan is the
     best one for the normal SLOs and `shortfall` says which constraint prevents the degraded
     one. `alternative` prices the other choice."""
+    refuse_a_floor_above_every_model(requirements)
+    refuse_prompts_past_every_context(requirements)
     profiles = characterize(requirements)
     planning = requirements.planning
     if not verify or planning.verify_top == 0:
@@ -295,6 +345,21 @@ def infeasible_message(
     if verifications:
         last = verifications[-1]
         for workload, summary in last.check.workloads.items():
+            if not summary["completed"]:
+                # NOTE: with nothing measured every p95 is NaN, which no line below names.
+                lines.append(
+                    f"  binding constraint: {workload} — no request of it completed after the "
+                    f"warm-up in the {last.check.duration_s:g} s simulated at 1x peak, so no "
+                    "p95 could be measured; raise planning.verify_duration_s (too little "
+                    "traffic for the check), or plan with --no-verify."
+                )
+                continue
+            if summary["failed"]:
+                lines.append(
+                    f"  binding constraint: {workload} — {summary['failed']} of its requests "
+                    f"failed in the simulator with the best analytic plan "
+                    f"({last.candidate.label})."
+                )
             checks = summary["checks"]
             assert isinstance(checks, dict)
             for metric, item in checks.items():

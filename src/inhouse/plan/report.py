@@ -15,7 +15,6 @@ from typing import Any
 
 from inhouse.plan.commitments import commitments, requirements_echo
 from inhouse.plan.cost import (
-    HOURS_PER_MONTH,
     WorkloadCost,
     api_monthly,
     breakeven_months,
@@ -26,6 +25,7 @@ from inhouse.plan.lora_report import lora_assumptions, lora_pools
 from inhouse.plan.planner import Plan
 from inhouse.plan.report_degraded import check_rows, degraded, degraded_mode
 from inhouse.plan.report_figures import ReportFigures, report_figures
+from inhouse.plan.requirements import HOURS_PER_MONTH
 from inhouse.plan.search import Candidate, offers_by_gpu
 from inhouse.plan.sizing import Sized
 from inhouse.plan.stackgen import with_plan_facts, workload_specs

@@ -2,9 +2,11 @@
 workload's share of the stack's cost at its average traffic (one forecast per pool) and the
 sensitivity runs. Computed once, before assembly, as typed values.
 
-A workload's cost share: a pool's $/h is its GPUs' part of the stack's $/h, split among the
-workloads it serves by the replica time (prefill + decode busy) each takes at average traffic;
-a fallback pool's $/h is split evenly among the workloads it stands in for.
+A workload's cost share: a pool's $/h is its GPUs' part of what its GPU type costs the stack
+(`hardware_usd_per_hour` of that offer: an H200 pool pays H200 prices, a pool on an owned node
+its share of that node), split among the workloads it serves by the replica time (prefill +
+decode busy) each takes at average traffic; a fallback pool's $/h is split evenly among the
+workloads it stands in for.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from inhouse.plan.analytic import PoolModel
-from inhouse.plan.cost import WorkloadCost
+from inhouse.plan.cost import WorkloadCost, hardware_usd_per_hour
 from inhouse.plan.planner import Plan
+from inhouse.plan.search import offers_by_gpu
 from inhouse.plan.sensitivity import run_sensitivity
 from inhouse.plan.sizing import Sized
 from inhouse.plan.traffic import TrafficProfile
@@ -60,9 +63,13 @@ def workload_costs(plan: Plan) -> dict[str, WorkloadCost]:
     """Each workload's share of the stack's $/h at its average traffic (module docstring)."""
     shares: dict[str, list[PoolShare]] = {w.name: [] for w in plan.requirements.workloads}
     chosen = plan.chosen
-    total_gpus = sum(p.num_gpus for p in chosen.pools)
+    offers = offers_by_gpu(plan.requirements)
     for pool in chosen.pools:
-        pool_usd = chosen.usd_per_hour * pool.num_gpus / total_gpus
+        # NOTE: by the pool's own GPU type, not the stack's average $/GPU: with H100s and H200s
+        # in one plan, an even split charged each pool the mean of the two prices.
+        gpu = pool.choice.gpu
+        used = chosen.gpus[gpu]
+        pool_usd = hardware_usd_per_hour(offers[gpu], used) * pool.num_gpus / used
         for workload, share in pool_shares(pool, pool_usd).items():
             shares[workload].append(share)
     hours = plan.requirements.usage.active_hours_per_month

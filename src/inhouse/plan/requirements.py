@@ -7,17 +7,37 @@ compare against, and the planner's own knobs. docs/plan.md documents every field
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from inhouse.errors import SpecError
 from inhouse.spec.base import SpecModel
+from inhouse.spec.catalog import get_gpu
 from inhouse.spec.errors_format import describe_validation_error
+from inhouse.spec.quant import kv_dtype_bytes, normalize_quant
 
 REQUIREMENTS_VERSION = 1
+# The cost sheet's month: the stack is paid for 8,760 h a year.
+HOURS_PER_MONTH = 8760.0 / 12.0
 
 WorkloadKind = Literal["agent", "utility", "longctx", "shared-prefix"]
+# Counts the generators build one by one before the first request (sessions, apps' system
+# prompts, prefix groups): a stray digit (1e9) hung `inhouse plan` while it characterized the
+# workload. A pool holds at most 64 replicas, so a count past these is no plan anyway.
+MAX_SESSIONS = 100_000
+MAX_PREFIX_GROUPS = 100_000
+
+
+def _share_not_percent(value: Any) -> Any:
+    """A share written as a percentage (`availability: 99.9`, `prefix_reuse: 85`) gets the fix
+    in its message instead of pydantic's bare "should be less than 1"."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and 1 < value <= 100:
+        raise ValueError(
+            f"{value:g} reads as a percentage; write it as a share between 0 and 1 "
+            f"({value / 100:g})"
+        )
+    return value
 
 
 class TokenLengths(SpecModel):
@@ -41,8 +61,8 @@ class Traffic(SpecModel):
     peak_per_s: float | None = Field(default=None, gt=0)
     avg_per_min: float | None = Field(default=None, gt=0)
     peak_per_min: float | None = Field(default=None, gt=0)
-    avg_sessions: int | None = Field(default=None, gt=0)
-    peak_sessions: int | None = Field(default=None, gt=0)
+    avg_sessions: int | None = Field(default=None, gt=0, le=MAX_SESSIONS)
+    peak_sessions: int | None = Field(default=None, gt=0, le=MAX_SESSIONS)
 
     @model_validator(mode="after")
     def _one_form(self) -> Traffic:
@@ -87,7 +107,7 @@ class MultiTurn(SpecModel):
     """Shape of an agent session: turn 1 sends the app's system prompt and a first message; each
     later turn re-sends the history plus a tool output, after a think time."""
 
-    num_apps: int = Field(default=4, gt=0)
+    num_apps: int = Field(default=4, gt=0, le=MAX_PREFIX_GROUPS)
     system_prompt_tokens: int = Field(default=6000, ge=0)
     min_turns: int = Field(default=3, gt=0)
     max_turns: int = Field(default=6, gt=0)
@@ -119,6 +139,29 @@ class Slo(SpecModel):
     ttft_cold_p95_ms: float | None = Field(default=None, gt=0)
     ttft_cold_alarm_ms: float | None = Field(default=None, gt=0)
     availability: float = Field(default=0.999, gt=0, lt=1)
+
+    _availability_share = field_validator("availability", mode="before")(_share_not_percent)
+
+    @model_validator(mode="after")
+    def _alarms(self) -> Slo:
+        # Checked here, where the error names the file and field: the stack's SLO refused an
+        # alarm below its target only when the plan was written (a pydantic traceback).
+        for metric in (*METRICS, "ttft_cold"):
+            target = getattr(self, f"{metric}_p95_ms")
+            alarm = getattr(self, f"{metric}_alarm_ms")
+            if alarm is None:
+                continue
+            if target is None:
+                raise ValueError(
+                    f"{metric}_alarm_ms ({alarm:g}) has no {metric}_p95_ms target to page on: "
+                    f"state the target or remove the alarm"
+                )
+            if alarm < target:
+                raise ValueError(
+                    f"{metric}_alarm_ms ({alarm:g}) is below {metric}_p95_ms ({target:g}): the "
+                    "alarm would page while the target still holds; set it at or above the target"
+                )
+        return self
 
     def targets(self) -> dict[str, float]:
         """`{metric: target_ms}` for every metric with a target, in a fixed order."""
@@ -164,8 +207,9 @@ class WorkloadReq(SpecModel):
     prefix_reuse: float = Field(
         default=0.0, ge=0, lt=1, description="expected prefix-cache hit rate (token share)"
     )
+    _prefix_reuse_share = field_validator("prefix_reuse", mode="before")(_share_not_percent)
     shared_prefix_tokens: int = Field(default=0, ge=0)
-    num_prefix_groups: int = Field(default=4, gt=0)
+    num_prefix_groups: int = Field(default=4, gt=0, le=MAX_PREFIX_GROUPS)
     multi_turn: MultiTurn | None = None
     burstiness: float = Field(
         default=1.0, gt=0, description="gamma shape of arrival gaps: 1 Poisson, <1 burstier"
@@ -179,6 +223,14 @@ class WorkloadReq(SpecModel):
         "serves lower priorities first, and with a replica lost the lowest tier is shed first",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _agent_defaults(cls, data: Any) -> Any:
+        # An agent without `multi_turn` takes the documented defaults (it was an assert).
+        if isinstance(data, dict) and data.get("kind") == "agent" and "multi_turn" not in data:
+            return {**data, "multi_turn": {}}
+        return data
+
     @model_validator(mode="after")
     def _consistent(self) -> WorkloadReq:
         if self.kind == "agent":
@@ -191,8 +243,34 @@ class WorkloadReq(SpecModel):
                 raise ValueError(f"a {self.kind} workload needs prompt_tokens (p50, p95)")
             if self.multi_turn is not None:
                 raise ValueError("multi_turn is for kind: agent")
+            if self.shared_prefix_tokens >= self.prompt_tokens.p50:
+                # The generator cut it to the p50 while the KV working set kept it whole.
+                raise ValueError(
+                    f"shared_prefix_tokens ({self.shared_prefix_tokens}) is not below "
+                    f"prompt_tokens.p50 ({self.prompt_tokens.p50}): the shared prefix is part "
+                    "of each prompt; lower it or raise the prompt lengths"
+                )
+            # NOTE: a limit below the p95 was raised to the p95 without a word (the generator
+            # cannot cap a distribution below its own p95); say so instead.
+            longest = self.max_prompt_tokens
+            if longest is not None and longest < self.prompt_tokens.p95:
+                raise ValueError(
+                    f"max_prompt_tokens ({longest}) is below prompt_tokens.p95 "
+                    f"({self.prompt_tokens.p95}): more than 5% of the prompts would be refused; "
+                    "raise max_prompt_tokens to at least the p95, or lower the p95"
+                )
         if not self.slo.targets():
             raise ValueError("slo needs at least one p95 target (ttft, itl, tpot or e2e)")
+        if self.output_tokens.p95 < 2:
+            for slo in (self.slo, self.degraded_slo):
+                gaps = [m for m in ("itl", "tpot") if slo is not None and m in slo.targets()]
+                if gaps:
+                    # One-token answers have no inter-token gap: the check measured nothing
+                    # and the plan was "infeasible" without a reason.
+                    raise ValueError(
+                        f"{gaps[0]}_p95_ms needs answers of two tokens or more, and "
+                        "output_tokens.p95 is 1: drop the target or state the output lengths"
+                    )
         return self
 
 
@@ -209,10 +287,20 @@ class HardwareOffer(SpecModel):
         default=None, gt=0, description="peak draw (default: 1.8x the GPUs' TDP)"
     )
     avg_power_fraction: float = Field(default=0.7, gt=0, le=1)
+    _power_share = field_validator("avg_power_fraction", mode="before")(_share_not_percent)
     pue: float = Field(default=1.3, ge=1)
     usd_per_kwh: float = Field(default=0.12, ge=0)
     ops_usd_per_node_year: float = Field(default=0.0, ge=0)
     usd_per_gpu_hour: float | None = Field(default=None, gt=0)
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, name: str) -> str:
+        try:
+            get_gpu(name)
+        except SpecError as exc:
+            raise ValueError(str(exc)) from None
+        return name
 
     @model_validator(mode="after")
     def _priced(self) -> HardwareOffer:
@@ -236,6 +324,19 @@ class Usage(SpecModel):
     active_hours_per_day: float = Field(default=24.0, gt=0, le=24)
     active_days_per_month: float = Field(default=30.4, gt=0, le=31)
 
+    @model_validator(mode="after")
+    def _within_a_month(self) -> Usage:
+        # NOTE: the stack is paid for 730 h a month (8,760 / 12); 24 h x 31 d counted 744 h of
+        # API spend against it, and "rented only in active hours" cost more than 24/7.
+        if self.active_hours_per_month > HOURS_PER_MONTH + 1e-9:
+            raise ValueError(
+                f"active_hours_per_day x active_days_per_month is "
+                f"{self.active_hours_per_month:g} h, more than the {HOURS_PER_MONTH:g} h of an "
+                "average month (8,760 h / 12) that the cost sheet counts; for traffic every "
+                "hour use 24 and 30.4 (the defaults)"
+            )
+        return self
+
     @property
     def active_hours_per_month(self) -> float:
         return self.active_hours_per_day * self.active_days_per_month
@@ -253,10 +354,17 @@ class Planning(SpecModel):
         description="size pools so the degraded SLO holds with one replica lost, checked in the "
         "simulator (false: only report it, and price the plan that would meet it)",
     )
-    quantizations: tuple[str, ...] = ("fp8", "bf16")
-    kv_cache_dtypes: tuple[str, ...] = ("auto", "fp8")
-    tensor_parallel: tuple[int, ...] = (1, 2, 4, 8)
-    max_num_batched_tokens: tuple[int, ...] = (512, 1024, 2048, 8192)
+    # NOTE: each list needs an item and each item a sensible value: an empty list left nothing
+    # to try and was reported as "no GPU on offer fits the model", TP 0 and a budget of 0
+    # were tracebacks.
+    quantizations: tuple[str, ...] = Field(default=("fp8", "bf16"), min_length=1)
+    kv_cache_dtypes: tuple[str, ...] = Field(default=("auto", "fp8"), min_length=1)
+    tensor_parallel: tuple[Annotated[int, Field(gt=0)], ...] = Field(
+        default=(1, 2, 4, 8), min_length=1
+    )
+    max_num_batched_tokens: tuple[Annotated[int, Field(gt=0)], ...] = Field(
+        default=(512, 1024, 2048, 8192), min_length=1
+    )
     backend: Literal["vllm", "sglang"] = "vllm"
     routing_policy: str = "cache_aware"
     verify_top: int = Field(
@@ -268,8 +376,28 @@ class Planning(SpecModel):
     stress_duration_s: float = Field(
         default=60.0, gt=0, description="simulated seconds per 2x/3x and one-replica-lost check"
     )
-    load_multiples: tuple[float, ...] = (1.0, 2.0, 3.0)
+    load_multiples: tuple[Annotated[float, Field(gt=0)], ...] = (1.0, 2.0, 3.0)
     seed: int = 0
+
+    @field_validator("quantizations")
+    @classmethod
+    def _known_quants(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        for name in names:
+            try:
+                normalize_quant(name)
+            except SpecError as exc:
+                raise ValueError(str(exc)) from None
+        return names
+
+    @field_validator("kv_cache_dtypes")
+    @classmethod
+    def _known_kv_dtypes(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        for name in names:
+            try:
+                kv_dtype_bytes(name)
+            except SpecError as exc:
+                raise ValueError(str(exc)) from None
+        return names
 
 
 class Requirements(SpecModel):
@@ -281,6 +409,32 @@ class Requirements(SpecModel):
     api_prices: tuple[ApiPrice, ...] = ()
     usage: Usage = Usage()
     planning: Planning = Planning()
+
+    @field_validator("hardware")
+    @classmethod
+    def _one_offer_per_gpu(cls, offers: tuple[HardwareOffer, ...]) -> tuple[HardwareOffer, ...]:
+        # NOTE: the planner keys offers by GPU type; a second offer of one type replaced the
+        # first without a word (its price, its max_nodes).
+        gpus = [get_gpu(offer.gpu).name for offer in offers]
+        twice = sorted({gpu for gpu in gpus if gpus.count(gpu) > 1})
+        if twice:
+            raise ValueError(
+                f"{', '.join(twice)} is offered more than once; give one offer per GPU type "
+                "(one price, one max_nodes)"
+            )
+        return offers
+
+    @field_validator("api_prices")
+    @classmethod
+    def _one_price_per_name(cls, apis: tuple[ApiPrice, ...]) -> tuple[ApiPrice, ...]:
+        names = [api.name for api in apis]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError(
+                f"{', '.join(twice)} is named more than once (the last price replaced the "
+                "others); give each API price its own name"
+            )
+        return apis
 
     @model_validator(mode="after")
     def _references(self) -> Requirements:

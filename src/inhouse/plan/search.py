@@ -31,7 +31,7 @@ from inhouse.plan.sizing import (
     size_need,
 )
 from inhouse.plan.traffic import TrafficProfile
-from inhouse.spec.catalog import get_gpu
+from inhouse.spec.catalog import get_gpu, get_model
 
 TOP_PER_NEED = 3
 
@@ -161,7 +161,16 @@ def _why_none(need: PoolNeed, rejected: Sequence[Rejected]) -> str:
         )
     if rejected:
         return f"pool {need.name}: {rejected[0].reason}"
-    return f"pool {need.name}: no configuration to try (no GPU on offer fits the model)"
+    # NOTE: with every list in `planning` non-empty and the quality floor checked up front,
+    # what is left is TP: "no GPU on offer fits the model" sent people to buy bigger GPUs.
+    models = ", ".join(
+        f"{name} ({get_model(name).num_attention_heads} attention heads)" for name in need.models
+    )
+    return (
+        f"pool {need.name}: no configuration to try: no degree in planning.tensor_parallel "
+        f"divides the attention heads of {models or 'an allowed model'} and fits in one node "
+        "(hardware gpus_per_node) of a GPU on offer"
+    )
 
 
 def _assemble(

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from inhouse.errors import SpecError
 from inhouse.plan.requirements import WorkloadReq
 from inhouse.workload import (
     AgentWorkload,
@@ -237,6 +238,16 @@ def profile_workload(req: WorkloadReq, seed: int = 0) -> TrafficProfile:
         output.append(request.output_len)
         run.on_complete(request, request.arrival_s + NOMINAL_E2E_S)
     p = np.asarray(prompt, dtype=np.float64)
+    longest = int(p.max())
+    if req.max_prompt_tokens is not None and longest > req.max_prompt_tokens:
+        # NOTE: agent sessions grow past any cap of ours (history plus tool outputs); the plan
+        # used to raise the stated limit to the longest sampled prompt without a word.
+        raise SpecError(
+            f"workloads[{req.name}].max_prompt_tokens ({req.max_prompt_tokens:,}) is below the "
+            f"longest prompt its sessions send ({longest:,} tokens, sampled from multi_turn "
+            f"and output_tokens): raise max_prompt_tokens to at least {longest:,}, remove it, "
+            "or shorten the sessions (max_turns, tool_output_tokens, system_prompt_tokens)"
+        )
     ideal = np.asarray(cached, dtype=np.float64)
     o = np.asarray(output, dtype=np.float64)
     ideal_rate = float(ideal.sum() / p.sum())
@@ -261,7 +272,7 @@ def profile_workload(req: WorkloadReq, seed: int = 0) -> TrafficProfile:
         working_set_per_session_tokens=per_session,
         working_set_spread_tokens=spread,
         arrival_cv2=1.0 / req.burstiness,
-        max_prompt_tokens=max(max_prompt_tokens(req), int(p.max())),
+        max_prompt_tokens=max(max_prompt_tokens(req), longest),
     )
 
 
