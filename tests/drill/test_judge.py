@@ -112,3 +112,18 @@ def test_receiver_keeps_each_alert_and_refuses_garbage() -> None:
 def test_missing_binary_says_which_package() -> None:
     with pytest.raises(JudgeError, match="apt-get install no-such-pkg"):
         find_binary(("no-such-binary-xyz",), "no-such-pkg")
+
+
+@needs_judge
+def test_a_relative_work_directory_still_loads_the_rules(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `inhouse drill run NAME` writes to `drills/` by default: a path relative to the current
+    # directory, which Prometheus read relative to its configuration file's directory instead.
+    monkeypatch.chdir(tmp_path)
+    judge = Judge(Path("drills/_run/judge"), RULES, []).start()
+    try:
+        names = [r["name"] for g in judge.api("/api/v1/rules")["groups"] for r in g["rules"]]
+        assert names == ["DrillTestHigh", "DrillTestTicket"]
+    finally:
+        judge.stop()

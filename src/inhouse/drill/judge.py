@@ -102,14 +102,16 @@ class Judge:
     """Prometheus + Alertmanager + receiver for one drill session."""
 
     def __init__(self, work_dir: Path, rules_text: str, jobs: Sequence[Mapping[str, Any]]) -> None:
-        self.work_dir = work_dir
+        # NOTE: absolute: Prometheus reads `rule_files` relative to its configuration file's
+        # directory, so a relative path (`--out drills/`, the default) loaded no rules at all.
+        self.work_dir = work_dir.absolute()
         self.rules_text = rules_text
         self.jobs = list(jobs)
         self.receiver = Receiver()
         self.prometheus: _Proc | None = None
         self.alertmanager: _Proc | None = None
         self.version = ""
-        self.rules_path = work_dir / "rules.yaml"
+        self.rules_path = self.work_dir / "rules.yaml"
 
     def start(self) -> Judge:
         prom_bin = find_binary(PROMETHEUS_NAMES, "prometheus")
