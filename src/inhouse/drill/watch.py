@@ -70,6 +70,11 @@ class RouteWatch:
             prev = count
         return last
 
+    def observed(self, replica: str, after: float, before: float = float("inf")) -> bool:
+        """Whether a sample in (after, before) showed the replica's routing count: without
+        one, "nothing routed there after `after`" was not seen, only not seen to happen."""
+        return any(after < t < before and replica in d for t, d, _ in self.samples)
+
     def first_routed(self, replica: str, after: float) -> float | None:
         prev = None
         for t, decisions, _ in self.samples:

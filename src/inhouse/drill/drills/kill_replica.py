@@ -36,6 +36,13 @@ def dead_window_s(h: HealthSpec) -> float:
     return h.interval_s * h.unhealthy_after + h.timeout_s
 
 
+def unobserved(index: str, window: float) -> str:
+    return (
+        f"not observed: no sample of the gateway's /metrics showed replica {index}'s routing "
+        f"later than {window + 0.5:g} s after"
+    )
+
+
 def drain_window_s(h: HealthSpec, drained_s: float | None) -> tuple[float, str]:
     """How long the gateway may keep routing to a draining replica, and why: one probe (the
     next comes within `interval_s`, its 503 within `timeout_s`: a replica that answers
@@ -189,11 +196,13 @@ def _check_kill(
     )
     last = watch.last_routed(index, t_kill + 0.5, t_restart)
     late = 0.0 if last is None else last - t_kill
+    seen = watch.observed(index, t_kill + window + 0.5, t_restart)
     res.check(
         "gateway stops routing to the killed replica",
         f"no routing decision to it later than {window:g} s (its health window) after the kill",
-        "none after the kill" if last is None else f"last one {late:.1f} s after the kill",
-        last is None or late <= window + 0.5,
+        ("none after the kill" if last is None else f"last one {late:.1f} s after the kill")
+        + ("" if seen else f"; {unobserved(index, window)}"),
+        seen and (last is None or late <= window + 0.5),
     )
     res.check(
         "replica-down page",
