@@ -28,6 +28,8 @@ from inhouse.spec.stack import PoolSpec
 DEMO_PEAK_SESSIONS = 12
 SEEDS_DEGRADED_TTFT_MS = 1200.0
 ALERT_MARGIN_S = 30.0
+# An alert's `startsAt` is a Prometheus evaluation's timestamp, aligned to its 1 s interval.
+STARTS_AT_SLACK_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,14 +134,24 @@ class DrillContext:
         return self.stack.keys[tenant]
 
     async def wait_alert(
-        self, name: str, labels: Mapping[str, str] | None, timeout_s: float
+        self,
+        name: str,
+        labels: Mapping[str, str] | None,
+        timeout_s: float,
+        since: float | None = None,
     ) -> Notified | None:
-        """The first firing notification of `name` since the drill started."""
+        """The first firing notification of `name` for an alert that fired after `since` (a
+        `perf_counter` time, the fault's; default the drill's start). An alert that began
+        earlier, in the drill before (a replica it left down), is not this drill's, however
+        late its notification arrives."""
+        start = self.t0 if since is None else since
+        wall = self.t0_wall + (start - self.t0) - STARTS_AT_SLACK_S
 
         def firing(n: Notified) -> bool:
-            return n.status == "firing" and n.matches(name, labels)
+            began = n.starts_at is not None and n.starts_at >= wall
+            return n.status == "firing" and began and n.matches(name, labels)
 
-        return await asyncio.to_thread(self.judge.receiver.wait_for, firing, timeout_s, self.t0)
+        return await asyncio.to_thread(self.judge.receiver.wait_for, firing, timeout_s, start)
 
     async def wait_resolved(self, fired: Notified, timeout_s: float) -> Notified | None:
         def resolved(n: Notified) -> bool:

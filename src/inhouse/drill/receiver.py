@@ -8,6 +8,7 @@ through the real Alertmanager, from the real Prometheus. Alertmanager posts its 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import threading
 import time
@@ -21,13 +22,16 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 
 @dataclass(frozen=True, slots=True)
 class Notified:
-    """One alert in one notification: `at` is `time.perf_counter()` when it arrived."""
+    """One alert in one notification: `at` is `time.perf_counter()` when it arrived;
+    `starts_at` the alert's `startsAt` (when Prometheus fired it), Unix seconds, None when the
+    notification did not say."""
 
     at: float
     receiver: str
     status: str  # firing | resolved
     labels: Mapping[str, str]
     annotations: Mapping[str, str]
+    starts_at: float | None = None
 
     @property
     def name(self) -> str:
@@ -92,6 +96,7 @@ class Receiver:
                 str(a.get("status", "")),
                 dict(a.get("labels") or {}),
                 dict(a.get("annotations") or {}),
+                _unix_s(a.get("startsAt")),
             )
             for a in alerts
             if isinstance(a, dict)
@@ -120,3 +125,13 @@ class Receiver:
                 if left <= 0:
                     return None
                 self._lock.wait(left)
+
+
+def _unix_s(text: object) -> float | None:
+    """An RFC 3339 time (Alertmanager's `startsAt`) in Unix seconds; None if it is not one."""
+    if not isinstance(text, str):
+        return None
+    try:
+        return dt.datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None

@@ -48,9 +48,12 @@ async def run(ctx: DrillContext) -> None:
             if (await engine_value(victim.url, "vllm:num_requests_running") or 0) >= 1:
                 break
             await asyncio.sleep(0.2)
+        t_fault = time.perf_counter()
         await ctx.stack.dcgm_fault("ecc_dbe", {"gpu": gpu, "count": 1})
         ctx.event(f"ECC double-bit error on GPU {gpu} ({victim.name})")
-        fired = await ctx.wait_alert(ALERT, {"gpu": str(gpu)}, ctx.alert_timeout_s(0.0))
+        fired = await ctx.wait_alert(
+            ALERT, {"gpu": str(gpu)}, ctx.alert_timeout_s(0.0), since=t_fault
+        )
         if fired is not None:
             t_drain = time.perf_counter()
             ctx.stack.signal(victim.name, signal.SIGTERM)

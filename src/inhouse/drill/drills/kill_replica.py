@@ -72,7 +72,9 @@ async def run(ctx: DrillContext) -> None:
         await ctx.sleep(warm)
         await _wait_busy(victim.url, 15.0)
         t_kill = await _kill(ctx, victim.name, victim.url)
-        fired = await ctx.wait_alert(ALERT, {"pod": victim.name}, ctx.alert_timeout_s(30.0))
+        fired = await ctx.wait_alert(
+            ALERT, {"pod": victim.name}, ctx.alert_timeout_s(30.0), since=t_kill
+        )
         await ctx.sleep(max(0.0, t_kill + window + degraded - time.perf_counter()))
         t_restart = time.perf_counter()
         ctx.stack.start_replica(victim.name, load_time_s=load_time)
