@@ -7,8 +7,8 @@ import asyncio
 import datetime as dt
 import json
 import time
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
