@@ -43,8 +43,15 @@ def _am(alert: str) -> str:
     return f'amtool --alertmanager.url="$AM" alert query alertname={alert}'
 
 
-def _bench(out: str, args: str, key: str = "$INHOUSE_API_KEY") -> str:
-    return f'inhouse bench --target "$GATEWAY" --api-key "{key}" {args} --out drill-out/{out} &'
+def _bench(out: str, pool: PoolSpec, args: str, key: str = "$INHOUSE_API_KEY") -> str:
+    """`inhouse bench` against the drilled pool's model: without `--model`, bench asks for the
+    first model of `/v1/models`, another pool's where the stack lists it first or the tenant
+    may not use this one."""
+    model = shlex.quote(pool.client_model_name)
+    return (
+        f'inhouse bench --target "$GATEWAY" --api-key "{key}" --model {model} {args} '
+        f"--out drill-out/{out} &"
+    )
 
 
 def drill_steps(name: str, stack: StackSpec, ns: str) -> list[Step]:
@@ -85,7 +92,7 @@ def _kill_replica(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
     return [
         Step(
             "agent load at planned peak",
-            _bench("kill-replica", "--workload agent --duration 1800"),
+            _bench("kill-replica", pool, "--workload agent --duration 1800"),
             ["the bench runs; note its start time"],
         ),
         Step(
@@ -135,6 +142,7 @@ def _kv_fill(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
             "long-context load until KV use passes 95%",
             _bench(
                 "kv-fill",
+                pool,
                 "--workload longctx -p prompt=20000:30000 --concurrency 64 --duration 900",
             ),
             ["KV use >= 0.95: " + _q(kv)],
@@ -182,9 +190,9 @@ def _long_prompt(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
         ),
         Step(
             "the flood from one tenant, interactive traffic from another",
-            _bench("dos-flood", flood, "$FLOOD_KEY")
+            _bench("dos-flood", pool, flood, "$FLOOD_KEY")
             + "\n"
-            + _bench("dos-interactive", "--workload agent -p sessions=4 --duration 300"),
+            + _bench("dos-interactive", pool, "--workload agent -p sessions=4 --duration 300"),
             [
                 "the flood tenant gets 429: " + _q(rejected),
                 f"the other tenant's p95 TTFT within {ttft_slo_ms(pool) * 1.1:.0f} ms: "
@@ -315,7 +323,7 @@ def _load_not_ready(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
             "restart one replica (its Deployment starts a new pod); traffic 30 s later",
             _k(restart)
             + "\nsleep 30\n"
-            + _bench("load-not-ready", "--workload agent --duration 600"),
+            + _bench("load-not-ready", pool, "--workload agent --duration 600"),
             ["the pod stays 0/1 Ready while the model loads: " + _k(pods)],
             kubectl=[restart, pods],
         ),
@@ -402,7 +410,7 @@ def _soak(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
     return [
         Step(
             "two weeks at 60% of planned peak",
-            _bench("soak", "--workload agent --rate-scale 0.6 --duration 1209600"),
+            _bench("soak", pool, "--workload agent --rate-scale 0.6 --duration 1209600"),
             ["runs for two weeks"],
         ),
         Step(
