@@ -4,6 +4,7 @@ drill's start or its fault, not one an earlier drill left behind however late it
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import json
 import time
@@ -77,3 +78,20 @@ def test_an_alert_from_before_the_fault_is_not_the_faults(
     time.sleep(0.01)
     _notify(receiver, "resolved", ctx.t0_wall + 6.0)  # a resolution is never a firing
     assert _wait(ctx, since=fault) is None
+
+
+def test_a_page_is_an_alert_alertmanager_routed_as_a_page(
+    receiver: Receiver, tmp_path: Path
+) -> None:
+    # "KV page" and "replica-down page" passed for any notification of the alert: one a
+    # rules change made a ticket (routed to /ticket) passed as the page the drill asks for.
+    ctx = _context(receiver, tmp_path)
+    labels = {"alertname": "InhouseKVCacheFull", "severity": "ticket"}
+    body = {"alerts": [{"status": "firing", "labels": labels, "startsAt": _iso(ctx.t0_wall)}]}
+    assert receiver.record("ticket", json.dumps(body).encode())
+    (ticket,) = receiver.notifications()
+    assert ctx.check_page("KV page", "InhouseKVCacheFull", ticket) is False
+    page = dataclasses.replace(ticket, receiver="page", labels={**labels, "severity": "page"})
+    assert ctx.check_page("KV page", "InhouseKVCacheFull", page) is True
+    assert ctx.check_page("KV page", "InhouseKVCacheFull", None) is False
+    assert [c.ok for c in ctx.result.checks] == [False, True, False]

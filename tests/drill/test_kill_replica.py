@@ -124,13 +124,16 @@ def test_a_gateway_that_counts_the_503_like_a_timeout_late_fails_a_long_drain() 
 def test_a_kill_the_watch_did_not_see_fails_the_routing_check() -> None:
     # The gateway's /metrics never showed replica 1 (a renamed label, a wrong URL): nothing was
     # seen routed there because nothing was seen; the check passed as "none after the kill".
+    from pathlib import Path
+
+    from inhouse.drill.context import DrillContext
     from inhouse.drill.drills.kill_replica import _check_kill
 
     watch = RouteWatch("http://gateway/metrics", "chat")
     for step in range(80):
         watch.samples.append((99.0 + 0.25 * step, {"0": 50.0 + step}, {"0": 1.0}))
     result = DrillResult("kill-replica", "now", "test")
-    ctx = SimpleNamespace(result=result, t0=0.0)
+    ctx = DrillContext(result, None, None, None, Path("."), True)  # type: ignore[arg-type]
     _check_kill(ctx, [], watch, "1", (TERM, TERM + 15.0), 4.0, None)  # type: ignore[arg-type]
     check = next(
         c for c in result.checks if c.name == "gateway stops routing to the killed replica"

@@ -160,6 +160,24 @@ class DrillContext:
 
         return await asyncio.to_thread(self.judge.receiver.wait_for, resolved, timeout_s, fired.at)
 
+    def check_page(self, check: str, alert: str, fired: Notified | None) -> bool:
+        """`alert` reached the receiver as a page: Alertmanager routed it to `/page` (its
+        `severity: page` route), not as a ticket."""
+        observed = "not received"
+        if fired is not None:
+            observed = (
+                f"received {fired.at - self.t0:.1f} s into the drill, routed to "
+                f"{fired.receiver}, severity {fired.labels.get('severity')}"
+            )
+        return self.result.check(
+            check,
+            f"{alert} reaches Alertmanager's receiver as a page",
+            observed,
+            fired is not None
+            and fired.receiver == "page"
+            and fired.labels.get("severity") == "page",
+        )
+
     def record_alert(
         self, name: str, fired: Notified | None, resolved: Notified | None = None
     ) -> AlertRecord:

@@ -108,15 +108,10 @@ def check_drained_routing(
 def _check_page(ctx: DrillContext, fired: Notified | None, gpu: int, pod: str) -> None:
     res = ctx.result
     if fired is None:
-        res.check("ECC page", f"{ALERT} reaches Alertmanager's receiver", "not received", False)
+        ctx.check_page("ECC page", ALERT, fired)
         return
     labels, notes = fired.labels, fired.annotations
-    res.check(
-        "ECC page",
-        f"{ALERT} (page) reaches Alertmanager's receiver",
-        f"received {fired.at - ctx.t0:.1f} s into the drill, severity {labels.get('severity')}",
-        labels.get("severity") == "page",
-    )
+    ctx.check_page("ECC page", ALERT, fired)
     summary = notes.get("summary", "")
     named = labels.get("gpu") == str(gpu) and labels.get("Hostname") == NODE_NAME
     res.check(

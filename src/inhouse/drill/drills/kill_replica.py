@@ -206,12 +206,7 @@ def _check_kill(
         + ("" if seen else f"; {unobserved(index, window)}"),
         seen and (last is None or late <= window + 0.5),
     )
-    res.check(
-        "replica-down page",
-        f"{ALERT} reaches Alertmanager's receiver",
-        f"received {fired.at - ctx.t0:.1f} s into the drill" if fired else "not received",
-        fired is not None,
-    )
+    ctx.check_page("replica-down page", ALERT, fired)
 
 
 def _check_rejoin(
