@@ -49,3 +49,11 @@ def test_a_watch_that_never_saw_the_replica_fails() -> None:
 def test_a_watch_that_stopped_inside_the_window_fails() -> None:
     ok, observed = _check(_watch([], until=DRAIN + 2.0))
     assert not ok and "not observed" in observed, observed
+
+
+def test_a_replica_never_routed_to_is_observed_by_its_health_gauge() -> None:
+    # The gateway creates a replica's routing counter at its first decision, its health gauge
+    # at every scrape: a replica nothing was ever routed to is seen, with nothing routed.
+    watch = _watch([], until=DRAIN + 8.0)
+    watch.samples = [(t, {"0": d["0"]}, h) for t, d, h in watch.samples]
+    assert _check(watch) == (True, "none")

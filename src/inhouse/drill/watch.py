@@ -71,9 +71,11 @@ class RouteWatch:
         return last
 
     def observed(self, replica: str, after: float, before: float = float("inf")) -> bool:
-        """Whether a sample in (after, before) showed the replica's routing count: without
-        one, "nothing routed there after `after`" was not seen, only not seen to happen."""
-        return any(after < t < before and replica in d for t, d, _ in self.samples)
+        """Whether a sample in (after, before) showed the replica (its health gauge, which the
+        gateway exports for every replica at every scrape; its routing count appears only once
+        something was routed there): without one, "nothing routed there" was not seen, only
+        not seen to happen."""
+        return any(after < t < before and replica in h for t, _, h in self.samples)
 
     def first_routed(self, replica: str, after: float) -> float | None:
         prev = None

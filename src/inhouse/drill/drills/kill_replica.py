@@ -38,8 +38,8 @@ def dead_window_s(h: HealthSpec) -> float:
 
 def unobserved(index: str, window: float) -> str:
     return (
-        f"not observed: no sample of the gateway's /metrics showed replica {index}'s routing "
-        f"later than {window + 0.5:g} s after"
+        f"not observed: no sample of the gateway's /metrics showed replica {index} later "
+        f"than {window + 0.5:g} s after"
     )
 
 
