@@ -134,8 +134,26 @@ def test_a_kill_the_watch_did_not_see_fails_the_routing_check() -> None:
         watch.samples.append((99.0 + 0.25 * step, {"0": 50.0 + step}, {"0": 1.0}))
     result = DrillResult("kill-replica", "now", "test")
     ctx = DrillContext(result, None, None, None, Path("."), True)  # type: ignore[arg-type]
-    _check_kill(ctx, [], watch, "1", (TERM, TERM + 15.0), 4.0, None)  # type: ignore[arg-type]
+    _check_kill(ctx, [], watch, "1", (TERM, TERM + 15.0), 4.0, None, 3.0)  # type: ignore[arg-type]
     check = next(
         c for c in result.checks if c.name == "gateway stops routing to the killed replica"
     )
     assert not check.ok and "not observed" in check.observed, check.observed
+
+
+def test_a_kill_of_an_idle_replica_fails_the_cut_streams_check() -> None:
+    # Nothing running on it at SIGKILL: nothing was cut, and "every broken stream ends with an
+    # error event" held with no stream to show it.
+    from pathlib import Path
+
+    from inhouse.drill.context import DrillContext
+    from inhouse.drill.drills.kill_replica import _check_kill
+
+    watch = _watch([], left=TERM + 2.0, back=READY)
+    cut = "streams cut by SIGKILL end with an error event"
+    for running, ok in ((0.0, False), (None, False), (2.0, True)):
+        result = DrillResult("kill-replica", "now", "test")
+        ctx = DrillContext(result, None, None, None, Path("."), True)  # type: ignore[arg-type]
+        _check_kill(ctx, [], watch, "1", (TERM, TERM + 14.0), 4.0, None, running)  # type: ignore[arg-type]
+        (check,) = [c for c in result.checks if c.name == cut]
+        assert check.ok is ok, (running, check.observed)

@@ -71,7 +71,7 @@ async def run(ctx: DrillContext) -> None:
     try:
         await ctx.sleep(warm)
         await _wait_busy(victim.url, 15.0)
-        t_kill = await _kill(ctx, victim.name, victim.url)
+        t_kill, running = await _kill(ctx, victim.name, victim.url)
         fired = await ctx.wait_alert(
             ALERT, {"pod": victim.name}, ctx.alert_timeout_s(30.0), since=t_kill
         )
@@ -95,7 +95,7 @@ async def run(ctx: DrillContext) -> None:
         results = await load.finish()
         await watch.stop()
     res.samples = samples(results, ctx.t0)
-    _check_kill(ctx, results, watch, index, (t_kill, t_restart), window, fired)
+    _check_kill(ctx, results, watch, index, (t_kill, t_restart), window, fired, running)
     _check_rejoin(ctx, watch, index, (t_kill, t_restart), t_ready, "after SIGKILL")
     degraded_p95 = p95_ttft_ms(results, t_kill + window, t_restart)
     res.check(
@@ -140,13 +140,14 @@ async def _wait_busy(url: str, timeout_s: float) -> None:
         await asyncio.sleep(0.2)
 
 
-async def _kill(ctx: DrillContext, name: str, url: str) -> float:
+async def _kill(ctx: DrillContext, name: str, url: str) -> tuple[float, float | None]:
+    """SIGKILL the replica: when, and how many requests it was running (None: unknown)."""
     running = await engine_value(url, "vllm:num_requests_running")
     ctx.stack.signal(name, signal.SIGKILL)
     t = time.perf_counter()
     ctx.event(f"SIGKILL {name} ({running or 0:.0f} requests running on it)")
     ctx.result.notes.append(f"requests running on {name} at SIGKILL: {running}")
-    return t
+    return t, running
 
 
 async def _drain(ctx: DrillContext, name: str) -> tuple[float, float | None, int | None]:
@@ -172,7 +173,9 @@ def _check_kill(
     span: tuple[float, float],
     window: float,
     fired: Notified | None,
+    running: float | None,
 ) -> None:
+    """`running`: the requests the replica was running at SIGKILL (None: not read)."""
     t_kill, t_restart = span
     res = ctx.result
     before = count(results, BEFORE)
@@ -190,11 +193,16 @@ def _check_kill(
         and not r.outcome.success
     ]
     killed = count(results, MID)
+    # NOTE: a kill with nothing running cut nothing, and "none without an error event" held
+    # without a stream to show it.
+    busy = running is not None and running >= 1
     res.check(
         "streams cut by SIGKILL end with an error event",
-        'every stream broken by the kill ends with `data: {"error"...}` and [DONE]',
-        f"{killed} broken streams, {len(cut)} of them without an error event",
-        len(cut) == 0,
+        "the replica was running requests; every stream broken by the kill ends with `data: "
+        '{"error"...}` and [DONE]',
+        f"{killed} broken streams, {len(cut)} of them without an error event"
+        + ("" if busy else f"; {running or 0:.0f} requests running on it at SIGKILL"),
+        busy and len(cut) == 0,
     )
     last = watch.last_routed(index, t_kill + 0.5, t_restart)
     late = 0.0 if last is None else last - t_kill
