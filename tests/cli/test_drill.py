@@ -67,3 +67,10 @@ def test_an_out_that_is_a_file_is_refused(
     assert main(["drill", *command, "--out", str(afile)]) == 2
     assert "not a directory" in capsys.readouterr().err
     assert afile.read_text() == "keep me\n"
+
+
+def test_all_beside_other_names_says_to_give_it_alone(capsys: pytest.CaptureFixture[str]) -> None:
+    # was "unknown drill all; one of ... or all"
+    assert main(["drill", "run", "kill-replica", "all", "--out", "/nonexistent/x"]) == 2
+    err = capsys.readouterr().err
+    assert "give it alone" in err and "unknown drill" not in err

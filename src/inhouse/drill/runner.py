@@ -50,6 +50,8 @@ def drill_function(name: str) -> DrillFn:
 def resolve_names(names: Sequence[str]) -> list[str]:
     if list(names) == ["all"] or not names:
         return list(NAMES)
+    if "all" in names:  # NOTE: else "unknown drill all; one of ... or all"
+        raise SpecError(f"drill names {' '.join(names)}: `all` runs every drill; give it alone")
     unknown = [n for n in names if n not in NAMES]
     if unknown:
         raise SpecError(f"unknown drill {', '.join(unknown)}; one of {', '.join(NAMES)} or all")
