@@ -26,6 +26,8 @@ _RANGE = re.compile(r"\[\s*((?:\d+(?:ms|[smhdwy]))+)\s*(?::\s*((?:\d+(?:ms|[smhd
 # A rule's holds: `for:` before it fires, `keep_firing_for:` before it resolves (Prometheus
 # 2.42+); a hold left at hours would keep a drill's alert firing long after its fault ended.
 HOLDS = ("for", "keep_firing_for")
+# PromQL string literals: double- or single-quoted with backslash escapes, or backquoted raw.
+_STRING = re.compile(r"""("(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*'|`[^`]*`)""")
 # Scaled windows never go below this: rate() needs two samples, and drills scrape each second.
 MIN_RANGE_MS = 5_000
 
@@ -66,7 +68,8 @@ def scale_duration(text: str, factor: float, floor_ms: int = 0) -> str:
 
 
 def scale_expr(expr: str, factor: float) -> str:
-    """Every range selector and subquery window of a PromQL expression, scaled."""
+    """Every range selector and subquery window of a PromQL expression, scaled; string
+    literals (label values, `label_replace` arguments) untouched, whatever they look like."""
 
     def repl(match: re.Match[str]) -> str:
         window = scale_duration(match.group(1), factor, MIN_RANGE_MS)
@@ -75,7 +78,8 @@ def scale_expr(expr: str, factor: float) -> str:
         step = match.group(2)
         return f"[{window}:{scale_duration(step, factor, 1000) if step else ''}]"
 
-    return _RANGE.sub(repl, expr)
+    parts = _STRING.split(expr)  # odd indexes: the string literals, kept as they are
+    return "".join(p if i % 2 else _RANGE.sub(repl, p) for i, p in enumerate(parts))
 
 
 def check_factor(factor: float) -> float:
