@@ -74,3 +74,28 @@ def test_all_beside_other_names_says_to_give_it_alone(capsys: pytest.CaptureFixt
     assert main(["drill", "run", "kill-replica", "all", "--out", "/nonexistent/x"]) == 2
     err = capsys.readouterr().err
     assert "give it alone" in err and "unknown drill" not in err
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [
+        "{",  # truncated
+        '{"workloads": []}',
+        '{"workloads": {"a": {"kind": "agent", "traffic": {"peak_sessions": "many"}}}}',
+        '{"workloads": {"a": {"kind": "agent", "traffic": {"peak_sessions": 1e400}}}}',
+        '{"workloads": {"a": {"kind": "agent"}}, "degraded": [{"degraded_slo": '
+        '{"a": {"ttft": {"target_ms": "NaN"}}}}]}',
+    ],
+)
+def test_a_bad_plan_json_beside_the_stack_is_named_before_anything_starts(
+    plan: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # each was a traceback (JSONDecodeError, AttributeError, ValueError, OverflowError) once
+    # the stack and the judge had started
+    (tmp_path / "stack.yaml").write_text(EXAMPLE.read_text())
+    (tmp_path / "plan.json").write_text(plan)
+    argv = ["drill", "run", "kill-replica", "--stack", str(tmp_path / "stack.yaml")]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'plan.json'}: not a plan.json" in err, err
+    assert not (tmp_path / "out" / "_run").exists()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from inhouse.drill.evidence import AlertRecord, DrillResult, Event
 from inhouse.drill.judge import Judge
 from inhouse.drill.receiver import Notified
 from inhouse.drill.stack import LiveStack
+from inhouse.errors import SpecError
 from inhouse.render.layout import DEFAULT_SLO, slo_of
 from inhouse.spec.stack import PoolSpec
 
@@ -58,6 +60,8 @@ def _plan_profile(plan: dict[str, Any], pool: PoolSpec, path: Path) -> Profile |
     for entry in plan.get("degraded", []):
         ttft = ((entry.get("degraded_slo") or {}).get(agent) or {}).get("ttft") or {}
         degraded = float(ttft.get("target_ms", degraded))
+    if not 0 < degraded < math.inf:
+        raise ValueError(f"degraded TTFT target {degraded:g} ms")
     return Profile(
         f"plan {path}",
         pool.name,
@@ -73,7 +77,14 @@ def _plan_profile(plan: dict[str, Any], pool: PoolSpec, path: Path) -> Profile |
 def load_profile(pool: PoolSpec, stack_path: Path | None) -> Profile:
     plan_path = stack_path.parent / "plan.json" if stack_path is not None else None
     if plan_path is not None and plan_path.exists():
-        profile = _plan_profile(json.loads(plan_path.read_text()), pool, plan_path)
+        try:
+            profile = _plan_profile(json.loads(plan_path.read_text()), pool, plan_path)
+        except (OSError, ValueError, TypeError, AttributeError, OverflowError) as exc:
+            raise SpecError(
+                f"{plan_path}: not a plan.json of `inhouse plan` ({type(exc).__name__}: {exc}); "
+                "the drill reads the load profile from it. Rerun `inhouse plan`, or move the "
+                "file away to drill with the demo profile"
+            ) from exc
         if profile is not None:
             return profile
     return Profile(

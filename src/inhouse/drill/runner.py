@@ -144,6 +144,7 @@ async def run_one(
 
 async def _run_all(options: Options, say: Callable[[str], None]) -> list[DrillResult]:
     base, stack_desc = _stack(options)
+    load_profile(base.pools[0], options.stack_path)  # a bad plan.json beside it: say so now
     stack, keys = drill_stack(base, options.flood_limits)
     work = options.out_dir / "_run"
     live = LiveStack(stack, keys, work)
