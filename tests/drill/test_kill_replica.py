@@ -40,7 +40,7 @@ def _checks(watch: RouteWatch, gone: float = GONE) -> dict[str, tuple[bool, str]
     result = DrillResult("kill-replica", "now", "test")
     ctx = SimpleNamespace(result=result)
     window = drain_window_s(HEALTH, gone - TERM)
-    _check_drain(ctx, [], watch, "1", TERM, gone, 0, window)  # type: ignore[arg-type]
+    _check_drain(ctx, [], watch, "1", TERM, gone, 0, window, 2.0)  # type: ignore[arg-type]
     _check_rejoin(ctx, watch, "1", (TERM, gone), READY, "after the drain")  # type: ignore[arg-type]
     return {c.name: (c.ok, c.observed) for c in result.checks}
 
@@ -156,4 +156,17 @@ def test_a_kill_of_an_idle_replica_fails_the_cut_streams_check() -> None:
         ctx = DrillContext(result, None, None, None, Path("."), True)  # type: ignore[arg-type]
         _check_kill(ctx, [], watch, "1", (TERM, TERM + 14.0), 4.0, None, running)  # type: ignore[arg-type]
         (check,) = [c for c in result.checks if c.name == cut]
+        assert check.ok is ok, (running, check.observed)
+
+
+def test_a_drain_of_an_idle_replica_fails_the_in_flight_check() -> None:
+    # Nothing running on it at SIGTERM: "every request in flight completes" held with none.
+    watch = _watch([READY + 0.5], left=TERM + 1.0, back=READY)
+    inflight = "drain: streams in flight complete"
+    for running, ok in ((0.0, False), (None, False), (3.0, True)):
+        result = DrillResult("kill-replica", "now", "test")
+        window = drain_window_s(HEALTH, GONE - TERM)
+        ctx = SimpleNamespace(result=result)
+        _check_drain(ctx, [], watch, "1", TERM, GONE, 0, window, running)  # type: ignore[arg-type]
+        (check,) = [c for c in result.checks if c.name == inflight]
         assert check.ok is ok, (running, check.observed)

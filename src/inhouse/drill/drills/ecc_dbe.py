@@ -42,6 +42,7 @@ async def run(ctx: DrillContext) -> None:
     t_exit: float | None = None
     code: int | None = None
     fired: Notified | None = None
+    running: float | None = None
     try:
         await ctx.sleep(warm)
         for _ in range(50):  # a replica with work in flight, so the drain has something to keep
@@ -55,6 +56,7 @@ async def run(ctx: DrillContext) -> None:
             ALERT, {"gpu": str(gpu)}, ctx.alert_timeout_s(0.0), since=t_fault
         )
         if fired is not None:
+            running = await engine_value(victim.url, "vllm:num_requests_running")
             t_drain = time.perf_counter()
             ctx.stack.signal(victim.name, signal.SIGTERM)
             ctx.event(f"page received: drain {victim.name} (the pod on GPU {gpu})")
@@ -81,9 +83,10 @@ async def run(ctx: DrillContext) -> None:
         cut = cut_at(results, t_drain)
         res.check(
             "in-flight requests finish",
-            "every request in flight at the drain completes",
-            f"{len(cut)} failed or cut; exit code {code}",
-            not cut and code == 0,
+            "the replica was running requests; every request in flight at the drain completes",
+            f"{running or 0:.0f} running on it at the drain; {len(cut)} failed or cut; exit "
+            f"code {code}",
+            running is not None and running >= 1 and not cut and code == 0,
         )
     _check_remediation(ctx, victim.index)
 

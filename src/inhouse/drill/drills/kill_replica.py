@@ -85,7 +85,7 @@ async def run(ctx: DrillContext) -> None:
         ctx.record_alert(ALERT, fired, resolved)
         await ctx.sleep(settle)
         await _wait_busy(victim.url, 15.0)
-        t_term, t_exit, code = await _drain(ctx, victim.name)
+        t_term, t_exit, code, running_at_term = await _drain(ctx, victim.name, victim.url)
         ctx.stack.start_replica(victim.name, load_time_s=load_time)
         ctx.event(f"restart {victim.name} (model load {load_time:g} s)")
         t_back = await _wait_loaded(ctx, victim.url, victim.admin_url, load_time + 60)
@@ -106,7 +106,7 @@ async def run(ctx: DrillContext) -> None:
     )
     health = parse_gateway(ctx.stack.stack.gateway).health
     drain_window = drain_window_s(health, None if t_exit is None else t_exit - t_term)
-    _check_drain(ctx, results, watch, index, t_term, t_exit, code, drain_window)
+    _check_drain(ctx, results, watch, index, t_term, t_exit, code, drain_window, running_at_term)
     _check_rejoin(ctx, watch, index, (t_term, t_exit or t_term), t_back, "after the drain")
 
 
@@ -150,15 +150,20 @@ async def _kill(ctx: DrillContext, name: str, url: str) -> tuple[float, float | 
     return t, running
 
 
-async def _drain(ctx: DrillContext, name: str) -> tuple[float, float | None, int | None]:
+async def _drain(
+    ctx: DrillContext, name: str, url: str
+) -> tuple[float, float | None, int | None, float | None]:
+    """SIGTERM the replica and wait for it to exit: when, when it exited, its exit code, and
+    the requests it was running at SIGTERM (None: not read)."""
+    running = await engine_value(url, "vllm:num_requests_running")
     ctx.stack.signal(name, signal.SIGTERM)
     t_term = time.perf_counter()
-    ctx.event(f"SIGTERM {name} (drain)")
+    ctx.event(f"SIGTERM {name} (drain, {running or 0:.0f} requests running on it)")
     pool = ctx.stack.pool_of(name)
     code = await _wait_exit(ctx, name, pool.knobs.shutdown_timeout_s + 15.0)
     t_exit = time.perf_counter() if code is not None else None
     ctx.event(f"{name} exited ({code})")
-    return t_term, t_exit, code
+    return t_term, t_exit, code, running
 
 
 async def _wait_exit(ctx: DrillContext, name: str, timeout_s: float) -> int | None:
@@ -260,17 +265,18 @@ def _check_drain(
     t_exit: float | None,
     code: int | None,
     drain_window: tuple[float, str],
+    running: float | None,
 ) -> None:
     """`drain_window`: how long after SIGTERM the gateway may route there, and why
-    (`drain_window_s`)."""
+    (`drain_window_s`); `running`: the requests the replica was running at SIGTERM."""
     res = ctx.result
     window, why = drain_window
     cut_after = cut_at(results, t_term)
     res.check(
         "drain: streams in flight complete",
-        "every request in flight at SIGTERM completes",
-        f"{len(cut_after)} failed or cut",
-        len(cut_after) == 0,
+        "the replica was running requests; every request in flight at SIGTERM completes",
+        f"{running or 0:.0f} running on it at SIGTERM; {len(cut_after)} failed or cut",
+        running is not None and running >= 1 and len(cut_after) == 0,
     )
     res.check(
         "drain: the replica exits cleanly",
