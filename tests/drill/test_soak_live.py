@@ -44,3 +44,21 @@ def test_an_engine_that_died_fails_the_soak() -> None:
     rows.append(_window(3, 30, 400.0, ("gateway", "chat-r0")))
     checks = _judge(rows)
     assert not all(checks.values()) and checks["every process to the end"] is False
+
+
+def test_a_virtual_soak_that_served_nothing_fails() -> None:
+    # Every request failing, every day: each metric reads 0, the drift rule skips a metric at
+    # 0, and "virtual soak ran" counted days only: the drill passed.
+    from inhouse.drill.drills.soak import judge_virtual
+    from inhouse.drill.soak_virtual import DayStats, soak_report
+
+    def verdict(days: list[DayStats]) -> dict[str, bool]:
+        result = DrillResult("soak", "", "")
+        ctx = SimpleNamespace(result=result, soak_day_s=None)
+        judge_virtual(ctx, soak_report(days, {"wall_s": 10.0}), 2)  # type: ignore[arg-type]
+        return {c.name: c.ok for c in result.checks}
+
+    dead = [DayStats(d, 5000, 5000, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0) for d in (1, 2)]
+    assert verdict(dead) == {"virtual soak ran": False, "no drift day over day": True}
+    alive = [DayStats(d, 5000, 3, 310.0, 30.0, 0.8, 0.2, 0.3, 1.0) for d in (1, 2)]
+    assert verdict(alive) == {"virtual soak ran": True, "no drift day over day": True}
