@@ -166,3 +166,22 @@ def test_a_bad_content_length_is_answered_400_not_read_until_eof(length: str) ->
         assert receiver.num_bad == 1
     finally:
         receiver.stop()
+
+
+@needs_judge
+def test_a_target_prometheus_cannot_scrape_stops_the_session(tmp_path: Path) -> None:
+    # The runner waited for every target and ignored the answer: the drills ran on, and an
+    # exporter the judge never scraped read as an alert that did not fire.
+    target = _Target()
+    jobs = [
+        static_job("t", [(target.address, {"pod": "p-1"})], interval="1s"),
+        static_job("gone", [("127.0.0.1:9", {"pod": "p-2"})], interval="1s"),
+    ]
+    judge = Judge(tmp_path, RULES, jobs).start()
+    try:
+        with pytest.raises(JudgeError, match=r"could not scrape gone http://127\.0\.0\.1:9/"):
+            judge.require_scraped(15.0)
+    finally:
+        judge.stop()
+        target.server.shutdown()
+        target.server.server_close()

@@ -165,7 +165,7 @@ async def _run_all(options: Options, say: Callable[[str], None]) -> list[DrillRe
             f"stack {stack.name} up at {live.gateway_url}; Prometheus {judge.version} at "
             f"{judge.prometheus_url}"
         )
-        await asyncio.to_thread(judge.wait_scraped)
+        await asyncio.to_thread(judge.require_scraped)  # NOTE: its answer was ignored
         for name in options.names:
             say(f"== {name}")
             result = await run_one(name, live, judge, options, stack_desc)
