@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inhouse.drill.context import SEEDS_DEGRADED_TTFT_MS, ttft_slo_ms
+from inhouse.drill.drills.long_prompt_dos import huge_tokens
 from inhouse.drill.remediation import ecc_remediation
 from inhouse.render.alerts import Case, Series, render_rule_tests
 from inhouse.render.alerts_gpu import gpu_rules
@@ -165,9 +166,11 @@ def _kv_fill(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
 
 def _long_prompt(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
     model = pool.client_model_name
+    # one token a word, past the pool's context in any case (`huge_tokens`)
+    words = huge_tokens(pool)
     huge = (
         f'python3 -c \'import json; print(json.dumps({{"model": "{model}", '
-        '"prompt": "word " * 160000, "max_tokens": 16}))\' | curl -s -o /dev/null '
+        f'"prompt": "word " * {words}, "max_tokens": 16}}))\' | curl -s -o /dev/null '
         "-w '%{http_code}\\n' -H \"Authorization: Bearer $INHOUSE_API_KEY\" -H "
         "'content-type: application/json' --data-binary @- \"$GATEWAY/v1/completions\""
     )
@@ -183,7 +186,7 @@ def _long_prompt(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
     )
     return [
         Step(
-            "a 200K-token prompt",
+            f"a {words // 1000}K-token prompt, past the context",
             huge,
             ["prints 400", "engines saw nothing: " + _q(moved)],
             promql=[moved],
