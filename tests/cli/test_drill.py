@@ -47,3 +47,55 @@ def test_a_shortened_soak_day_is_said_in_its_checks() -> None:
     assert _days(SimpleNamespace(soak_day_s=None), 2) == "2 simulated days"  # type: ignore[arg-type]
     short = _days(SimpleNamespace(soak_day_s=900.0), 2)  # type: ignore[arg-type]
     assert "900 s" in short and "shortened" in short
+
+
+@pytest.mark.parametrize("duration", ["0", "-1", "nan", "inf"])
+def test_a_live_soak_of_no_length_is_refused(
+    duration: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # -1 and nan ran no window at all, 0 ran the default 600 s: none is what was asked
+    assert main(["drill", "run", "soak", "--duration", duration, "--out", "/nonexistent/x"]) == 2
+    assert f"--duration {duration}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["run", "kill-replica"], ["plan", "--stack", str(EXAMPLE)]])
+def test_an_out_that_is_a_file_is_refused(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    afile = tmp_path / "evidence"
+    afile.write_text("keep me\n")
+    assert main(["drill", *command, "--out", str(afile)]) == 2
+    assert "not a directory" in capsys.readouterr().err
+    assert afile.read_text() == "keep me\n"
+
+
+def test_all_beside_other_names_says_to_give_it_alone(capsys: pytest.CaptureFixture[str]) -> None:
+    # was "unknown drill all; one of ... or all"
+    assert main(["drill", "run", "kill-replica", "all", "--out", "/nonexistent/x"]) == 2
+    err = capsys.readouterr().err
+    assert "give it alone" in err and "unknown drill" not in err
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [
+        "{",  # truncated
+        '{"workloads": []}',
+        '{"workloads": {"a": {"kind": "agent", "traffic": {"peak_sessions": "many"}}}}',
+        '{"workloads": {"a": {"kind": "agent", "traffic": {"peak_sessions": 1e400}}}}',
+        '{"workloads": {"a": {"kind": "agent"}}, "degraded": [{"degraded_slo": '
+        '{"a": {"ttft": {"target_ms": "NaN"}}}}]}',
+    ],
+)
+def test_a_bad_plan_json_beside_the_stack_is_named_before_anything_starts(
+    plan: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # each was a traceback (JSONDecodeError, AttributeError, ValueError, OverflowError) once
+    # the stack and the judge had started
+    (tmp_path / "stack.yaml").write_text(EXAMPLE.read_text())
+    (tmp_path / "plan.json").write_text(plan)
+    argv = ["drill", "run", "kill-replica", "--stack", str(tmp_path / "stack.yaml")]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'plan.json'}: not a plan.json" in err, err
+    assert not (tmp_path / "out" / "_run").exists()

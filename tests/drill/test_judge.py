@@ -4,6 +4,7 @@ Alertmanager routes the alert to the receiver by severity, and the resolution fo
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 import urllib.request
@@ -112,3 +113,75 @@ def test_receiver_keeps_each_alert_and_refuses_garbage() -> None:
 def test_missing_binary_says_which_package() -> None:
     with pytest.raises(JudgeError, match="apt-get install no-such-pkg"):
         find_binary(("no-such-binary-xyz",), "no-such-pkg")
+
+
+@needs_judge
+def test_a_relative_work_directory_still_loads_the_rules(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `inhouse drill run NAME` writes to `drills/` by default: a path relative to the current
+    # directory, which Prometheus read relative to its configuration file's directory instead.
+    monkeypatch.chdir(tmp_path)
+    judge = Judge(Path("drills/_run/judge"), RULES, []).start()
+    try:
+        names = [r["name"] for g in judge.api("/api/v1/rules")["groups"] for r in g["rules"]]
+        assert names == ["DrillTestHigh", "DrillTestTicket"]
+    finally:
+        judge.stop()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"alerts": [{"status": "firing", "labels": [1, 2]}]}',  # was a handler traceback
+        b'{"alerts": [{"status": "firing", "labels": {"alertname": 5}}]}',  # kept as an int
+        b'{"alerts": "firing"}',  # was 200, nothing kept
+        b'{"alerts": [{"status": "pending", "labels": {"alertname": "A"}}]}',
+        b'{"alerts": [{"status": "firing", "labels": {"alertname": "A"}}, 3]}',
+    ],
+)
+def test_a_body_not_of_alertmanagers_shape_is_refused_whole(body: bytes) -> None:
+    receiver = Receiver().start()
+    try:
+        request = urllib.request.Request(f"{receiver.url}/page", data=body, method="POST")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=5)
+        assert refused.value.code == 400
+        refused.value.close()
+        assert receiver.notifications() == [] and receiver.num_bad == 1
+    finally:
+        receiver.stop()
+
+
+@pytest.mark.parametrize("length", ["-5", "x"])
+def test_a_bad_content_length_is_answered_400_not_read_until_eof(length: str) -> None:
+    # "-5" read the body until the client closed (the client waited forever); "x" was a
+    # handler traceback and no answer
+    receiver = Receiver().start()
+    try:
+        host, port = receiver.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            sock.sendall(f"POST /page HTTP/1.1\r\nContent-Length: {length}\r\n\r\n{{}}".encode())
+            assert sock.recv(64).startswith(b"HTTP/1.0 400")
+        assert receiver.num_bad == 1
+    finally:
+        receiver.stop()
+
+
+@needs_judge
+def test_a_target_prometheus_cannot_scrape_stops_the_session(tmp_path: Path) -> None:
+    # The runner waited for every target and ignored the answer: the drills ran on, and an
+    # exporter the judge never scraped read as an alert that did not fire.
+    target = _Target()
+    jobs = [
+        static_job("t", [(target.address, {"pod": "p-1"})], interval="1s"),
+        static_job("gone", [("127.0.0.1:9", {"pod": "p-2"})], interval="1s"),
+    ]
+    judge = Judge(tmp_path, RULES, jobs).start()
+    try:
+        with pytest.raises(JudgeError, match=r"could not scrape gone http://127\.0\.0\.1:9/"):
+            judge.require_scraped(15.0)
+    finally:
+        judge.stop()
+        target.server.shutdown()
+        target.server.server_close()

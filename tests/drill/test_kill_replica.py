@@ -40,7 +40,7 @@ def _checks(watch: RouteWatch, gone: float = GONE) -> dict[str, tuple[bool, str]
     result = DrillResult("kill-replica", "now", "test")
     ctx = SimpleNamespace(result=result)
     window = drain_window_s(HEALTH, gone - TERM)
-    _check_drain(ctx, [], watch, "1", TERM, gone, 0, window)  # type: ignore[arg-type]
+    _check_drain(ctx, [], watch, "1", TERM, gone, 0, window, 2.0)  # type: ignore[arg-type]
     _check_rejoin(ctx, watch, "1", (TERM, gone), READY, "after the drain")  # type: ignore[arg-type]
     return {c.name: (c.ok, c.observed) for c in result.checks}
 
@@ -119,3 +119,54 @@ def test_a_gateway_that_counts_the_503_like_a_timeout_late_fails_a_long_drain() 
     quick = _checks(late)
     assert quick[DRAIN] == (True, "last one 3.8 s after")
     assert quick[OUT] == (True, "4.0 s after SIGTERM")
+
+
+def test_a_kill_the_watch_did_not_see_fails_the_routing_check() -> None:
+    # The gateway's /metrics never showed replica 1 (a renamed label, a wrong URL): nothing was
+    # seen routed there because nothing was seen; the check passed as "none after the kill".
+    from pathlib import Path
+
+    from inhouse.drill.context import DrillContext
+    from inhouse.drill.drills.kill_replica import _check_kill
+
+    watch = RouteWatch("http://gateway/metrics", "chat")
+    for step in range(80):
+        watch.samples.append((99.0 + 0.25 * step, {"0": 50.0 + step}, {"0": 1.0}))
+    result = DrillResult("kill-replica", "now", "test")
+    ctx = DrillContext(result, None, None, None, Path("."), True)  # type: ignore[arg-type]
+    _check_kill(ctx, [], watch, "1", (TERM, TERM + 15.0), 4.0, None, 3.0)  # type: ignore[arg-type]
+    check = next(
+        c for c in result.checks if c.name == "gateway stops routing to the killed replica"
+    )
+    assert not check.ok and "not observed" in check.observed, check.observed
+
+
+def test_a_kill_of_an_idle_replica_fails_the_cut_streams_check() -> None:
+    # Nothing running on it at SIGKILL: nothing was cut, and "every broken stream ends with an
+    # error event" held with no stream to show it.
+    from pathlib import Path
+
+    from inhouse.drill.context import DrillContext
+    from inhouse.drill.drills.kill_replica import _check_kill
+
+    watch = _watch([], left=TERM + 2.0, back=READY)
+    cut = "streams cut by SIGKILL end with an error event"
+    for running, ok in ((0.0, False), (None, False), (2.0, True)):
+        result = DrillResult("kill-replica", "now", "test")
+        ctx = DrillContext(result, None, None, None, Path("."), True)  # type: ignore[arg-type]
+        _check_kill(ctx, [], watch, "1", (TERM, TERM + 14.0), 4.0, None, running)  # type: ignore[arg-type]
+        (check,) = [c for c in result.checks if c.name == cut]
+        assert check.ok is ok, (running, check.observed)
+
+
+def test_a_drain_of_an_idle_replica_fails_the_in_flight_check() -> None:
+    # Nothing running on it at SIGTERM: "every request in flight completes" held with none.
+    watch = _watch([READY + 0.5], left=TERM + 1.0, back=READY)
+    inflight = "drain: streams in flight complete"
+    for running, ok in ((0.0, False), (None, False), (3.0, True)):
+        result = DrillResult("kill-replica", "now", "test")
+        window = drain_window_s(HEALTH, GONE - TERM)
+        ctx = SimpleNamespace(result=result)
+        _check_drain(ctx, [], watch, "1", TERM, GONE, 0, window, running)  # type: ignore[arg-type]
+        (check,) = [c for c in result.checks if c.name == inflight]
+        assert check.ok is ok, (running, check.observed)

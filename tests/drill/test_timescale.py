@@ -71,3 +71,26 @@ def test_scaled_rules_pass_promtool(tmp_path) -> None:  # type: ignore[no-untype
     path.write_text(scale_rules(rules, 0.1))
     done = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_keep_firing_for_is_a_hold_and_scales_like_for() -> None:
+    # left at 10m, an alert of a 30 s drill would stay firing ten minutes after its fault
+    rules = (
+        "groups:\n- name: g\n  rules:\n  - alert: A\n    expr: rate(x[5m]) > 0.5\n"
+        "    for: 2m\n    keep_firing_for: 10m\n"
+    )
+    (rule,) = yaml.safe_load(scale_rules(rules, 0.1))["groups"][0]["rules"]
+    assert rule == {"alert": "A", "expr": "rate(x[30s]) > 0.5", "for": "12s",
+                    "keep_firing_for": "1m"}  # fmt: skip
+
+
+def test_strings_that_look_like_windows_are_left_alone() -> None:
+    # a label value or a label_replace argument is data, not a window
+    expr = (
+        'label_replace(rate(x{w="[5m]", q=\'a\\\'[1h]\'}[5m]), "win", "[10m]", "", "")'
+        " > 0.5 and y{r=`[2h]`}[30m:1m]"
+    )
+    assert scale_expr(expr, 0.1) == (
+        'label_replace(rate(x{w="[5m]", q=\'a\\\'[1h]\'}[30s]), "win", "[10m]", "", "")'
+        " > 0.5 and y{r=`[2h]`}[3m:6s]"
+    )

@@ -14,6 +14,7 @@ report.md), DIR/summary.json and DIR/drills.md. See docs/drill.md.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -77,6 +78,11 @@ def _run(args: argparse.Namespace, names: list[str]) -> int:
 
     if args.soak_day_s is not None and not args.soak_day_s > 0:
         raise SpecError(f"--soak-day-s {args.soak_day_s:g}: a day must be longer than 0 s")
+    if args.duration is not None and not 0 < args.duration < math.inf:
+        raise SpecError(
+            f"--duration {args.duration:g}: the live soak's length in seconds, more than 0 "
+            "(default 600; 60 with --quick)"
+        )
     if args.attach:
         raise SpecError(
             "--attach: not in this build; drills start their own stack (the demo, or --stack) "
@@ -92,6 +98,7 @@ def _run(args: argparse.Namespace, names: list[str]) -> int:
         soak_duration_s=args.duration,
         soak_day_s=args.soak_day_s,
     )
+    make_out_dir(args.out)
     results = run_drills(options)
     passed = sum(1 for r in results if r.verdict == "pass")
     print(
@@ -107,6 +114,7 @@ def _plan(args: argparse.Namespace) -> int:
     from inhouse.spec.load import load_stack
 
     stack = load_stack(args.stack)
+    make_out_dir(args.out)
     result = write_plan(stack, args.out, RenderOptions(namespace=args.namespace))
     for check in result.validations:
         print(f"  [{'ok' if check.ok else 'FAIL'}] {check.name}: {check.detail}")
@@ -115,3 +123,15 @@ def _plan(args: argparse.Namespace) -> int:
         f"{'all passed' if result.ok else 'some FAILED'}; see {args.out}/drills.md"
     )
     return 0 if result.ok else 1
+
+
+def make_out_dir(path: Path) -> None:
+    """`--out`, created if missing; a clear error (not a traceback) when it cannot be."""
+    if path.exists() and not path.is_dir():
+        raise SpecError(f"--out {path}: not a directory; give a directory (made if missing)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecError(
+            f"--out {path}: cannot create it ({exc.strerror}); give a directory you can write to"
+        ) from exc

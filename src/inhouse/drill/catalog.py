@@ -69,7 +69,7 @@ DRILLS: tuple[DrillInfo, ...] = (
         "Oversized prompts must be refused at the gateway, and a tenant flooding long prompts "
         "must be held by its own limits without hurting another tenant.",
         (
-            "200K-token prompts get 400 at the gateway.",
+            "200K-token prompts (past the context in any case) get 400 at the gateway.",
             "They never reach an engine: the engines' prompt-token counters do not move.",
             "32K-token prompts at 10 req/s from one tenant are held by that tenant's limits "
             "(429 with Retry-After).",

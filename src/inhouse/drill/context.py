@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from inhouse.drill.evidence import AlertRecord, DrillResult, Event
 from inhouse.drill.judge import Judge
 from inhouse.drill.receiver import Notified
 from inhouse.drill.stack import LiveStack
+from inhouse.errors import SpecError
 from inhouse.render.layout import DEFAULT_SLO, slo_of
 from inhouse.spec.stack import PoolSpec
 
@@ -28,6 +30,8 @@ from inhouse.spec.stack import PoolSpec
 DEMO_PEAK_SESSIONS = 12
 SEEDS_DEGRADED_TTFT_MS = 1200.0
 ALERT_MARGIN_S = 30.0
+# An alert's `startsAt` is a Prometheus evaluation's timestamp, aligned to its 1 s interval.
+STARTS_AT_SLACK_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +60,8 @@ def _plan_profile(plan: dict[str, Any], pool: PoolSpec, path: Path) -> Profile |
     for entry in plan.get("degraded", []):
         ttft = ((entry.get("degraded_slo") or {}).get(agent) or {}).get("ttft") or {}
         degraded = float(ttft.get("target_ms", degraded))
+    if not 0 < degraded < math.inf:
+        raise ValueError(f"degraded TTFT target {degraded:g} ms")
     return Profile(
         f"plan {path}",
         pool.name,
@@ -71,7 +77,14 @@ def _plan_profile(plan: dict[str, Any], pool: PoolSpec, path: Path) -> Profile |
 def load_profile(pool: PoolSpec, stack_path: Path | None) -> Profile:
     plan_path = stack_path.parent / "plan.json" if stack_path is not None else None
     if plan_path is not None and plan_path.exists():
-        profile = _plan_profile(json.loads(plan_path.read_text()), pool, plan_path)
+        try:
+            profile = _plan_profile(json.loads(plan_path.read_text()), pool, plan_path)
+        except (OSError, ValueError, TypeError, AttributeError, OverflowError) as exc:
+            raise SpecError(
+                f"{plan_path}: not a plan.json of `inhouse plan` ({type(exc).__name__}: {exc}); "
+                "the drill reads the load profile from it. Rerun `inhouse plan`, or move the "
+                "file away to drill with the demo profile"
+            ) from exc
         if profile is not None:
             return profile
     return Profile(
@@ -132,14 +145,24 @@ class DrillContext:
         return self.stack.keys[tenant]
 
     async def wait_alert(
-        self, name: str, labels: Mapping[str, str] | None, timeout_s: float
+        self,
+        name: str,
+        labels: Mapping[str, str] | None,
+        timeout_s: float,
+        since: float | None = None,
     ) -> Notified | None:
-        """The first firing notification of `name` since the drill started."""
+        """The first firing notification of `name` for an alert that fired after `since` (a
+        `perf_counter` time, the fault's; default the drill's start). An alert that began
+        earlier, in the drill before (a replica it left down), is not this drill's, however
+        late its notification arrives."""
+        start = self.t0 if since is None else since
+        wall = self.t0_wall + (start - self.t0) - STARTS_AT_SLACK_S
 
         def firing(n: Notified) -> bool:
-            return n.status == "firing" and n.matches(name, labels)
+            began = n.starts_at is not None and n.starts_at >= wall
+            return n.status == "firing" and began and n.matches(name, labels)
 
-        return await asyncio.to_thread(self.judge.receiver.wait_for, firing, timeout_s, self.t0)
+        return await asyncio.to_thread(self.judge.receiver.wait_for, firing, timeout_s, start)
 
     async def wait_resolved(self, fired: Notified, timeout_s: float) -> Notified | None:
         def resolved(n: Notified) -> bool:
@@ -147,6 +170,24 @@ class DrillContext:
             return n.status == "resolved" and same
 
         return await asyncio.to_thread(self.judge.receiver.wait_for, resolved, timeout_s, fired.at)
+
+    def check_page(self, check: str, alert: str, fired: Notified | None) -> bool:
+        """`alert` reached the receiver as a page: Alertmanager routed it to `/page` (its
+        `severity: page` route), not as a ticket."""
+        observed = "not received"
+        if fired is not None:
+            observed = (
+                f"received {fired.at - self.t0:.1f} s into the drill, routed to "
+                f"{fired.receiver}, severity {fired.labels.get('severity')}"
+            )
+        return self.result.check(
+            check,
+            f"{alert} reaches Alertmanager's receiver as a page",
+            observed,
+            fired is not None
+            and fired.receiver == "page"
+            and fired.labels.get("severity") == "page",
+        )
 
     def record_alert(
         self, name: str, fired: Notified | None, resolved: Notified | None = None

@@ -102,14 +102,16 @@ class Judge:
     """Prometheus + Alertmanager + receiver for one drill session."""
 
     def __init__(self, work_dir: Path, rules_text: str, jobs: Sequence[Mapping[str, Any]]) -> None:
-        self.work_dir = work_dir
+        # NOTE: absolute: Prometheus reads `rule_files` relative to its configuration file's
+        # directory, so a relative path (`--out drills/`, the default) loaded no rules at all.
+        self.work_dir = work_dir.absolute()
         self.rules_text = rules_text
         self.jobs = list(jobs)
         self.receiver = Receiver()
         self.prometheus: _Proc | None = None
         self.alertmanager: _Proc | None = None
         self.version = ""
-        self.rules_path = work_dir / "rules.yaml"
+        self.rules_path = self.work_dir / "rules.yaml"
 
     def start(self) -> Judge:
         prom_bin = find_binary(PROMETHEUS_NAMES, "prometheus")
@@ -200,6 +202,17 @@ class Judge:
         params = {"query": expr, "start": start, "end": end, "step": step_s}
         return self.api("/api/v1/query_range", params)["result"]
 
+    def require_scraped(self, timeout_s: float = 20.0) -> None:
+        """Every target scraped up once, or a `JudgeError` naming those that were not: a drill
+        judged without them would blame the rules for what the judge never saw."""
+        down = self.wait_scraped(timeout_s)
+        if down:
+            assert self.prometheus is not None
+            raise JudgeError(
+                f"Prometheus could not scrape {'; '.join(down)} within {timeout_s:g} s; see "
+                f"{self.prometheus.log}"
+            )
+
     def wait_scraped(self, timeout_s: float = 20.0) -> list[str]:
         """Wait until every target has been scraped up once; returns the jobs still down."""
         deadline = time.monotonic() + timeout_s
@@ -213,5 +226,7 @@ class Judge:
             ]
             if active and not down:
                 return []
+            if not active:  # NOTE: none discovered yet is not "every one scraped"
+                down = ["no scrape target discovered"]
             time.sleep(0.5)
         return down

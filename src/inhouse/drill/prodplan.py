@@ -13,6 +13,7 @@ script through `bash -n`.
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import subprocess
@@ -86,12 +87,27 @@ def write_plan(stack: StackSpec, out_dir: Path, options: RenderOptions | None = 
     return result
 
 
+# What the operator fills in, and what the guard line says of each.
+_ALWAYS = ("PROM", "AM", "GATEWAY")
+_VARIABLE = re.compile(r"\$\{?([A-Z][A-Z0-9_]*)")
+
+
+def script_variables(steps: list[Step]) -> list[str]:
+    """The environment variables a drill's commands expand, `PROM`, `AM`, `GATEWAY` first."""
+    used = {m.group(1) for step in steps for m in _VARIABLE.finditer(step.shell)}
+    return [*_ALWAYS, *sorted(used - set(_ALWAYS))]
+
+
 def _script(name: str, steps: list[Step]) -> str:
+    # NOTE: every variable up front: `set -u` does not stop the script when the unset one is
+    # in a background command (`inhouse bench ... &`): the load died and the drill went on to
+    # kill a replica with no traffic to observe.
+    guard = " ".join(f'"${{{v}:?set {v} first}}"' for v in script_variables(steps))
     lines = [
         "#!/usr/bin/env bash",
         f"# inhouse drill plan: {name}. Run step by step; read each CHECK before going on.",
         "set -euo pipefail",
-        ': "${PROM:?}" "${AM:?}" "${GATEWAY:?}"',
+        f": {guard}",
         "",
     ]
     for i, step in enumerate(steps, 1):

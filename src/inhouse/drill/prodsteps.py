@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inhouse.drill.context import SEEDS_DEGRADED_TTFT_MS, ttft_slo_ms
+from inhouse.drill.drills.long_prompt_dos import huge_tokens
 from inhouse.drill.remediation import ecc_remediation
 from inhouse.render.alerts import Case, Series, render_rule_tests
 from inhouse.render.alerts_gpu import gpu_rules
@@ -43,8 +44,15 @@ def _am(alert: str) -> str:
     return f'amtool --alertmanager.url="$AM" alert query alertname={alert}'
 
 
-def _bench(out: str, args: str, key: str = "$INHOUSE_API_KEY") -> str:
-    return f'inhouse bench --target "$GATEWAY" --api-key "{key}" {args} --out drill-out/{out} &'
+def _bench(out: str, pool: PoolSpec, args: str, key: str = "$INHOUSE_API_KEY") -> str:
+    """`inhouse bench` against the drilled pool's model: without `--model`, bench asks for the
+    first model of `/v1/models`, another pool's where the stack lists it first or the tenant
+    may not use this one."""
+    model = shlex.quote(pool.client_model_name)
+    return (
+        f'inhouse bench --target "$GATEWAY" --api-key "{key}" --model {model} {args} '
+        f"--out drill-out/{out} &"
+    )
 
 
 def drill_steps(name: str, stack: StackSpec, ns: str) -> list[Step]:
@@ -85,7 +93,7 @@ def _kill_replica(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
     return [
         Step(
             "agent load at planned peak",
-            _bench("kill-replica", "--workload agent --duration 1800"),
+            _bench("kill-replica", pool, "--workload agent --duration 1800"),
             ["the bench runs; note its start time"],
         ),
         Step(
@@ -135,6 +143,7 @@ def _kv_fill(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
             "long-context load until KV use passes 95%",
             _bench(
                 "kv-fill",
+                pool,
                 "--workload longctx -p prompt=20000:30000 --concurrency 64 --duration 900",
             ),
             ["KV use >= 0.95: " + _q(kv)],
@@ -157,9 +166,11 @@ def _kv_fill(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
 
 def _long_prompt(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
     model = pool.client_model_name
+    # one token a word, past the pool's context in any case (`huge_tokens`)
+    words = huge_tokens(pool)
     huge = (
         f'python3 -c \'import json; print(json.dumps({{"model": "{model}", '
-        '"prompt": "word " * 160000, "max_tokens": 16}))\' | curl -s -o /dev/null '
+        f'"prompt": "word " * {words}, "max_tokens": 16}}))\' | curl -s -o /dev/null '
         "-w '%{http_code}\\n' -H \"Authorization: Bearer $INHOUSE_API_KEY\" -H "
         "'content-type: application/json' --data-binary @- \"$GATEWAY/v1/completions\""
     )
@@ -175,16 +186,16 @@ def _long_prompt(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
     )
     return [
         Step(
-            "a 200K-token prompt",
+            f"a {words // 1000}K-token prompt, past the context",
             huge,
             ["prints 400", "engines saw nothing: " + _q(moved)],
             promql=[moved],
         ),
         Step(
             "the flood from one tenant, interactive traffic from another",
-            _bench("dos-flood", flood, "$FLOOD_KEY")
+            _bench("dos-flood", pool, flood, "$FLOOD_KEY")
             + "\n"
-            + _bench("dos-interactive", "--workload agent -p sessions=4 --duration 300"),
+            + _bench("dos-interactive", pool, "--workload agent -p sessions=4 --duration 300"),
             [
                 "the flood tenant gets 429: " + _q(rejected),
                 f"the other tenant's p95 TTFT within {ttft_slo_ms(pool) * 1.1:.0f} ms: "
@@ -315,7 +326,7 @@ def _load_not_ready(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
             "restart one replica (its Deployment starts a new pod); traffic 30 s later",
             _k(restart)
             + "\nsleep 30\n"
-            + _bench("load-not-ready", "--workload agent --duration 600"),
+            + _bench("load-not-ready", pool, "--workload agent --duration 600"),
             ["the pod stays 0/1 Ready while the model loads: " + _k(pods)],
             kubectl=[restart, pods],
         ),
@@ -402,7 +413,7 @@ def _soak(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
     return [
         Step(
             "two weeks at 60% of planned peak",
-            _bench("soak", "--workload agent --rate-scale 0.6 --duration 1209600"),
+            _bench("soak", pool, "--workload agent --rate-scale 0.6 --duration 1209600"),
             ["runs for two weeks"],
         ),
         Step(

@@ -8,26 +8,30 @@ through the real Alertmanager, from the real Prometheus. Alertmanager posts its 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeGuard
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
 class Notified:
-    """One alert in one notification: `at` is `time.perf_counter()` when it arrived."""
+    """One alert in one notification: `at` is `time.perf_counter()` when it arrived;
+    `starts_at` the alert's `startsAt` (when Prometheus fired it), Unix seconds, None when the
+    notification did not say."""
 
     at: float
     receiver: str
     status: str  # firing | resolved
     labels: Mapping[str, str]
     annotations: Mapping[str, str]
+    starts_at: float | None = None
 
     @property
     def name(self) -> str:
@@ -50,8 +54,9 @@ class Receiver:
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                size = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(min(size, MAX_BODY_BYTES))
+                length = self.headers.get("Content-Length") or ""
+                size = int(length) if length.isdigit() else -1  # "-1", "x": refused, not read
+                raw = self.rfile.read(min(size, MAX_BODY_BYTES)) if size >= 0 else b""
                 ok = receiver.record(self.path.strip("/"), raw)
                 self.send_response(200 if ok else 400)
                 self.send_header("Content-Length", "0")
@@ -77,27 +82,23 @@ class Receiver:
         self._server.server_close()
 
     def record(self, receiver: str, raw: bytes) -> bool:
+        """Keep each alert of one webhook body; a body not of Alertmanager's shape (`alerts` a
+        list of objects whose `status` is firing or resolved and whose labels and annotations
+        map strings to strings) is refused whole, kept nowhere, and counted in `num_bad`."""
+        now = time.perf_counter()
         try:
-            body = json.loads(raw)
-            alerts = body["alerts"]
+            alerts = json.loads(raw)["alerts"]
+            items = (
+                [_notified(now, receiver, a) for a in alerts] if isinstance(alerts, list) else []
+            )
         except (ValueError, KeyError, TypeError):
+            items = []
+        if not items or None in items:
             with self._lock:
                 self.num_bad += 1
             return False
-        now = time.perf_counter()
-        items = [
-            Notified(
-                now,
-                receiver,
-                str(a.get("status", "")),
-                dict(a.get("labels") or {}),
-                dict(a.get("annotations") or {}),
-            )
-            for a in alerts
-            if isinstance(a, dict)
-        ]
         with self._lock:
-            self._seen.extend(items)
+            self._seen.extend(n for n in items if n is not None)
             self._lock.notify_all()
         return True
 
@@ -120,3 +121,36 @@ class Receiver:
                 if left <= 0:
                     return None
                 self._lock.wait(left)
+
+
+def _unix_s(text: object) -> float | None:
+    """An RFC 3339 time (Alertmanager's `startsAt`) in Unix seconds; None if it is not one."""
+    if not isinstance(text, str):
+        return None
+    try:
+        return dt.datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+
+
+def _notified(at: float, receiver: str, alert: object) -> Notified | None:
+    """One alert of a webhook body, or None if it is not of Alertmanager's shape."""
+    if not isinstance(alert, dict) or alert.get("status") not in ("firing", "resolved"):
+        return None
+    labels, annotations = alert.get("labels"), alert.get("annotations") or {}
+    if not (_is_str_map(labels) and _is_str_map(annotations)):
+        return None
+    return Notified(
+        at,
+        receiver,
+        alert["status"],
+        dict(labels),
+        dict(annotations),
+        _unix_s(alert.get("startsAt")),
+    )
+
+
+def _is_str_map(value: object) -> TypeGuard[dict[str, str]]:
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    )

@@ -50,6 +50,8 @@ def drill_function(name: str) -> DrillFn:
 def resolve_names(names: Sequence[str]) -> list[str]:
     if list(names) == ["all"] or not names:
         return list(NAMES)
+    if "all" in names:  # NOTE: else "unknown drill all; one of ... or all"
+        raise SpecError(f"drill names {' '.join(names)}: `all` runs every drill; give it alone")
     unknown = [n for n in names if n not in NAMES]
     if unknown:
         raise SpecError(f"unknown drill {', '.join(unknown)}; one of {', '.join(NAMES)} or all")
@@ -142,6 +144,7 @@ async def run_one(
 
 async def _run_all(options: Options, say: Callable[[str], None]) -> list[DrillResult]:
     base, stack_desc = _stack(options)
+    load_profile(base.pools[0], options.stack_path)  # a bad plan.json beside it: say so now
     stack, keys = drill_stack(base, options.flood_limits)
     work = options.out_dir / "_run"
     live = LiveStack(stack, keys, work)
@@ -162,7 +165,7 @@ async def _run_all(options: Options, say: Callable[[str], None]) -> list[DrillRe
             f"stack {stack.name} up at {live.gateway_url}; Prometheus {judge.version} at "
             f"{judge.prometheus_url}"
         )
-        await asyncio.to_thread(judge.wait_scraped)
+        await asyncio.to_thread(judge.require_scraped)  # NOTE: its answer was ignored
         for name in options.names:
             say(f"== {name}")
             result = await run_one(name, live, judge, options, stack_desc)

@@ -128,12 +128,15 @@ class LiveStack:
         self.gateway_proc: subprocess.Popen[bytes] | None = None
         next_gpu = 0
         for pool in stack.pools:
-            if stack.engine_of(pool) in ATTACHED_KINDS:
-                raise StackError(f"pool {pool.name}: drills launch their engines; use --attach")
-            if stack.engine_of(pool) != "simulated":
+            kind = stack.engine_of(pool)
+            if kind != "simulated":
+                # NOTE: not "use --attach": that flag is refused in this build.
+                how = "is attached, not launched" if kind in ATTACHED_KINDS else "is not simulated"
                 raise StackError(
-                    f"pool {pool.name}: engine {stack.engine_of(pool)}: drills without --attach "
-                    "run simulated engines (their fault port is what drills break them with)"
+                    f"pool {pool.name}: engine {kind} {how}; drills start simulated engines "
+                    "(their fault port is what drills break them with). Set `engine: simulated` "
+                    "in a copy of the stack file, or drill this stack in production with "
+                    "`inhouse drill plan`"
                 )
             for index in range(pool.replicas):
                 gpus = _gpus_of(pool, index, next_gpu)

@@ -2,7 +2,8 @@
 
 A drill has minutes, the rules are written for hours (a 5-minute hold, a 1-hour burn window). The
 only change a drill may make to the rules `inhouse render` writes is to multiply every `for:`
-and every range selector (`[5m]`, and both parts of a subquery `[30m:1m]`) by one factor.
+(and `keep_firing_for:`) and every range selector (`[5m]`, and both parts of a subquery
+`[30m:1m]`) by one factor.
 Thresholds, expressions and labels stay as rendered; the factor is printed and recorded in
 each drill's evidence. `scale_rules(text, 1.0)` returns the rules unchanged.
 """
@@ -22,6 +23,11 @@ _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "
 _UNITS_MS["y"] = 365 * _UNITS_MS["d"]
 _DURATION = re.compile(r"(\d+)(ms|[smhdwy])")
 _RANGE = re.compile(r"\[\s*((?:\d+(?:ms|[smhdwy]))+)\s*(?::\s*((?:\d+(?:ms|[smhdwy]))+)?\s*)?\]")
+# A rule's holds: `for:` before it fires, `keep_firing_for:` before it resolves (Prometheus
+# 2.42+); a hold left at hours would keep a drill's alert firing long after its fault ended.
+HOLDS = ("for", "keep_firing_for")
+# PromQL string literals: double- or single-quoted with backslash escapes, or backquoted raw.
+_STRING = re.compile(r"""("(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*'|`[^`]*`)""")
 # Scaled windows never go below this: rate() needs two samples, and drills scrape each second.
 MIN_RANGE_MS = 5_000
 
@@ -62,7 +68,8 @@ def scale_duration(text: str, factor: float, floor_ms: int = 0) -> str:
 
 
 def scale_expr(expr: str, factor: float) -> str:
-    """Every range selector and subquery window of a PromQL expression, scaled."""
+    """Every range selector and subquery window of a PromQL expression, scaled; string
+    literals (label values, `label_replace` arguments) untouched, whatever they look like."""
 
     def repl(match: re.Match[str]) -> str:
         window = scale_duration(match.group(1), factor, MIN_RANGE_MS)
@@ -71,7 +78,8 @@ def scale_expr(expr: str, factor: float) -> str:
         step = match.group(2)
         return f"[{window}:{scale_duration(step, factor, 1000) if step else ''}]"
 
-    return _RANGE.sub(repl, expr)
+    parts = _STRING.split(expr)  # odd indexes: the string literals, kept as they are
+    return "".join(p if i % 2 else _RANGE.sub(repl, p) for i, p in enumerate(parts))
 
 
 def check_factor(factor: float) -> float:
@@ -92,8 +100,9 @@ def scale_rules(text: str, factor: float) -> str:
     for group in data.get("groups", []):
         for rule in group.get("rules", []):
             rule["expr"] = scale_expr(str(rule["expr"]), factor)
-            if "for" in rule:
-                rule["for"] = scale_duration(str(rule["for"]), factor, 1000)
+            for hold in HOLDS:
+                if hold in rule:
+                    rule[hold] = scale_duration(str(rule[hold]), factor, 1000)
     header = (
         f"# `inhouse drill --time-scale {factor:g}`: the rendered rules with every `for:` and\n"
         f"# range window multiplied by {factor:g} (floors: 1 s holds, 5 s windows); thresholds\n"

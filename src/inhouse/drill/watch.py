@@ -70,6 +70,13 @@ class RouteWatch:
             prev = count
         return last
 
+    def observed(self, replica: str, after: float, before: float = float("inf")) -> bool:
+        """Whether a sample in (after, before) showed the replica (its health gauge, which the
+        gateway exports for every replica at every scrape; its routing count appears only once
+        something was routed there): without one, "nothing routed there" was not seen, only
+        not seen to happen."""
+        return any(after < t < before and replica in h for t, _, h in self.samples)
+
     def first_routed(self, replica: str, after: float) -> float | None:
         prev = None
         for t, decisions, _ in self.samples:

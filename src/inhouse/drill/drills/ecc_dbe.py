@@ -17,7 +17,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from inhouse.drill.context import DrillContext
-from inhouse.drill.drills.kill_replica import drain_window_s
+from inhouse.drill.drills.kill_replica import dead_window_s, drain_window_s, unobserved
 from inhouse.drill.kubectl import check_command, kubectl_version
 from inhouse.drill.load import Load, cut_at, samples
 from inhouse.drill.probes import engine_value
@@ -42,16 +42,21 @@ async def run(ctx: DrillContext) -> None:
     t_exit: float | None = None
     code: int | None = None
     fired: Notified | None = None
+    running: float | None = None
     try:
         await ctx.sleep(warm)
         for _ in range(50):  # a replica with work in flight, so the drain has something to keep
             if (await engine_value(victim.url, "vllm:num_requests_running") or 0) >= 1:
                 break
             await asyncio.sleep(0.2)
+        t_fault = time.perf_counter()
         await ctx.stack.dcgm_fault("ecc_dbe", {"gpu": gpu, "count": 1})
         ctx.event(f"ECC double-bit error on GPU {gpu} ({victim.name})")
-        fired = await ctx.wait_alert(ALERT, {"gpu": str(gpu)}, ctx.alert_timeout_s(0.0))
+        fired = await ctx.wait_alert(
+            ALERT, {"gpu": str(gpu)}, ctx.alert_timeout_s(0.0), since=t_fault
+        )
         if fired is not None:
+            running = await engine_value(victim.url, "vllm:num_requests_running")
             t_drain = time.perf_counter()
             ctx.stack.signal(victim.name, signal.SIGTERM)
             ctx.event(f"page received: drain {victim.name} (the pod on GPU {gpu})")
@@ -59,7 +64,10 @@ async def run(ctx: DrillContext) -> None:
             if code is not None:
                 t_exit = time.perf_counter()
             ctx.event(f"{victim.name} drained, exit code {code}")
-        await ctx.sleep(3.0)
+        # Watched past the longest window the routing check may use, so its verdict is seen.
+        longest = dead_window_s(parse_gateway(ctx.stack.stack.gateway).health) + 1.0
+        since = 0.0 if t_drain is None else time.perf_counter() - t_drain
+        await ctx.sleep(max(3.0, longest - since))
     finally:
         results = await load.finish()
         await watch.stop()
@@ -70,36 +78,43 @@ async def run(ctx: DrillContext) -> None:
         res.check("replica drained", "drained after the page", "no page, no drain", False)
     else:
         health = parse_gateway(ctx.stack.stack.gateway).health
-        window, why = drain_window_s(health, None if t_exit is None else t_exit - t_drain)
-        last = watch.last_routed(str(victim.index), t_drain + 0.5)
-        res.check(
-            "no new requests to the drained replica",
-            f"no routing decision to it later than {window:g} s after the drain began ({why})",
-            "none" if last is None else f"last {last - t_drain:.1f} s after",
-            last is None or last - t_drain <= window + 0.5,
-        )
+        window = drain_window_s(health, None if t_exit is None else t_exit - t_drain)
+        check_drained_routing(ctx, watch, str(victim.index), t_drain, window)
         cut = cut_at(results, t_drain)
         res.check(
             "in-flight requests finish",
-            "every request in flight at the drain completes",
-            f"{len(cut)} failed or cut; exit code {code}",
-            not cut and code == 0,
+            "the replica was running requests; every request in flight at the drain completes",
+            f"{running or 0:.0f} running on it at the drain; {len(cut)} failed or cut; exit "
+            f"code {code}",
+            running is not None and running >= 1 and not cut and code == 0,
         )
     _check_remediation(ctx, victim.index)
+
+
+def check_drained_routing(
+    ctx: DrillContext, watch: RouteWatch, index: str, t_drain: float, window: tuple[float, str]
+) -> None:
+    """Nothing new routed to the drained replica later than `window` (`drain_window_s`) after
+    the drain began; seen, not assumed: a sample after the window must show its routing."""
+    span, why = window
+    last = watch.last_routed(index, t_drain + 0.5)
+    seen = watch.observed(index, t_drain + span + 0.5)
+    ctx.result.check(
+        "no new requests to the drained replica",
+        f"no routing decision to it later than {span:g} s after the drain began ({why})",
+        ("none" if last is None else f"last {last - t_drain:.1f} s after")
+        + ("" if seen else f"; {unobserved(index, span)}"),
+        seen and (last is None or last - t_drain <= span + 0.5),
+    )
 
 
 def _check_page(ctx: DrillContext, fired: Notified | None, gpu: int, pod: str) -> None:
     res = ctx.result
     if fired is None:
-        res.check("ECC page", f"{ALERT} reaches Alertmanager's receiver", "not received", False)
+        ctx.check_page("ECC page", ALERT, fired)
         return
     labels, notes = fired.labels, fired.annotations
-    res.check(
-        "ECC page",
-        f"{ALERT} (page) reaches Alertmanager's receiver",
-        f"received {fired.at - ctx.t0:.1f} s into the drill, severity {labels.get('severity')}",
-        labels.get("severity") == "page",
-    )
+    ctx.check_page("ECC page", ALERT, fired)
     summary = notes.get("summary", "")
     named = labels.get("gpu") == str(gpu) and labels.get("Hostname") == NODE_NAME
     res.check(

@@ -87,12 +87,7 @@ async def run(ctx: DrillContext) -> None:
         f"{dropped} of {len(results)} failed",
         dropped == 0 and bool(results),
     )
-    res.check(
-        "KV page",
-        f"{ALERT} reaches Alertmanager's receiver",
-        f"received {fired.at - ctx.t0:.1f} s into the drill" if fired else "not received",
-        fired is not None,
-    )
+    ctx.check_page("KV page", ALERT, fired)
     res.check(
         "recovery",
         f"KV below {KV_PAGE_AT:.0%} and the page resolved once load drops",
