@@ -154,8 +154,8 @@ def _chat_text(body: dict[str, Any]) -> str:
                 "content must be a string or a list of parts", param=f"messages.{i}.content"
             )
     generation = body.get("add_generation_prompt", True)
-    if any(isinstance(m.get("tool_calls"), list) for m in messages):
-        messages = [_with_tool_calls(m) for m in messages]
+    # An assistant turn's tool calls are prompt text too (their arguments, mostly): the
+    # template renders them after the turn's content, whether that is a string or parts.
     return _tools_text(body) + render_chat(messages, generation is not False)
 
 
@@ -173,16 +173,6 @@ def _tools_text(body: dict[str, Any]) -> str:
         if tools:
             text += f"<|im_start|>{name}\n{_json_text(tools)}<|im_end|>\n"
     return text
-
-
-def _with_tool_calls(message: dict[str, Any]) -> dict[str, Any]:
-    """An assistant message's tool calls are prompt text too (their arguments, mostly)."""
-    calls = message.get("tool_calls")
-    if not isinstance(calls, list) or not calls:
-        return message
-    content = message.get("content")
-    text = content if isinstance(content, str) else ""
-    return {**message, "content": text + _json_text(calls)}
 
 
 def _json_text(value: object) -> str:

@@ -1,0 +1,118 @@
+"""Request bodies of every shape the API allows are read as the engine reads them: what the
+gateway counts for the long-prompt gate and the reservation is what the engine bills, and a body
+the gateway cannot forward is a 400 that holds nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from typing import Any
+
+from tests.gateway.conftest import MODEL, engines, gateway_for, stack_data
+
+from inhouse.gateway.keys import create_key
+from inhouse.gateway.limits import SECONDS_PER_DAY, MemoryLimits
+from inhouse.gateway.prompt import LocalCounter, parse_request
+from inhouse.server.protocol import ChatCompletionRequest, message_dicts, parse_body
+from inhouse.server.tools import tools_prompt
+from inhouse.tokenizer import SimpleTokenizer, render_chat
+
+CALLS = [{"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}]
+
+
+def _history(text: str, content_as_parts: bool) -> list[dict[str, Any]]:
+    """An agent's turn: an assistant message that said `text` and called a tool, the tool's
+    answer, and the user's next question."""
+    content: Any = [{"type": "text", "text": text}] if content_as_parts else text
+    return [
+        {"role": "assistant", "content": content, "tool_calls": CALLS},
+        {"role": "tool", "tool_call_id": "c1", "content": "found"},
+        {"role": "user", "content": "and then?"},
+    ]
+
+
+def _engine_count(body: dict[str, Any]) -> int:
+    """The simulated engine's prompt tokens for a chat body (its own parse and render)."""
+    request = parse_body(json.dumps(body).encode(), "application/json", ChatCompletionRequest)
+    extra = dict(request.model_extra or {})
+    if request.tools is not None:
+        extra["tools"] = [tool.model_dump(exclude_unset=True) for tool in request.tools]
+    text = tools_prompt(extra) + render_chat(
+        message_dicts(request.messages), request.add_generation_prompt
+    )
+    return len(SimpleTokenizer().encode(text))
+
+
+def _gateway_count(body: dict[str, Any]) -> int:
+    parsed = parse_request(json.dumps(body).encode(), "application/json", True)
+    return asyncio.run(LocalCounter(SimpleTokenizer()).count(parsed, "tiny", 1 << 20))
+
+
+def test_an_assistant_turn_with_tool_calls_counts_as_the_engine_counts_it() -> None:
+    for as_parts in (False, True):
+        for text in ("", "I will look that up.", "x" * 4000):
+            body = {"model": "tiny", "messages": _history(text, as_parts)}
+            assert _gateway_count(body) == _engine_count(body), (as_parts, len(text))
+
+
+def _two_pools() -> dict[str, Any]:
+    data = stack_data(replicas=1, long_prompt_tokens=200, long_pool="long")
+    data["pools"][0]["knobs"]["max_model_len"] = 4096
+    data["pools"].append(
+        {
+            "name": "long",
+            "model": MODEL,
+            "served_model_name": "long",
+            "replicas": 1,
+            "knobs": {"max_model_len": 8192, "max_num_seqs": 16},
+        }
+    )
+    return data
+
+
+def test_text_parts_beside_tool_calls_reach_the_long_pool() -> None:
+    """1,000 prompt tokens in an assistant turn's text parts, beside its tool calls: over the
+    pool's `long_prompt_tokens` (200), so the request goes to the long pool."""
+
+    async def main() -> None:
+        async with (
+            engines(1, max_model_len=4096) as short,
+            engines(1, max_model_len=8192, served_model_names=("long",)) as long,
+        ):
+            urls = {"chat": [short[0].url], "long": [long[0].url]}
+            async with gateway_for(_two_pools(), urls) as (_, client):
+                body = {"model": "tiny", "max_tokens": 1, "messages": _history("x" * 4000, True)}
+                r = await client.post("/v1/chat/completions", json=body)
+                assert r.status_code == 200, r.text
+                assert r.json()["usage"]["prompt_tokens"] > 1000
+                assert r.headers["x-inhouse-pool"] == "long"
+
+    asyncio.run(main())
+
+
+def test_text_parts_beside_tool_calls_cannot_spend_past_the_daily_budget() -> None:
+    """A tenant with 300 tokens a day sends a 1,000-token prompt whose text sits in an
+    assistant turn's parts beside its tool calls: refused (429), nothing spent."""
+    key, entry = create_key()
+    tenant = f"parts-{uuid.uuid4().hex[:6]}"
+    tenants = [{"name": tenant, "keys": [entry], "limits": {"daily_tokens": 300}}]
+    data = stack_data(replicas=1, gateway={"tenants": tenants})
+    data["pools"][0]["knobs"]["max_model_len"] = 4096
+    wall = 1_800_000_000.0  # a fixed clock: the day whose spending the test reads
+    store = MemoryLimits(clock=lambda: (time.monotonic(), wall))
+
+    async def main() -> None:
+        async with engines(1, max_model_len=4096) as live:
+            urls = {"chat": [live[0].url]}
+            async with gateway_for(data, urls, None, store) as (_, client):
+                auth = {"authorization": f"Bearer {key}"}
+                body = {"model": "tiny", "max_tokens": 1, "messages": _history("x" * 4000, True)}
+                r = await client.post("/v1/chat/completions", json=body, headers=auth)
+                assert r.status_code == 429, r.text
+                assert r.json()["error"]["code"] == 429
+
+    asyncio.run(main())
+    spent = store.daily_used(tenant, int(wall // SECONDS_PER_DAY))
+    assert spent <= 300, f"tenant spent {spent} tokens of a 300-token daily budget"
