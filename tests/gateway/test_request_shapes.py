@@ -116,3 +116,14 @@ def test_text_parts_beside_tool_calls_cannot_spend_past_the_daily_budget() -> No
     asyncio.run(main())
     spent = store.daily_used(tenant, int(wall // SECONDS_PER_DAY))
     assert spent <= 300, f"tenant spent {spent} tokens of a 300-token daily budget"
+
+
+def test_tool_definitions_count_as_the_engine_renders_them() -> None:
+    """The engine renders tools as `json.dumps` does (", " and ": " between items): a schema
+    of many small items is half as long again as compact JSON, and must count so."""
+    enum = list(range(10)) * 300
+    schema = {"type": "object", "properties": {"k": {"enum": enum}}}
+    function = {"name": "pick", "description": "é 😀 x", "parameters": schema}
+    tools = [{"type": "function", "function": function}]
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "tools": tools}
+    assert _gateway_count(body) == _engine_count(body)

@@ -34,15 +34,9 @@ try:  # orjson parses a 32K-character body ~5x faster than the standard library
 
     _loads: Callable[[bytes], Any] = orjson.loads
     _JSONError: tuple[type[Exception], ...] = (orjson.JSONDecodeError, ValueError)
-
-    def _dumps_text(value: object) -> str:
-        return orjson.dumps(value).decode()
 except ImportError:  # pragma: no cover - depends on the environment
     _loads = json.loads
     _JSONError = (ValueError,)
-
-    def _dumps_text(value: object) -> str:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 ROUTER_BLOCK_TOKENS = 64
@@ -176,10 +170,10 @@ def _tools_text(body: dict[str, Any]) -> str:
 
 
 def _json_text(value: object) -> str:
-    try:
-        return _dumps_text(value)
-    except (TypeError, ValueError):
-        return str(value)
+    """JSON as the engine renders it into the prompt (`json.dumps`, ", " and ": " between
+    items): compact JSON is up to a third shorter, and counted so it let a tenant spend past
+    its budget and a long prompt past the gate."""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
 def _completion_prompt(prompt: object) -> tuple[str | None, list[int] | None]:
