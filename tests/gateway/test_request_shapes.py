@@ -127,3 +127,37 @@ def test_tool_definitions_count_as_the_engine_renders_them() -> None:
     tools = [{"type": "function", "function": function}]
     body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "tools": tools}
     assert _gateway_count(body) == _engine_count(body)
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "1" + "]" * depth
+
+
+def test_a_body_nested_too_deep_to_forward_is_a_400_that_holds_no_slot() -> None:
+    """A body the JSON parser reads but the gateway cannot write back (nested past orjson's
+    255 levels) is refused naming `body`, before it reserves: the tenant's one concurrency slot
+    stays free for its next request."""
+    key, entry = create_key()
+    tenant = f"deep-{uuid.uuid4().hex[:6]}"
+    tenants = [{"name": tenant, "keys": [entry], "limits": {"max_concurrency": 1}}]
+    data = stack_data(replicas=1, gateway={"tenants": tenants})
+
+    async def main() -> None:
+        async with engines(1) as live:
+            urls = {"chat": [live[0].url]}
+            async with gateway_for(data, urls, None, MemoryLimits()) as (_, client):
+                headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
+                messages = '[{"role":"user","content":"hi"}]'
+                extras = [f'"metadata":{_nested(300)}', f'"tools":[{_nested(300)}]',
+                          f'"tools":[{_nested(1000)}]']  # fmt: skip
+                for extra in extras:
+                    raw = f'{{"model":"tiny","max_tokens":1,"messages":{messages},{extra}}}'
+                    r = await client.post("/v1/chat/completions", content=raw, headers=headers)
+                    assert r.status_code == 400, r.text
+                    assert r.json()["error"]["param"] == "body"
+                    assert "nested" in r.json()["error"]["message"]
+                ok = f'{{"model":"tiny","max_tokens":1,"messages":{messages}}}'
+                r = await client.post("/v1/chat/completions", content=ok, headers=headers)
+                assert r.status_code == 200, r.text
+
+    asyncio.run(main())

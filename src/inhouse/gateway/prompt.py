@@ -43,6 +43,7 @@ ROUTER_BLOCK_TOKENS = 64
 MAX_HASHED_BLOCKS = 2048  # 131,072 tokens: llm-d's maxPrefixTokensToMatch
 LOCAL_COUNT_INLINE_CHARS = 65536  # longer texts are counted on a worker thread
 SESSION_HEADER = "x-session-id"
+MAX_NESTING = 255  # orjson writes no deeper (its reader takes 1024)
 
 
 @dataclass(slots=True)
@@ -173,7 +174,21 @@ def _json_text(value: object) -> str:
     """JSON as the engine renders it into the prompt (`json.dumps`, ", " and ": " between
     items): compact JSON is up to a third shorter, and counted so it let a tenant spend past
     its budget and a long prompt past the gate."""
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    try:
+        return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    except RecursionError:
+        raise nested_too_deep() from None
+
+
+def nested_too_deep() -> ApiError:
+    """A body the gateway parsed but cannot write back: nested past `MAX_NESTING` levels."""
+    return ApiError(
+        400,
+        f"The request body is nested more than {MAX_NESTING} levels deep, more than this "
+        "gateway forwards; send flatter JSON.",
+        param="body",
+        error_type="Bad Request",
+    )
 
 
 def _completion_prompt(prompt: object) -> tuple[str | None, list[int] | None]:
