@@ -161,3 +161,39 @@ def test_a_body_nested_too_deep_to_forward_is_a_400_that_holds_no_slot() -> None
                 assert r.status_code == 200, r.text
 
     asyncio.run(main())
+
+
+def test_a_completion_without_max_tokens_reserves_the_engines_default_of_16() -> None:
+    """vLLM (and OpenAI) generate 16 tokens for a completion that names no `max_tokens`: the
+    gateway reserves that, not the whole context, so a tenant of 300 tokens a minute is served
+    (it was told to "lower max_tokens", which it never sent); `max_tokens: null` asks for the
+    rest of the context and reserves it."""
+    key, entry = create_key()
+    tenant = f"cmpl-{uuid.uuid4().hex[:6]}"
+    tenants = [{"name": tenant, "keys": [entry], "limits": {"tpm": 300}}]
+    data = stack_data(replicas=1, gateway={"tenants": tenants})
+    store = MemoryLimits()
+    reserved: list[int] = []
+    reserve = store.reserve
+
+    async def recorded(name: str, limits: object, rid: str, tokens: int):  # type: ignore[no-untyped-def]
+        reserved.append(tokens)
+        return await reserve(name, limits, rid, tokens)  # type: ignore[arg-type]
+
+    store.reserve = recorded  # type: ignore[method-assign]
+
+    async def main() -> None:
+        async with engines(1) as live:
+            urls = {"chat": [live[0].url]}
+            async with gateway_for(data, urls, None, store) as (_, client):
+                auth = {"authorization": f"Bearer {key}"}
+                body = {"model": "tiny", "prompt": "abcdefgh"}  # 2 tokens
+                r = await client.post("/v1/completions", json=body, headers=auth)
+                assert r.status_code == 200, r.text
+                assert r.json()["usage"]["completion_tokens"] <= 16
+                unbounded = {**body, "max_tokens": None}
+                r = await client.post("/v1/completions", json=unbounded, headers=auth)
+                assert r.status_code == 429, r.text  # 2 + 510 > 300 tokens a minute
+
+    asyncio.run(main())
+    assert reserved == [2 + 16, 2 + 510]

@@ -43,6 +43,17 @@ except ImportError:  # pragma: no cover
         return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+COMPLETION_MAX_TOKENS = 16  # what vLLM (and OpenAI) generate for a completion naming none
+
+
+def _engine_default(parsed: ParsedRequest) -> int | None:
+    """The max_tokens the engine uses when the request names none: 16 for a completion that
+    leaves `max_tokens` out (an explicit null, like any chat, means the rest of the context)."""
+    if parsed.is_chat or "max_tokens" in parsed.body:
+        return None
+    return COMPLETION_MAX_TOKENS
+
+
 def _forwarded(body: dict[str, Any]) -> bytes:
     """The body as the engine gets it; one nested deeper than the writer goes (orjson's 255
     levels, where its reader takes 1024) is the client's 400, not a 500."""
@@ -195,7 +206,7 @@ class Admitter:
             )
             raise invalid(message, param="input_tokens", value=num_prompt, reason=reason)
         if max_len is None:  # not known yet (no replica answered): the engine checks
-            return requested or tenant.limits.default_max_tokens or 16
+            return requested or tenant.limits.default_max_tokens or COMPLETION_MAX_TOKENS
         if num_prompt > max_len:
             message = prompt_over_context(max_len, num_prompt)
             raise invalid(message, param="input_tokens", value=num_prompt, reason=reason)
@@ -205,7 +216,7 @@ class Admitter:
         if requested is not None and num_prompt + requested > max_len:
             message = max_tokens_too_large(requested, max_len, num_prompt)
             raise ApiError(400, message, param="max_tokens", reason=reason)
-        default = tenant.limits.default_max_tokens
+        default = tenant.limits.default_max_tokens or _engine_default(parsed)
         room = max_len - num_prompt
         return requested or (min(default, room) if default else room)
 
