@@ -197,3 +197,44 @@ def test_a_completion_without_max_tokens_reserves_the_engines_default_of_16() ->
 
     asyncio.run(main())
     assert reserved == [2 + 16, 2 + 510]
+
+
+def test_a_key_sent_twice_reaches_the_engine_with_the_value_the_gateway_reserved() -> None:
+    """`max_tokens` twice: the gateway reads the last and forwards the body as it re-writes it,
+    so the engine generates what was reserved; with both names on a chat, vLLM's
+    `max_completion_tokens` rules in the reservation as at the engine."""
+    key, entry = create_key()
+    tenant = f"dup-{uuid.uuid4().hex[:6]}"
+    tenants = [{"name": tenant, "keys": [entry], "limits": {"tpm": 100_000}}]
+    data = stack_data(replicas=1, gateway={"tenants": tenants})
+    store = MemoryLimits()
+    reserved: list[int] = []
+    reserve = store.reserve
+
+    async def recorded(name: str, limits: object, rid: str, tokens: int):  # type: ignore[no-untyped-def]
+        reserved.append(tokens)
+        return await reserve(name, limits, rid, tokens)  # type: ignore[arg-type]
+
+    store.reserve = recorded  # type: ignore[method-assign]
+    messages = '"messages":[{"role":"user","content":"abcd"}]'
+
+    async def main() -> None:
+        async with engines(1) as live:
+            urls = {"chat": [live[0].url]}
+            async with gateway_for(data, urls, None, store) as (_, client):
+                headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
+                for fields, expected in (
+                    ('"max_tokens":400,"max_tokens":3', 3),
+                    ('"max_tokens":400,"max_completion_tokens":3', 3),
+                ):
+                    raw = f'{{"model":"tiny","ignore_eos":true,{fields},{messages}}}'
+                    r = await client.post("/v1/chat/completions", content=raw, headers=headers)
+                    assert r.status_code == 200, r.text
+                    assert r.json()["usage"]["completion_tokens"] == expected
+                raw = f'{{"model":"tiny","max_tokens":3,"max_tokens":600,{messages}}}'
+                r = await client.post("/v1/chat/completions", content=raw, headers=headers)
+                assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens"
+
+    asyncio.run(main())
+    prompt = len(SimpleTokenizer().encode(render_chat([{"role": "user", "content": "abcd"}])))
+    assert reserved == [prompt + 3, prompt + 3]
