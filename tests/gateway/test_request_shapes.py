@@ -238,3 +238,29 @@ def test_a_key_sent_twice_reaches_the_engine_with_the_value_the_gateway_reserved
     asyncio.run(main())
     prompt = len(SimpleTokenizer().encode(render_chat([{"role": "user", "content": "abcd"}])))
     assert reserved == [prompt + 3, prompt + 3]
+
+
+def test_tools_count_through_the_engines_tokenize_too() -> None:
+    """A pool of attached engines is counted by their `/tokenize`, which renders the tools as
+    the chat does (vLLM's does): a 1,000-token tool description goes to the long pool."""
+    data = _two_pools()
+    data["engine"] = "vllm"
+    description = "d" * 4000
+    tools = [{"type": "function", "function": {"name": "f", "description": description}}]
+
+    async def main() -> None:
+        async with (
+            engines(1, max_model_len=4096) as short,
+            engines(1, max_model_len=8192, served_model_names=("long",)) as long,
+        ):
+            urls = {"chat": [short[0].url], "long": [long[0].url]}
+            async with gateway_for(data, urls) as (gateway, client):
+                assert "Remote" in type(gateway.backends.pools["chat"].counter).__name__
+                body = {"model": "tiny", "max_tokens": 1, "tools": tools, "tool_choice": "none",
+                        "messages": [{"role": "user", "content": "hi"}]}  # fmt: skip
+                r = await client.post("/v1/chat/completions", json=body)
+                assert r.status_code == 200, r.text
+                assert r.json()["usage"]["prompt_tokens"] > 1000
+                assert r.headers["x-inhouse-pool"] == "long"
+
+    asyncio.run(main())
