@@ -10,7 +10,7 @@ import time
 import uuid
 from typing import Any
 
-from tests.gateway.conftest import MODEL, engines, gateway_for, stack_data
+from tests.gateway.conftest import MODEL, engines, free_port, gateway_for, stack_data
 
 from inhouse.gateway.keys import create_key
 from inhouse.gateway.limits import SECONDS_PER_DAY, MemoryLimits
@@ -262,5 +262,27 @@ def test_tools_count_through_the_engines_tokenize_too() -> None:
                 assert r.status_code == 200, r.text
                 assert r.json()["usage"]["prompt_tokens"] > 1000
                 assert r.headers["x-inhouse-pool"] == "long"
+
+    asyncio.run(main())
+
+
+def test_an_attached_pool_that_cannot_count_answers_503_with_retry_after() -> None:
+    """Counting an attached pool's prompt asks its `/tokenize`; with no replica answering the
+    client gets the 503 + Retry-After of a pool that is down, not a 500."""
+    data = stack_data(replicas=1)
+    data["engine"] = "vllm"
+
+    async def main() -> None:
+        dead = f"http://127.0.0.1:{free_port()}"
+        async with gateway_for(data, {"chat": [dead]}) as (_, client):
+            body = {
+                "model": "tiny",
+                "max_tokens": 1,
+                "messages": [{"role": "user", "content": "hi"}],
+            }
+            r = await client.post("/v1/chat/completions", json=body)
+            assert r.status_code == 503, r.text
+            assert r.json()["error"]["code"] == 503
+            assert int(r.headers["retry-after"]) >= 1
 
     asyncio.run(main())

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from inhouse.errors import SpecError
 from inhouse.gateway.discovery import PoolDiscovery, Resolver, engine_url, resolve_dns
 from inhouse.gateway.dispatch import (
@@ -205,10 +207,22 @@ class Backends:
                 or pool.replicas
             )
             replica = min(healthy, key=lambda r: r.num_inflight)
-            response = await self.monitor.client.post(replica.url + path, json=payload)
-            if response.status_code != 200:
+            try:
+                response = await self.monitor.client.post(replica.url + path, json=payload)
+                answer = response.json() if response.status_code == 200 else None
+            except (httpx.HTTPError, ValueError):
+                # No replica to count the prompt: the pool is down (or not an engine), the
+                # client's error is the pool's, not a 500.
+                raise ApiError(
+                    503,
+                    f"No replica of pool {pool_name!r} could count the prompt "
+                    f"({path}). Please try again later.",
+                    reason="no_replica",
+                    retry_after_s=5.0,
+                ) from None
+            if answer is None:
                 raise ApiError(response.status_code, response.text[:500], param="prompt")
-            return response.json()
+            return answer
 
         return post
 

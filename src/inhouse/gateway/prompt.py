@@ -257,7 +257,15 @@ class RemoteCounter:
         else:
             payload = {"model": model, "prompt": (request.text or "")[: 16 * (limit + 1)]}
         answer = await self._post("/tokenize", payload)
-        return int(answer["count"])
+        count = answer.get("count") if isinstance(answer, dict) else None
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ApiError(
+                502,
+                "The engine's /tokenize answered without a token count.",
+                reason="upstream_error",
+                retry_after_s=1.0,
+            )
+        return count
 
 
 # -- prefix blocks ----------------------------------------------------------------------------
