@@ -14,7 +14,8 @@ from tests.gateway.conftest import MODEL, engines, free_port, gateway_for, stack
 
 from inhouse.gateway.keys import create_key
 from inhouse.gateway.limits import SECONDS_PER_DAY, MemoryLimits
-from inhouse.gateway.prompt import LocalCounter, parse_request
+from inhouse.gateway.prompt import LocalCounter, RemoteCounter, parse_request
+from inhouse.openai_errors import ApiError
 from inhouse.server.protocol import ChatCompletionRequest, message_dicts, parse_body
 from inhouse.server.tools import tools_prompt
 from inhouse.tokenizer import SimpleTokenizer, render_chat
@@ -286,3 +287,20 @@ def test_an_attached_pool_that_cannot_count_answers_503_with_retry_after() -> No
             assert int(r.headers["retry-after"]) >= 1
 
     asyncio.run(main())
+
+
+def test_a_tokenize_answer_without_a_count_is_a_502() -> None:
+    parsed = parse_request(b'{"prompt":"hello"}', "application/json", False)
+    for answer in ({"tokens": [1]}, {"count": "7"}, {"count": -1}, ["count"]):
+
+        async def post(path: str, payload: dict[str, Any], answer: object = answer) -> object:
+            return answer
+
+        try:
+            asyncio.run(RemoteCounter(post).count(parsed, "tiny", 512))
+        except ApiError as error:
+            assert error.status == 502, answer
+        else:
+            raise AssertionError(f"{answer!r} was taken as a count")
+    ok = RemoteCounter(lambda path, payload: asyncio.sleep(0, {"count": 2}))
+    assert asyncio.run(ok.count(parsed, "tiny", 512)) == 2
