@@ -304,3 +304,43 @@ def test_a_tokenize_answer_without_a_count_is_a_502() -> None:
             raise AssertionError(f"{answer!r} was taken as a count")
     ok = RemoteCounter(lambda path, payload: asyncio.sleep(0, {"count": 2}))
     assert asyncio.run(ok.count(parsed, "tiny", 512)) == 2
+
+
+def test_an_attached_pool_relays_what_its_tokenize_refused_as_one_error() -> None:
+    """A body the engine's `/tokenize` refuses gets the engine's own message and `param`, not
+    the engine's JSON quoted inside a message; one nested too deep to send there is the
+    gateway's 400 naming `body`, not a 500."""
+    data = stack_data(replicas=1)
+    data["engine"] = "vllm"
+    headers = {"content-type": "application/json"}
+
+    def body(content: str) -> str:
+        message = f'{{"role":"user","content":{content}}}'
+        return f'{{"model":"tiny","max_tokens":1,"messages":[{message}]}}'
+
+    async def main() -> None:
+        async with engines(1) as live, gateway_for(data, {"chat": [live[0].url]}) as (_, client):
+            r = await client.post("/v1/chat/completions", content=body("[5]"), headers=headers)
+            assert r.status_code == 400, r.text
+            error = r.json()["error"]
+            assert error["param"] == "body.messages.0.content", error
+            assert not error["message"].startswith("{"), error
+            raw = body(f"[{_nested(1000)}]")
+            r = await client.post("/v1/chat/completions", content=raw, headers=headers)
+            assert r.status_code == 400, r.text
+            assert r.json()["error"]["param"] == "body"
+
+    asyncio.run(main())
+
+
+def test_an_engine_refusal_is_relayed_in_one_shape() -> None:
+    from inhouse.gateway.backends import engine_refusal
+
+    shaped = engine_refusal(400, b'{"error":{"message":"no","param":"messages","code":400}}')
+    assert (shaped.status, shaped.message, shaped.param) == (400, "no", "messages")
+    plain = engine_refusal(422, b"not json")
+    assert (plain.status, plain.message, plain.param) == (422, "not json", None)
+    for odd in (b'{"detail":"x"}', b'{"error":"x"}', b"[]"):
+        assert engine_refusal(400, odd).message == odd.decode()
+    failed = engine_refusal(500, b'{"error":{"message":"boom"}}')
+    assert failed.status == 502 and failed.retry_after_s and "boom" in failed.message
