@@ -207,3 +207,17 @@ def test_an_agents_next_turn_reuses_the_call_it_was_given(
     usage = replies[1].json()["usage"]
     assert usage["prompt_tokens"] > replies[0].json()["usage"]["prompt_tokens"]
     assert usage["prompt_tokens_details"]["cached_tokens"] > 0
+
+
+def test_tokenize_counts_the_tools_as_the_chat_prompt_does(
+    make_options: Callable[..., EngineOptions],
+) -> None:
+    """`/tokenize` of a chat renders its tools, as vLLM's does and as the chat itself bills
+    them: a gateway counts prompts there for its long-prompt gate and token limits."""
+    body = chat("none", max_tokens=1)
+    tokenize = {"model": "tiny", "messages": body["messages"], "tools": body["tools"]}
+    answered, counted = call(
+        make_options(), ("POST", "/v1/chat/completions", body), ("POST", "/tokenize", tokenize)
+    )
+    assert answered.status_code == 200 and counted.status_code == 200, counted.text
+    assert counted.json()["count"] == answered.json()["usage"]["prompt_tokens"]

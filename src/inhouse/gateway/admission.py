@@ -16,7 +16,7 @@ from inhouse.gateway.backends import Backends
 from inhouse.gateway.dispatch import PoolState
 from inhouse.gateway.limits import LimitStore, Refusal, Reservation
 from inhouse.gateway.metrics import GatewayMetrics
-from inhouse.gateway.prompt import ParsedRequest, prompt_blocks
+from inhouse.gateway.prompt import ParsedRequest, nested_too_deep, prompt_blocks
 from inhouse.gateway.request_io import quoted
 from inhouse.gateway.tenants import Tenants
 from inhouse.openai_errors import (
@@ -41,6 +41,26 @@ except ImportError:  # pragma: no cover
 
     def _dumps(body: dict[str, Any]) -> bytes:
         return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+COMPLETION_MAX_TOKENS = 16  # what vLLM (and OpenAI) generate for a completion naming none
+
+
+def _engine_default(parsed: ParsedRequest) -> int | None:
+    """The max_tokens the engine uses when the request names none: 16 for a completion that
+    leaves `max_tokens` out (an explicit null, like any chat, means the rest of the context)."""
+    if parsed.is_chat or "max_tokens" in parsed.body:
+        return None
+    return COMPLETION_MAX_TOKENS
+
+
+def _forwarded(body: dict[str, Any]) -> bytes:
+    """The body as the engine gets it; one nested deeper than the writer goes (orjson's 255
+    levels, where its reader takes 1024) is the client's 400, not a 500."""
+    try:
+        return _dumps(body)
+    except (TypeError, ValueError, RecursionError):
+        raise nested_too_deep() from None
 
 
 @dataclass(slots=True)
@@ -152,13 +172,14 @@ class Admitter:
             body["stream_options"] = {**options, "include_usage": True}
         # Each of `n` outputs may take max_tokens; the prompt is counted once, as vLLM does.
         reserved = num_prompt + max_tokens * parsed.num_choices
+        forwarded = _forwarded(body)  # before the reserve: a body it cannot write holds nothing
         reservation = await self._reserve(tenant, key, reserved)
         blocks: list[int] = []
         if pool.needs_hashes:
             blocks = prompt_blocks(parsed, pool.root(model), pool.block_tokens)
         view = RequestView(key, num_prompt, blocks, parsed.session_key, model)
         return Admission(request_id, key, tenant, tier, parsed, model, path, pool, choice.reason,
-                         primary.name, num_prompt, reservation, _dumps(body), view, t0)  # fmt: skip
+                         primary.name, num_prompt, reservation, forwarded, view, t0)  # fmt: skip
 
     def _count_limit(self, pool: PoolSpec) -> int:
         """Counted exactly up to the longest context the request could be sent to."""
@@ -185,7 +206,7 @@ class Admitter:
             )
             raise invalid(message, param="input_tokens", value=num_prompt, reason=reason)
         if max_len is None:  # not known yet (no replica answered): the engine checks
-            return requested or tenant.limits.default_max_tokens or 16
+            return requested or tenant.limits.default_max_tokens or COMPLETION_MAX_TOKENS
         if num_prompt > max_len:
             message = prompt_over_context(max_len, num_prompt)
             raise invalid(message, param="input_tokens", value=num_prompt, reason=reason)
@@ -195,7 +216,7 @@ class Admitter:
         if requested is not None and num_prompt + requested > max_len:
             message = max_tokens_too_large(requested, max_len, num_prompt)
             raise ApiError(400, message, param="max_tokens", reason=reason)
-        default = tenant.limits.default_max_tokens
+        default = tenant.limits.default_max_tokens or _engine_default(parsed)
         room = max_len - num_prompt
         return requested or (min(default, room) if default else room)
 

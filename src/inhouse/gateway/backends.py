@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from inhouse.errors import SpecError
 from inhouse.gateway.discovery import PoolDiscovery, Resolver, engine_url, resolve_dns
@@ -25,7 +28,13 @@ from inhouse.gateway.dispatch import (
     running_capacity,
 )
 from inhouse.gateway.metrics import GatewayMetrics
-from inhouse.gateway.prompt import ROUTER_BLOCK_TOKENS, LocalCounter, RemoteCounter, TokenCounter
+from inhouse.gateway.prompt import (
+    ROUTER_BLOCK_TOKENS,
+    LocalCounter,
+    RemoteCounter,
+    TokenCounter,
+    nested_too_deep,
+)
 from inhouse.gateway.replicas import HealthMonitor, Replica
 from inhouse.openai_errors import ApiError
 from inhouse.spec.endpoints import DiscoveryTarget
@@ -205,10 +214,24 @@ class Backends:
                 or pool.replicas
             )
             replica = min(healthy, key=lambda r: r.num_inflight)
-            response = await self.monitor.client.post(replica.url + path, json=payload)
-            if response.status_code != 200:
-                raise ApiError(response.status_code, response.text[:500], param="prompt")
-            return response.json()
+            try:
+                response = await self.monitor.client.post(replica.url + path, json=payload)
+                answer = response.json() if response.status_code == 200 else None
+            except RecursionError:
+                raise nested_too_deep() from None
+            except (httpx.HTTPError, ValueError):
+                # No replica to count the prompt: the pool is down (or not an engine), the
+                # client's error is the pool's, not a 500.
+                raise ApiError(
+                    503,
+                    f"No replica of pool {pool_name!r} could count the prompt "
+                    f"({path}). Please try again later.",
+                    reason="no_replica",
+                    retry_after_s=5.0,
+                ) from None
+            if answer is None:
+                raise engine_refusal(response.status_code, response.content)
+            return answer
 
         return post
 
@@ -262,3 +285,19 @@ class Backends:
                 if indexes:
                     blocks = indexes[replica.index].num_blocks
                     metrics.index_blocks.child(pool.name, replica.label).set(blocks)
+
+
+def engine_refusal(status: int, content: bytes) -> ApiError:
+    """An engine's refusal of a request the gateway sent for the client (its `/tokenize`),
+    as the client's error: the engine's own message and `param` when it gave them in
+    OpenAI's shape, else (at most 500 characters of) its text."""
+    message, param = content[:500].decode("utf-8", "replace"), None
+    with contextlib.suppress(ValueError, AttributeError, TypeError, KeyError, RecursionError):
+        error = json.loads(content)["error"]
+        if isinstance(error.get("message"), str):
+            message = error["message"]
+            param = error.get("param") if isinstance(error.get("param"), str) else None
+    if status >= 500:  # the engine failed, not the request: retry, as for a generation
+        return ApiError(502, f"The engine failed to count the prompt: {message}",
+                        reason="upstream_error", retry_after_s=1.0)  # fmt: skip
+    return ApiError(status, message, param=param)

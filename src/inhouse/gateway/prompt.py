@@ -34,21 +34,16 @@ try:  # orjson parses a 32K-character body ~5x faster than the standard library
 
     _loads: Callable[[bytes], Any] = orjson.loads
     _JSONError: tuple[type[Exception], ...] = (orjson.JSONDecodeError, ValueError)
-
-    def _dumps_text(value: object) -> str:
-        return orjson.dumps(value).decode()
 except ImportError:  # pragma: no cover - depends on the environment
     _loads = json.loads
     _JSONError = (ValueError,)
-
-    def _dumps_text(value: object) -> str:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 ROUTER_BLOCK_TOKENS = 64
 MAX_HASHED_BLOCKS = 2048  # 131,072 tokens: llm-d's maxPrefixTokensToMatch
 LOCAL_COUNT_INLINE_CHARS = 65536  # longer texts are counted on a worker thread
 SESSION_HEADER = "x-session-id"
+MAX_NESTING = 255  # orjson writes no deeper (its reader takes 1024)
 
 
 @dataclass(slots=True)
@@ -154,8 +149,8 @@ def _chat_text(body: dict[str, Any]) -> str:
                 "content must be a string or a list of parts", param=f"messages.{i}.content"
             )
     generation = body.get("add_generation_prompt", True)
-    if any(isinstance(m.get("tool_calls"), list) for m in messages):
-        messages = [_with_tool_calls(m) for m in messages]
+    # An assistant turn's tool calls are prompt text too (their arguments, mostly): the
+    # template renders them after the turn's content, whether that is a string or parts.
     return _tools_text(body) + render_chat(messages, generation is not False)
 
 
@@ -175,21 +170,25 @@ def _tools_text(body: dict[str, Any]) -> str:
     return text
 
 
-def _with_tool_calls(message: dict[str, Any]) -> dict[str, Any]:
-    """An assistant message's tool calls are prompt text too (their arguments, mostly)."""
-    calls = message.get("tool_calls")
-    if not isinstance(calls, list) or not calls:
-        return message
-    content = message.get("content")
-    text = content if isinstance(content, str) else ""
-    return {**message, "content": text + _json_text(calls)}
-
-
 def _json_text(value: object) -> str:
+    """JSON as the engine renders it into the prompt (`json.dumps`, ", " and ": " between
+    items): compact JSON is up to a third shorter, and counted so it let a tenant spend past
+    its budget and a long prompt past the gate."""
     try:
-        return _dumps_text(value)
-    except (TypeError, ValueError):
-        return str(value)
+        return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    except RecursionError:
+        raise nested_too_deep() from None
+
+
+def nested_too_deep() -> ApiError:
+    """A body the gateway parsed but cannot write back: nested past `MAX_NESTING` levels."""
+    return ApiError(
+        400,
+        f"The request body is nested more than {MAX_NESTING} levels deep, more than this "
+        "gateway forwards; send flatter JSON.",
+        param="body",
+        error_type="Bad Request",
+    )
 
 
 def _completion_prompt(prompt: object) -> tuple[str | None, list[int] | None]:
@@ -258,7 +257,15 @@ class RemoteCounter:
         else:
             payload = {"model": model, "prompt": (request.text or "")[: 16 * (limit + 1)]}
         answer = await self._post("/tokenize", payload)
-        return int(answer["count"])
+        count = answer.get("count") if isinstance(answer, dict) else None
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ApiError(
+                502,
+                "The engine's /tokenize answered without a token count.",
+                reason="upstream_error",
+                retry_after_s=1.0,
+            )
+        return count
 
 
 # -- prefix blocks ----------------------------------------------------------------------------

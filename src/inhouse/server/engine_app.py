@@ -272,7 +272,11 @@ async def tokenize(state: EngineState, request: Request) -> Response:
     )
     state.resolve_model(body.model)
     if body.messages is not None:
-        text = render_chat(message_dicts(body.messages), body.add_generation_prompt)
+        # The tools too, as the chat renders them (vLLM's /tokenize does): a gateway counts
+        # prompts here, for its long-prompt gate and token limits.
+        text = tools_prompt(dict(body.model_extra or {})) + render_chat(
+            message_dicts(body.messages), body.add_generation_prompt
+        )
     else:
         text = body.prompt or ""
     ids = state.tokenizer.encode(text)
