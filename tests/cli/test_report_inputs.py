@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inhouse.cli._report_inputs import load_bench, load_drills
+from inhouse.cli._report_inputs import load_bench, load_drills, load_inputs
 from inhouse.errors import SpecError
 
 from ..report.report_fixtures import chat_rows, write_bench, write_drills
@@ -149,3 +149,49 @@ def test_a_directory_named_like_a_timeline_is_skipped(tmp_path: Path) -> None:
     loaded = load_drills(drills, images)
     assert loaded.run("kv-fill") is not None and loaded.run("kv-fill").timeline_file is None  # type: ignore[union-attr]
     assert list(images) == ["drills/kill-replica-timeline.png"]
+
+
+def _plan_dir(tmp_path: Path, name: str) -> Path:
+    plan = tmp_path / "plan"
+    plan.mkdir()
+    (plan / "plan.json").write_text(json.dumps({"name": name, "requirements": {}}))
+    (plan / "stack.yaml").write_text(f"version: 1\nname: {name}\npools: []\n")
+    return plan
+
+
+def _drilled(drills: Path, stack: str) -> Path:
+    for evidence in drills.glob("*/evidence.json"):
+        evidence.write_text(json.dumps({**json.loads(evidence.read_text()), "stack": stack}))
+    return drills
+
+
+def test_drills_of_the_built_in_demo_stack_are_refused(tmp_path: Path) -> None:
+    """`inhouse drill run all` without --stack drills its demo: its degraded TTFT is not the
+    plan's."""
+    plan = _plan_dir(tmp_path, "crm-copilot")
+    drills = _drilled(write_drills(tmp_path / "drills"), "built-in demo (crm-copilot-demo)")
+    with pytest.raises(SpecError) as err:
+        load_inputs(plan, [], drills, None)
+    assert str(err.value) == (
+        f"{drills / 'bad-signature' / 'evidence.json'}: drilled built-in demo (crm-copilot-demo), "
+        f"not the plan's stack; run `inhouse drill run all --stack {plan / 'stack.yaml'} "
+        "--out DIR` and pass that DIR"
+    )
+
+
+def test_drills_of_another_stack_file_are_refused(tmp_path: Path) -> None:
+    plan = _plan_dir(tmp_path, "crm-copilot")
+    other = tmp_path / "other.yaml"
+    other.write_text("version: 1\nname: rag-search\npools: []\n")
+    drills = _drilled(write_drills(tmp_path / "drills"), str(other))
+    with pytest.raises(
+        SpecError, match="stack 'rag-search'\\), not the plan's stack 'crm-copilot'"
+    ):
+        load_inputs(plan, [], drills, None)
+
+
+def test_drills_of_the_plans_stack_load(tmp_path: Path) -> None:
+    plan = _plan_dir(tmp_path, "crm-copilot")
+    drills = _drilled(write_drills(tmp_path / "drills"), str(plan / "stack.yaml"))
+    loaded = load_inputs(plan, [], drills, None)
+    assert loaded.drills is not None and len(loaded.drills.runs) == 7

@@ -203,6 +203,35 @@ def load_render(path: Path) -> RenderOutput:
     return RenderOutput(str(path), files)
 
 
+def _stack_name(path: Path) -> str | None:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    return str(data["name"]) if isinstance(data, dict) and data.get("name") else None
+
+
+def _check_drilled_stack(drills: Drills, stack_path: Path, stack: Any) -> None:
+    """Drill evidence names the stack it drilled (`stack`: the --stack path, or `inhouse drill`'s
+    built-in demo without one). Evidence of another stack would pass its figures off as this
+    plan's: refused, saying how to drill the plan's own stack."""
+    name = stack.get("name") if isinstance(stack, dict) else None
+    fix = f"run `inhouse drill run all --stack {stack_path} --out DIR` and pass that DIR"
+    for run in drills.runs:
+        drilled = run.evidence.get("stack")
+        if not isinstance(drilled, str) or not drilled:
+            continue
+        if drilled.startswith("built-in demo"):
+            raise SpecError(f"{run.evidence.name}: drilled {drilled}, not the plan's stack; {fix}")
+        path = Path(drilled)
+        other = _stack_name(path) if path.is_file() else None
+        if name and other and other != name:
+            raise SpecError(
+                f"{run.evidence.name}: drilled {drilled} (stack {other!r}), not the plan's "
+                f"stack {name!r}; {fix}"
+            )
+
+
 def load_inputs(
     plan_dir: Path, benches: list[Path], drills: Path | None, render: RenderOutput | None
 ) -> ReportInputs:
@@ -219,11 +248,14 @@ def load_inputs(
         raise SpecError(f"{plan_dir / 'stack.yaml'}: {exc}; {hint}") from None
     compare_path = plan_dir / "compare.json"
     images: dict[str, bytes] = {}
+    drill_runs = load_drills(drills, images) if drills else None
+    if drill_runs is not None:
+        _check_drilled_stack(drill_runs, plan_dir / "stack.yaml", stack)
     return ReportInputs(
         plan=Doc(str(plan_dir / "plan.json"), plan),
         stack=Doc(str(plan_dir / "stack.yaml"), stack),
         benches=tuple(r for b in benches for r in load_bench(b)),
-        drills=load_drills(drills, images) if drills else None,
+        drills=drill_runs,
         render=render,
         compare=Doc(str(compare_path), _json(compare_path, hint))
         if compare_path.exists()
