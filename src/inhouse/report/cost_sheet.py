@@ -53,7 +53,7 @@ class X:
 @dataclass(frozen=True, slots=True)
 class Row:
     label: str
-    value: float | None
+    value: float | str | None  # None: a heading; a str: a formula's text result ("never")
     formula: str | None  # None: an input
     unit: str
     note: str = ""
@@ -80,6 +80,22 @@ class Sheet:
         ref = self._cell()
         self.rows.append(Row(label, expr.value, "=" + expr.text, unit, note, key))
         return X(expr.value, ref)
+
+    def breakeven(self, capex: X, saving: X, key: str) -> None:
+        """Months until owning beats the API: capex / (API - power, ops, rent), and "never"
+        where that saving is not positive (as plan.json's `breakeven_months` is null): a
+        division would print 0 months at no saving and negative months at a loss."""
+        never = saving.value <= 0
+        self.rows.append(
+            Row(
+                "break-even",
+                "never" if never else capex.value / saving.value,
+                f'=IF({saving.text}<=0,"never",{capex.text}/{saving.text})',
+                "months",
+                "capex / (API - power, ops, rent); never when the API costs no more than those",
+                key,
+            )
+        )
 
 
 def _hardware(sheet: Sheet, plan: Mapping[str, Any], blank_prices: bool) -> tuple[X, X, X]:
@@ -223,15 +239,7 @@ def build_sheet(plan: Mapping[str, Any], *, blank_prices: bool = False) -> Sheet
         api_m = sheet.calc(
             "API spend per month", spend, "$/month", key=f"cost.api_usd_per_month.{api['name']}"
         )
-        saving = api_m - opex_m
-        be = sheet.calc(
-            "break-even",
-            capex_c / saving,
-            "months",
-            key=f"cost.breakeven_months.{api['name']}",
-            note="capex / (API - power, ops, rent); meaningless when the saving is not positive",
-        )
-        del be
+        sheet.breakeven(capex_c, api_m - opex_m, key=f"cost.breakeven_months.{api['name']}")
         sheet.calc("API / stack per month", api_m / month, "x", key=f"multiple.{api['name']}")
     return sheet
 
@@ -241,7 +249,13 @@ def to_csv(sheet: Sheet) -> str:
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["row", "label", "value", "unit", "formula", "key", "note"])
     for i, row in enumerate(sheet.rows):
-        value = "" if row.value is None else repr(row.value)
+        value = (
+            ""
+            if row.value is None
+            else row.value
+            if isinstance(row.value, str)
+            else repr(row.value)
+        )
         writer.writerow(
             [sheet.first_row + i, row.label, value, row.unit, row.formula or "", row.key, row.note]
         )
