@@ -3,7 +3,9 @@ figure of the internal document; drills verbatim."""
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 import pytest
 from hypothesis import assume, given
@@ -14,6 +16,7 @@ from inhouse.report.document import build_document
 from inhouse.report.figures import SANITIZED_KINDS, Figure, Source, format_range
 from inhouse.report.inputs import ReportInputs
 
+from .conftest import make_inputs
 from .report_fixtures import TENANTS
 
 TEXT_FILES = (
@@ -142,3 +145,24 @@ def test_the_public_document_is_the_same_document(inputs: ReportInputs) -> None:
     public = build_document(inputs, public=True).markdown
     heads = lambda t: re.findall(r"^##+ (.+)$", t, flags=re.MULTILINE)  # noqa: E731
     assert len(heads(internal)) == len(heads(public))
+
+
+def test_a_client_bottleneck_is_named_without_its_figures(
+    report_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """`inhouse bench` words why the client was a bottleneck with the measured and scheduled
+    rates; the public bench report says that it was, not those figures."""
+    reasons = ["achieved 15.2 req/s of 16.7 req/s scheduled", "send lag p99 12.3 ms > 10 ms"]
+    run = tmp_path / "utility"
+    run.mkdir()
+    result = json.loads((report_dirs["utility"] / "result.json").read_text())
+    result.update(client_bottleneck=True, client={"client_bottleneck": True, "reasons": reasons})
+    (run / "result.json").write_text(json.dumps(result))
+    (run / "requests.jsonl").write_text((report_dirs["utility"] / "requests.jsonl").read_text())
+    inputs = make_inputs({**report_dirs, "utility": run}, drills=False, benches=("utility",))
+    internal = build_outputs(inputs).files["bench-report.md"].decode()
+    public = build_outputs(inputs, public=True).files["bench-report.md"].decode()
+    assert f"**The client was a bottleneck in this run** ({'; '.join(reasons)})" in internal
+    assert "**The client was a bottleneck in this run**: its latencies include" in public
+    for figure in ("15.2", "16.7", "12.3"):
+        assert figure not in public
