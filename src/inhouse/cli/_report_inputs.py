@@ -63,8 +63,14 @@ def _jsonl(path: Path, hint: str) -> tuple[dict[str, Any], ...]:
     return tuple(rows)
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+def _is_non_negative(value: Any) -> bool:
+    """A finite number at least 0 (not a boolean, not NaN)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )
 
 
 def _check_request(row: dict[str, Any], where: str, hint: str) -> None:
@@ -77,7 +83,7 @@ def _check_request(row: dict[str, Any], where: str, hint: str) -> None:
         value = row.get(key)
         if value is None and not required:
             continue
-        if not _is_number(value) or value < 0:
+        if not _is_non_negative(value):
             raise SpecError(f"{where}: `{key}` is {value!r}, not a non-negative number; {hint}")
 
 
@@ -105,7 +111,7 @@ def _check_result(result: dict[str, Any], path: Path, hint: str) -> None:
         value: Any = result
         for part in parts:
             value = value.get(part) if isinstance(value, dict) else None
-        if value is not None and (not _is_number(value) or value < 0):
+        if value is not None and not _is_non_negative(value):
             raise SpecError(
                 f"{path}: `{'.'.join(parts)}` is {value!r}, not a non-negative number; {hint}"
             )
