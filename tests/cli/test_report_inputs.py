@@ -195,3 +195,47 @@ def test_drills_of_the_plans_stack_load(tmp_path: Path) -> None:
     drills = _drilled(write_drills(tmp_path / "drills"), str(plan / "stack.yaml"))
     loaded = load_inputs(plan, [], drills, None)
     assert loaded.drills is not None and len(loaded.drills.runs) == 7
+
+
+def _planned(tmp_path: Path) -> Path:
+    plan = _plan_dir(tmp_path, "crm-copilot")
+    data = json.loads((plan / "plan.json").read_text())
+    data["workloads"] = {"chat": {"kind": "agent"}}
+    data["reproduce"] = {"bench": {"chat": {"workload": "agent", "model": "chat", "params": {}}}}
+    (plan / "plan.json").write_text(json.dumps(data))
+    return plan
+
+
+def test_a_run_of_another_model_is_refused(tmp_path: Path) -> None:
+    """Labelled chat, but it asked another stack's model: its latencies are not chat's."""
+    plan = _planned(tmp_path)
+    rows = chat_rows(np.random.default_rng(0), 10, cold=2)
+    run = write_bench(tmp_path / "chat", "llama-8b-other", rows, label="chat")
+    with pytest.raises(SpecError) as err:
+        load_inputs(plan, [run], None, None)
+    assert str(err.value).startswith(
+        f"{run / 'result.json'}: a run of workload chat that requested model 'llama-8b-other'; "
+        f"the plan's chat clients send 'chat' ({plan / 'plan.json'} reproduce.bench.chat.model)"
+    )
+
+
+def test_a_run_of_another_generator_is_refused(tmp_path: Path) -> None:
+    plan = _planned(tmp_path)
+    rows = chat_rows(np.random.default_rng(0), 10, cold=2)
+    extra = {"workload": {"name": "utility", "params": {}}}
+    run = write_bench(tmp_path / "chat", "chat", rows, extra=extra)
+    with pytest.raises(
+        SpecError, match="drove the 'utility' generator; the plan's chat is 'agent'"
+    ):
+        load_inputs(plan, [run], None, None)
+
+
+def test_runs_of_the_planned_model_and_generator_load(tmp_path: Path) -> None:
+    plan = _planned(tmp_path)
+    rows = chat_rows(np.random.default_rng(0), 10, cold=2)
+    runs = [
+        write_bench(tmp_path / "chat", "chat", rows),
+        write_bench(tmp_path / "cold", "chat", rows, label="chat-cold"),
+        write_bench(tmp_path / "other", "embedder", rows, label="embed"),  # no plan workload
+    ]
+    assert len(load_inputs(plan, runs, None, None).benches) == 3

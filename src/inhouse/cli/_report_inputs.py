@@ -238,6 +238,40 @@ def _check_drilled_stack(drills: Drills, stack_path: Path, stack: Any) -> None:
             )
 
 
+def _check_benched(
+    runs: tuple[BenchRun, ...], plan: dict[str, Any], path: Path
+) -> tuple[BenchRun, ...]:
+    """A run counts for the workload its label (or model) names: it must have requested that
+    workload's model and driven its generator (plan.json `reproduce.bench`), else it measured
+    another model or shape and its figures would pass for this plan's."""
+    planned = (plan.get("reproduce") or {}).get("bench") or {}
+    names = tuple((plan.get("workloads") or {}).keys())
+    for run in runs:
+        workload = run.workload(names)
+        entry = planned.get(workload) if workload else None
+        if not isinstance(entry, dict):
+            continue
+        fix = (
+            f"bench it with `python scripts/plan_bench_args.py {path} {workload}`'s arguments "
+            f"(or relabel the run)"
+        )
+        model, generator = entry.get("model"), entry.get("workload")
+        if model and run.model and run.model != model:
+            raise SpecError(
+                f"{run.result.name}: a run of workload {workload} that requested model "
+                f"{run.model!r}; the plan's {workload} clients send {model!r} "
+                f"({path} reproduce.bench.{workload}.model); {fix}"
+            )
+        driven = run.result.get("workload", "name")
+        if generator and isinstance(driven, str) and driven != generator:
+            raise SpecError(
+                f"{run.result.name}: a run of workload {workload} that drove the {driven!r} "
+                f"generator; the plan's {workload} is {generator!r} "
+                f"({path} reproduce.bench.{workload}.workload); {fix}"
+            )
+    return runs
+
+
 def load_inputs(
     plan_dir: Path, benches: list[Path], drills: Path | None, render: RenderOutput | None
 ) -> ReportInputs:
@@ -260,7 +294,9 @@ def load_inputs(
     return ReportInputs(
         plan=Doc(str(plan_dir / "plan.json"), plan),
         stack=Doc(str(plan_dir / "stack.yaml"), stack),
-        benches=tuple(r for b in benches for r in load_bench(b)),
+        benches=_check_benched(
+            tuple(r for b in benches for r in load_bench(b)), plan, plan_dir / "plan.json"
+        ),
         drills=drill_runs,
         render=render,
         compare=Doc(str(compare_path), _json(compare_path, hint))
