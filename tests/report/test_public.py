@@ -3,7 +3,10 @@ figure of the internal document; drills verbatim."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
+import math
 import re
 from pathlib import Path
 
@@ -166,3 +169,31 @@ def test_a_client_bottleneck_is_named_without_its_figures(
     assert "**The client was a bottleneck in this run**: its latencies include" in public
     for figure in ("15.2", "16.7", "12.3"):
         assert figure not in public
+
+
+def test_the_public_cost_sheet_spells_no_workload_or_estimate(inputs: ReportInputs) -> None:
+    """The template zeroes the customer's duty cycle and the planner's shares of its traffic as
+    it zeroes prices: the public document shows 264 active hours a month as a range, and the
+    sheet spelled it (`264.0`, which the text test above reads as another number)."""
+    internal = build_outputs(inputs)
+    figures = [
+        e.figure
+        for ledger in internal.ledgers
+        for e in ledger.entries
+        if e.figure.kind in ("workload", "estimate", "price") and e.figure.value
+    ]
+    assert any(f.source.path == "requirements.usage.active_hours_per_month" for f in figures)
+    sheet = build_outputs(inputs, public=True).files["cost-sheet.csv"].decode()
+    leaks = []
+    for row in csv.DictReader(io.StringIO(sheet)):
+        if row["value"] in ("", "never") or float(row["value"]) == 0:
+            continue
+        value = float(row["value"])
+        leaks += [
+            (row["label"], f.source.path)
+            for f in figures
+            if math.isclose(f.value, value, rel_tol=1e-9)
+        ]
+        if "share" in row["label"]:
+            leaks.append((row["label"], "planner share"))
+    assert leaks == []

@@ -166,12 +166,15 @@ def _workloads(
         rps = sheet.input("requests/s", zero(load["requests_per_s"]), "req/s", src)
         sh = sheet.input(
             "share of the stack's replica time",
-            share,
+            zero(share),
             "",
             src + ".usd_per_hour / cost.usd_per_hour (planner)",
         )
         pf = sheet.input(
-            "prefill share of its time", prefill, "", src + " (planner: prefill vs decode time)"
+            "prefill share of its time",
+            zero(prefill),
+            "",
+            src + " (planner: prefill vs decode time)",
         )
         sheet.heading(f"Cost: workload {name}")
         usd = sheet.calc(
@@ -197,14 +200,17 @@ def _workloads(
 
 
 def build_sheet(plan: Mapping[str, Any], *, blank_prices: bool = False) -> Sheet:
+    """The sheet; `blank_prices` (the public template) zeroes every price and every figure of
+    the customer's traffic: the duty cycle, the token rates and the planner's shares of it."""
     sheet = Sheet()
     usage = plan["requirements"]["usage"]
+    zero = (lambda v: 0.0) if blank_prices else float
     sheet.heading("Inputs: duty cycle")
     hpd = sheet.input(
-        "active hours per day", usage["active_hours_per_day"], "h", "requirements usage"
+        "active hours per day", zero(usage["active_hours_per_day"]), "h", "requirements usage"
     )
     dpm = sheet.input(
-        "active days per month", usage["active_days_per_month"], "d", "requirements usage"
+        "active days per month", zero(usage["active_days_per_month"]), "d", "requirements usage"
     )
     stack_h, capex, opex = _hardware(sheet, plan, blank_prices)
     sheet.heading("Stack")
@@ -221,7 +227,6 @@ def build_sheet(plan: Mapping[str, Any], *, blank_prices: bool = False) -> Sheet
     for i, api in enumerate(plan["requirements"].get("api_prices") or []):
         src = f"plan.json requirements.api_prices[{i}]"
         sheet.heading(f"Inputs: API {api['name']}")
-        zero = (lambda v: 0.0) if blank_prices else float
         pin = sheet.input("input", zero(api["input_usd_per_million"]), "$/1M", src)
         cached_price = api.get("cached_input_usd_per_million")
         pc = sheet.input(
