@@ -11,7 +11,7 @@ from openpyxl import load_workbook
 
 from inhouse.cli.main import main
 
-from ..report.report_fixtures import write_all
+from ..report.report_fixtures import TENANTS, write_all
 
 FILES = (
     "reference-architecture.md",
@@ -75,6 +75,16 @@ def test_public_writes_the_sanitized_set(dirs: dict[str, Path], tmp_path: Path) 
     text = (out / "reference-architecture.md").read_text()
     assert "Public version" in text and "acme-support" not in text
     assert not (out / "slo.png").exists()
+    names = [*TENANTS, json.loads((dirs["plan"] / "plan.json").read_text())["name"]]
+    leaks = [
+        (str(path.relative_to(out)), name)
+        for path in sorted(out.rglob("*"))
+        if path.is_file()
+        for name in names
+        if name.encode() in path.read_bytes()
+    ]
+    assert leaks == []  # no file in OUT names a tenant or the customer: OUT is what is published
+    assert not (out / "deploy").exists()
 
 
 def test_a_plan_dir_without_plan_json_is_named(

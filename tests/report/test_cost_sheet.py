@@ -4,6 +4,7 @@ customer's own duty cycle recomputes the rest."""
 
 from __future__ import annotations
 
+import copy
 import csv
 import io
 import math
@@ -119,10 +120,53 @@ def test_libreoffice_recomputes_the_same(inputs: ReportInputs, tmp_path: Path) -
     )
     cells = list(csv.reader((tmp_path / "cost-sheet.csv").read_text().splitlines()))
     for i, row in enumerate(sheet.rows):
-        if row.formula and row.value is not None:
+        if row.formula and isinstance(row.value, str):
+            assert cells[sheet.first_row - 1 + i][1] == row.value, row.label
+        elif row.formula and row.value is not None:
             got = float(cells[sheet.first_row - 1 + i][1])
             assert math.isclose(got, row.value, rel_tol=1e-6, abs_tol=1e-9), (
                 row.label,
                 got,
                 row.value,
             )
+
+
+def _breakeven_rows(sheet: Any) -> dict[str, Any]:
+    return {
+        f"B{sheet.first_row + i}": row
+        for i, row in enumerate(sheet.rows)
+        if row.key.startswith("cost.breakeven_months.")
+    }
+
+
+def test_break_even_is_never_when_the_api_costs_less(inputs: ReportInputs, tmp_path: Path) -> None:
+    """plan.json's break-even is null when the API costs no more than power and ops; the
+    sheet said 0 months at no saving and negative months at a loss."""
+    plan = copy.deepcopy(inputs.plan.data)
+    for api in plan["requirements"]["api_prices"]:
+        for key in (
+            "input_usd_per_million",
+            "cached_input_usd_per_million",
+            "output_usd_per_million",
+        ):
+            if api.get(key) is not None:
+                api[key] *= 0.001
+    sheet = build_sheet(plan)
+    path = tmp_path / "cost-sheet.xlsx"
+    path.write_bytes(to_xlsx(sheet, "cost"))
+    rows = _breakeven_rows(sheet)
+    assert len(rows) == 2 and {r.value for r in rows.values()} == {"never"}
+    compiler = ExcelCompiler(filename=str(path))
+    assert [compiler.evaluate(f"cost!{ref}") for ref in rows] == ["never", "never"]
+    written = [
+        r
+        for r in csv.DictReader(io.StringIO(to_csv(sheet)))
+        if r["key"] in {x.key for x in rows.values()}
+    ]
+    assert [r["value"] for r in written] == ["never", "never"]
+
+
+def test_the_public_template_shows_no_break_even(inputs: ReportInputs) -> None:
+    """Prices zeroed: no saving, so no break-even (it read 0 months, "from the first month")."""
+    rows = _breakeven_rows(build_sheet(inputs.plan.data, blank_prices=True))
+    assert [r.value for r in rows.values()] == ["never", "never"]

@@ -149,7 +149,22 @@ def test_the_drill_table_shows_each_verdict(report_dirs: dict[str, Path], tmp_pa
     text = build_document(inputs).markdown
     assert "| kill-replica | Kill a chat replica during peak load | pass |" in text
     assert "| kv-fill | Fill the KV cache to 95% | fail |" in text
-    assert "Drills passed: 6 of 7." in text
+    summary = text.split("## Summary")[1].split("\n## ")[0]
+    assert "Drills passed: 6 of 7; **not passed: kv-fill**." in summary
+
+
+def test_the_summary_names_the_rows_that_miss_their_target(inputs: ReportInputs) -> None:
+    """The fixture's chat run hits 83.9% of prefixes against a planned 85.0%: the summary, the
+    paragraph a signer reads, says so, not just that every row was measured."""
+    rows = _rows(inputs)
+    missed = [name for name, r in rows.items() if r.verdict is False]  # type: ignore[attr-defined]
+    assert missed == ["chat prefix-cache hit rate"]
+    text = build_document(inputs).markdown
+    summary = text.split("## Summary")[1].split("\n## ")[0]
+    assert (
+        "SLO rows measured: 10 of 10; **1 miss their target** (chat prefix-cache hit rate). "
+        "Drills passed: 7 of 7." in summary
+    )
 
 
 def test_the_drills_post_mortem_timeline_stays_a_list(inputs: ReportInputs) -> None:

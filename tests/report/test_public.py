@@ -3,7 +3,12 @@ figure of the internal document; drills verbatim."""
 
 from __future__ import annotations
 
+import csv
+import io
+import json
+import math
 import re
+from pathlib import Path
 
 import pytest
 from hypothesis import assume, given
@@ -14,6 +19,7 @@ from inhouse.report.document import build_document
 from inhouse.report.figures import SANITIZED_KINDS, Figure, Source, format_range
 from inhouse.report.inputs import ReportInputs
 
+from .conftest import make_inputs
 from .report_fixtures import TENANTS
 
 TEXT_FILES = (
@@ -142,3 +148,52 @@ def test_the_public_document_is_the_same_document(inputs: ReportInputs) -> None:
     public = build_document(inputs, public=True).markdown
     heads = lambda t: re.findall(r"^##+ (.+)$", t, flags=re.MULTILINE)  # noqa: E731
     assert len(heads(internal)) == len(heads(public))
+
+
+def test_a_client_bottleneck_is_named_without_its_figures(
+    report_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """`inhouse bench` words why the client was a bottleneck with the measured and scheduled
+    rates; the public bench report says that it was, not those figures."""
+    reasons = ["achieved 15.2 req/s of 16.7 req/s scheduled", "send lag p99 12.3 ms > 10 ms"]
+    run = tmp_path / "utility"
+    run.mkdir()
+    result = json.loads((report_dirs["utility"] / "result.json").read_text())
+    result.update(client_bottleneck=True, client={"client_bottleneck": True, "reasons": reasons})
+    (run / "result.json").write_text(json.dumps(result))
+    (run / "requests.jsonl").write_text((report_dirs["utility"] / "requests.jsonl").read_text())
+    inputs = make_inputs({**report_dirs, "utility": run}, drills=False, benches=("utility",))
+    internal = build_outputs(inputs).files["bench-report.md"].decode()
+    public = build_outputs(inputs, public=True).files["bench-report.md"].decode()
+    assert f"**The client was a bottleneck in this run** ({'; '.join(reasons)})" in internal
+    assert "**The client was a bottleneck in this run**: its latencies include" in public
+    for figure in ("15.2", "16.7", "12.3"):
+        assert figure not in public
+
+
+def test_the_public_cost_sheet_spells_no_workload_or_estimate(inputs: ReportInputs) -> None:
+    """The template zeroes the customer's duty cycle and the planner's shares of its traffic as
+    it zeroes prices: the public document shows 264 active hours a month as a range, and the
+    sheet spelled it (`264.0`, which the text test above reads as another number)."""
+    internal = build_outputs(inputs)
+    figures = [
+        e.figure
+        for ledger in internal.ledgers
+        for e in ledger.entries
+        if e.figure.kind in ("workload", "estimate", "price") and e.figure.value
+    ]
+    assert any(f.source.path == "requirements.usage.active_hours_per_month" for f in figures)
+    sheet = build_outputs(inputs, public=True).files["cost-sheet.csv"].decode()
+    leaks = []
+    for row in csv.DictReader(io.StringIO(sheet)):
+        if row["value"] in ("", "never") or float(row["value"]) == 0:
+            continue
+        value = float(row["value"])
+        leaks += [
+            (row["label"], f.source.path)
+            for f in figures
+            if math.isclose(f.value, value, rel_tol=1e-9)
+        ]
+        if "share" in row["label"]:
+            leaks.append((row["label"], "planner share"))
+    assert leaks == []

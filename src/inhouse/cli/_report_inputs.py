@@ -11,6 +11,7 @@ A missing or malformed file is a `SpecError` naming the file and what to run to 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -20,29 +21,103 @@ from inhouse.errors import SpecError
 from inhouse.report.inputs import BenchRun, Doc, DrillRun, Drills, RenderOutput, ReportInputs
 
 
-def _json(path: Path, hint: str) -> Any:
+def _text(path: Path, hint: str) -> str:
+    """A regular file's UTF-8 text; anything else (a directory, a FIFO that would block) is a
+    `SpecError` naming the file."""
+    if not path.exists():
+        raise SpecError(f"{path} not found; {hint}")
+    if not path.is_file():
+        raise SpecError(f"{path} is not a regular file; {hint}")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SpecError(f"{path} not found; {hint}") from None
+        return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(f"cannot read {path}: {exc}") from None
-    except json.JSONDecodeError as exc:
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _json(path: Path, hint: str) -> Any:
+    try:
+        return json.loads(_text(path, hint), parse_constant=_no_constant)
+    except ValueError as exc:  # JSONDecodeError, and NaN or Infinity
         raise SpecError(f"{path} is not valid JSON ({exc}); {hint}") from None
 
 
-def _jsonl(path: Path) -> tuple[dict[str, Any], ...]:
+def _jsonl(path: Path, hint: str) -> tuple[dict[str, Any], ...]:
     if not path.exists():
         return ()
     rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(_text(path, hint).splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as exc:
+            row = json.loads(line, parse_constant=_no_constant)
+        except ValueError as exc:
             raise SpecError(f"{path}:{number}: not a JSON line ({exc})") from None
+        if not isinstance(row, dict):
+            raise SpecError(f"{path}:{number}: not a request row (a JSON object); {hint}")
+        _check_request(row, f"{path}:{number}", hint)
+        rows.append(row)
     return tuple(rows)
+
+
+def _is_non_negative(value: Any) -> bool:
+    """A finite number at least 0 (not a boolean, not NaN)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )
+
+
+def _check_request(row: dict[str, Any], where: str, hint: str) -> None:
+    """The fields the report reads from a requests.jsonl row: a latency, a count and a time are
+    non-negative numbers, `success` a boolean."""
+    if not isinstance(row.get("success"), bool):
+        raise SpecError(f"{where}: `success` is {row.get('success')!r}, not true or false; {hint}")
+    fields = {"cached_tokens": False, "t_sched_s": False, "ttft_ms": row["success"]}
+    for key, required in fields.items():
+        value = row.get(key)
+        if value is None and not required:
+            continue
+        if not _is_non_negative(value):
+            raise SpecError(f"{where}: `{key}` is {value!r}, not a non-negative number; {hint}")
+
+
+# The result.json figures the report reads: each a non-negative number or null.
+RESULT_FIGURES = (
+    ("completed",),
+    ("failed",),
+    ("p50_ttft_ms",),
+    ("p95_ttft_ms",),
+    ("p99_ttft_ms",),
+    ("p95_itl_ms",),
+    ("p95_tpot_ms",),
+    ("p95_e2el_ms",),
+    ("request_throughput",),
+    ("output_throughput",),
+    ("prefix_cache_hit_rate_server",),
+    ("prefix_cache_hit_rate_client",),
+    ("server_gauges", "kv_cache_usage_perc", "p50"),
+    ("server_gauges", "kv_cache_usage_perc", "max"),
+)
+
+
+def _check_result(result: dict[str, Any], path: Path, hint: str) -> None:
+    for parts in RESULT_FIGURES:
+        value: Any = result
+        for part in parts:
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is not None and not _is_non_negative(value):
+            raise SpecError(
+                f"{path}: `{'.'.join(parts)}` is {value!r}, not a non-negative number; {hint}"
+            )
+    sessions = (result.get("workload") or {}).get("params", {}).get("sessions")
+    if sessions is not None and not str(sessions).isdigit():
+        raise SpecError(f"{path}: `workload.params.sessions` is {sessions!r}, not a count; {hint}")
 
 
 def load_bench(path: Path) -> list[BenchRun]:
@@ -51,10 +126,14 @@ def load_bench(path: Path) -> list[BenchRun]:
         result = _json(path / "result.json", hint)
         if not isinstance(result, dict):
             raise SpecError(f"{path / 'result.json'}: not a bench result (a JSON object)")
+        _check_result(result, path / "result.json", hint)
         requests = path / "requests.jsonl"
         return [
             BenchRun(
-                path.name, Doc(str(path / "result.json"), result), _jsonl(requests), str(requests)
+                path.name,
+                Doc(str(path / "result.json"), result),
+                _jsonl(requests, hint),
+                str(requests),
             )
         ]
     if not path.is_dir():
@@ -63,6 +142,20 @@ def load_bench(path: Path) -> list[BenchRun]:
     if not runs:
         raise SpecError(f"--bench {path}: no result.json in it or its subdirectories; {hint}")
     return runs
+
+
+def _check_evidence(data: Any, path: Path) -> None:
+    """`checks` and `alerts` as `inhouse drill` writes them: lists of objects."""
+    shape = "needs `drill`, `verdict` and `checks`, a list of objects"
+    if not isinstance(data, dict) or "checks" not in data:
+        raise SpecError(f"{path}: not drill evidence ({shape})")
+    for key in ("checks", "alerts"):
+        items = data.get(key) or []
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            raise SpecError(
+                f"{path}: `{key}` is not a list of objects, as `inhouse drill` writes it; "
+                "run the drill again"
+            )
 
 
 def load_drills(path: Path, images: dict[str, bytes]) -> Drills:
@@ -76,19 +169,21 @@ def load_drills(path: Path, images: dict[str, bytes]) -> Drills:
         if not evidence.exists():
             continue
         data = _json(evidence, hint)
-        if not isinstance(data, dict) or "checks" not in data:
-            raise SpecError(f"{evidence}: not drill evidence (needs `drill`, `verdict`, `checks`)")
+        _check_evidence(data, evidence)
         report = child / "report.md"
-        timeline = next(iter(sorted(child.glob("*.png"))), None)
+        timeline = next(iter(sorted(p for p in child.glob("*.png") if p.is_file())), None)
         linked = None
         if timeline is not None:
             linked = f"drills/{child.name}-{timeline.name}"
-            images[linked] = timeline.read_bytes()
+            try:
+                images[linked] = timeline.read_bytes()
+            except OSError as exc:
+                raise SpecError(f"cannot read {timeline}: {exc}") from None
         runs.append(
             DrillRun(
                 child.name,
                 Doc(str(evidence), data),
-                report.read_text(encoding="utf-8") if report.exists() else None,
+                _text(report, hint) if report.exists() else None,
                 linked,
             )
         )
@@ -114,6 +209,69 @@ def load_render(path: Path) -> RenderOutput:
     return RenderOutput(str(path), files)
 
 
+def _stack_name(path: Path) -> str | None:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    return str(data["name"]) if isinstance(data, dict) and data.get("name") else None
+
+
+def _check_drilled_stack(drills: Drills, stack_path: Path, stack: Any) -> None:
+    """Drill evidence names the stack it drilled (`stack`: the --stack path, or `inhouse drill`'s
+    built-in demo without one). Evidence of another stack would pass its figures off as this
+    plan's: refused, saying how to drill the plan's own stack."""
+    name = stack.get("name") if isinstance(stack, dict) else None
+    fix = f"run `inhouse drill run all --stack {stack_path} --out DIR` and pass that DIR"
+    for run in drills.runs:
+        drilled = run.evidence.get("stack")
+        if not isinstance(drilled, str) or not drilled:
+            continue
+        if drilled.startswith("built-in demo"):
+            raise SpecError(f"{run.evidence.name}: drilled {drilled}, not the plan's stack; {fix}")
+        path = Path(drilled)
+        other = _stack_name(path) if path.is_file() else None
+        if name and other and other != name:
+            raise SpecError(
+                f"{run.evidence.name}: drilled {drilled} (stack {other!r}), not the plan's "
+                f"stack {name!r}; {fix}"
+            )
+
+
+def _check_benched(
+    runs: tuple[BenchRun, ...], plan: dict[str, Any], path: Path
+) -> tuple[BenchRun, ...]:
+    """A run counts for the workload its label (or model) names: it must have requested that
+    workload's model and driven its generator (plan.json `reproduce.bench`), else it measured
+    another model or shape and its figures would pass for this plan's."""
+    planned = (plan.get("reproduce") or {}).get("bench") or {}
+    names = tuple((plan.get("workloads") or {}).keys())
+    for run in runs:
+        workload = run.workload(names)
+        entry = planned.get(workload) if workload else None
+        if not isinstance(entry, dict):
+            continue
+        fix = (
+            f"bench it with `python scripts/plan_bench_args.py {path} {workload}`'s arguments "
+            f"(or relabel the run)"
+        )
+        model, generator = entry.get("model"), entry.get("workload")
+        if model and run.model and run.model != model:
+            raise SpecError(
+                f"{run.result.name}: a run of workload {workload} that requested model "
+                f"{run.model!r}; the plan's {workload} clients send {model!r} "
+                f"({path} reproduce.bench.{workload}.model); {fix}"
+            )
+        driven = run.result.get("workload", "name")
+        if generator and isinstance(driven, str) and driven != generator:
+            raise SpecError(
+                f"{run.result.name}: a run of workload {workload} that drove the {driven!r} "
+                f"generator; the plan's {workload} is {generator!r} "
+                f"({path} reproduce.bench.{workload}.workload); {fix}"
+            )
+    return runs
+
+
 def load_inputs(
     plan_dir: Path, benches: list[Path], drills: Path | None, render: RenderOutput | None
 ) -> ReportInputs:
@@ -130,11 +288,16 @@ def load_inputs(
         raise SpecError(f"{plan_dir / 'stack.yaml'}: {exc}; {hint}") from None
     compare_path = plan_dir / "compare.json"
     images: dict[str, bytes] = {}
+    drill_runs = load_drills(drills, images) if drills else None
+    if drill_runs is not None:
+        _check_drilled_stack(drill_runs, plan_dir / "stack.yaml", stack)
     return ReportInputs(
         plan=Doc(str(plan_dir / "plan.json"), plan),
         stack=Doc(str(plan_dir / "stack.yaml"), stack),
-        benches=tuple(r for b in benches for r in load_bench(b)),
-        drills=load_drills(drills, images) if drills else None,
+        benches=_check_benched(
+            tuple(r for b in benches for r in load_bench(b)), plan, plan_dir / "plan.json"
+        ),
+        drills=drill_runs,
         render=render,
         compare=Doc(str(compare_path), _json(compare_path, hint))
         if compare_path.exists()

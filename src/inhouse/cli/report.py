@@ -60,8 +60,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _render(stack: StackSpec, out: Path) -> RenderOutput:
+def _render(stack: StackSpec, out: Path, *, public: bool) -> RenderOutput:
+    """The plan's stack rendered into OUT/deploy and read from there. The public version reads
+    it in memory and writes nothing: the manifests, rules and dashboards name the customer and
+    the tenants, and OUT is what gets published."""
     rendered = render_stack(stack)
+    if public:
+        return RenderOutput("deploy", rendered.files)
     deploy = out / "deploy"
     for relative, text in rendered.files.items():
         path = deploy / relative
@@ -124,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     stack = load_stack(args.plan / "stack.yaml")
-    render = load_render(args.render) if args.render else _render(stack, out)
+    render = load_render(args.render) if args.render else _render(stack, out, public=args.public)
     inputs = load_inputs(args.plan, args.bench, args.drills, render)
     built = build_outputs(inputs, public=args.public, stack=stack, mermaid_js=_mermaid(args))
     for relative, data in built.files.items():

@@ -53,7 +53,7 @@ class X:
 @dataclass(frozen=True, slots=True)
 class Row:
     label: str
-    value: float | None
+    value: float | str | None  # None: a heading; a str: a formula's text result ("never")
     formula: str | None  # None: an input
     unit: str
     note: str = ""
@@ -80,6 +80,22 @@ class Sheet:
         ref = self._cell()
         self.rows.append(Row(label, expr.value, "=" + expr.text, unit, note, key))
         return X(expr.value, ref)
+
+    def breakeven(self, capex: X, saving: X, key: str) -> None:
+        """Months until owning beats the API: capex / (API - power, ops, rent), and "never"
+        where that saving is not positive (as plan.json's `breakeven_months` is null): a
+        division would print 0 months at no saving and negative months at a loss."""
+        never = saving.value <= 0
+        self.rows.append(
+            Row(
+                "break-even",
+                "never" if never else capex.value / saving.value,
+                f'=IF({saving.text}<=0,"never",{capex.text}/{saving.text})',
+                "months",
+                "capex / (API - power, ops, rent); never when the API costs no more than those",
+                key,
+            )
+        )
 
 
 def _hardware(sheet: Sheet, plan: Mapping[str, Any], blank_prices: bool) -> tuple[X, X, X]:
@@ -150,12 +166,15 @@ def _workloads(
         rps = sheet.input("requests/s", zero(load["requests_per_s"]), "req/s", src)
         sh = sheet.input(
             "share of the stack's replica time",
-            share,
+            zero(share),
             "",
             src + ".usd_per_hour / cost.usd_per_hour (planner)",
         )
         pf = sheet.input(
-            "prefill share of its time", prefill, "", src + " (planner: prefill vs decode time)"
+            "prefill share of its time",
+            zero(prefill),
+            "",
+            src + " (planner: prefill vs decode time)",
         )
         sheet.heading(f"Cost: workload {name}")
         usd = sheet.calc(
@@ -181,14 +200,17 @@ def _workloads(
 
 
 def build_sheet(plan: Mapping[str, Any], *, blank_prices: bool = False) -> Sheet:
+    """The sheet; `blank_prices` (the public template) zeroes every price and every figure of
+    the customer's traffic: the duty cycle, the token rates and the planner's shares of it."""
     sheet = Sheet()
     usage = plan["requirements"]["usage"]
+    zero = (lambda v: 0.0) if blank_prices else float
     sheet.heading("Inputs: duty cycle")
     hpd = sheet.input(
-        "active hours per day", usage["active_hours_per_day"], "h", "requirements usage"
+        "active hours per day", zero(usage["active_hours_per_day"]), "h", "requirements usage"
     )
     dpm = sheet.input(
-        "active days per month", usage["active_days_per_month"], "d", "requirements usage"
+        "active days per month", zero(usage["active_days_per_month"]), "d", "requirements usage"
     )
     stack_h, capex, opex = _hardware(sheet, plan, blank_prices)
     sheet.heading("Stack")
@@ -205,7 +227,6 @@ def build_sheet(plan: Mapping[str, Any], *, blank_prices: bool = False) -> Sheet
     for i, api in enumerate(plan["requirements"].get("api_prices") or []):
         src = f"plan.json requirements.api_prices[{i}]"
         sheet.heading(f"Inputs: API {api['name']}")
-        zero = (lambda v: 0.0) if blank_prices else float
         pin = sheet.input("input", zero(api["input_usd_per_million"]), "$/1M", src)
         cached_price = api.get("cached_input_usd_per_million")
         pc = sheet.input(
@@ -223,15 +244,7 @@ def build_sheet(plan: Mapping[str, Any], *, blank_prices: bool = False) -> Sheet
         api_m = sheet.calc(
             "API spend per month", spend, "$/month", key=f"cost.api_usd_per_month.{api['name']}"
         )
-        saving = api_m - opex_m
-        be = sheet.calc(
-            "break-even",
-            capex_c / saving,
-            "months",
-            key=f"cost.breakeven_months.{api['name']}",
-            note="capex / (API - power, ops, rent); meaningless when the saving is not positive",
-        )
-        del be
+        sheet.breakeven(capex_c, api_m - opex_m, key=f"cost.breakeven_months.{api['name']}")
         sheet.calc("API / stack per month", api_m / month, "x", key=f"multiple.{api['name']}")
     return sheet
 
@@ -241,7 +254,13 @@ def to_csv(sheet: Sheet) -> str:
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["row", "label", "value", "unit", "formula", "key", "note"])
     for i, row in enumerate(sheet.rows):
-        value = "" if row.value is None else repr(row.value)
+        value = (
+            ""
+            if row.value is None
+            else row.value
+            if isinstance(row.value, str)
+            else repr(row.value)
+        )
         writer.writerow(
             [sheet.first_row + i, row.label, value, row.unit, row.formula or "", row.key, row.note]
         )

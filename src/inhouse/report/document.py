@@ -64,14 +64,28 @@ def _summary(ctx: Context) -> list[str]:
         for p in ctx.inputs.plan.get("pools") or []
     )
     measured = sum(1 for r in ctx.rows if r.measured.figure is not None)
+    missed = [f"{r.workload} {r.metric}" for r in ctx.rows if r.verdict is False]
     drills = ctx.inputs.drills
-    passed = sum(1 for r in drills.runs if r.evidence.get("verdict") == "pass") if drills else 0
+    verdicts = {
+        name: (run.evidence.get("verdict") if run else None)
+        for name, _ in sections_ops.DRILLS
+        for run in [drills.run(name) if drills else None]
+    }
+    passed = sum(1 for v in verdicts.values() if v == "pass")
+    failed = [name for name, v in verdicts.items() if v is not None and v != "pass"]
     return [
         "## Summary",
         "",
         f"Stack: {pools}. All-in "
         + ctx.plan("cost", "usd_per_hour", kind="price", unit="usd_h", label="stack $/h")
-        + f". SLO rows measured: {measured} of {len(ctx.rows)}. Drills passed: {passed} of 7"
+        + f". SLO rows measured: {measured} of {len(ctx.rows)}"
+        + (
+            f"; **{len(missed)} miss their target** ({'; '.join(missed)})"
+            if missed
+            else (", every one within its target" if measured else "")
+        )
+        + f". Drills passed: {passed} of {len(verdicts)}"
+        + (f"; **not passed: {', '.join(failed)}**" if failed else "")
         + ("" if drills else " (no drill evidence given)")
         + ". Every figure is listed in the appendix with the file and JSON path it came from.",
         "",

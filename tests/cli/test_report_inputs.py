@@ -1,0 +1,241 @@
+"""The report's I/O edge refuses tampered bench and drill files with an error naming the file
+and the field, instead of a traceback or a figure that reads as a met SLO."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from inhouse.cli._report_inputs import load_bench, load_drills, load_inputs
+from inhouse.errors import SpecError
+
+from ..report.report_fixtures import chat_rows, write_bench, write_drills
+
+
+def _bench(
+    tmp_path: Path, *, result: dict[str, Any] | None = None, row: dict[str, Any] | None = None
+) -> Path:
+    """A bench run as `inhouse bench` writes it, then `result` merged into result.json and
+    `row` into its first request row."""
+    rows = chat_rows(np.random.default_rng(0), 10, cold=2)
+    path = write_bench(tmp_path / "chat", "chat", rows, extra=result)
+    rows[0].update(row or {})
+    (path / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_a_well_formed_run_loads(tmp_path: Path) -> None:
+    (run,) = load_bench(_bench(tmp_path))
+    assert len(run.requests) == 40 and run.result.get("p95_itl_ms") == 36.25
+
+
+@pytest.mark.parametrize(
+    ("result", "field"),
+    [
+        ({"p95_itl_ms": -5.0}, "`p95_itl_ms` is -5.0"),
+        ({"p95_itl_ms": "36"}, "`p95_itl_ms` is '36'"),
+        ({"prefix_cache_hit_rate_server": True}, "`prefix_cache_hit_rate_server` is True"),
+        (
+            {"server_gauges": {"kv_cache_usage_perc": {"p50": -0.1, "max": 0.5}}},
+            "`server_gauges.kv_cache_usage_perc.p50` is -0.1",
+        ),
+        (
+            {"workload": {"name": "agent", "params": {"sessions": "many"}}},
+            "`workload.params.sessions` is 'many'",
+        ),
+    ],
+)
+def test_a_tampered_result_figure_is_named(
+    tmp_path: Path, result: dict[str, Any], field: str
+) -> None:
+    path = _bench(tmp_path, result=result)
+    with pytest.raises(SpecError) as err:
+        load_bench(path)
+    assert f"{path / 'result.json'}: {field}, not a" in str(err.value)
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_nan_or_infinity_in_result_json_is_refused(tmp_path: Path, constant: str) -> None:
+    path = _bench(tmp_path)
+    text = (
+        (path / "result.json")
+        .read_text()
+        .replace('"p95_itl_ms": 36.25', f'"p95_itl_ms": {constant}')
+    )
+    (path / "result.json").write_text(text)
+    with pytest.raises(
+        SpecError, match=f"is not valid JSON \\({constant} is not a number JSON allows\\)"
+    ):
+        load_bench(path)
+
+
+@pytest.mark.parametrize(
+    ("row", "field"),
+    [
+        ({"ttft_ms": -1.0}, "`ttft_ms` is -1.0"),
+        ({"ttft_ms": "abc"}, "`ttft_ms` is 'abc'"),
+        ({"ttft_ms": None}, "`ttft_ms` is None"),
+        ({"cached_tokens": "x"}, "`cached_tokens` is 'x'"),
+        ({"t_sched_s": "x"}, "`t_sched_s` is 'x'"),
+        ({"success": "yes"}, "`success` is 'yes', not true or false"),
+    ],
+)
+def test_a_tampered_request_row_is_named(tmp_path: Path, row: dict[str, Any], field: str) -> None:
+    path = _bench(tmp_path, row=row)
+    with pytest.raises(SpecError) as err:
+        load_bench(path)
+    assert str(err.value).startswith(f"{path / 'requests.jsonl'}:1: {field}")
+
+
+def test_a_failed_request_may_have_no_ttft(tmp_path: Path) -> None:
+    (run,) = load_bench(_bench(tmp_path, row={"success": False, "ttft_ms": None}))
+    assert run.requests[0]["ttft_ms"] is None
+
+
+def test_a_request_row_that_is_not_an_object_is_named(tmp_path: Path) -> None:
+    path = _bench(tmp_path)
+    (path / "requests.jsonl").write_text('{"success": true, "ttft_ms": 1}\n[1, 2]\n')
+    with pytest.raises(SpecError, match=r"requests.jsonl:2: not a request row"):
+        load_bench(path)
+
+
+def test_non_utf8_requests_are_named(tmp_path: Path) -> None:
+    path = _bench(tmp_path)
+    (path / "requests.jsonl").write_bytes(b"\xff\xfe\n")
+    with pytest.raises(SpecError, match=r"cannot read .*requests.jsonl"):
+        load_bench(path)
+
+
+@pytest.mark.parametrize("name", ["result.json", "requests.jsonl"])
+def test_a_fifo_is_refused_not_read(tmp_path: Path, name: str) -> None:
+    """A FIFO in place of a file would block the report forever."""
+    path = _bench(tmp_path)
+    (path / name).unlink()
+    os.mkfifo(path / name)
+    with pytest.raises(SpecError, match=f"{name} is not a regular file"):
+        load_bench(path)
+
+
+@pytest.mark.parametrize(
+    ("evidence", "field"),
+    [({"checks": "x"}, "checks"), ({"checks": ["x"]}, "checks"), ({"alerts": ["x"]}, "alerts")],
+)
+def test_tampered_drill_evidence_is_named(
+    tmp_path: Path, evidence: dict[str, Any], field: str
+) -> None:
+    drills = write_drills(tmp_path / "drills")
+    path = drills / "kv-fill" / "evidence.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **evidence}))
+    with pytest.raises(SpecError, match=f"evidence.json: `{field}` is not a list of objects"):
+        load_drills(drills, {})
+
+
+def test_a_non_utf8_drill_report_is_named(tmp_path: Path) -> None:
+    drills = write_drills(tmp_path / "drills")
+    (drills / "kv-fill" / "report.md").write_bytes(b"\xff")
+    with pytest.raises(SpecError, match=r"cannot read .*kv-fill/report.md"):
+        load_drills(drills, {})
+
+
+def test_a_directory_named_like_a_timeline_is_skipped(tmp_path: Path) -> None:
+    drills = write_drills(tmp_path / "drills")
+    (drills / "kv-fill" / "a.png").mkdir()
+    images: dict[str, bytes] = {}
+    loaded = load_drills(drills, images)
+    assert loaded.run("kv-fill") is not None and loaded.run("kv-fill").timeline_file is None  # type: ignore[union-attr]
+    assert list(images) == ["drills/kill-replica-timeline.png"]
+
+
+def _plan_dir(tmp_path: Path, name: str) -> Path:
+    plan = tmp_path / "plan"
+    plan.mkdir()
+    (plan / "plan.json").write_text(json.dumps({"name": name, "requirements": {}}))
+    (plan / "stack.yaml").write_text(f"version: 1\nname: {name}\npools: []\n")
+    return plan
+
+
+def _drilled(drills: Path, stack: str) -> Path:
+    for evidence in drills.glob("*/evidence.json"):
+        evidence.write_text(json.dumps({**json.loads(evidence.read_text()), "stack": stack}))
+    return drills
+
+
+def test_drills_of_the_built_in_demo_stack_are_refused(tmp_path: Path) -> None:
+    """`inhouse drill run all` without --stack drills its demo: its degraded TTFT is not the
+    plan's."""
+    plan = _plan_dir(tmp_path, "crm-copilot")
+    drills = _drilled(write_drills(tmp_path / "drills"), "built-in demo (crm-copilot-demo)")
+    with pytest.raises(SpecError) as err:
+        load_inputs(plan, [], drills, None)
+    assert str(err.value) == (
+        f"{drills / 'bad-signature' / 'evidence.json'}: drilled built-in demo (crm-copilot-demo), "
+        f"not the plan's stack; run `inhouse drill run all --stack {plan / 'stack.yaml'} "
+        "--out DIR` and pass that DIR"
+    )
+
+
+def test_drills_of_another_stack_file_are_refused(tmp_path: Path) -> None:
+    plan = _plan_dir(tmp_path, "crm-copilot")
+    other = tmp_path / "other.yaml"
+    other.write_text("version: 1\nname: rag-search\npools: []\n")
+    drills = _drilled(write_drills(tmp_path / "drills"), str(other))
+    with pytest.raises(
+        SpecError, match="stack 'rag-search'\\), not the plan's stack 'crm-copilot'"
+    ):
+        load_inputs(plan, [], drills, None)
+
+
+def test_drills_of_the_plans_stack_load(tmp_path: Path) -> None:
+    plan = _plan_dir(tmp_path, "crm-copilot")
+    drills = _drilled(write_drills(tmp_path / "drills"), str(plan / "stack.yaml"))
+    loaded = load_inputs(plan, [], drills, None)
+    assert loaded.drills is not None and len(loaded.drills.runs) == 7
+
+
+def _planned(tmp_path: Path) -> Path:
+    plan = _plan_dir(tmp_path, "crm-copilot")
+    data = json.loads((plan / "plan.json").read_text())
+    data["workloads"] = {"chat": {"kind": "agent"}}
+    data["reproduce"] = {"bench": {"chat": {"workload": "agent", "model": "chat", "params": {}}}}
+    (plan / "plan.json").write_text(json.dumps(data))
+    return plan
+
+
+def test_a_run_of_another_model_is_refused(tmp_path: Path) -> None:
+    """Labelled chat, but it asked another stack's model: its latencies are not chat's."""
+    plan = _planned(tmp_path)
+    rows = chat_rows(np.random.default_rng(0), 10, cold=2)
+    run = write_bench(tmp_path / "chat", "llama-8b-other", rows, label="chat")
+    with pytest.raises(SpecError) as err:
+        load_inputs(plan, [run], None, None)
+    assert str(err.value).startswith(
+        f"{run / 'result.json'}: a run of workload chat that requested model 'llama-8b-other'; "
+        f"the plan's chat clients send 'chat' ({plan / 'plan.json'} reproduce.bench.chat.model)"
+    )
+
+
+def test_a_run_of_another_generator_is_refused(tmp_path: Path) -> None:
+    plan = _planned(tmp_path)
+    rows = chat_rows(np.random.default_rng(0), 10, cold=2)
+    extra = {"workload": {"name": "utility", "params": {}}}
+    run = write_bench(tmp_path / "chat", "chat", rows, extra=extra)
+    with pytest.raises(
+        SpecError, match="drove the 'utility' generator; the plan's chat is 'agent'"
+    ):
+        load_inputs(plan, [run], None, None)
+
+
+def test_runs_of_the_planned_model_and_generator_load(tmp_path: Path) -> None:
+    plan = _planned(tmp_path)
+    rows = chat_rows(np.random.default_rng(0), 10, cold=2)
+    runs = [
+        write_bench(tmp_path / "chat", "chat", rows),
+        write_bench(tmp_path / "cold", "chat", rows, label="chat-cold"),
+        write_bench(tmp_path / "other", "embedder", rows, label="embed"),  # no plan workload
+    ]
+    assert len(load_inputs(plan, runs, None, None).benches) == 3
