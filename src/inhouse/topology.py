@@ -94,6 +94,14 @@ def parse_topology(text: str) -> Topology:
     missing = [f"GPU{i}" for i in range(num_gpus) if (i, i) not in links]
     if missing:
         raise SpecError(f"topology matrix lacks rows for {', '.join(missing)}")
+    for a in range(num_gpus):  # a link joins both ways: else the verdict depends on the order
+        for b in range(a + 1, num_gpus):
+            if links[(a, b)] != links[(b, a)]:
+                raise SpecError(
+                    f"GPU{a}-GPU{b} is {links[(a, b)]} but GPU{b}-GPU{a} is {links[(b, a)]}: "
+                    "the matrix is not symmetric, so it is not intact `nvidia-smi topo -m` "
+                    "output; save it again"
+                )
     return Topology(num_gpus, links)
 
 
@@ -128,7 +136,12 @@ def stack_groups(stack: StackSpec) -> tuple[list[tuple[str, tuple[int, ...]]], l
 
 
 def consecutive_groups(num_gpus: int, tp: int) -> list[tuple[str, tuple[int, ...]]]:
-    """GPUs 0..tp-1, tp..2tp-1, ...: how a node is usually cut into TP groups."""
+    """GPUs 0..tp-1, tp..2tp-1, ...: how a node is usually cut into TP groups. Raises
+    SpecError when not even one group fits (else a check of them would pass, checking none)."""
+    if tp > num_gpus:
+        raise SpecError(
+            f"--tp {tp}: a TP group of {tp} GPUs does not fit the topology's {num_gpus} GPU(s)"
+        )
     return [
         (
             f"TP group {start // tp} (GPUs {_ids(range(start, start + tp))})",

@@ -172,3 +172,53 @@ def test_up_reports_an_engine_that_dies_before_ready(
     assert "p-0 exited with code" in result.stderr
     assert "unknown model 'no-such-model'" in result.stderr  # the engine's own message
     assert time.monotonic() - start < 30
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--port", "70000"], "--port 70000 is not a TCP port; choose one in 1..65535"),
+        (["--port", "0"], "--port 0 is not a TCP port; choose one in 1..65535"),
+        (["--metrics-port", "99999"], "--metrics-port 99999 is not a TCP port"),
+        (["--engine-base-port", "-5"], "--engine-base-port -5 is not a TCP port"),
+        (
+            ["--engine-base-port", "65535"],  # the second replica would take 65536
+            "--engine-base-port 65535: the stack's 2 engine replicas take consecutive ports "
+            "up to 65536, past 65535; choose a base port of at most 65534",
+        ),
+    ],
+)
+def test_up_refuses_port_flags_out_of_range_before_starting_anything(
+    tmp_path: Path, flags: list[str], message: str
+) -> None:
+    pool = {"name": "p", "model": "meta-llama/Llama-3.1-8B-Instruct", "replicas": 2}
+    stack = _write(tmp_path, {"version": 1, "name": "ports", "pools": [pool]})
+    result = subprocess.run(
+        [*UP, str(stack), "--engine-base-port", "20100", *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert "[p-0]" not in result.stdout  # no engine was started
+
+
+def test_up_refuses_a_log_dir_it_cannot_write(tmp_path: Path, free_port: Callable[[], int]) -> None:
+    pool = {"name": "p", "model": "meta-llama/Llama-3.1-8B-Instruct"}
+    stack = _write(tmp_path, {"version": 1, "name": "logs", "pools": [pool]})
+    not_a_dir = tmp_path / "logs"
+    not_a_dir.write_text("a file where the log directory should be\n")
+    ports = ["--port", str(free_port()), "--metrics-port", str(free_port())]
+    ports += ["--engine-base-port", str(free_port())]
+    result = subprocess.run(
+        [*UP, str(stack), *ports, "--log-dir", str(not_a_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    assert f"--log-dir {not_a_dir}: cannot write there" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not_a_dir.read_text() == "a file where the log directory should be\n"

@@ -82,3 +82,31 @@ def test_a_child_is_not_ready_while_another_process_answers_on_its_port(
         supervisor.stop(5)
     assert problems[0].startswith("not ready after")
     assert "another process holds its port" in problems[1]
+
+
+def test_a_second_interrupt_while_draining_kills_at_once_without_a_traceback(
+    tmp_path: Path,
+) -> None:
+    """Ctrl-C twice at 3 a.m.: the first drains, the second kills what is left, at once."""
+    script = tmp_path / "twice.py"
+    script.write_text(
+        "import os, signal, sys, threading, time\n"
+        "from inhouse.launch.plan import ProcessSpec\n"
+        "from inhouse.launch.supervisor import Supervisor\n"
+        "stubborn = 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        'print("up", flush=True); time.sleep(600)\'\n'
+        "sup = Supervisor(None)\n"
+        "child = sup.start(ProcessSpec('stubborn', 'simulated', [sys.executable, '-c', stubborn],"
+        " 'http://127.0.0.1:9'))\n"
+        "time.sleep(1.0)\n"
+        "threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()\n"
+        "started = time.monotonic()\n"
+        "sup.stop(60.0)\n"
+        "print('stopped after', round(time.monotonic() - started), 'child', child.process.poll())\n"
+    )
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=30
+    )
+    assert "Traceback" not in result.stderr, result.stderr
+    assert "inhouse up: interrupted again; killing every process now" in result.stdout
+    assert "stopped after 1 child -9" in result.stdout

@@ -255,3 +255,53 @@ def test_the_command_serves_metrics_and_faults_over_sockets() -> None:
         proc.terminate()
         _, err = proc.communicate(timeout=10)
     assert b"Traceback" not in err, err.decode()
+
+
+def post_raw(dcgm: DcgmExporter, name: str, body: bytes) -> httpx.Response:
+    async def main() -> httpx.Response:
+        transport = httpx.ASGITransport(app=create_fault_app(dcgm))
+        async with httpx.AsyncClient(transport=transport, base_url="http://admin") as c:
+            return await c.post(f"/faults/{name}", content=body)
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "words"),
+    [
+        ("power", b'{"gpu": 0, "watts": NaN}', "watts must be a finite number"),
+        ("power", b'{"gpu": 0, "watts": Infinity}', "watts must be a finite number"),
+        ("power", b'{"gpu": 0, "watts": 1e400}', "watts must be a finite number"),
+        ("power", b'{"gpu": 0, "watts": -700}', "watts must be in 0..7000"),
+        ("power", b'{"gpu": 0, "watts": 1e300}', "watts must be in 0..7000"),
+        ("temperature", b'{"gpu": 0, "celsius": NaN}', "celsius must be a finite number"),
+        ("temperature", b'{"gpu": 0, "celsius": -Infinity}', "celsius must be a finite number"),
+        ("hbm", b'{"gpu": 0, "share": NaN}', "share must be a finite number"),
+        ("ecc_dbe", b'{"gpu": 0, "count": 1' + b"0" * 400 + b"}", "count must be a positive"),
+        ("xid", b'{"gpu": 0, "xid": 1' + b"0" * 400 + b"}", "xid must be a positive"),
+    ],
+    ids=[
+        "watts-nan",
+        "watts-inf",
+        "watts-1e400",
+        "watts-negative",
+        "watts-1e300",
+        "celsius-nan",
+        "celsius-minus-inf",
+        "share-nan",
+        "count-10e400",
+        "xid-10e400",
+    ],
+)
+def test_non_finite_negative_or_huge_faults_are_refused_and_metrics_keep_serving(
+    name: str, body: bytes, words: str
+) -> None:
+    dcgm = exporter()
+    response = post_raw(dcgm, name, body)
+    assert response.status_code == 400
+    assert words in response.json()["error"]
+    scrape(dcgm, set(), [0.0])
+    values = samples(scrape(dcgm, set(), [10.0]))
+    energy = values[("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "0")]
+    assert energy == pytest.approx(700.0 * 0.12 * 1000 * 10)  # idle power for 10 s, finite
+    assert all(value == value and abs(value) != float("inf") for value in values.values())

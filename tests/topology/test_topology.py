@@ -84,6 +84,10 @@ def test_ansi_escapes_are_ignored() -> None:
         ("no matrix here", "no GPU matrix"),
         ("\tGPU0\tGPU1\nGPU0\t X \tNV18\n", "lacks rows for GPU1"),
         ("\tGPU0\tGPU1\nGPU0\t X \nGPU1\tNV18\t X \n", "GPU0: row has 1 cells"),
+        (
+            "\tGPU0\tGPU1\nGPU0\t X \tNV18\nGPU1\tSYS\t X \n",
+            "GPU0-GPU1 is NV18 but GPU1-GPU0 is SYS: the matrix is not symmetric",
+        ),
     ],
 )
 def test_bad_input_names_the_problem(text: str, match: str) -> None:
@@ -95,3 +99,10 @@ def test_group_outside_the_box_is_an_error() -> None:
     topo = parse_topology(load("h100-sxm-8gpu.topo"))
     with pytest.raises(SpecError, match="GPU index 8 is not in the topology"):
         check_groups(topo, [("g", (6, 7, 8))])
+
+
+def test_a_tp_larger_than_the_box_is_an_error_not_a_pass() -> None:
+    topo = parse_topology(load("h100-sxm-8gpu.topo"))
+    with pytest.raises(SpecError, match="--tp 16: a TP group of 16 GPUs does not fit the "
+                       "topology's 8 GPU"):  # fmt: skip
+        consecutive_groups(topo.num_gpus, 16)

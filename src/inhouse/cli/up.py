@@ -30,7 +30,7 @@ from types import FrameType
 from inhouse.cli._examples import example_lines
 from inhouse.errors import InhouseError, SpecError
 from inhouse.launch.demo import demo_stack
-from inhouse.launch.engine_args import DEFAULT_ENGINE_BASE_PORT
+from inhouse.launch.engine_args import DEFAULT_ENGINE_BASE_PORT, replica_ports
 from inhouse.launch.listeners import busy_ports
 from inhouse.launch.plan import ProcessSpec, StackPlan, gateway_process, plan_stack
 from inhouse.launch.supervisor import Supervisor
@@ -190,6 +190,7 @@ def run(args: argparse.Namespace) -> int:
         except VerificationFailed as exc:
             print(f"inhouse up: {exc}", file=sys.stderr)
             return 1
+    _check_port_flags(args, stack)
     plan = plan_stack(stack, args.engine_base_port, args.host, args.vllm_python, model_paths)
     if args.dry_run:  # nothing is written: a run directory would only be left behind
         run_dir = args.log_dir or Path(tempfile.gettempdir()) / "inhouse-up-RUN"
@@ -230,7 +231,16 @@ def _run(
             print(_describe(edge))
         return 0
     _check_ports(stack, plan, gateway, edge, args)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / ".inhouse-up-write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise SpecError(
+            f"--log-dir {run_dir}: cannot write there ({exc.strerror or exc}); name a "
+            "writable directory"
+        ) from exc
     if edge is not None and gateway is not None:
         _write_envoy_yaml(stack, args, gateway, run_dir / "envoy.yaml")
     if args.stack is None:
@@ -312,6 +322,23 @@ def _write_envoy_yaml(
     keyfile = spec.tls.keyfile if spec.tls else None
     edge = Edge(args.host, args.port, upstream.hostname, upstream.port, False, certfile, keyfile)
     path.write_text(render_envoy_yaml(edge, spec), encoding="utf-8")
+
+
+def _check_port_flags(args: argparse.Namespace, stack: StackSpec) -> None:
+    """Every port flag names a TCP port (1..65535), and the engines' consecutive ports from
+    --engine-base-port stay in range; else nothing starts."""
+    flags = [("--port", args.port), ("--metrics-port", args.metrics_port)]
+    flags.append(("--engine-base-port", args.engine_base_port))
+    for flag, value in flags:
+        if value is not None and not 1 <= value <= 65535:
+            raise SpecError(f"{flag} {value} is not a TCP port; choose one in 1..65535")
+    ports = replica_ports(stack, args.engine_base_port)
+    if ports and max(ports.values()) > 65535:
+        raise SpecError(
+            f"--engine-base-port {args.engine_base_port}: the stack's {len(ports)} engine "
+            f"replicas take consecutive ports up to {max(ports.values())}, past 65535; "
+            f"choose a base port of at most {65536 - len(ports)}"
+        )
 
 
 def _check_ports(

@@ -150,12 +150,16 @@ class Supervisor:
             if child.process.poll() is None:
                 child.process.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
-        for child in self.children:
-            remaining = max(0.0, deadline - time.monotonic())
-            try:
-                child.process.wait(remaining)
-            except subprocess.TimeoutExpired:
-                self.out.write(f"inhouse up: {child.spec.name} did not stop; killing it\n")
+        try:
+            for child in self.children:
+                remaining = max(0.0, deadline - time.monotonic())
+                try:
+                    child.process.wait(remaining)
+                except subprocess.TimeoutExpired:
+                    self.out.write(f"inhouse up: {child.spec.name} did not stop; killing it\n")
+        except KeyboardInterrupt:  # a second Ctrl-C (or SIGTERM) while draining: stop now
+            self.out.write("inhouse up: interrupted again; killing every process now\n")
+            self.out.flush()
         for child in self.children:
             # Leftover workers of a child (vLLM's engine core) share its process group.
             with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -264,7 +265,13 @@ class DcgmExporter:
         elif name == "temperature":
             gpu.held_temp_c = _number(body.get("celsius"), "celsius")
         elif name == "power":
-            gpu.held_power_w = _number(body.get("watts"), "watts")
+            watts = _number(body.get("watts"), "watts")
+            if not 0 <= watts <= 10 * self.power_limit_w:  # the energy counter integrates it
+                raise ValueError(
+                    f"watts must be in 0..{10 * self.power_limit_w:g} (ten times the GPU's "
+                    f"power limit), got {watts!r}"
+                )
+            gpu.held_power_w = watts
         elif name == "hbm":
             share = _number(body.get("share"), "share")
             if not 0 < share <= 1:
@@ -274,16 +281,27 @@ class DcgmExporter:
             raise KeyError(name)
 
 
+MAX_COUNT = 2**53  # the largest whole number a sample's float value holds exactly
+
+
 def _positive_int(value: Any, name: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive whole number, got {value!r}")
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_COUNT:
+        raise ValueError(f"{name} must be a positive whole number up to 2**53, got {value!r}")
     return value
 
 
 def _number(value: Any, name: str) -> float:
+    """A finite number: JSON's NaN and Infinity (and 1e400, which parses as infinity) would
+    otherwise be served as samples, and a held power would poison the energy counter."""
     if not isinstance(value, int | float) or isinstance(value, bool):
         raise ValueError(f"{name} must be a number, got {value!r}")
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return number
 
 
 _SAMPLE = re.compile(r"^(vllm:num_requests_running|vllm:kv_cache_usage_perc)(?:\{[^}]*\})?\s+(\S+)")
