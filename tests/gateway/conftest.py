@@ -17,7 +17,7 @@ import uvicorn
 
 from inhouse.gateway.app import GatewayApp
 from inhouse.gateway.discovery import Resolver, resolve_dns
-from inhouse.gateway.limits import LimitStore
+from inhouse.gateway.limits import LimitStore, MemoryLimits
 from inhouse.gateway.serve import gateway_server
 from inhouse.gateway.service import Gateway
 from inhouse.server.engine_app import create_engine_app
@@ -200,3 +200,17 @@ async def served(
     finally:
         await server.shutdown(5.0)
         await gateway.stop()
+
+
+def recording_limits() -> tuple[MemoryLimits, list[int]]:
+    """In-process limits that keep the tokens of every reservation, in order."""
+    store = MemoryLimits()
+    reserved: list[int] = []
+    reserve = store.reserve
+
+    async def recorded(name: str, limits: object, rid: str, tokens: int):  # type: ignore[no-untyped-def]
+        reserved.append(tokens)
+        return await reserve(name, limits, rid, tokens)  # type: ignore[arg-type]
+
+    store.reserve = recorded  # type: ignore[method-assign]
+    return store, reserved

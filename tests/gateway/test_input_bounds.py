@@ -8,10 +8,9 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from tests.gateway.conftest import chat, engines, gateway_for, stack_data
+from tests.gateway.conftest import chat, engines, gateway_for, recording_limits, stack_data
 
 from inhouse.gateway.keys import create_key
-from inhouse.gateway.limits import MemoryLimits
 from inhouse.gateway.prompt import parse_request
 from inhouse.gateway.request_io import MAX_QUOTED_CHARS, MAX_REQUEST_ID_CHARS
 
@@ -92,15 +91,7 @@ def test_n_outputs_reserve_n_times_max_tokens() -> None:
     tenant = f"n-{uuid.uuid4().hex[:6]}"
     tenants = [{"name": tenant, "keys": [entry], "limits": {"tpm": 1000}}]
     data = stack_data(replicas=1, gateway={"tenants": tenants})
-    store = MemoryLimits()
-    reserved: list[int] = []
-    reserve = store.reserve
-
-    async def recorded(name: str, limits: object, rid: str, tokens: int):  # type: ignore[no-untyped-def]
-        reserved.append(tokens)
-        return await reserve(name, limits, rid, tokens)  # type: ignore[arg-type]
-
-    store.reserve = recorded  # type: ignore[method-assign]
+    store, reserved = recording_limits()
 
     async def main() -> None:
         async with engines(1) as live:

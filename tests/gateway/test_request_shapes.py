@@ -10,7 +10,14 @@ import time
 import uuid
 from typing import Any
 
-from tests.gateway.conftest import MODEL, engines, free_port, gateway_for, stack_data
+from tests.gateway.conftest import (
+    MODEL,
+    engines,
+    free_port,
+    gateway_for,
+    recording_limits,
+    stack_data,
+)
 
 from inhouse.gateway.keys import create_key
 from inhouse.gateway.limits import SECONDS_PER_DAY, MemoryLimits
@@ -173,15 +180,7 @@ def test_a_completion_without_max_tokens_reserves_the_engines_default_of_16() ->
     tenant = f"cmpl-{uuid.uuid4().hex[:6]}"
     tenants = [{"name": tenant, "keys": [entry], "limits": {"tpm": 300}}]
     data = stack_data(replicas=1, gateway={"tenants": tenants})
-    store = MemoryLimits()
-    reserved: list[int] = []
-    reserve = store.reserve
-
-    async def recorded(name: str, limits: object, rid: str, tokens: int):  # type: ignore[no-untyped-def]
-        reserved.append(tokens)
-        return await reserve(name, limits, rid, tokens)  # type: ignore[arg-type]
-
-    store.reserve = recorded  # type: ignore[method-assign]
+    store, reserved = recording_limits()
 
     async def main() -> None:
         async with engines(1) as live:
@@ -208,15 +207,7 @@ def test_a_key_sent_twice_reaches_the_engine_with_the_value_the_gateway_reserved
     tenant = f"dup-{uuid.uuid4().hex[:6]}"
     tenants = [{"name": tenant, "keys": [entry], "limits": {"tpm": 100_000}}]
     data = stack_data(replicas=1, gateway={"tenants": tenants})
-    store = MemoryLimits()
-    reserved: list[int] = []
-    reserve = store.reserve
-
-    async def recorded(name: str, limits: object, rid: str, tokens: int):  # type: ignore[no-untyped-def]
-        reserved.append(tokens)
-        return await reserve(name, limits, rid, tokens)  # type: ignore[arg-type]
-
-    store.reserve = recorded  # type: ignore[method-assign]
+    store, reserved = recording_limits()
     messages = '"messages":[{"role":"user","content":"abcd"}]'
 
     async def main() -> None:
