@@ -80,7 +80,8 @@ def test_the_documented_sequence_fills_the_measured_column(tmp_path: Path) -> No
     assert len(unmeasured) == len(drill_rows), unmeasured  # every bench row has its number
     if HAS_DRILL:
         assert drill_rows == [], drill_rows
-        assert re.search(r"Drills passed: \d of 7\.", doc)
+        # Any count: the sequence is under test here; a drill that fails is named after it.
+        assert re.search(r"Drills passed: \d of 7(\.|; \*\*not passed: [a-z, -]+\*\*\.)", doc)
         assert "not run" not in doc.split("## 8. Runbook drills")[1].split("###")[0]
     for name in ("sizing-memo.md", "cost-sheet.xlsx", "license-memo.md", "runbook.md"):
         assert (out / "report" / name).exists()
