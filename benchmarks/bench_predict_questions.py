@@ -4,6 +4,7 @@
     python benchmarks/bench_predict_questions.py first-wave [--stride 3] [--match SUBSTRING ...]
     python benchmarks/bench_predict_questions.py floors
     python benchmarks/bench_predict_questions.py repeats
+    python benchmarks/bench_predict_questions.py excess [--workers 2]
 
 docs/perf-model.md ("Errors by group") quotes these; none changes the shipped model, and all
 run with the shipped constants (no refit):
@@ -16,6 +17,13 @@ run with the shipped constants (no refit):
   wave de-phased (weighted 1 to 19, as twenty waves are), median TTFT error of each.
 * `floors`: measured TTFT at c4 with 1k prompts against both loops, per model, GPU and layout.
 * `repeats`: how far the corpus's own repeated runs of one configuration disagree.
+* `excess`: how TTFT grows with the clients. Per configuration (model, GPU, engine, precision,
+  layout, shape) with a run at c <= 4, `S` is the de-phased loop's TTFT there (a lone prompt's
+  prefill and fixed latencies); for each run, the measured TTFT's excess over the de-phased
+  loop's at its own concurrency in units of `S`, beside the locked loop's, and the prefill
+  load `rho = c * S / (TTFT + osl * TPOT)` (measured), the share of time the GPU would spend
+  on prefills if they never overlapped: queueing for prefill alone waits a fraction of `S`
+  while `rho` stays well below 1.
 """
 
 from __future__ import annotations
@@ -192,6 +200,41 @@ def repeats() -> None:
     print(f"\nreproduce: {COMMAND} repeats")
 
 
+def excess(workers: int) -> None:
+    rows = usable_rows()
+    locked = predict_all(rows, AIPERF_SILICON, workers)
+    dephased = predict_all(rows, DEPHASED, workers)
+    configs: dict[tuple[object, ...], list[int]] = defaultdict(list)
+    for i, row in enumerate(rows):
+        s = row.spec
+        configs[(row.backend, s.model, s.gpu, s.quant, s.tp, s.moe_ep, s.attention_dp,
+                 row.isl, row.osl)].append(i)  # fmt: skip
+    cells: dict[tuple[str, int, int], list[tuple[float, float, float, float]]] = defaultdict(list)
+    for members in configs.values():
+        base = min(members, key=lambda i: rows[i].concurrency)
+        if rows[base].concurrency > 4:
+            continue
+        lone = dephased[base][1]
+        for i in members:
+            row = rows[i]
+            rho = row.concurrency * lone / (row.ttft_ms + row.osl * row.tpot_ms)
+            cells[(row.backend, row.isl, row.concurrency)].append(
+                (rho, (row.ttft_ms - dephased[i][1]) / lone,
+                 (locked[i][1] - dephased[i][1]) / lone, math.log(locked[i][1] / row.ttft_ms))
+            )  # fmt: skip
+    print("TTFT excess over the de-phased loop, in units of a lone prompt's TTFT S (medians)")
+    print(f"  {'backend':<7} {'isl':>5} {'c':>4} {'runs':>5} {'rho':>6} {'measured':>9} "
+          f"{'locked':>7} {'locked log(p/m)':>16}")  # fmt: skip
+    for (backend, isl, concurrency), values in sorted(cells.items()):
+        # Past c256 the loops queue for KV and the excess measures that, not the clients.
+        if len(values) < 5 or isl not in (1024, 8192) or concurrency > 256:
+            continue
+        rho, measured, lock, miss = (statistics.median(v) for v in zip(*values, strict=True))
+        print(f"  {backend:<7} {isl:>5} {concurrency:>4} {len(values):>5} {rho:>6.3f} "
+              f"{measured:>9.2f} {lock:>7.2f} {miss:>+16.2f}")  # fmt: skip
+    print(f"\nreproduce: {COMMAND} excess")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="question", required=True)
@@ -200,6 +243,7 @@ def main() -> int:
         "first-wave": lambda a: first_wave(a.stride, a.match, a.workers),
         "floors": lambda a: floors(a.workers),
         "repeats": lambda a: repeats(),
+        "excess": lambda a: excess(a.workers),
     }
     for name in commands:
         command = sub.add_parser(name)
