@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import cast
 
@@ -63,6 +64,8 @@ def _run(
 
 
 @pytest.mark.slow
+# A drill that did not pass is reported as a warning in the summary, not raised (see below).
+@pytest.mark.filterwarnings("default:the reference run's drills")
 def test_the_documented_sequence_fills_the_measured_column(tmp_path: Path) -> None:
     # NOTE: 15-minute simulated soak days: the sequence is under test here, not the soak's
     # two real days (tests/drill and `inhouse drill run soak --quick` run those); the
@@ -81,7 +84,11 @@ def test_the_documented_sequence_fills_the_measured_column(tmp_path: Path) -> No
     if HAS_DRILL:
         assert drill_rows == [], drill_rows
         # Any count: the sequence is under test here; a drill that fails is named after it.
-        assert re.search(r"Drills passed: \d of 7(\.|; \*\*not passed: [a-z, -]+\*\*\.)", doc)
+        passed = re.search(r"Drills passed: \d of 7(\.|; \*\*not passed: [a-z, -]+\*\*\.)", doc)
+        assert passed, doc[:2000]
+        if "not passed" in passed.group(0):
+            # Not this test's failure, but the CI log should say which drill did not pass.
+            warnings.warn(f"the reference run's drills: {passed.group(0)}", stacklevel=1)
         assert "not run" not in doc.split("## 8. Runbook drills")[1].split("###")[0]
     for name in ("sizing-memo.md", "cost-sheet.xlsx", "license-memo.md", "runbook.md"):
         assert (out / "report" / name).exists()
