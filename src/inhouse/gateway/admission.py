@@ -54,6 +54,19 @@ def _engine_default(parsed: ParsedRequest) -> int | None:
     return COMPLETION_MAX_TOKENS
 
 
+def _unbounded_output(pool: PoolState) -> str:
+    """A request the gateway cannot bound (no max_tokens, the context length unknown) from a
+    tenant with token limits. NOTE: refused rather than given a max_tokens of the gateway's
+    choosing: a cap the client never asked for would cut its answers silently (finish_reason
+    "length"), at a length that would depend on how much of its budget is left."""
+    return (
+        f"This API key's token limits need a bound on the output, but the context length of "
+        f"pool `{pool.name}` is unknown to the gateway (the stack file states no "
+        "`max_model_len` for it and its engines report none), so a request naming no "
+        "max_tokens could generate past them. Set `max_tokens` (or `max_completion_tokens`)."
+    )
+
+
 def _forwarded(body: dict[str, Any]) -> bytes:
     """The body as the engine gets it; one nested deeper than the writer goes (orjson's 255
     levels, where its reader takes 1024) is the client's 400, not a 500."""
@@ -205,8 +218,13 @@ class Admitter:
                 "prompt."
             )
             raise invalid(message, param="input_tokens", value=num_prompt, reason=reason)
-        if max_len is None:  # not known yet (no replica answered): the engine checks
-            return requested or tenant.limits.default_max_tokens or COMPLETION_MAX_TOKENS
+        if max_len is None:  # not stated nor reported: the engine checks the lengths
+            bounded = requested or tenant.limits.default_max_tokens or _engine_default(parsed)
+            if bounded is None and tenant.limits.has_token_limits:
+                raise invalid(_unbounded_output(pool), param="max_tokens")
+            # NOTE: without token limits the figure only feeds the reservation, which counts
+            # requests and slots alone; the body goes as sent and the engine bounds it.
+            return bounded or COMPLETION_MAX_TOKENS
         if num_prompt > max_len:
             message = prompt_over_context(max_len, num_prompt)
             raise invalid(message, param="input_tokens", value=num_prompt, reason=reason)
