@@ -138,3 +138,49 @@ def test_a_pool_of_unknown_context_serves_what_it_can_bound() -> None:
     prompt = _prompt_tokens("hi")
     # The first tenant's reservation holds a concurrency slot; its tokens count against nothing.
     assert reserved[1:] == [prompt + 20, 2 + 20, 2 + 16]
+
+
+IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+MEDIA_PARTS = [
+    IMAGE,
+    {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}},
+    {"type": "video_url", "video_url": {"url": "https://example.invalid/v.mp4"}},
+    {"type": "file", "file": {"file_data": "JVBERi0=", "filename": "a.pdf"}},
+]
+
+
+def test_a_media_part_is_refused_by_a_text_only_pool_and_holds_nothing() -> None:
+    """An image (audio, video, file) part counts no prompt tokens locally, so it would pass the
+    long-prompt gate and the budgets for free: the pools serve text-only models, so it is a 400
+    naming the part's `type`, in vLLM's words, and reserves nothing. Text parts are served."""
+    key, _, data = _tenant({"daily_tokens": 100_000, "max_concurrency": 1})
+    store, reserved = recording_limits()
+    text = {"type": "text", "text": "what is this?"}
+
+    async def main() -> None:
+        async with engines(1) as live:
+            urls = {"chat": [live[0].url]}
+            async with gateway_for(data, urls, None, store) as (_, client):
+                auth = {"authorization": f"Bearer {key}"}
+                for part in MEDIA_PARTS:
+                    messages = [{"role": "system", "content": "be brief"},
+                                {"role": "user", "content": [text, part]}]  # fmt: skip
+                    body = {"model": "tiny", "max_tokens": 5, "messages": messages}
+                    r = await client.post("/v1/chat/completions", json=body, headers=auth)
+                    assert r.status_code == 400, r.text
+                    error = r.json()["error"]
+                    assert error["param"] == "messages.1.content.1.type", error
+                    assert "`tiny` is not a multimodal model" in error["message"], error
+                    assert f"value={part['type']}" in error["message"], error
+                untyped = {"image_url": IMAGE["image_url"]}  # vLLM reads the kind from the key
+                body = chat(max_tokens=5, messages=[{"role": "user", "content": [untyped]}])
+                r = await client.post("/v1/chat/completions", json=body, headers=auth)
+                assert r.status_code == 400, r.text
+                assert r.json()["error"]["param"] == "messages.0.content.0", r.text
+                assert reserved == []  # no refusal reserved anything
+                body = chat(max_tokens=5, messages=[{"role": "user", "content": [text, text]}])
+                r = await client.post("/v1/chat/completions", json=body, headers=auth)
+                assert r.status_code == 200, r.text
+
+    asyncio.run(main())
+    assert len(reserved) == 1

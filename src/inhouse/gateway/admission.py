@@ -54,6 +54,14 @@ def _engine_default(parsed: ParsedRequest) -> int | None:
     return COMPLETION_MAX_TOKENS
 
 
+def _text_only(model: str, kind: str) -> str:
+    """vLLM's words for a media part sent to a text-only model, and what to send instead."""
+    return (
+        f"`{model}` is not a multimodal model: its pool serves text only, so a content part "
+        f"of type `{kind}` cannot be sent to it. Send the content as text parts or a string"
+    )
+
+
 def _unbounded_output(pool: PoolState) -> str:
     """A request the gateway cannot bound (no max_tokens, the context length unknown) from a
     tenant with token limits. NOTE: refused rather than given a max_tokens of the gateway's
@@ -156,6 +164,9 @@ class Admitter:
         t0: float,
     ) -> Admission:
         model, primary = self.resolve_model(tenant, parsed.model)
+        if parsed.media_part is not None:  # before counting: such a part counts no tokens
+            param, kind = parsed.media_part
+            raise invalid(_text_only(model, kind), param=param, value=kind)
         counted_pool = self._pools[primary.name]
         num_prompt = await counted_pool.counter.count(parsed, model, self._count_limit(primary))
         choice = self._dispatcher.choose_pool(model, num_prompt)
