@@ -58,7 +58,7 @@ def _text_only(model: str, kind: str) -> str:
     """vLLM's words for a media part sent to a text-only model, and what to send instead."""
     return (
         f"`{model}` is not a multimodal model: its pool serves text only, so a content part "
-        f"of type `{kind}` cannot be sent to it. Send the content as text parts or a string"
+        f"of type `{kind}` cannot be sent to it. Send the content as text parts or a string."
     )
 
 
