@@ -165,8 +165,8 @@ TEXT_PART_TYPES = ("text", "input_text", "output_text")  # parts whose `text` is
 
 def _media_part(messages: list[dict[str, Any]]) -> tuple[str, str] | None:
     """The first content part that is not text, as (`param`, kind). A part without `type` is
-    of the kind its key names, as vLLM reads it (`{"image_url": ...}` is an image); anything
-    that is not an object is the engine's to refuse."""
+    of the kind its key names, as vLLM reads it (`{"image_url": ...}` is an image); a part that
+    is not an object, or whose `type` is not a string, is the engine's to refuse."""
     for i, message in enumerate(messages):
         content = message.get("content")
         if not isinstance(content, list):
@@ -175,11 +175,10 @@ def _media_part(messages: list[dict[str, Any]]) -> tuple[str, str] | None:
             if not isinstance(part, dict) or not part:
                 continue
             kind = part.get("type")
-            if isinstance(kind, str):
-                if kind not in TEXT_PART_TYPES:
-                    return f"messages.{i}.content.{j}.type", kind
-            elif "text" not in part:
-                return f"messages.{i}.content.{j}", str(next(iter(part)))
+            if isinstance(kind, str) and kind not in TEXT_PART_TYPES:
+                return f"messages.{i}.content.{j}.type", kind
+            if kind is None and "text" not in part:
+                return f"messages.{i}.content.{j}", next(iter(part))
     return None
 
 
