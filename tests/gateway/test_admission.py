@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from typing import Any
 
 import pytest
@@ -15,11 +14,10 @@ from tests.gateway.conftest import (
     engine_options,
     engines,
     gateway_for,
+    one_tenant_stack,
     recording_limits,
-    stack_data,
 )
 
-from inhouse.gateway.keys import create_key
 from inhouse.gateway.limits import SECONDS_PER_DAY, MemoryLimits
 from inhouse.gateway.replicas import HealthMonitor
 from inhouse.tokenizer import SimpleTokenizer, render_chat
@@ -27,14 +25,6 @@ from inhouse.tokenizer import SimpleTokenizer, render_chat
 WALL = 1_800_000_000.0  # a fixed clock: the day whose spending the tests read
 DAY = int(WALL // SECONDS_PER_DAY)
 ENGINE_CONTEXT = engine_options().knobs.max_model_len  # what the simulated engines run
-
-
-def _tenant(limits: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
-    """A fresh tenant with `limits`: (its key, its name, the stack of one replica)."""
-    key, entry = create_key()
-    name = f"t-{uuid.uuid4().hex[:6]}"
-    tenants = [{"name": name, "keys": [entry], "limits": limits}]
-    return key, name, stack_data(replicas=1, gateway={"tenants": tenants})
 
 
 @pytest.fixture
@@ -59,7 +49,7 @@ def test_a_pool_of_unknown_context_cannot_spend_past_a_daily_budget() -> None:
     of the engine's 512-token context, so the gateway cannot bound what it reserves: each is
     a 400 naming `max_tokens` that holds nothing. Chats that name it are served and billed
     what the engine reports."""
-    key, tenant, data = _tenant({"daily_tokens": 600})
+    key, tenant, data = one_tenant_stack({"daily_tokens": 600})
     del data["pools"][0]["knobs"]["max_model_len"]
     store = MemoryLimits(clock=lambda: (time.monotonic(), WALL))
 
@@ -101,11 +91,13 @@ def test_a_pool_of_unknown_context_serves_what_it_can_bound() -> None:
     sent and the engine generates the rest of its context. With the tenant's
     `default_max_tokens` the gateway sends that and reserves it; a completion naming no
     `max_tokens` reserves the engine's 16; `max_tokens: null` on one is refused as a chat."""
-    free_key, _, data = _tenant({"max_concurrency": 4})
-    default_key, _, default_data = _tenant({"daily_tokens": 10_000, "default_max_tokens": 20})
-    tpm_key, _, tpm_data = _tenant({"tpm": 10_000})
-    for other in (default_data, tpm_data):
-        data["gateway"]["tenants"] += other["gateway"]["tenants"]
+    free = one_tenant_stack({"max_concurrency": 4})
+    default = one_tenant_stack({"daily_tokens": 10_000, "default_max_tokens": 20})
+    tpm = one_tenant_stack({"tpm": 10_000})
+    data = free.data
+    for other in (default, tpm):
+        data["gateway"]["tenants"] += other.data["gateway"]["tenants"]
+    free_key, default_key, tpm_key = free.key, default.key, tpm.key
     del data["pools"][0]["knobs"]["max_model_len"]
     store, reserved = recording_limits()
     completion: dict[str, Any] = {"model": "tiny", "prompt": "abcdefgh", "ignore_eos": True}
@@ -153,7 +145,7 @@ def test_a_media_part_is_refused_by_a_text_only_pool_and_holds_nothing() -> None
     """An image (audio, video, file) part counts no prompt tokens locally, so it would pass the
     long-prompt gate and the budgets for free: the pools serve text-only models, so it is a 400
     naming the part's `type`, in vLLM's words, and reserves nothing. Text parts are served."""
-    key, _, data = _tenant({"daily_tokens": 100_000, "max_concurrency": 1})
+    key, _, data = one_tenant_stack({"daily_tokens": 100_000, "max_concurrency": 1})
     store, reserved = recording_limits()
     text = {"type": "text", "text": "what is this?"}
 
