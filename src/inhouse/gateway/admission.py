@@ -1,6 +1,6 @@
 """Admission: who may send what, where, within which limits.
 
-    model (404/403) → count + long-prompt gate (400) → pool → priority → reserve (429)
+    model (404/403) → text only + count + long-prompt gate (400) → pool → priority → reserve (429)
 
 It owns the tenants and their keys, the limit store (rates, budgets, concurrency) and the
 long-prompt gate; it asks `Backends` which pool serves a model. What it admits is an
