@@ -8,15 +8,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 import uvicorn
 
 from inhouse.gateway.app import GatewayApp
 from inhouse.gateway.discovery import Resolver, resolve_dns
+from inhouse.gateway.keys import create_key
 from inhouse.gateway.limits import LimitStore, MemoryLimits
 from inhouse.gateway.serve import gateway_server
 from inhouse.gateway.service import Gateway
@@ -214,3 +216,30 @@ def recording_limits() -> tuple[MemoryLimits, list[int]]:
 
     store.reserve = recorded  # type: ignore[method-assign]
     return store, reserved
+
+
+class OneTenant(NamedTuple):
+    """A keyed tenant and a stack of one replica that serves it (`one_tenant_stack`); it
+    unpacks as `key, name, data`."""
+
+    key: str  # its API key
+    name: str  # its name: what the limit stores count under
+    data: dict[str, Any]  # the stack file, for `gateway_for` (tests may edit it first)
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.key}"}
+
+
+def one_tenant_stack(
+    limits: dict[str, Any] | None = None, name: str | None = None, **tenant: Any
+) -> OneTenant:
+    """One tenant with a fresh key and `limits` (and any other tenant field: `tier`,
+    `models`) on a one-replica stack. Its name is unique unless given, so a shared store
+    (Redis) never carries counts over from another test."""
+    key, entry = create_key()
+    name = name or f"tenant-{uuid.uuid4().hex[:6]}"
+    spec = {"name": name, "keys": [entry], **tenant}
+    if limits is not None:
+        spec["limits"] = limits
+    return OneTenant(key, name, stack_data(replicas=1, gateway={"tenants": [spec]}))

@@ -9,7 +9,15 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
-from tests.gateway.conftest import KEY, LiveEngine, chat, engines, gateway_for, stack_data
+from tests.gateway.conftest import (
+    KEY,
+    LiveEngine,
+    chat,
+    engines,
+    gateway_for,
+    one_tenant_stack,
+    stack_data,
+)
 
 from inhouse.gateway.app import create_metrics_app
 from inhouse.gateway.service import Gateway
@@ -58,11 +66,7 @@ def test_keys_and_models() -> None:
 
 
 def test_forbidden_model_for_tenant() -> None:
-    from inhouse.gateway.keys import create_key
-
-    key, entry = create_key()
-    tenants = [{"name": "narrow", "models": ["other"], "keys": [entry]}]
-    data = stack_data(replicas=1, gateway={"tenants": tenants})
+    key, _, data = one_tenant_stack(models=["other"])
 
     async def check(client: httpx.AsyncClient, live: list[LiveEngine]) -> None:
         denied = await client.post(
@@ -148,11 +152,7 @@ def test_long_prompt_gate_answers_before_any_engine() -> None:
 
 
 def test_tenant_prompt_cap() -> None:
-    from inhouse.gateway.keys import create_key
-
-    key, entry = create_key()
-    tenants = [{"name": "capped", "keys": [entry], "limits": {"max_prompt_tokens": 10}}]
-    data = stack_data(replicas=1, gateway={"tenants": tenants})
+    key, _, data = one_tenant_stack({"max_prompt_tokens": 10})
 
     async def check(client: httpx.AsyncClient, live: list[LiveEngine]) -> None:
         auth = {"authorization": f"Bearer {key}"}
@@ -215,11 +215,7 @@ def test_health_openapi_and_request_id() -> None:
 
 
 def test_priority_from_tier_reaches_the_engine() -> None:
-    from inhouse.gateway.keys import create_key
-
-    key, entry = create_key()
-    tenants = [{"name": "bulk", "tier": "batch", "keys": [entry]}]
-    data = stack_data(replicas=1, gateway={"tenants": tenants})
+    key, _, data = one_tenant_stack(tier="batch")
 
     async def check(client: httpx.AsyncClient, live: list[LiveEngine]) -> None:
         seen: list[int] = []

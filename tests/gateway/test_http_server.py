@@ -10,16 +10,22 @@ import asyncio
 import contextlib
 import json
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 
 import httpx
 import pytest
-from tests.gateway.conftest import KEY, chat, engines, gateway_for, served, stack_data
+from tests.gateway.conftest import (
+    KEY,
+    chat,
+    engines,
+    gateway_for,
+    one_tenant_stack,
+    served,
+    stack_data,
+)
 from tests.gateway.test_failures import wait_for
 from tests.gateway.test_limits import REDIS_URL, needs_redis
 
-from inhouse.gateway.keys import create_key
 from inhouse.gateway.send_writer import SendWriter
 from inhouse.gateway.stream import _relay
 from inhouse.http1 import server as http_server
@@ -554,10 +560,7 @@ def test_limits_shared_in_redis_work_from_the_eager_start() -> None:
     request's task, so reserving in Redis from it works, and the limit holds."""
     from inhouse.gateway.redis_limits import RedisLimits
 
-    tenant = f"eager-{uuid.uuid4().hex[:6]}"
-    key, entry = create_key()
-    tenants = [{"name": tenant, "keys": [entry], "limits": {"rpm": 2}}]
-    data = stack_data(replicas=1, gateway={"tenants": tenants})
+    key, tenant, data = one_tenant_stack({"rpm": 2})
     auth = {"authorization": f"Bearer {key}"}
 
     async def main() -> None:

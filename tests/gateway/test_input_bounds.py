@@ -8,9 +8,15 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from tests.gateway.conftest import chat, engines, gateway_for, recording_limits, stack_data
+from tests.gateway.conftest import (
+    chat,
+    engines,
+    gateway_for,
+    one_tenant_stack,
+    recording_limits,
+    stack_data,
+)
 
-from inhouse.gateway.keys import create_key
 from inhouse.gateway.prompt import parse_request
 from inhouse.gateway.request_io import MAX_QUOTED_CHARS, MAX_REQUEST_ID_CHARS
 
@@ -87,10 +93,7 @@ def test_tool_definitions_count_as_prompt_tokens() -> None:
 
 
 def test_n_outputs_reserve_n_times_max_tokens() -> None:
-    key, entry = create_key()
-    tenant = f"n-{uuid.uuid4().hex[:6]}"
-    tenants = [{"name": tenant, "keys": [entry], "limits": {"tpm": 1000}}]
-    data = stack_data(replicas=1, gateway={"tenants": tenants})
+    key, _, data = one_tenant_stack({"tpm": 1000})
     store, reserved = recording_limits()
 
     async def main() -> None:

@@ -19,11 +19,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.gateway.conftest import chat, engines, gateway_for, stack_data
+from tests.gateway.conftest import chat, engines, gateway_for, one_tenant_stack
 from tests.gateway.test_failures import wait_for
 
 from inhouse.gateway import limit_failover
-from inhouse.gateway.keys import create_key
 from inhouse.gateway.limit_failover import FailoverLimits
 from inhouse.gateway.limits import Refusal, Reservation
 from inhouse.gateway.redis_limits import RedisLimits
@@ -107,9 +106,7 @@ def failover(url: str, mode: str = "closed", lease_s: float = 30.0) -> FailoverL
 def test_closed_a_stopped_redis_gives_503_with_retry_after_and_limits_return(
     own_redis: OwnRedis,
 ) -> None:
-    key, entry = create_key()
-    tenants = [{"name": "limited", "keys": [entry], "limits": {"rpm": 1000}}]
-    data = stack_data(replicas=1, gateway={"tenants": tenants})
+    key, _, data = one_tenant_stack({"rpm": 1000})
 
     async def main() -> None:
         store = failover(own_redis.url)

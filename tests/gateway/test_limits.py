@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 
 import pytest
-from tests.gateway.conftest import KEY, chat, engines, gateway_for, stack_data
+from tests.gateway.conftest import KEY, chat, engines, gateway_for, one_tenant_stack, stack_data
 from tests.gateway.test_failures import wait_for
 
 from inhouse.gateway.limits import LimitStore, MemoryLimits, Refusal, Reservation
@@ -237,7 +237,6 @@ def test_gateway_burst_two_gateways_sharing_redis() -> None:
 def test_a_tenant_without_limits_costs_no_round_trip_to_the_store() -> None:
     """Nothing to hold, nothing reserved or settled: with Redis that is two round trips per
     request saved. A tenant with a limit still reserves and settles every request."""
-    from inhouse.gateway.keys import create_key
     from inhouse.gateway.limits import MemoryLimits as Mem
 
     class Counted(Mem):
@@ -253,9 +252,7 @@ def test_a_tenant_without_limits_costs_no_round_trip_to_the_store() -> None:
             self.calls.append(f"settle {reservation.tenant}")
             await super().settle(reservation, *args)  # type: ignore[arg-type]
 
-    key, entry = create_key()
-    tenants = [{"name": "limited", "keys": [entry], "limits": {"rpm": 100}}]
-    data = stack_data(replicas=1, gateway={"tenants": tenants})
+    key, _, data = one_tenant_stack({"rpm": 100}, name="limited")
     store = Counted()
 
     async def main() -> None:
@@ -278,12 +275,7 @@ def test_a_tenant_without_limits_costs_no_round_trip_to_the_store() -> None:
 def test_a_reused_request_id_does_not_lift_the_concurrency_limit(use_redis: bool) -> None:
     """The client's `x-request-id` is the client's: requests that share one are still one
     lease each, so a tenant at `max_concurrency: 2` gets a 429 for the third."""
-    from inhouse.gateway.keys import create_key
-
-    key, entry = create_key()
-    tenant = f"reuse-{uuid.uuid4().hex[:6]}"
-    tenants = [{"name": tenant, "keys": [entry], "limits": {"max_concurrency": 2}}]
-    data = stack_data(replicas=1, gateway={"tenants": tenants})
+    key, tenant, data = one_tenant_stack({"max_concurrency": 2})
 
     async def main() -> None:
         store: LimitStore

@@ -58,3 +58,23 @@ def test_role_chunk_alone_is_held_back() -> None:
     state = StreamState(wants_usage=False)
     relay_piece(state, role)
     assert not state.has_first_token
+
+
+def test_the_first_part_that_is_not_text_is_named() -> None:
+    """What a text-only pool refuses: the first content part whose `type` (or, without one,
+    whose key) is not text; text parts and what the engine must judge (a part that is not an
+    object, a `type` that is not a string) pass."""
+
+    def media(*contents: object) -> tuple[str, str] | None:
+        messages = [{"role": "user", "content": content} for content in contents]
+        body = json.dumps({"messages": messages}).encode()
+        return parse_request(body, "application/json", is_chat=True).media_part
+
+    text = {"type": "text", "text": "a"}
+    assert media("plain", [text, {"type": "input_text", "text": "b"}, {"text": "c"}]) is None
+    assert media([text, 5, {"type": 7}, {}], None) is None
+    assert media([text], [text, {"type": "input_audio"}, {"type": "file"}]) == (
+        "messages.1.content.1.type",
+        "input_audio",
+    )
+    assert media([{"video_url": {"url": "v"}}]) == ("messages.0.content.0", "video_url")

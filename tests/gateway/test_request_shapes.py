@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import uuid
 from typing import Any
 
 from tests.gateway.conftest import (
@@ -15,11 +14,11 @@ from tests.gateway.conftest import (
     engines,
     free_port,
     gateway_for,
+    one_tenant_stack,
     recording_limits,
     stack_data,
 )
 
-from inhouse.gateway.keys import create_key
 from inhouse.gateway.limits import SECONDS_PER_DAY, MemoryLimits
 from inhouse.gateway.prompt import LocalCounter, RemoteCounter, parse_request
 from inhouse.openai_errors import ApiError
@@ -103,10 +102,7 @@ def test_text_parts_beside_tool_calls_reach_the_long_pool() -> None:
 def test_text_parts_beside_tool_calls_cannot_spend_past_the_daily_budget() -> None:
     """A tenant with 300 tokens a day sends a 1,000-token prompt whose text sits in an
     assistant turn's parts beside its tool calls: refused (429), nothing spent."""
-    key, entry = create_key()
-    tenant = f"parts-{uuid.uuid4().hex[:6]}"
-    tenants = [{"name": tenant, "keys": [entry], "limits": {"daily_tokens": 300}}]
-    data = stack_data(replicas=1, gateway={"tenants": tenants})
+    key, tenant, data = one_tenant_stack({"daily_tokens": 300})
     data["pools"][0]["knobs"]["max_model_len"] = 4096
     wall = 1_800_000_000.0  # a fixed clock: the day whose spending the test reads
     store = MemoryLimits(clock=lambda: (time.monotonic(), wall))
@@ -145,10 +141,7 @@ def test_a_body_nested_too_deep_to_forward_is_a_400_that_holds_no_slot() -> None
     """A body the JSON parser reads but the gateway cannot write back (nested past orjson's
     255 levels) is refused naming `body`, before it reserves: the tenant's one concurrency slot
     stays free for its next request."""
-    key, entry = create_key()
-    tenant = f"deep-{uuid.uuid4().hex[:6]}"
-    tenants = [{"name": tenant, "keys": [entry], "limits": {"max_concurrency": 1}}]
-    data = stack_data(replicas=1, gateway={"tenants": tenants})
+    key, _, data = one_tenant_stack({"max_concurrency": 1})
 
     async def main() -> None:
         async with engines(1) as live:
@@ -176,10 +169,7 @@ def test_a_completion_without_max_tokens_reserves_the_engines_default_of_16() ->
     gateway reserves that, not the whole context, so a tenant of 300 tokens a minute is served
     (it was told to "lower max_tokens", which it never sent); `max_tokens: null` asks for the
     rest of the context and reserves it."""
-    key, entry = create_key()
-    tenant = f"cmpl-{uuid.uuid4().hex[:6]}"
-    tenants = [{"name": tenant, "keys": [entry], "limits": {"tpm": 300}}]
-    data = stack_data(replicas=1, gateway={"tenants": tenants})
+    key, _, data = one_tenant_stack({"tpm": 300})
     store, reserved = recording_limits()
 
     async def main() -> None:
@@ -203,10 +193,7 @@ def test_a_key_sent_twice_reaches_the_engine_with_the_value_the_gateway_reserved
     """`max_tokens` twice: the gateway reads the last and forwards the body as it re-writes it,
     so the engine generates what was reserved; with both names on a chat, vLLM's
     `max_completion_tokens` rules in the reservation as at the engine."""
-    key, entry = create_key()
-    tenant = f"dup-{uuid.uuid4().hex[:6]}"
-    tenants = [{"name": tenant, "keys": [entry], "limits": {"tpm": 100_000}}]
-    data = stack_data(replicas=1, gateway={"tenants": tenants})
+    key, _, data = one_tenant_stack({"tpm": 100_000})
     store, reserved = recording_limits()
     messages = '"messages":[{"role":"user","content":"abcd"}]'
 

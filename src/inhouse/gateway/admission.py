@@ -1,6 +1,6 @@
 """Admission: who may send what, where, within which limits.
 
-    model (404/403) → count + long-prompt gate (400) → pool → priority → reserve (429)
+    model (404/403) → text only + count + long-prompt gate (400) → pool → priority → reserve (429)
 
 It owns the tenants and their keys, the limit store (rates, budgets, concurrency) and the
 long-prompt gate; it asks `Backends` which pool serves a model. What it admits is an
@@ -52,6 +52,27 @@ def _engine_default(parsed: ParsedRequest) -> int | None:
     if parsed.is_chat or "max_tokens" in parsed.body:
         return None
     return COMPLETION_MAX_TOKENS
+
+
+def _text_only(model: str, kind: str) -> str:
+    """vLLM's words for a media part sent to a text-only model, and what to send instead."""
+    return (
+        f"`{model}` is not a multimodal model: its pool serves text only, so a content part "
+        f"of type `{kind}` cannot be sent to it. Send the content as text parts or a string."
+    )
+
+
+def _unbounded_output(pool: PoolState) -> str:
+    """A request the gateway cannot bound (no max_tokens, the context length unknown) from a
+    tenant with token limits. NOTE: refused rather than given a max_tokens of the gateway's
+    choosing: a cap the client never asked for would cut its answers silently (finish_reason
+    "length"), at a length that would depend on how much of its budget is left."""
+    return (
+        f"This API key's token limits need a bound on the output, but the context length of "
+        f"pool `{pool.name}` is unknown to the gateway (the stack file states no "
+        "`max_model_len` for it and its engines report none), so a request naming no "
+        "max_tokens could generate past them. Set `max_tokens` (or `max_completion_tokens`)."
+    )
 
 
 def _forwarded(body: dict[str, Any]) -> bytes:
@@ -143,6 +164,9 @@ class Admitter:
         t0: float,
     ) -> Admission:
         model, primary = self.resolve_model(tenant, parsed.model)
+        if parsed.media_part is not None:  # before counting: such a part counts no tokens
+            param, kind = parsed.media_part
+            raise invalid(_text_only(model, kind), param=param, value=kind)
         counted_pool = self._pools[primary.name]
         num_prompt = await counted_pool.counter.count(parsed, model, self._count_limit(primary))
         choice = self._dispatcher.choose_pool(model, num_prompt)
@@ -205,8 +229,13 @@ class Admitter:
                 "prompt."
             )
             raise invalid(message, param="input_tokens", value=num_prompt, reason=reason)
-        if max_len is None:  # not known yet (no replica answered): the engine checks
-            return requested or tenant.limits.default_max_tokens or COMPLETION_MAX_TOKENS
+        if max_len is None:  # not stated nor reported: the engine checks the lengths
+            bounded = requested or tenant.limits.default_max_tokens or _engine_default(parsed)
+            if bounded is None and tenant.limits.has_token_limits:
+                raise invalid(_unbounded_output(pool), param="max_tokens")
+            # NOTE: without token limits the figure only feeds the reservation, which counts
+            # requests and slots alone; the body goes as sent and the engine bounds it.
+            return bounded or COMPLETION_MAX_TOKENS
         if num_prompt > max_len:
             message = prompt_over_context(max_len, num_prompt)
             raise invalid(message, param="input_tokens", value=num_prompt, reason=reason)

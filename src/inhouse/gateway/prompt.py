@@ -58,6 +58,10 @@ class ParsedRequest:
     token_ids: list[int] | None  # a completions prompt given as token ids
     session_key: str | None
     num_choices: int = 1  # `n` (or completions' `best_of`): outputs generated, each max_tokens
+    # The first chat content part that is not text: (its `param`, its kind), e.g.
+    # ("messages.0.content.1.type", "image_url"); counted as no tokens, so a text-only pool
+    # refuses it (`Admitter.admit`).
+    media_part: tuple[str, str] | None = None
 
 
 def parse_request(raw: bytes, content_type: str, is_chat: bool) -> ParsedRequest:
@@ -97,13 +101,15 @@ def parse_request(raw: bytes, content_type: str, is_chat: bool) -> ParsedRequest
     session = user if isinstance(user, str) and user else None
     text: str | None
     ids: list[int] | None = None
+    media: tuple[str, str] | None = None
     if is_chat:
         text = _chat_text(body)
+        media = _media_part(body["messages"])
     else:
         text, ids = _completion_prompt(body.get("prompt"))
     return ParsedRequest(
         body, is_chat, model, bool(stream), wants_usage, max_tokens, text, ids, session,
-        num_choices,
+        num_choices, media,
     )  # fmt: skip
 
 
@@ -152,6 +158,28 @@ def _chat_text(body: dict[str, Any]) -> str:
     # An assistant turn's tool calls are prompt text too (their arguments, mostly): the
     # template renders them after the turn's content, whether that is a string or parts.
     return _tools_text(body) + render_chat(messages, generation is not False)
+
+
+TEXT_PART_TYPES = ("text", "input_text", "output_text")  # parts whose `text` is counted
+
+
+def _media_part(messages: list[dict[str, Any]]) -> tuple[str, str] | None:
+    """The first content part that is not text, as (`param`, kind). A part without `type` is
+    of the kind its key names, as vLLM reads it (`{"image_url": ...}` is an image); a part that
+    is not an object, or whose `type` is not a string, is the engine's to refuse."""
+    for i, message in enumerate(messages):
+        content = message.get("content")
+        if not isinstance(content, list):
+            continue
+        for j, part in enumerate(content):
+            if not isinstance(part, dict) or not part:
+                continue
+            kind = part.get("type")
+            if isinstance(kind, str) and kind not in TEXT_PART_TYPES:
+                return f"messages.{i}.content.{j}.type", kind
+            if kind is None and "text" not in part:
+                return f"messages.{i}.content.{j}", next(iter(part))
+    return None
 
 
 def _tools_text(body: dict[str, Any]) -> str:

@@ -6,7 +6,7 @@
 
 The request path (`proxy.py`) runs a request through them:
 
-    tenant = key → parse (400) → model (404/403) → count + gate (400) → reserve (429)
+    tenant = key → parse (400) → model (404/403) → text only, count + gate (400) → reserve (429)
     → pool + replica (queue / 503) → proxy with retries before the first byte → settle
 
 `Gateway` composes them, counts the requests in flight and drains; the ASGI layer (`app.py`)

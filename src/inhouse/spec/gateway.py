@@ -71,8 +71,14 @@ class LimitsSpec(SpecModel):
         default=None,
         gt=0,
         description="max_tokens sent to the engine when a request names none (else the "
-        "reservation is the rest of the context window)",
+        "reservation is the rest of the context window; with token limits and a context "
+        "length the gateway does not know, such a request is a 400)",
     )
+
+    @property
+    def has_token_limits(self) -> bool:
+        """Whether a request's tokens count against a limit (TPM or the daily budget)."""
+        return self.tpm is not None or self.daily_tokens is not None
 
     @property
     def needs_store(self) -> bool:
