@@ -68,7 +68,8 @@ def render_chat(messages: Sequence[dict[str, Any]], add_generation_prompt: bool 
 
 
 def content_text(content: object) -> str:
-    """A message's text: a string, or the text parts of an OpenAI content-part list."""
+    """A message's text: a string, or the text parts of an OpenAI content-part list (an
+    assistant turn's `refusal` part is text too, as vLLM renders it)."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -76,8 +77,12 @@ def content_text(content: object) -> str:
     if isinstance(content, list):
         texts = []
         for part in content:
-            if isinstance(part, dict) and isinstance(part.get("text"), str):
+            if not isinstance(part, dict):
+                continue
+            if isinstance(part.get("text"), str):
                 texts.append(part["text"])
+            elif part.get("type") == "refusal" and isinstance(part.get("refusal"), str):
+                texts.append(part["refusal"])
         return "".join(texts)
     return str(content)
 

@@ -78,3 +78,23 @@ def test_the_first_part_that_is_not_text_is_named() -> None:
         "input_audio",
     )
     assert media([{"video_url": {"url": "v"}}]) == ("messages.0.content.0", "video_url")
+
+
+def test_an_assistant_refusal_part_is_text_and_counted() -> None:
+    """OpenAI's assistant turns may carry a `refusal` part, which vLLM renders as text: it is
+    served, not refused as media, and its words count as prompt tokens (the gate and budgets)."""
+    refusal = "I cannot help with that request, it asks for something I will not do. " * 20
+    turns = [
+        {"role": "user", "content": "do the thing"},
+        {"role": "assistant", "content": [{"type": "refusal", "refusal": refusal}]},
+        {"role": "user", "content": "please"},
+    ]
+    body = json.dumps({"messages": turns}).encode()
+    request = parse_request(body, "application/json", is_chat=True)
+    assert request.media_part is None
+    without = json.dumps({"messages": [turns[0], {"role": "assistant", "content": []}, turns[2]]})
+    bare = parse_request(without.encode(), "application/json", is_chat=True)
+    counter = LocalCounter(SimpleTokenizer())
+    counts = [asyncio.run(counter.count(r, "tiny", 100_000)) for r in (request, bare)]
+    counted = counts[0] - counts[1]
+    assert counted >= len(SimpleTokenizer().encode(refusal)), counted

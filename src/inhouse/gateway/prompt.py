@@ -160,7 +160,8 @@ def _chat_text(body: dict[str, Any]) -> str:
     return _tools_text(body) + render_chat(messages, generation is not False)
 
 
-TEXT_PART_TYPES = ("text", "input_text", "output_text")  # parts whose `text` is counted
+# Parts whose words are counted: their `text`, or a refusal part's `refusal` (vLLM renders it).
+TEXT_PART_TYPES = ("text", "input_text", "output_text", "refusal")
 
 
 def _media_part(messages: list[dict[str, Any]]) -> tuple[str, str] | None:
