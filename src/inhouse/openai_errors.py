@@ -46,6 +46,10 @@ LOADING_MESSAGE = "The model is still loading. Please try again later."
 ENGINE_DEAD_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 
 
+# vLLM's words for an image, audio, video or file part sent to a text-only model.
+TEXT_ONLY_MESSAGE = "The model is not multimodal."
+
+
 class ApiError(Exception):
     """A refusal: HTTP status, message, offending `param`, metric `reason`, extra headers.
 

@@ -87,6 +87,29 @@ def content_text(content: object) -> str:
     return str(content)
 
 
+# Parts whose words are counted: their `text`, or a refusal part's `refusal` (vLLM renders it).
+TEXT_PART_TYPES = ("text", "input_text", "output_text", "refusal")
+
+
+def first_media_part(messages: Sequence[object]) -> tuple[str, str] | None:
+    """The first content part that is not text, as (`param`, kind). A part without `type` is
+    of the kind its key names, as vLLM reads it (`{"image_url": ...}` is an image); a part that
+    is not an object, or whose `type` is not a string, is the engine's to refuse."""
+    for i, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            continue
+        for j, part in enumerate(content):
+            if not isinstance(part, dict) or not part:
+                continue
+            kind = part.get("type")
+            if isinstance(kind, str) and kind not in TEXT_PART_TYPES:
+                return f"messages.{i}.content.{j}.type", kind
+            if kind is None and "text" not in part:
+                return f"messages.{i}.content.{j}", next(iter(part))
+    return None
+
+
 def seed_of(token_ids: Sequence[int]) -> int:
     """A stable 32-bit digest of a prompt, choosing where its output text starts."""
     data = b"".join(t.to_bytes(4, "little", signed=False) for t in token_ids[:4096])

@@ -512,3 +512,23 @@ def _value(families: dict[str, Any], sample_name: str, **labels: str) -> float:
         if sample.name == sample_name and all(sample.labels.get(k) == v for k, v in labels.items()):
             return float(sample.value)
     raise AssertionError(f"{sample_name} {labels} not found")
+
+
+def test_a_media_part_is_refused_by_a_text_only_model(engine_url: str) -> None:
+    """The tiny model is text-only: an image part in a chat (or a chat sent to /tokenize) is a
+    400, never a prompt that counts the image as nothing; a refusal part is text."""
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    messages = [{"role": "user", "content": [{"type": "text", "text": "what is it?"}, image]}]
+    for path in ("/v1/chat/completions", "/tokenize"):
+        response = post(engine_url, path, {"model": "tiny", "messages": messages, "max_tokens": 2})
+        info = error_of(response)
+        assert response.status_code == 400 and info["type"] == "BadRequestError", info
+        assert info["message"].startswith("The model is not multimodal"), info
+    refusal = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [{"type": "refusal", "refusal": "I will not."}]},
+        {"role": "user", "content": "ok"},
+    ]
+    response = post(engine_url, "/v1/chat/completions", {"model": "tiny", "messages": refusal,
+                                                          "max_tokens": 2})  # fmt: skip
+    assert response.status_code == 200, response.text

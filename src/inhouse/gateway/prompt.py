@@ -27,7 +27,13 @@ from typing import Any, Protocol
 
 from inhouse.hashing import ROOT_HASH, chain_hash, chain_hashes, hash_token_blocks
 from inhouse.openai_errors import ApiError, invalid
-from inhouse.tokenizer import CHARS_PER_TOKEN, SimpleTokenizer, Tokenizer, render_chat
+from inhouse.tokenizer import (
+    CHARS_PER_TOKEN,
+    SimpleTokenizer,
+    Tokenizer,
+    first_media_part,
+    render_chat,
+)
 
 try:  # orjson parses a 32K-character body ~5x faster than the standard library
     import orjson
@@ -104,7 +110,7 @@ def parse_request(raw: bytes, content_type: str, is_chat: bool) -> ParsedRequest
     media: tuple[str, str] | None = None
     if is_chat:
         text = _chat_text(body)
-        media = _media_part(body["messages"])
+        media = first_media_part(body["messages"])
     else:
         text, ids = _completion_prompt(body.get("prompt"))
     return ParsedRequest(
@@ -158,29 +164,6 @@ def _chat_text(body: dict[str, Any]) -> str:
     # An assistant turn's tool calls are prompt text too (their arguments, mostly): the
     # template renders them after the turn's content, whether that is a string or parts.
     return _tools_text(body) + render_chat(messages, generation is not False)
-
-
-# Parts whose words are counted: their `text`, or a refusal part's `refusal` (vLLM renders it).
-TEXT_PART_TYPES = ("text", "input_text", "output_text", "refusal")
-
-
-def _media_part(messages: list[dict[str, Any]]) -> tuple[str, str] | None:
-    """The first content part that is not text, as (`param`, kind). A part without `type` is
-    of the kind its key names, as vLLM reads it (`{"image_url": ...}` is an image); a part that
-    is not an object, or whose `type` is not a string, is the engine's to refuse."""
-    for i, message in enumerate(messages):
-        content = message.get("content")
-        if not isinstance(content, list):
-            continue
-        for j, part in enumerate(content):
-            if not isinstance(part, dict) or not part:
-                continue
-            kind = part.get("type")
-            if isinstance(kind, str) and kind not in TEXT_PART_TYPES:
-                return f"messages.{i}.content.{j}.type", kind
-            if kind is None and "text" not in part:
-                return f"messages.{i}.content.{j}", next(iter(part))
-    return None
 
 
 def _tools_text(body: dict[str, Any]) -> str:

@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from inhouse.openai_errors import ENGINE_DEAD_MESSAGE, ApiError, invalid
+from inhouse.openai_errors import ENGINE_DEAD_MESSAGE, TEXT_ONLY_MESSAGE, ApiError, invalid
 from inhouse.server.generation import output_text
 from inhouse.server.http_metrics import HttpMetricsMiddleware
 from inhouse.server.metrics import CONTENT_TYPE
@@ -42,7 +42,7 @@ from inhouse.server.state import EngineState
 from inhouse.server.streaming import stream_chat, stream_completion, usage_of
 from inhouse.server.tools import ToolCall, plan_tool_call, structured_text, tools_prompt
 from inhouse.server.tools import message as tool_message
-from inhouse.tokenizer import render_chat, seed_of
+from inhouse.tokenizer import first_media_part, render_chat, seed_of
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -119,6 +119,15 @@ async def completions(state: EngineState, request: Request) -> Response:
     return await _complete(state, request, stream, model, chat=False)
 
 
+def refuse_media(model: str, messages: list[dict[str, Any]]) -> None:
+    """The simulated engine serves a text-only model, as vLLM does one: an image, audio,
+    video or file part is a 400 naming the part, never a prompt that counts it as nothing."""
+    media = first_media_part(messages)
+    if media is not None:
+        param, kind = media
+        raise ApiError(400, f"{TEXT_ONLY_MESSAGE} (part of type `{kind}`)", param=param)
+
+
 async def chat_completions(state: EngineState, request: Request) -> Response:
     arrival_s = state.runner.clock()
     state.check_accepting()
@@ -130,6 +139,7 @@ async def chat_completions(state: EngineState, request: Request) -> Response:
     if body.tools is not None:  # as sent: the prompt renders the client's own JSON
         extra["tools"] = [tool.model_dump(exclude_unset=True) for tool in body.tools]
     messages = message_dicts(body.messages)
+    refuse_media(model, messages)
     text = tools_prompt(extra) + render_chat(messages, body.add_generation_prompt)
     ids = state.tokenizer.encode(text)
     max_tokens = body.max_completion_tokens or body.max_tokens
@@ -274,8 +284,10 @@ async def tokenize(state: EngineState, request: Request) -> Response:
     if body.messages is not None:
         # The tools too, as the chat renders them (vLLM's /tokenize does): a gateway counts
         # prompts here, for its long-prompt gate and token limits.
+        messages = message_dicts(body.messages)
+        refuse_media(state.model_name, messages)
         text = tools_prompt(dict(body.model_extra or {})) + render_chat(
-            message_dicts(body.messages), body.add_generation_prompt
+            messages, body.add_generation_prompt
         )
     else:
         text = body.prompt or ""
