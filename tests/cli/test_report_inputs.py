@@ -111,6 +111,41 @@ def test_non_utf8_requests_are_named(tmp_path: Path) -> None:
         load_bench(path)
 
 
+def test_a_run_without_requests_jsonl_is_named(tmp_path: Path) -> None:
+    """The TTFT rows and the sessions held come from requests.jsonl: without it the run read as
+    0 successful requests, and its rows as not measured."""
+    path = _bench(tmp_path)
+    (path / "requests.jsonl").unlink()
+    with pytest.raises(SpecError) as err:
+        load_bench(path)
+    assert str(err.value).startswith(
+        f"{path / 'requests.jsonl'} not found beside {path / 'result.json'}"
+    )
+
+
+def test_a_truncated_requests_jsonl_is_named(tmp_path: Path) -> None:
+    path = _bench(tmp_path)
+    rows = (path / "requests.jsonl").read_text().splitlines(keepends=True)
+    (path / "requests.jsonl").write_text("".join(rows[:10]))
+    with pytest.raises(SpecError) as err:
+        load_bench(path)
+    assert str(err.value).startswith(
+        f"{path / 'requests.jsonl'}: 10 request rows, but {path / 'result.json'} "
+        "`num_prompts` is 40"
+    )
+
+
+def test_a_run_directory_without_result_json_is_named(tmp_path: Path) -> None:
+    """In a directory of runs, a run whose result.json is missing was skipped: its workload's
+    rows read as never benched."""
+    _bench(tmp_path / "bench")
+    other = _bench(tmp_path / "bench" / "more")
+    (other / "result.json").unlink()
+    with pytest.raises(SpecError) as err:
+        load_bench(tmp_path / "bench")
+    assert str(err.value).startswith(f"{other / 'result.json'} not found, though {other} has")
+
+
 @pytest.mark.parametrize("name", ["result.json", "requests.jsonl"])
 def test_a_fifo_is_refused_not_read(tmp_path: Path, name: str) -> None:
     """A FIFO in place of a file would block the report forever."""
