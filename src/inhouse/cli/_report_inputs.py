@@ -19,6 +19,7 @@ import yaml
 
 from inhouse.errors import SpecError
 from inhouse.report.inputs import BenchRun, Doc, DrillRun, Drills, RenderOutput, ReportInputs
+from inhouse.report.plan_schema import check_plan
 
 
 def _text(path: Path, hint: str) -> str:
@@ -38,11 +39,30 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-def _json(path: Path, hint: str) -> Any:
+def _json(path: Path, hint: str, *, constants: bool = False) -> Any:
+    """The file's JSON; NaN and Infinity refused unless `constants` (the caller then finds
+    them, and names where they are)."""
     try:
-        return json.loads(_text(path, hint), parse_constant=_no_constant)
+        return json.loads(_text(path, hint), parse_constant=None if constants else _no_constant)
     except ValueError as exc:  # JSONDecodeError, and NaN or Infinity
         raise SpecError(f"{path} is not valid JSON ({exc}); {hint}") from None
+
+
+def load_plan(plan_dir: Path) -> dict[str, Any]:
+    """plan.json, every field the report reads checked (`report.plan_schema`): a wrong one is
+    named by its JSON path, with the fix."""
+    path = plan_dir / "plan.json"
+    hint = f"run `inhouse plan REQUIREMENTS --out {plan_dir}` first"
+    plan = _json(path, hint, constants=True)
+    again = f"run `inhouse plan REQUIREMENTS --out {plan_dir}` again (never edit plan.json)"
+    if not isinstance(plan, dict) or "requirements" not in plan:
+        raise SpecError(
+            f"{path}: written by an older `inhouse plan` (no `requirements` key); {again}"
+        )
+    problem = check_plan(plan)
+    if problem is not None:
+        raise SpecError(f"{path}: {problem}; {again}")
+    return plan
 
 
 def _jsonl(path: Path, hint: str) -> tuple[dict[str, Any], ...]:
@@ -304,12 +324,7 @@ def load_inputs(
     plan_dir: Path, benches: list[Path], drills: Path | None, render: RenderOutput | None
 ) -> ReportInputs:
     hint = f"run `inhouse plan REQUIREMENTS --out {plan_dir}` first"
-    plan = _json(plan_dir / "plan.json", hint)
-    if not isinstance(plan, dict) or "requirements" not in plan:
-        raise SpecError(
-            f"{plan_dir / 'plan.json'}: written by an older `inhouse plan` (no `requirements` "
-            f"key); {hint.replace('first', 'again')}"
-        )
+    plan = load_plan(plan_dir)
     try:
         stack = yaml.safe_load((plan_dir / "stack.yaml").read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
