@@ -257,3 +257,13 @@ def test_the_schema_covers_every_field_the_report_reads(
     assert ("pools", 0, "replicas") in seen and ("cost", "usd_per_hour") in seen
     uncovered = sorted(path_text(p) for p in seen if not _covered(p))
     assert uncovered == []
+
+
+def test_every_field_s_parent_is_checked_before_it() -> None:
+    """A child is checked only where its parent is an object or list: a parent left out of the
+    schema would let a wrong one through unnamed."""
+    earlier: set[tuple[str, ...]] = set()
+    for field in PLAN_FIELDS:
+        parts = pattern(field.path)
+        assert len(parts) == 1 or parts[:-1] in earlier, field.path
+        earlier.add(parts)
