@@ -210,6 +210,12 @@ SOAK_CHECK = {  # as `inhouse drill`'s live soak words it (drill/drills/soak.py)
     "observed": "highest window p95 452 ms (lower bound 431 ms, 1,234 requests)",
     "ok": True,
 }
+MEMORY_CHECK = {  # the live soak's, its processes named after a customer's replicas
+    "name": "memory flat",
+    "expected": "RSS grows at most 10% + 64 MiB (second window to last)",
+    "observed": "acme-bank-chat-0 812 -> 820 MiB",
+    "ok": True,
+}
 
 
 def test_no_path_as_given_and_no_figure_of_a_drill_check(
@@ -225,7 +231,8 @@ def test_no_path_as_given_and_no_figure_of_a_drill_check(
         shutil.copytree(report_dirs[name], base / "bench" / f"acme-bank-{name}")
     soak = base / "drills" / "soak" / "evidence.json"
     evidence = json.loads(soak.read_text())
-    evidence["checks"].append(SOAK_CHECK)
+    evidence["checks"] += [SOAK_CHECK, MEMORY_CHECK]
+    evidence["stack"] = str(base / "plan" / "stack.yaml")
     soak.write_text(json.dumps(evidence))
     (base / "drills" / "soak" / "report.md").unlink()  # the expected outcome from the checks
     render = base / "deploy"
@@ -235,7 +242,7 @@ def test_no_path_as_given_and_no_figure_of_a_drill_check(
     inputs = load_inputs(base / "plan", [base / "bench"], base / "drills", load_render(render))
     internal = build_outputs(inputs).files
     public = build_outputs(inputs, public=True).files
-    figures = ("465 ms", "423 ms", "452 ms", "431 ms", "1,234 requests")
+    figures = ("465 ms", "423 ms", "452 ms", "431 ms", "1,234 requests", "812 -> 820")
     texts = {name: data.decode() for name, data in internal.items() if name in TEXT_FILES}
     assert all(any(f in t for t in texts.values()) for f in figures)
     assert "acme-bank" in texts["reference-architecture.md"]
