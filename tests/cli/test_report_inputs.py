@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 from inhouse.cli._report_inputs import load_bench, load_drills, load_inputs
 from inhouse.errors import SpecError
 
-from ..report.report_fixtures import chat_rows, write_bench, write_drills
+from ..report.report_fixtures import chat_rows, write_bench, write_drills, write_plan
 
 
 def _bench(
@@ -111,6 +112,41 @@ def test_non_utf8_requests_are_named(tmp_path: Path) -> None:
         load_bench(path)
 
 
+def test_a_run_without_requests_jsonl_is_named(tmp_path: Path) -> None:
+    """The TTFT rows and the sessions held come from requests.jsonl: without it the run read as
+    0 successful requests, and its rows as not measured."""
+    path = _bench(tmp_path)
+    (path / "requests.jsonl").unlink()
+    with pytest.raises(SpecError) as err:
+        load_bench(path)
+    assert str(err.value).startswith(
+        f"{path / 'requests.jsonl'} not found beside {path / 'result.json'}"
+    )
+
+
+def test_a_truncated_requests_jsonl_is_named(tmp_path: Path) -> None:
+    path = _bench(tmp_path)
+    rows = (path / "requests.jsonl").read_text().splitlines(keepends=True)
+    (path / "requests.jsonl").write_text("".join(rows[:10]))
+    with pytest.raises(SpecError) as err:
+        load_bench(path)
+    assert str(err.value).startswith(
+        f"{path / 'requests.jsonl'}: 10 request rows, but {path / 'result.json'} "
+        "`num_prompts` is 40"
+    )
+
+
+def test_a_run_directory_without_result_json_is_named(tmp_path: Path) -> None:
+    """In a directory of runs, a run whose result.json is missing was skipped: its workload's
+    rows read as never benched."""
+    _bench(tmp_path / "bench")
+    other = _bench(tmp_path / "bench" / "more")
+    (other / "result.json").unlink()
+    with pytest.raises(SpecError) as err:
+        load_bench(tmp_path / "bench")
+    assert str(err.value).startswith(f"{other / 'result.json'} not found, though {other} has")
+
+
 @pytest.mark.parametrize("name", ["result.json", "requests.jsonl"])
 def test_a_fifo_is_refused_not_read(tmp_path: Path, name: str) -> None:
     """A FIFO in place of a file would block the report forever."""
@@ -151,11 +187,15 @@ def test_a_directory_named_like_a_timeline_is_skipped(tmp_path: Path) -> None:
     assert list(images) == ["drills/kill-replica-timeline.png"]
 
 
-def _plan_dir(tmp_path: Path, name: str) -> Path:
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The CRM plan, as `inhouse plan` writes it (named crm-copilot)."""
+    return write_plan(tmp_path_factory.mktemp("planned") / "plan")
+
+
+def _plan_dir(tmp_path: Path, planned: Path) -> Path:
     plan = tmp_path / "plan"
-    plan.mkdir()
-    (plan / "plan.json").write_text(json.dumps({"name": name, "requirements": {}}))
-    (plan / "stack.yaml").write_text(f"version: 1\nname: {name}\npools: []\n")
+    shutil.copytree(planned, plan)
     return plan
 
 
@@ -165,10 +205,10 @@ def _drilled(drills: Path, stack: str) -> Path:
     return drills
 
 
-def test_drills_of_the_built_in_demo_stack_are_refused(tmp_path: Path) -> None:
+def test_drills_of_the_built_in_demo_stack_are_refused(tmp_path: Path, planned: Path) -> None:
     """`inhouse drill run all` without --stack drills its demo: its degraded TTFT is not the
     plan's."""
-    plan = _plan_dir(tmp_path, "crm-copilot")
+    plan = _plan_dir(tmp_path, planned)
     drills = _drilled(write_drills(tmp_path / "drills"), "built-in demo (crm-copilot-demo)")
     with pytest.raises(SpecError) as err:
         load_inputs(plan, [], drills, None)
@@ -179,8 +219,8 @@ def test_drills_of_the_built_in_demo_stack_are_refused(tmp_path: Path) -> None:
     )
 
 
-def test_drills_of_another_stack_file_are_refused(tmp_path: Path) -> None:
-    plan = _plan_dir(tmp_path, "crm-copilot")
+def test_drills_of_another_stack_file_are_refused(tmp_path: Path, planned: Path) -> None:
+    plan = _plan_dir(tmp_path, planned)
     other = tmp_path / "other.yaml"
     other.write_text("version: 1\nname: rag-search\npools: []\n")
     drills = _drilled(write_drills(tmp_path / "drills"), str(other))
@@ -190,25 +230,16 @@ def test_drills_of_another_stack_file_are_refused(tmp_path: Path) -> None:
         load_inputs(plan, [], drills, None)
 
 
-def test_drills_of_the_plans_stack_load(tmp_path: Path) -> None:
-    plan = _plan_dir(tmp_path, "crm-copilot")
+def test_drills_of_the_plans_stack_load(tmp_path: Path, planned: Path) -> None:
+    plan = _plan_dir(tmp_path, planned)
     drills = _drilled(write_drills(tmp_path / "drills"), str(plan / "stack.yaml"))
     loaded = load_inputs(plan, [], drills, None)
     assert loaded.drills is not None and len(loaded.drills.runs) == 7
 
 
-def _planned(tmp_path: Path) -> Path:
-    plan = _plan_dir(tmp_path, "crm-copilot")
-    data = json.loads((plan / "plan.json").read_text())
-    data["workloads"] = {"chat": {"kind": "agent"}}
-    data["reproduce"] = {"bench": {"chat": {"workload": "agent", "model": "chat", "params": {}}}}
-    (plan / "plan.json").write_text(json.dumps(data))
-    return plan
-
-
-def test_a_run_of_another_model_is_refused(tmp_path: Path) -> None:
+def test_a_run_of_another_model_is_refused(tmp_path: Path, planned: Path) -> None:
     """Labelled chat, but it asked another stack's model: its latencies are not chat's."""
-    plan = _planned(tmp_path)
+    plan = _plan_dir(tmp_path, planned)  # chat: agent, model chat
     rows = chat_rows(np.random.default_rng(0), 10, cold=2)
     run = write_bench(tmp_path / "chat", "llama-8b-other", rows, label="chat")
     with pytest.raises(SpecError) as err:
@@ -219,8 +250,8 @@ def test_a_run_of_another_model_is_refused(tmp_path: Path) -> None:
     )
 
 
-def test_a_run_of_another_generator_is_refused(tmp_path: Path) -> None:
-    plan = _planned(tmp_path)
+def test_a_run_of_another_generator_is_refused(tmp_path: Path, planned: Path) -> None:
+    plan = _plan_dir(tmp_path, planned)  # chat: agent, model chat
     rows = chat_rows(np.random.default_rng(0), 10, cold=2)
     extra = {"workload": {"name": "utility", "params": {}}}
     run = write_bench(tmp_path / "chat", "chat", rows, extra=extra)
@@ -230,8 +261,8 @@ def test_a_run_of_another_generator_is_refused(tmp_path: Path) -> None:
         load_inputs(plan, [run], None, None)
 
 
-def test_runs_of_the_planned_model_and_generator_load(tmp_path: Path) -> None:
-    plan = _planned(tmp_path)
+def test_runs_of_the_planned_model_and_generator_load(tmp_path: Path, planned: Path) -> None:
+    plan = _plan_dir(tmp_path, planned)  # chat: agent, model chat
     rows = chat_rows(np.random.default_rng(0), 10, cold=2)
     runs = [
         write_bench(tmp_path / "chat", "chat", rows),

@@ -8,16 +8,20 @@ import io
 import json
 import math
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from inhouse.cli._report_inputs import load_inputs, load_render
+from inhouse.render import render_stack
 from inhouse.report.build import build_outputs
 from inhouse.report.document import build_document
 from inhouse.report.figures import SANITIZED_KINDS, Figure, Source, format_range
 from inhouse.report.inputs import ReportInputs
+from inhouse.spec.load import load_stack
 
 from .conftest import make_inputs
 from .report_fixtures import TENANTS
@@ -197,3 +201,59 @@ def test_the_public_cost_sheet_spells_no_workload_or_estimate(inputs: ReportInpu
         if "share" in row["label"]:
             leaks.append((row["label"], "planner share"))
     assert leaks == []
+
+
+SOAK_CHECK = {  # as `inhouse drill`'s live soak words it (drill/drills/soak.py)
+    "name": "p95 TTFT stable",
+    "expected": "no window's p95 TTFT above 465 ms (the first window's 423 ms + 10%) with 90% "
+    "confidence (bootstrap lower bound); a request streamed in every window",
+    "observed": "highest window p95 452 ms (lower bound 431 ms, 1,234 requests)",
+    "ok": True,
+}
+MEMORY_CHECK = {  # the live soak's, its processes named after a customer's replicas
+    "name": "memory flat",
+    "expected": "RSS grows at most 10% + 64 MiB (second window to last)",
+    "observed": "acme-bank-chat-0 812 -> 820 MiB",
+    "ok": True,
+}
+
+
+def test_no_path_as_given_and_no_figure_of_a_drill_check(
+    report_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """Paths as given name the customer (`/data/acme-bank/...`), and the soak check's expected
+    text quotes its measured first-window p95: the public version cites every file by a
+    neutral name and keeps no check's expected or observed text."""
+    base = tmp_path / "data" / "acme-bank"
+    for name in ("plan", "drills"):
+        shutil.copytree(report_dirs[name], base / name)
+    for name in ("chat", "cold", "utility"):
+        shutil.copytree(report_dirs[name], base / "bench" / f"acme-bank-{name}")
+    soak = base / "drills" / "soak" / "evidence.json"
+    evidence = json.loads(soak.read_text())
+    evidence["checks"] += [SOAK_CHECK, MEMORY_CHECK]
+    evidence["stack"] = str(base / "plan" / "stack.yaml")
+    soak.write_text(json.dumps(evidence))
+    (base / "drills" / "soak" / "report.md").unlink()  # the expected outcome from the checks
+    render = base / "deploy"
+    for relative, text in render_stack(load_stack(base / "plan" / "stack.yaml")).files.items():
+        (render / relative).parent.mkdir(parents=True, exist_ok=True)
+        (render / relative).write_text(text)
+    inputs = load_inputs(base / "plan", [base / "bench"], base / "drills", load_render(render))
+    internal = build_outputs(inputs).files
+    public = build_outputs(inputs, public=True).files
+    figures = ("465 ms", "423 ms", "452 ms", "431 ms", "1,234 requests", "812 -> 820")
+    texts = {name: data.decode() for name, data in internal.items() if name in TEXT_FILES}
+    assert all(any(f in t for t in texts.values()) for f in figures)
+    assert "acme-bank" in texts["reference-architecture.md"]
+    for name, data in public.items():
+        if name not in TEXT_FILES:
+            continue
+        text = data.decode()
+        assert "acme-bank" not in text, name
+        assert str(tmp_path) not in text, name
+        for figure in figures:
+            assert figure not in text, (name, figure)
+    doc = public["reference-architecture.md"].decode()
+    assert "`bench/chat/requests.jsonl`" in doc and "`drills/kill-replica/evidence.json`" in doc
+    assert "* p95 TTFT stable\n" in doc  # named, without its expected text

@@ -18,7 +18,7 @@ from inhouse.bench.failures import failure_lines
 from inhouse.bench.health import assess_client
 from inhouse.bench.metrics import VLLM_METRICS, percentile_key, summarize
 from inhouse.bench.plan_run import judgement_lines
-from inhouse.bench.redact import redact_argv, redact_text
+from inhouse.bench.redact import redact_argv, redact_text, redact_value
 
 EXTENSION_ROWS = ("ttft_sched", "e2el_sched", "client_queue_time", "ttft_content")
 
@@ -97,7 +97,9 @@ def build_result(run: BenchRun) -> dict[str, Any]:
 
 
 def write_requests(run: BenchRun, path: Path) -> None:
+    """One JSON row per request, every string in it redacted of the run's key."""
     results = run.results
+    secrets = (run.spec.api_key,)
     t0 = min((r.outcome.t_sched for r in results), default=0.0)
     with path.open("w", encoding="utf-8") as handle:
         for r in results:
@@ -118,7 +120,7 @@ def write_requests(run: BenchRun, path: Path) -> None:
                 "ideal_cached_tokens": r.num_ideal_cached_tokens,
                 "itl_ms": [round(g * 1000, 3) for g in o.itl_s],
             }
-            handle.write(json.dumps(row) + "\n")
+            handle.write(json.dumps(redact_value(row, secrets)) + "\n")
 
 
 def write_reports(
@@ -128,14 +130,11 @@ def write_reports(
     more top-level keys (`plan_slo`, the verdict of `bench --plan`)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     result = {**build_result(run), **(extra or {})}
-    secrets = (run.spec.api_key,)
-    # NOTE: the key is scrubbed from every text written, wherever it might have got to.
-    result = dict(json.loads(redact_text(json.dumps(result), secrets)))
+    # NOTE: the key is scrubbed from every string written, wherever it might have got to; from
+    # the values, not the JSON text, whose key names and literals a short key would rewrite.
+    result = dict(redact_value(result, (run.spec.api_key,)))
     (out_dir / "result.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     write_requests(run, out_dir / "requests.jsonl")
-    requests = out_dir / "requests.jsonl"
-    if run.spec.api_key and run.spec.api_key in requests.read_text(encoding="utf-8"):
-        requests.write_text(redact_text(requests.read_text(encoding="utf-8"), secrets))
     images: list[str] = []
     if charts:
         from inhouse.bench.charts import write_run_charts

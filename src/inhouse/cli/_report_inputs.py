@@ -19,6 +19,7 @@ import yaml
 
 from inhouse.errors import SpecError
 from inhouse.report.inputs import BenchRun, Doc, DrillRun, Drills, RenderOutput, ReportInputs
+from inhouse.report.plan_schema import check_plan
 
 
 def _text(path: Path, hint: str) -> str:
@@ -38,16 +39,33 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-def _json(path: Path, hint: str) -> Any:
+def _json(path: Path, hint: str, *, constants: bool = False) -> Any:
+    """The file's JSON; NaN and Infinity refused unless `constants` (the caller then finds
+    them, and names where they are)."""
     try:
-        return json.loads(_text(path, hint), parse_constant=_no_constant)
+        return json.loads(_text(path, hint), parse_constant=None if constants else _no_constant)
     except ValueError as exc:  # JSONDecodeError, and NaN or Infinity
         raise SpecError(f"{path} is not valid JSON ({exc}); {hint}") from None
 
 
+def load_plan(plan_dir: Path) -> dict[str, Any]:
+    """plan.json, every field the report reads checked (`report.plan_schema`): a wrong one is
+    named by its JSON path, with the fix."""
+    path = plan_dir / "plan.json"
+    hint = f"run `inhouse plan REQUIREMENTS --out {plan_dir}` first"
+    plan = _json(path, hint, constants=True)
+    again = f"run `inhouse plan REQUIREMENTS --out {plan_dir}` again (never edit plan.json)"
+    if not isinstance(plan, dict) or "requirements" not in plan:
+        raise SpecError(
+            f"{path}: written by an older `inhouse plan` (no `requirements` key); {again}"
+        )
+    problem = check_plan(plan)
+    if problem is not None:
+        raise SpecError(f"{path}: {problem}; {again}")
+    return plan
+
+
 def _jsonl(path: Path, hint: str) -> tuple[dict[str, Any], ...]:
-    if not path.exists():
-        return ()
     rows = []
     for number, line in enumerate(_text(path, hint).splitlines(), start=1):
         if not line.strip():
@@ -120,6 +138,30 @@ def _check_result(result: dict[str, Any], path: Path, hint: str) -> None:
         raise SpecError(f"{path}: `workload.params.sessions` is {sessions!r}, not a count; {hint}")
 
 
+# What `inhouse bench --out DIR` writes beside result.json: a directory holding one of these is
+# a run, not a directory of runs.
+RUN_FILES = ("requests.jsonl", "report.md", "report.html")
+
+
+def _requests(result: dict[str, Any], path: Path, hint: str) -> tuple[dict[str, Any], ...]:
+    """The run's requests.jsonl, which must be there and hold a row for each request
+    result.json counts (`num_prompts`): a missing or cut file read as no successful request."""
+    requests = path / "requests.jsonl"
+    if not requests.exists():
+        raise SpecError(
+            f"{requests} not found beside {path / 'result.json'}: the TTFT and session rows "
+            f"come from it; copy the whole run directory, or {hint}"
+        )
+    rows = _jsonl(requests, hint)
+    expected = result.get("num_prompts")
+    if isinstance(expected, int) and not isinstance(expected, bool) and expected != len(rows):
+        raise SpecError(
+            f"{requests}: {len(rows)} request rows, but {path / 'result.json'} `num_prompts` "
+            f"is {expected} (a cut file, or another run's); {hint}"
+        )
+    return rows
+
+
 def load_bench(path: Path) -> list[BenchRun]:
     hint = "run `inhouse bench ... --out DIR` and pass that DIR"
     if (path / "result.json").exists():
@@ -127,17 +169,23 @@ def load_bench(path: Path) -> list[BenchRun]:
         if not isinstance(result, dict):
             raise SpecError(f"{path / 'result.json'}: not a bench result (a JSON object)")
         _check_result(result, path / "result.json", hint)
-        requests = path / "requests.jsonl"
+        rows = _requests(result, path, hint)
         return [
             BenchRun(
                 path.name,
                 Doc(str(path / "result.json"), result),
-                _jsonl(requests, hint),
-                str(requests),
+                rows,
+                str(path / "requests.jsonl"),
             )
         ]
     if not path.is_dir():
         raise SpecError(f"--bench {path}: no such directory; {hint}")
+    written = [name for name in RUN_FILES if (path / name).exists()]
+    if written:
+        raise SpecError(
+            f"{path / 'result.json'} not found, though {path} has {', '.join(written)}: a bench "
+            f"run without its result; copy the whole run directory, or {hint}"
+        )
     runs = [r for child in sorted(path.iterdir()) if child.is_dir() for r in load_bench(child)]
     if not runs:
         raise SpecError(f"--bench {path}: no result.json in it or its subdirectories; {hint}")
@@ -276,12 +324,7 @@ def load_inputs(
     plan_dir: Path, benches: list[Path], drills: Path | None, render: RenderOutput | None
 ) -> ReportInputs:
     hint = f"run `inhouse plan REQUIREMENTS --out {plan_dir}` first"
-    plan = _json(plan_dir / "plan.json", hint)
-    if not isinstance(plan, dict) or "requirements" not in plan:
-        raise SpecError(
-            f"{plan_dir / 'plan.json'}: written by an older `inhouse plan` (no `requirements` "
-            f"key); {hint.replace('first', 'again')}"
-        )
+    plan = load_plan(plan_dir)
     try:
         stack = yaml.safe_load((plan_dir / "stack.yaml").read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:

@@ -14,12 +14,24 @@ from collections.abc import Mapping
 from typing import Any
 
 
+def parse_simulate(command: str) -> tuple[str, dict[str, str]]:
+    """`inhouse simulate ... --workload KIND -W k=v,... ...` -> (KIND, {k: v}); ValueError when
+    it is not such a command."""
+    try:
+        words = shlex.split(command)
+        kind = words[words.index("--workload") + 1]
+        params = dict(p.split("=", 1) for p in words[words.index("-W") + 1].split(","))
+    except (ValueError, IndexError):
+        raise ValueError(
+            f"not an `inhouse simulate --workload KIND -W k=v,...` command: {command!r}"
+        ) from None
+    return kind, params
+
+
 def bench_args(
     plan: Mapping[str, Any], workload: str, *, cold: bool = False, cold_sessions: int = 6
 ) -> list[str]:
-    command = shlex.split(plan["reproduce"]["simulate"][workload])
-    kind = command[command.index("--workload") + 1]
-    params = dict(p.split("=", 1) for p in command[command.index("-W") + 1].split(","))
+    kind, params = parse_simulate(plan["reproduce"]["simulate"][workload])
     model = params.pop("model", workload)
     label = f"{workload}-cold" if cold else workload
     args = ["--workload", kind, "--model", model, "--label", label]

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from inhouse.report.figures import Figure, Kind, Ledger, Unit
 from inhouse.report.inputs import PathPart, ReportInputs
+from inhouse.report.public import public_inputs
 from inhouse.report.rendered import Alert, Dashboard, read_alerts, read_dashboards
 from inhouse.report.slo import SloRow, slo_rows
 
@@ -31,6 +32,10 @@ class Context:
 
     @classmethod
     def build(cls, inputs: ReportInputs, public: bool) -> Context:
+        """The context of one version; the public one cites every file by a neutral name
+        (`public.public_inputs`: a path as given can name the customer)."""
+        if public:
+            inputs = public_inputs(inputs)
         alerts = read_alerts(inputs.render)
         return cls(
             inputs,

@@ -15,7 +15,7 @@ from inhouse.report import sections_cost, sections_ops, sections_plan
 from inhouse.report.alternative import alternative
 from inhouse.report.context import Context, table
 from inhouse.report.figures import Ledger
-from inhouse.report.inputs import ReportInputs
+from inhouse.report.inputs import DRILLS, ReportInputs
 
 DELIVERABLES = (
     (
@@ -68,7 +68,7 @@ def _summary(ctx: Context) -> list[str]:
     drills = ctx.inputs.drills
     verdicts = {
         name: (run.evidence.get("verdict") if run else None)
-        for name, _ in sections_ops.DRILLS
+        for name, _ in DRILLS
         for run in [drills.run(name) if drills else None]
     }
     passed = sum(1 for v in verdicts.values() if v == "pass")

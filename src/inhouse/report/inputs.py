@@ -118,6 +118,18 @@ class BenchRun:
         return self.label.endswith("-cold")
 
 
+# The seven drills, by `inhouse drill`'s names, with what each breaks.
+DRILLS = (
+    ("kill-replica", "Kill a chat replica during peak load"),
+    ("kv-fill", "Fill the KV cache to 95%"),
+    ("long-prompt-dos", "Long-prompt DoS from one tenant"),
+    ("bad-signature", "Corrupted model signature"),
+    ("load-not-ready", "Model loaded but not ready"),
+    ("ecc-dbe", "GPU ECC double-bit error"),
+    ("soak", "Soak: regression on p95 and prefix hit rate"),
+)
+
+
 @dataclass(frozen=True)
 class DrillRun:
     """One drill's `DIR/NAME/`: evidence.json, and its report.md and timeline when present."""

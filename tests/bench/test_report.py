@@ -1,0 +1,46 @@
+"""A bench run's reports: result.json, requests.jsonl and report.md keep their shape whatever the
+API key is (the key is redacted from the values, never from the names of the keys)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tests.support.mock_server import MockServerThread, MockTiming
+
+from inhouse.bench.redact import REDACTED
+from inhouse.cli.main import main
+
+SMALL = ["-p", "document=60", "-p", "output=4", "-p", "instruction_tokens=32"]
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "load",  # inside the name of result.json's `workload`: KeyError 'workload'
+        "s",  # inside the JSON literal `false`: the redacted text no longer parsed
+        "success",  # the name of every requests.jsonl row's `success`
+    ],
+)
+def test_a_key_inside_a_key_name_leaves_every_report_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: str
+) -> None:
+    """A wrong key fails every request (401); a key that is part of a name in the files (a
+    short test key) renamed it: `render_markdown` then raised KeyError: 'workload'."""
+    for name in ("INHOUSE_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    out = tmp_path / "run"
+    label = f"label-{key}-1"
+    with MockServerThread(MockTiming(ttft_s=0.01, fail_status=401)) as mock:
+        argv = ["bench", "--target", mock.url, "--workload", "utility", "--rate", "50",
+                "--num-requests", "4", "--label", label, "--out", str(out), "--api-key", key,
+                "--no-charts", *SMALL]  # fmt: skip
+        assert main(argv) == 1  # nothing completed
+    result = json.loads((out / "result.json").read_text())
+    assert result["workload"]["name"] == "utility"
+    assert (result["completed"], result["failed"]) == (0, 4)
+    assert result["label"] == f"label-{REDACTED}-1"  # a value holding the key is redacted
+    rows = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    assert [row["success"] for row in rows] == [False] * 4
+    assert (out / "report.md").read_text().startswith("# inhouse bench — utility (live)")
