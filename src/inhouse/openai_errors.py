@@ -46,8 +46,9 @@ LOADING_MESSAGE = "The model is still loading. Please try again later."
 ENGINE_DEAD_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 
 
-# vLLM's words for an image, audio, video or file part sent to a text-only model.
-TEXT_ONLY_MESSAGE = "The model is not multimodal."
+def text_only_message(model: str) -> str:
+    """vLLM's words (0.32) for an image, audio, video or file part sent to a text-only model."""
+    return f"{model} is not a multimodal model"
 
 
 class ApiError(Exception):

@@ -25,6 +25,7 @@ from inhouse.openai_errors import (
     max_tokens_over_context,
     max_tokens_too_large,
     prompt_over_context,
+    text_only_message,
     unknown_model,
 )
 from inhouse.routing.view import RequestView
@@ -57,7 +58,7 @@ def _engine_default(parsed: ParsedRequest) -> int | None:
 def _text_only(model: str, kind: str) -> str:
     """vLLM's words for a media part sent to a text-only model, and what to send instead."""
     return (
-        f"`{model}` is not a multimodal model: its pool serves text only, so a content part "
+        f"{text_only_message(model)}: its pool serves text only, so a content part "
         f"of type `{kind}` cannot be sent to it. Send the content as text parts or a string."
     )
 

@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from inhouse.openai_errors import ENGINE_DEAD_MESSAGE, TEXT_ONLY_MESSAGE, ApiError, invalid
+from inhouse.openai_errors import ENGINE_DEAD_MESSAGE, ApiError, invalid, text_only_message
 from inhouse.server.generation import output_text
 from inhouse.server.http_metrics import HttpMetricsMiddleware
 from inhouse.server.metrics import CONTENT_TYPE
@@ -120,12 +120,11 @@ async def completions(state: EngineState, request: Request) -> Response:
 
 
 def refuse_media(model: str, messages: list[dict[str, Any]]) -> None:
-    """The simulated engine serves a text-only model, as vLLM does one: an image, audio,
-    video or file part is a 400 naming the part, never a prompt that counts it as nothing."""
-    media = first_media_part(messages)
-    if media is not None:
-        param, kind = media
-        raise ApiError(400, f"{TEXT_ONLY_MESSAGE} (part of type `{kind}`)", param=param)
+    """The simulated engine serves a text-only model and refuses an image, audio, video or
+    file part as vLLM refuses one (400, its message, no `param`), never counting it as
+    nothing. The gateway names the part; this is vLLM's answer, for fidelity."""
+    if first_media_part(messages) is not None:
+        raise ApiError(400, text_only_message(model))
 
 
 async def chat_completions(state: EngineState, request: Request) -> Response:
