@@ -210,3 +210,49 @@ def test_a_drill_run_refuses_a_peak_past_what_a_plan_sizes(peak: object, tmp_pat
     message = str(caught.value)
     assert f"{stack.parent / 'plan.json'}: " in message
     assert "workloads.chat.traffic.peak_sessions" in message and f"{MAX_SESSIONS:,}" in message
+
+
+def _fake_tools(where: Path, failing: str) -> Path:
+    """`kubectl`, `ssh`, `promtool`, `amtool` that log each call to `ran.log`; kubectl fails
+    every command whose verb is `failing`."""
+    bin_dir = where / "bin"
+    bin_dir.mkdir()
+    log = where / "ran.log"
+    for tool in ("ssh", "promtool", "amtool"):
+        (bin_dir / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> "{log}"\n')
+    (bin_dir / "kubectl").write_text(
+        f'#!/bin/sh\necho "kubectl $*" >> "{log}"\n'
+        f'for a in "$@"; do [ "$a" = "{failing}" ] && exit 1; done\nexit 0\n'
+    )
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    return bin_dir
+
+
+@needs_tools
+def test_bad_signature_removes_the_altered_copy_when_a_wait_fails(tmp_path: Path) -> None:
+    # `set -e` stopped the script at the failed `kubectl wait` (the pod never reached Failed in
+    # 10 minutes), before its last step: the altered copy of the weights stayed on the node.
+    from inhouse.render.layout import model_dir
+    from inhouse.render.options import RenderOptions
+
+    stack = load_stack(EXAMPLE)
+    write_plan(stack, tmp_path / "plan")
+    rel = model_dir(stack.pools[0]).removeprefix("/models/")
+    copy = f"{RenderOptions().models_host_path}/{rel}-drill"
+    nowhere = "http://127.0.0.1:9"
+    env = {"PATH": f"{_fake_tools(tmp_path, 'wait')}:/usr/bin:/bin", "NODE": "gpu-node-1",
+           "PROM": nowhere, "AM": nowhere, "GATEWAY": nowhere}  # fmt: skip
+    done = subprocess.run(
+        ["bash", str(tmp_path / "plan" / "bad-signature.sh")],
+        env=env, cwd=tmp_path / "plan", capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert done.returncode != 0, done.stdout + done.stderr
+    ran = (tmp_path / "ran.log").read_text().splitlines()
+    waited = next(
+        i for i, line in enumerate(ran) if line.startswith("kubectl ") and " wait " in line
+    )
+    after = ran[waited + 1 :]
+    assert any(line.startswith("ssh gpu-node-1 rm -rf ") and copy in line for line in after), ran
+    assert any(" delete pod drill-verify-altered" in line for line in after), ran
+    assert not any(" apply " in line for line in after), "the script went on after the failure"

@@ -127,7 +127,7 @@ def _script(name: str, steps: list[Step], load: AgentLoad) -> str:
     lines = [
         "#!/usr/bin/env bash",
         f"# inhouse drill plan: {name}. Run step by step; read each CHECK before going on.",
-        f"# Load: {load.source}.",
+        *([f"# Load: {load.source}."] if any(" bench " in s.shell for s in steps) else []),
         "set -euo pipefail",
         f": {guard}",
         "",

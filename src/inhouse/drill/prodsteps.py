@@ -276,7 +276,26 @@ def _bad_signature(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -
         "--timeout=1800s",
     ]
     logs = ["-n", ns, "logs", "pod/drill-verify-altered"]
+    pods = ["drill-verify-altered", "drill-verify-intact"]
+    delete = ["-n", ns, "delete", "pod", *pods, "--ignore-not-found"]
+    drill_copy = f"{models}/{rel}-drill"
+    # NOTE: a trap, not a last step: under `set -e` a failed `kubectl wait` ended the script
+    # before its clean-up, and the altered weights stayed on the node.
+    clean_up = (
+        "clean_up() {\n"
+        f"  ssh \"$NODE\" 'rm -rf {drill_copy} {drill_copy}.sig' "
+        f'|| echo "CLEAN UP BY HAND: rm -rf {drill_copy} {drill_copy}.sig on $NODE" >&2\n'
+        f"  {_k(delete)} || true\n"
+        "}\n"
+        "trap clean_up EXIT"
+    )
     return [
+        Step(
+            "on any exit, a failed step too: remove the altered copy and the verify pods (trap)",
+            clean_up,
+            [f"after the script ends, passed or failed: no {drill_copy} on the node"],
+            kubectl=[delete],
+        ),
         Step("an altered copy of the weights on the node", copy, ["one byte of one shard flipped"]),
         Step(
             "verify the altered copy as the engine pod's init container does",
@@ -291,12 +310,6 @@ def _bad_signature(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -
             ["the pod succeeds"],
             kubectl=[apply_i, wait_i],
             manifests={"bad-signature/verify-intact.yaml": intact},
-        ),
-        Step(
-            "clean up",
-            f"kubectl -n {ns} delete pod drill-verify-altered drill-verify-intact\n"
-            f"ssh \"$NODE\" 'rm -rf {models}/{rel}-drill {models}/{rel}-drill.sig'",
-            [],
         ),
     ]
 
