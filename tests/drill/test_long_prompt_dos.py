@@ -35,7 +35,7 @@ def test_the_huge_prompt_is_past_the_pools_context() -> None:
     # gateway rightly served it, and the drill (and drill plan's curl) failed or loaded a
     # production engine with three huge prefills instead of testing the refusal.
     from inhouse.drill.drills.long_prompt_dos import huge_tokens
-    from inhouse.drill.prodsteps import drill_steps
+    from inhouse.drill.prodsteps import default_agent_load, drill_steps
     from inhouse.launch.demo import demo_stack
     from inhouse.render.alerts_triggers import max_model_len
 
@@ -46,5 +46,5 @@ def test_the_huge_prompt_is_past_the_pools_context() -> None:
     long = pool.model_copy(update={"model": "Kimi-K2.5", "knobs": knobs})
     assert max_model_len(long) == 262_144 and huge_tokens(long) == 327_680
     wide = stack.model_copy(update={"pools": [long, *stack.pools[1:]]})
-    (first, _) = drill_steps("long-prompt-dos", wide, "ns")
+    (first, _) = drill_steps("long-prompt-dos", wide, "ns", default_agent_load())
     assert '"word " * 327680' in first.shell

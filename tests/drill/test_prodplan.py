@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import argparse
 import json
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -84,6 +86,173 @@ def test_every_load_names_the_drilled_pools_model(tmp_path: Path) -> None:
         for line in script.read_text().splitlines()
         if line.startswith("inhouse bench ")
     ]
-    assert len(benches) == 6
+    # kill-replica, kv-fill (agent and long-context), long-prompt-dos (flood and interactive),
+    # load-not-ready, soak
+    assert len(benches) == 7
     for argv in benches:
         assert argv[argv.index("--model") + 1] == stack.pools[0].client_model_name, argv
+
+
+# A planned peak unlike the agent workload's default, so a load that kept the default shows.
+PLANNED_PEAK = 37
+
+
+def _plan_beside(where: Path, peak: object) -> Path:
+    """The CRM stack with a plan.json beside it whose agent workload peaks at `peak`."""
+    where.mkdir(parents=True, exist_ok=True)
+    (where / "stack.yaml").write_text(EXAMPLE.read_text())
+    traffic = {"peak_sessions": peak, "avg_sessions": 1}
+    (where / "plan.json").write_text(
+        json.dumps({"workloads": {"chat": {"kind": "agent", "traffic": traffic}}})
+    )
+    return where / "stack.yaml"
+
+
+def _agent_loads(plan_dir: Path) -> dict[str, list[int]]:
+    """Per script, the agent sessions each of its `inhouse bench` lines drives, as the bench's
+    own parser and workload folding read the line (`-p sessions`, `--concurrency`,
+    `--rate-scale`); loads that are not agent sessions are left out."""
+    from inhouse.bench.config import build_workload
+    from inhouse.cli.bench import add_run_arguments, spec_from_args
+    from inhouse.workload.agent import AgentWorkload
+
+    parser = argparse.ArgumentParser()
+    add_run_arguments(parser)
+    loads: dict[str, list[int]] = {}
+    for script in sorted(plan_dir.glob("*.sh")):
+        for line in script.read_text().splitlines():
+            if not line.startswith("inhouse bench "):
+                continue
+            argv = shlex.split(line.removesuffix("&"))[2:]
+            spec = spec_from_args(parser.parse_args(argv))
+            workload = build_workload(spec)
+            if isinstance(workload, AgentWorkload):
+                sessions = max(1, round(workload.sessions * spec.rate_scale))
+                loads.setdefault(script.stem, []).append(sessions)
+    return loads
+
+
+@needs_tools
+def test_every_agent_load_drives_the_plans_peak(tmp_path: Path) -> None:
+    # The loads kept the agent workload's default (100 sessions; the soak 60% of it) whatever
+    # the plan sized for, under step titles that said "planned peak".
+    from inhouse.cli.main import main
+    from inhouse.workload.agent import AgentWorkload
+
+    assert AgentWorkload().sessions != PLANNED_PEAK
+    stack = _plan_beside(tmp_path / "plan", PLANNED_PEAK)
+    assert main(["drill", "plan", "--stack", str(stack), "--out", str(tmp_path / "d")]) == 0
+    loads = _agent_loads(tmp_path / "d")
+    soak = max(1, round(0.6 * PLANNED_PEAK))
+    assert loads == {
+        "kill-replica": [PLANNED_PEAK],
+        "kv-fill": [PLANNED_PEAK],
+        "long-prompt-dos": [PLANNED_PEAK],
+        "load-not-ready": [PLANNED_PEAK],
+        "soak": [soak],
+    }
+    kill = (tmp_path / "d" / "kill-replica.sh").read_text()
+    assert f"planned peak ({PLANNED_PEAK} sessions)" in kill
+    assert str(tmp_path / "plan" / "plan.json") in (tmp_path / "d" / "drills.md").read_text()
+
+
+@needs_tools
+def test_without_a_plan_no_load_claims_a_planned_peak(tmp_path: Path) -> None:
+    from inhouse.workload.agent import AgentWorkload
+
+    write_plan(load_stack(EXAMPLE), tmp_path)
+    default = AgentWorkload().sessions
+    loads = _agent_loads(tmp_path)
+    assert loads["kill-replica"] == [default]
+    assert loads["soak"] == [max(1, round(0.6 * default))]
+    titles = [
+        line
+        for script in tmp_path.glob("*.sh")
+        for line in script.read_text().splitlines()
+        if line.startswith("# --- step")
+    ]
+    assert any(f"{default} sessions (the agent workload's default)" in t for t in titles)
+    assert not [t for t in titles if "planned peak" in t]
+    assert "no plan.json beside the stack" in (tmp_path / "drills.md").read_text()
+
+
+BAD_PEAKS = [10**9, 0, -3, 2.5, True]
+
+
+@pytest.mark.parametrize("peak", BAD_PEAKS)
+def test_drill_plan_refuses_a_peak_past_what_a_plan_sizes(
+    peak: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 1e9 sessions went into the commands as is (a tampered or hand-edited plan.json).
+    from inhouse.cli.main import main
+    from inhouse.plan.requirements import MAX_SESSIONS
+
+    stack = _plan_beside(tmp_path / "plan", peak)
+    argv = ["drill", "plan", "--stack", str(stack), "--out", str(tmp_path / "out")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'plan' / 'plan.json'}: " in err, err
+    assert "workloads.chat.traffic.peak_sessions" in err and f"{MAX_SESSIONS:,}" in err, err
+    assert not list((tmp_path / "out").glob("*.sh"))
+
+
+@pytest.mark.parametrize("peak", BAD_PEAKS)
+def test_a_drill_run_refuses_a_peak_past_what_a_plan_sizes(peak: object, tmp_path: Path) -> None:
+    # `drill run` drove 1e9 agent sessions against the live stack (2.5 ran as 2, 0 and -3
+    # as 1); `run_drills` reads the profile before anything starts (tests/cli/test_drill.py).
+    from inhouse.drill.context import load_profile
+    from inhouse.errors import SpecError
+    from inhouse.plan.requirements import MAX_SESSIONS
+
+    stack = _plan_beside(tmp_path / "plan", peak)
+    with pytest.raises(SpecError) as caught:
+        load_profile(load_stack(stack).pools[0], stack)
+    message = str(caught.value)
+    assert f"{stack.parent / 'plan.json'}: " in message
+    assert "workloads.chat.traffic.peak_sessions" in message and f"{MAX_SESSIONS:,}" in message
+
+
+def _fake_tools(where: Path, failing: str) -> Path:
+    """`kubectl`, `ssh`, `promtool`, `amtool` that log each call to `ran.log`; kubectl fails
+    every command whose verb is `failing`."""
+    bin_dir = where / "bin"
+    bin_dir.mkdir()
+    log = where / "ran.log"
+    for tool in ("ssh", "promtool", "amtool"):
+        (bin_dir / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> "{log}"\n')
+    (bin_dir / "kubectl").write_text(
+        f'#!/bin/sh\necho "kubectl $*" >> "{log}"\n'
+        f'for a in "$@"; do [ "$a" = "{failing}" ] && exit 1; done\nexit 0\n'
+    )
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    return bin_dir
+
+
+@needs_tools
+def test_bad_signature_removes_the_altered_copy_when_a_wait_fails(tmp_path: Path) -> None:
+    # `set -e` stopped the script at the failed `kubectl wait` (the pod never reached Failed in
+    # 10 minutes), before its last step: the altered copy of the weights stayed on the node.
+    from inhouse.render.layout import model_dir
+    from inhouse.render.options import RenderOptions
+
+    stack = load_stack(EXAMPLE)
+    write_plan(stack, tmp_path / "plan")
+    rel = model_dir(stack.pools[0]).removeprefix("/models/")
+    copy = f"{RenderOptions().models_host_path}/{rel}-drill"
+    nowhere = "http://127.0.0.1:9"
+    env = {"PATH": f"{_fake_tools(tmp_path, 'wait')}:/usr/bin:/bin", "NODE": "gpu-node-1",
+           "PROM": nowhere, "AM": nowhere, "GATEWAY": nowhere}  # fmt: skip
+    done = subprocess.run(
+        ["bash", str(tmp_path / "plan" / "bad-signature.sh")],
+        env=env, cwd=tmp_path / "plan", capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert done.returncode != 0, done.stdout + done.stderr
+    ran = (tmp_path / "ran.log").read_text().splitlines()
+    waited = next(
+        i for i, line in enumerate(ran) if line.startswith("kubectl ") and " wait " in line
+    )
+    after = ran[waited + 1 :]
+    assert any(line.startswith("ssh gpu-node-1 rm -rf ") and copy in line for line in after), ran
+    assert any(" delete pod drill-verify-altered" in line for line in after), ran
+    assert not any(" apply " in line for line in after), "the script went on after the failure"

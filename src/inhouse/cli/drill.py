@@ -109,13 +109,14 @@ def _run(args: argparse.Namespace, names: list[str]) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from inhouse.drill.prodplan import write_plan
+    from inhouse.drill.prodplan import agent_load, write_plan
     from inhouse.render import RenderOptions
     from inhouse.spec.load import load_stack
 
     stack = load_stack(args.stack)
+    load = agent_load(stack, args.stack)  # a bad plan.json beside it: said before any file
     make_out_dir(args.out)
-    result = write_plan(stack, args.out, RenderOptions(namespace=args.namespace))
+    result = write_plan(stack, args.out, RenderOptions(namespace=args.namespace), load)
     for check in result.validations:
         print(f"  [{'ok' if check.ok else 'FAIL'}] {check.name}: {check.detail}")
     print(

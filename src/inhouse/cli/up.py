@@ -29,6 +29,7 @@ from types import FrameType
 
 from inhouse.cli._examples import example_lines
 from inhouse.errors import InhouseError, SpecError
+from inhouse.launch.attached import wait_attached
 from inhouse.launch.demo import demo_stack
 from inhouse.launch.engine_args import DEFAULT_ENGINE_BASE_PORT, replica_ports
 from inhouse.launch.listeners import busy_ports
@@ -266,9 +267,13 @@ def _run_stack(
     new_key: str | None = None,
     edge: ProcessSpec | None = None,
 ) -> int:
+    started = time.monotonic()
     for spec in plan.processes:
         supervisor.start(spec)
     problems = supervisor.wait_ready(ready_timeout_s)
+    if not problems:  # the engines it attaches to, within the same ready timeout
+        attached = {pool: plan.pool_urls[pool] for pool in plan.attached}
+        problems = wait_attached(attached, ready_timeout_s, started)
     for later in (gateway, edge):  # the gateway once its engines answer, Envoy after it
         if not problems and later is not None:
             supervisor.start(later)

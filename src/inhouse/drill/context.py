@@ -21,6 +21,7 @@ from inhouse.drill.judge import Judge
 from inhouse.drill.receiver import Notified
 from inhouse.drill.stack import LiveStack
 from inhouse.errors import SpecError
+from inhouse.plan.requirements import MAX_SESSIONS
 from inhouse.render.layout import DEFAULT_SLO, slo_of
 from inhouse.spec.stack import PoolSpec
 
@@ -50,12 +51,26 @@ def ttft_slo_ms(pool: PoolSpec) -> float:
     return slo_of(pool).ttft_p95_ms or DEFAULT_SLO.ttft_p95_ms or 800.0
 
 
+def _peak_sessions(plan_path: Path, agent: str, traffic: Mapping[str, Any]) -> int:
+    """The agent workload's planned peak: a whole number of sessions a plan can size for. The
+    drill drives that many sessions, so a hand-edited 1e9 is refused, not started."""
+    peak = traffic.get("peak_sessions")
+    if isinstance(peak, int) and not isinstance(peak, bool) and 1 <= peak <= MAX_SESSIONS:
+        return peak
+    raise SpecError(
+        f"{plan_path}: not a plan.json of `inhouse plan`: workloads.{agent}.traffic.peak_sessions "
+        f"is {peak!r}, where a plan sizes for a whole number of 1 to {MAX_SESSIONS:,} agent "
+        "sessions (the drill drives that many). Rerun `inhouse plan`, or move the file away to "
+        "drill with the demo profile"
+    )
+
+
 def _plan_profile(plan: dict[str, Any], pool: PoolSpec, path: Path) -> Profile | None:
     workloads = plan.get("workloads", {})
     agent = next((n for n, w in workloads.items() if w.get("kind") == "agent"), None)
     if agent is None:
         return None
-    peak = int(workloads[agent].get("traffic", {}).get("peak_sessions") or 0)
+    peak = _peak_sessions(path, agent, workloads[agent].get("traffic") or {})
     degraded = SEEDS_DEGRADED_TTFT_MS
     for entry in plan.get("degraded", []):
         ttft = ((entry.get("degraded_slo") or {}).get(agent) or {}).get("ttft") or {}
@@ -63,10 +78,10 @@ def _plan_profile(plan: dict[str, Any], pool: PoolSpec, path: Path) -> Profile |
     if not 0 < degraded < math.inf:
         raise ValueError(f"degraded TTFT target {degraded:g} ms")
     return Profile(
-        f"plan {path}",
+        f"plan {path} (workloads.{agent}.traffic.peak_sessions = {peak})",
         pool.name,
         pool.client_model_name,
-        max(peak, 1),
+        peak,
         ttft_slo_ms(pool),
         degraded,
         {},
@@ -74,19 +89,28 @@ def _plan_profile(plan: dict[str, Any], pool: PoolSpec, path: Path) -> Profile |
     )
 
 
+def plan_profile(pool: PoolSpec, stack_path: Path) -> Profile | None:
+    """The profile of the `plan.json` beside the stack file; None without one, or for a plan
+    with no agent workload. A file that is not a plan's is an error naming it."""
+    plan_path = stack_path.parent / "plan.json"
+    if not plan_path.exists():
+        return None
+    try:
+        return _plan_profile(json.loads(plan_path.read_text()), pool, plan_path)
+    except SpecError:
+        raise
+    except (OSError, ValueError, TypeError, AttributeError, OverflowError) as exc:
+        raise SpecError(
+            f"{plan_path}: not a plan.json of `inhouse plan` ({type(exc).__name__}: {exc}); "
+            "the drill reads the load profile from it. Rerun `inhouse plan`, or move the "
+            "file away to drill with the demo profile"
+        ) from exc
+
+
 def load_profile(pool: PoolSpec, stack_path: Path | None) -> Profile:
-    plan_path = stack_path.parent / "plan.json" if stack_path is not None else None
-    if plan_path is not None and plan_path.exists():
-        try:
-            profile = _plan_profile(json.loads(plan_path.read_text()), pool, plan_path)
-        except (OSError, ValueError, TypeError, AttributeError, OverflowError) as exc:
-            raise SpecError(
-                f"{plan_path}: not a plan.json of `inhouse plan` ({type(exc).__name__}: {exc}); "
-                "the drill reads the load profile from it. Rerun `inhouse plan`, or move the "
-                "file away to drill with the demo profile"
-            ) from exc
-        if profile is not None:
-            return profile
+    profile = plan_profile(pool, stack_path) if stack_path is not None else None
+    if profile is not None:
+        return profile
     return Profile(
         "demo profile (no plan.json beside the stack): "
         f"{DEMO_PEAK_SESSIONS} agent sessions as planned peak, the seeds' degraded SLO",

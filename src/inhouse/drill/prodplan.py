@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from inhouse.drill.catalog import DRILLS
+from inhouse.drill.context import plan_profile
 from inhouse.drill.evidence import write_json
 from inhouse.drill.kubectl import check_command
-from inhouse.drill.prodsteps import Step, drill_steps
+from inhouse.drill.prodsteps import AgentLoad, Step, default_agent_load, drill_steps
 from inhouse.render import RenderOptions
 from inhouse.render.prometheus import render_prometheus
 from inhouse.render.yamltext import dump_yaml
@@ -50,8 +51,26 @@ class PlanResult:
         return all(v.ok for v in self.validations)
 
 
-def write_plan(stack: StackSpec, out_dir: Path, options: RenderOptions | None = None) -> PlanResult:
+def agent_load(stack: StackSpec, stack_path: Path) -> AgentLoad:
+    """The loads' agent sessions: the planned peak of the `plan.json` beside the stack file (read
+    and bounded as `drill run` reads it), else the agent workload's default, said as such."""
+    profile = plan_profile(stack.pools[0], stack_path)
+    if profile is not None:
+        return AgentLoad(profile.peak_sessions, f"the planned peak of {profile.source}", True)
+    plan_path = stack_path.parent / "plan.json"
+    if plan_path.exists():
+        return default_agent_load(f"{plan_path} plans no agent workload")
+    return default_agent_load()
+
+
+def write_plan(
+    stack: StackSpec,
+    out_dir: Path,
+    options: RenderOptions | None = None,
+    load: AgentLoad | None = None,
+) -> PlanResult:
     options = options or RenderOptions()
+    load = load or default_agent_load()
     ns = options.namespace or stack.name
     out_dir.mkdir(parents=True, exist_ok=True)
     rendered = render_prometheus(stack, ns, options.runbook_url)
@@ -65,11 +84,13 @@ def write_plan(stack: StackSpec, out_dir: Path, options: RenderOptions | None = 
         "in `PROM`, `AM`, `GATEWAY`, `INHOUSE_API_KEY`, `FLOOD_KEY` (and `NODE`), then "
         "run each script step by step; read each check before the next step.",
         "",
+        f"Load: {load.source}.",
+        "",
     ]
     promql: list[str] = []
     for info in DRILLS:
-        steps = drill_steps(info.name, stack, ns)
-        script = _script(info.name, steps)
+        steps = drill_steps(info.name, stack, ns, load)
+        script = _script(info.name, steps, load)
         path = out_dir / f"{info.name}.sh"
         path.write_text(script, encoding="utf-8")
         path.chmod(0o755)
@@ -98,7 +119,7 @@ def script_variables(steps: list[Step]) -> list[str]:
     return [*_ALWAYS, *sorted(used - set(_ALWAYS))]
 
 
-def _script(name: str, steps: list[Step]) -> str:
+def _script(name: str, steps: list[Step], load: AgentLoad) -> str:
     # NOTE: every variable up front: `set -u` does not stop the script when the unset one is
     # in a background command (`inhouse bench ... &`): the load died and the drill went on to
     # kill a replica with no traffic to observe.
@@ -106,6 +127,7 @@ def _script(name: str, steps: list[Step]) -> str:
     lines = [
         "#!/usr/bin/env bash",
         f"# inhouse drill plan: {name}. Run step by step; read each CHECK before going on.",
+        *([f"# Load: {load.source}."] if any(" bench " in s.shell for s in steps) else []),
         "set -euo pipefail",
         f": {guard}",
         "",

@@ -16,8 +16,10 @@ from inhouse.render.alerts_gpu import gpu_rules
 from inhouse.render.layout import engine_layout, engine_units, model_dir, nvml_name
 from inhouse.render.options import RenderOptions
 from inhouse.spec.stack import PoolSpec, StackSpec
+from inhouse.workload.agent import AgentWorkload
 
 NODE = "NODE"  # the node under drill; the scripts read it from $NODE
+SOAK_SHARE = 0.6  # the soak runs at 60% of planned peak, as the live soak does
 
 
 @dataclass
@@ -30,6 +32,36 @@ class Step:
     manifests: dict[str, dict[str, Any]] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
     rule_test: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AgentLoad:
+    """The agent sessions the drills' loads drive: the planned peak of the `plan.json` beside
+    the stack, else the agent workload's own default, worded as such (no step claims a planned
+    peak it does not have). `source` says which, in drills.md and each script."""
+
+    sessions: int
+    source: str
+    is_planned: bool
+
+    def share(self, fraction: float = 1.0) -> tuple[int, str]:
+        """(sessions, words) for `fraction` of the load, e.g. the soak's 60%."""
+        num = max(1, round(fraction * self.sessions))
+        part = "" if fraction == 1.0 else f"{fraction:.0%} of "
+        if self.is_planned:
+            return num, f"{part}planned peak ({num} sessions)"
+        return num, f"{num} sessions ({part}the agent workload's default)"
+
+
+def default_agent_load(why: str = "no plan.json beside the stack") -> AgentLoad:
+    sessions = AgentWorkload().sessions
+    return AgentLoad(
+        sessions,
+        f"{why}: the loads run the agent workload's default of {sessions} sessions, not a "
+        "planned peak; put the plan.json `inhouse plan` wrote beside the stack file to drill at "
+        "the plan's peak",
+        False,
+    )
 
 
 def _k(argv: list[str]) -> str:
@@ -55,7 +87,7 @@ def _bench(out: str, pool: PoolSpec, args: str, key: str = "$INHOUSE_API_KEY") -
     )
 
 
-def drill_steps(name: str, stack: StackSpec, ns: str) -> list[Step]:
+def drill_steps(name: str, stack: StackSpec, ns: str, load: AgentLoad) -> list[Step]:
     pool = stack.pools[0]
     builders = {
         "kill-replica": _kill_replica,
@@ -66,7 +98,7 @@ def drill_steps(name: str, stack: StackSpec, ns: str) -> list[Step]:
         "ecc-dbe": _ecc,
         "soak": _soak,
     }
-    return builders[name](stack, pool, ns)
+    return builders[name](stack, pool, ns, load)
 
 
 def _selector(pool: PoolSpec, index: int) -> str:
@@ -79,8 +111,9 @@ def _last_unit(stack: StackSpec, pool: PoolSpec) -> tuple[str, int]:
     return unit.name, unit.replica_index if unit.replica_index is not None else 0
 
 
-def _kill_replica(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
+def _kill_replica(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -> list[Step]:
     _, index = _last_unit(stack, pool)
+    sessions, at = load.share()
     sel, model = _selector(pool, index), pool.client_model_name
     kill = ["-n", ns, "delete", "pod", "-l", sel, "--grace-period=0", "--force"]
     drain = ["-n", ns, "delete", "pod", "-l", sel, "--wait=false"]
@@ -92,8 +125,10 @@ def _kill_replica(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
     errors = 'sum(increase(inhouse_gateway_requests_total{code=~"5.."}[10m]))'
     return [
         Step(
-            "agent load at planned peak",
-            _bench("kill-replica", pool, "--workload agent --duration 1800"),
+            f"agent load at {at}",
+            _bench(
+                "kill-replica", pool, f"--workload agent -p sessions={sessions} --duration 1800"
+            ),
             ["the bench runs; note its start time"],
         ),
         Step(
@@ -134,14 +169,17 @@ def _kill_replica(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
     ]
 
 
-def _kv_fill(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
+def _kv_fill(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -> list[Step]:
     kv = f'max(vllm:kv_cache_usage_perc{{namespace="{ns}"}})'
     pre = f'sum(increase(vllm:num_preemptions_total{{namespace="{ns}"}}[10m]))'
     pods = ["-n", ns, "get", "pods", "-l", f"inhouse.dev/pool={pool.name}", "-o", "wide"]
+    sessions, at = load.share()
     return [
         Step(
-            "long-context load until KV use passes 95%",
-            _bench(
+            f"agent load at {at}, and long-context load on top until KV use passes 95%",
+            _bench("kv-fill-agent", pool, f"--workload agent -p sessions={sessions} --duration 900")
+            + "\n"
+            + _bench(
                 "kv-fill",
                 pool,
                 "--workload longctx -p prompt=20000:30000 --concurrency 64 --duration 900",
@@ -158,13 +196,13 @@ def _kv_fill(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
         ),
         Step(
             "recovery",
-            "wait  # for the bench to end",
+            "wait  # for both loads to end",
             ["KV use falls below 0.95 and InhouseKVCacheFull resolves: " + _q(kv)],
         ),
     ]
 
 
-def _long_prompt(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
+def _long_prompt(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -> list[Step]:
     model = pool.client_model_name
     # one token a word, past the pool's context in any case (`huge_tokens`)
     words = huge_tokens(pool)
@@ -184,6 +222,8 @@ def _long_prompt(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
         "--workload longctx -p prompt=32000:32000 -p question=60:60 -p output=16:16 "
         "--rate 10 --duration 300"
     )
+    sessions, at = load.share()
+    interactive = f"--workload agent -p sessions={sessions} --duration 300"
     return [
         Step(
             f"a {words // 1000}K-token prompt, past the context",
@@ -192,10 +232,10 @@ def _long_prompt(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
             promql=[moved],
         ),
         Step(
-            "the flood from one tenant, interactive traffic from another",
+            f"the flood from one tenant, interactive traffic at {at} from another",
             _bench("dos-flood", pool, flood, "$FLOOD_KEY")
             + "\n"
-            + _bench("dos-interactive", pool, "--workload agent -p sessions=4 --duration 300"),
+            + _bench("dos-interactive", pool, interactive),
             [
                 "the flood tenant gets 429: " + _q(rejected),
                 f"the other tenant's p95 TTFT within {ttft_slo_ms(pool) * 1.1:.0f} ms: "
@@ -206,7 +246,7 @@ def _long_prompt(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
     ]
 
 
-def _bad_signature(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
+def _bad_signature(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -> list[Step]:
     options = RenderOptions()
     models = options.models_host_path
     rel = model_dir(pool).removeprefix("/models/")
@@ -236,7 +276,26 @@ def _bad_signature(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
         "--timeout=1800s",
     ]
     logs = ["-n", ns, "logs", "pod/drill-verify-altered"]
+    pods = ["drill-verify-altered", "drill-verify-intact"]
+    delete = ["-n", ns, "delete", "pod", *pods, "--ignore-not-found"]
+    drill_copy = f"{models}/{rel}-drill"
+    # NOTE: a trap, not a last step: under `set -e` a failed `kubectl wait` ended the script
+    # before its clean-up, and the altered weights stayed on the node.
+    clean_up = (
+        "clean_up() {\n"
+        f"  ssh \"$NODE\" 'rm -rf {drill_copy} {drill_copy}.sig' "
+        f'|| echo "CLEAN UP BY HAND: rm -rf {drill_copy} {drill_copy}.sig on $NODE" >&2\n'
+        f"  {_k(delete)} || true\n"
+        "}\n"
+        "trap clean_up EXIT"
+    )
     return [
+        Step(
+            "on any exit, a failed step too: remove the altered copy and the verify pods (trap)",
+            clean_up,
+            [f"after the script ends, passed or failed: no {drill_copy} on the node"],
+            kubectl=[delete],
+        ),
         Step("an altered copy of the weights on the node", copy, ["one byte of one shard flipped"]),
         Step(
             "verify the altered copy as the engine pod's init container does",
@@ -251,12 +310,6 @@ def _bad_signature(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
             ["the pod succeeds"],
             kubectl=[apply_i, wait_i],
             manifests={"bad-signature/verify-intact.yaml": intact},
-        ),
-        Step(
-            "clean up",
-            f"kubectl -n {ns} delete pod drill-verify-altered drill-verify-intact\n"
-            f"ssh \"$NODE\" 'rm -rf {models}/{rel}-drill {models}/{rel}-drill.sig'",
-            [],
         ),
     ]
 
@@ -305,8 +358,9 @@ def _verify_pod(ns: str, rel: str, which: str) -> dict[str, Any]:
     }
 
 
-def _load_not_ready(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
+def _load_not_ready(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -> list[Step]:
     unit, index = _last_unit(stack, pool)
+    sessions, at = load.share()
     restart = ["-n", ns, "delete", "pod", "-l", _selector(pool, index), "--wait=false"]
     pods = ["-n", ns, "get", "pods", "-l", _selector(pool, index), "-w"]
     probe = [
@@ -323,10 +377,12 @@ def _load_not_ready(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
     )
     return [
         Step(
-            "restart one replica (its Deployment starts a new pod); traffic 30 s later",
+            f"restart one replica (its Deployment starts a new pod); agent load at {at} 30 s later",
             _k(restart)
             + "\nsleep 30\n"
-            + _bench("load-not-ready", pool, "--workload agent --duration 600"),
+            + _bench(
+                "load-not-ready", pool, f"--workload agent -p sessions={sessions} --duration 600"
+            ),
             ["the pod stays 0/1 Ready while the model loads: " + _k(pods)],
             kubectl=[restart, pods],
         ),
@@ -363,7 +419,7 @@ def ecc_rule_test(stack: StackSpec) -> str:
     return render_rule_tests([drill], RenderOptions().runbook_url, "../prometheus/rules.yaml")
 
 
-def _ecc(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
+def _ecc(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -> list[Step]:
     _, index = _last_unit(stack, pool)
     cordon, drain = ecc_remediation(stack, pool, index, NODE)
     server = [[*c, "--dry-run=server"] for c in (cordon, drain)]
@@ -400,7 +456,7 @@ def _ecc(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
     ]
 
 
-def _soak(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
+def _soak(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -> list[Step]:
     model = pool.client_model_name
     p95 = f'inhouse:time_to_first_token_seconds:p95_5m{{model_name="{model}"}}'
     hits = (
@@ -410,10 +466,11 @@ def _soak(stack: StackSpec, pool: PoolSpec, ns: str) -> list[Step]:
     kv = f'avg_over_time(vllm:kv_cache_usage_perc{{namespace="{ns}"}}[1d])'
     rss = f'process_resident_memory_bytes{{namespace="{ns}"}}'
     fds = f'process_open_fds{{namespace="{ns}"}}'
+    sessions, at = load.share(SOAK_SHARE)
     return [
         Step(
-            "two weeks at 60% of planned peak",
-            _bench("soak", pool, "--workload agent --rate-scale 0.6 --duration 1209600"),
+            f"two weeks at {at}",
+            _bench("soak", pool, f"--workload agent -p sessions={sessions} --duration 1209600"),
             ["runs for two weeks"],
         ),
         Step(
