@@ -207,7 +207,7 @@ def _verify(
             best_normal = best_normal or plan
             why = _degraded_why(requirements, candidate, plan.degraded, missed)
             tried = {v.candidate.label for v in verifications}
-            grown = grow(candidate, missed, requirements, planning, corrections)
+            grown = grow(candidate, missed, requirements, profiles, planning, corrections)
             options = [
                 c for c in (grown, *result.candidates) if c is not None and c.label not in tried
             ]
@@ -270,7 +270,7 @@ def _next_candidate(
         or summary["failed"]
     ]
     options: list[tuple[Candidate, SearchResult | None]] = []
-    grown = grow(candidate, missed, requirements, planning, corrections)
+    grown = grow(candidate, missed, requirements, profiles, planning, corrections)
     if grown is not None and grown.label not in tried:
         options.append((grown, None))
     searched = search(requirements, profiles, planning, corrections=corrections)
