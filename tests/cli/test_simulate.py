@@ -12,7 +12,7 @@ from inhouse.errors import SpecError
 from inhouse.fleet import MAX_SIMULATED_REQUESTS
 from inhouse.fleet.simulator import PROJECT_EVERY
 from inhouse.workload import make_workload, workload_params
-from inhouse.workload.volume import MAX_CLIENTS
+from inhouse.workload.volume import MAX_CLIENTS, MAX_LENGTH_TOKENS, MAX_PREFIX_GROUPS
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["simulate", "--model", "Llama-3.1-8B", "--replicas", "2"]
@@ -187,3 +187,18 @@ def test_a_non_finite_duration_or_scale_is_refused(
 ) -> None:
     assert main([*SMALL, "--workload", "utility", flag, value]) == 2
     assert "must be positive and finite" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("param", "message"),
+    [
+        (f"num_tasks={MAX_PREFIX_GROUPS * 10_000}", f"more than {MAX_PREFIX_GROUPS:,}"),
+        (f"document={MAX_LENGTH_TOKENS * 8}:{MAX_LENGTH_TOKENS * 64}", "lengths past"),
+    ],
+)
+def test_workload_parameters_that_build_without_bound_are_refused(
+    param: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*SMALL, "--workload", "utility", "-W", param, "--duration", "2"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and param.split("=")[0] in err

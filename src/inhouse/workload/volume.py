@@ -16,10 +16,16 @@ from inhouse.workload.agent import AgentWorkload
 from inhouse.workload.arrivals import Arrivals
 from inhouse.workload.base import Workload
 from inhouse.workload.synthetic import FixedWorkload
-from inhouse.workload.traces import TraceWorkload
+from inhouse.workload.traces import MAX_TRACE_TOKENS, TraceWorkload
 
-# Clients a closed loop may build (the planner's own bound on concurrent sessions).
+# Clients a closed loop may build, and prefixes a workload builds one by one before its first
+# request (apps' system prompts, tasks' instructions, prefix groups): the planner's own bounds.
 MAX_CLIENTS = 100_000
+MAX_PREFIX_GROUPS = 100_000
+PREFIX_GROUP_KEYS = ("num_apps", "num_tasks", "num_groups")
+# The longest median or p95 length a workload parameter may ask for (a trace row's bound): each
+# request hashes its prompt block by block, so a stray digit hung the run on its first request.
+MAX_LENGTH_TOKENS = MAX_TRACE_TOKENS
 
 
 def expected_requests(workload: Workload, duration_s: float, rate_scale: float) -> float | None:
