@@ -1,7 +1,9 @@
+from typing import Any
+
 import pytest
 
 from inhouse.errors import SpecError
-from inhouse.fleet import simulate_stack
+from inhouse.fleet import MAX_SIMULATED_REQUESTS, simulate_stack
 from inhouse.plan.planner import PlanInfeasibleError, make_plan
 from inhouse.plan.report import build_report
 from inhouse.plan.verify import mixed_workload
@@ -149,3 +151,35 @@ def test_no_tensor_parallel_degree_that_fits_says_so() -> None:
         "pool chat: no configuration to try: no degree in planning.tensor_parallel divides the "
         "attention heads of Llama-3.1-8B (32 attention heads) and fits in one node"
     ) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("planning", "field", "multiple", "duration_key"),
+    [
+        ({"verify_duration_s": 3600}, "planning.verify_duration_s (3600)", 1, "verify_duration_s"),
+        (
+            {"load_multiples": [1, 10], "stress_duration_s": 3600},
+            "planning.load_multiples.1 (10)",
+            10,
+            "stress_duration_s",
+        ),
+    ],
+)
+def test_a_check_past_the_simulators_request_limit_is_refused_before_simulating(
+    planning: dict[str, Any], field: str, multiple: float, duration_key: str
+) -> None:
+    # 300 requests/s x 3600 s (or 30 x 10 x 3600 s): over a million requests for one check,
+    # which simulated for an hour or more before.
+    peak = 300.0 / multiple
+    data = small_requirements(**planning)
+    data["workloads"][0]["traffic"] = {"avg_per_s": peak / 2, "peak_per_s": peak}
+    requirements = parse(data)
+    duration = getattr(requirements.planning, duration_key)
+    expected = peak * multiple * duration
+    assert expected > MAX_SIMULATED_REQUESTS
+    with pytest.raises(SpecError) as info:
+        make_plan(requirements)
+    message = str(info.value)
+    assert f"small: {field}: the simulator check at {multiple:g}x peak" in message
+    assert f"about {expected:,.0f} requests ({peak:,.4g} requests/s forecast at peak" in message
+    assert f"more than the {MAX_SIMULATED_REQUESTS:,}" in message

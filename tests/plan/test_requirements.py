@@ -4,7 +4,12 @@ import pytest
 import yaml
 
 from inhouse.errors import SpecError
-from inhouse.plan.requirements import MultiTurn, parse_requirements
+from inhouse.plan.requirements import (
+    MAX_CHECK_DURATION_S,
+    MAX_LOAD_MULTIPLE,
+    MultiTurn,
+    parse_requirements,
+)
 from inhouse.plan.traffic import profile_workload
 
 from .plan_helpers import parse, small_requirements
@@ -300,3 +305,31 @@ def test_active_hours_past_the_cost_sheets_month_are_refused() -> None:
         parse(data)
     data["usage"] = {"active_hours_per_day": 24, "active_days_per_month": 30.4}
     assert parse(data).usage.active_hours_per_month == pytest.approx(729.6)
+
+
+def test_load_multiples_and_check_durations_past_their_bounds_are_refused_by_field() -> None:
+    # `load_multiples: [1, 1e6]` simulated a million times the traffic (300x took two minutes);
+    # a duration of 1e9 s simulated for ever.
+    data = small_requirements(
+        load_multiples=[1, 1e6], verify_duration_s=1e9, stress_duration_s=MAX_CHECK_DURATION_S * 2
+    )
+    with pytest.raises(SpecError) as info:
+        parse(data)
+    message = str(info.value)
+    assert "planning.load_multiples.1: Value error, 1e+06x peak is past the 10x" in message
+    assert f"use at most {MAX_LOAD_MULTIPLE:g}" in message
+    for field in ("verify_duration_s", "stress_duration_s"):
+        assert f"planning.{field}: Value error" in message
+    assert message.count(f"use at most {MAX_CHECK_DURATION_S:g}") == 2
+
+
+def test_the_bounds_themselves_are_allowed() -> None:
+    planning = parse(
+        small_requirements(
+            load_multiples=[1, MAX_LOAD_MULTIPLE],
+            verify_duration_s=MAX_CHECK_DURATION_S,
+            stress_duration_s=MAX_CHECK_DURATION_S,
+        )
+    ).planning
+    assert planning.load_multiples == (1.0, MAX_LOAD_MULTIPLE)
+    assert planning.verify_duration_s == planning.stress_duration_s == MAX_CHECK_DURATION_S

@@ -45,6 +45,29 @@ from inhouse.spec.stack import PoolSpec, StackSpec
 from inhouse.workload.base import Workload, WorkloadRun, WorkRequest
 
 INF = math.inf
+# The most requests one run may send. A run keeps every request's record and the engines'
+# state (about 6 KB a request) and takes about 1 ms of wall time a request on the project's
+# 2-core VM (docs/simulate.md): 1,000,000 is some 6 GB and 15 to 20 minutes. Past it a run is a
+# typo (`--duration 1e12`), not a question; an hour at 250 requests/s still fits.
+MAX_SIMULATED_REQUESTS = 1_000_000
+# A closed loop's rate shows only as it runs: every this many requests, a run projects its
+# count so far over its whole duration and stops once that passes twice its limit (twice: the
+# first minutes of a loop can run faster than the rest; past the limit itself it stops anyway).
+PROJECT_EVERY = 10_000
+
+
+class TooManyRequestsError(SpecError):
+    """A run sent more requests than it was allowed (`max_requests`): a closed loop, whose rate
+    is known only once it runs. Carries the figures for the shell to word with its flags."""
+
+    def __init__(self, max_requests: int, num_sent: int, at_s: float, duration_s: float) -> None:
+        self.max_requests = max_requests
+        self.expected = num_sent * duration_s / at_s if at_s > 0 else INF
+        super().__init__(
+            f"the run sent {num_sent:,} requests in its first {at_s:,.4g} s of "
+            f"{duration_s:,.6g} s of arrivals, about {self.expected:,.0f} in all at that rate, "
+            f"more than the {max_requests:,} a run may"
+        )
 
 
 def replica_spec_for_pool(pool: PoolSpec) -> ReplicaSpec:
@@ -105,8 +128,12 @@ class Fleet:
         seed: int,
         rate_scale: float,
         down_replicas: Mapping[str, int],
+        max_requests: int | None = None,
     ) -> None:
         self.stack = stack
+        self.duration_s = duration_s
+        self.max_requests = max_requests
+        self._num_arrived = 0
         block_sizes = {pool.knobs.block_size for pool in stack.pools}
         if len(block_sizes) != 1:
             raise SpecError(
@@ -199,8 +226,22 @@ class Fleet:
         self._arrival_event_s = INF
         workload = self.workload
         while workload.next_arrival_s() <= now:
+            self._num_arrived += 1
+            count = self._num_arrived
+            if self.max_requests is not None and (
+                count > self.max_requests or count % PROJECT_EVERY == 0
+            ):
+                self._project(now)
             self._dispatch(workload.pop_arrival(), now)
         self._schedule_arrival()
+
+    def _project(self, now: float) -> None:
+        """Stop a run headed past `max_requests` (see `PROJECT_EVERY`)."""
+        assert self.max_requests is not None
+        sent = self._num_arrived
+        projected = sent * self.duration_s / now if now > 0 else INF
+        if sent > self.max_requests or projected > 2 * self.max_requests:
+            raise TooManyRequestsError(self.max_requests, sent, now, self.duration_s)
 
     def _horizon_s(self, replica: _Replica) -> float:
         horizon = self._arrival_event_s
@@ -434,12 +475,14 @@ def simulate_stack(
     seed: int = 0,
     rate_scale: float = 1.0,
     down_replicas: dict[str, int] | None = None,
+    max_requests: int | None = None,
 ) -> FleetResult:
     """Run `workload` against `stack` for `duration_s` of arrivals (then drain) in virtual time.
 
     `policy` overrides every pool's routing policy (its stack `params` apply only when the name
     matches); `down_replicas` marks the last N replicas of a pool unhealthy (degraded mode);
-    `rate_scale` multiplies the workload's rate (or its sessions / concurrency). Deterministic
+    `rate_scale` multiplies the workload's rate (or its sessions / concurrency); a run that
+    sends more than `max_requests` requests stops with `TooManyRequestsError`. Deterministic
     for a given seed.
     """
     if not duration_s > 0:
@@ -454,5 +497,6 @@ def simulate_stack(
         seed=seed,
         rate_scale=rate_scale,
         down_replicas=down_replicas or {},
+        max_requests=max_requests,
     )
     return fleet.run()

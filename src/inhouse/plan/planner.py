@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from inhouse.errors import InhouseError, SpecError
+from inhouse.fleet import MAX_SIMULATED_REQUESTS
 from inhouse.plan.degraded import (
     Alternative,
     cheapest_other,
@@ -187,6 +188,7 @@ def _verify(
     if not result.candidates:
         return _Outcome(None, None, infeasible_message(requirements, result, verifications))
     candidate = result.candidates[0]
+    refuse_checks_past_the_request_limit(requirements, candidate)
     best_normal: Plan | None = None
     why: str | None = None
     for round_index in range(rounds):
@@ -207,7 +209,7 @@ def _verify(
             best_normal = best_normal or plan
             why = _degraded_why(requirements, candidate, plan.degraded, missed)
             tried = {v.candidate.label for v in verifications}
-            grown = grow(candidate, missed, requirements, planning, corrections)
+            grown = grow(candidate, missed, requirements, profiles, planning, corrections)
             options = [
                 c for c in (grown, *result.candidates) if c is not None and c.label not in tried
             ]
@@ -226,6 +228,50 @@ def _verify(
     return _Outcome(
         None, best_normal, why or infeasible_message(requirements, result, verifications)
     )
+
+
+def refuse_checks_past_the_request_limit(requirements: Requirements, candidate: Candidate) -> None:
+    """Before simulating anything: the largest check's expected requests — the analytic
+    forecast's request rate at peak (agents: sessions over turn time) x its load multiple x its
+    duration — must stay within what one simulated run may send (a stray digit in a rate, a
+    duration or a multiple simulated for hours)."""
+    planning = requirements.planning
+    rate = sum(
+        stream.rate_per_s * pool.replicas
+        for pool in candidate.pools
+        if pool.need.role != "fallback"
+        for stream in pool.forecast.streams.values()
+    )
+    checks = [
+        (
+            f"planning.verify_duration_s ({planning.verify_duration_s:g})",
+            1.0,
+            planning.verify_duration_s,
+        )
+    ]
+    checks.append(
+        (
+            f"planning.stress_duration_s ({planning.stress_duration_s:g})",
+            1.0,
+            planning.stress_duration_s,
+        )
+    )
+    checks += [
+        (f"planning.load_multiples.{i} ({multiple:g})", multiple, planning.stress_duration_s)
+        for i, multiple in enumerate(planning.load_multiples)
+        if multiple != 1.0
+    ]
+    field, multiple, duration_s = max(checks, key=lambda c: c[1] * c[2])
+    expected = rate * multiple * duration_s
+    if expected > MAX_SIMULATED_REQUESTS:
+        raise SpecError(
+            f"{requirements.name}: {field}: the simulator check at {multiple:g}x peak would send "
+            f"about {expected:,.0f} requests ({rate:,.4g} requests/s forecast at peak x "
+            f"{multiple:g} x {duration_s:g} s), more than the {MAX_SIMULATED_REQUESTS:,} a "
+            "simulated run may (docs/simulate.md, Limits). Lower it (a load multiple: or "
+            "planning.stress_duration_s), check the workloads' peak traffic, or plan with "
+            "--no-verify."
+        )
 
 
 def _degraded_why(
@@ -270,7 +316,7 @@ def _next_candidate(
         or summary["failed"]
     ]
     options: list[tuple[Candidate, SearchResult | None]] = []
-    grown = grow(candidate, missed, requirements, planning, corrections)
+    grown = grow(candidate, missed, requirements, profiles, planning, corrections)
     if grown is not None and grown.label not in tried:
         options.append((grown, None))
     searched = search(requirements, profiles, planning, corrections=corrections)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
 from inhouse.errors import SpecError
 from inhouse.spec.base import SpecModel
@@ -27,6 +27,13 @@ WorkloadKind = Literal["agent", "utility", "longctx", "shared-prefix"]
 # workload. A pool holds at most 64 replicas, so a count past these is no plan anyway.
 MAX_SESSIONS = 100_000
 MAX_PREFIX_GROUPS = 100_000
+# The planner's simulator checks report headroom: how the chosen stack holds at a few times its
+# stated peak (2x, 3x). Past 10x the question is a new plan for a new peak, not this plan's
+# headroom, and each check simulates `multiple` times the traffic: 300x took two minutes and
+# 1e6 hung. An hour of simulated arrivals per check is plenty for a steady-state p95 (the
+# defaults are 90 s and 60 s) and bounds what a stray digit costs.
+MAX_LOAD_MULTIPLE = 10.0
+MAX_CHECK_DURATION_S = 3600.0
 
 
 def _share_not_percent(value: Any) -> Any:
@@ -342,6 +349,17 @@ class Usage(SpecModel):
         return self.active_hours_per_day * self.active_days_per_month
 
 
+def _headroom(multiple: float) -> float:
+    if multiple > MAX_LOAD_MULTIPLE:
+        raise ValueError(
+            f"{multiple:g}x peak is past the {MAX_LOAD_MULTIPLE:g}x a headroom check reports on "
+            "(each check simulates that many times the traffic): use at most "
+            f"{MAX_LOAD_MULTIPLE:g}, or, for a larger peak, state it in the workload's traffic "
+            "and plan again"
+        )
+    return multiple
+
+
 class Planning(SpecModel):
     """The planner's own knobs."""
 
@@ -376,8 +394,24 @@ class Planning(SpecModel):
     stress_duration_s: float = Field(
         default=60.0, gt=0, description="simulated seconds per 2x/3x and one-replica-lost check"
     )
-    load_multiples: tuple[Annotated[float, Field(gt=0)], ...] = (1.0, 2.0, 3.0)
+    load_multiples: tuple[Annotated[float, Field(gt=0), AfterValidator(_headroom)], ...] = (
+        1.0,
+        2.0,
+        3.0,
+    )
     seed: int = 0
+
+    @field_validator("verify_duration_s", "stress_duration_s")
+    @classmethod
+    def _an_hour_at_most(cls, seconds: float) -> float:
+        if seconds > MAX_CHECK_DURATION_S:
+            raise ValueError(
+                f"{seconds:g} s is more than the {MAX_CHECK_DURATION_S:g} s (an hour) of "
+                "simulated arrivals a check may run; a steady-state p95 settles in minutes: "
+                f"use at most {MAX_CHECK_DURATION_S:g} (the defaults: 90 s at 1x, 60 s for the "
+                "others)"
+            )
+        return seconds
 
     @field_validator("quantizations")
     @classmethod

@@ -11,7 +11,7 @@ margin between any analytic p95 and its target (larger is better).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -71,7 +71,14 @@ def offers_by_gpu(requirements: Requirements) -> dict[str, HardwareOffer]:
 
 
 def need_key(need: PoolNeed) -> str:
-    streams = ",".join(f"{s.name}:{s.share:.4f}:{len(s.shapes.prompt)}" for s in need.streams)
+    # NOTE: the load is part of the key: a fallback need is the workload at a share of its
+    # peak that depends on its primary's replicas, and every candidate's fallback was the one
+    # sized for the first candidate's primary.
+    streams = ",".join(
+        f"{s.name}:{s.share:.4f}:{len(s.shapes.prompt)}:{s.profile.peak_rate_per_s!r}:"
+        f"{s.profile.peak_sessions}"
+        for s in need.streams
+    )
     return f"{need.name}|{need.role}|{streams}|{need.long_prompt_tokens}|{need.max_model_len}"
 
 
@@ -184,17 +191,11 @@ def _assemble(
     time_scale: float,
     corrections: Corrections | None,
 ) -> Candidate:
-    fallbacks: dict[str, str] = {}
-    all_pools = list(pools)
-    for req in requirements.workloads:
-        primary = next((p for p in pools if p.need.name == req.name), None)
-        if primary is None or req.models.fallback is None:
-            continue
-        need = fallback_need(req, profiles[req.name], 1.0 / primary.replicas)
-        assert need is not None
+    max_tp = {g: o.gpus_per_node for g, o in offers_by_gpu(requirements).items()}
+
+    def size(need: PoolNeed) -> SizingResult:
         key = need_key(need)
         if key not in cache:
-            max_tp = {g: o.gpus_per_node for g, o in offers_by_gpu(requirements).items()}
             cache[key] = size_need(
                 need,
                 prices,
@@ -203,17 +204,75 @@ def _assemble(
                 corrections=corrections,
                 max_tp=max_tp,
             )
-        if cache[key].sized:
-            all_pools.append(min(cache[key].sized, key=lambda s: (s.num_gpus, s.usd_per_hour)))
-            for pool in pools:
-                if req.name in pool.need.slos and pool.need.role != "fallback":
-                    fallbacks[pool.need.name] = need.name
-    candidate = Candidate(layout, all_pools, fallbacks)
-    _fit_hardware(candidate, requirements, planning, time_scale)
+        return cache[key]
+
+    return _priced(requirements, profiles, layout, pools, planning, size, time_scale, corrections)
+
+
+def _priced(
+    requirements: Requirements,
+    profiles: dict[str, TrafficProfile],
+    layout: Layout,
+    primaries: list[Sized],
+    planning: Planning,
+    size: Callable[[PoolNeed], SizingResult],
+    time_scale: float,
+    corrections: Corrections | None,
+) -> Candidate:
+    """The primaries with their fallback pools, fitted to the hardware, forecast and priced.
+
+    NOTE: a fallback pool is sized for one lost replica of its primary, so it is sized from the
+    primary's final replica count: spare GPUs on owned nodes grow the primaries after the first
+    fit, and then the fallbacks are sized again for the grown primaries and the whole refitted
+    (it was sized from the primary's first count, e.g. 1/7 of the peak beside 8 replicas)."""
+    while True:
+        pools, fallbacks = _with_fallbacks(requirements, profiles, primaries, size)
+        candidate = Candidate(layout, pools, fallbacks)
+        _fit_hardware(candidate, requirements, planning, time_scale)
+        fitted = [p for p in candidate.pools if p.need.role != "fallback"]
+        if not fallbacks or [p.replicas for p in fitted] == [p.replicas for p in primaries]:
+            break
+        # Terminates: the spare GPUs only add primary replicas, and a fallback sized for less
+        # load needs no more GPUs, so the nodes never grow and the replicas are bounded by them.
+        assert sum(p.replicas for p in fitted) > sum(p.replicas for p in primaries), "no growth"
+        primaries = fitted
     candidate.predictions = predict_workloads(candidate.pools, corrections)
     candidate.floors = predict_workloads(candidate.pools, floor=True)
     candidate.margin = _margin(candidate, requirements, planning)
     return candidate
+
+
+def _with_fallbacks(
+    requirements: Requirements,
+    profiles: dict[str, TrafficProfile],
+    primaries: list[Sized],
+    size: Callable[[PoolNeed], SizingResult],
+) -> tuple[list[Sized], dict[str, str]]:
+    """The primaries plus, per workload naming a fallback model, its cheapest fallback pool,
+    sized for the share of the workload one lost replica carries (`1 / replicas` on one pool;
+    split at a prompt length, the larger of each part's share over its replicas); and which
+    pool falls back to which."""
+    fallbacks: dict[str, str] = {}
+    all_pools = list(primaries)
+    for req in requirements.workloads:
+        primary = next((p for p in primaries if p.need.name == req.name), None)
+        if primary is None or req.models.fallback is None:
+            continue  # no fallback, or served as adapters on another workload's pool
+        share = max(
+            stream.share / pool.replicas
+            for pool in primaries
+            for stream in pool.need.streams
+            if stream.name == req.name
+        )
+        need = fallback_need(req, profiles[req.name], share)
+        assert need is not None
+        sized = size(need).sized
+        if sized:
+            all_pools.append(min(sized, key=lambda s: (s.num_gpus, s.usd_per_hour)))
+            for pool in primaries:
+                if req.name in pool.need.slos:
+                    fallbacks[pool.need.name] = need.name
+    return all_pools, fallbacks
 
 
 def _fit_hardware(
@@ -329,22 +388,26 @@ def grow(
     candidate: Candidate,
     workloads: Sequence[str],
     requirements: Requirements,
+    profiles: dict[str, TrafficProfile],
     planning: Planning,
     corrections: Corrections | None = None,
 ) -> Candidate | None:
     """The candidate with one more replica in each pool serving one of `workloads` (the
-    simulator's answer to a near miss), re-placed and re-priced; None if it no longer fits."""
-    pools = [
-        resize(p, p.replicas + 1, planning)
-        if p.need.role != "fallback" and any(w in p.need.slos for w in workloads)
-        else p
+    simulator's answer to a near miss), its fallback pools sized again for the grown pools,
+    re-placed and re-priced; None if it no longer fits."""
+    primaries = [
+        resize(p, p.replicas + 1, planning) if any(w in p.need.slos for w in workloads) else p
         for p in candidate.pools
+        if p.need.role != "fallback"
     ]
-    grown = Candidate(candidate.layout, pools, dict(candidate.fallbacks))
-    _fit_hardware(grown, requirements, planning, 1.0)
-    if grown.problems:
-        return None
-    grown.predictions = predict_workloads(grown.pools, corrections)
-    grown.floors = predict_workloads(grown.pools, floor=True)
-    grown.margin = _margin(grown, requirements, planning)
-    return grown
+    offers = offers_by_gpu(requirements)
+    prices = {gpu: node_cost(offer).usd_per_gpu_hour for gpu, offer in offers.items()}
+    max_tp = {gpu: offer.gpus_per_node for gpu, offer in offers.items()}
+
+    def size(need: PoolNeed) -> SizingResult:
+        return size_need(need, prices, planning, corrections=corrections, max_tp=max_tp)
+
+    grown = _priced(
+        requirements, profiles, candidate.layout, primaries, planning, size, 1.0, corrections
+    )
+    return None if grown.problems else grown

@@ -14,7 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from inhouse.fleet import FleetResult, RequestRecord, simulate_stack
+from inhouse.errors import SpecError
+from inhouse.fleet import (
+    MAX_SIMULATED_REQUESTS,
+    FleetResult,
+    RequestRecord,
+    TooManyRequestsError,
+    simulate_stack,
+)
 from inhouse.plan.mix import MixedWorkload, workload_of
 from inhouse.plan.requirements import Requirements, Slo
 from inhouse.plan.signals import observed_signals
@@ -99,15 +106,25 @@ def run_check(
     planning = requirements.planning
     duration = duration_s or planning.verify_duration_s
     workload = mixed_workload(requirements, model_names, shed=shed)
-    result = simulate_stack(
-        stack,
-        workload,
-        policy=planning.routing_policy,
-        duration_s=duration,
-        seed=planning.seed,
-        rate_scale=multiple,
-        down_replicas=down,
-    )
+    try:
+        result = simulate_stack(
+            stack,
+            workload,
+            policy=planning.routing_policy,
+            duration_s=duration,
+            seed=planning.seed,
+            rate_scale=multiple,
+            down_replicas=down,
+            max_requests=MAX_SIMULATED_REQUESTS,
+        )
+    except TooManyRequestsError as exc:
+        # NOTE: the planner estimates each check before simulating; a closed loop can still
+        # run faster than its forecast.
+        raise SpecError(
+            f"{requirements.name}: the simulator check at {multiple:g}x peak: {exc}. Lower "
+            "planning.load_multiples, verify_duration_s or stress_duration_s, or plan with "
+            "--no-verify."
+        ) from None
     warmup_s = min(MAX_WARMUP_S, WARMUP_FRACTION * duration)
     out: dict[str, dict[str, Any]] = {}
     for req in requirements.workloads:

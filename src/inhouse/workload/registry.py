@@ -16,6 +16,7 @@ from inhouse.workload.synthetic import (
     SharedPrefixWorkload,
     UtilityWorkload,
 )
+from inhouse.workload.volume import MAX_LENGTH_TOKENS, MAX_PREFIX_GROUPS, PREFIX_GROUP_KEYS
 
 WORKLOADS: dict[str, type[Any]] = {
     "agent": AgentWorkload,
@@ -96,11 +97,17 @@ def _arrivals(name: str, base: Arrivals, values: dict[str, object]) -> Arrivals:
 def _coerce(name: str, key: str, value: object, default: object) -> object:
     try:
         if isinstance(default, Lengths):
-            return value if isinstance(value, Lengths) else Lengths.parse(str(value))
+            lengths = value if isinstance(value, Lengths) else Lengths.parse(str(value))
+            if lengths.p95 > MAX_LENGTH_TOKENS:
+                raise ValueError(f"lengths past {MAX_LENGTH_TOKENS:,} tokens (1 << 24)")
+            return lengths
         if isinstance(default, bool):
             raise ValueError("booleans are not parameters here")
         if isinstance(default, int):
-            return int(str(value))
+            number = int(str(value))
+            if key in PREFIX_GROUP_KEYS and number > MAX_PREFIX_GROUPS:
+                raise ValueError(f"more than {MAX_PREFIX_GROUPS:,}, built one by one")
+            return number
         if isinstance(default, float):
             return float(str(value))
         if default is None or isinstance(default, str):
