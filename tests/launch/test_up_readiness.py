@@ -174,6 +174,12 @@ def test_up_says_ready_once_an_attached_engine_has_loaded(
         except httpx.ConnectError:  # said ready before the engine even listened
             loaded = {"loaded": False}
         assert loaded["loaded"] and loaded["loaded_at_monotonic"] <= said_ready, loaded
+        # Nothing of its own to run (every pool attached, no gateway): the check is all it
+        # does, so it says so and exits 0; it said "every process has exited" and exited 1.
+        assert up.wait(timeout=30) == 0
+        assert up.stdout is not None
+        rest = up.stdout.read()
+        assert "nothing to supervise" in rest and "every process has exited" not in rest, rest
     finally:
         reap(up, [])
         if up.stderr is not None:

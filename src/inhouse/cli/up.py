@@ -287,6 +287,10 @@ def _run_stack(
                 print(f"--- {child.spec.name} (last lines)\n{tail}", file=sys.stderr)
         return 1
     _print_ready(stack, plan, gateway, new_key, edge)
+    if not supervisor.children:  # every pool attached and --no-gateway: the check was all
+        print("inhouse up: nothing to supervise (every pool is attached and --no-gateway); "
+              "the attached engines answer", flush=True)  # fmt: skip
+        return 0
     while supervisor.num_alive:
         for name, code in supervisor.new_exits():
             print(f"inhouse up: {name} exited with code {code}", flush=True)
