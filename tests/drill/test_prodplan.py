@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from inhouse.drill.catalog import NAMES
 from inhouse.drill.kubectl import check_command, find_kubectl, verb_of
@@ -220,8 +221,13 @@ def _fake_tools(where: Path, failing: str) -> Path:
     log = where / "ran.log"
     for tool in ("ssh", "promtool", "amtool"):
         (bin_dir / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> "{log}"\n')
+    applied = where / "applied.yaml"  # what `kubectl apply -f FILE|-` was given
     (bin_dir / "kubectl").write_text(
         f'#!/bin/sh\necho "kubectl $*" >> "{log}"\n'
+        'prev=""; for a in "$@"; do\n'
+        f'  if [ "$prev" = "-f" ]; then if [ "$a" = "-" ]; then cat >> "{applied}"; '
+        f'else cat "$a" >> "{applied}"; fi; echo "---" >> "{applied}"; fi; prev="$a"\n'
+        "done\n"
         f'for a in "$@"; do [ "$a" = "{failing}" ] && exit 1; done\nexit 0\n'
     )
     for tool in bin_dir.iterdir():
@@ -256,3 +262,24 @@ def test_bad_signature_removes_the_altered_copy_when_a_wait_fails(tmp_path: Path
     assert any(line.startswith("ssh gpu-node-1 rm -rf ") and copy in line for line in after), ran
     assert any(" delete pod drill-verify-altered" in line for line in after), ran
     assert not any(" apply " in line for line in after), "the script went on after the failure"
+
+
+@needs_tools
+def test_bad_signature_pins_its_verify_pods_to_the_node_under_drill(tmp_path: Path) -> None:
+    # The verify pods were applied from their files as written, with the node selector's
+    # hostname the literal "NODE": no node has it, so the pods never ran until the operator
+    # edited the files by hand.
+    stack = load_stack(EXAMPLE)
+    write_plan(stack, tmp_path / "plan")
+    nowhere = "http://127.0.0.1:9"
+    env = {"PATH": f"{_fake_tools(tmp_path, 'never')}:/usr/bin:/bin", "NODE": "gpu-node-1",
+           "PROM": nowhere, "AM": nowhere, "GATEWAY": nowhere}  # fmt: skip
+    done = subprocess.run(
+        ["bash", str(tmp_path / "plan" / "bad-signature.sh")],
+        env=env, cwd=tmp_path / "plan", capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    pods = [d for d in yaml.safe_load_all((tmp_path / "applied.yaml").read_text()) if d]
+    assert {p["metadata"]["name"] for p in pods} == {"drill-verify-altered", "drill-verify-intact"}
+    for pod in pods:
+        assert pod["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "gpu-node-1"}, pod

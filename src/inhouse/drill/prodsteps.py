@@ -68,6 +68,13 @@ def _k(argv: list[str]) -> str:
     return "kubectl " + shlex.join(argv).replace(f"'{NODE}'", '"$NODE"').replace(NODE, '"$NODE"')
 
 
+def _apply_on_node(ns: str, manifest: str) -> str:
+    """`kubectl apply` of a manifest whose node selector names the node under drill: the file
+    says `NODE` (validated offline as written); the script puts `$NODE` in as it applies."""
+    pin = "s|kubernetes.io/hostname: NODE$|kubernetes.io/hostname: '\"$NODE\"'|"
+    return f"sed '{pin}' {shlex.quote(manifest)} | kubectl -n {shlex.quote(ns)} apply -f -"
+
+
 def _q(expr: str) -> str:
     return f'promtool query instant "$PROM" {shlex.quote(expr)}'
 
@@ -299,14 +306,14 @@ def _bad_signature(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -
         Step("an altered copy of the weights on the node", copy, ["one byte of one shard flipped"]),
         Step(
             "verify the altered copy as the engine pod's init container does",
-            _k(apply_a) + "\n" + _k(wait_a) + "\n" + _k(logs),
+            _apply_on_node(ns, apply_a[-1]) + "\n" + _k(wait_a) + "\n" + _k(logs),
             ["the pod fails; its log names the altered file"],
             kubectl=[apply_a, wait_a, logs],
             manifests={"bad-signature/verify-altered.yaml": altered},
         ),
         Step(
             "verify the intact weights",
-            _k(apply_i) + "\n" + _k(wait_i),
+            _apply_on_node(ns, apply_i[-1]) + "\n" + _k(wait_i),
             ["the pod succeeds"],
             kubectl=[apply_i, wait_i],
             manifests={"bad-signature/verify-intact.yaml": intact},
