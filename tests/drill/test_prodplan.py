@@ -283,3 +283,22 @@ def test_bad_signature_pins_its_verify_pods_to_the_node_under_drill(tmp_path: Pa
     assert {p["metadata"]["name"] for p in pods} == {"drill-verify-altered", "drill-verify-intact"}
     for pod in pods:
         assert pod["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "gpu-node-1"}, pod
+
+
+@needs_tools
+def test_a_script_asks_only_for_the_variables_it_uses(tmp_path: Path) -> None:
+    # Every script demanded PROM, AM and GATEWAY, so bad-signature.sh (kubectl and ssh only)
+    # would not start without a Prometheus, an Alertmanager and a gateway URL it never reads.
+    stack = load_stack(EXAMPLE)
+    write_plan(stack, tmp_path / "plan")
+    env = {"PATH": f"{_fake_tools(tmp_path, 'never')}:/usr/bin:/bin", "NODE": "gpu-node-1"}
+    done = subprocess.run(
+        ["bash", str(tmp_path / "plan" / "bad-signature.sh")],
+        env=env, cwd=tmp_path / "plan", capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    kill = subprocess.run(
+        ["bash", str(tmp_path / "plan" / "kill-replica.sh")],
+        env=env, cwd=tmp_path / "plan", capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert kill.returncode != 0 and "PROM: set PROM first" in kill.stderr, kill.stderr

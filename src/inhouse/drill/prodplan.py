@@ -108,15 +108,16 @@ def write_plan(
     return result
 
 
-# What the operator fills in, and what the guard line says of each.
-_ALWAYS = ("PROM", "AM", "GATEWAY")
+# What the operator fills in, and what the guard line says of each: the endpoints first.
+_FIRST = ("PROM", "AM", "GATEWAY")
 _VARIABLE = re.compile(r"\$\{?([A-Z][A-Z0-9_]*)")
 
 
 def script_variables(steps: list[Step]) -> list[str]:
-    """The environment variables a drill's commands expand, `PROM`, `AM`, `GATEWAY` first."""
+    """The environment variables a drill's commands expand (only those: bad-signature.sh needs
+    no Prometheus), `PROM`, `AM`, `GATEWAY` first."""
     used = {m.group(1) for step in steps for m in _VARIABLE.finditer(step.shell)}
-    return [*_ALWAYS, *sorted(used - set(_ALWAYS))]
+    return [v for v in _FIRST if v in used] + sorted(used - set(_FIRST))
 
 
 def _script(name: str, steps: list[Step], load: AgentLoad) -> str:
