@@ -270,3 +270,75 @@ def test_runs_of_the_planned_model_and_generator_load(tmp_path: Path, planned: P
         write_bench(tmp_path / "other", "embedder", rows, label="embed"),  # no plan workload
     ]
     assert len(load_inputs(plan, runs, None, None).benches) == 3
+
+
+@pytest.fixture(scope="module")
+def compared(planned: Path) -> dict[str, Any]:
+    """A real `inhouse plan --compare` result (the small plan with a LoRA utility workload:
+    a layout and an engine alternative)."""
+    from inhouse.plan import build_report, make_plan
+    from inhouse.plan.compare import compare
+
+    from ..plan.plan_helpers import parse
+    from ..plan.test_compare import _with_utility
+
+    req = parse(_with_utility())
+    chosen = build_report(make_plan(req, verify=False), sensitivity=False)
+    return compare(req, chosen, verify=False)
+
+
+def _set(data: dict[str, Any], path: tuple[Any, ...], value: Any) -> None:
+    *parents, last = path
+    for part in parents:
+        data = data[part]
+    if value is KeyError:
+        del data[last]
+    else:
+        data[last] = value
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "named"),
+    [
+        (("chosen", "usd_per_hour"), "cheap", "chosen.usd_per_hour: expected a non-negative"),
+        (("chosen", "usd_per_hour"), KeyError, "chosen.usd_per_hour: expected a non-negative"),
+        (("alternatives",), {}, "alternatives: expected a list"),
+        (("alternatives", 0, "label"), KeyError, "alternatives[0].label: expected a non-empty"),
+        (("alternatives", 0, "blast_radius", 0, "replicas"), 0, "blast_radius[0].replicas"),
+        (("alternatives", 0, "blast_radius", 0, "workloads"), "chat", "blast_radius[0].workloads"),
+        (("chosen", "degraded"), [{"pool": "chat"}], "chosen.degraded[0].pass: expected true"),
+        (("chosen", "gpus"), -1, "chosen.gpus: expected a non-negative integer"),
+        (("chosen", "meets_slo_at_1x"), "yes", "chosen.meets_slo_at_1x: expected true or false"),
+    ],
+)
+def test_a_tampered_compare_json_is_named(
+    tmp_path: Path,
+    planned: Path,
+    compared: dict[str, Any],
+    path: tuple[Any, ...],
+    value: Any,
+    named: str,
+) -> None:
+    # compare.json was read unchecked: a hand-edited one ended the report in a KeyError or
+    # TypeError traceback, or printed "1/0 of chat" as a blast radius.
+    plan = _plan_dir(tmp_path, planned)
+    data = json.loads(json.dumps(compared))
+    _set(data, path, value)
+    (plan / "compare.json").write_text(json.dumps(data))
+    with pytest.raises(SpecError) as err:
+        load_inputs(plan, [], None, None)
+    message = str(err.value)
+    assert message.startswith(f"{plan / 'compare.json'}: ") and named in message, message
+    assert "--compare` again" in message
+
+
+def test_a_real_compare_json_loads_and_lays_out(
+    tmp_path: Path, planned: Path, compared: dict[str, Any]
+) -> None:
+    from inhouse.report.document import build_document
+
+    plan = _plan_dir(tmp_path, planned)
+    (plan / "compare.json").write_text(json.dumps(compared))
+    inputs = load_inputs(plan, [], None, None)
+    assert inputs.compare is not None
+    assert "The trade:" in build_document(inputs).markdown

@@ -13,13 +13,13 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
 from inhouse.errors import SpecError
 from inhouse.report.inputs import BenchRun, Doc, DrillRun, Drills, RenderOutput, ReportInputs
-from inhouse.report.plan_schema import check_plan
+from inhouse.report.plan_schema import check_compare, check_plan
 
 
 def _text(path: Path, hint: str) -> str:
@@ -63,6 +63,20 @@ def load_plan(plan_dir: Path) -> dict[str, Any]:
     if problem is not None:
         raise SpecError(f"{path}: {problem}; {again}")
     return plan
+
+
+def load_compare(path: Path) -> dict[str, Any]:
+    """compare.json (`inhouse plan --compare`), every field the report reads checked: a wrong
+    one is named by its JSON path, with the fix."""
+    again = (
+        f"run `inhouse plan REQUIREMENTS --out {path.parent} --compare` again (never edit "
+        "compare.json)"
+    )
+    data = _json(path, again, constants=True)
+    problem = check_compare(data)
+    if problem is not None:
+        raise SpecError(f"{path}: {problem}; {again}")
+    return cast(dict[str, Any], data)
 
 
 def _jsonl(path: Path, hint: str) -> tuple[dict[str, Any], ...]:
@@ -342,7 +356,7 @@ def load_inputs(
         ),
         drills=drill_runs,
         render=render,
-        compare=Doc(str(compare_path), _json(compare_path, hint))
+        compare=Doc(str(compare_path), load_compare(compare_path))
         if compare_path.exists()
         else None,
         images=images,

@@ -81,6 +81,11 @@ KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
         lambda v: isinstance(v, list) and all(map(_count, v)),
     ),
     "count": ("a non-negative integer", _count),
+    "flag": ("true or false", lambda v: isinstance(v, bool)),
+    "signed": (
+        "a finite number",
+        lambda v: isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v),
+    ),
     "positive": ("a positive integer", lambda v: _count(v) and v > 0),
     "number": ("a non-negative number", _number),
     "fraction": ("a number from 0 to 1", lambda v: _number(v) and v <= 1),
@@ -362,3 +367,67 @@ def check_plan(data: Any) -> Problem | None:
     if not isinstance(data, dict):
         return Problem("(the file)", "an object", _shown(data))
     return check_fields(data) or non_finite(data)
+
+
+def _summary_fields(at: str) -> tuple[Field, ...]:
+    """One planned architecture as `inhouse plan --compare` summarizes it (`plan/compare.py`):
+    what the report's alternative section reads of it. `usd_per_hour` is checked apart: an
+    infeasible one has none."""
+    m = f"{at}.slo_margins.*"
+    return (
+        _f(at, "object"),
+        _f(f"{at}.feasible", "flag", optional=True),
+        _f(f"{at}.why_infeasible", "text", optional=True),
+        _f(f"{at}.usd_per_hour", "number", optional=True),
+        _f(f"{at}.pools", "names", optional=True),
+        _f(f"{at}.gpus", "count", optional=True),
+        _f(f"{at}.meets_slo_at_1x", "flag", optional=True),
+        _f(f"{at}.slo_margins", "object", optional=True),
+        _f(m, "object"),
+        _f(f"{m}.*", "object"),
+        _f(f"{m}.*.margin", "signed", optional=True, nullable=True),
+        _f(f"{at}.degraded", "list", optional=True),
+        _f(f"{at}.degraded[]", "object"),
+        _f(f"{at}.degraded[].pool", "name"),
+        _f(f"{at}.degraded[].pass", "flag"),
+        _f(f"{at}.blast_radius", "list", optional=True),
+        _f(f"{at}.blast_radius[]", "object"),
+        _f(f"{at}.blast_radius[].pool", "name"),
+        _f(f"{at}.blast_radius[].gpus_per_replica", "positive"),
+        _f(f"{at}.blast_radius[].replicas", "positive"),
+        _f(f"{at}.blast_radius[].workloads", "names"),
+    )
+
+
+_A = "alternatives[]"
+COMPARE_FIELDS: tuple[Field, ...] = (
+    _f("name", "text", optional=True),
+    *_summary_fields("chosen"),
+    _f("alternatives", "list"),
+    _f(_A, "object"),
+    _f(f"{_A}.label", "name"),
+    *_summary_fields(_A)[1:],
+    _f(f"{_A}.with_more_nodes", "object", optional=True),
+    *_summary_fields(f"{_A}.with_more_nodes")[1:],
+)
+
+
+def check_compare(data: Any) -> Problem | None:
+    """What the report reads from compare.json (`inhouse plan --compare`), then no NaN or
+    infinity anywhere in it; a feasible architecture must have its `usd_per_hour`."""
+    if not isinstance(data, dict):
+        return Problem("(the file)", "an object", _shown(data))
+    problem = check_fields(data, COMPARE_FIELDS) or non_finite(data)
+    if problem is not None:
+        return problem
+    summaries: list[tuple[tuple[PathPart, ...], Any]] = [(("chosen",), data.get("chosen"))]
+    for i, alt in enumerate(data.get("alternatives") or []):
+        summaries.append((("alternatives", i), alt))
+        more = alt.get("with_more_nodes")
+        if alt.get("feasible") is False and isinstance(more, dict) and "why_infeasible" not in more:
+            summaries.append((("alternatives", i, "with_more_nodes"), more))
+    for where, summary in summaries:
+        if summary.get("feasible") is not False and "usd_per_hour" not in summary:
+            path = path_text((*where, "usd_per_hour"))
+            return Problem(path, KINDS["number"][0], "nothing (the key is missing)")
+    return None
