@@ -13,6 +13,7 @@ import yaml
 from inhouse.drill.catalog import NAMES
 from inhouse.drill.kubectl import check_command, find_kubectl, verb_of
 from inhouse.drill.prodplan import write_plan
+from inhouse.errors import SpecError
 from inhouse.spec.load import load_stack
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples/crm-copilot/stack.yaml"
@@ -98,15 +99,78 @@ def test_every_load_names_the_drilled_pools_model(tmp_path: Path) -> None:
 PLANNED_PEAK = 37
 
 
-def _plan_beside(where: Path, peak: object) -> Path:
-    """The CRM stack with a plan.json beside it whose agent workload peaks at `peak`."""
+def _plan_beside(where: Path, peak: object, params: dict[str, str] | None = None) -> Path:
+    """The CRM stack with a plan.json beside it whose agent workload peaks at `peak` (and,
+    given `params`, is generated as `reproduce.bench.chat.params` says)."""
     where.mkdir(parents=True, exist_ok=True)
     (where / "stack.yaml").write_text(EXAMPLE.read_text())
     traffic = {"peak_sessions": peak, "avg_sessions": 1}
-    (where / "plan.json").write_text(
-        json.dumps({"workloads": {"chat": {"kind": "agent", "traffic": traffic}}})
-    )
+    plan: dict[str, object] = {"workloads": {"chat": {"kind": "agent", "traffic": traffic}}}
+    if params is not None:
+        plan["reproduce"] = {"bench": {"chat": {"workload": "agent", "params": params}}}
+    (where / "plan.json").write_text(json.dumps(plan))
     return where / "stack.yaml"
+
+
+def _agent_workloads(plan_dir: Path) -> list[object]:
+    """Every agent workload the scripts' `inhouse bench` lines drive, as bench builds it."""
+    from inhouse.bench.config import build_workload
+    from inhouse.cli.bench import add_run_arguments, spec_from_args
+    from inhouse.workload.agent import AgentWorkload
+
+    parser = argparse.ArgumentParser()
+    add_run_arguments(parser)
+    found: list[object] = []
+    for script in sorted(plan_dir.glob("*.sh")):
+        for line in script.read_text().splitlines():
+            if line.startswith("inhouse bench "):
+                argv = shlex.split(line.removesuffix("&"))[2:]
+                workload = build_workload(spec_from_args(parser.parse_args(argv)))
+                if isinstance(workload, AgentWorkload):
+                    found.append(workload)
+    return found
+
+
+# The plan's agent shape, unlike the agent workload's defaults.
+PLANNED_SHAPE = {"sessions": "100", "system_prompt_tokens": "1234", "max_turns": "9",
+                 "think_time_s": "7", "model": "chat"}  # fmt: skip
+
+
+@needs_tools
+def test_every_agent_load_has_the_plans_shape(tmp_path: Path) -> None:
+    # The loads drove the agent workload's default shape (a 6,000-token system prompt, 3 to 6
+    # turns) whatever the plan's traffic was; only the session count came from the plan.
+    from inhouse.cli.main import main
+    from inhouse.workload.agent import AgentWorkload
+
+    default = AgentWorkload()
+    assert (default.system_prompt_tokens, default.max_turns) != (1234, 9)
+    stack = _plan_beside(tmp_path / "plan", PLANNED_PEAK, PLANNED_SHAPE)
+    assert main(["drill", "plan", "--stack", str(stack), "--out", str(tmp_path / "d")]) == 0
+    loads = _agent_workloads(tmp_path / "d")
+    assert len(loads) == 5
+    for load in loads:
+        assert isinstance(load, AgentWorkload)
+        assert (load.system_prompt_tokens, load.max_turns, load.think_time_s) == (1234, 9, 7.0)
+
+
+def test_a_live_drill_drives_the_plans_agent_shape(tmp_path: Path) -> None:
+    from inhouse.drill.context import load_profile
+
+    stack_path = _plan_beside(tmp_path / "plan", PLANNED_PEAK, PLANNED_SHAPE)
+    profile = load_profile(load_stack(stack_path).pools[0], stack_path)
+    assert profile.peak_sessions == PLANNED_PEAK
+    assert dict(profile.agent_params) == {
+        "system_prompt_tokens": "1234", "max_turns": "9", "think_time_s": "7"
+    }  # fmt: skip
+
+
+def test_a_plans_agent_params_that_are_not_bench_parameters_are_refused(tmp_path: Path) -> None:
+    from inhouse.drill.context import load_profile
+
+    stack_path = _plan_beside(tmp_path / "plan", PLANNED_PEAK, {"turns; rm -rf /": "1"})
+    with pytest.raises(SpecError, match=r"reproduce\.bench\.chat\.params"):
+        load_profile(load_stack(stack_path).pools[0], stack_path)
 
 
 def _agent_loads(plan_dir: Path) -> dict[str, list[int]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from inhouse.errors import SpecError
 from inhouse.plan.requirements import MAX_SESSIONS
 from inhouse.render.layout import DEFAULT_SLO, slo_of
 from inhouse.spec.stack import PoolSpec
+from inhouse.workload.registry import make_workload
 
 # The built-in demo stack's profile: the sessions two simulated replicas carry on a small
 # machine (each replica's engine loop, the gateway and the load generator share its cores),
@@ -31,6 +33,8 @@ from inhouse.spec.stack import PoolSpec
 DEMO_PEAK_SESSIONS = 12
 SEEDS_DEGRADED_TTFT_MS = 1200.0
 ALERT_MARGIN_S = 30.0
+# A generator parameter's value as `inhouse plan` writes one (it goes into shell command lines).
+_PARAM_VALUE = re.compile(r"[A-Za-z0-9_.:+-]{1,64}")
 # An alert's `startsAt` is a Prometheus evaluation's timestamp, aligned to its 1 s interval.
 STARTS_AT_SLACK_S = 1.0
 
@@ -65,6 +69,35 @@ def _peak_sessions(plan_path: Path, agent: str, traffic: Mapping[str, Any]) -> i
     )
 
 
+# Set by the drill itself, never taken from the plan's generator parameters.
+_DRILL_SET = ("sessions", "model")
+
+
+def _agent_params(plan_path: Path, agent: str, plan: Mapping[str, Any]) -> dict[str, str]:
+    """The agent generator's parameters the plan was verified with
+    (`reproduce.bench.AGENT.params`, what `inhouse bench --plan` drives), less the sessions and
+    model the drill sets: the drills load the stack with the plan's traffic shape, not the
+    generator's defaults. Each is checked against the generator (it also goes into the
+    `drill plan` scripts' command lines); a plan without them (hand-written) gives none."""
+    bench = ((plan.get("reproduce") or {}).get("bench") or {}).get(agent) or {}
+    params = bench.get("params") or {}
+    where = f"reproduce.bench.{agent}.params"
+    try:
+        if not isinstance(params, dict):
+            raise SpecError("not an object of generator parameters")
+        chosen = {str(k): str(v) for k, v in params.items() if k not in _DRILL_SET}
+        bad = [v for v in chosen.values() if not _PARAM_VALUE.fullmatch(v)]
+        if bad:
+            raise SpecError(f"value {bad[0]!r} is not a generator parameter's value")
+        make_workload("agent", chosen)
+    except SpecError as exc:
+        raise SpecError(
+            f"{plan_path}: not a plan.json of `inhouse plan`: {where}: {exc}. Rerun `inhouse "
+            "plan`, or move the file away to drill with the demo profile"
+        ) from None
+    return chosen
+
+
 def _plan_profile(plan: dict[str, Any], pool: PoolSpec, path: Path) -> Profile | None:
     workloads = plan.get("workloads", {})
     agent = next((n for n, w in workloads.items() if w.get("kind") == "agent"), None)
@@ -84,7 +117,7 @@ def _plan_profile(plan: dict[str, Any], pool: PoolSpec, path: Path) -> Profile |
         peak,
         ttft_slo_ms(pool),
         degraded,
-        {},
+        _agent_params(path, agent, plan),
         path,
     )
 

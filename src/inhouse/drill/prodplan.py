@@ -56,7 +56,12 @@ def agent_load(stack: StackSpec, stack_path: Path) -> AgentLoad:
     and bounded as `drill run` reads it), else the agent workload's default, said as such."""
     profile = plan_profile(stack.pools[0], stack_path)
     if profile is not None:
-        return AgentLoad(profile.peak_sessions, f"the planned peak of {profile.source}", True)
+        return AgentLoad(
+            profile.peak_sessions,
+            f"the planned peak and agent traffic shape of {profile.source}",
+            True,
+            tuple(profile.agent_params.items()),
+        )
     plan_path = stack_path.parent / "plan.json"
     if plan_path.exists():
         return default_agent_load(f"{plan_path} plans no agent workload")

@@ -43,6 +43,13 @@ class AgentLoad:
     sessions: int
     source: str
     is_planned: bool
+    params: tuple[tuple[str, str], ...] = ()  # the plan's agent generator parameters
+
+    def workload(self, sessions: int) -> str:
+        """`inhouse bench`'s workload arguments: the agent generator with the plan's
+        parameters (its traffic shape), driving `sessions` sessions."""
+        shape = "".join(f" -p {shlex.quote(f'{k}={v}')}" for k, v in self.params)
+        return f"--workload agent{shape} -p sessions={sessions}"
 
     def share(self, fraction: float = 1.0) -> tuple[int, str]:
         """(sessions, words) for `fraction` of the load, e.g. the soak's 60%."""
@@ -133,9 +140,7 @@ def _kill_replica(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) ->
     return [
         Step(
             f"agent load at {at}",
-            _bench(
-                "kill-replica", pool, f"--workload agent -p sessions={sessions} --duration 1800"
-            ),
+            _bench("kill-replica", pool, load.workload(sessions) + " --duration 1800"),
             ["the bench runs; note its start time"],
         ),
         Step(
@@ -184,7 +189,7 @@ def _kv_fill(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -> list
     return [
         Step(
             f"agent load at {at}, and long-context load on top until KV use passes 95%",
-            _bench("kv-fill-agent", pool, f"--workload agent -p sessions={sessions} --duration 900")
+            _bench("kv-fill-agent", pool, load.workload(sessions) + " --duration 900")
             + "\n"
             + _bench(
                 "kv-fill",
@@ -230,7 +235,7 @@ def _long_prompt(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -> 
         "--rate 10 --duration 300"
     )
     sessions, at = load.share()
-    interactive = f"--workload agent -p sessions={sessions} --duration 300"
+    interactive = load.workload(sessions) + " --duration 300"
     return [
         Step(
             f"a {words // 1000}K-token prompt, past the context",
@@ -387,9 +392,7 @@ def _load_not_ready(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) 
             f"restart one replica (its Deployment starts a new pod); agent load at {at} 30 s later",
             _k(restart)
             + "\nsleep 30\n"
-            + _bench(
-                "load-not-ready", pool, f"--workload agent -p sessions={sessions} --duration 600"
-            ),
+            + _bench("load-not-ready", pool, load.workload(sessions) + " --duration 600"),
             ["the pod stays 0/1 Ready while the model loads: " + _k(pods)],
             kubectl=[restart, pods],
         ),
@@ -477,7 +480,7 @@ def _soak(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -> list[St
     return [
         Step(
             f"two weeks at {at}",
-            _bench("soak", pool, f"--workload agent -p sessions={sessions} --duration 1209600"),
+            _bench("soak", pool, load.workload(sessions) + " --duration 1209600"),
             ["runs for two weeks"],
         ),
         Step(
