@@ -242,3 +242,45 @@ def test_requests_sharing_a_request_id_are_routed_and_released_apart() -> None:
                 assert not policy._inflight  # type: ignore[attr-defined]
 
     asyncio.run(main())
+
+
+def test_a_replica_that_restarts_rejoins_with_an_empty_prefix_index() -> None:
+    # Its engine restarted with an empty cache: the prompts the router remembers there are gone,
+    # and an index that still claims them sends their sessions back as cache hits (priced as
+    # cheap prefills), piling recomputed prompts onto the cold replica.
+    from tests.gateway.conftest import start_engine, stop_engine
+    from tests.gateway.test_failures import wait_for
+
+    from inhouse.routing.policies.cache_aware import CacheAware
+
+    system = "You are a careful assistant. " * 40
+
+    def turn(n: int) -> dict[str, Any]:
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": f"q {n}"}]
+        return {"model": "tiny", "max_tokens": 2, "messages": messages}
+
+    async def main() -> None:
+        async with engines(2) as live:
+            urls = {"chat": [e.url for e in live]}
+            async with gateway_for(stack_data(replicas=2), urls) as (gateway, client):
+                pool = gateway.pools["chat"]
+                policy = pool.policy
+                assert isinstance(policy, CacheAware)
+                r = await client.post("/v1/chat/completions", json=turn(0))
+                assert r.status_code == 200
+                [hot] = [i for i in range(2) if policy.indexes[i].num_blocks]
+                port = int(live[hot].url.rsplit(":", 1)[1])
+                await live[hot].kill()
+                await wait_for(lambda: not pool.replicas[hot].is_healthy)
+                restarted = await start_engine(live[hot].state.options, port)
+                try:
+                    await wait_for(lambda: pool.replicas[hot].is_healthy)
+                    assert policy.indexes[hot].num_blocks == 0
+                    r = await client.post("/v1/chat/completions", json=turn(1))
+                    assert r.status_code == 200
+                    text = gateway.metrics.render().decode()
+                    assert 'reason="prefix_match"' not in text, text
+                finally:
+                    await stop_engine(restarted)
+
+    asyncio.run(main())

@@ -236,7 +236,14 @@ class Backends:
         return post
 
     def _on_join(self, replica: Replica) -> None:
-        self.dispatcher.drain(self.pools[replica.pool])
+        """A replica (re)joins routing: the router forgets what it believed the replica held.
+        NOTE: one that left may have restarted with an empty cache (the router cannot tell);
+        an index that still claimed its prompts sent their sessions back as cache hits priced
+        as cheap prefills, piling recomputes onto the cold replica. A replica that only missed
+        probes loses its hits until the index learns them again, a smaller cost."""
+        pool = self.pools[replica.pool]
+        pool.policy.forget_replica(replica.index)
+        self.dispatcher.drain(pool)
 
     @property
     def has_healthy(self) -> bool:
