@@ -18,6 +18,7 @@ Billing (the settle at the end) is `observation.billed_tokens`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 from starlette.types import Receive, Scope, Send
@@ -37,7 +38,7 @@ from inhouse.gateway.request_io import (
 )
 from inhouse.gateway.send_writer import SendWriter
 from inhouse.gateway.service import Gateway
-from inhouse.gateway.stream import Broke, relay_stream
+from inhouse.gateway.stream import SHUTDOWN_MESSAGE, Broke, relay_stream
 from inhouse.http1.chunk_writer import ChunkWriter
 from inhouse.http1.upstream import UpstreamError
 from inhouse.openai_errors import ApiError
@@ -175,6 +176,14 @@ class GenerationRoute:
                 assert not isinstance(result, Attempt)
                 ending = result if isinstance(result, Ending) else await self._refuse(
                     admission, result, send, rid, watch)  # fmt: skip
+        except asyncio.CancelledError:
+            # Not the client leaving (each step takes that back as an `Ending`): the server's
+            # shutdown cut the request, past the drain. A stream's relay ended its stream with
+            # an error event; a client that saw nothing gets a 503 to retry on, not a cut
+            # connection.
+            if state is None and ending is None:
+                ending = await _cut(send, rid, attempt)
+            raise
         finally:
             watch.disarm()
             if attempt is not None:
@@ -249,6 +258,19 @@ class GenerationRoute:
         prompt, completion = billed_tokens(admission, ending)
         await gateway.admission.settle(admission, prompt + completion)
         gateway.observer.finished(admission, ending, prompt, completion)
+
+
+async def _cut(send: Send, rid: tuple[bytes, bytes], attempt: Attempt | None) -> Ending:
+    """The 503 for a request the shutdown cut before its client saw a byte (best effort: the
+    connection may be gone)."""
+    error = ApiError(503, SHUTDOWN_MESSAGE, reason="draining", retry_after_s=1.0)
+    with contextlib.suppress(Exception):
+        await send_error(send, error, [rid])
+    if attempt is None:
+        return Ending(503, error.reason)
+    placement = attempt.placement
+    return Ending(503, error.reason, placement.replica.label, placement.reason_label,
+                  attempt.tries.num_failed, was_sent=True)  # fmt: skip
 
 
 def _abandoned(attempt: Attempt | None, state: StreamState | None) -> Ending:
