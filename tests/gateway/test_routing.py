@@ -284,3 +284,37 @@ def test_a_replica_that_restarts_rejoins_with_an_empty_prefix_index() -> None:
                     await stop_engine(restarted)
 
     asyncio.run(main())
+
+
+def test_a_non_streamed_interactive_request_holds_batch_back_only_for_its_prefill() -> None:
+    # The holdback keeps batch prefills off a replica while an interactive prompt is in
+    # prefill. A non-streamed answer's first token is never seen, so its request counted as in
+    # prefill until its end: batch waited behind every interactive decode and, with such
+    # requests always running, never got a slot however idle the replica (starved to 503s).
+    from inhouse.gateway.keys import create_key
+
+    key, entry = create_key()
+    gateway = {
+        "tiers": {"batch": {"priority": 10, "queue_timeout_s": 1.0}},
+        "tenants": [{"name": "bulk", "tier": "batch", "keys": [entry]}],
+    }
+    data = stack_data(replicas=1, gateway=gateway)
+
+    async def main() -> None:
+        async with engines(1, time_scale=1.0) as live:
+            async with gateway_for(data, {"chat": [live[0].url]}) as (gateway, client):
+                long = chat(max_tokens=400, ignore_eos=True)  # decodes for seconds
+                interactive = asyncio.create_task(client.post("/v1/chat/completions", json=long))
+                runner = live[0].state.runner
+                while not any(s.num_tokens for s in runner.streams.values()):
+                    await asyncio.sleep(0.01)  # its prefill is over: it decodes
+                r = await client.post(
+                    "/v1/chat/completions",
+                    json=chat(max_tokens=2),
+                    headers={"authorization": f"Bearer {key}"},
+                )
+                assert r.status_code == 200, r.text
+                assert not interactive.done()  # served beside it, not after it
+                assert (await interactive).status_code == 200
+
+    asyncio.run(main())

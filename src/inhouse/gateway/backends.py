@@ -250,9 +250,15 @@ class Backends:
         return any(r.is_healthy for pool in self.pools.values() for r in pool.replicas)
 
     async def place(
-        self, pool: PoolState, view: Any, tier: TierSpec, pool_reason: str, exclude: frozenset[int]
+        self,
+        pool: PoolState,
+        view: Any,
+        tier: TierSpec,
+        pool_reason: str,
+        exclude: frozenset[int],
+        holds_back: bool = True,
     ) -> Placement:
-        placement = await self.dispatcher.place(pool, view, tier, exclude)
+        placement = await self.dispatcher.place(pool, view, tier, exclude, holds_back)
         placement.pool_reason = pool_reason
         return placement
 
