@@ -301,20 +301,48 @@ def test_a_non_streamed_interactive_request_holds_batch_back_only_for_its_prefil
     data = stack_data(replicas=1, gateway=gateway)
 
     async def main() -> None:
-        async with engines(1, time_scale=1.0) as live:
-            async with gateway_for(data, {"chat": [live[0].url]}) as (gateway, client):
-                long = chat(max_tokens=400, ignore_eos=True)  # decodes for seconds
-                interactive = asyncio.create_task(client.post("/v1/chat/completions", json=long))
-                runner = live[0].state.runner
-                while not any(s.num_tokens for s in runner.streams.values()):
-                    await asyncio.sleep(0.01)  # its prefill is over: it decodes
-                r = await client.post(
-                    "/v1/chat/completions",
-                    json=chat(max_tokens=2),
-                    headers={"authorization": f"Bearer {key}"},
-                )
+        async with (
+            engines(1, time_scale=1.0) as live,
+            gateway_for(data, {"chat": [live[0].url]}) as (_, client),
+        ):
+            long = chat(max_tokens=400, ignore_eos=True)  # decodes for seconds
+            interactive = asyncio.create_task(client.post("/v1/chat/completions", json=long))
+            runner = live[0].state.runner
+            while not any(s.num_tokens for s in runner.streams.values()):
+                await asyncio.sleep(0.01)  # its prefill is over: it decodes
+            r = await client.post(
+                "/v1/chat/completions",
+                json=chat(max_tokens=2),
+                headers={"authorization": f"Bearer {key}"},
+            )
+            assert r.status_code == 200, r.text
+            assert not interactive.done()  # served beside it, not after it
+            assert (await interactive).status_code == 200
+
+    asyncio.run(main())
+
+
+def test_a_short_prompt_whose_max_tokens_overflow_its_pool_goes_to_the_long_pool() -> None:
+    # The length rule looks at the prompt alone: a prompt under long_prompt_tokens with a
+    # max_tokens past its pool's context was refused (400) though the long pool holds it.
+    data = two_pools(long_prompt_tokens=50, long_pool="small")
+
+    async def main() -> None:
+        async with (
+            engines(1) as live,
+            engines(1, max_model_len=4096, served_model_names=("small",)) as small,
+        ):
+            urls = {"chat": [live[0].url], "small": [small[0].url]}
+            async with gateway_for(data, urls) as (gateway, client):
+                fits = await client.post("/v1/chat/completions", json=chat(max_tokens=400))
+                assert fits.headers["x-inhouse-pool"] == "chat"  # 512 tokens of context
+                r = await client.post("/v1/chat/completions", json=chat(max_tokens=1000))
                 assert r.status_code == 200, r.text
-                assert not interactive.done()  # served beside it, not after it
-                assert (await interactive).status_code == 200
+                assert r.headers["x-inhouse-pool"] == "small"
+                assert 'reason="long_prompt"' in gateway.metrics.render().decode()
+                # Past every pool's context: the first pool's refusal, as before.
+                r = await client.post("/v1/chat/completions", json=chat(max_tokens=5000))
+                assert r.status_code == 400
+                assert "max_model_len=512" in r.json()["error"]["message"]
 
     asyncio.run(main())
