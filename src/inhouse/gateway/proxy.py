@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 
 from starlette.types import Receive, Scope, Send
@@ -28,7 +29,7 @@ from inhouse.gateway.attempt import NO_TRIES, Attempt, Parts, Unanswered, answer
 from inhouse.gateway.client_watch import ClientWatch
 from inhouse.gateway.observation import Ending, billed_tokens
 from inhouse.gateway.prompt import ParsedRequest, parse_request
-from inhouse.gateway.relay import StreamState, usage_of_body
+from inhouse.gateway.relay import NotJson, StreamState, usage_of_body
 from inhouse.gateway.request_io import (
     chunk_writer,
     client_request_id,
@@ -43,6 +44,8 @@ from inhouse.http1.chunk_writer import ChunkWriter
 from inhouse.http1.upstream import UpstreamError
 from inhouse.openai_errors import ApiError
 from inhouse.spec.gateway import TenantSpec
+
+log = logging.getLogger("inhouse.gateway")
 
 
 class GenerationRoute:
@@ -216,9 +219,15 @@ class GenerationRoute:
             kind = next(
                 (v for k, v in response.headers if k == b"content-type"), b"application/json"
             )
+            status = response.status
+            usage = None
+            if status == 200:
+                try:
+                    usage = usage_of_body(body)
+                except NotJson:
+                    return await self._not_json(attempt, send, headers, kind, len(body))
             head = [(b"content-type", kind), (b"content-length", str(len(body)).encode()),
                     *headers, attempt.overhead_header(admission.arrival_s)]  # fmt: skip
-            status = response.status
             await send({"type": "http.response.start", "status": status, "headers": head})
             await send({"type": "http.response.body", "body": body})
         except asyncio.CancelledError:
@@ -228,8 +237,34 @@ class GenerationRoute:
                           was_sent=True, phase="engine")  # fmt: skip
         if status != 200:
             return Ending(status, "", replica, route, retries, was_sent=True)
-        return Ending(200, "", replica, route, retries, usage_of_body(body), is_served=True,
+        return Ending(200, "", replica, route, retries, usage, is_served=True,
                       was_sent=True)  # fmt: skip
+
+    async def _not_json(
+        self,
+        attempt: Attempt,
+        send: Send,
+        headers: list[tuple[bytes, bytes]],
+        kind: bytes,
+        size: int,
+    ) -> Ending:
+        """A 200 whose body is not JSON: not an engine's answer (an ingress's default page, a
+        login portal at its address). A 502 the client can act on, a failure of the replica,
+        never a success relayed."""
+        placement = attempt.placement
+        replica = placement.replica
+        if replica.record_failure(self.gateway.spec.health):
+            log.warning("replica %s/%s removed: answers 200 with a body that is not JSON",
+                        replica.pool, replica.index)  # fmt: skip
+        message = (
+            f"The engine at replica {replica.label} of pool {replica.pool!r} answered 200 with "
+            f"a body that is not JSON ({kind.decode('latin-1')[:64]}, {size} bytes); is an "
+            "engine listening at its address? Please retry."
+        )
+        error = ApiError(502, message, reason="upstream_error", retry_after_s=1.0)
+        await send_error(send, error, headers[:1])
+        return Ending(502, error.reason, replica.label, placement.reason_label,
+                      attempt.tries.num_failed, was_sent=True)  # fmt: skip
 
     async def _refuse(
         self,

@@ -1,8 +1,11 @@
-"""An engine that answers the head and then falls silent (a hung GPU worker, a wedged process
-that keeps its socket open): the gateway gives up after `proxy.first_byte_timeout_s` without a
-byte, as Envoy's stream idle timeout does, instead of holding the client, the replica slot and
-the tenant's concurrency lease until the client gives up; a stream that sent tokens ends with
-an error event, one that sent none goes to another replica."""
+"""Engines that misbehave while serving, from raw sockets.
+
+An engine that answers the head and then falls silent (a hung GPU worker, a wedged process that
+keeps its socket open): the gateway gives up after `proxy.first_byte_timeout_s` without a byte,
+as Envoy's stream idle timeout does, instead of holding the client, the replica slot and the
+tenant's concurrency lease until the client gives up; a stream that sent tokens ends with an
+error event, one that sent none goes to another replica. An engine (or whatever answers at its
+address) that answers 200 with a body that is not JSON is a 502, not a success."""
 
 from __future__ import annotations
 
@@ -151,6 +154,33 @@ def test_a_stream_silent_before_its_first_token_goes_to_another_replica() -> Non
             assert '"content"' in r.text and "error" not in r.text
             assert r.headers["x-inhouse-pool"] == "chat"
             assert [x.num_inflight for x in gw.pools["chat"].replicas] == [0, 0]
+            assert store._tenants[name].leases == {}
+
+    asyncio.run(main())
+
+
+def test_a_200_whose_body_is_not_json_is_a_502_not_a_success() -> None:
+    # Whatever answers at an engine's address (an ingress's default backend, a login portal)
+    # answered 200 with HTML: the client got it as a completion, the metrics a success.
+    key, name, data = tenant_stack()
+    page = b"<html>Welcome</html>"
+    answer = b"HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: %d\r\n\r\n%s" % (
+        len(page),
+        page,
+    )
+
+    async def main() -> None:
+        store = MemoryLimits()
+        async with (
+            silent_engine(answer) as url,
+            gateway_for(data, {"chat": [url]}, None, store) as (gw, client),
+        ):
+            r = await client.post("/v1/chat/completions", json=chat(max_tokens=5),
+                                  headers={"authorization": f"Bearer {key}"})  # fmt: skip
+            assert r.status_code == 502, r.text
+            assert "not JSON" in r.json()["error"]["message"]
+            text = gw.metrics.render().decode()
+            assert 'code="502"' in text and 'code="200"' not in text
             assert store._tenants[name].leases == {}
 
     asyncio.run(main())
