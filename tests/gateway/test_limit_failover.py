@@ -270,3 +270,62 @@ def test_a_settle_sent_twice_settles_once(own_redis: OwnRedis) -> None:
             await store.close()
 
     asyncio.run(main())
+
+
+def test_open_a_second_outage_starts_from_what_the_first_one_counted(own_redis: OwnRedis) -> None:
+    """Redis flaps: what a tenant used while it was down the first time is in Redis's count,
+    and the second outage's count here must start from it, not from what Redis said before
+    the first outage (which gave the tenant its first outage's tokens a second time)."""
+    tenant = f"flap-{uuid.uuid4().hex[:6]}"
+    limits = LimitsSpec(daily_tokens=1000)
+
+    async def main() -> None:
+        store = failover(own_redis.url, "open")
+        await store.start()
+        try:
+            first = await store.reserve(tenant, limits, "a", 300)
+            assert isinstance(first, Reservation) and not first.is_local
+            await store.settle(first, limits, 300)
+            own_redis.kill()
+            local = await store.reserve(tenant, limits, "b", 600)  # 300 + 600 <= 1000
+            assert isinstance(local, Reservation) and local.is_local
+            await store.settle(local, limits, 600)
+            own_redis.start()
+            await wait_for(lambda: store.is_up and store.backlog == 0, 5.0)
+            assert await store.shared.daily_used(tenant, local.day) == 900
+            own_redis.kill()  # down again before this tenant asked Redis anything
+            again = await store.reserve(tenant, limits, "c", 600)  # 900 + 600 > 1000
+            assert isinstance(again, Refusal), again
+            assert again.reason == "token_budget"
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+
+
+def test_open_requests_running_when_redis_fails_hold_their_slots_here(
+    own_redis: OwnRedis,
+) -> None:
+    """A tenant at its concurrency limit when Redis fails is still at it: the requests this
+    gateway admitted through Redis, still running, count here too (they ran a second
+    max_concurrency beside them), and each frees its slot here when it ends."""
+    tenant = f"slots-{uuid.uuid4().hex[:6]}"
+    limits = LimitsSpec(max_concurrency=2)
+
+    async def main() -> None:
+        store = failover(own_redis.url, "open")
+        await store.start()
+        try:
+            held = [await store.reserve(tenant, limits, f"r{i}", 10) for i in range(2)]
+            assert all(isinstance(r, Reservation) and not r.is_local for r in held)
+            own_redis.kill()
+            refused = await store.reserve(tenant, limits, "c", 10)
+            assert isinstance(refused, Refusal) and refused.reason == "rate_limit", refused
+            await store.settle(held[0], limits, 5)  # type: ignore[arg-type]
+            local = await store.reserve(tenant, limits, "d", 10)
+            assert isinstance(local, Reservation) and local.is_local
+            assert isinstance(await store.reserve(tenant, limits, "e", 10), Refusal)
+        finally:
+            await store.close()
+
+    asyncio.run(main())

@@ -242,3 +242,107 @@ def test_requests_sharing_a_request_id_are_routed_and_released_apart() -> None:
                 assert not policy._inflight  # type: ignore[attr-defined]
 
     asyncio.run(main())
+
+
+def test_a_replica_that_restarts_rejoins_with_an_empty_prefix_index() -> None:
+    # Its engine restarted with an empty cache: the prompts the router remembers there are gone,
+    # and an index that still claims them sends their sessions back as cache hits (priced as
+    # cheap prefills), piling recomputed prompts onto the cold replica.
+    from tests.gateway.conftest import start_engine, stop_engine
+    from tests.gateway.test_failures import wait_for
+
+    from inhouse.routing.policies.cache_aware import CacheAware
+
+    system = "You are a careful assistant. " * 40
+
+    def turn(n: int) -> dict[str, Any]:
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": f"q {n}"}]
+        return {"model": "tiny", "max_tokens": 2, "messages": messages}
+
+    async def main() -> None:
+        async with engines(2) as live:
+            urls = {"chat": [e.url for e in live]}
+            async with gateway_for(stack_data(replicas=2), urls) as (gateway, client):
+                pool = gateway.pools["chat"]
+                policy = pool.policy
+                assert isinstance(policy, CacheAware)
+                r = await client.post("/v1/chat/completions", json=turn(0))
+                assert r.status_code == 200
+                [hot] = [i for i in range(2) if policy.indexes[i].num_blocks]
+                port = int(live[hot].url.rsplit(":", 1)[1])
+                await live[hot].kill()
+                await wait_for(lambda: not pool.replicas[hot].is_healthy)
+                restarted = await start_engine(live[hot].state.options, port)
+                try:
+                    await wait_for(lambda: pool.replicas[hot].is_healthy)
+                    assert policy.indexes[hot].num_blocks == 0
+                    r = await client.post("/v1/chat/completions", json=turn(1))
+                    assert r.status_code == 200
+                    text = gateway.metrics.render().decode()
+                    assert 'reason="prefix_match"' not in text, text
+                finally:
+                    await stop_engine(restarted)
+
+    asyncio.run(main())
+
+
+def test_a_non_streamed_interactive_request_holds_batch_back_only_for_its_prefill() -> None:
+    # The holdback keeps batch prefills off a replica while an interactive prompt is in
+    # prefill. A non-streamed answer's first token is never seen, so its request counted as in
+    # prefill until its end: batch waited behind every interactive decode and, with such
+    # requests always running, never got a slot however idle the replica (starved to 503s).
+    from inhouse.gateway.keys import create_key
+
+    key, entry = create_key()
+    gateway = {
+        "tiers": {"batch": {"priority": 10, "queue_timeout_s": 1.0}},
+        "tenants": [{"name": "bulk", "tier": "batch", "keys": [entry]}],
+    }
+    data = stack_data(replicas=1, gateway=gateway)
+
+    async def main() -> None:
+        async with (
+            engines(1, time_scale=1.0) as live,
+            gateway_for(data, {"chat": [live[0].url]}) as (_, client),
+        ):
+            long = chat(max_tokens=400, ignore_eos=True)  # decodes for seconds
+            interactive = asyncio.create_task(client.post("/v1/chat/completions", json=long))
+            runner = live[0].state.runner
+            while not any(s.num_tokens for s in runner.streams.values()):
+                await asyncio.sleep(0.01)  # its prefill is over: it decodes
+            r = await client.post(
+                "/v1/chat/completions",
+                json=chat(max_tokens=2),
+                headers={"authorization": f"Bearer {key}"},
+            )
+            assert r.status_code == 200, r.text
+            assert not interactive.done()  # served beside it, not after it
+            assert (await interactive).status_code == 200
+
+    asyncio.run(main())
+
+
+def test_a_short_prompt_whose_max_tokens_overflow_its_pool_goes_to_the_long_pool() -> None:
+    # The length rule looks at the prompt alone: a prompt under long_prompt_tokens with a
+    # max_tokens past its pool's context was refused (400) though the long pool holds it.
+    data = two_pools(long_prompt_tokens=50, long_pool="small")
+
+    async def main() -> None:
+        async with (
+            engines(1) as live,
+            engines(1, max_model_len=4096, served_model_names=("small",)) as small,
+        ):
+            urls = {"chat": [live[0].url], "small": [small[0].url]}
+            async with gateway_for(data, urls) as (gateway, client):
+                fits = await client.post("/v1/chat/completions", json=chat(max_tokens=400))
+                assert fits.headers["x-inhouse-pool"] == "chat"  # 512 tokens of context
+                r = await client.post("/v1/chat/completions", json=chat(max_tokens=1000))
+                assert r.status_code == 200, r.text
+                assert r.headers["x-inhouse-pool"] == "small"
+                assert 'reason="long_prompt"' in gateway.metrics.render().decode()
+                # Past every pool's context: the first pool's refusal, as before.
+                r = await client.post("/v1/chat/completions", json=chat(max_tokens=5000))
+                assert r.status_code == 400
+                assert "max_model_len=512" in r.json()["error"]["message"]
+
+    asyncio.run(main())

@@ -28,6 +28,7 @@ from inhouse.openai_errors import (
     text_only_message,
     unknown_model,
 )
+from inhouse.routing.pools import PoolChoice
 from inhouse.routing.view import RequestView
 from inhouse.spec.gateway import TenantSpec, TierSpec
 from inhouse.spec.stack import PoolSpec, StackSpec
@@ -179,7 +180,11 @@ class Admitter:
                 retry_after_s=5.0,
             )
         pool = self._pools[choice.pool]
-        max_tokens = self._check_lengths(tenant, pool, parsed, num_prompt)
+        try:
+            max_tokens = self._check_lengths(tenant, pool, parsed, num_prompt)
+        except ApiError as error:
+            choice, pool, max_tokens = self._to_long_pool(error, tenant, model, choice, parsed,
+                                                          num_prompt)  # fmt: skip
         body = parsed.body
         if pool.name != primary.name and model not in pool.spec.model_names:
             # The long-context or fallback pool serves another model: name it to its engine.
@@ -205,6 +210,40 @@ class Admitter:
         view = RequestView(key, num_prompt, blocks, parsed.session_key, model)
         return Admission(request_id, key, tenant, tier, parsed, model, path, pool, choice.reason,
                          primary.name, num_prompt, reservation, forwarded, view, t0)  # fmt: skip
+
+    def _to_long_pool(
+        self,
+        error: ApiError,
+        tenant: TenantSpec,
+        model: str,
+        choice: PoolChoice,
+        parsed: ParsedRequest,
+        num_prompt: int,
+    ) -> tuple[PoolChoice, PoolState, int]:
+        """A request its model's pool must refuse for its length (prompt + max_tokens past the
+        context, however short the prompt) goes where a long prompt would, when that pool can
+        hold it: the length rule looks at the prompt alone, and the stack can serve it.
+        Else `error`, the first pool's refusal, is raised."""
+        spec = self._pools[choice.pool].spec if choice.pool is not None else None
+        cap = tenant.limits.max_prompt_tokens
+        if (
+            error.reason != "prompt_too_long"
+            or (cap is not None and num_prompt > cap)
+            or choice.reason != "model"
+            or spec is None
+            or spec.long_pool is None
+            or spec.long_prompt_tokens is None
+        ):
+            raise error
+        longer = self._dispatcher.choose_pool(model, max(num_prompt, spec.long_prompt_tokens + 1))
+        if longer.pool is None or longer.pool == spec.name:
+            raise error
+        pool = self._pools[longer.pool]
+        try:
+            max_tokens = self._check_lengths(tenant, pool, parsed, num_prompt)
+        except ApiError:
+            raise error from None
+        return longer, pool, max_tokens
 
     def _count_limit(self, pool: PoolSpec) -> int:
         """Counted exactly up to the longest context the request could be sent to."""

@@ -115,7 +115,12 @@ async def try_replica(
     """Place, send, and get the head and (unless `early` and 200) the first body bytes."""
     try:
         placement = await parts.backends.place(
-            admission.pool, admission.view, admission.tier, admission.pool_reason, tries.exclude
+            admission.pool,
+            admission.view,
+            admission.tier,
+            admission.pool_reason,
+            tries.exclude,
+            admission.parsed.is_stream,  # only a stream's first token is seen (holdback)
         )
     except asyncio.CancelledError:
         if not watch.absorb():

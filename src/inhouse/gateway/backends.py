@@ -236,16 +236,29 @@ class Backends:
         return post
 
     def _on_join(self, replica: Replica) -> None:
-        self.dispatcher.drain(self.pools[replica.pool])
+        """A replica (re)joins routing: the router forgets what it believed the replica held.
+        NOTE: one that left may have restarted with an empty cache (the router cannot tell);
+        an index that still claimed its prompts sent their sessions back as cache hits priced
+        as cheap prefills, piling recomputes onto the cold replica. A replica that only missed
+        probes loses its hits until the index learns them again, a smaller cost."""
+        pool = self.pools[replica.pool]
+        pool.policy.forget_replica(replica.index)
+        self.dispatcher.drain(pool)
 
     @property
     def has_healthy(self) -> bool:
         return any(r.is_healthy for pool in self.pools.values() for r in pool.replicas)
 
     async def place(
-        self, pool: PoolState, view: Any, tier: TierSpec, pool_reason: str, exclude: frozenset[int]
+        self,
+        pool: PoolState,
+        view: Any,
+        tier: TierSpec,
+        pool_reason: str,
+        exclude: frozenset[int],
+        holds_back: bool = True,
     ) -> Placement:
-        placement = await self.dispatcher.place(pool, view, tier, exclude)
+        placement = await self.dispatcher.place(pool, view, tier, exclude, holds_back)
         placement.pool_reason = pool_reason
         return placement
 

@@ -15,7 +15,10 @@ served in tier order (lower vLLM priority first) as slots free, for at most the 
 Prefill holdback: while a request of a better tier waits for its first token on a replica, no
 request of a worse tier is dispatched there (it waits in the queue), so a batch surge cannot
 put its prefills in the way of an interactive prefill (llm-d's flow control holds back lower
-bands the same way). Requests already running are not touched.
+bands the same way). Requests already running are not touched. NOTE: only streams hold back:
+the first token of a non-streamed answer never reaches the gateway (the answer comes whole), so
+such a request would count as in prefill until its end, and worse tiers waited behind every
+decode of it; with such requests always running, they starved however idle the replica.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ class _Waiter:
     request: RequestView
     tier: TierSpec
     exclude: frozenset[int]
+    holds_back: bool
     future: asyncio.Future[Placement]
 
 
@@ -178,8 +182,16 @@ class Dispatcher:
         return choose_pool(self.stack, model, num_prompt_tokens, self.views)  # type: ignore[arg-type]
 
     def try_place(
-        self, pool: PoolState, request: RequestView, tier: TierSpec, exclude: frozenset[int]
+        self,
+        pool: PoolState,
+        request: RequestView,
+        tier: TierSpec,
+        exclude: frozenset[int],
+        holds_back: bool = True,
     ) -> Placement | None:
+        """A replica with room for `request` now, or None. `holds_back`: the request holds
+        worse tiers off its replica until its first token (a stream's; a non-streamed answer's
+        first token is never seen, see the module's docstring)."""
         cap = max(1, int(pool.max_inflight * tier.max_share))
         now = time.monotonic()
         age = self.scrape_max_age_s
@@ -199,8 +211,9 @@ class Dispatcher:
         pool.policy.observe(request, decision)
         replica = pool.replicas[decision.replica]
         replica.num_inflight += 1
-        replica.prefilling[priority] = replica.prefilling.get(priority, 0) + 1
-        return Placement(pool, replica, decision, request, "model", priority)
+        if holds_back:
+            replica.prefilling[priority] = replica.prefilling.get(priority, 0) + 1
+        return Placement(pool, replica, decision, request, "model", priority, holds_back)
 
     async def place(
         self,
@@ -208,11 +221,12 @@ class Dispatcher:
         request: RequestView,
         tier: TierSpec,
         exclude: frozenset[int] = frozenset(),
+        holds_back: bool = True,
     ) -> Placement:
         """A replica for `request`, waiting in the pool's queue if it is saturated."""
         placed = None
         if not self._has_waiters_above(pool, tier.priority):
-            placed = self.try_place(pool, request, tier, exclude)
+            placed = self.try_place(pool, request, tier, exclude, holds_back)
         if placed is not None:
             return placed
         if not any(r.is_healthy and r.index not in exclude for r in pool.replicas):
@@ -231,7 +245,8 @@ class Dispatcher:
                 reason="queue_full",
                 retry_after_s=max(1.0, tier.queue_timeout_s / 4),
             )
-        waiter = _Waiter(request, tier, exclude, asyncio.get_running_loop().create_future())
+        future = asyncio.get_running_loop().create_future()
+        waiter = _Waiter(request, tier, exclude, holds_back, future)
         queue.append(waiter)
         try:
             return await asyncio.wait_for(asyncio.shield(waiter.future), tier.queue_timeout_s)
@@ -289,7 +304,9 @@ class Dispatcher:
                 if not queue:
                     continue
                 waiter = queue[0]
-                placed = self.try_place(pool, waiter.request, waiter.tier, waiter.exclude)
+                placed = self.try_place(
+                    pool, waiter.request, waiter.tier, waiter.exclude, waiter.holds_back
+                )
                 if placed is None:
                     continue
                 queue.popleft()

@@ -7,8 +7,10 @@ every `PROBE_S` and marks it up on the first answer. Meanwhile a tenant with lim
 * `on_store_failure: closed` (the default): 503 with `Retry-After` (`limits_unavailable`):
   no request passes a limit nobody can check;
 * `open`: admitted against the same limits counted in this gateway's memory (today's tokens
-  starting from what Redis last reported); what those requests used is added to Redis's
-  counts (`RedisLimits.reconcile`) once it answers. Each gateway counts alone, so N gateways
+  starting from what Redis last reported plus what was counted here since, so a Redis that
+  flaps gives no tokens twice; requests admitted through Redis and still running hold their
+  slots here); what those requests used is added to Redis's counts
+  (`RedisLimits.reconcile`) once it answers. Each gateway counts alone, so N gateways
   may admit up to N times a limit while Redis is down.
 
 Nothing is lost in the meantime: settles that could not be sent, and cancels of reserves whose
@@ -139,15 +141,33 @@ class FailoverLimits:
         seen = self.shared.daily_seen.get(tenant)
         if seen is not None:
             self.local.seed_daily(tenant, *seen)
+        held = self.shared.leases.get(tenant)
+        if held:  # admitted through Redis before it failed, still running: slots taken
+            self.local.seed_leases(tenant, held)
         result = await self.local.reserve(tenant, limits, request_id, tokens)
         if isinstance(result, Reservation):
+            if limits.daily_tokens is not None:
+                self._count_seen(tenant, result.day, tokens)
             return dataclasses.replace(result, is_local=True)
         return result
+
+    def _count_seen(self, tenant: str, day: int, tokens: int) -> None:
+        """Add what this gateway counts here to the last count Redis reported, as Redis will
+        have it once the backlog's reconciles are sent: an outage that starts before this
+        tenant asks Redis again (Redis flaps) starts from it, not from the count before the
+        last outage (which gave the tenant that outage's tokens a second time)."""
+        seen = self.shared.daily_seen.get(tenant)
+        if seen is None or seen[0] < day:
+            self.shared.daily_seen[tenant] = (day, max(tokens, 0))
+        elif seen[0] == day:
+            self.shared.daily_seen[tenant] = (day, max(seen[1] + tokens, 0))
 
     async def settle(self, reservation: Reservation, limits: LimitsSpec, used: int) -> None:
         if reservation.is_local:
             await self.local.settle(reservation, limits, used)
             tenant, day = reservation.tenant, reservation.day
+            if limits.daily_tokens is not None:
+                self._count_seen(tenant, day, used - reservation.tokens)
             self._later(lambda: self.shared.reconcile(tenant, limits, day, used))
             return
         if self.is_up:
@@ -157,6 +177,7 @@ class FailoverLimits:
             except STORE_ERRORS as exc:
                 self._failed("settle", exc)
         self.shared.forget_lease(reservation.tenant, reservation.request_id)
+        self.local.release_lease(reservation.tenant, reservation.request_id)
         self._later(lambda: self.shared.settle(reservation, limits, used))
 
     # -- in the background ------------------------------------------------------------------

@@ -23,7 +23,7 @@ scripts mirror `MemoryLimits.reserve` and `settle` step by step (tests run both 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -200,6 +200,19 @@ class MemoryLimits:
         last said, when this memory stands in for it)."""
         state = self._tenants.setdefault(tenant, _TenantState())
         state.daily.setdefault(day, used)
+
+    def seed_leases(self, tenant: str, request_ids: Iterable[str]) -> None:
+        """Count requests admitted elsewhere (through the shared store) and still running
+        against this tenant's concurrency here, until `release_lease`."""
+        state = self._tenants.setdefault(tenant, _TenantState())
+        expiry = self._clock()[0] + self._lease_s
+        for request_id in request_ids:
+            state.leases.setdefault(request_id, expiry)
+
+    def release_lease(self, tenant: str, request_id: str) -> None:
+        state = self._tenants.get(tenant)
+        if state is not None:
+            state.leases.pop(request_id, None)
 
     def daily_used(self, tenant: str, day: int) -> int:
         state = self._tenants.get(tenant)

@@ -18,6 +18,8 @@ Billing (the settle at the end) is `observation.billed_tokens`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
 
 from starlette.types import Receive, Scope, Send
@@ -27,7 +29,7 @@ from inhouse.gateway.attempt import NO_TRIES, Attempt, Parts, Unanswered, answer
 from inhouse.gateway.client_watch import ClientWatch
 from inhouse.gateway.observation import Ending, billed_tokens
 from inhouse.gateway.prompt import ParsedRequest, parse_request
-from inhouse.gateway.relay import StreamState, usage_of_body
+from inhouse.gateway.relay import NotJson, StreamState, usage_of_body
 from inhouse.gateway.request_io import (
     chunk_writer,
     client_request_id,
@@ -37,11 +39,13 @@ from inhouse.gateway.request_io import (
 )
 from inhouse.gateway.send_writer import SendWriter
 from inhouse.gateway.service import Gateway
-from inhouse.gateway.stream import Broke, relay_stream
+from inhouse.gateway.stream import SHUTDOWN_MESSAGE, Broke, relay_stream
 from inhouse.http1.chunk_writer import ChunkWriter
 from inhouse.http1.upstream import UpstreamError
 from inhouse.openai_errors import ApiError
 from inhouse.spec.gateway import TenantSpec
+
+log = logging.getLogger("inhouse.gateway")
 
 
 class GenerationRoute:
@@ -175,6 +179,14 @@ class GenerationRoute:
                 assert not isinstance(result, Attempt)
                 ending = result if isinstance(result, Ending) else await self._refuse(
                     admission, result, send, rid, watch)  # fmt: skip
+        except asyncio.CancelledError:
+            # Not the client leaving (each step takes that back as an `Ending`): the server's
+            # shutdown cut the request, past the drain. A stream's relay ended its stream with
+            # an error event; a client that saw nothing gets a 503 to retry on, not a cut
+            # connection.
+            if state is None and ending is None:
+                ending = await _cut(send, rid, attempt)
+            raise
         finally:
             watch.disarm()
             if attempt is not None:
@@ -207,9 +219,15 @@ class GenerationRoute:
             kind = next(
                 (v for k, v in response.headers if k == b"content-type"), b"application/json"
             )
+            status = response.status
+            usage = None
+            if status == 200:
+                try:
+                    usage = usage_of_body(body)
+                except NotJson:
+                    return await self._not_json(attempt, send, headers, kind, len(body))
             head = [(b"content-type", kind), (b"content-length", str(len(body)).encode()),
                     *headers, attempt.overhead_header(admission.arrival_s)]  # fmt: skip
-            status = response.status
             await send({"type": "http.response.start", "status": status, "headers": head})
             await send({"type": "http.response.body", "body": body})
         except asyncio.CancelledError:
@@ -219,8 +237,34 @@ class GenerationRoute:
                           was_sent=True, phase="engine")  # fmt: skip
         if status != 200:
             return Ending(status, "", replica, route, retries, was_sent=True)
-        return Ending(200, "", replica, route, retries, usage_of_body(body), is_served=True,
+        return Ending(200, "", replica, route, retries, usage, is_served=True,
                       was_sent=True)  # fmt: skip
+
+    async def _not_json(
+        self,
+        attempt: Attempt,
+        send: Send,
+        headers: list[tuple[bytes, bytes]],
+        kind: bytes,
+        size: int,
+    ) -> Ending:
+        """A 200 whose body is not JSON: not an engine's answer (an ingress's default page, a
+        login portal at its address). A 502 the client can act on, a failure of the replica,
+        never a success relayed."""
+        placement = attempt.placement
+        replica = placement.replica
+        if replica.record_failure(self.gateway.spec.health):
+            log.warning("replica %s/%s removed: answers 200 with a body that is not JSON",
+                        replica.pool, replica.index)  # fmt: skip
+        message = (
+            f"The engine at replica {replica.label} of pool {replica.pool!r} answered 200 with "
+            f"a body that is not JSON ({kind.decode('latin-1')[:64]}, {size} bytes); is an "
+            "engine listening at its address? Please retry."
+        )
+        error = ApiError(502, message, reason="upstream_error", retry_after_s=1.0)
+        await send_error(send, error, headers[:1])
+        return Ending(502, error.reason, replica.label, placement.reason_label,
+                      attempt.tries.num_failed, was_sent=True)  # fmt: skip
 
     async def _refuse(
         self,
@@ -249,6 +293,19 @@ class GenerationRoute:
         prompt, completion = billed_tokens(admission, ending)
         await gateway.admission.settle(admission, prompt + completion)
         gateway.observer.finished(admission, ending, prompt, completion)
+
+
+async def _cut(send: Send, rid: tuple[bytes, bytes], attempt: Attempt | None) -> Ending:
+    """The 503 for a request the shutdown cut before its client saw a byte (best effort: the
+    connection may be gone)."""
+    error = ApiError(503, SHUTDOWN_MESSAGE, reason="draining", retry_after_s=1.0)
+    with contextlib.suppress(Exception):
+        await send_error(send, error, [rid])
+    if attempt is None:
+        return Ending(503, error.reason)
+    placement = attempt.placement
+    return Ending(503, error.reason, placement.replica.label, placement.reason_label,
+                  attempt.tries.num_failed, was_sent=True)  # fmt: skip
 
 
 def _abandoned(attempt: Attempt | None, state: StreamState | None) -> Ending:

@@ -84,11 +84,15 @@ def _take_usage(state: StreamState, out: bytes) -> bytes:
     return b"".join(e + b"\n\n" for e in kept)
 
 
+class NotJson(ValueError):
+    """A body that should be JSON (a 200 answer) and is not."""
+
+
 def usage_of_body(data: bytes) -> dict[str, Any] | None:
-    """`usage` of a non-streamed response body."""
+    """`usage` of a non-streamed response body; `NotJson` when it is not JSON at all."""
     try:
         body = _loads(data)
     except ValueError:
-        return None
+        raise NotJson from None
     usage = body.get("usage") if isinstance(body, dict) else None
     return usage if isinstance(usage, dict) else None

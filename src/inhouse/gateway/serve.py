@@ -3,7 +3,8 @@
 SIGTERM or SIGINT starts a drain: `/health` turns 503 and new requests get 503 at once (a load
 balancer or `up` stops sending), requests already accepted run to their end for up to
 `proxy.drain_timeout_s`, then the server stops (connections close after their response,
-handlers still running `SHUTDOWN_GRACE_S` later are cancelled). A second SIGINT stops at once.
+handlers still running `SHUTDOWN_GRACE_S` later are cancelled: a stream ends with an error
+event, a request not yet answered gets 503). A second SIGINT stops at once.
 """
 
 from __future__ import annotations

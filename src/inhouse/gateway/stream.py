@@ -36,6 +36,7 @@ from inhouse.http1.upstream import Response, UpstreamError
 from inhouse.openai_errors import error_event
 
 SSE_TYPE = b"text/event-stream; charset=utf-8"
+SHUTDOWN_MESSAGE = "The gateway is shutting down and cut this request; retry it on another one."
 log = logging.getLogger("inhouse.gateway")
 
 
@@ -131,9 +132,14 @@ async def relay_stream(
         await send({"type": "http.response.body", "body": error_event(message), "more_body": False})
         return ending(200, "stream_error")
     except asyncio.CancelledError:
-        if not watch.absorb():
-            raise
-        return ending(499, "client_disconnect", is_client_gone=True)
+        if watch.absorb():
+            return ending(499, "client_disconnect", is_client_gone=True)
+        # Cancelled by someone else: the server's shutdown, past the drain. The stream ends
+        # with an error event the client can act on (not a cut chunked body); then on.
+        with contextlib.suppress(Exception):
+            body = error_event(SHUTDOWN_MESSAGE, 503)
+            await send({"type": "http.response.body", "body": body, "more_body": False})
+        raise
     except Exception:
         # A failure of the gateway's own, mid-stream: the client still gets an error
         # event it can act on, the log gets the trace (never the prompt).

@@ -61,9 +61,12 @@ class _Connection(ResponseReader, asyncio.Protocol):
         "_done",
         "_error",
         "_head",
+        "_is_reading_paused",
         "_loop",
         "_paused",
         "_pool",
+        "_silence_s",
+        "_silence_timer",
         "_sink",
         "_sink_error",
         "_waiter",
@@ -81,6 +84,9 @@ class _Connection(ResponseReader, asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.is_closed = False
         self.idle_since = 0.0
+        self._silence_s = 0.0
+        self._silence_timer: asyncio.TimerHandle | None = None
+        self._is_reading_paused = False
         self._reset()
 
     def _reset(self) -> None:
@@ -175,6 +181,7 @@ class _Connection(ResponseReader, asyncio.Protocol):
         if self.is_closed:
             raise UpstreamError("engine closed the connection", True)
         loop = self._loop
+        self._silence_s = timeout_s
         self._head = head = loop.create_future()
         self.transport.write(data)
         timer = loop.call_later(timeout_s, self._time_out, timeout_s)
@@ -207,10 +214,35 @@ class _Connection(ResponseReader, asyncio.Protocol):
 
     async def _wait(self) -> None:
         self._waiter = waiter = self._loop.create_future()
+        if self._silence_s > 0:
+            self._arm_silence()
         try:
             await waiter
         finally:
             self._waiter = None
+            timer, self._silence_timer = self._silence_timer, None
+            if timer is not None:
+                timer.cancel()
+
+    def _arm_silence(self) -> None:
+        self._silence_timer = self._loop.call_later(
+            self._silence_s, self._check_silence, self.num_received
+        )
+
+    def _check_silence(self, num_received: int) -> None:
+        """A body read's timer: fail if the engine sent no byte in `_silence_s` (a hung
+        engine that keeps its socket open would otherwise hold the request, its replica slot
+        and its tenant's lease for as long as the client waits); else look again later. Not
+        while the gateway itself stopped reading (backpressure from a slow client)."""
+        self._silence_timer = None
+        waiter = self._waiter
+        if waiter is None or waiter.done() or self._done:
+            return
+        if self.num_received == num_received and not self._is_reading_paused:
+            message = f"the engine sent nothing for {self._silence_s:g} s"
+            self._fail(UpstreamError(message, False, is_timeout=True))
+            return
+        self._arm_silence()
 
     async def read(self) -> bytes | None:
         """The body bytes received so far (waiting for some), None at the end. A failure
@@ -241,10 +273,12 @@ class _Connection(ResponseReader, asyncio.Protocol):
 
     def pause_reading(self) -> None:
         if self.transport is not None and not self.is_closed:
+            self._is_reading_paused = True
             self.transport.pause_reading()
 
     def resume_reading(self) -> None:
         if self.transport is not None and not self.is_closed:
+            self._is_reading_paused = False
             self.transport.resume_reading()
 
 

@@ -119,4 +119,5 @@ class Policy:
 
     def forget_replica(self, index: int) -> None:
         """Replica `index` is another engine now (a scaled pool's slot got a new address, or
-        lost its own): nothing learnt about the engine there before may carry over."""
+        lost its own; or the replica rejoins after it left, maybe restarted): nothing learnt
+        about the engine there before may carry over."""

@@ -141,7 +141,13 @@ class ProxySpec(SpecModel):
         "closes one sooner (vLLM's VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s unless set; `inhouse up` "
         "and `inhouse render` set 75) costs a reconnect, never a failed request",
     )
-    first_byte_timeout_s: float = Field(default=600.0, gt=0)
+    first_byte_timeout_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="the longest an engine may stay silent: for its response head, then "
+        "between two reads of its body (a request past it is retried elsewhere before its "
+        "first token, else ends with an error event)",
+    )
     request_timeout_s: float = Field(default=3600.0, gt=0)
     drain_timeout_s: float = Field(default=30.0, ge=0)
 
