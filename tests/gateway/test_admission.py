@@ -85,6 +85,37 @@ def test_a_pool_of_unknown_context_cannot_spend_past_a_daily_budget() -> None:
     assert spent == sum(totals)
 
 
+def test_an_engine_with_a_longer_context_than_the_stack_says_cannot_spend_past_a_budget() -> None:
+    """The stack says the pool's context is 128 tokens, but its engine was started with 512
+    (an attached server configured apart from the stack file). A chat naming no `max_tokens`
+    reserved the stack's 128 while the engine generated up to its 512: four at once billed a
+    600-token day far past it. The reservation now covers the longest context the gateway
+    knows of (the stack's or an engine's), and the gate still holds prompts to the stack's."""
+    key, tenant, data = one_tenant_stack({"daily_tokens": 600})
+    data["pools"][0]["knobs"]["max_model_len"] = 128
+    store = MemoryLimits(clock=lambda: (time.monotonic(), WALL))
+
+    async def main() -> list[int]:
+        async with engines(1) as live:  # the simulated engine's context: 512 tokens
+            urls = {"chat": [live[0].url]}
+            async with gateway_for(data, urls, None, store) as (gateway, client):
+                pool = gateway.backends.pools["chat"]
+                for _ in range(100):  # the engine's /v1/models is read as it joins
+                    if any(r.max_model_len for r in pool.replicas):
+                        break
+                    await asyncio.sleep(0.05)
+                auth = {"authorization": f"Bearer {key}"}
+                body = chat("hi", ignore_eos=True)
+                sent = [client.post("/v1/chat/completions", json=body, headers=auth)
+                        for _ in range(4)]  # fmt: skip
+                return [r.status_code for r in await asyncio.gather(*sent)]
+
+    statuses = asyncio.run(main())
+    spent = store.daily_used(tenant, DAY)
+    assert spent <= 600, f"tenant spent {spent} tokens of a 600-token daily budget ({statuses})"
+    assert 200 in statuses and 429 in statuses, statuses
+
+
 @pytest.mark.usefixtures("unknown_context")
 def test_a_pool_of_unknown_context_serves_what_it_can_bound() -> None:
     """Without token limits nothing needs a bound: a chat naming no `max_tokens` is served as

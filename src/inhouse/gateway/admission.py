@@ -286,7 +286,7 @@ class Admitter:
             message = max_tokens_too_large(requested, max_len, num_prompt)
             raise ApiError(400, message, param="max_tokens", reason=reason)
         default = tenant.limits.default_max_tokens or _engine_default(parsed)
-        room = max_len - num_prompt
+        room = (pool.longest_context() or max_len) - num_prompt
         return requested or (min(default, room) if default else room)
 
     async def _reserve(self, tenant: TenantSpec, key: str, tokens: int) -> Reservation | None:

@@ -81,10 +81,22 @@ class PoolState:
         return sum(len(q) for q in self.queues.values())
 
     def max_model_len(self) -> int | None:
+        """The context the gateway holds prompts and `max_tokens` to: the stack's, else the
+        shortest its engines report."""
         if self.spec.knobs.max_model_len is not None:
             return self.spec.knobs.max_model_len
         known = [r.max_model_len for r in self.replicas if r.max_model_len is not None]
         return min(known) if known else None
+
+    def longest_context(self) -> int | None:
+        """The most any replica may generate up to: the stack's context or the longest an
+        engine reports, whichever is longer. NOTE: what a request naming no `max_tokens`
+        reserves against its tenant's budget; an engine started with a longer context than
+        the stack file says generated past the stack's and spent past the budget."""
+        known = [r.max_model_len for r in self.replicas if r.max_model_len is not None]
+        if self.spec.knobs.max_model_len is not None:
+            known.append(self.spec.knobs.max_model_len)
+        return max(known) if known else None
 
     def root(self, model: str) -> int:
         found = self.roots.get(model)
