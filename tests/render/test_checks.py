@@ -40,6 +40,17 @@ def stack_with(nodes: object = None, **pool: object) -> dict[str, object]:
         ({"quant": "fp6"}, r"pool 'chat': unknown quantization 'fp6'"),
         ({"knobs": {"kv_cache_dtype": "bf16"}}, r"kv_cache_dtype 'bf16' is not a value vLLM"),
         ({"knobs": {"max_model_len": 200_000}}, r"max_model_len 200000 is longer than"),
+        # vLLM's parser refuses both: `vllm serve` would exit before loading the model.
+        (
+            {"lora_adapters": ["a"], "knobs": {"max_lora_rank": 24}},
+            r"knobs\.max_lora_rank 24 is not a rank vLLM's --max-lora-rank takes \(1, 8, 16, ",
+        ),
+        (
+            {"knobs": {"collect_detailed_traces": "model,worker"}},
+            r"knobs\.collect_detailed_traces 'model,worker' is not .* \(model, worker, all\)",
+        ),
+        # A Service name must start with a letter (DNS-1035): kubectl refuses `70b-engine`.
+        ({"name": "70b"}, r"pool '70b': .*Service names must start with a letter.*rename"),
         ({"gpu": "a100_sxm_80gb"}, r"gpu 'a100_sxm_80gb' is on none of the stack's nodes"),
         ({"replicas": 9}, r"need 9 GPUs at their minimum replicas .* the nodes have 8"),
         ({"gpu_ids": [[9]]}, r"gpu_ids has GPU 9, but the node has GPUs 0\.\.7"),

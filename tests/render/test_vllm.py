@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from inhouse.launch.engine_args import vllm_serve_args
-from inhouse.render import Rendered
+from inhouse.render import Rendered, checks
 from inhouse.render.vllm import explained_flags, kubernetes_args, split_flags
 from inhouse.spec.load import load_stack
 from inhouse.spec.stack import StackSpec, parse_stack
@@ -179,3 +179,33 @@ def test_vllm_parser_accepts_every_pool_of_the_code_assistant() -> None:
     assert any("--kv-offloading-size" in a for a in args)
     for pool, pool_args in zip(stack.pools, args, strict=True):
         assert parse_with_vllm(pool_args)["tp"] == pool.tp
+
+
+CHOICES_IN_VLLM = """
+import json
+try:
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser  # vLLM >= 0.2x
+except ImportError:
+    from vllm.entrypoints.openai.cli_args import make_arg_parser  # vLLM 0.11
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+parser = make_arg_parser(FlexibleArgumentParser())
+flags = ("--max-lora-rank", "--collect-detailed-traces", "--kv-cache-dtype")
+print(json.dumps({f: [c for c in a.choices if c is not None] for a in parser._actions
+                  for f in a.option_strings if f in flags}))
+"""
+
+
+@pytest.mark.vllm
+def test_the_values_render_checks_are_the_ones_vllm_parser_takes() -> None:
+    """render refuses what vLLM's parser would: its lists are vLLM's own choices."""
+    python = os.environ.get("INHOUSE_VLLM_PYTHON")
+    if not python:
+        pytest.skip("INHOUSE_VLLM_PYTHON (a vLLM install, see .ci/vllm-tier) is not set")
+    done = subprocess.run(
+        [python, "-c", CHOICES_IN_VLLM], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    choices = json.loads(done.stdout.strip().splitlines()[-1])
+    assert tuple(choices["--max-lora-rank"]) == checks.VLLM_LORA_RANKS
+    assert set(choices["--collect-detailed-traces"]) == set(checks.VLLM_DETAILED_TRACES)
+    assert set(checks.VLLM_KV_CACHE_DTYPES) <= set(choices["--kv-cache-dtype"])

@@ -24,6 +24,10 @@ from inhouse.spec.stack import NodeSpec, PoolSpec, StackSpec
 # `vllm serve --kv-cache-dtype` choices that this project also sizes (vLLM's CacheDType;
 # `bf16` and `fp16`, which the simulator takes, are not among them).
 VLLM_KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
+# `vllm serve --max-lora-rank` and `--collect-detailed-traces` choices (vLLM 0.32's parser;
+# tests/render/test_vllm.py reads them back from a real vLLM in the vllm tier).
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+VLLM_DETAILED_TRACES = ("model", "worker", "all")
 # Routing policies that exist only in the simulator (they read the engines' caches).
 SIMULATOR_ONLY_POLICIES = ("oracle",)
 
@@ -34,6 +38,7 @@ def check_renderable(stack: StackSpec, engines: EngineLayout) -> None:
     for pool in stack.pools:
         _check_routing(pool)
     for pool in engines.pools:
+        _check_service_names(pool)
         _check_gpus(stack, engines, pool)
         _check_vllm_values(pool)
         _check_fit(pool)
@@ -107,6 +112,39 @@ def _check_vllm_values(pool: PoolSpec) -> None:
             f"pool {pool.name!r}: knobs.kv_cache_dtype {dtype!r} is not a value vLLM's "
             f"--kv-cache-dtype takes ({', '.join(VLLM_KV_CACHE_DTYPES)}); use auto for the "
             "model's own 16-bit dtype"
+        )
+    _check_vllm_choices(pool)
+
+
+def _check_vllm_choices(pool: PoolSpec) -> None:
+    """Knobs vLLM's parser takes from a fixed list: another value and `vllm serve` exits
+    before it loads the model."""
+    knobs = pool.knobs
+    if pool.lora_adapters and knobs.max_lora_rank not in VLLM_LORA_RANKS:
+        fits = [r for r in VLLM_LORA_RANKS if r >= knobs.max_lora_rank]
+        hint = f"use {fits[0]}, the next one up" if fits else "train adapters of a lower rank"
+        raise SpecError(
+            f"pool {pool.name!r}: knobs.max_lora_rank {knobs.max_lora_rank} is not a rank "
+            f"vLLM's --max-lora-rank takes ({', '.join(map(str, VLLM_LORA_RANKS))}); {hint} "
+            "(adapters of a lower rank load into a larger slot)"
+        )
+    detailed = knobs.collect_detailed_traces
+    if detailed is not None and detailed not in VLLM_DETAILED_TRACES:
+        raise SpecError(
+            f"pool {pool.name!r}: knobs.collect_detailed_traces {detailed!r} is not one value "
+            f"vLLM's --collect-detailed-traces takes ({', '.join(VLLM_DETAILED_TRACES)}); use "
+            "all for both the model and the worker spans"
+        )
+
+
+def _check_service_names(pool: PoolSpec) -> None:
+    """The pool's Services are named after it (`<pool>-engine`, `<pool>-r<i>`), and a Service
+    name is a DNS-1035 label: the API server refuses one that starts with a digit."""
+    if not pool.name[0].isalpha():
+        raise SpecError(
+            f"pool {pool.name!r}: its Kubernetes Services are named after it "
+            f"({pool.name}-engine), and Service names must start with a letter; rename the "
+            f"pool, e.g. to 'llm-{pool.name}'"
         )
 
 
