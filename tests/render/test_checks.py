@@ -65,6 +65,35 @@ def test_render_refuses_a_pool_that_cannot_run_as_rendered(
         render_stack(stack)
 
 
+@pytest.mark.parametrize(
+    ("extra_args", "message"),
+    [
+        # The pod gets tp GPUs (nvidia.com/gpu: tp): vLLM would ask for tp x dp and not start.
+        (["--data-parallel-size", "2"], r"'--data-parallel-size' .*\(nvidia\.com/gpu: 1"),
+        (["-dp=2"], r"'-dp' .* replicas"),
+        (["--pipeline_parallel_size", "2"], r"'--pipeline_parallel_size' .*\(nvidia\.com/gpu"),
+        (["-tp", "2"], r"'-tp' .* set the pool's tp"),
+        # The alerts, dashboards and KEDA select vllm:* series by the rendered served name.
+        (["--served-model-name", "other"], r"'--served-model-name' .* served_model_name"),
+        (["--port=9000"], r"'--port' .* probes"),
+        (["--disable-log-stats"], r"'--disable-log-stats' .* /metrics"),
+    ],
+)
+def test_render_refuses_extra_args_that_contradict_the_manifests(
+    extra_args: list[str], message: str
+) -> None:
+    stack = parse_stack(stack_with(knobs={"extra_args": extra_args}))
+    with pytest.raises(SpecError, match=r"pool 'chat': knobs\.extra_args " + message):
+        render_stack(stack)
+
+
+def test_extra_args_the_manifests_do_not_own_pass() -> None:
+    stack = parse_stack(
+        stack_with(knobs={"extra_args": ["--enable-expert-parallel", "--max-logprobs=5"]})
+    )
+    assert "--enable-expert-parallel" in render_stack(stack).files["k8s/engine-chat.yaml"]
+
+
 def test_a_tp_group_larger_than_the_catalog_node_is_refused_without_nodes() -> None:
     stack = parse_stack(stack_with(nodes=[], tp=16))
     with pytest.raises(SpecError, match=r"tp=16 is more GPUs than a h100_sxm node has \(8\)"):

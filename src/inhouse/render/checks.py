@@ -28,6 +28,36 @@ VLLM_KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
 # tests/render/test_vllm.py reads them back from a real vLLM in the vllm tier).
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 VLLM_DETAILED_TRACES = ("model", "worker", "all")
+# `vllm serve` flags (vLLM's spellings and short aliases) the rendered manifests depend on, so
+# `knobs.extra_args` may not override them; the fix each needs. `{tp}`: the pool's tp.
+_GPU_COUNT = (
+    "changes how many GPUs vLLM needs, but the pod gets the pool's tp (nvidia.com/gpu: {tp}) "
+    "and vLLM would not start; scale out with the pool's replicas instead"
+)
+OWNED_EXTRA_FLAGS: dict[str, str] = {
+    "--tensor-parallel-size": "is rendered from the pool's tp, which also sizes the pod's "
+    "GPUs; set the pool's tp instead",
+    "-tp": "is rendered from the pool's tp, which also sizes the pod's GPUs; set the pool's tp "
+    "instead",
+    "--pipeline-parallel-size": _GPU_COUNT,
+    "-pp": _GPU_COUNT,
+    "--data-parallel-size": _GPU_COUNT,
+    "-dp": _GPU_COUNT,
+    "--data-parallel-size-local": _GPU_COUNT,
+    "-dpl": _GPU_COUNT,
+    "--served-model-name": "would rename the vllm:* series' model_name that the alerts, "
+    "dashboards and KEDA select on; set served_model_name or aliases instead",
+    "--host": "is rendered: the probes, the Services and the NetworkPolicy use the rendered "
+    "address and port; remove it",
+    "--port": "is rendered: the probes, the Services and the NetworkPolicy use the rendered "
+    "address and port; remove it",
+    "--uds": "would move the API off the TCP port the probes, the Services and the "
+    "NetworkPolicy use; remove it",
+    "--disable-log-stats": "turns off vLLM's /metrics series: every engine alert, dashboard "
+    "and KEDA trigger would go blind; remove it",
+    "--api-key": "makes vLLM refuse the gateway's requests (the gateway sends no key; the "
+    "NetworkPolicy is what admits only the gateway); remove it",
+}
 # Routing policies that exist only in the simulator (they read the engines' caches).
 SIMULATOR_ONLY_POLICIES = ("oracle",)
 
@@ -114,6 +144,7 @@ def _check_vllm_values(pool: PoolSpec) -> None:
             "model's own 16-bit dtype"
         )
     _check_vllm_choices(pool)
+    _check_extra_args(pool)
 
 
 def _check_vllm_choices(pool: PoolSpec) -> None:
@@ -135,6 +166,24 @@ def _check_vllm_choices(pool: PoolSpec) -> None:
             f"vLLM's --collect-detailed-traces takes ({', '.join(VLLM_DETAILED_TRACES)}); use "
             "all for both the model and the worker spans"
         )
+
+
+def _flag_name(arg: str) -> str:
+    """`--data_parallel_size=2` -> `--data-parallel-size` (vLLM's parser takes either)."""
+    name = arg.split("=", 1)[0]
+    dashes = len(name) - len(name.lstrip("-"))
+    return name[:dashes] + name[dashes:].replace("_", "-")
+
+
+def _check_extra_args(pool: PoolSpec) -> None:
+    """`knobs.extra_args` come last and win: none may override a flag the manifests rest on."""
+    for arg in pool.knobs.extra_args:
+        why = OWNED_EXTRA_FLAGS.get(_flag_name(arg)) if arg.startswith("-") else None
+        if why is not None:
+            flag = arg.split("=", 1)[0]
+            raise SpecError(
+                f"pool {pool.name!r}: knobs.extra_args {flag!r} {why.format(tp=pool.tp)}"
+            )
 
 
 def _check_service_names(pool: PoolSpec) -> None:
