@@ -49,6 +49,19 @@ def stack_with(nodes: object = None, **pool: object) -> dict[str, object]:
             {"knobs": {"collect_detailed_traces": "model,worker"}},
             r"knobs\.collect_detailed_traces 'model,worker' is not .* \(model, worker, all\)",
         ),
+        # vLLM's SchedulerConfig refuses these at start (a ValueError before the model loads).
+        (
+            {"knobs": {"max_num_seqs": 256, "max_num_batched_tokens": 128}},
+            r"knobs\.max_num_batched_tokens 128 is below max_num_seqs 256",
+        ),
+        (  # vLLM's max_num_seqs default on a >= 70 GiB GPU other than an A100 is 1024
+            {"knobs": {"max_num_batched_tokens": 512}},
+            r"max_num_batched_tokens 512 is below max_num_seqs 1024 \(vLLM's default on h100",
+        ),
+        (
+            {"knobs": {"long_prefill_token_threshold": 100_000, "max_model_len": 8192}},
+            r"knobs\.long_prefill_token_threshold 100000 is above max_model_len 8192",
+        ),
         # A Service name must start with a letter (DNS-1035): kubectl refuses `70b-engine`.
         ({"name": "70b"}, r"pool '70b': .*Service names must start with a letter.*rename"),
         ({"gpu": "a100_sxm_80gb"}, r"gpu 'a100_sxm_80gb' is on none of the stack's nodes"),
@@ -110,6 +123,20 @@ def test_a_pool_whose_weights_and_one_sequence_do_not_fit_is_refused() -> None:
 def test_the_pool_renders_once_its_values_are_ones_vllm_takes() -> None:
     stack = parse_stack(stack_with(tp=2, knobs={"kv_cache_dtype": "fp8"}))
     assert "k8s/engine-chat.yaml" in render_stack(stack).files
+
+
+def test_a_token_budget_above_vllm_s_own_sequence_cap_on_that_gpu_renders() -> None:
+    """vLLM's default max_num_seqs is 256 on a GPU under 70 GiB: a 512-token budget holds."""
+    nodes = [{"gpu": "l40s", "gpus_per_node": 8, "count": 1}]
+    pool = {"gpu": "l40s", "knobs": {"max_num_batched_tokens": 512, "max_model_len": 8192}}
+    assert render_stack(parse_stack(stack_with(nodes=nodes, **pool))).files
+
+
+def test_the_scheduler_values_at_vllm_s_bounds_render() -> None:
+    """vLLM takes a budget equal to max_num_seqs and a chunk cap equal to max_model_len."""
+    knobs = {"max_num_seqs": 256, "max_num_batched_tokens": 256, "max_model_len": 8192}
+    stack = parse_stack(stack_with(knobs={**knobs, "long_prefill_token_threshold": 8192}))
+    assert render_stack(stack).files
 
 
 @pytest.mark.parametrize("example", sorted((ROOT / "examples").glob("*/stack.yaml")))

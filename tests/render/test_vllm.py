@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from inhouse.launch.engine_args import vllm_serve_args
-from inhouse.render import Rendered, checks
+from inhouse.render import Rendered, checks_vllm
 from inhouse.render.vllm import explained_flags, kubernetes_args, split_flags
 from inhouse.spec.load import load_stack
 from inhouse.spec.stack import StackSpec, parse_stack
@@ -206,6 +206,42 @@ def test_the_values_render_checks_are_the_ones_vllm_parser_takes() -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     choices = json.loads(done.stdout.strip().splitlines()[-1])
-    assert tuple(choices["--max-lora-rank"]) == checks.VLLM_LORA_RANKS
-    assert set(choices["--collect-detailed-traces"]) == set(checks.VLLM_DETAILED_TRACES)
-    assert set(checks.VLLM_KV_CACHE_DTYPES) <= set(choices["--kv-cache-dtype"])
+    assert tuple(choices["--max-lora-rank"]) == checks_vllm.VLLM_LORA_RANKS
+    assert set(choices["--collect-detailed-traces"]) == set(checks_vllm.VLLM_DETAILED_TRACES)
+    assert set(checks_vllm.VLLM_KV_CACHE_DTYPES) <= set(choices["--kv-cache-dtype"])
+
+
+SCHEDULER_IN_VLLM = """
+import json, sys
+from vllm.config.scheduler import SchedulerConfig
+for kw in json.loads(sys.argv[1]):
+    try:
+        SchedulerConfig(max_model_len=8192, is_encoder_decoder=False, **kw)
+        print("accepted")
+    except ValueError as exc:
+        print("refused")
+"""
+
+
+@pytest.mark.vllm
+def test_vllm_refuses_the_scheduler_values_render_refuses() -> None:
+    """render's scheduler checks (`checks_vllm._check_scheduler`) mirror vLLM's config checks."""
+    python = os.environ.get("INHOUSE_VLLM_PYTHON")
+    if not python:
+        pytest.skip("INHOUSE_VLLM_PYTHON (a vLLM install, see .ci/vllm-tier) is not set")
+    cases = [
+        {"max_num_batched_tokens": 128, "max_num_seqs": 256},
+        {"max_num_batched_tokens": 256, "max_num_seqs": 256},
+        {"max_num_batched_tokens": 8192, "max_num_seqs": 256, "long_prefill_token_threshold": 8193},
+        {"max_num_batched_tokens": 8192, "max_num_seqs": 256, "long_prefill_token_threshold": 8192},
+    ]
+    done = subprocess.run(
+        [python, "-c", SCHEDULER_IN_VLLM, json.dumps(cases)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    verdicts = [line for line in done.stdout.splitlines() if line in ("accepted", "refused")]
+    assert verdicts == ["refused", "accepted", "refused", "accepted"]

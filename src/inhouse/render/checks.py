@@ -14,50 +14,13 @@ from __future__ import annotations
 from inhouse.engine.build import build_replica
 from inhouse.errors import DoesNotFitError, SpecError
 from inhouse.fleet import replica_spec_for_pool
+from inhouse.render.checks_vllm import check_vllm_values
 from inhouse.render.layout import EngineLayout
 from inhouse.routing.framework import PolicyContext
 from inhouse.routing.registry import make_policy
 from inhouse.spec.catalog import get_gpu, get_model
-from inhouse.spec.quant import kv_dtype_bytes, normalize_quant
 from inhouse.spec.stack import NodeSpec, PoolSpec, StackSpec
 
-# `vllm serve --kv-cache-dtype` choices that this project also sizes (vLLM's CacheDType;
-# `bf16` and `fp16`, which the simulator takes, are not among them).
-VLLM_KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
-# `vllm serve --max-lora-rank` and `--collect-detailed-traces` choices (vLLM 0.32's parser;
-# tests/render/test_vllm.py reads them back from a real vLLM in the vllm tier).
-VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-VLLM_DETAILED_TRACES = ("model", "worker", "all")
-# `vllm serve` flags (vLLM's spellings and short aliases) the rendered manifests depend on, so
-# `knobs.extra_args` may not override them; the fix each needs. `{tp}`: the pool's tp.
-_GPU_COUNT = (
-    "changes how many GPUs vLLM needs, but the pod gets the pool's tp (nvidia.com/gpu: {tp}) "
-    "and vLLM would not start; scale out with the pool's replicas instead"
-)
-OWNED_EXTRA_FLAGS: dict[str, str] = {
-    "--tensor-parallel-size": "is rendered from the pool's tp, which also sizes the pod's "
-    "GPUs; set the pool's tp instead",
-    "-tp": "is rendered from the pool's tp, which also sizes the pod's GPUs; set the pool's tp "
-    "instead",
-    "--pipeline-parallel-size": _GPU_COUNT,
-    "-pp": _GPU_COUNT,
-    "--data-parallel-size": _GPU_COUNT,
-    "-dp": _GPU_COUNT,
-    "--data-parallel-size-local": _GPU_COUNT,
-    "-dpl": _GPU_COUNT,
-    "--served-model-name": "would rename the vllm:* series' model_name that the alerts, "
-    "dashboards and KEDA select on; set served_model_name or aliases instead",
-    "--host": "is rendered: the probes, the Services and the NetworkPolicy use the rendered "
-    "address and port; remove it",
-    "--port": "is rendered: the probes, the Services and the NetworkPolicy use the rendered "
-    "address and port; remove it",
-    "--uds": "would move the API off the TCP port the probes, the Services and the "
-    "NetworkPolicy use; remove it",
-    "--disable-log-stats": "turns off vLLM's /metrics series: every engine alert, dashboard "
-    "and KEDA trigger would go blind; remove it",
-    "--api-key": "makes vLLM refuse the gateway's requests (the gateway sends no key; the "
-    "NetworkPolicy is what admits only the gateway); remove it",
-}
 # Routing policies that exist only in the simulator (they read the engines' caches).
 SIMULATOR_ONLY_POLICIES = ("oracle",)
 
@@ -70,7 +33,7 @@ def check_renderable(stack: StackSpec, engines: EngineLayout) -> None:
     for pool in engines.pools:
         _check_service_names(pool)
         _check_gpus(stack, engines, pool)
-        _check_vllm_values(pool)
+        check_vllm_values(pool)
         _check_fit(pool)
     if engines.single_node:
         _check_gpu_ids(stack, engines)
@@ -128,62 +91,6 @@ def _check_gpus(stack: StackSpec, engines: EngineLayout, pool: PoolSpec) -> None
             f"replicas (tp x replicas), the nodes have {total}; lower replicas or tp, or add "
             "nodes"
         )
-
-
-def _check_vllm_values(pool: PoolSpec) -> None:
-    dtype = pool.knobs.kv_cache_dtype
-    try:
-        normalize_quant(pool.quant)
-        kv_dtype_bytes(dtype)
-    except SpecError as exc:
-        raise SpecError(f"pool {pool.name!r}: {exc}") from None
-    if dtype not in VLLM_KV_CACHE_DTYPES:
-        raise SpecError(
-            f"pool {pool.name!r}: knobs.kv_cache_dtype {dtype!r} is not a value vLLM's "
-            f"--kv-cache-dtype takes ({', '.join(VLLM_KV_CACHE_DTYPES)}); use auto for the "
-            "model's own 16-bit dtype"
-        )
-    _check_vllm_choices(pool)
-    _check_extra_args(pool)
-
-
-def _check_vllm_choices(pool: PoolSpec) -> None:
-    """Knobs vLLM's parser takes from a fixed list: another value and `vllm serve` exits
-    before it loads the model."""
-    knobs = pool.knobs
-    if pool.lora_adapters and knobs.max_lora_rank not in VLLM_LORA_RANKS:
-        fits = [r for r in VLLM_LORA_RANKS if r >= knobs.max_lora_rank]
-        hint = f"use {fits[0]}, the next one up" if fits else "train adapters of a lower rank"
-        raise SpecError(
-            f"pool {pool.name!r}: knobs.max_lora_rank {knobs.max_lora_rank} is not a rank "
-            f"vLLM's --max-lora-rank takes ({', '.join(map(str, VLLM_LORA_RANKS))}); {hint} "
-            "(adapters of a lower rank load into a larger slot)"
-        )
-    detailed = knobs.collect_detailed_traces
-    if detailed is not None and detailed not in VLLM_DETAILED_TRACES:
-        raise SpecError(
-            f"pool {pool.name!r}: knobs.collect_detailed_traces {detailed!r} is not one value "
-            f"vLLM's --collect-detailed-traces takes ({', '.join(VLLM_DETAILED_TRACES)}); use "
-            "all for both the model and the worker spans"
-        )
-
-
-def _flag_name(arg: str) -> str:
-    """`--data_parallel_size=2` -> `--data-parallel-size` (vLLM's parser takes either)."""
-    name = arg.split("=", 1)[0]
-    dashes = len(name) - len(name.lstrip("-"))
-    return name[:dashes] + name[dashes:].replace("_", "-")
-
-
-def _check_extra_args(pool: PoolSpec) -> None:
-    """`knobs.extra_args` come last and win: none may override a flag the manifests rest on."""
-    for arg in pool.knobs.extra_args:
-        why = OWNED_EXTRA_FLAGS.get(_flag_name(arg)) if arg.startswith("-") else None
-        if why is not None:
-            flag = arg.split("=", 1)[0]
-            raise SpecError(
-                f"pool {pool.name!r}: knobs.extra_args {flag!r} {why.format(tp=pool.tp)}"
-            )
 
 
 def _check_service_names(pool: PoolSpec) -> None:
