@@ -245,3 +245,80 @@ def test_vllm_refuses_the_scheduler_values_render_refuses() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     verdicts = [line for line in done.stdout.splitlines() if line in ("accepted", "refused")]
     assert verdicts == ["refused", "accepted", "refused", "accepted"]
+
+
+LOAD_QUANT_CONFIG = """
+import json, sys
+from vllm.config import ModelConfig
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+try:
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+except ImportError:
+    from vllm.entrypoints.openai.cli_args import make_arg_parser
+args = json.loads(sys.argv[1])
+ns = make_arg_parser(FlexibleArgumentParser()).parse_args(["--model", *args])
+try:
+    ModelConfig(model=args[0], skip_tokenizer_init=True, quantization=ns.quantization)
+    print("accepted")
+except ValueError as exc:
+    print("refused", " ".join(str(exc).split())[:300])
+"""
+# A tiny Llama's config.json in the shape of RedHatAI's FP8-dynamic checkpoints.
+COMPRESSED_FP8 = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "num_hidden_layers": 2,
+    "vocab_size": 1000,
+    "max_position_embeddings": 2048,
+    "torch_dtype": "bfloat16",
+    "quantization_config": {
+        "quant_method": "compressed-tensors",
+        "format": "float-quantized",
+        "config_groups": {
+            "group_0": {
+                "targets": ["Linear"],
+                "weights": {"num_bits": 8, "type": "float", "strategy": "channel",
+                            "symmetric": True, "dynamic": False},
+                "input_activations": {"num_bits": 8, "type": "float", "strategy": "token",
+                                      "symmetric": True, "dynamic": True},
+            }
+        },
+        "ignore": ["lm_head"],
+    },
+}  # fmt: skip
+
+
+@pytest.mark.vllm
+def test_vllm_loads_the_config_of_an_fp8_checkpoint_with_the_rendered_flags(
+    tmp_path: Path,
+) -> None:
+    """An FP8 pool on a compressed-tensors FP8 checkpoint: vLLM's ModelConfig (no weights
+    loaded) takes the rendered arguments; with `--quantization fp8` it refused them."""
+    python = os.environ.get("INHOUSE_VLLM_PYTHON")
+    if not python:
+        pytest.skip("INHOUSE_VLLM_PYTHON (a vLLM install, see .ci/vllm-tier) is not set")
+    model = tmp_path / "Tiny-Llama-FP8-dynamic"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(COMPRESSED_FP8))
+    stack = parse_stack(
+        {"name": "s", "pools": [{"name": "p", "model": str(model), "quant": "fp8"}]}
+    )
+    args = vllm_serve_args(stack, stack.pools[0], 0, 8000)
+    verdicts = []
+    for rendered in (args, [*args, "--quantization", "fp8"]):
+        done = subprocess.run(
+            [python, "-c", LOAD_QUANT_CONFIG, json.dumps(rendered)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        last = done.stdout.strip().splitlines()[-1]
+        verdicts.append(last.split()[0])
+        assert last == "accepted" or "does not match the quantization method" in last, last
+    assert verdicts == ["accepted", "refused"]
