@@ -62,6 +62,11 @@ def stack_with(nodes: object = None, **pool: object) -> dict[str, object]:
             {"knobs": {"long_prefill_token_threshold": 100_000, "max_model_len": 8192}},
             r"knobs\.long_prefill_token_threshold 100000 is above max_model_len 8192",
         ),
+        # vLLM exits at start on a parser it does not know ("invalid tool call parser").
+        (
+            {"knobs": {"tool_call_parser": "llama3"}},
+            r"knobs\.tool_call_parser 'llama3' is not a parser vLLM .*llama3_json",
+        ),
         # A Service name must start with a letter (DNS-1035): kubectl refuses `70b-engine`.
         ({"name": "70b"}, r"pool '70b': .*Service names must start with a letter.*rename"),
         ({"gpu": "a100_sxm_80gb"}, r"gpu 'a100_sxm_80gb' is on none of the stack's nodes"),
@@ -130,6 +135,12 @@ def test_a_token_budget_above_vllm_s_own_sequence_cap_on_that_gpu_renders() -> N
     nodes = [{"gpu": "l40s", "gpus_per_node": 8, "count": 1}]
     pool = {"gpu": "l40s", "knobs": {"max_num_batched_tokens": 512, "max_model_len": 8192}}
     assert render_stack(parse_stack(stack_with(nodes=nodes, **pool))).files
+
+
+def test_a_tool_parser_from_a_plugin_is_left_to_vllm() -> None:
+    plugin = ["--tool-parser-plugin", "/models/parsers/ours.py"]
+    knobs = {"tool_call_parser": "ours", "extra_args": plugin}
+    assert render_stack(parse_stack(stack_with(knobs=knobs))).files
 
 
 def test_the_scheduler_values_at_vllm_s_bounds_render() -> None:

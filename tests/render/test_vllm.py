@@ -11,6 +11,7 @@ import pytest
 from inhouse.launch.engine_args import vllm_serve_args
 from inhouse.render import Rendered, checks_vllm
 from inhouse.render.vllm import explained_flags, kubernetes_args, split_flags
+from inhouse.spec.catalog import get_model, known_models
 from inhouse.spec.load import load_stack
 from inhouse.spec.stack import StackSpec, parse_stack
 
@@ -190,8 +191,11 @@ except ImportError:
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 parser = make_arg_parser(FlexibleArgumentParser())
 flags = ("--max-lora-rank", "--collect-detailed-traces", "--kv-cache-dtype")
-print(json.dumps({f: [c for c in a.choices if c is not None] for a in parser._actions
-                  for f in a.option_strings if f in flags}))
+choices = {f: [c for c in a.choices if c is not None] for a in parser._actions
+           for f in a.option_strings if f in flags}
+from vllm.tool_parsers import ToolParserManager
+choices["--tool-call-parser"] = sorted(ToolParserManager.list_registered())
+print(json.dumps(choices))
 """
 
 
@@ -209,6 +213,7 @@ def test_the_values_render_checks_are_the_ones_vllm_parser_takes() -> None:
     assert tuple(choices["--max-lora-rank"]) == checks_vllm.VLLM_LORA_RANKS
     assert set(choices["--collect-detailed-traces"]) == set(checks_vllm.VLLM_DETAILED_TRACES)
     assert set(checks_vllm.VLLM_KV_CACHE_DTYPES) <= set(choices["--kv-cache-dtype"])
+    assert sorted(checks_vllm.VLLM_TOOL_PARSERS) == choices["--tool-call-parser"]
 
 
 SCHEDULER_IN_VLLM = """
@@ -322,3 +327,9 @@ def test_vllm_loads_the_config_of_an_fp8_checkpoint_with_the_rendered_flags(
         verdicts.append(last.split()[0])
         assert last == "accepted" or "does not match the quantization method" in last, last
     assert verdicts == ["accepted", "refused"]
+
+
+def test_every_catalog_tool_parser_is_one_vllm_registers() -> None:
+    models = [get_model(name) for name in known_models()]
+    parsers = {m.tool_call_parser for m in models if m.tool_call_parser}
+    assert parsers and parsers <= set(checks_vllm.VLLM_TOOL_PARSERS)

@@ -8,6 +8,7 @@ pool, the knob and the fix. The choice lists are vLLM 0.32's; the vllm tier
 from __future__ import annotations
 
 from inhouse.errors import SpecError
+from inhouse.launch.engine_args import tool_call_parser
 from inhouse.spec.catalog import GpuSpec, get_gpu, get_model
 from inhouse.spec.quant import kv_dtype_bytes, normalize_quant
 from inhouse.spec.stack import PoolSpec
@@ -19,6 +20,18 @@ VLLM_KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
 # tests/render/test_vllm.py reads them back from a real vLLM in the vllm tier).
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 VLLM_DETAILED_TRACES = ("model", "worker", "all")
+# `vllm serve --tool-call-parser` names vLLM 0.32 registers (`ToolParserManager`); another
+# exits at start ("invalid tool call parser") unless `--tool-parser-plugin` registers it.
+VLLM_TOOL_PARSERS = (
+    "apertus", "cohere_command3", "cohere_command4", "deepseek_v3", "deepseek_v31",
+    "deepseek_v32", "deepseek_v4", "deepseek_v41", "dots", "ernie45", "functiongemma", "gemma4",
+    "gigachat3", "glm45", "glm47", "granite", "granite-20b-fc", "granite4", "hermes", "hf",
+    "hunyuan_a13b", "hy_v3", "hy_v4", "inkling", "internlm", "jamba", "k2_horizon", "kimi_k2",
+    "kimi_k3", "lfm2", "ling3", "llama3_json", "llama4_json", "llama4_pythonic", "longcat",
+    "mimo", "minicpm5", "minimax_m2", "minimax_m3", "mistral", "muse_glimmer", "olmo3",
+    "openai", "phi4_mini_json", "plamo3", "poolside_v1", "pythonic", "qwen3_coder",
+    "qwen3_json", "qwen3_xml", "seed_oss", "step3", "step3p5", "xlam",
+)  # fmt: skip
 # `vllm serve` flags (vLLM's spellings and short aliases) the rendered manifests depend on, so
 # `knobs.extra_args` may not override them; the fix each needs. `{tp}`: the pool's tp.
 _GPU_COUNT = (
@@ -82,6 +95,16 @@ def _check_vllm_choices(pool: PoolSpec) -> None:
             f"pool {pool.name!r}: knobs.max_lora_rank {knobs.max_lora_rank} is not a rank "
             f"vLLM's --max-lora-rank takes ({', '.join(map(str, VLLM_LORA_RANKS))}); {hint} "
             "(adapters of a lower rank load into a larger slot)"
+        )
+    parser = tool_call_parser(pool)
+    plugin = any(_flag_name(a) == "--tool-parser-plugin" for a in knobs.extra_args)
+    if parser is not None and parser not in VLLM_TOOL_PARSERS and not plugin:
+        near = sorted(p for p in VLLM_TOOL_PARSERS if p.startswith(parser[:4])) or ["hermes"]
+        raise SpecError(
+            f"pool {pool.name!r}: knobs.tool_call_parser {parser!r} is not a parser vLLM "
+            f"registers, and vLLM would exit at start; use one of its names (e.g. "
+            f"{', '.join(near)}), 'none' for no tool calling, or register yours with "
+            "--tool-parser-plugin in knobs.extra_args"
         )
     detailed = knobs.collect_detailed_traces
     if detailed is not None and detailed not in VLLM_DETAILED_TRACES:
