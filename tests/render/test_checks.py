@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from inhouse.engine.build import build_replica
 from inhouse.errors import DoesNotFitError, SpecError
+from inhouse.fleet import replica_spec_for_pool
 from inhouse.render import RenderOptions, render_stack
 from inhouse.spec.load import load_stack
 from inhouse.spec.stack import parse_stack
@@ -123,6 +125,20 @@ def test_a_pool_whose_weights_and_one_sequence_do_not_fit_is_refused() -> None:
     stack = parse_stack(stack_with(model="llama-3.1-70b"))
     with pytest.raises(DoesNotFitError, match=r"pool 'chat' \(llama-3.1-70b, bf16, tp=1"):
         render_stack(stack)
+
+
+def test_a_pool_whose_full_context_does_not_fit_needs_a_max_model_len() -> None:
+    """Without knobs.max_model_len vLLM serves the model's whole context and refuses to start
+    unless one such sequence fits the KV cache ("... is larger than the available KV cache
+    memory"): Llama-3.1-8B's 128K tokens on one 24 GB L4."""
+    nodes = [{"gpu": "l4", "gpus_per_node": 8, "count": 1}]
+    stack = parse_stack(stack_with(nodes=nodes, gpu="l4"))
+    kv_tokens = build_replica(replica_spec_for_pool(stack.pools[0])).memory.kv_tokens
+    assert 0 < kv_tokens < 131_072
+    with pytest.raises(SpecError, match=rf"131072-token context.* {kv_tokens:,} tokens of KV"):
+        render_stack(stack)
+    fits = stack_with(nodes=nodes, gpu="l4", knobs={"max_model_len": kv_tokens})
+    assert render_stack(parse_stack(fits)).files
 
 
 def test_the_pool_renders_once_its_values_are_ones_vllm_takes() -> None:

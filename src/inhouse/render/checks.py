@@ -106,8 +106,9 @@ def _check_service_names(pool: PoolSpec) -> None:
 
 def _check_fit(pool: PoolSpec) -> None:
     """The catalog's memory rule: weights, activations and one `max_model_len` sequence of KV
-    fit each of the pool's GPUs at its gpu_memory_utilization (vLLM checks the same at start).
-    A model outside the catalog is not sized here."""
+    (the model's whole context when the knob is unset, as vLLM serves it) fit each of the
+    pool's GPUs at its gpu_memory_utilization (vLLM checks the same at start). A model outside
+    the catalog is not sized here."""
     try:
         model = get_model(pool.model)
     except SpecError:
@@ -120,7 +121,7 @@ def _check_fit(pool: PoolSpec) -> None:
             f"at most {model.max_context}"
         )
     try:
-        build_replica(replica_spec_for_pool(pool))
+        replica = build_replica(replica_spec_for_pool(pool))
     except DoesNotFitError as exc:
         raise DoesNotFitError(
             f"pool {pool.name!r} ({pool.model}, {pool.quant}, tp={pool.tp} on {pool.gpu}) does "
@@ -128,6 +129,16 @@ def _check_fit(pool: PoolSpec) -> None:
         ) from None
     except SpecError as exc:
         raise SpecError(f"pool {pool.name!r}: {exc}") from None
+    kv_tokens = replica.memory.kv_tokens
+    if max_len is None and kv_tokens < model.max_context:
+        # NOTE: the simulator runs such a pool (no request is that long); vLLM does not start.
+        raise SpecError(
+            f"pool {pool.name!r}: without knobs.max_model_len vLLM serves {model.name}'s whole "
+            f"{model.max_context}-token context, and refuses to start unless one such sequence "
+            f"fits the KV cache, which holds {kv_tokens:,} tokens of KV here ({pool.quant}, "
+            f"tp={pool.tp} on {pool.gpu}); set knobs.max_model_len to at most {kv_tokens}, or "
+            "give the pool more memory (tp, a lower-bit quant or kv_cache_dtype fp8)"
+        )
 
 
 def _check_gpu_ids(stack: StackSpec, engines: EngineLayout) -> None:
