@@ -147,3 +147,33 @@ def test_the_simulated_engine_gets_the_tool_calling_flags_vllm_gets(
     add_arguments(parser)
     tools = options_from_args(parser.parse_args(sim)).tools
     assert tools == (ToolOptions(True, flags[1]) if flags else ToolOptions())
+
+
+@pytest.mark.parametrize(
+    ("model", "weights_name", "online"),
+    [
+        ("meta-llama/Llama-3.3-70B-Instruct", None, True),  # 16-bit: vLLM quantizes at load
+        ("RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic", None, False),  # compressed-tensors
+        ("/models/llama-70b", "llama-3.3-70b-instruct-fp8", False),  # the registry's name says
+    ],
+)
+def test_fp8_is_asked_for_only_on_a_16_bit_checkpoint(
+    model: str, weights_name: str | None, online: bool
+) -> None:
+    """vLLM refuses `--quantization fp8` on a checkpoint whose config names another FP8 scheme
+    (compressed-tensors, fbgemm_fp8, modelopt): "Quantization method specified in the model
+    config (compressed-tensors) does not match ... (fp8)". An FP8 checkpoint's own config
+    says how it is quantized, so no flag is passed for one."""
+    pool: dict[str, object] = {"name": "p", "model": model, "quant": "fp8"}
+    if weights_name is not None:
+        pool["weights"] = {
+            "registry": "s3://models/llm",
+            "name": weights_name,
+            "revision": "r1",
+            "public_key": "key.pub",
+        }
+    stack = parse_stack({"name": "s", "pools": [pool]})
+    args = vllm_serve_args(stack, stack.pools[0], 0, 8000)
+    assert ("--quantization" in args) is online
+    if online:
+        assert args[args.index("--quantization") + 1] == "fp8"

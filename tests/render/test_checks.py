@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from inhouse.engine.build import build_replica
 from inhouse.errors import DoesNotFitError, SpecError
+from inhouse.fleet import replica_spec_for_pool
 from inhouse.render import RenderOptions, render_stack
 from inhouse.spec.load import load_stack
 from inhouse.spec.stack import parse_stack
@@ -40,6 +42,35 @@ def stack_with(nodes: object = None, **pool: object) -> dict[str, object]:
         ({"quant": "fp6"}, r"pool 'chat': unknown quantization 'fp6'"),
         ({"knobs": {"kv_cache_dtype": "bf16"}}, r"kv_cache_dtype 'bf16' is not a value vLLM"),
         ({"knobs": {"max_model_len": 200_000}}, r"max_model_len 200000 is longer than"),
+        # vLLM's parser refuses both: `vllm serve` would exit before loading the model.
+        (
+            {"lora_adapters": ["a"], "knobs": {"max_lora_rank": 24}},
+            r"knobs\.max_lora_rank 24 is not a rank vLLM's --max-lora-rank takes \(1, 8, 16, ",
+        ),
+        (
+            {"knobs": {"collect_detailed_traces": "model,worker"}},
+            r"knobs\.collect_detailed_traces 'model,worker' is not .* \(model, worker, all\)",
+        ),
+        # vLLM's SchedulerConfig refuses these at start (a ValueError before the model loads).
+        (
+            {"knobs": {"max_num_seqs": 256, "max_num_batched_tokens": 128}},
+            r"knobs\.max_num_batched_tokens 128 is below max_num_seqs 256",
+        ),
+        (  # vLLM's max_num_seqs default on a >= 70 GiB GPU other than an A100 is 1024
+            {"knobs": {"max_num_batched_tokens": 512}},
+            r"max_num_batched_tokens 512 is below max_num_seqs 1024 \(vLLM's default on h100",
+        ),
+        (
+            {"knobs": {"long_prefill_token_threshold": 100_000, "max_model_len": 8192}},
+            r"knobs\.long_prefill_token_threshold 100000 is above max_model_len 8192",
+        ),
+        # vLLM exits at start on a parser it does not know ("invalid tool call parser").
+        (
+            {"knobs": {"tool_call_parser": "llama3"}},
+            r"knobs\.tool_call_parser 'llama3' is not a parser vLLM .*llama3_json",
+        ),
+        # A Service name must start with a letter (DNS-1035): kubectl refuses `70b-engine`.
+        ({"name": "70b"}, r"pool '70b': .*Service names must start with a letter.*rename"),
         ({"gpu": "a100_sxm_80gb"}, r"gpu 'a100_sxm_80gb' is on none of the stack's nodes"),
         ({"replicas": 9}, r"need 9 GPUs at their minimum replicas .* the nodes have 8"),
         ({"gpu_ids": [[9]]}, r"gpu_ids has GPU 9, but the node has GPUs 0\.\.7"),
@@ -52,6 +83,35 @@ def test_render_refuses_a_pool_that_cannot_run_as_rendered(
     stack = parse_stack(stack_with(**pool))
     with pytest.raises(SpecError, match=message):
         render_stack(stack)
+
+
+@pytest.mark.parametrize(
+    ("extra_args", "message"),
+    [
+        # The pod gets tp GPUs (nvidia.com/gpu: tp): vLLM would ask for tp x dp and not start.
+        (["--data-parallel-size", "2"], r"'--data-parallel-size' .*\(nvidia\.com/gpu: 1"),
+        (["-dp=2"], r"'-dp' .* replicas"),
+        (["--pipeline_parallel_size", "2"], r"'--pipeline_parallel_size' .*\(nvidia\.com/gpu"),
+        (["-tp", "2"], r"'-tp' .* set the pool's tp"),
+        # The alerts, dashboards and KEDA select vllm:* series by the rendered served name.
+        (["--served-model-name", "other"], r"'--served-model-name' .* served_model_name"),
+        (["--port=9000"], r"'--port' .* probes"),
+        (["--disable-log-stats"], r"'--disable-log-stats' .* /metrics"),
+    ],
+)
+def test_render_refuses_extra_args_that_contradict_the_manifests(
+    extra_args: list[str], message: str
+) -> None:
+    stack = parse_stack(stack_with(knobs={"extra_args": extra_args}))
+    with pytest.raises(SpecError, match=r"pool 'chat': knobs\.extra_args " + message):
+        render_stack(stack)
+
+
+def test_extra_args_the_manifests_do_not_own_pass() -> None:
+    stack = parse_stack(
+        stack_with(knobs={"extra_args": ["--enable-expert-parallel", "--max-logprobs=5"]})
+    )
+    assert "--enable-expert-parallel" in render_stack(stack).files["k8s/engine-chat.yaml"]
 
 
 def test_a_tp_group_larger_than_the_catalog_node_is_refused_without_nodes() -> None:
@@ -67,9 +127,43 @@ def test_a_pool_whose_weights_and_one_sequence_do_not_fit_is_refused() -> None:
         render_stack(stack)
 
 
+def test_a_pool_whose_full_context_does_not_fit_needs_a_max_model_len() -> None:
+    """Without knobs.max_model_len vLLM serves the model's whole context and refuses to start
+    unless one such sequence fits the KV cache ("... is larger than the available KV cache
+    memory"): Llama-3.1-8B's 128K tokens on one 24 GB L4."""
+    nodes = [{"gpu": "l4", "gpus_per_node": 8, "count": 1}]
+    stack = parse_stack(stack_with(nodes=nodes, gpu="l4"))
+    kv_tokens = build_replica(replica_spec_for_pool(stack.pools[0])).memory.kv_tokens
+    assert 0 < kv_tokens < 131_072
+    with pytest.raises(SpecError, match=rf"131072-token context.* {kv_tokens:,} tokens of KV"):
+        render_stack(stack)
+    fits = stack_with(nodes=nodes, gpu="l4", knobs={"max_model_len": kv_tokens})
+    assert render_stack(parse_stack(fits)).files
+
+
 def test_the_pool_renders_once_its_values_are_ones_vllm_takes() -> None:
     stack = parse_stack(stack_with(tp=2, knobs={"kv_cache_dtype": "fp8"}))
     assert "k8s/engine-chat.yaml" in render_stack(stack).files
+
+
+def test_a_token_budget_above_vllm_s_own_sequence_cap_on_that_gpu_renders() -> None:
+    """vLLM's default max_num_seqs is 256 on a GPU under 70 GiB: a 512-token budget holds."""
+    nodes = [{"gpu": "l40s", "gpus_per_node": 8, "count": 1}]
+    pool = {"gpu": "l40s", "knobs": {"max_num_batched_tokens": 512, "max_model_len": 8192}}
+    assert render_stack(parse_stack(stack_with(nodes=nodes, **pool))).files
+
+
+def test_a_tool_parser_from_a_plugin_is_left_to_vllm() -> None:
+    plugin = ["--tool-parser-plugin", "/models/parsers/ours.py"]
+    knobs = {"tool_call_parser": "ours", "extra_args": plugin}
+    assert render_stack(parse_stack(stack_with(knobs=knobs))).files
+
+
+def test_the_scheduler_values_at_vllm_s_bounds_render() -> None:
+    """vLLM takes a budget equal to max_num_seqs and a chunk cap equal to max_model_len."""
+    knobs = {"max_num_seqs": 256, "max_num_batched_tokens": 256, "max_model_len": 8192}
+    stack = parse_stack(stack_with(knobs={**knobs, "long_prefill_token_threshold": 8192}))
+    assert render_stack(stack).files
 
 
 @pytest.mark.parametrize("example", sorted((ROOT / "examples").glob("*/stack.yaml")))

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import yaml
 
-from inhouse.render import Rendered
+from inhouse.render import Rendered, render_stack
 from inhouse.render.dashboard_guide import DASHBOARDS, FIRST_LOOK, dashboard_title
+from inhouse.spec.stack import parse_stack
 
 BOARDS = ("fleet", "slo", "latency", "engine", "kv-cache", "hardware", "cost", "tenants")
 
@@ -97,3 +98,20 @@ def test_docs_name_each_dashboard_and_the_first_look_of_each_page_alert(crm: Ren
     for name in pages:
         look = FIRST_LOOK[name]
         assert f"| {name} | {dashboard_title(look.dashboard)} | {look.panel} |" in table, name
+
+
+def board_uids(stack_name: str) -> list[str]:
+    pool = {"name": "chat", "model": "llama-3.1-8b"}
+    rendered = render_stack(parse_stack({"name": stack_name, "pools": [pool]}))
+    return [json.loads(rendered.files[f"grafana/{key}.json"])["uid"] for key in BOARDS]
+
+
+def test_each_board_of_a_long_named_stack_keeps_its_own_uid() -> None:
+    """Grafana refuses a uid over 40 characters and provisions one dashboard per uid: cut to
+    40, `inhouse-<stack>-<board>` of a 32-character stack name was the same for all eight."""
+    for name in ("customer-support-copilot-prod-eu", "s" * 40):
+        uids = board_uids(name)
+        assert len(set(uids)) == len(BOARDS), uids
+        assert all(len(uid) <= 40 for uid in uids), uids
+    # Two such stacks in one Grafana do not take each other's boards.
+    assert not set(board_uids("a" * 39 + "b")) & set(board_uids("a" * 39 + "c"))

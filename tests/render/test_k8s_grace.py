@@ -101,3 +101,16 @@ def doc_inflight(stack: StackSpec, pool: str) -> int:
 def test_a_dns_ttl_outside_coredns_range_is_refused() -> None:
     with pytest.raises(SpecError, match=r"--dns-ttl-s -1: the DNS TTL is 0\.\.3600 s"):
         RenderOptions(dns_ttl_s=-1)
+
+
+def test_the_edge_outlasts_the_streams_it_carries() -> None:
+    """Envoy exits at SIGTERM without draining (it drains only when asked on its admin port),
+    so every stream through a terminating edge pod is cut when preStop ends: the sleep covers
+    the drain from the Service and what the gateway behind it still streams."""
+    stack = long_turns(45_200.0)
+    edge = docs(stack, "edge")
+    gateway = docs(stack, "gateway")
+    inflight = grace(gateway) - RenderOptions().prestop_sleep_s - TEARDOWN_MARGIN_S
+    assert inflight == 46  # the plan's p95 e2e, 45.2 s, rounded up
+    assert prestop(edge) == RenderOptions().prestop_sleep_s + inflight
+    assert grace(edge) == prestop(edge) + TEARDOWN_MARGIN_S

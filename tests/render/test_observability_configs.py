@@ -20,7 +20,7 @@ from inhouse.render import Rendered, render_stack
 from inhouse.render.k8s_logging import PROMPT_LINE, alloy_config
 from inhouse.render.k8s_tracing import tracing_env
 from inhouse.render.options import RenderOptions
-from inhouse.spec.stack import StackSpec
+from inhouse.spec.stack import StackSpec, parse_stack
 
 COMPONENTS = {
     "discovery.kubernetes",
@@ -143,15 +143,33 @@ def test_grafana_provisioning_carries_every_dashboard_and_linked_sources(crm: Re
     by_uid: dict[str, Any] = {s["uid"]: s for s in sources["datasources"]}
     assert set(by_uid) == {"prometheus", "loki", "tempo"}
     assert by_uid["tempo"]["jsonData"]["tracesToLogsV2"]["datasourceUid"] == "loki"
-    boards = next(
+    boards = [
         d
         for d in yaml.safe_load_all(crm.files["k8s/grafana.yaml"])
-        if d["metadata"]["name"].endswith("-dashboards")
-    )
-    assert boards["metadata"]["labels"]["grafana_dashboard"] == "1"
+        if "-dashboard-" in d["metadata"]["name"]
+    ]
+    assert all(b["metadata"]["labels"]["grafana_dashboard"] == "1" for b in boards)
     rendered = {p.removeprefix("grafana/"): t for p, t in crm.files.items() if p.endswith(".json")}
-    assert boards["data"] == rendered
-    for text in boards["data"].values():
+    carried = {name: text for b in boards for name, text in b["data"].items()}
+    assert carried == rendered and len(boards) == len(rendered)  # one ConfigMap each
+    for text in carried.values():
         json.loads(text)
     # kubectl apply keeps the object in an annotation limited to 256 KiB.
     assert len(crm.files["k8s/grafana.yaml"].encode()) < 256 * 1024
+
+
+def test_every_object_of_a_many_pool_stack_fits_kubectl_apply() -> None:
+    """Client-side `kubectl apply` keeps each object, as JSON, in its
+    last-applied-configuration annotation, and annotations hold at most 262,144 bytes: one
+    ConfigMap with all eight dashboards, whose panels grow with the pools, passed that at 10
+    pools and `kubectl apply -f k8s/` failed."""
+    pools = [{"name": f"p{i}", "model": "llama-3.1-8b", "served_model_name": f"m{i}"}
+             for i in range(10)]  # fmt: skip
+    nodes = [{"gpu": "h100_sxm", "gpus_per_node": 8, "count": 2}]
+    rendered = render_stack(parse_stack({"name": "big", "nodes": nodes, "pools": pools}))
+    for path, text in rendered.files.items():
+        if path.startswith("k8s/"):
+            for doc in yaml.safe_load_all(text):
+                if doc:
+                    size = len(json.dumps(doc, separators=(",", ":")).encode())
+                    assert size < 262_144, (path, doc["metadata"]["name"], size)

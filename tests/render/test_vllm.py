@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from inhouse.launch.engine_args import vllm_serve_args
-from inhouse.render import Rendered
+from inhouse.render import Rendered, checks_vllm
 from inhouse.render.vllm import explained_flags, kubernetes_args, split_flags
+from inhouse.spec.catalog import get_model, known_models
 from inhouse.spec.load import load_stack
 from inhouse.spec.stack import StackSpec, parse_stack
 
@@ -179,3 +180,156 @@ def test_vllm_parser_accepts_every_pool_of_the_code_assistant() -> None:
     assert any("--kv-offloading-size" in a for a in args)
     for pool, pool_args in zip(stack.pools, args, strict=True):
         assert parse_with_vllm(pool_args)["tp"] == pool.tp
+
+
+CHOICES_IN_VLLM = """
+import json
+try:
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser  # vLLM >= 0.2x
+except ImportError:
+    from vllm.entrypoints.openai.cli_args import make_arg_parser  # vLLM 0.11
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+parser = make_arg_parser(FlexibleArgumentParser())
+flags = ("--max-lora-rank", "--collect-detailed-traces", "--kv-cache-dtype")
+choices = {f: [c for c in a.choices if c is not None] for a in parser._actions
+           for f in a.option_strings if f in flags}
+from vllm.tool_parsers import ToolParserManager
+choices["--tool-call-parser"] = sorted(ToolParserManager.list_registered())
+print(json.dumps(choices))
+"""
+
+
+@pytest.mark.vllm
+def test_the_values_render_checks_are_the_ones_vllm_parser_takes() -> None:
+    """render refuses what vLLM's parser would: its lists are vLLM's own choices."""
+    python = os.environ.get("INHOUSE_VLLM_PYTHON")
+    if not python:
+        pytest.skip("INHOUSE_VLLM_PYTHON (a vLLM install, see .ci/vllm-tier) is not set")
+    done = subprocess.run(
+        [python, "-c", CHOICES_IN_VLLM], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    choices = json.loads(done.stdout.strip().splitlines()[-1])
+    assert tuple(choices["--max-lora-rank"]) == checks_vllm.VLLM_LORA_RANKS
+    assert set(choices["--collect-detailed-traces"]) == set(checks_vllm.VLLM_DETAILED_TRACES)
+    assert set(checks_vllm.VLLM_KV_CACHE_DTYPES) <= set(choices["--kv-cache-dtype"])
+    assert sorted(checks_vllm.VLLM_TOOL_PARSERS) == choices["--tool-call-parser"]
+
+
+SCHEDULER_IN_VLLM = """
+import json, sys
+from vllm.config.scheduler import SchedulerConfig
+for kw in json.loads(sys.argv[1]):
+    try:
+        SchedulerConfig(max_model_len=8192, is_encoder_decoder=False, **kw)
+        print("accepted")
+    except ValueError as exc:
+        print("refused")
+"""
+
+
+@pytest.mark.vllm
+def test_vllm_refuses_the_scheduler_values_render_refuses() -> None:
+    """render's scheduler checks (`checks_vllm._check_scheduler`) mirror vLLM's config checks."""
+    python = os.environ.get("INHOUSE_VLLM_PYTHON")
+    if not python:
+        pytest.skip("INHOUSE_VLLM_PYTHON (a vLLM install, see .ci/vllm-tier) is not set")
+    cases = [
+        {"max_num_batched_tokens": 128, "max_num_seqs": 256},
+        {"max_num_batched_tokens": 256, "max_num_seqs": 256},
+        {"max_num_batched_tokens": 8192, "max_num_seqs": 256, "long_prefill_token_threshold": 8193},
+        {"max_num_batched_tokens": 8192, "max_num_seqs": 256, "long_prefill_token_threshold": 8192},
+    ]
+    done = subprocess.run(
+        [python, "-c", SCHEDULER_IN_VLLM, json.dumps(cases)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    verdicts = [line for line in done.stdout.splitlines() if line in ("accepted", "refused")]
+    assert verdicts == ["refused", "accepted", "refused", "accepted"]
+
+
+LOAD_QUANT_CONFIG = """
+import json, sys
+from vllm.config import ModelConfig
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+try:
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+except ImportError:
+    from vllm.entrypoints.openai.cli_args import make_arg_parser
+args = json.loads(sys.argv[1])
+ns = make_arg_parser(FlexibleArgumentParser()).parse_args(["--model", *args])
+try:
+    ModelConfig(model=args[0], skip_tokenizer_init=True, quantization=ns.quantization)
+    print("accepted")
+except ValueError as exc:
+    print("refused", " ".join(str(exc).split())[:300])
+"""
+# A tiny Llama's config.json in the shape of RedHatAI's FP8-dynamic checkpoints.
+COMPRESSED_FP8 = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "num_hidden_layers": 2,
+    "vocab_size": 1000,
+    "max_position_embeddings": 2048,
+    "torch_dtype": "bfloat16",
+    "quantization_config": {
+        "quant_method": "compressed-tensors",
+        "format": "float-quantized",
+        "config_groups": {
+            "group_0": {
+                "targets": ["Linear"],
+                "weights": {"num_bits": 8, "type": "float", "strategy": "channel",
+                            "symmetric": True, "dynamic": False},
+                "input_activations": {"num_bits": 8, "type": "float", "strategy": "token",
+                                      "symmetric": True, "dynamic": True},
+            }
+        },
+        "ignore": ["lm_head"],
+    },
+}  # fmt: skip
+
+
+@pytest.mark.vllm
+def test_vllm_loads_the_config_of_an_fp8_checkpoint_with_the_rendered_flags(
+    tmp_path: Path,
+) -> None:
+    """An FP8 pool on a compressed-tensors FP8 checkpoint: vLLM's ModelConfig (no weights
+    loaded) takes the rendered arguments; with `--quantization fp8` it refused them."""
+    python = os.environ.get("INHOUSE_VLLM_PYTHON")
+    if not python:
+        pytest.skip("INHOUSE_VLLM_PYTHON (a vLLM install, see .ci/vllm-tier) is not set")
+    model = tmp_path / "Tiny-Llama-FP8-dynamic"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(COMPRESSED_FP8))
+    stack = parse_stack(
+        {"name": "s", "pools": [{"name": "p", "model": str(model), "quant": "fp8"}]}
+    )
+    args = vllm_serve_args(stack, stack.pools[0], 0, 8000)
+    verdicts = []
+    for rendered in (args, [*args, "--quantization", "fp8"]):
+        done = subprocess.run(
+            [python, "-c", LOAD_QUANT_CONFIG, json.dumps(rendered)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        last = done.stdout.strip().splitlines()[-1]
+        verdicts.append(last.split()[0])
+        assert last == "accepted" or "does not match the quantization method" in last, last
+    assert verdicts == ["accepted", "refused"]
+
+
+def test_every_catalog_tool_parser_is_one_vllm_registers() -> None:
+    models = [get_model(name) for name in known_models()]
+    parsers = {m.tool_call_parser for m in models if m.tool_call_parser}
+    assert parsers and parsers <= set(checks_vllm.VLLM_TOOL_PARSERS)

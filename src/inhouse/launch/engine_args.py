@@ -12,8 +12,9 @@
   `gpu_ids`, and `VLLM_HTTP_TIMEOUT_KEEP_ALIVE`: see `ENGINE_KEEP_ALIVE_S`).
 * `replica_ports(stack, base_port)`: one port per replica of every pool that `up` launches.
 
-Conventions: quantization `fp8` renders `--quantization fp8` (online FP8 of a 16-bit checkpoint);
-other schemes are read by vLLM from a pre-quantized checkpoint's config, so nothing is rendered.
+Conventions: quantization `fp8` renders `--quantization fp8` (online FP8 of a 16-bit checkpoint)
+unless the checkpoint's name says FP8 (`is_online_fp8`); other schemes, and FP8 checkpoints,
+are read by vLLM from the checkpoint's config, so nothing is rendered.
 LoRA adapters are served from `LORA_ROOT/<name>`. `--enable-prompt-tokens-details` is always on,
 so `usage.prompt_tokens_details.cached_tokens` reports prefix-cache hits to clients.
 """
@@ -47,6 +48,21 @@ def tool_call_parser(pool: PoolSpec) -> str | None:
         model = find_catalog_model(pool.model)
         parser = model.tool_call_parser if model is not None else None
     return None if parser in (None, "", "none") else parser
+
+
+def is_online_fp8(pool: PoolSpec) -> bool:
+    """An FP8 pool on a 16-bit checkpoint, which vLLM quantizes at load (`--quantization fp8`).
+    A checkpoint whose name says FP8 (the model, or the registry's name for its weights)
+    carries its scheme in its config, and vLLM refuses `--quantization fp8` on one whose
+    scheme is another's (compressed-tensors, fbgemm_fp8: "Quantization method specified in
+    the model config ... does not match"), so none is passed: vLLM reads the config."""
+    if pool.quant.lower() not in ("fp8", "fp8_e4m3"):
+        return False
+    weights = pool.weights
+    names = [pool.model]
+    if weights is not None:
+        names += [n for n in (weights.name, weights.weights_dir) if n]
+    return not any("fp8" in name.lower() for name in names)
 
 
 def _lora_args(pool: PoolSpec) -> list[str]:
@@ -100,7 +116,7 @@ def vllm_serve_args(
     args += ["--host", host, "--port", str(port)]
     if pool.tp > 1:
         args += ["--tensor-parallel-size", str(pool.tp)]
-    if pool.quant.lower() in ("fp8", "fp8_e4m3"):
+    if is_online_fp8(pool):
         args += ["--quantization", "fp8"]
     args += vllm_knob_args(knobs)
     if knobs.host_kv_gib > 0:

@@ -14,16 +14,13 @@ from __future__ import annotations
 from inhouse.engine.build import build_replica
 from inhouse.errors import DoesNotFitError, SpecError
 from inhouse.fleet import replica_spec_for_pool
+from inhouse.render.checks_vllm import check_vllm_values
 from inhouse.render.layout import EngineLayout
 from inhouse.routing.framework import PolicyContext
 from inhouse.routing.registry import make_policy
 from inhouse.spec.catalog import get_gpu, get_model
-from inhouse.spec.quant import kv_dtype_bytes, normalize_quant
 from inhouse.spec.stack import NodeSpec, PoolSpec, StackSpec
 
-# `vllm serve --kv-cache-dtype` choices that this project also sizes (vLLM's CacheDType;
-# `bf16` and `fp16`, which the simulator takes, are not among them).
-VLLM_KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
 # Routing policies that exist only in the simulator (they read the engines' caches).
 SIMULATOR_ONLY_POLICIES = ("oracle",)
 
@@ -34,8 +31,9 @@ def check_renderable(stack: StackSpec, engines: EngineLayout) -> None:
     for pool in stack.pools:
         _check_routing(pool)
     for pool in engines.pools:
+        _check_service_names(pool)
         _check_gpus(stack, engines, pool)
-        _check_vllm_values(pool)
+        check_vllm_values(pool)
         _check_fit(pool)
     if engines.single_node:
         _check_gpu_ids(stack, engines)
@@ -95,25 +93,22 @@ def _check_gpus(stack: StackSpec, engines: EngineLayout, pool: PoolSpec) -> None
         )
 
 
-def _check_vllm_values(pool: PoolSpec) -> None:
-    dtype = pool.knobs.kv_cache_dtype
-    try:
-        normalize_quant(pool.quant)
-        kv_dtype_bytes(dtype)
-    except SpecError as exc:
-        raise SpecError(f"pool {pool.name!r}: {exc}") from None
-    if dtype not in VLLM_KV_CACHE_DTYPES:
+def _check_service_names(pool: PoolSpec) -> None:
+    """The pool's Services are named after it (`<pool>-engine`, `<pool>-r<i>`), and a Service
+    name is a DNS-1035 label: the API server refuses one that starts with a digit."""
+    if not pool.name[0].isalpha():
         raise SpecError(
-            f"pool {pool.name!r}: knobs.kv_cache_dtype {dtype!r} is not a value vLLM's "
-            f"--kv-cache-dtype takes ({', '.join(VLLM_KV_CACHE_DTYPES)}); use auto for the "
-            "model's own 16-bit dtype"
+            f"pool {pool.name!r}: its Kubernetes Services are named after it "
+            f"({pool.name}-engine), and Service names must start with a letter; rename the "
+            f"pool, e.g. to 'llm-{pool.name}'"
         )
 
 
 def _check_fit(pool: PoolSpec) -> None:
     """The catalog's memory rule: weights, activations and one `max_model_len` sequence of KV
-    fit each of the pool's GPUs at its gpu_memory_utilization (vLLM checks the same at start).
-    A model outside the catalog is not sized here."""
+    (the model's whole context when the knob is unset, as vLLM serves it) fit each of the
+    pool's GPUs at its gpu_memory_utilization (vLLM checks the same at start). A model outside
+    the catalog is not sized here."""
     try:
         model = get_model(pool.model)
     except SpecError:
@@ -126,7 +121,7 @@ def _check_fit(pool: PoolSpec) -> None:
             f"at most {model.max_context}"
         )
     try:
-        build_replica(replica_spec_for_pool(pool))
+        replica = build_replica(replica_spec_for_pool(pool))
     except DoesNotFitError as exc:
         raise DoesNotFitError(
             f"pool {pool.name!r} ({pool.model}, {pool.quant}, tp={pool.tp} on {pool.gpu}) does "
@@ -134,6 +129,16 @@ def _check_fit(pool: PoolSpec) -> None:
         ) from None
     except SpecError as exc:
         raise SpecError(f"pool {pool.name!r}: {exc}") from None
+    kv_tokens = replica.memory.kv_tokens
+    if max_len is None and kv_tokens < model.max_context:
+        # NOTE: the simulator runs such a pool (no request is that long); vLLM does not start.
+        raise SpecError(
+            f"pool {pool.name!r}: without knobs.max_model_len vLLM serves {model.name}'s whole "
+            f"{model.max_context}-token context, and refuses to start unless one such sequence "
+            f"fits the KV cache, which holds {kv_tokens:,} tokens of KV here ({pool.quant}, "
+            f"tp={pool.tp} on {pool.gpu}); set knobs.max_model_len to at most {kv_tokens}, or "
+            "give the pool more memory (tp, a lower-bit quant or kv_cache_dtype fp8)"
+        )
 
 
 def _check_gpu_ids(stack: StackSpec, engines: EngineLayout) -> None:

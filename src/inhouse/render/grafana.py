@@ -5,6 +5,7 @@ dashboards show is in `grafana_boards`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,7 @@ from inhouse.spec.stack import StackSpec
 GRAFANA_SCHEMA_VERSION = "12.4.11"
 SCHEMA_VERSION = 39
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+GRAFANA_UID_MAX = 40
 RATE = "$__rate_interval"
 QUANTILES = (("0.5", "p50"), ("0.95", "p95"), ("0.99", "p99"))
 
@@ -127,6 +129,17 @@ def panel_json(panel: Panel, panel_id: int, x: int, y: int) -> dict[str, Any]:
     }
 
 
+def board_uid(stack_name: str, key: str) -> str:
+    """`inhouse-<stack>-<board>`, unique per stack and board within Grafana's 40 characters
+    (it refuses a longer uid, and provisions one dashboard per uid): a stack name too long for
+    that is replaced by a digest of it."""
+    uid = f"inhouse-{stack_name}-{key}"
+    if len(uid) <= GRAFANA_UID_MAX:
+        return uid
+    digest = hashlib.sha256(stack_name.encode()).hexdigest()[:12]
+    return f"inhouse-{digest}-{key}"
+
+
 def board_json(stack: StackSpec, board: Board) -> dict[str, Any]:
     panels: list[dict[str, Any]] = []
     y = 0
@@ -163,7 +176,7 @@ def board_json(stack: StackSpec, board: Board) -> dict[str, Any]:
     }
     return {
         "id": None,
-        "uid": f"inhouse-{stack.name}-{board.key}"[:40],
+        "uid": board_uid(stack.name, board.key),
         "title": f"{stack.name} / {board.title}",
         "description": board.description,
         "tags": ["inhouse", stack.name],

@@ -9,7 +9,6 @@ Operator's dcgm-exporter; multi-node pools scale with KEDA on vLLM's waiting-que
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 from inhouse.errors import SpecError
@@ -71,11 +70,7 @@ def gateway_grace_s(stack: StackSpec, options: RenderOptions) -> int:
     """Streams in flight finish: preStop sleep (the drain from the Service), then the longest of
     the gateway's own drain (`proxy.drain_timeout_s`), the engines' and the plan's p95 e2e of
     any workload, then teardown."""
-    drain = float(parse_gateway(stack.gateway).proxy.drain_timeout_s)
-    engines = max(p.knobs.shutdown_timeout_s for p in stack.pools)
-    e2e = layout.planned_e2e_s(stack) or 0.0
-    inflight = math.ceil(max(drain, engines, e2e))
-    return options.prestop_sleep_s + inflight + layout.TEARDOWN_MARGIN_S
+    return options.prestop_sleep_s + layout.gateway_inflight_s(stack) + layout.TEARDOWN_MARGIN_S
 
 
 def gateway_docs(stack: StackSpec, engines: EngineLayout, options: RenderOptions) -> list[Doc]:

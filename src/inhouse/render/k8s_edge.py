@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from inhouse.render import layout
 from inhouse.render.edge import Edge, render_envoy_yaml
 from inhouse.render.k8s_engine import Doc, labels, namespace_of
 from inhouse.render.options import RenderOptions
@@ -51,6 +52,10 @@ def edge_docs(stack: StackSpec, options: RenderOptions) -> list[Doc]:
     ns = namespace_of(stack, options)
     spec = parse_gateway(stack.gateway)
     pod_labels = labels(stack, "edge")
+    # NOTE: Envoy exits at SIGTERM without draining (it drains only when asked on its admin
+    # port), cutting every stream it carries: the preStop sleep outlasts the drain from the
+    # Service and then what the gateway behind it still streams.
+    prestop_s = options.prestop_sleep_s + layout.gateway_inflight_s(stack)
     config = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -78,7 +83,7 @@ def edge_docs(stack: StackSpec, options: RenderOptions) -> list[Doc]:
         ],
         "readinessProbe": {"tcpSocket": {"port": "https"}, "periodSeconds": 5},
         "livenessProbe": {"tcpSocket": {"port": "https"}, "periodSeconds": 15},
-        "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(options.prestop_sleep_s)]}}},
+        "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(prestop_s)]}}},
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
@@ -98,7 +103,7 @@ def edge_docs(stack: StackSpec, options: RenderOptions) -> list[Doc]:
             "template": {
                 "metadata": {"labels": pod_labels},
                 "spec": {
-                    "terminationGracePeriodSeconds": options.prestop_sleep_s + 30,
+                    "terminationGracePeriodSeconds": prestop_s + layout.TEARDOWN_MARGIN_S,
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
                     "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},

@@ -199,29 +199,29 @@ def grafana_docs(stack: StackSpec, options: RenderOptions, dashboards: dict[str,
         },
         "data": {"inhouse-datasources.yaml": dump_yaml(datasources(options))},
     }
-    boards = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": f"inhouse-{stack.name}-dashboards",
-            "namespace": ns,
-            "labels": {**labels(stack, "monitoring"), "grafana_dashboard": "1"},
-            "annotations": {"grafana_folder": stack.name},
-        },
-        "data": {path.removeprefix("grafana/"): text for path, text in dashboards.items()},
-    }
-    return [
-        (
-            "Grafana data sources (kube-prometheus-stack's sidecar loads ConfigMaps labelled "
-            "grafana_datasource); fixed uids so traces link to logs.",
-            sources,
-        ),
-        (
-            "The dashboards, for the sidecar (label grafana_dashboard); without it use "
-            "grafana/provisioning/.",
-            boards,
-        ),
-    ]
+    # NOTE: one ConfigMap per dashboard: kubectl apply keeps each object in an annotation of
+    # at most 256 KiB, and the eight boards together pass that with about ten pools.
+    boards: list[Doc] = []
+    for path, text in dashboards.items():
+        name = path.removeprefix("grafana/")
+        board = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": f"inhouse-{stack.name}-dashboard-{name.removesuffix('.json')}",
+                "namespace": ns,
+                "labels": {**labels(stack, "monitoring"), "grafana_dashboard": "1"},
+                "annotations": {"grafana_folder": stack.name},
+            },
+            "data": {name: text},
+        }
+        why = f"Dashboard {name}, for the sidecar (label grafana_dashboard); without it use "
+        boards.append((why + "grafana/provisioning/.", board))
+    why = (
+        "Grafana data sources (kube-prometheus-stack's sidecar loads ConfigMaps labelled "
+        "grafana_datasource); fixed uids so traces link to logs."
+    )
+    return [(why, sources), *boards]
 
 
 def render_tracing_and_grafana(

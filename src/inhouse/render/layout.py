@@ -210,6 +210,16 @@ def inflight_s(stack: StackSpec, pool: PoolSpec) -> tuple[int, str]:
     )
 
 
+def gateway_inflight_s(stack: StackSpec) -> int:
+    """How long the gateway, and the edge in front of it, still stream what they have when
+    told to stop: the longest of the gateway's drain (`proxy.drain_timeout_s`), the engines'
+    and the plan's p95 e2e of any workload."""
+    drain = float(parse_gateway(stack.gateway).proxy.drain_timeout_s)
+    engines = max(p.knobs.shutdown_timeout_s for p in stack.pools)
+    e2e = planned_e2e_s(stack) or 0.0
+    return math.ceil(max(drain, engines, e2e))
+
+
 # After the DNS TTL and one discovery interval, a margin for the lookup itself.
 DISCOVERY_MARGIN_S = 5
 

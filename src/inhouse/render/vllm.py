@@ -49,8 +49,9 @@ def flag_reasons(pool: PoolSpec) -> dict[str, str]:
         "--port": "OpenAI API, /health (probes) and /metrics (Prometheus) all on this port",
         "--tensor-parallel-size": f"shard the model over {pool.tp} GPUs of one NVLink group; TP "
         "all-reduces every layer, so the group must be NVLink-joined (inhouse check topology)",
-        "--quantization": "FP8 weights (online per-tensor scales on a 16-bit checkpoint; an FP8 "
-        "checkpoint is used as is): half the memory of bf16, native on Hopper/Blackwell",
+        "--quantization": "FP8 weights, quantized at load with online per-tensor scales from "
+        "this 16-bit checkpoint (an FP8 checkpoint gets no flag: vLLM reads its scheme from its "
+        "config): half the memory of bf16, native on Hopper/Blackwell",
         "--kv-cache-dtype": "KV cache element type; fp8 halves KV bytes per token (measure the "
         "accuracy delta against a 16-bit KV baseline before promoting)",
         "--max-model-len": "longest prompt + output accepted; longer requests get a 400, and "
