@@ -62,6 +62,20 @@ class WeightCache:
         path = self.by_name(name, revision)
         return path.with_name(path.name + ".sig")
 
+    def linked_digest(self, name: str, revision: str) -> str | None:
+        """The content digest `by-name/<name>/<revision>` points at (dangling or not), or None
+        when the revision was never linked here."""
+        link = self.by_name(name, revision)
+        try:
+            target = Path(os.readlink(link))
+        except FileNotFoundError:
+            return None
+        except OSError as exc:  # EINVAL: there, but not a symlink
+            raise WeightsError(
+                f"{link} is not a link inhouse made ({exc.strerror}); move it away and pull again"
+            ) from exc
+        return f"sha256:{target.name}"
+
     @contextlib.contextmanager
     def lock(self, digest: str) -> Iterator[None]:
         """Exclusive for one model across processes; a second pull waits, then finds it

@@ -74,3 +74,18 @@ def describe_success(verification: Verification) -> str:
         f"verified {verification.model_dir}: {verification.num_files} file(s), {gib:.2f} GiB, "
         f"signature {verification.signature} by {verification.trust}"
     )
+
+
+def describe_replaced_revision(
+    revision: str, registry: str, served: str, cached: str, link: object
+) -> str:
+    """A registry that now serves other content under a revision this node already pulled."""
+    lines = [
+        f"refusing {revision}: {registry} now serves it as {short(served)}, but this",
+        f"node pulled it as {cached} ({link} points at it). Revisions are immutable:",
+        "the registry was altered or rolled back (another revision's or another model's signed",
+        "files served under this revision's name; their signature checks out, so only this",
+        "tells). Do not serve it; tell the release owner. If the revision really was replaced",
+        "on purpose, remove that link on each node (with its .sig and .json) and pull again.",
+    ]
+    return "\n".join(lines)

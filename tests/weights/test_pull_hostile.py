@@ -1,0 +1,104 @@
+"""Pulls against a registry that lies with validly signed material, and a node cache that was
+damaged: a revision the cache already holds never silently becomes another model, and a cached
+copy whose files changed size or vanished is set aside and fetched again."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import pytest
+from tests.weights.conftest import SHARD, Keys
+from tests.weights.tiny_model import write_tiny_model
+
+from inhouse.weights.cache import WeightCache
+from inhouse.weights.errors import VerificationFailed
+from inhouse.weights.pull import PullRequest, pull_model
+from inhouse.weights.registry import push_model, read_revision, revision_key
+from inhouse.weights.s3 import RegistryUrl, make_client
+from inhouse.weights.signature import sign_model
+from inhouse.weights.trust import Trust
+from inhouse.weights.verify import verify_model
+
+NAME = "acme/tiny"
+PART = 256 * 1024
+
+
+def request(
+    url: RegistryUrl, cache: Path, trust: Trust, revision: str, **kwargs: object
+) -> PullRequest:
+    values: dict[str, object] = {"part_bytes": PART, "workers": 4, **kwargs}
+    return PullRequest(url, NAME, revision, cache, trust, **values)  # type: ignore[arg-type]
+
+
+def _push(tmp_path: Path, keys: Keys, url: RegistryUrl, revision: str, seed: int) -> str:
+    model = write_tiny_model(tmp_path / f"release-{revision}", seed=seed)
+    sign_model(model, keys.private)
+    return push_model(make_client(), model, url, NAME, revision).manifest.digest
+
+
+def _replay(url: RegistryUrl, old: str, new: str) -> None:
+    """What a hostile (or restored-from-backup) registry can do without any key: serve an older
+    revision's signed files under a newer revision's name."""
+    client = make_client()
+    manifest, signature = read_revision(client, url, NAME, old)
+    relabelled = manifest.model_copy(update={"revision": new})
+    for leaf, body in (("model.sig", signature), ("manifest.json",
+                       relabelled.model_dump_json().encode())):  # fmt: skip
+        client.put_object(Bucket=url.bucket, Key=revision_key(url, NAME, new, leaf), Body=body)
+
+
+@pytest.mark.parametrize("verify_cached", [False, True], ids=["plain", "verify-cached"])
+def test_a_revision_the_cache_holds_is_never_replaced_by_another_signed_model(
+    registry: str, keys: Keys, tmp_path: Path, verify_cached: bool
+) -> None:
+    """v1 (vulnerable) and v2 (the fix) are both signed by the release key. The registry later
+    serves v1's manifest and signature as v2: every signature checks out, and the pull relinked
+    by-name/acme/tiny/v2 to v1's bytes, so every engine on the node served the old model."""
+    url = RegistryUrl.parse(registry)
+    _push(tmp_path, keys, url, "v1", seed=1)
+    fixed = _push(tmp_path, keys, url, "v2", seed=2)
+    cache = tmp_path / "cache"
+    first = pull_model(request(url, cache, keys.trust, "v2"))
+    assert first.digest == fixed
+    _replay(url, "v1", "v2")
+    with pytest.raises(VerificationFailed) as refused:
+        pull_model(request(url, cache, keys.trust, "v2", verify_cached=verify_cached))
+    message = str(refused.value)
+    assert f"{NAME}@v2" in message and fixed in message  # the revision and what it was
+    assert "by-name" in message  # how to accept a deliberate re-push
+    assert first.path.resolve() == WeightCache(cache).model_dir(fixed)
+    assert verify_model(first.path, keys.trust).ok  # v2's signature beside it, untouched
+    assert pull_model(request(url, cache, keys.trust, "v1")).digest != fixed  # v1 still pulls
+
+
+def _truncate(path: Path) -> None:
+    with path.open("r+b") as handle:
+        handle.truncate(os.path.getsize(path) // 2)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [lambda d: _truncate(d / SHARD), lambda d: (d / "tokenizer.json").unlink(),
+     lambda d: (d / SHARD).write_bytes((d / SHARD).read_bytes() + b"\0")],
+    ids=["truncated", "removed", "grown"],
+)  # fmt: skip
+def test_a_cached_copy_whose_files_changed_size_is_set_aside_and_fetched_again(
+    registry: str, keys: Keys, tmp_path: Path, damage: object
+) -> None:
+    """A cached model with a file truncated, grown or deleted (a failing disk, a hand) did not
+    count as cached, so the pull fetched the model again and then failed renaming it onto the
+    damaged copy ("Directory not empty", worded as a disk problem), every time: the repair
+    docs/weights.md promises (`--verify-cached`) never happened and the pool never started."""
+    url = RegistryUrl.parse(registry)
+    digest = _push(tmp_path, keys, url, "v1", seed=1)
+    cache = tmp_path / "cache"
+    first = pull_model(request(url, cache, keys.trust, "v1"))
+    damage(first.path.resolve())  # type: ignore[operator]
+    healed = pull_model(request(url, cache, keys.trust, "v1", verify_cached=True))
+    assert healed.quarantined is not None and healed.quarantined.parent == cache / "quarantine"
+    assert healed.digest == digest and not healed.was_cached
+    assert verify_model(healed.path, keys.trust).ok
+    plain = dataclasses.replace(request(url, cache, keys.trust, "v1"))
+    assert pull_model(plain).was_cached
