@@ -82,3 +82,10 @@ def test_an_unpinned_revision_is_refused_with_the_fix() -> None:
 def test_a_pool_without_registry_weights_keeps_the_model_signing_check() -> None:
     parts = containers(find(render_stack(crm_with(None)), "Deployment", "chat-r0"))
     assert "pull-weights" not in parts and parts["verify-model"]["command"] == ["model_signing"]
+
+
+def test_a_pinned_digest_reaches_the_pull() -> None:
+    digest = "sha256:" + "ab" * 32
+    rendered = render_stack(crm_with({**WEIGHTS, "digest": digest}))
+    pull = containers(find(rendered, "Deployment", "chat-r0"))["pull-weights"]
+    assert pull["args"][-2:] == ["--digest", digest]

@@ -171,7 +171,8 @@ def test_pushing_an_empty_directory_says_so(tmp_path: Path, keys: Keys, registry
 
 
 @pytest.mark.parametrize(
-    "option", [["--workers", "0"], ["--part-mib", "0"], ["--limit-rate", "-1"]]
+    "option",
+    [["--workers", "0"], ["--part-mib", "0"], ["--limit-rate", "-1"], ["--digest", "ab" * 32]],
 )
 def test_pull_options_out_of_range_are_usage_errors(
     signed_model: Path, keys: Keys, registry: str, tmp_path: Path, option: list[str]

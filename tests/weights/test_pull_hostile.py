@@ -1,23 +1,29 @@
 """Pulls against a registry that lies with validly signed material, and a node cache that was
-damaged: a revision the cache already holds never silently becomes another model, and a cached
-copy whose files changed size or vanished is set aside and fetched again."""
+damaged: a revision the cache already holds never silently becomes another model, a pinned
+digest refuses any other, and a cached copy whose files changed size or vanished is set aside
+and fetched again."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from tests.weights.clients import CountingClient
 from tests.weights.conftest import SHARD, Keys
 from tests.weights.tiny_model import write_tiny_model
 
+from inhouse.spec.stack import parse_stack
 from inhouse.weights.cache import WeightCache
 from inhouse.weights.errors import VerificationFailed
 from inhouse.weights.pull import PullRequest, pull_model
 from inhouse.weights.registry import push_model, read_revision, revision_key
 from inhouse.weights.s3 import RegistryUrl, make_client
 from inhouse.weights.signature import sign_model
+from inhouse.weights.stack import prepare_weights
 from inhouse.weights.trust import Trust
 from inhouse.weights.verify import verify_model
 
@@ -102,3 +108,61 @@ def test_a_cached_copy_whose_files_changed_size_is_set_aside_and_fetched_again(
     assert verify_model(healed.path, keys.trust).ok
     plain = dataclasses.replace(request(url, cache, keys.trust, "v1"))
     assert pull_model(plain).was_cached
+
+
+def test_a_pinned_digest_refuses_another_signed_model_on_a_node_that_never_pulled_it(
+    registry: str, keys: Keys, tmp_path: Path
+) -> None:
+    """A new node (scale-out, a replaced NVMe) has nothing to compare with: the replayed v1
+    verified and was served as v2. The digest pinned in the stack (or `pull --digest`) is
+    compared with the registry's before a byte is fetched."""
+    url = RegistryUrl.parse(registry)
+    _push(tmp_path, keys, url, "v1", seed=1)
+    fixed = _push(tmp_path, keys, url, "v2", seed=2)
+    _replay(url, "v1", "v2")
+    cache = tmp_path / "cache"
+    counting = CountingClient(make_client())
+    with pytest.raises(VerificationFailed) as refused:
+        pull_model(request(url, cache, keys.trust, "v2", digest=fixed), counting)
+    assert f"{NAME}@v2" in str(refused.value) and fixed in str(refused.value)
+    assert counting.blob_gets == 0
+    assert not (cache / "by-name" / NAME / "v2").exists()
+
+
+def test_a_pinned_digest_that_matches_pulls(registry: str, keys: Keys, tmp_path: Path) -> None:
+    url = RegistryUrl.parse(registry)
+    digest = _push(tmp_path, keys, url, "v1", seed=1)
+    result = pull_model(request(url, tmp_path / "cache", keys.trust, "v1", digest=digest))
+    assert result.digest == digest and result.verification is not None
+    assert result.verification.ok
+
+
+def test_a_stack_pool_pins_its_digest(registry: str, keys: Keys, tmp_path: Path) -> None:
+    """`weights: {..., digest: sha256:...}` reaches the pull `inhouse up` runs."""
+    url = RegistryUrl.parse(registry)
+    _push(tmp_path, keys, url, "v1", seed=1)
+    fixed = _push(tmp_path, keys, url, "v2", seed=2)
+    _replay(url, "v1", "v2")
+    weights = {"registry": registry, "name": NAME, "revision": "v2", "digest": fixed,
+               "public_key": str(keys.public)}  # fmt: skip
+    stack = parse_stack({"name": "s", "pools": [{"name": "chat", "model": "tiny",
+                         "weights": weights}]})  # fmt: skip
+    with pytest.raises(VerificationFailed) as refused:
+        prepare_weights(stack, tmp_path, tmp_path / "cache")
+    assert "pool 'chat'" in str(refused.value) and fixed in str(refused.value)
+
+
+def test_pull_digest_refusal_exits_1_naming_the_revision(
+    registry: str, keys: Keys, tmp_path: Path
+) -> None:
+    url = RegistryUrl.parse(registry)
+    _push(tmp_path, keys, url, "v1", seed=1)
+    fixed = _push(tmp_path, keys, url, "v2", seed=2)
+    _replay(url, "v1", "v2")
+    argv = [sys.executable, "-m", "inhouse.cli.weights", "pull", f"{NAME}@v2", "--registry",
+            registry, "--cache", str(tmp_path / "c"), "--public-key", str(keys.public),
+            "--digest", fixed]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert f"refusing {NAME}@v2" in done.stderr and fixed in done.stderr
+    assert "Traceback" not in done.stderr

@@ -77,15 +77,16 @@ def describe_success(verification: Verification) -> str:
 
 
 def describe_replaced_revision(
-    revision: str, registry: str, served: str, cached: str, link: object
+    revision: str, registry: str, served: str, expected: str, holder: str, link: object
 ) -> str:
-    """A registry that now serves other content under a revision this node already pulled."""
+    """A registry that serves other content under a revision than the pinned digest, or than
+    this node already pulled (`holder` says which)."""
     lines = [
-        f"refusing {revision}: {registry} now serves it as {short(served)}, but this",
-        f"node pulled it as {cached} ({link} points at it). Revisions are immutable:",
-        "the registry was altered or rolled back (another revision's or another model's signed",
-        "files served under this revision's name; their signature checks out, so only this",
-        "tells). Do not serve it; tell the release owner. If the revision really was replaced",
-        "on purpose, remove that link on each node (with its .sig and .json) and pull again.",
+        f"refusing {revision}: {registry} serves it as {short(served)}, but {holder} as",
+        f"{expected}. Revisions are immutable: the registry was altered or rolled back",
+        "(another revision's or another model's signed files served under this revision's",
+        "name; their signature checks out, so only this tells). Do not serve it; tell the",
+        "release owner. If the revision really was replaced on purpose, update the pinned",
+        f"digest, remove {link} on each node (with its .sig and .json) and pull again.",
     ]
     return "\n".join(lines)

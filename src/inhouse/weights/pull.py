@@ -64,6 +64,7 @@ class PullRequest:
     max_bytes_per_s: float | None = None
     on_start: Callable[[int, int], None] = field(default=lambda total, have: None)
     on_bytes: Callable[[int], None] = field(default=lambda n: None)
+    digest: str | None = None  # the content pinned (stack `digest:`, `--digest`); else any
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,11 +113,17 @@ def pull_model(request: PullRequest, client: Any = None) -> PullResult:
 def _refuse_replaced_revision(
     request: PullRequest, cache: WeightCache, manifest: RegistryManifest
 ) -> None:
-    """A revision this cache already linked to other content is refused, not relinked:
-    revisions are immutable, so the registry that now says otherwise was altered or rolled back
-    (another revision's signed files replayed under this one's name), and every signature in
-    it checks out."""
-    linked = cache.linked_digest(manifest.name, manifest.revision)
+    """A revision whose content is not the pinned digest, or not the one this cache already
+    linked it to, is refused (before any fetch), not linked: revisions are immutable, so the
+    registry that says otherwise was altered or rolled back (another revision's signed files
+    replayed under this one's name), and every signature in it checks out."""
+    pinned = request.digest
+    if pinned is not None and pinned != manifest.digest:
+        linked: str | None = pinned
+        holder = "the stack (or --digest) pins it"
+    else:
+        linked = cache.linked_digest(manifest.name, manifest.revision)
+        holder = "this node pulled it"
     if linked is None or linked == manifest.digest:
         return
     where = f"{request.registry}/models/{manifest.name}/{manifest.revision}/manifest.json"
@@ -126,7 +133,7 @@ def _refuse_replaced_revision(
     link = cache.by_name(manifest.name, manifest.revision)
     revision = f"{manifest.name}@{manifest.revision}"
     message = describe_replaced_revision(
-        revision, str(request.registry), manifest.digest, linked, link
+        revision, str(request.registry), manifest.digest, linked, holder, link
     )
     raise VerificationFailed(verification, message)
 

@@ -65,9 +65,9 @@ def prepare_pool_weights(
     registry = RegistryUrl.parse(weights.registry)
     log(f"pool {pool.name}: pulling {weights.name}@{weights.revision or 'newest'} from {registry}")
     try:
-        pulled = pull_model(
-            PullRequest(registry, weights.name, weights.revision, cache, trust, verify_cached=True)
-        )
+        request = PullRequest(registry, weights.name, weights.revision, cache, trust,
+                              verify_cached=True, digest=weights.digest)  # fmt: skip
+        pulled = pull_model(request)
     except VerificationFailed as exc:
         raise VerificationFailed(exc.verification, f"pool {pool.name!r}: {exc}") from exc
     assert pulled.verification is not None, "verify_cached: always verified"
