@@ -89,3 +89,14 @@ def test_a_pinned_digest_reaches_the_pull() -> None:
     rendered = render_stack(crm_with({**WEIGHTS, "digest": digest}))
     pull = containers(find(rendered, "Deployment", "chat-r0"))["pull-weights"]
     assert pull["args"][-2:] == ["--digest", digest]
+
+
+def test_with_a_pinned_digest_vllm_loads_the_content_address() -> None:
+    """The by-name link in the node's hostPath can be re-pointed between the init container's
+    check and vLLM's load (by hand, by another pod's pull once it was removed); the
+    content-addressed directory the pull verified cannot name other bytes."""
+    digest = "sha256:" + "ab" * 32
+    parts = containers(find(render_stack(crm_with({**WEIGHTS, "digest": digest})),
+                            "Deployment", "chat-r0"))  # fmt: skip
+    assert parts["vllm"]["args"][0] == "/models/registry/sha256/" + "ab" * 32
+    assert parts["pull-weights"]["args"][0] == "meta-llama/Llama-3.3-70B-Instruct@2024-12-06"
