@@ -166,3 +166,31 @@ def test_pull_digest_refusal_exits_1_naming_the_revision(
     assert done.returncode == 1, done.stderr
     assert f"refusing {NAME}@v2" in done.stderr and fixed in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("where", ["config.json", "sub"], ids=["file", "directory"])
+def test_a_symlink_planted_in_a_partial_pull_never_redirects_its_writes(
+    registry: str, keys: Keys, tmp_path: Path, where: str
+) -> None:
+    """`partial/<digest>/` is at a path anyone can compute from the registry. A symlink planted
+    there by another local user (a shared cache) made the resuming pull, often root in an init
+    container, truncate and overwrite the file it pointed at outside the cache."""
+    url = RegistryUrl.parse(registry)
+    model = write_tiny_model(tmp_path / "release", seed=1)
+    (model / "sub").mkdir()
+    (model / "sub" / "extra.json").write_text("{}")
+    sign_model(model, keys.private)
+    digest = push_model(make_client(), model, url, NAME, "v1").manifest.digest
+    cache = tmp_path / "cache"
+    partial = WeightCache(cache).partial_dir(digest) / "model"
+    partial.mkdir(parents=True)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "extra.json").write_text("precious\n")
+    if where == "config.json":
+        (partial / "config.json").symlink_to(victim / "extra.json")
+    else:
+        (partial / "sub").symlink_to(victim)
+    result = pull_model(request(url, cache, keys.trust, "v1"))
+    assert (victim / "extra.json").read_text() == "precious\n"
+    assert result.verification is not None and result.verification.ok

@@ -116,7 +116,7 @@ def prepare_files(model_dir: Path, files: list[FileEntry]) -> None:
     for entry in files:
         path = model_dir / entry.path
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         try:
             if os.fstat(fd).st_size != entry.size:
                 os.ftruncate(fd, entry.size)
@@ -197,7 +197,7 @@ class Fetcher:
                 "support Range requests"
             )
         offset = part.start
-        fd = os.open(self.model_dir / part.path, os.O_WRONLY)
+        fd = os.open(self.model_dir / part.path, os.O_WRONLY | os.O_NOFOLLOW)
         try:
             while offset < part.end:
                 chunk = body.read(min(READ_BYTES, part.end - offset))

@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import hashlib
 import logging
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -259,6 +260,7 @@ def _start_job(
     request: PullRequest, cache: WeightCache, manifest: RegistryManifest, signature: bytes
 ) -> _Job:
     partial = cache.partial_dir(manifest.digest)
+    _discard_foreign(partial)
     signature_path = partial / "model.sig"
     write_atomic(signature_path, signature)
     _check_before_fetch(request, manifest, signature_path, signature)
@@ -271,6 +273,19 @@ def _start_job(
     job = _Job(partial / "model", signature_path, parts, journal, have)
     _check_space(partial, manifest.total_bytes - job.resumed_bytes)
     return job
+
+
+def _discard_foreign(partial: Path) -> None:
+    """Start afresh when an interrupted pull's directory holds what no pull writes: a symlink
+    (planted at a path anyone can compute from the registry, it would redirect the pull's
+    writes outside the cache) or a special file. Nothing is followed; the links are removed."""
+    for directory, subdirs, files in os.walk(partial):
+        for name in subdirs + files:
+            path = Path(directory) / name
+            if path.is_symlink() or not (path.is_dir() or path.is_file()):
+                log.warning("%s is not what a pull writes; starting %s afresh", path, partial)
+                shutil.rmtree(partial)
+                return
 
 
 def _check_space(directory: Path, needed_bytes: int) -> None:
