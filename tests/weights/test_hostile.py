@@ -230,3 +230,26 @@ def test_a_manifest_past_the_limit_is_refused_without_reading_it_whole(
         registry_module.read_revision(client, url, "tiny", "v1")
     assert client.body.closed
     assert client.body.asked == ([] if announced else [1025])
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["evil\n  all other files verified, ok", "model\u202enosnetsafes.py", "tab\there"],
+    ids=["newline", "bidi-override", "tab"],
+)
+def test_a_file_name_cannot_write_lines_of_the_refusal(
+    signed_model: Path, keys: Keys, name: str
+) -> None:
+    """A file named with a newline printed as two lines of the refusal, the second one the
+    file's own text ("all other files verified, ok"); a right-to-left override showed
+    `model\u202enosnetsafes.py` as `model[...].safetensors`. Names that are not printable are
+    shown escaped, so the operator sees (and can remove) the real file."""
+    from inhouse.weights.messages import describe_failure
+
+    (signed_model / name).write_text("x")
+    result = verify_model(signed_model, keys.trust)
+    assert result.first is not None and result.first.path == name
+    message = describe_failure(result)
+    assert name not in message and repr(name) in message
+    assert message.splitlines()[1].startswith("  extra: ")
+    assert not any(line.startswith("  all other") for line in message.splitlines())

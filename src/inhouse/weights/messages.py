@@ -6,6 +6,8 @@ what to do next; the core returns `Problem`s and never words them itself.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from inhouse.weights.verdict import Problem, Verification
 
 MAX_LISTED = 5
@@ -15,7 +17,15 @@ def short(digest: str | None) -> str:
     return f"{digest[:12]}…" if digest else "?"
 
 
+def shown(path: str) -> str:
+    """A file name as printed: escaped (Python's quoting) when it holds a newline, a tab, a
+    bidirectional override or another unprintable character, which would otherwise write lines
+    of the message or disguise the name; as is otherwise."""
+    return path if path.isprintable() else repr(path)
+
+
 def describe_problem(problem: Problem) -> str:
+    problem = replace(problem, path=shown(problem.path))
     if problem.kind == "altered":
         return (
             f"altered: {problem.path} (its digest is {short(problem.found)}, the signature says "
