@@ -253,3 +253,19 @@ def test_a_file_name_cannot_write_lines_of_the_refusal(
     assert name not in message and repr(name) in message
     assert message.splitlines()[1].startswith("  extra: ")
     assert not any(line.startswith("  all other") for line in message.splitlines())
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604])
+def test_signing_refuses_a_private_key_others_can_read(
+    signed_model: Path, keys: Keys, tmp_path: Path, mode: int
+) -> None:
+    """Anyone who can read the release key can sign weights every engine will serve; keygen
+    writes it 0600, but a copy (a CI secret mounted 0644, `cp` under a loose umask) signed
+    without a word. Refused, as ssh refuses such a key, naming the file and the fix."""
+    loose = tmp_path / "loose.priv"
+    loose.write_bytes(keys.private.read_bytes())
+    loose.chmod(mode)
+    target = tmp_path / "out.sig"
+    with pytest.raises(WeightsError, match=r"loose\.priv.*chmod 600"):
+        sign_model(signed_model, loose, signature=target)
+    assert not target.exists()
