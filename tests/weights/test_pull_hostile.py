@@ -16,6 +16,7 @@ from tests.weights.clients import CountingClient
 from tests.weights.conftest import SHARD, Keys
 from tests.weights.tiny_model import write_tiny_model
 
+from inhouse.errors import InhouseError
 from inhouse.spec.stack import parse_stack
 from inhouse.weights.cache import WeightCache
 from inhouse.weights.errors import VerificationFailed
@@ -194,3 +195,28 @@ def test_a_symlink_planted_in_a_partial_pull_never_redirects_its_writes(
     result = pull_model(request(url, cache, keys.trust, "v1"))
     assert (victim / "extra.json").read_text() == "precious\n"
     assert result.verification is not None and result.verification.ok
+
+
+def test_a_revision_named_inside_another_revisions_link_never_writes_into_its_model(
+    registry: str, keys: Keys, tmp_path: Path
+) -> None:
+    """`acme@tiny` (model acme, revision tiny) links by-name/acme/tiny to its verified
+    directory; then `acme/tiny@v1`'s link, signature and manifest were written through that
+    link, into the verified model, which from then on failed verification (extra files) on
+    every node: anyone who can push a name to the registry could take a model down."""
+    url = RegistryUrl.parse(registry)
+    model = write_tiny_model(tmp_path / "release", seed=1)
+    sign_model(model, keys.private)
+    push_model(make_client(), model, url, "acme", "tiny")
+    push_model(make_client(), model, url, NAME, "v1")
+    cache = tmp_path / "cache"
+    outer = dataclasses.replace(request(url, cache, keys.trust, "tiny"), name="acme")
+    first = pull_model(outer)
+    with pytest.raises(InhouseError, match="acme/tiny"):
+        pull_model(request(url, cache, keys.trust, "v1"))
+    assert sorted(p.name for p in first.path.iterdir()) == sorted(p.name for p in model.iterdir())
+    assert verify_model(first.path, keys.trust).ok
+    other = tmp_path / "other-cache"  # the other order: a directory where the link would go
+    pull_model(request(url, other, keys.trust, "v1"))
+    with pytest.raises(InhouseError, match="directory of model acme/tiny's revisions"):
+        pull_model(dataclasses.replace(outer, cache=other))
