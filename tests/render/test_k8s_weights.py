@@ -82,3 +82,21 @@ def test_an_unpinned_revision_is_refused_with_the_fix() -> None:
 def test_a_pool_without_registry_weights_keeps_the_model_signing_check() -> None:
     parts = containers(find(render_stack(crm_with(None)), "Deployment", "chat-r0"))
     assert "pull-weights" not in parts and parts["verify-model"]["command"] == ["model_signing"]
+
+
+def test_a_pinned_digest_reaches_the_pull() -> None:
+    digest = "sha256:" + "ab" * 32
+    rendered = render_stack(crm_with({**WEIGHTS, "digest": digest}))
+    pull = containers(find(rendered, "Deployment", "chat-r0"))["pull-weights"]
+    assert pull["args"][-2:] == ["--digest", digest]
+
+
+def test_with_a_pinned_digest_vllm_loads_the_content_address() -> None:
+    """The by-name link in the node's hostPath can be re-pointed between the init container's
+    check and vLLM's load (by hand, by another pod's pull once it was removed); the
+    content-addressed directory the pull verified cannot name other bytes."""
+    digest = "sha256:" + "ab" * 32
+    parts = containers(find(render_stack(crm_with({**WEIGHTS, "digest": digest})),
+                            "Deployment", "chat-r0"))  # fmt: skip
+    assert parts["vllm"]["args"][0] == "/models/registry/sha256/" + "ab" * 32
+    assert parts["pull-weights"]["args"][0] == "meta-llama/Llama-3.3-70B-Instruct@2024-12-06"

@@ -69,3 +69,24 @@ def test_names_stay_inside_a_cache_or_a_prefix() -> None:
     for bad in ("", "files", "a/b", "..", "-x"):
         with pytest.raises(SpecError):
             check_revision(bad)
+
+
+def test_a_registry_pool_may_pin_its_content_digest() -> None:
+    digest = "sha256:" + "ab" * 32
+    weights = stack_with({**REGISTRY, "revision": "v1", "digest": digest}).pools[0].weights
+    assert weights is not None and weights.digest == digest
+
+
+@pytest.mark.parametrize(
+    ("weights", "message"),
+    [
+        ({**REGISTRY, "digest": "ab" * 32}, "sha256:<64 hex digits>"),
+        ({**REGISTRY, "digest": "sha256:" + "AB" * 32}, "sha256:<64 hex digits>"),
+        ({"weights_dir": "m", "public_key": "k", "digest": "sha256:" + "ab" * 32},
+         "belong with `registry`"),
+    ],
+)  # fmt: skip
+def test_a_bad_digest_pin_names_the_field(weights: dict[str, Any], message: str) -> None:
+    with pytest.raises(SpecError, match=r"pools\.0\.weights") as raised:
+        stack_with(weights)
+    assert message in str(raised.value)

@@ -4,7 +4,7 @@ the three tamperings every refusal test runs (one byte changed, a file added, a 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,10 +62,19 @@ def s3_env(s3_server: SeaweedS3, monkeypatch: pytest.MonkeyPatch) -> SeaweedS3:
 
 
 @pytest.fixture
-def registry(s3_env: SeaweedS3) -> str:
-    """A fresh bucket per test, as an s3:// registry URL with a prefix."""
+def registry(s3_env: SeaweedS3) -> Iterator[str]:
+    """A fresh bucket per test, as an s3:// registry URL with a prefix; removed after it.
+
+    NOTE: SeaweedFS gives each bucket its own volumes, and the test server has a few hundred:
+    about 40 buckets holding data exhaust them (every later upload is an InternalError), so
+    each test's bucket is emptied and deleted, which frees its volumes."""
     bucket = s3_env.create_bucket(f"w-{secrets.token_hex(6)}")
-    return f"s3://{bucket}/models"
+    yield f"s3://{bucket}/models"
+    client = s3_env.client()
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        for item in page.get("Contents", []):
+            client.delete_object(Bucket=bucket, Key=item["Key"])
+    client.delete_bucket(Bucket=bucket)
 
 
 @pytest.fixture(scope="session")

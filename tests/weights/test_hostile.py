@@ -171,7 +171,8 @@ def test_pushing_an_empty_directory_says_so(tmp_path: Path, keys: Keys, registry
 
 
 @pytest.mark.parametrize(
-    "option", [["--workers", "0"], ["--part-mib", "0"], ["--limit-rate", "-1"]]
+    "option",
+    [["--workers", "0"], ["--part-mib", "0"], ["--limit-rate", "-1"], ["--digest", "ab" * 32]],
 )
 def test_pull_options_out_of_range_are_usage_errors(
     signed_model: Path, keys: Keys, registry: str, tmp_path: Path, option: list[str]
@@ -229,3 +230,42 @@ def test_a_manifest_past_the_limit_is_refused_without_reading_it_whole(
         registry_module.read_revision(client, url, "tiny", "v1")
     assert client.body.closed
     assert client.body.asked == ([] if announced else [1025])
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["evil\n  all other files verified, ok", "model\u202enosnetsafes.py", "tab\there"],
+    ids=["newline", "bidi-override", "tab"],
+)
+def test_a_file_name_cannot_write_lines_of_the_refusal(
+    signed_model: Path, keys: Keys, name: str
+) -> None:
+    """A file named with a newline printed as two lines of the refusal, the second one the
+    file's own text ("all other files verified, ok"); a right-to-left override showed
+    `model\u202enosnetsafes.py` as `model[...].safetensors`. Names that are not printable are
+    shown escaped, so the operator sees (and can remove) the real file."""
+    from inhouse.weights.messages import describe_failure
+
+    (signed_model / name).write_text("x")
+    result = verify_model(signed_model, keys.trust)
+    assert result.first is not None and result.first.path == name
+    message = describe_failure(result)
+    assert name not in message and repr(name) in message
+    assert message.splitlines()[1].startswith("  extra: ")
+    assert not any(line.startswith("  all other") for line in message.splitlines())
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604])
+def test_signing_refuses_a_private_key_others_can_read(
+    signed_model: Path, keys: Keys, tmp_path: Path, mode: int
+) -> None:
+    """Anyone who can read the release key can sign weights every engine will serve; keygen
+    writes it 0600, but a copy (a CI secret mounted 0644, `cp` under a loose umask) signed
+    without a word. Refused, as ssh refuses such a key, naming the file and the fix."""
+    loose = tmp_path / "loose.priv"
+    loose.write_bytes(keys.private.read_bytes())
+    loose.chmod(mode)
+    target = tmp_path / "out.sig"
+    with pytest.raises(WeightsError, match=r"loose\.priv.*chmod 600"):
+        sign_model(signed_model, loose, signature=target)
+    assert not target.exists()

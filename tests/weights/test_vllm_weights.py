@@ -108,7 +108,7 @@ def test_up_starts_vllm_on_the_verified_registry_copy(
         assert "is ready" in output, output + _logs(tmp_path)
         cached = tmp_path / "cache" / "by-name" / "acme" / "tiny-llama" / "v1"
         card = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).json()["data"][0]
-        assert card["root"] == str(cached)  # vLLM loaded the verified path
+        assert card["root"] == str(cached.resolve())  # vLLM loaded the verified directory
         reply = httpx.post(
             f"http://127.0.0.1:{port}/v1/completions",
             timeout=60,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,16 @@ def _positive(kind: type[int] | type[float]) -> Any:
         return value
 
     return parse
+
+
+def _digest(text: str) -> str:
+    """An argparse type: a content digest as push prints it, else a usage error."""
+    if not re.fullmatch(r"sha256:[0-9a-f]{64}", text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not sha256:<64 lowercase hex digits>, as `inhouse weights push` "
+            "printed it (the registry's own listing is not to be trusted for it)"
+        )
+    return text
 
 
 def _trust_arguments(parser: argparse.ArgumentParser) -> None:
@@ -98,6 +109,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--verify-cached",
         action="store_true",
         help="re-hash a cached copy; move it aside and re-fetch if it fails",
+    )
+    pull.add_argument(
+        "--digest",
+        type=_digest,
+        help="sha256:HEX that push printed: refuse any other content under NAME@REV",
     )
     pull.add_argument("--workers", type=_positive(int), default=8, help="parallel ranged GETs")
     pull.add_argument("--part-mib", type=_positive(int), default=16, help="part size in MiB")
@@ -239,6 +255,7 @@ def _pull(args: argparse.Namespace) -> int:
         args.limit_rate * 1e6 if args.limit_rate else None,
         on_start=progress.start if progress else lambda total, have: None,
         on_bytes=progress.add if progress else lambda n: None,
+        digest=args.digest,
     )
     try:
         result = pull_model(request)

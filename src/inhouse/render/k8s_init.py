@@ -102,8 +102,8 @@ def pull_weights_container(pool: PoolSpec, options: RenderOptions) -> dict[str, 
     trust = ["--public-key", f"{SIGNING_MOUNT}/key.pub"]
     if weights.certificate_chain:
         trust = ["--certificate-chain", f"{SIGNING_MOUNT}/ca.pem"]
-    model_path = layout.model_dir(pool)  # raises when the revision is not pinned
-    revision = model_path.rsplit("/", 1)[1]
+    layout.model_dir(pool)  # raises when the revision is not pinned
+    revision = weights.revision
     return {
         "name": "pull-weights",
         "image": options.image(options.gateway_image),
@@ -118,6 +118,7 @@ def pull_weights_container(pool: PoolSpec, options: RenderOptions) -> dict[str, 
             *trust,
             "--verify-cached",
             "--no-progress",
+            *(["--digest", weights.digest] if weights.digest else []),
         ],
         "envFrom": [{"secretRef": {"name": options.weights_secret}}],
         "resources": SIGNING_RESOURCES,

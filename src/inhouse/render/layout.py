@@ -19,7 +19,7 @@ from inhouse.spec.catalog import get_gpu, get_model
 from inhouse.spec.gateway import parse_gateway
 from inhouse.spec.quant import normalize_quant
 from inhouse.spec.stack import PoolSlo, PoolSpec, StackSpec
-from inhouse.spec.weights import by_name_path
+from inhouse.spec.weights import BY_DIGEST_DIR, by_name_path
 
 # NVML product names, as dcgm-exporter's `modelName` label shows them; GPU feature discovery
 # labels nodes `nvidia.com/gpu.product` with the same name, spaces turned into dashes.
@@ -142,7 +142,8 @@ def gpu_product_label(gpu: str) -> str:
 
 def model_dir(pool: PoolSpec) -> str:
     """Where the pool's weights sit inside the pod: for weights from the registry, their
-    verified path in the node's cache (`/models/registry/by-name/<name>/<revision>`); else
+    verified path in the node's cache (`/models/registry/by-name/<name>/<revision>`, or
+    `/models/registry/sha256/<hex>` when the digest is pinned); else
     `/models/<org>/<name>` for a Hugging Face id, `/models/<basename>` for a local directory."""
     weights = pool.weights
     if weights is not None and weights.registry is not None:
@@ -153,6 +154,8 @@ def model_dir(pool: PoolSpec) -> str:
                 "manifests (every pod, now and after a restart, must load the same bytes); pin "
                 "the revision `inhouse weights ls` shows"
             )
+        if weights.digest is not None:  # what the pull verified; a by-name link can move
+            return f"{REGISTRY_CACHE}/{BY_DIGEST_DIR}/{weights.digest.partition(':')[2]}"
         return f"{REGISTRY_CACHE}/{by_name_path(weights.name, weights.revision)}"
     name = pool.model.rstrip("/")
     relative = name.split("/")[-1] if name.startswith(("/", ".")) else name

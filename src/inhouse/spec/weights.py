@@ -3,7 +3,7 @@
 A pool names its weights one of two ways:
 
     weights: {registry: s3://models/prod, name: meta-llama/Llama-3.1-8B-Instruct,
-              revision: "2024-07-23", public_key: keys/release.pub}
+              revision: "2024-07-23", digest: "sha256:…", public_key: keys/release.pub}
     weights: {weights_dir: /srv/models/tiny, public_key: keys/release.pub}
 
 `inhouse up` pulls (registry) and verifies both before it starts any replica of the pool;
@@ -24,6 +24,7 @@ from inhouse.errors import SpecError
 from inhouse.spec.base import SpecModel
 
 _COMPONENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 # Registry keys of one revision: <prefix>/<name>/<revision>/{manifest.json,model.sig,files/...}.
 RESERVED_REVISIONS = ("files",)
 # Where pulled models live under a node's weight cache (`inhouse weights pull --cache`).
@@ -65,6 +66,10 @@ class WeightsSpec(SpecModel):
     registry: str | None = Field(default=None, description="s3://BUCKET[/PREFIX]")
     name: str | None = Field(default=None, description="model name in the registry")
     revision: str | None = Field(default=None, description="default: the newest pushed")
+    digest: str | None = Field(
+        default=None,
+        description="sha256:<hex>, the content `weights push` printed; any other is refused",
+    )
     weights_dir: str | None = Field(default=None, description="a local, signed model directory")
     signature: str | None = Field(default=None, description="default: <weights_dir>.sig")
     public_key: str | None = None
@@ -86,8 +91,15 @@ class WeightsSpec(SpecModel):
                 raise ValueError("a registry needs `name`, the model's name in it")
             if self.signature is not None:
                 raise ValueError("`signature` is for a local weights_dir; a registry has its own")
-        elif self.name is not None or self.revision is not None:
-            raise ValueError("`name` and `revision` belong with `registry`, not `weights_dir`")
+        elif self.name is not None or self.revision is not None or self.digest is not None:
+            raise ValueError(
+                "`name`, `revision` and `digest` belong with `registry`, not `weights_dir`"
+            )
+        if self.digest is not None and not _DIGEST.match(self.digest):
+            raise ValueError(
+                f"digest {self.digest!r} must be sha256:<64 hex digits>, lowercase, as "
+                "`inhouse weights push` printed it"
+            )
         if (self.public_key is None) == (not self.certificate_chain):
             raise ValueError(
                 "give `public_key` (a PEM public key) or `certificate_chain` (PEM CA files), "

@@ -20,7 +20,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from inhouse.spec.weights import BY_DIGEST_DIR, by_name_path
+from inhouse.spec.weights import BY_DIGEST_DIR, BY_NAME_DIR, by_name_path
 from inhouse.weights.errors import WeightsError
 from inhouse.weights.manifest import RegistryManifest
 
@@ -62,6 +62,43 @@ class WeightCache:
         path = self.by_name(name, revision)
         return path.with_name(path.name + ".sig")
 
+    def linked_digest(self, name: str, revision: str) -> str | None:
+        """The content digest `by-name/<name>/<revision>` points at (dangling or not), or None
+        when the revision was never linked here."""
+        link = self.by_name(name, revision)
+        self._refuse_nested(link)
+        try:
+            target = Path(os.readlink(link))
+        except FileNotFoundError:
+            return None
+        except OSError as exc:  # EINVAL: there, but not a symlink
+            if link.is_dir():
+                raise WeightsError(
+                    f"cannot link {link}: it is the directory of model {name}/{revision}'s "
+                    "revisions, and a revision cannot share a model's path; pull one of them "
+                    "into another --cache, or push it under another name"
+                ) from exc
+            raise WeightsError(
+                f"{link} is not a link inhouse made ({exc.strerror}); move it away and pull again"
+            ) from exc
+        return f"sha256:{target.name}"
+
+    def _refuse_nested(self, link: Path) -> None:
+        """A name whose by-name path runs through another revision's link (`org/model@v1`
+        under `org@model`'s) would be written into that revision's verified model."""
+        base = self.root / BY_NAME_DIR
+        path = base
+        for part in link.parent.relative_to(base).parts:
+            path = path / part
+            if path.is_symlink():
+                other = path.relative_to(base)
+                raise WeightsError(
+                    f"cannot link {link.relative_to(base)} in {base}: {other} is the link of "
+                    f"revision {other.parent}@{other.name}, and a model name cannot run through "
+                    "another's revision; pull one of them into another --cache, or push it "
+                    "under another name"
+                )
+
     @contextlib.contextmanager
     def lock(self, digest: str) -> Iterator[None]:
         """Exclusive for one model across processes; a second pull waits, then finds it
@@ -102,6 +139,7 @@ class WeightCache:
         """Point by-name/<name>/<revision> at the model and write its signature and manifest
         beside it. Each file appears atomically."""
         link = self.by_name(manifest.name, manifest.revision)
+        self._refuse_nested(link)
         link.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(self.signature_of(manifest.name, manifest.revision), signature)
         write_atomic(link.with_name(link.name + ".json"), manifest.model_dump_json().encode())

@@ -19,8 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import botocore.exceptions
+
 from inhouse.weights.errors import WeightsError
 from inhouse.weights.manifest import FileEntry
+from inhouse.weights.messages import shown
+from inhouse.weights.s3 import error_code, is_not_found
 
 DEFAULT_PART_BYTES = 16 * 2**20
 DEFAULT_WORKERS = 8
@@ -35,6 +39,7 @@ class Part:
     key: str  # the object holding the file
     start: int
     end: int  # exclusive
+    file_bytes: int  # the whole file's size, as the registry's manifest says
 
     @property
     def num_bytes(self) -> int:
@@ -48,7 +53,7 @@ def plan_parts(files: list[tuple[FileEntry, str]], part_bytes: int) -> list[Part
     for entry, key in files:
         for start in range(0, entry.size, part_bytes):
             end = min(start + part_bytes, entry.size)
-            parts.append(Part(len(parts), entry.path, key, start, end))
+            parts.append(Part(len(parts), entry.path, key, start, end, entry.size))
     return parts
 
 
@@ -112,7 +117,7 @@ def prepare_files(model_dir: Path, files: list[FileEntry]) -> None:
     for entry in files:
         path = model_dir / entry.path
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         try:
             if os.fstat(fd).st_size != entry.size:
                 os.ftruncate(fd, entry.size)
@@ -164,12 +169,28 @@ class Fetcher:
             pool.shutdown(wait=True, cancel_futures=True)
 
     def _fetch_part(self, part: Part) -> int:
-        response = self.client.get_object(
-            Bucket=self.bucket, Key=part.key, Range=f"bytes={part.start}-{part.end - 1}"
-        )
+        try:
+            response = self.client.get_object(
+                Bucket=self.bucket, Key=part.key, Range=f"bytes={part.start}-{part.end - 1}"
+            )
+        except botocore.exceptions.ClientError as exc:
+            if error_code(exc) == "InvalidRange":  # the part starts past the object's end
+                raise WeightsError(_wrong_size(part, "shorter")) from exc
+            if is_not_found(exc):
+                raise WeightsError(
+                    f"{shown(part.path)}: its content ({part.key}) is not in the registry: the "
+                    "revision is incomplete or its manifest was altered; ask the release owner "
+                    "to push it again"
+                ) from exc
+            raise
         body = response["Body"]
+        content_range = str(response.get("ContentRange", ""))
+        total = content_range.rpartition("/")[2]
+        if total.isdigit() and int(total) != part.file_bytes:
+            body.close()
+            raise WeightsError(_wrong_size(part, f"{int(total):,} bytes"))
         expected_range = f"bytes {part.start}-{part.end - 1}/"
-        if not str(response.get("ContentRange", "")).startswith(expected_range):
+        if not content_range.startswith(expected_range):
             body.close()
             raise WeightsError(
                 f"{part.key}: the S3 server answered a ranged GET without the range asked "
@@ -177,7 +198,7 @@ class Fetcher:
                 "support Range requests"
             )
         offset = part.start
-        fd = os.open(self.model_dir / part.path, os.O_WRONLY)
+        fd = os.open(self.model_dir / part.path, os.O_WRONLY | os.O_NOFOLLOW)
         try:
             while offset < part.end:
                 chunk = body.read(min(READ_BYTES, part.end - offset))
@@ -198,3 +219,11 @@ class Fetcher:
             )
         self.journal.record(part.index)
         return part.num_bytes
+
+
+def _wrong_size(part: Part, found: str) -> str:
+    return (
+        f"{shown(part.path)}: the registry's manifest says {part.file_bytes:,} bytes, but its "
+        f"content ({part.key}) is {found}: the manifest (or the object) was altered; ask the "
+        "release owner to push the revision again"
+    )

@@ -6,6 +6,8 @@ what to do next; the core returns `Problem`s and never words them itself.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from inhouse.weights.verdict import Problem, Verification
 
 MAX_LISTED = 5
@@ -15,7 +17,15 @@ def short(digest: str | None) -> str:
     return f"{digest[:12]}…" if digest else "?"
 
 
+def shown(path: str) -> str:
+    """A file name as printed: escaped (Python's quoting) when it holds a newline, a tab, a
+    bidirectional override or another unprintable character, which would otherwise write lines
+    of the message or disguise the name; as is otherwise."""
+    return path if path.isprintable() else repr(path)
+
+
 def describe_problem(problem: Problem) -> str:
+    problem = replace(problem, path=shown(problem.path))
     if problem.kind == "altered":
         return (
             f"altered: {problem.path} (its digest is {short(problem.found)}, the signature says "
@@ -74,3 +84,19 @@ def describe_success(verification: Verification) -> str:
         f"verified {verification.model_dir}: {verification.num_files} file(s), {gib:.2f} GiB, "
         f"signature {verification.signature} by {verification.trust}"
     )
+
+
+def describe_replaced_revision(
+    revision: str, registry: str, served: str, expected: str, holder: str, link: object
+) -> str:
+    """A registry that serves other content under a revision than the pinned digest, or than
+    this node already pulled (`holder` says which)."""
+    lines = [
+        f"refusing {revision}: {registry} serves it as {short(served)}, but {holder} as",
+        f"{expected}. Revisions are immutable: the registry was altered or rolled back",
+        "(another revision's or another model's signed files served under this revision's",
+        "name; their signature checks out, so only this tells). Do not serve it; tell the",
+        "release owner. If the revision really was replaced on purpose, update the pinned",
+        f"digest, remove {link} on each node (with its .sig and .json) and pull again.",
+    ]
+    return "\n".join(lines)

@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import hashlib
 import logging
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -40,7 +41,7 @@ from inhouse.weights.download import (
 )
 from inhouse.weights.errors import VerificationFailed, WeightsError
 from inhouse.weights.manifest import FileEntry, RegistryManifest
-from inhouse.weights.messages import describe_failure
+from inhouse.weights.messages import describe_failure, describe_replaced_revision
 from inhouse.weights.registry import blob_key, hash_files, read_revision, resolve_revision
 from inhouse.weights.s3 import RegistryUrl, make_client, s3_errors
 from inhouse.weights.signature import Statement, read_statement
@@ -64,6 +65,7 @@ class PullRequest:
     max_bytes_per_s: float | None = None
     on_start: Callable[[int, int], None] = field(default=lambda total, have: None)
     on_bytes: Callable[[int], None] = field(default=lambda n: None)
+    digest: str | None = None  # the content pinned (stack `digest:`, `--digest`); else any
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,9 +89,16 @@ def pull_model(request: PullRequest, client: Any = None) -> PullResult:
     revision = resolve_revision(client, registry, request.name, request.revision)
     manifest, signature = read_revision(client, registry, request.name, revision)
     cache = WeightCache(request.cache)
+    _refuse_replaced_revision(request, cache, manifest)
     with cache.lock(manifest.digest), _cache_errors(cache.root):
         quarantined = None
-        if cache.is_cached(manifest):
+        if cache.model_dir(manifest.digest).exists() and not cache.is_cached(manifest):
+            # NOTE: a file whose size changed or vanished (a failing disk, a hand): it would
+            # block the rename of a fresh copy, and nothing could use it; kept for inspection.
+            quarantined = cache.quarantine(manifest.digest)
+            log.warning("the cached copy of %s lost or resized files; moved it to %s",
+                        manifest.digest, quarantined)  # fmt: skip
+        elif cache.is_cached(manifest):
             statement = _check_cached_signature(request, manifest, signature)
             # NOTE: a signature without SHA-256s does not vouch for the manifest's, by which
             # the content was found: only hashing the cached copy tells whether it is signed.
@@ -100,6 +109,34 @@ def pull_model(request: PullRequest, client: Any = None) -> PullResult:
             quarantined = cached
         result = _fetch_and_verify(request, client, cache, manifest, signature)
         return dataclasses.replace(result, quarantined=quarantined)
+
+
+def _refuse_replaced_revision(
+    request: PullRequest, cache: WeightCache, manifest: RegistryManifest
+) -> None:
+    """A revision whose content is not the pinned digest, or not the one this cache already
+    linked it to, is refused (before any fetch), not linked: revisions are immutable, so the
+    registry that says otherwise was altered or rolled back (another revision's signed files
+    replayed under this one's name), and every signature in it checks out."""
+    pinned = request.digest
+    if pinned is not None and pinned != manifest.digest:
+        linked: str | None = pinned
+        holder = "the stack (or --digest) pins it"
+    else:
+        linked = cache.linked_digest(manifest.name, manifest.revision)
+        holder = "this node pulled it"
+    if linked is None or linked == manifest.digest:
+        return
+    where = f"{request.registry}/models/{manifest.name}/{manifest.revision}/manifest.json"
+    problem = Problem("signature", where, "the registry replaced a revision this cache holds")
+    verification = Verification(Path(where), cache.signature_of(manifest.name, manifest.revision),
+                                request.trust.describe(), (problem,))  # fmt: skip
+    link = cache.by_name(manifest.name, manifest.revision)
+    revision = f"{manifest.name}@{manifest.revision}"
+    message = describe_replaced_revision(
+        revision, str(request.registry), manifest.digest, linked, holder, link
+    )
+    raise VerificationFailed(verification, message)
 
 
 @contextlib.contextmanager
@@ -129,6 +166,7 @@ def _use_cached(
 ) -> PullResult | Path:
     """The cached copy, linked for this name and revision; or, when `verify` finds it
     altered, the place it was moved to."""
+    _refuse_replaced_revision(request, cache, manifest)  # again: another pull may have linked
     link = cache.link(manifest, signature)
     verification = None
     if verify:
@@ -222,6 +260,7 @@ def _start_job(
     request: PullRequest, cache: WeightCache, manifest: RegistryManifest, signature: bytes
 ) -> _Job:
     partial = cache.partial_dir(manifest.digest)
+    _discard_foreign(partial)
     signature_path = partial / "model.sig"
     write_atomic(signature_path, signature)
     _check_before_fetch(request, manifest, signature_path, signature)
@@ -234,6 +273,19 @@ def _start_job(
     job = _Job(partial / "model", signature_path, parts, journal, have)
     _check_space(partial, manifest.total_bytes - job.resumed_bytes)
     return job
+
+
+def _discard_foreign(partial: Path) -> None:
+    """Start afresh when an interrupted pull's directory holds what no pull writes: a symlink
+    (planted at a path anyone can compute from the registry, it would redirect the pull's
+    writes outside the cache) or a special file. Nothing is followed; the links are removed."""
+    for directory, subdirs, files in os.walk(partial):
+        for name in subdirs + files:
+            path = Path(directory) / name
+            if path.is_symlink() or not (path.is_dir() or path.is_file()):
+                log.warning("%s is not what a pull writes; starting %s afresh", path, partial)
+                shutil.rmtree(partial)
+                return
 
 
 def _check_space(directory: Path, needed_bytes: int) -> None:
@@ -270,6 +322,7 @@ def _fetch_and_verify(
     if not verification.ok:
         _forget(job.journal, job.parts, {p.path for p in verification.file_problems})
         raise VerificationFailed(verification, _refusal(manifest, verification))
+    _refuse_replaced_revision(request, cache, manifest)  # again: another pull may have linked
     cache.install(job.model_dir, manifest)
     link = cache.link(manifest, signature)
     _remove_partial(job.model_dir.parent)

@@ -153,6 +153,7 @@ def sign_model(
     embedded); else with the bare key. Returns the signature's path."""
     if not model_dir.is_dir():
         raise WeightsError(f"{model_dir} is not a directory; sign the model's directory")
+    _refuse_loose_key(private_key)
     target = signature or default_signature_path(model_dir)
     config = new_signing()
     try:
@@ -178,3 +179,18 @@ def sign_model(
     finally:
         temporary.unlink(missing_ok=True)
     return target
+
+
+def _refuse_loose_key(private_key: Path) -> None:
+    """A private key that others can read (group or world bits) is refused, as ssh refuses
+    one: whoever reads it signs weights every engine will serve."""
+    try:
+        mode = private_key.stat().st_mode
+    except OSError:
+        return  # the library says what is wrong with a key it cannot read
+    if mode & 0o077:
+        raise WeightsError(
+            f"cannot sign with {private_key}: others can read it (mode {mode & 0o777:04o}), and "
+            f"whoever reads it can sign weights your engines serve; `chmod 600 {private_key}` "
+            "(keygen writes it so; a Kubernetes Secret: defaultMode 0400) and keep it offline"
+        )

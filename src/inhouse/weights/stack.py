@@ -18,10 +18,12 @@ from pathlib import Path
 
 from inhouse.spec.stack import PoolSpec, StackSpec
 from inhouse.spec.weights import WeightsSpec
+from inhouse.weights.cache import WeightCache
 from inhouse.weights.errors import VerificationFailed
 from inhouse.weights.messages import describe_failure
 from inhouse.weights.pull import PullRequest, pull_model
 from inhouse.weights.s3 import RegistryUrl
+from inhouse.weights.signature import default_signature_path
 from inhouse.weights.trust import Trust
 from inhouse.weights.verdict import Verification
 from inhouse.weights.verify import verify_model
@@ -30,7 +32,7 @@ from inhouse.weights.verify import verify_model
 @dataclass(frozen=True, slots=True)
 class PoolWeights:
     pool: str
-    path: Path  # the verified model directory the pool's engines load
+    path: Path  # the verified model directory the pool's engines load (real, no symlink)
     verification: Verification
     source: str  # "name@revision from s3://..." or the local directory
     fetched_bytes: int = 0
@@ -58,22 +60,28 @@ def prepare_pool_weights(
     if weights.weights_dir is not None:
         model_dir = _resolve(weights.weights_dir, base_dir)
         signature = _resolve(weights.signature, base_dir) if weights.signature else None
-        result = verify_model(model_dir, trust, signature)
+        # NOTE: the real directory is verified and handed to vLLM, which opens its files
+        # minutes later (after the other pools' pulls): a symlink on the way could be
+        # re-pointed in between, at weights nobody verified.
+        real_dir = model_dir.resolve()
+        result = verify_model(real_dir, trust, signature or default_signature_path(model_dir))
         _refuse_unless_ok(pool, result)
-        return PoolWeights(pool.name, model_dir, result, str(model_dir))
+        return PoolWeights(pool.name, real_dir, result, str(model_dir))
     assert weights.registry is not None and weights.name is not None, "checked by the spec"
     registry = RegistryUrl.parse(weights.registry)
     log(f"pool {pool.name}: pulling {weights.name}@{weights.revision or 'newest'} from {registry}")
     try:
-        pulled = pull_model(
-            PullRequest(registry, weights.name, weights.revision, cache, trust, verify_cached=True)
-        )
+        request = PullRequest(registry, weights.name, weights.revision, cache, trust,
+                              verify_cached=True, digest=weights.digest)  # fmt: skip
+        pulled = pull_model(request)
     except VerificationFailed as exc:
         raise VerificationFailed(exc.verification, f"pool {pool.name!r}: {exc}") from exc
     assert pulled.verification is not None, "verify_cached: always verified"
     _refuse_unless_ok(pool, pulled.verification)
     source = f"{pulled.name}@{pulled.revision} from {registry}"
-    return PoolWeights(pool.name, pulled.path, pulled.verification, source,
+    # NOTE: the content-addressed directory, not the by-name link, which can be re-pointed.
+    content_dir = WeightCache(cache).model_dir(pulled.digest).resolve()
+    return PoolWeights(pool.name, content_dir, pulled.verification, source,
                        pulled.fetched_bytes, pulled.quarantined)  # fmt: skip
 
 

@@ -1,0 +1,59 @@
+"""A registry manifest whose file sizes (not signed, not part of the content digest) disagree
+with the objects: the refusal names the file and says the manifest was altered, and the pull
+never reports it as a server that cannot do ranged GETs, nor as a disk problem."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from tests.weights.conftest import SHARD, Keys
+
+from inhouse.errors import InhouseError
+from inhouse.weights.pull import PullRequest, pull_model
+from inhouse.weights.registry import blob_key, push_model, read_revision, revision_key
+from inhouse.weights.s3 import RegistryUrl, make_client
+
+NAME = "acme/tiny"
+PART = 256 * 1024
+
+
+@pytest.mark.parametrize("extra_bytes", [1, PART, 3 * PART + 7], ids=["byte", "part", "parts"])
+def test_a_manifest_size_past_the_object_names_the_file_and_the_cause(
+    signed_model: Path, registry: str, keys: Keys, tmp_path: Path, extra_bytes: int
+) -> None:
+    url = RegistryUrl.parse(registry)
+    push_model(make_client(), signed_model, url, NAME, "v1")
+    client = make_client()
+    manifest, _ = read_revision(client, url, NAME, "v1")
+    files = tuple(
+        f.model_copy(update={"size": f.size + extra_bytes}) if f.path == SHARD else f
+        for f in manifest.files
+    )
+    changed = manifest.model_copy(update={"files": files})
+    key = revision_key(url, NAME, "v1", "manifest.json")
+    client.put_object(Bucket=url.bucket, Key=key, Body=changed.model_dump_json().encode())
+    request = PullRequest(url, NAME, "v1", tmp_path / "c", keys.trust, part_bytes=PART)
+    with pytest.raises(InhouseError) as refused:
+        pull_model(dataclasses.replace(request, workers=2))
+    message = str(refused.value)
+    assert SHARD in message and "manifest" in message
+    assert "Range requests" not in message and "free space" not in message
+
+
+def test_a_missing_blob_names_the_file(
+    signed_model: Path, registry: str, keys: Keys, tmp_path: Path
+) -> None:
+    """It was 'S3 error NoSuchKey: ...' naming a blob key, not the model's file."""
+    url = RegistryUrl.parse(registry)
+    push_model(make_client(), signed_model, url, NAME, "v1")
+    client = make_client()
+    manifest, _ = read_revision(client, url, NAME, "v1")
+    entry = next(f for f in manifest.files if f.path == SHARD)
+    client.delete_object(Bucket=url.bucket, Key=blob_key(url, entry.sha256))
+    request = PullRequest(url, NAME, "v1", tmp_path / "c", keys.trust, part_bytes=PART)
+    with pytest.raises(InhouseError) as refused:
+        pull_model(request)
+    assert f"{SHARD}: its content" in str(refused.value)
+    assert "push it again" in str(refused.value)
