@@ -100,6 +100,24 @@ def test_simulate_uses_the_same_report(tmp_path: Path) -> None:
     assert result["client_bottleneck"] is False
 
 
+@pytest.mark.parametrize(
+    "load", [["--rate", "2", "--rate-scale", "1e9"], ["--rate", "2", "--duration", "1e12"]]
+)
+def test_simulate_refuses_a_run_past_what_a_simulation_may_send(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], load: list[str]
+) -> None:
+    # `inhouse simulate` refuses these before starting; `bench --simulate` simulated for ever.
+    stack = tmp_path / "stack.yaml"
+    stack.write_text(STACK)
+    argv = ["bench", "--simulate", str(stack), "--workload", "utility", "--no-charts",
+            "--out", str(tmp_path / "sim"), *load, *SMALL]  # fmt: skip
+    if "--duration" not in load:
+        argv += ["--duration", "60"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "more than the 1,000,000 a run may" in err, err
+
+
 def test_sweep_finds_a_rate_on_the_simulator(tmp_path: Path) -> None:
     stack = tmp_path / "stack.yaml"
     stack.write_text(STACK)
