@@ -17,8 +17,8 @@ from inhouse.bench.config import BenchSpec, build_workload
 from inhouse.bench.driver import BenchRun
 from inhouse.bench.metrics import Outcome, RequestResult
 from inhouse.errors import SpecError
-from inhouse.fleet import MAX_SIMULATED_REQUESTS, FleetResult, TooManyRequestsError, simulate_stack
-from inhouse.fleet.volume import refuse_a_run_too_large
+from inhouse.fleet import FleetResult
+from inhouse.fleet.volume import refuse_a_run_too_large, simulate_within_limits
 from inhouse.spec.load import load_stack
 
 
@@ -49,21 +49,15 @@ def run_simulated(spec: BenchSpec, stack_path: Path, policy: str | None = None) 
     workload = build_workload(spec)
     duration_s = simulation_duration_s(spec)
     refuse_a_run_too_large(workload, duration_s, spec.rate_scale)
-    try:
-        fleet = simulate_stack(
-            stack,
-            workload,
-            policy=policy,
-            duration_s=duration_s,
-            seed=spec.seed,
-            rate_scale=spec.rate_scale,
-            max_requests=MAX_SIMULATED_REQUESTS,
-        )
-    except TooManyRequestsError as exc:
-        raise SpecError(
-            f"--duration {duration_s:g}, --rate-scale {spec.rate_scale:g}: {exc} "
-            "(docs/simulate.md, Limits); shorten --duration or lower --rate-scale"
-        ) from None
+    fleet = simulate_within_limits(
+        stack,
+        workload,
+        duration_s=duration_s,
+        rate_scale=spec.rate_scale,
+        fix="shorten --duration or lower --rate-scale",
+        policy=policy,
+        seed=spec.seed,
+    )
     results = records_to_results(fleet)
     finish = [r.outcome.t_done for r in results if r.outcome.t_done]
     summary = fleet.summary(spec.slo)

@@ -19,8 +19,7 @@ from typing import TypeVar
 
 from inhouse.bench.config import say_rows_left_out
 from inhouse.errors import SpecError
-from inhouse.fleet import MAX_SIMULATED_REQUESTS, TooManyRequestsError, simulate_stack
-from inhouse.fleet.volume import refuse_a_run_too_large
+from inhouse.fleet.volume import refuse_a_run_too_large, simulate_within_limits
 from inhouse.routing import policy_names
 from inhouse.spec.load import MAX_TRACE_BYTES, load_stack, read_spec_text, resolve_local_models
 from inhouse.spec.stack import StackSpec, parse_stack
@@ -120,23 +119,17 @@ def run(args: argparse.Namespace) -> int:
     speeds: dict[str, float] = {}
     for policy in policies:
         started = time.perf_counter()
-        try:
-            result = simulate_stack(
-                stack,
-                workload,
-                policy=policy,
-                duration_s=duration_s,
-                seed=args.seed,
-                rate_scale=args.rate_scale,
-                down_replicas=down,
-                max_requests=MAX_SIMULATED_REQUESTS,
-            )
-        except TooManyRequestsError as exc:
-            raise SpecError(
-                f"--duration {duration_s:g}, --rate-scale {args.rate_scale:g}: {exc} "
-                "(docs/simulate.md, Limits); shorten --duration, or lower --rate-scale or the "
-                "workload's clients (-W sessions=, -W concurrency=)"
-            ) from None
+        result = simulate_within_limits(
+            stack,
+            workload,
+            duration_s=duration_s,
+            rate_scale=args.rate_scale,
+            fix="shorten --duration, or lower --rate-scale or the workload's clients "
+            "(-W sessions=, -W concurrency=)",
+            policy=policy,
+            seed=args.seed,
+            down_replicas=down,
+        )
         wall_s = time.perf_counter() - started
         label = policy or "+".join(sorted(set(result.policies.values())))
         summaries[label] = result.summary(slo)

@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from inhouse.errors import SpecError
-from inhouse.fleet.simulator import MAX_SIMULATED_REQUESTS
+from inhouse.fleet.records import FleetResult
+from inhouse.fleet.simulator import MAX_SIMULATED_REQUESTS, TooManyRequestsError, simulate_stack
+from inhouse.spec.stack import StackSpec
 from inhouse.workload import Workload
 from inhouse.workload.traces import TraceWorkload
 from inhouse.workload.volume import MAX_CLIENTS, expected_requests, num_clients
@@ -42,3 +46,30 @@ def _rate_words(workload: Workload) -> str:
         turns = (workload.min_turns + workload.max_turns) / 2  # type: ignore[attr-defined]
         return f"{rate:g} sessions/s x {turns:g} turns"
     return f"{workload.arrivals.rate_per_s:g} requests/s"  # type: ignore[attr-defined]
+
+
+def simulate_within_limits(
+    stack: StackSpec,
+    workload: Workload,
+    *,
+    duration_s: float,
+    rate_scale: float,
+    fix: str,
+    **options: Any,
+) -> FleetResult:
+    """`simulate_stack` stopped at what a run may send (a closed loop's rate shows only as it
+    runs), the stop said as a `SpecError` naming the flags and `fix`."""
+    try:
+        return simulate_stack(
+            stack,
+            workload,
+            duration_s=duration_s,
+            rate_scale=rate_scale,
+            max_requests=MAX_SIMULATED_REQUESTS,
+            **options,
+        )
+    except TooManyRequestsError as exc:
+        raise SpecError(
+            f"--duration {duration_s:g}, --rate-scale {rate_scale:g}: {exc} "
+            f"(docs/simulate.md, Limits); {fix}"
+        ) from None
