@@ -85,7 +85,7 @@ class PoolState:
         shortest its engines report."""
         if self.spec.knobs.max_model_len is not None:
             return self.spec.knobs.max_model_len
-        known = [r.max_model_len for r in self.replicas if r.max_model_len is not None]
+        known = self._reported_lengths()
         return min(known) if known else None
 
     def longest_context(self) -> int | None:
@@ -93,10 +93,14 @@ class PoolState:
         engine reports, whichever is longer. NOTE: what a request naming no `max_tokens`
         reserves against its tenant's budget; an engine started with a longer context than
         the stack file says generated past the stack's and spent past the budget."""
-        known = [r.max_model_len for r in self.replicas if r.max_model_len is not None]
+        known = self._reported_lengths()
         if self.spec.knobs.max_model_len is not None:
             known.append(self.spec.knobs.max_model_len)
         return max(known) if known else None
+
+    def _reported_lengths(self) -> list[int]:
+        """The context lengths the replicas' `/v1/models` reported (not all have)."""
+        return [r.max_model_len for r in self.replicas if r.max_model_len is not None]
 
     def root(self, model: str) -> int:
         found = self.roots.get(model)
