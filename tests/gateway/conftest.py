@@ -22,6 +22,7 @@ from inhouse.gateway.keys import create_key
 from inhouse.gateway.limits import LimitStore, MemoryLimits
 from inhouse.gateway.serve import gateway_server
 from inhouse.gateway.service import Gateway
+from inhouse.http1.listener import GatewayServer
 from inhouse.server.engine_app import create_engine_app
 from inhouse.server.state import EngineOptions, EngineState
 from inhouse.spec.endpoints import DiscoveryTarget
@@ -177,14 +178,15 @@ def chat(text: str = "Hello there, how are you?", **extra: Any) -> dict[str, Any
 
 
 @contextlib.asynccontextmanager
-async def served(
+async def served_by(
     data: dict,
     urls: list[str],
     limits: LimitStore | None = None,
     keep_alive_s: float | None = None,
-) -> AsyncIterator[tuple[Gateway, httpx.AsyncClient]]:
-    """The gateway of pool `chat` in front of `urls`, served by its HTTP server on a free
-    port, and a keep-alive client to it with the demo key."""
+    shutdown_s: float = 5.0,
+) -> AsyncIterator[tuple[Gateway, GatewayServer, httpx.AsyncClient]]:
+    """The gateway of pool `chat` in front of `urls`, its HTTP server on a free port, and a
+    keep-alive client to it with the demo key; the server shuts down within `shutdown_s`."""
     stack = parse_stack(data)
     gateway = Gateway(stack, parse_gateway(stack.gateway), {"chat": urls}, KEY, limits)
     await gateway.start()
@@ -198,10 +200,22 @@ async def served(
             headers={"authorization": f"Bearer {KEY}"},
             timeout=30,
         ) as client:
-            yield gateway, client
+            yield gateway, server, client
     finally:
-        await server.shutdown(5.0)
+        await server.shutdown(shutdown_s)
         await gateway.stop()
+
+
+@contextlib.asynccontextmanager
+async def served(
+    data: dict,
+    urls: list[str],
+    limits: LimitStore | None = None,
+    keep_alive_s: float | None = None,
+) -> AsyncIterator[tuple[Gateway, httpx.AsyncClient]]:
+    """`served_by` without the server: the gateway and a client to it."""
+    async with served_by(data, urls, limits, keep_alive_s) as (gateway, _, client):
+        yield gateway, client
 
 
 def recording_limits() -> tuple[MemoryLimits, list[int]]:

@@ -11,14 +11,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
-from tests.gateway.conftest import KEY, LiveEngine, chat, engines, stack_data
+from tests.gateway.conftest import LiveEngine, chat, engines, served_by, stack_data
 from tests.gateway.test_failures import wait_for
 
-from inhouse.gateway.serve import gateway_server
 from inhouse.gateway.service import Gateway
 from inhouse.http1.listener import GatewayServer
-from inhouse.spec.gateway import parse_gateway
-from inhouse.spec.stack import parse_stack
 
 GRACE_S = 0.2
 
@@ -28,21 +25,9 @@ async def live_gateway() -> AsyncIterator[
     tuple[Gateway, GatewayServer, httpx.AsyncClient, LiveEngine]
 ]:
     async with engines(1, time_scale=1.0) as live:
-        stack = parse_stack(stack_data(replicas=1))
-        gateway = Gateway(stack, parse_gateway(stack.gateway), {"chat": [live[0].url]}, KEY)
-        await gateway.start()
-        server = gateway_server(gateway)
-        await server.start("127.0.0.1", 0)
-        try:
-            async with httpx.AsyncClient(
-                base_url=f"http://127.0.0.1:{server.port}",
-                headers={"authorization": f"Bearer {KEY}"},
-                timeout=30,
-            ) as client:
-                yield gateway, server, client, live[0]
-        finally:
-            await server.shutdown(0.0)
-            await gateway.stop()
+        data, urls = stack_data(replicas=1), [live[0].url]
+        async with served_by(data, urls, shutdown_s=0.0) as (gateway, server, client):
+            yield gateway, server, client, live[0]
 
 
 async def shut_down(gateway: Gateway, server: GatewayServer) -> None:

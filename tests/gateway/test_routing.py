@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 from tests.gateway.conftest import MODEL, chat, engines, free_port, gateway_for, stack_data
+
+from inhouse.gateway.service import Gateway
 
 
 def two_pools(gateway: dict[str, Any] | None = None, **chat_pool: Any) -> dict[str, Any]:
@@ -21,6 +25,20 @@ def two_pools(gateway: dict[str, Any] | None = None, **chat_pool: Any) -> dict[s
         }
     )
     return data
+
+
+@contextlib.asynccontextmanager
+async def long_pool_gateway() -> AsyncIterator[tuple[Gateway, httpx.AsyncClient]]:
+    """`chat` (512 tokens of context) with `small` (4096) as its long pool above 50 prompt
+    tokens, one live replica each, and the gateway in front."""
+    data = two_pools(long_prompt_tokens=50, long_pool="small")
+    async with (
+        engines(1) as live,
+        engines(1, max_model_len=4096, served_model_names=("small",)) as small,
+    ):
+        urls = {"chat": [live[0].url], "small": [small[0].url]}
+        async with gateway_for(data, urls) as (gateway, client):
+            yield gateway, client
 
 
 def test_shared_prefix_sticks_to_one_replica() -> None:
@@ -50,24 +68,15 @@ def test_shared_prefix_sticks_to_one_replica() -> None:
 
 
 def test_long_prompts_go_to_the_long_pool() -> None:
-    data = two_pools(long_prompt_tokens=50, long_pool="small")
-
     async def main() -> None:
-        async with (
-            engines(1) as live,
-            engines(1, max_model_len=4096, served_model_names=("small",)) as small,
-        ):
-            urls = {"chat": [live[0].url], "small": [small[0].url]}
-            async with gateway_for(data, urls) as (gateway, client):
-                short = await client.post("/v1/chat/completions", json=chat(max_tokens=1))
-                assert short.headers["x-inhouse-pool"] == "chat"
-                long = await client.post(
-                    "/v1/chat/completions", json=chat("z" * 3000, max_tokens=1)
-                )
-                assert long.status_code == 200, long.text
-                assert long.headers["x-inhouse-pool"] == "small"
-                text = gateway.metrics.render().decode()
-                assert 'reason="long_prompt"' in text
+        async with long_pool_gateway() as (gateway, client):
+            short = await client.post("/v1/chat/completions", json=chat(max_tokens=1))
+            assert short.headers["x-inhouse-pool"] == "chat"
+            long = await client.post("/v1/chat/completions", json=chat("z" * 3000, max_tokens=1))
+            assert long.status_code == 200, long.text
+            assert long.headers["x-inhouse-pool"] == "small"
+            text = gateway.metrics.render().decode()
+            assert 'reason="long_prompt"' in text
 
     asyncio.run(main())
 
@@ -325,24 +334,17 @@ def test_a_non_streamed_interactive_request_holds_batch_back_only_for_its_prefil
 def test_a_short_prompt_whose_max_tokens_overflow_its_pool_goes_to_the_long_pool() -> None:
     # The length rule looks at the prompt alone: a prompt under long_prompt_tokens with a
     # max_tokens past its pool's context was refused (400) though the long pool holds it.
-    data = two_pools(long_prompt_tokens=50, long_pool="small")
-
     async def main() -> None:
-        async with (
-            engines(1) as live,
-            engines(1, max_model_len=4096, served_model_names=("small",)) as small,
-        ):
-            urls = {"chat": [live[0].url], "small": [small[0].url]}
-            async with gateway_for(data, urls) as (gateway, client):
-                fits = await client.post("/v1/chat/completions", json=chat(max_tokens=400))
-                assert fits.headers["x-inhouse-pool"] == "chat"  # 512 tokens of context
-                r = await client.post("/v1/chat/completions", json=chat(max_tokens=1000))
-                assert r.status_code == 200, r.text
-                assert r.headers["x-inhouse-pool"] == "small"
-                assert 'reason="long_prompt"' in gateway.metrics.render().decode()
-                # Past every pool's context: the first pool's refusal, as before.
-                r = await client.post("/v1/chat/completions", json=chat(max_tokens=5000))
-                assert r.status_code == 400
-                assert "max_model_len=512" in r.json()["error"]["message"]
+        async with long_pool_gateway() as (gateway, client):
+            fits = await client.post("/v1/chat/completions", json=chat(max_tokens=400))
+            assert fits.headers["x-inhouse-pool"] == "chat"  # 512 tokens of context
+            r = await client.post("/v1/chat/completions", json=chat(max_tokens=1000))
+            assert r.status_code == 200, r.text
+            assert r.headers["x-inhouse-pool"] == "small"
+            assert 'reason="long_prompt"' in gateway.metrics.render().decode()
+            # Past every pool's context: the first pool's refusal, as before.
+            r = await client.post("/v1/chat/completions", json=chat(max_tokens=5000))
+            assert r.status_code == 400
+            assert "max_model_len=512" in r.json()["error"]["message"]
 
     asyncio.run(main())
