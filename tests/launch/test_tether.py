@@ -16,6 +16,8 @@ from tests.support.processes import is_running, reap, wait_gone
 from inhouse.launch import tether
 from inhouse.launch.tether import IS_LINUX, TETHER, popen, tethered_argv
 
+SRC = Path(tether.__file__).resolve().parents[2]
+
 pytestmark = pytest.mark.skipif(not IS_LINUX, reason="the tether is Linux's PR_SET_PDEATHSIG")
 
 # A parent that starts a child from asyncio's executor (as the drill starts Prometheus), waits
@@ -137,3 +139,33 @@ def test_the_keeper_kills_the_live_groups_it_holds_and_passes_over_dead_ones() -
             if process.poll() is None:
                 process.kill()
                 process.wait()
+
+
+def test_a_parent_that_ends_normally_ends_its_keeper_without_a_resource_warning() -> None:
+    """The keeper lives as long as its parent; a parent that exits normally closes the pipe and
+    waits for the keeper at exit, so no `Popen.__del__` ResourceWarning ("subprocess ... is
+    still running", an unclosed pipe) is printed at interpreter shutdown, and the group it held
+    is killed as on any other end."""
+    # The last handler registered runs first: this one, registered before tether's module
+    # is imported, runs after tether's own and then drops the keeper as the interpreter's
+    # teardown of module globals does (when it does: it is not promised, hence this).
+    script = (
+        "import atexit, gc, subprocess, sys\n"
+        "def teardown():\n"
+        "    tether._keeper = None\n"
+        "    gc.collect()\n"
+        "atexit.register(teardown)\n"
+        "from inhouse.launch import tether\n"
+        "victim = subprocess.Popen(['sleep', '60'], start_new_session=True)\n"
+        "tether.keep_group(victim.pid)\n"
+        "print(victim.pid, tether._keeper.pid, flush=True)\n"
+        "victim.returncode = 0  # this test reaps it; only the keeper's warning is asked about\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    done = subprocess.run([sys.executable, "-X", "dev", "-c", script], capture_output=True,
+                          text=True, timeout=30, env=env)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    victim, keeper = (int(p) for p in done.stdout.split())
+    assert "ResourceWarning" not in done.stderr, done.stderr
+    assert wait_gone([keeper], 0.1) == [], "the keeper was waited for at exit"
+    assert wait_gone([victim], 5.0) == [], "the group the keeper held was killed"

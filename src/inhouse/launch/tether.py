@@ -40,6 +40,7 @@ Elsewhere than Linux `popen` is plain `Popen`.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import queue
@@ -99,6 +100,8 @@ for pgid in groups & alive():
         pass
 """
 IS_LINUX = sys.platform.startswith("linux")
+# The keeper reads its pipe's end at once and then looks over /proc once: well under this.
+KEEPER_EXIT_WAIT_S = 5.0
 
 _work: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
 _spawner: threading.Thread | None = None
@@ -188,4 +191,19 @@ def _forget_spawner() -> None:
     _keeper, _keeper_lock = None, threading.Lock()
 
 
+def _release_keeper() -> None:
+    """At a normal exit, end the keeper as the parent's death would (close its pipe: it kills
+    the groups it still holds) and wait for it, so that the interpreter's teardown does not
+    drop a running `Popen` (a ResourceWarning and an unclosed pipe printed at every exit)."""
+    keeper = _keeper
+    if keeper is None or keeper.poll() is not None:
+        return
+    with contextlib.suppress(OSError):
+        if keeper.stdin is not None:
+            keeper.stdin.close()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        keeper.wait(KEEPER_EXIT_WAIT_S)
+
+
 os.register_at_fork(after_in_child=_forget_spawner)
+atexit.register(_release_keeper)
