@@ -63,6 +63,20 @@ def test_runbook_has_a_section_for_every_alert_link(crm: Rendered) -> None:
     assert "| chat-r1 | chat | chat-70b | 4 | 4,5,6,7 |" in runbook
 
 
+def test_the_alert_table_names_each_rule_once_with_what_it_watches(crm: Rendered) -> None:
+    """A rule rendered once per workload (burn rates, traffic above plan) gets a row per
+    workload that says which: two identical rows left the operator guessing which one paged."""
+    runbook = crm.files["runbook.md"]
+    table = runbook.split("## Alerts\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| [")]
+    assert len(rows) == len(set(rows)), [r for r in rows if rows.count(r) > 1]
+    rules = yaml.safe_load(crm.files["prometheus/rules.yaml"])["groups"]
+    burns = [r for g in rules for r in g["rules"] if r.get("alert") == "InhouseErrorBudgetBurnFast"]
+    for rule in burns:
+        watched = rule["labels"].get("workload", rule["labels"]["pool"])
+        assert any("InhouseErrorBudgetBurnFast" in r and f"| {watched} |" in r for r in rows)
+
+
 def test_every_page_alert_names_the_panel_to_look_at_first(crm: Rendered) -> None:
     rules = yaml.safe_load(crm.files["prometheus/rules.yaml"])["groups"]
     alerts = {r["alert"]: r for g in rules for r in g["rules"] if "alert" in r}

@@ -35,13 +35,18 @@ def render_runbook(
         "",
         "## Alerts",
         "",
-        "| alert | severity | pool |",
-        "|---|---|---|",
+        "| alert | severity | pool | workload |",
+        "|---|---|---|---|",
     ]
     by_name: dict[str, list[Alert]] = {}
     for alert in alerts:
         pool = alert.labels.get("pool", "all")
-        lines.append(f"| [{alert.name}](#{alert.anchor}) | {alert.severity} | {pool} |")
+        # A rule rendered once per workload (its SLO, its burn rate, its planned traffic) says
+        # which one, or the rows of a pool that serves several read the same.
+        workload = alert.labels.get("workload", "all" if "pool" in alert.labels else "—")
+        lines.append(
+            f"| [{alert.name}](#{alert.anchor}) | {alert.severity} | {pool} | {workload} |"
+        )
         by_name.setdefault(alert.name, []).append(alert)
     for same in by_name.values():
         alert = same[0]
