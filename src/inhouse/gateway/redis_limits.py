@@ -24,6 +24,7 @@ This class is the mechanics: every call raises what redis-py raises; it starts n
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from inhouse.gateway.limits import Refusal, Reservation, refusal
@@ -134,10 +135,24 @@ redis.call('EXPIRE', KEYS[1], math.ceil(lease) + 60)
 return 0
 """
 
-# KEYS: tpm, day base. ARGV: tpm, day, tokens. Charges what requests used while counted in a
-# gateway's memory (the store was down), as if Redis had counted them.
+# KEYS: conc. ARGV: lease_s, members. Leases (again) the slots of requests a gateway holds
+# that still run, once the store answers after an outage, whatever the limit: they hold their
+# slots already.
+HOLD = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local lease = tonumber(ARGV[1])
+for i = 2, #ARGV do redis.call('ZADD', KEYS[1], now + lease, ARGV[i]) end
+redis.call('EXPIRE', KEYS[1], math.ceil(lease) + 60)
+return 0
+"""
+
+# KEYS: tpm, day base, conc. ARGV: tpm, day, tokens, member. Charges what a request used while
+# counted in a gateway's memory (the store was down), as if Redis had counted it, and frees the
+# lease `HOLD` gave it (if it had one).
 RECONCILE = """
 local tokens = tonumber(ARGV[3])
+redis.call('ZREM', KEYS[3], ARGV[4])
 local day_key = KEYS[2] .. ':' .. ARGV[2]
 redis.call('INCRBY', day_key, tokens)
 redis.call('EXPIRE', day_key, 172800)
@@ -159,6 +174,12 @@ return 0
 MAX_CONNECTIONS = 64
 POOL_WAIT_FACTOR = 5  # a call may wait this many `timeout_s` for a free connection
 TOMBSTONE_S = 3600  # longer than any stall after which a queued reserve could still run
+
+
+def held_member(request_id: str) -> str:
+    """The concurrency lease of a request admitted in a gateway's memory (`HOLD`): a member of
+    its own, so a late reserve of the same id, and its cancel, never touch it."""
+    return f"held:{request_id}"
 
 
 def _keys(tenant: str, request_id: str = "") -> list[str]:
@@ -207,13 +228,26 @@ class RedisLimits:
         self._settle = self._redis.register_script(SETTLE)
         self._renew = self._redis.register_script(RENEW)
         self._reconcile = self._redis.register_script(RECONCILE)
+        self._hold = self._redis.register_script(HOLD)
         # Leases this gateway holds (renewed until settled): tenant -> request ids.
         self.leases: dict[str, dict[str, None]] = {}
         # The last count of today's tokens Redis reported, per tenant: (day, tokens).
         self.daily_seen: dict[str, tuple[int, int]] = {}
+        # Redis's clock less this host's, as last measured (`ping`): the day a gateway counts
+        # on while Redis is down is Redis's day, so a fallback never moves a day's boundary.
+        self.clock_offset_s = 0.0
 
     async def ping(self) -> None:
-        await self._redis.ping()
+        """Ask Redis the time (an answer is a PING's), and keep how far its clock is from
+        this host's."""
+        before = time.time()
+        seconds, micros = await self._redis.time()
+        after = time.time()
+        self.clock_offset_s = seconds + micros / 1e6 - (before + after) / 2
+
+    def now(self) -> float:
+        """Redis's clock, read on this host's: what a UTC day is, here as in the scripts."""
+        return time.time() + self.clock_offset_s
 
     async def reserve(
         self, tenant: str, limits: LimitsSpec, request_id: str, tokens: int
@@ -273,9 +307,20 @@ class RedisLimits:
             await pipe.execute()
         return num
 
-    async def reconcile(self, tenant: str, limits: LimitsSpec, day: int, tokens: int) -> None:
+    async def hold(self, tenant: str, members: list[str]) -> None:
+        """Lease (again) the slots of requests this gateway holds that still run, after the
+        store was down: `held_member`s (admitted in its memory, freed by their `reconcile`)
+        and request ids (admitted here, freed by their settle). The caller keeps `leases`."""
+        await self._hold(keys=[_keys(tenant)[2]], args=[self.lease_s, *members])
+
+    async def reconcile(
+        self, tenant: str, limits: LimitsSpec, day: int, tokens: int, request_id: str
+    ) -> None:
+        """Charge what a request admitted in this gateway's memory used, and free the slot
+        `hold` leased it (if any)."""
         keys = _keys(tenant)
-        await self._reconcile(keys=[keys[1], keys[3]], args=[limits.tpm or 0, day, tokens])
+        args: list[str | int] = [limits.tpm or 0, day, tokens, held_member(request_id)]
+        await self._reconcile(keys=[keys[1], keys[3], keys[2]], args=args)
 
     async def daily_used(self, tenant: str, day: int) -> int:
         value = await self._redis.get(f"{_keys(tenant)[3]}:{day}")
