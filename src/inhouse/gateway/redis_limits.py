@@ -3,7 +3,8 @@
 Each admission is one `EVALSHA` of a Lua script that checks every limit and charges them all
 or none (Redis runs a script atomically), using Redis's own clock (`TIME`), so gateways with
 skewed clocks still agree. Keys, per tenant (the `{tenant}` hash tag keeps them on one slot):
-`ih:gw:{T}:rpm` and `:tpm` (buckets: level, ts), `:conc` (sorted set of request ids by lease
+`ih:gw:{T}:rpm` and `:tpm` (buckets: level, ts), `:conc` (sorted set of request ids, and
+`held:<id>` for requests a gateway admitted in its memory while Redis was down, by lease
 expiry), `:day:<n>` (tokens charged on UTC day n, expiring after two days), and per request
 `:r:<id>` (what it reserved, until settled) and `:x:<id>` (a tombstone, below). A single Redis
 (or a primary); not Redis Cluster's cross-slot mode.
@@ -125,31 +126,21 @@ redis.call('ZREM', KEYS[3], ARGV[1])
 return 1
 """
 
-# KEYS: conc. ARGV: lease_s, request ids. Extends the leases that still exist.
-RENEW = """
+# KEYS: conc. ARGV: lease_s, a ZADD flag, members. 'XX' renews: extends only the leases that
+# still exist (a settled one never comes back). 'CH' (a flag that changes only ZADD's reply)
+# holds: leases again, whatever the limit, requests that hold their slots already.
+LEASE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local lease = tonumber(ARGV[1])
-for i = 2, #ARGV do redis.call('ZADD', KEYS[1], 'XX', now + lease, ARGV[i]) end
-redis.call('EXPIRE', KEYS[1], math.ceil(lease) + 60)
-return 0
-"""
-
-# KEYS: conc. ARGV: lease_s, members. Leases (again) the slots of requests a gateway holds
-# that still run, once the store answers after an outage, whatever the limit: they hold their
-# slots already.
-HOLD = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local lease = tonumber(ARGV[1])
-for i = 2, #ARGV do redis.call('ZADD', KEYS[1], now + lease, ARGV[i]) end
+local lease, mode = tonumber(ARGV[1]), ARGV[2]
+for i = 3, #ARGV do redis.call('ZADD', KEYS[1], mode, now + lease, ARGV[i]) end
 redis.call('EXPIRE', KEYS[1], math.ceil(lease) + 60)
 return 0
 """
 
 # KEYS: tpm, day base, conc. ARGV: tpm, day, tokens, member. Charges what a request used while
 # counted in a gateway's memory (the store was down), as if Redis had counted it, and frees the
-# lease `HOLD` gave it (if it had one).
+# lease `hold` gave it (if it had one).
 RECONCILE = """
 local tokens = tonumber(ARGV[3])
 redis.call('ZREM', KEYS[3], ARGV[4])
@@ -177,7 +168,7 @@ TOMBSTONE_S = 3600  # longer than any stall after which a queued reserve could s
 
 
 def held_member(request_id: str) -> str:
-    """The concurrency lease of a request admitted in a gateway's memory (`HOLD`): a member of
+    """The concurrency lease of a request admitted in a gateway's memory (`hold`): a member of
     its own, so a late reserve of the same id, and its cancel, never touch it."""
     return f"held:{request_id}"
 
@@ -226,9 +217,8 @@ class RedisLimits:
         self._record_ttl_s = int(record_ttl_s)
         self._reserve = self._redis.register_script(RESERVE)
         self._settle = self._redis.register_script(SETTLE)
-        self._renew = self._redis.register_script(RENEW)
+        self._lease = self._redis.register_script(LEASE)
         self._reconcile = self._redis.register_script(RECONCILE)
-        self._hold = self._redis.register_script(HOLD)
         # Leases this gateway holds (renewed until settled): tenant -> request ids.
         self.leases: dict[str, dict[str, None]] = {}
         # The last count of today's tokens Redis reported, per tenant: (day, tokens).
@@ -303,7 +293,8 @@ class RedisLimits:
             for tenant, held in self.leases.items():
                 ids = list(held)
                 num += len(ids)
-                await self._renew(keys=[_keys(tenant)[2]], args=[self.lease_s, *ids], client=pipe)
+                args: list[str | float] = [self.lease_s, "XX", *ids]
+                await self._lease(keys=[_keys(tenant)[2]], args=args, client=pipe)
             await pipe.execute()
         return num
 
@@ -311,7 +302,7 @@ class RedisLimits:
         """Lease (again) the slots of requests this gateway holds that still run, after the
         store was down: `held_member`s (admitted in its memory, freed by their `reconcile`)
         and request ids (admitted here, freed by their settle). The caller keeps `leases`."""
-        await self._hold(keys=[_keys(tenant)[2]], args=[self.lease_s, *members])
+        await self._lease(keys=[_keys(tenant)[2]], args=[self.lease_s, "CH", *members])
 
     async def reconcile(
         self, tenant: str, limits: LimitsSpec, day: int, tokens: int, request_id: str
