@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 from tests.gateway.conftest import chat, engines, gateway_for, one_tenant_stack
 from tests.gateway.test_failures import wait_for
 
@@ -327,5 +328,119 @@ def test_open_requests_running_when_redis_fails_hold_their_slots_here(
             assert isinstance(await store.reserve(tenant, limits, "e", 10), Refusal)
         finally:
             await store.close()
+
+    asyncio.run(main())
+
+
+def test_open_slots_held_here_when_redis_returns_are_held_in_redis_until_they_settle(
+    own_redis: OwnRedis,
+) -> None:
+    """Requests admitted in this gateway's memory while Redis was down still run when it
+    answers again: Redis must count their slots (another gateway, asking Redis only, is at the
+    limit), and free each one when its request ends."""
+    tenant = f"back-{uuid.uuid4().hex[:6]}"
+    limits = LimitsSpec(max_concurrency=2)
+
+    async def main() -> None:
+        store = failover(own_redis.url, "open")
+        await store.start()
+        other = RedisLimits(own_redis.url)  # a second gateway, which never counted here
+        try:
+            own_redis.kill()
+            local = [await store.reserve(tenant, limits, f"l{i}", 10) for i in range(2)]
+            assert all(isinstance(r, Reservation) and r.is_local for r in local), local
+            own_redis.start()
+            await wait_for(lambda: store.is_up and store.backlog == 0, 5.0)
+            assert await store.shared.num_leases(tenant) == 2
+            refused = await other.reserve(tenant, limits, "o1", 10)
+            assert isinstance(refused, Refusal) and refused.reason == "rate_limit", refused
+            assert isinstance(await store.reserve(tenant, limits, "g1", 10), Refusal)
+            await store.settle(local[0], limits, 5)  # type: ignore[arg-type]
+            await wait_for(lambda: store.backlog == 0, 5.0)
+            assert await store.shared.num_leases(tenant) == 1
+            assert isinstance(await other.reserve(tenant, limits, "o2", 10), Reservation)
+            assert isinstance(await store.reserve(tenant, limits, "g2", 10), Refusal)
+        finally:
+            await store.close()
+            await other.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("side", ["behind", "ahead"])
+def test_open_counts_todays_tokens_on_redis_s_day_whatever_this_gateway_s_clock_says(
+    own_redis: OwnRedis, monkeypatch: pytest.MonkeyPatch, side: str
+) -> None:
+    """This gateway's clock is a minute on the other side of a UTC midnight from Redis's (its
+    host is behind, or ahead). A tenant who spent its budget of Redis's day before Redis failed
+    has spent it here too: the count here runs on Redis's day, so neither a day begun early
+    (ahead) nor yesterday's unspent budget (behind) gives it a second budget."""
+    tenant = f"day-{uuid.uuid4().hex[:6]}"
+    limits = LimitsSpec(daily_tokens=1000)
+    with redis.Redis.from_url(own_redis.url) as client:
+        seconds, micros = client.time()
+    redis_now = seconds + micros / 1e6
+    redis_day_start = redis_now - redis_now % 86400
+    # this gateway's clock: a minute before Redis's day began, or a minute after it ended
+    gateway_now = redis_day_start - 60 if side == "behind" else redis_day_start + 86400 + 60
+    skew_s = gateway_now - time.time()
+    real_time = time.time
+    monkeypatch.setattr(time, "time", lambda: real_time() + skew_s)
+
+    async def main() -> None:
+        store = failover(own_redis.url, "open")
+        await store.start()
+        try:
+            first = await store.reserve(tenant, limits, "a", 900)
+            assert isinstance(first, Reservation) and not first.is_local
+            assert first.day == int(redis_now // 86400)
+            await store.settle(first, limits, 900)
+            own_redis.kill()
+            again = await store.reserve(tenant, limits, "b", 900)  # 900 + 900 > 1000
+            assert isinstance(again, Refusal), again
+            assert again.reason == "token_budget"
+            # it may retry when Redis's day ends, not when this gateway's does
+            redis_day_left_s = redis_day_start + 86400 - redis_now
+            assert abs(again.retry_after_s - redis_day_left_s) < 30, again
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+
+
+def test_running_requests_whose_leases_lapsed_while_this_gateway_could_not_renew_hold_again(
+    own_redis: OwnRedis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Requests admitted through Redis run through an outage longer than lease_s, so nobody
+    renewed their leases, and another gateway's admission swept them out of Redis before this
+    gateway answered again (a renewal only extends leases that are still there): once this
+    gateway reaches Redis, their slots are leased again before it admits anyone."""
+    monkeypatch.setattr(limit_failover, "PROBE_S", 3600.0)  # the test runs maintain_once
+    tenant = f"lapsed-{uuid.uuid4().hex[:6]}"
+    limits = LimitsSpec(max_concurrency=2)
+
+    async def main() -> None:
+        store = failover(own_redis.url, "open", lease_s=3.0)
+        await store.start()
+        other = RedisLimits(own_redis.url, lease_s=3.0)
+        try:
+            held = [await store.reserve(tenant, limits, f"r{i}", 10) for i in range(2)]
+            assert all(isinstance(r, Reservation) and not r.is_local for r in held)
+            own_redis.kill()
+            assert isinstance(await store.reserve(tenant, limits, "x", 10), Refusal)  # full
+            assert not store.is_up
+            await asyncio.sleep(3.5)  # past lease_s: Redis's copy of the leases lapsed
+            own_redis.start()
+            assert isinstance(await other.reserve(tenant, limits, "o0", 10), Reservation)
+            await store.maintain_once()  # this gateway reaches Redis again
+            assert store.is_up and store.backlog == 0
+            assert await store.shared.num_leases(tenant) == 3  # r0, r1 and o0
+            assert isinstance(await other.reserve(tenant, limits, "o1", 10), Refusal)
+            await store.settle(held[0], limits, 5)  # type: ignore[arg-type]
+            await store.settle(held[1], limits, 5)  # type: ignore[arg-type]
+            assert isinstance(await other.reserve(tenant, limits, "o2", 10), Reservation)
+        finally:
+            await store.close()
+            await other.close()
 
     asyncio.run(main())

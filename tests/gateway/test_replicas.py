@@ -10,7 +10,16 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from tests.gateway.conftest import LiveEngine, engines, gateway_for, stack_data
+from tests.gateway.conftest import (
+    LiveEngine,
+    chat,
+    engine_options,
+    engines,
+    gateway_for,
+    stack_data,
+    start_engine,
+    stop_engine,
+)
 from tests.support.logs import logged
 
 from inhouse.gateway.replicas import HealthMonitor, Replica
@@ -122,5 +131,40 @@ def test_a_probe_refused_once_keeps_the_replica_a_timeout_after_a_200_too() -> N
             assert replica.is_healthy
             await monitor.probe(replica)
             assert not replica.is_healthy
+
+    asyncio.run(main())
+
+
+def test_a_replica_restarted_with_another_context_is_held_to_its_new_max_model_len() -> None:
+    """The stack states no context, so the gateway holds requests to what the engine's
+    `/v1/models` reports. The engine restarts on the same address with twice the context: once
+    it is back, the gateway checks requests against the new length, not the one it read first."""
+    first_len = engine_options().knobs.max_model_len
+    assert first_len is not None
+    second_len = 2 * first_len
+    data = stack_data(replicas=1, gateway={"health": {"interval_s": 30, "healthy_after": 1}})
+    del data["pools"][0]["knobs"]["max_model_len"]
+    over_first = chat(max_tokens=first_len + 16)  # fits only the restarted engine's context
+
+    async def main() -> None:
+        engine = await start_engine(engine_options())
+        port = int(engine.url.rsplit(":", 1)[1])
+        try:
+            async with gateway_for(data, {"chat": [engine.url]}) as (gateway, client):
+                monitor, pool = gateway.backends.monitor, gateway.pools["chat"]
+                replica = pool.replicas[0]
+                assert replica.is_healthy and pool.max_model_len() == first_len
+                r = await client.post("/v1/chat/completions", json=over_first)
+                assert r.status_code == 400 and f"max_model_len={first_len}" in r.text, r.text
+                await engine.kill()
+                await monitor.probe(replica)  # refused: the engine is restarting
+                engine = await start_engine(engine_options(max_model_len=second_len), port)
+                await monitor.probe(replica)
+                assert replica.is_healthy
+                assert pool.max_model_len() == second_len
+                r = await client.post("/v1/chat/completions", json=over_first)
+                assert r.status_code == 200, r.text
+        finally:
+            await stop_engine(engine)
 
     asyncio.run(main())

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from inhouse.launch import vllm_checks
 from inhouse.launch.engine_args import vllm_serve_args
-from inhouse.render import Rendered, checks_vllm
+from inhouse.render import Rendered
 from inhouse.render.vllm import explained_flags, kubernetes_args, split_flags
 from inhouse.spec.catalog import get_model, known_models
 from inhouse.spec.load import load_stack
@@ -210,10 +211,10 @@ def test_the_values_render_checks_are_the_ones_vllm_parser_takes() -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     choices = json.loads(done.stdout.strip().splitlines()[-1])
-    assert tuple(choices["--max-lora-rank"]) == checks_vllm.VLLM_LORA_RANKS
-    assert set(choices["--collect-detailed-traces"]) == set(checks_vllm.VLLM_DETAILED_TRACES)
-    assert set(checks_vllm.VLLM_KV_CACHE_DTYPES) <= set(choices["--kv-cache-dtype"])
-    assert sorted(checks_vllm.VLLM_TOOL_PARSERS) == choices["--tool-call-parser"]
+    assert tuple(choices["--max-lora-rank"]) == vllm_checks.VLLM_LORA_RANKS
+    assert set(choices["--collect-detailed-traces"]) == set(vllm_checks.VLLM_DETAILED_TRACES)
+    assert set(vllm_checks.VLLM_KV_CACHE_DTYPES) <= set(choices["--kv-cache-dtype"])
+    assert sorted(vllm_checks.VLLM_TOOL_PARSERS) == choices["--tool-call-parser"]
 
 
 SCHEDULER_IN_VLLM = """
@@ -230,7 +231,8 @@ for kw in json.loads(sys.argv[1]):
 
 @pytest.mark.vllm
 def test_vllm_refuses_the_scheduler_values_render_refuses() -> None:
-    """render's scheduler checks (`checks_vllm._check_scheduler`) mirror vLLM's config checks."""
+    """render's (and up's) scheduler checks (`inhouse.launch.vllm_checks._check_scheduler`)
+    mirror vLLM's config checks."""
     python = os.environ.get("INHOUSE_VLLM_PYTHON")
     if not python:
         pytest.skip("INHOUSE_VLLM_PYTHON (a vLLM install, see .ci/vllm-tier) is not set")
@@ -332,4 +334,4 @@ def test_vllm_loads_the_config_of_an_fp8_checkpoint_with_the_rendered_flags(
 def test_every_catalog_tool_parser_is_one_vllm_registers() -> None:
     models = [get_model(name) for name in known_models()]
     parsers = {m.tool_call_parser for m in models if m.tool_call_parser}
-    assert parsers and parsers <= set(checks_vllm.VLLM_TOOL_PARSERS)
+    assert parsers and parsers <= set(vllm_checks.VLLM_TOOL_PARSERS)

@@ -35,6 +35,7 @@ from inhouse.launch.engine_args import DEFAULT_ENGINE_BASE_PORT, replica_ports
 from inhouse.launch.listeners import busy_ports
 from inhouse.launch.plan import ProcessSpec, StackPlan, gateway_process, plan_stack
 from inhouse.launch.supervisor import Supervisor
+from inhouse.launch.vllm_checks import check_launched_vllm_pools
 from inhouse.spec.gateway import parse_gateway
 from inhouse.spec.load import load_stack
 from inhouse.spec.stack import StackSpec, dump_stack
@@ -181,6 +182,7 @@ def run(args: argparse.Namespace) -> int:
         stack, stack_path = load_stack(args.stack), args.stack.resolve()
     else:
         stack, stack_path = demo_stack(os.cpu_count() or 1), None
+    check_launched_vllm_pools(stack)  # before weights are pulled or anything starts
     model_paths: dict[str, str] = {}
     if not args.dry_run:
         from inhouse.weights.errors import VerificationFailed

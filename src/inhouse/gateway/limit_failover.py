@@ -11,7 +11,16 @@ every `PROBE_S` and marks it up on the first answer. Meanwhile a tenant with lim
   flaps gives no tokens twice; requests admitted through Redis and still running hold their
   slots here); what those requests used is added to Redis's counts
   (`RedisLimits.reconcile`) once it answers. Each gateway counts alone, so N gateways
-  may admit up to N times a limit while Redis is down.
+  may admit up to N times a limit while Redis is down. The UTC day counted here is Redis's
+  (its `TIME`, as last measured from this host: `RedisLimits.ping`), never this host's, so
+  a gateway whose clock is on the other side of midnight neither starts a day's budget early
+  nor gives yesterday's unspent budget again.
+
+When Redis answers again, and before it admits anyone for this gateway, every request this
+gateway holds that still runs is leased its slot in Redis (`RedisLimits.hold`): those admitted
+here, which Redis never knew (their reconcile frees it), and those admitted through Redis,
+whose leases may have lapsed unrenewed. So a tenant never gets max_concurrency in Redis beside
+the requests still running from the outage.
 
 Nothing is lost in the meantime: settles that could not be sent, and cancels of reserves whose
 answer never came (Redis stalled; the client left while it waited), wait in a backlog that is
@@ -34,7 +43,7 @@ from collections.abc import Awaitable, Callable
 from redis.exceptions import RedisError
 
 from inhouse.gateway.limits import MemoryLimits, Refusal, Reservation
-from inhouse.gateway.redis_limits import RedisLimits
+from inhouse.gateway.redis_limits import RedisLimits, held_member
 from inhouse.spec.gateway import LimitsSpec, LimitStoreSpec
 
 log = logging.getLogger("inhouse.gateway")
@@ -53,13 +62,23 @@ class FailoverLimits:
         self.shared = shared
         self.spec = spec
         self._local_lease_s = lease_s
-        self.local = MemoryLimits(lease_s=lease_s)
+        self.local = self._new_local()
+        # Requests admitted here (the store was down) with a concurrency limit, still running:
+        # tenant -> request ids. Redis leases them their slots once it answers (`_hold_here`).
+        self._held_here: dict[str, dict[str, None]] = {}
         self.is_up = True
         self.num_errors = 0
         self.num_dropped = 0
         self._backlog: collections.deque[Call] = collections.deque()
         self._task: asyncio.Task[None] | None = None
         self._next_renew = 0.0
+
+    def _new_local(self) -> MemoryLimits:
+        """A count in this gateway's memory whose UTC day is Redis's (its clock, as last
+        measured), so falling back and back again never moves a day's boundary."""
+        return MemoryLimits(
+            clock=lambda: (time.monotonic(), self.shared.now()), lease_s=self._local_lease_s
+        )
 
     async def start(self) -> None:
         try:
@@ -148,6 +167,8 @@ class FailoverLimits:
         if isinstance(result, Reservation):
             if limits.daily_tokens is not None:
                 self._count_seen(tenant, result.day, tokens)
+            if limits.max_concurrency is not None:
+                self._held_here.setdefault(tenant, {})[request_id] = None
             return dataclasses.replace(result, is_local=True)
         return result
 
@@ -165,10 +186,11 @@ class FailoverLimits:
     async def settle(self, reservation: Reservation, limits: LimitsSpec, used: int) -> None:
         if reservation.is_local:
             await self.local.settle(reservation, limits, used)
-            tenant, day = reservation.tenant, reservation.day
+            tenant, day, rid = reservation.tenant, reservation.day, reservation.request_id
             if limits.daily_tokens is not None:
                 self._count_seen(tenant, day, used - reservation.tokens)
-            self._later(lambda: self.shared.reconcile(tenant, limits, day, used))
+            self._release_held_here(tenant, rid)
+            self._later(lambda: self.shared.reconcile(tenant, limits, day, used, rid))
             return
         if self.is_up:
             try:
@@ -179,6 +201,45 @@ class FailoverLimits:
         self.shared.forget_lease(reservation.tenant, reservation.request_id)
         self.local.release_lease(reservation.tenant, reservation.request_id)
         self._later(lambda: self.shared.settle(reservation, limits, used))
+
+    def _release_held_here(self, tenant: str, request_id: str) -> None:
+        """A request admitted here ended: its slot is free here, and its lease in Redis (if
+        `_hold_here` gave it one) is no longer renewed; its reconcile frees it there."""
+        held = self._held_here.get(tenant)
+        if held is not None:
+            held.pop(request_id, None)
+            if not held:
+                del self._held_here[tenant]
+        member = held_member(request_id)
+        self.shared.forget_lease(tenant, member)
+        self.local.release_lease(tenant, member)  # seeded here in a later outage
+
+    async def _hold_here(self) -> None:
+        """Lease, in Redis, the slot of every request this gateway holds that still runs,
+        before Redis admits anyone again: those admitted here (Redis never knew them) and
+        those admitted through Redis (their leases may have expired while nobody could renew
+        them). Else a tenant would get its max_concurrency there beside them. Requests
+        admitted here while this waits are leased on the next round."""
+        done: set[tuple[str, str]] = set()
+        while True:
+            pending: dict[str, list[str]] = {}
+            for tenant, held in self._held_here.items():
+                for rid in held:
+                    if (tenant, held_member(rid)) not in done:
+                        pending.setdefault(tenant, []).append(held_member(rid))
+            for tenant, leases in self.shared.leases.items():
+                for member in leases:
+                    if (tenant, member) not in done and member not in pending.get(tenant, ()):
+                        pending.setdefault(tenant, []).append(member)
+            if not pending:
+                return
+            for tenant, members in pending.items():
+                await self._call(self.shared.hold(tenant, members))
+                done.update((tenant, member) for member in members)
+                still = {held_member(rid) for rid in self._held_here.get(tenant, ())}
+                for member in members:  # renewed from now on, unless it ended meanwhile
+                    if member in still:
+                        self.shared.leases.setdefault(tenant, {})[member] = None
 
     # -- in the background ------------------------------------------------------------------
 
@@ -193,10 +254,11 @@ class FailoverLimits:
         if not self.is_up:
             try:
                 await self._call(self.shared.ping())
+                await self._hold_here()
             except STORE_ERRORS:
                 return
             self.is_up = True
-            self.local = MemoryLimits(lease_s=self._local_lease_s)  # a fresh count next time
+            self.local = self._new_local()  # a fresh count next time
             log.warning("limit store answers again; %d call(s) to catch up", len(self._backlog))
         while self._backlog:
             try:
@@ -207,6 +269,7 @@ class FailoverLimits:
             self._backlog.popleft()
         if time.monotonic() >= self._next_renew:
             try:
+                await self._call(self.shared.ping())  # Redis's clock, measured again
                 await self._call(self.shared.renew())
             except STORE_ERRORS as exc:
                 self._failed("renew", exc)

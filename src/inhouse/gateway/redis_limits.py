@@ -3,7 +3,8 @@
 Each admission is one `EVALSHA` of a Lua script that checks every limit and charges them all
 or none (Redis runs a script atomically), using Redis's own clock (`TIME`), so gateways with
 skewed clocks still agree. Keys, per tenant (the `{tenant}` hash tag keeps them on one slot):
-`ih:gw:{T}:rpm` and `:tpm` (buckets: level, ts), `:conc` (sorted set of request ids by lease
+`ih:gw:{T}:rpm` and `:tpm` (buckets: level, ts), `:conc` (sorted set of request ids, and
+`held:<id>` for requests a gateway admitted in its memory while Redis was down, by lease
 expiry), `:day:<n>` (tokens charged on UTC day n, expiring after two days), and per request
 `:r:<id>` (what it reserved, until settled) and `:x:<id>` (a tombstone, below). A single Redis
 (or a primary); not Redis Cluster's cross-slot mode.
@@ -24,6 +25,7 @@ This class is the mechanics: every call raises what redis-py raises; it starts n
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from inhouse.gateway.limits import Refusal, Reservation, refusal
@@ -124,20 +126,24 @@ redis.call('ZREM', KEYS[3], ARGV[1])
 return 1
 """
 
-# KEYS: conc. ARGV: lease_s, request ids. Extends the leases that still exist.
-RENEW = """
+# KEYS: conc. ARGV: lease_s, a ZADD flag, members. 'XX' renews: extends only the leases that
+# still exist (a settled one never comes back). 'CH' (a flag that changes only ZADD's reply)
+# holds: leases again, whatever the limit, requests that hold their slots already.
+LEASE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local lease = tonumber(ARGV[1])
-for i = 2, #ARGV do redis.call('ZADD', KEYS[1], 'XX', now + lease, ARGV[i]) end
+local lease, mode = tonumber(ARGV[1]), ARGV[2]
+for i = 3, #ARGV do redis.call('ZADD', KEYS[1], mode, now + lease, ARGV[i]) end
 redis.call('EXPIRE', KEYS[1], math.ceil(lease) + 60)
 return 0
 """
 
-# KEYS: tpm, day base. ARGV: tpm, day, tokens. Charges what requests used while counted in a
-# gateway's memory (the store was down), as if Redis had counted them.
+# KEYS: tpm, day base, conc. ARGV: tpm, day, tokens, member. Charges what a request used while
+# counted in a gateway's memory (the store was down), as if Redis had counted it, and frees the
+# lease `hold` gave it (if it had one).
 RECONCILE = """
 local tokens = tonumber(ARGV[3])
+redis.call('ZREM', KEYS[3], ARGV[4])
 local day_key = KEYS[2] .. ':' .. ARGV[2]
 redis.call('INCRBY', day_key, tokens)
 redis.call('EXPIRE', day_key, 172800)
@@ -159,6 +165,12 @@ return 0
 MAX_CONNECTIONS = 64
 POOL_WAIT_FACTOR = 5  # a call may wait this many `timeout_s` for a free connection
 TOMBSTONE_S = 3600  # longer than any stall after which a queued reserve could still run
+
+
+def held_member(request_id: str) -> str:
+    """The concurrency lease of a request admitted in a gateway's memory (`hold`): a member of
+    its own, so a late reserve of the same id, and its cancel, never touch it."""
+    return f"held:{request_id}"
 
 
 def _keys(tenant: str, request_id: str = "") -> list[str]:
@@ -205,15 +217,27 @@ class RedisLimits:
         self._record_ttl_s = int(record_ttl_s)
         self._reserve = self._redis.register_script(RESERVE)
         self._settle = self._redis.register_script(SETTLE)
-        self._renew = self._redis.register_script(RENEW)
+        self._lease = self._redis.register_script(LEASE)
         self._reconcile = self._redis.register_script(RECONCILE)
         # Leases this gateway holds (renewed until settled): tenant -> request ids.
         self.leases: dict[str, dict[str, None]] = {}
         # The last count of today's tokens Redis reported, per tenant: (day, tokens).
         self.daily_seen: dict[str, tuple[int, int]] = {}
+        # Redis's clock less this host's, as last measured (`ping`): the day a gateway counts
+        # on while Redis is down is Redis's day, so a fallback never moves a day's boundary.
+        self.clock_offset_s = 0.0
 
     async def ping(self) -> None:
-        await self._redis.ping()
+        """Ask Redis the time (an answer is a PING's), and keep how far its clock is from
+        this host's."""
+        before = time.time()
+        seconds, micros = await self._redis.time()
+        after = time.time()
+        self.clock_offset_s = seconds + micros / 1e6 - (before + after) / 2
+
+    def now(self) -> float:
+        """Redis's clock, read on this host's: what a UTC day is, here as in the scripts."""
+        return time.time() + self.clock_offset_s
 
     async def reserve(
         self, tenant: str, limits: LimitsSpec, request_id: str, tokens: int
@@ -269,13 +293,25 @@ class RedisLimits:
             for tenant, held in self.leases.items():
                 ids = list(held)
                 num += len(ids)
-                await self._renew(keys=[_keys(tenant)[2]], args=[self.lease_s, *ids], client=pipe)
+                args: list[str | float] = [self.lease_s, "XX", *ids]
+                await self._lease(keys=[_keys(tenant)[2]], args=args, client=pipe)
             await pipe.execute()
         return num
 
-    async def reconcile(self, tenant: str, limits: LimitsSpec, day: int, tokens: int) -> None:
+    async def hold(self, tenant: str, members: list[str]) -> None:
+        """Lease (again) the slots of requests this gateway holds that still run, after the
+        store was down: `held_member`s (admitted in its memory, freed by their `reconcile`)
+        and request ids (admitted here, freed by their settle). The caller keeps `leases`."""
+        await self._lease(keys=[_keys(tenant)[2]], args=[self.lease_s, "CH", *members])
+
+    async def reconcile(
+        self, tenant: str, limits: LimitsSpec, day: int, tokens: int, request_id: str
+    ) -> None:
+        """Charge what a request admitted in this gateway's memory used, and free the slot
+        `hold` leased it (if any)."""
         keys = _keys(tenant)
-        await self._reconcile(keys=[keys[1], keys[3]], args=[limits.tpm or 0, day, tokens])
+        args: list[str | int] = [limits.tpm or 0, day, tokens, held_member(request_id)]
+        await self._reconcile(keys=[keys[1], keys[3], keys[2]], args=args)
 
     async def daily_used(self, tenant: str, day: int) -> int:
         value = await self._redis.get(f"{_keys(tenant)[3]}:{day}")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from inhouse.engine.build import build_replica
 from inhouse.errors import DoesNotFitError, SpecError
 from inhouse.fleet import replica_spec_for_pool
-from inhouse.render.checks_vllm import check_vllm_values
+from inhouse.launch.vllm_checks import check_vllm_values
 from inhouse.render.layout import EngineLayout
 from inhouse.routing.framework import PolicyContext
 from inhouse.routing.registry import make_policy

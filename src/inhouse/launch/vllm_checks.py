@@ -1,8 +1,9 @@
-"""The `vllm serve` values render refuses: those vLLM's own parser or config checks refuse
-(the engine would exit before it loads the model, and the pod would crash-loop), and
-`knobs.extra_args` that override a flag the rendered manifests rest on. Each error names the
-pool, the knob and the fix. The choice lists are vLLM 0.32's; the vllm tier
-(tests/render/test_vllm.py) reads them back from a real vLLM.
+"""The `vllm serve` values render and `inhouse up` refuse: those vLLM's own parser or config
+checks refuse (the engine would exit before it loads the model: a pod that crash-loops, or an
+`up` that fails with vLLM's error in its log tail), and `knobs.extra_args` that override a
+flag the rendered manifests (and `up`'s command lines) rest on. Each error names the pool, the
+knob and the fix. The choice lists are vLLM 0.32's; the vllm tier (tests/render/test_vllm.py)
+reads them back from a real vLLM. Pure: render and launch both import it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from inhouse.errors import SpecError
 from inhouse.launch.engine_args import tool_call_parser
 from inhouse.spec.catalog import GpuSpec, get_gpu, get_model
 from inhouse.spec.quant import kv_dtype_bytes, normalize_quant
-from inhouse.spec.stack import PoolSpec
+from inhouse.spec.stack import PoolSpec, StackSpec
 
 # `vllm serve --kv-cache-dtype` choices that this project also sizes (vLLM's CacheDType;
 # `bf16` and `fp16`, which the simulator takes, are not among them).
@@ -62,6 +63,14 @@ OWNED_EXTRA_FLAGS: dict[str, str] = {
     "--api-key": "makes vLLM refuse the gateway's requests (the gateway sends no key; the "
     "NetworkPolicy is what admits only the gateway); remove it",
 }
+
+
+def check_launched_vllm_pools(stack: StackSpec) -> None:
+    """`check_vllm_values` for every pool `inhouse up` launches with vLLM (not the simulated
+    ones, nor those it attaches to: their engines are not started from the stack's knobs)."""
+    for pool in stack.pools:
+        if stack.engine_of(pool) == "vllm":
+            check_vllm_values(pool)
 
 
 def check_vllm_values(pool: PoolSpec) -> None:
