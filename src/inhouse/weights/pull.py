@@ -235,7 +235,7 @@ def _check_before_fetch(
         checked = check_signature(signature_path, request.trust)
         if not checked.ok:
             assert checked.first is not None, "a failed check has a problem"
-            problem = Problem("signature", where, checked.first.detail)
+            problem = Problem(checked.first.kind, where, checked.first.detail)
     if problem is None:
         statement = read_statement(signature_path)
         listed = {f.path: f.sha256 for f in manifest.files}
