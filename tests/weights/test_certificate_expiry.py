@@ -11,11 +11,15 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from tests.weights.clients import CountingClient
 from tests.weights.pki import Pki, write_pki
 from tests.weights.tiny_model import write_tiny_model
 
-from inhouse.weights.errors import WeightsError
+from inhouse.weights.errors import VerificationFailed, WeightsError
 from inhouse.weights.messages import describe_failure
+from inhouse.weights.pull import PullRequest, pull_model
+from inhouse.weights.registry import push_model
+from inhouse.weights.s3 import RegistryUrl, make_client
 from inhouse.weights.signature import default_signature_path, sign_model
 from inhouse.weights.trust import Trust
 from inhouse.weights.verify import check_signature, verify_model
@@ -96,3 +100,23 @@ def test_allowing_expiry_needs_a_certificate_chain(tmp_path: Path) -> None:
     (tmp_path / "key.pub").write_text("")
     with pytest.raises(WeightsError, match="--allow-expired-certificate"):
         Trust.from_args(tmp_path / "key.pub", allow_expired_certificate=True)
+
+
+def test_a_pull_refuses_an_expired_certificate_before_any_download(
+    tmp_path: Path, registry: str
+) -> None:
+    pki = write_pki(tmp_path / "pki", leaf_days=(-730, -1))
+    url = RegistryUrl.parse(registry)
+    push_model(make_client(), _signed(tmp_path, pki), url, "acme/tiny", "v1")
+    request = PullRequest(url, "acme/tiny", "v1", tmp_path / "cache", pki.trust)
+    counting = CountingClient(make_client())
+    with pytest.raises(VerificationFailed) as refused:
+        pull_model(request, counting)
+    assert counting.blob_gets == 0
+    assert refused.value.verification.first is not None
+    assert refused.value.verification.first.kind == "expired"
+    assert "expired on" in str(refused.value) and "--allow-expired-certificate" in str(
+        refused.value
+    )
+    pulled = pull_model(dataclasses.replace(request, trust=_allowing(pki.trust)))
+    assert pulled.verification is not None and pulled.verification.ok
