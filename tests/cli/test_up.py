@@ -4,6 +4,7 @@ command line parses."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shlex
@@ -15,8 +16,14 @@ from pathlib import Path
 import pytest
 import yaml
 from tests.cli.test_gateway import UP, free_port, stack_data
+from tests.weights.tiny_model import write_tiny_model
 
 from inhouse.cli.main import EXIT_BROKEN_PIPE, build_parser
+from inhouse.cli.up import verified_weights
+from inhouse.launch.engine_args import vllm_serve_args
+from inhouse.spec.stack import parse_stack
+from inhouse.weights.signature import sign_model
+from inhouse.weights.trust import keygen
 
 ROOT = Path(__file__).resolve().parents[2]
 INHOUSE = [sys.executable, "-m", "inhouse.cli.main"]
@@ -137,3 +144,22 @@ def test_documented_commands_parse(doc: str, command: str) -> None:
         build_parser().parse_args(shlex.split(command)[1:])
     except SystemExit as exc:
         assert not exc.code, f"{doc}: `{command}` does not parse"
+
+
+def test_up_reads_the_verified_checkpoints_config_for_fp8(tmp_path: Path) -> None:
+    """A pool named as an FP8 model whose verified weights are a 16-bit checkpoint: `up` reads
+    the verified directory's config.json, so vLLM is asked to quantize at load; the name
+    alone said FP8, and the model was served at 16 bits."""
+    keys = tmp_path / "keys"
+    keygen(keys)
+    model = write_tiny_model(tmp_path / "checkpoint", num_shards=1, shard_bytes=1024)
+    sign_model(model, keys / "key.priv")
+    weights = {"weights_dir": str(model), "public_key": str(keys / "key.pub")}
+    pool = {"name": "chat", "model": "llama-3.1-8b-instruct-fp8", "quant": "fp8",
+            "weights": weights}  # fmt: skip
+    stack = parse_stack({"name": "s", "engine": "vllm", "pools": [pool]})
+    args = argparse.Namespace(weights_cache=tmp_path / "cache")
+    paths = verified_weights(args, stack, tmp_path)
+    served = vllm_serve_args(stack, stack.pools[0], 0, 8000, model=paths["chat"])
+    assert served[0] == str(model.resolve())
+    assert served[served.index("--quantization") + 1] == "fp8"

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.weights.pki import write_pki
 from tests.weights.s3_server import SeaweedS3
 from tests.weights.tiny_model import write_tiny_model
 
@@ -68,3 +69,22 @@ def test_registry_errors_exit_2_with_the_reason(tmp_path: Path) -> None:
     env = {"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""}
     done = inhouse("weights", "ls", "--registry", "s3://b/p", env=env)
     assert done.returncode == 2 and "no S3 credentials" in done.stderr
+
+
+def test_verify_refuses_an_expired_certificate_unless_allowed(tmp_path: Path) -> None:
+    pki = write_pki(tmp_path / "pki", leaf_days=(-730, -1))
+    model = write_tiny_model(tmp_path / "m", shard_bytes=64 * 1024)
+    signed = inhouse("weights", "sign", str(model), "--key", str(pki.key), "--certificate",
+                     str(pki.certificate), "--chain", str(pki.ca))  # fmt: skip
+    assert signed.returncode == 0, signed.stderr
+    chain = ["--certificate-chain", str(pki.ca)]
+    refused = inhouse("weights", "verify", str(model), *chain)
+    assert refused.returncode == 1 and "--allow-expired-certificate" in refused.stderr
+    assert pki.leaf().not_valid_after_utc.strftime("%Y-%m-%d") in refused.stderr
+    allowed = inhouse("weights", "verify", str(model), *chain, "--allow-expired-certificate")
+    assert allowed.returncode == 0, allowed.stderr
+    engine = inhouse("engine", "--model", "tiny", "--weights-dir", str(model), *chain)
+    assert engine.returncode == 1 and "expired on" in engine.stderr
+    keyed = inhouse("weights", "verify", str(model), "--public-key", str(pki.ca),
+                    "--allow-expired-certificate")  # fmt: skip
+    assert keyed.returncode == 2 and "--certificate-chain" in keyed.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from inhouse.launch.engine_args import (
     simulated_engine_args,
     vllm_serve_args,
 )
-from inhouse.spec.load import load_stack
+from inhouse.spec.load import load_stack, resolve_local_models
 from inhouse.spec.stack import parse_stack
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -177,3 +178,60 @@ def test_fp8_is_asked_for_only_on_a_16_bit_checkpoint(
     assert ("--quantization" in args) is online
     if online:
         assert args[args.index("--quantization") + 1] == "fp8"
+
+
+# A tiny Llama's config.json; with QUANTIZED, in the shape of an FP8 checkpoint's.
+TINY_CONFIG = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
+    "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 4,
+    "num_hidden_layers": 2, "vocab_size": 1000, "max_position_embeddings": 2048,
+    "torch_dtype": "bfloat16",
+}  # fmt: skip
+QUANTIZED = {"quantization_config": {"quant_method": "compressed-tensors", "format": "float"}}
+
+
+def _checkpoint(directory: Path, fp8: bool) -> Path:
+    directory.mkdir(parents=True)
+    config = {**TINY_CONFIG, **(QUANTIZED if fp8 else {})}
+    (directory / "config.json").write_text(json.dumps(config))
+    return directory
+
+
+def _quantization(args: list[str]) -> str | None:
+    return args[args.index("--quantization") + 1] if "--quantization" in args else None
+
+
+@pytest.mark.parametrize(
+    ("name", "fp8", "flag"),
+    [("Tiny-Llama", True, None), ("Tiny-Llama-FP8-ready", False, "fp8")],
+    ids=["fp8-checkpoint-plain-name", "16-bit-checkpoint-fp8-name"],
+)
+def test_a_local_checkpoints_config_decides_fp8_not_its_name(
+    tmp_path: Path, name: str, fp8: bool, flag: str | None
+) -> None:
+    """The name was all that decided: an FP8 checkpoint in a directory whose name does not say
+    so got `--quantization fp8` (vLLM refuses it: the config names another scheme), and a
+    16-bit one whose name says FP8 got none (served at 16 bits, twice the memory planned)."""
+    model = _checkpoint(tmp_path / name, fp8)
+    stack_file = tmp_path / "stack.yaml"
+    pool = {"name": "p", "model": str(model), "quant": "fp8"}
+    stack_file.write_text(json.dumps({"name": "s", "pools": [pool]}))
+    stack = load_stack(stack_file)
+    assert _quantization(vllm_serve_args(stack, stack.pools[0], 0, 8000)) == flag
+
+
+@pytest.mark.parametrize("fp8", [True, False], ids=["fp8-checkpoint", "16-bit-checkpoint"])
+def test_the_verified_weights_config_decides_fp8_for_a_registry_pool(
+    tmp_path: Path, fp8: bool
+) -> None:
+    """`up` loads the verified directory (a content address, no name) and has read its
+    config.json: that decides, not the registry's name for the weights."""
+    verified = _checkpoint(tmp_path / "sha256" / ("ab" * 32), fp8)
+    resolve_local_models([str(verified)])
+    weights = {"registry": "s3://models/llm", "name": "llama-3.3-70b-instruct",
+               "revision": "r1", "public_key": "key.pub"}  # fmt: skip
+    pool = {"name": "p", "model": "meta-llama/Llama-3.3-70B-Instruct", "quant": "fp8",
+            "weights": weights}  # fmt: skip
+    stack = parse_stack({"name": "s", "pools": [pool]})
+    args = vllm_serve_args(stack, stack.pools[0], 0, 8000, model=str(verified))
+    assert _quantization(args) == (None if fp8 else "fp8")

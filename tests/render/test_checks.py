@@ -3,6 +3,7 @@ and the fix (`inhouse.render.checks`)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -203,4 +204,33 @@ def test_a_valid_namespace_is_used() -> None:
 )
 def test_a_checkpoint_quant_on_a_16_bit_name_is_noted(model: str, quant: str, noted: bool) -> None:
     notes = render_stack(parse_stack(stack_with(model=model, quant=quant))).notes
+    assert any("renders no --quantization" in n for n in notes) is noted
+
+
+# A tiny Llama's config.json (16-bit); an AWQ checkpoint's adds its quantization_config.
+TINY_CONFIG = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
+    "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 4,
+    "num_hidden_layers": 2, "vocab_size": 1000, "max_position_embeddings": 2048,
+}  # fmt: skip
+AWQ = {"quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128}}
+
+
+@pytest.mark.parametrize(
+    ("name", "quantized", "noted"),
+    [("tiny", True, False), ("Tiny-AWQ", False, True)],
+    ids=["awq-checkpoint-plain-name", "16-bit-checkpoint-awq-name"],
+)
+def test_a_local_checkpoints_config_decides_the_quant_note_not_its_name(
+    tmp_path: Path, name: str, quantized: bool, noted: bool
+) -> None:
+    """Where the checkpoint's config.json was read, it says whether the checkpoint is
+    quantized: an AWQ checkpoint in a plainly named directory was noted as 16-bit, and a
+    16-bit one named AWQ was not (it would load at 16 bits, more memory than planned)."""
+    model = tmp_path / name
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({**TINY_CONFIG, **(AWQ if quantized else {})}))
+    stack_file = tmp_path / "stack.yaml"
+    stack_file.write_text(json.dumps(stack_with(model=str(model), quant="w4a16")))
+    notes = render_stack(load_stack(stack_file)).notes
     assert any("renders no --quantization" in n for n in notes) is noted

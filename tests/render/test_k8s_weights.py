@@ -100,3 +100,14 @@ def test_with_a_pinned_digest_vllm_loads_the_content_address() -> None:
                             "Deployment", "chat-r0"))  # fmt: skip
     assert parts["vllm"]["args"][0] == "/models/registry/sha256/" + "ab" * 32
     assert parts["pull-weights"]["args"][0] == "meta-llama/Llama-3.3-70B-Instruct@2024-12-06"
+
+
+def test_allowing_expired_certificates_reaches_the_pull() -> None:
+    weights = {**WEIGHTS, "public_key": None, "certificate_chain": ["pki/ca.pem"]}
+    plain = containers(find(render_stack(crm_with(weights)), "Deployment", "chat-r0"))
+    assert "--allow-expired-certificate" not in plain["pull-weights"]["args"]
+    allowing = crm_with({**weights, "allow_expired_certificate": True})
+    pull = containers(find(render_stack(allowing), "Deployment", "chat-r0"))["pull-weights"]
+    assert "--allow-expired-certificate" in pull["args"]
+    with pytest.raises(SpecError, match="allow_expired_certificate"):
+        crm_with({**WEIGHTS, "allow_expired_certificate": True})  # a bare key has no expiry

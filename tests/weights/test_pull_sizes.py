@@ -5,6 +5,7 @@ never reports it as a server that cannot do ranged GETs, nor as a disk problem."
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,35 @@ def test_a_missing_blob_names_the_file(
         pull_model(request)
     assert f"{SHARD}: its content" in str(refused.value)
     assert "push it again" in str(refused.value)
+
+
+@pytest.mark.parametrize("verify_cached", [False, True], ids=["plain", "verify-cached"])
+@pytest.mark.parametrize("change", [1, -1], ids=["larger", "smaller"])
+def test_a_manifest_size_that_lies_never_quarantines_a_good_cached_copy(
+    signed_model: Path, registry: str, keys: Keys, tmp_path: Path, verify_cached: bool, change: int
+) -> None:
+    """Sizes are not signed: a registry that changed one moved the node's good cached copy to
+    quarantine/ (and then failed fetching a fresh one), an outage from an unsigned field. The
+    cached copy is re-hashed instead, kept when it verifies, and linked with its real sizes."""
+    url = RegistryUrl.parse(registry)
+    push_model(make_client(), signed_model, url, NAME, "v1")
+    cache = tmp_path / "c"
+    request = PullRequest(url, NAME, "v1", cache, keys.trust, part_bytes=PART)
+    first = pull_model(request)
+    client = make_client()
+    manifest, _ = read_revision(client, url, NAME, "v1")
+    files = tuple(
+        f.model_copy(update={"size": f.size + change}) if f.path == SHARD else f
+        for f in manifest.files
+    )
+    key = revision_key(url, NAME, "v1", "manifest.json")
+    lying = manifest.model_copy(update={"files": files}).model_dump_json().encode()
+    client.put_object(Bucket=url.bucket, Key=key, Body=lying)
+    again = pull_model(dataclasses.replace(request, verify_cached=verify_cached))
+    assert again.quarantined is None and not (cache / "quarantine").exists()
+    assert again.was_cached and again.path.resolve() == first.path.resolve()
+    assert again.verification is not None and again.verification.ok
+    assert again.total_bytes == sum(p.stat().st_size for p in signed_model.iterdir())
+    linked = json.loads(again.path.with_name(again.path.name + ".json").read_text())
+    sizes = {f["path"]: f["size"] for f in linked["files"]}
+    assert sizes[SHARD] == (signed_model / SHARD).stat().st_size

@@ -6,12 +6,16 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 from tests.weights.conftest import Keys, Tampering
+from tests.weights.pki import write_pki
+from tests.weights.tiny_model import write_tiny_model
 
 from inhouse.spec.stack import parse_stack
+from inhouse.weights.errors import VerificationFailed
 from inhouse.weights.registry import push_model
 from inhouse.weights.s3 import RegistryUrl, make_client
-from inhouse.weights.signature import default_signature_path
+from inhouse.weights.signature import default_signature_path, sign_model
 from inhouse.weights.stack import prepare_weights
 from inhouse.weights.verify import verify_model
 
@@ -55,3 +59,17 @@ def test_a_registry_pool_is_loaded_from_its_content_address(
     ready = prepare_weights(_stack(weights), tmp_path, cache)  # type: ignore[arg-type]
     assert ready["chat"].path == cache / "sha256" / digest.split(":")[1]
     assert not ready["chat"].path.is_symlink()
+
+
+def test_the_stack_can_allow_expired_certificates(tmp_path: Path) -> None:
+    """`allow_expired_certificate: true` reaches the verifier (up pulls and verifies with
+    it); without it an expired certificate is refused."""
+    pki = write_pki(tmp_path / "pki", leaf_days=(-730, -1))
+    model = write_tiny_model(tmp_path / "m", num_shards=1, shard_bytes=4096)
+    sign_model(model, pki.key, certificate=pki.certificate, certificate_chain=(pki.ca,))
+    weights = {"weights_dir": str(model), "certificate_chain": [str(pki.ca)]}
+    with pytest.raises(VerificationFailed, match="expired on"):
+        prepare_weights(_stack(weights), tmp_path, tmp_path / "c")  # type: ignore[arg-type]
+    allowing = {**weights, "allow_expired_certificate": True}
+    ready = prepare_weights(_stack(allowing), tmp_path, tmp_path / "c")  # type: ignore[arg-type]
+    assert ready["chat"].path == model.resolve()

@@ -78,6 +78,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="CA",
         help="CA certificates that issued the signer's, instead of --public-key",
     )
+    parser.add_argument(
+        "--allow-expired-certificate",
+        action="store_true",
+        help="accept a certificate past its expiry (default: refuse it)",
+    )
     parser.add_argument("--signature", type=Path, help="default: WEIGHTS_DIR.sig")
     parser.add_argument("--log-prompts", action="store_true", help="log prompt text")
     parser.add_argument("--access-log", action="store_true", help="log every HTTP request")
@@ -110,16 +115,24 @@ def verify_weights(args: argparse.Namespace) -> bool:
     """Verify --weights-dir before anything loads; False (and the reason, naming the file, on
     stderr) when it does not match its signature."""
     if args.weights_dir is None:
-        if args.public_key or args.certificate_chain or args.signature:
+        if (
+            args.public_key
+            or args.certificate_chain
+            or args.signature
+            or args.allow_expired_certificate
+        ):
             raise InhouseError(
-                "--public-key, --certificate-chain and --signature need --weights-dir"
+                "--public-key, --certificate-chain, --allow-expired-certificate and --signature "
+                "need --weights-dir"
             )
         return True
     from inhouse.weights.messages import describe_failure, describe_success
     from inhouse.weights.trust import Trust
     from inhouse.weights.verify import verify_model
 
-    trust = Trust.from_args(args.public_key, tuple(args.certificate_chain))
+    trust = Trust.from_args(
+        args.public_key, tuple(args.certificate_chain), args.allow_expired_certificate
+    )
     result = verify_model(args.weights_dir, trust, args.signature)
     if not result.ok:
         print(f"inhouse engine: refusing to start: {describe_failure(result)}", file=sys.stderr)

@@ -37,7 +37,7 @@ from inhouse.launch.plan import ProcessSpec, StackPlan, gateway_process, plan_st
 from inhouse.launch.supervisor import Supervisor
 from inhouse.launch.vllm_checks import check_launched_vllm_pools
 from inhouse.spec.gateway import parse_gateway
-from inhouse.spec.load import load_stack
+from inhouse.spec.load import load_stack, resolve_local_models
 from inhouse.spec.stack import StackSpec, dump_stack
 
 COMMAND = "up"
@@ -174,7 +174,11 @@ def verified_weights(args: argparse.Namespace, stack: StackSpec, base_dir: Path)
             say(f"pool {weights.pool}: the cached copy failed verification; moved to "
                 f"{weights.quarantined} and fetched again")  # fmt: skip
         say(f"pool {weights.pool}: weights verified ({weights.source}): {weights.path}")
-    return {name: str(weights.path) for name, weights in ready.items()}
+    paths = {name: str(weights.path) for name, weights in ready.items()}
+    # NOTE: the verified checkpoint's config.json tells an FP8 one from a 16-bit one
+    # (`--quantization fp8`), where a registry's name for it only hints.
+    resolve_local_models(paths.values())
+    return paths
 
 
 def run(args: argparse.Namespace) -> int:

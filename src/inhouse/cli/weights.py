@@ -61,6 +61,11 @@ def _trust_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="CA",
         help="PEM CA certificates, instead of --public-key",
     )
+    parser.add_argument(
+        "--allow-expired-certificate",
+        action="store_true",
+        help="accept a certificate past its expiry (default: refuse it)",
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -154,7 +159,9 @@ def run(args: argparse.Namespace) -> int:
 def _trust(args: argparse.Namespace) -> Any:
     from inhouse.weights.trust import Trust
 
-    return Trust.from_args(args.public_key, tuple(args.certificate_chain))
+    return Trust.from_args(
+        args.public_key, tuple(args.certificate_chain), args.allow_expired_certificate
+    )
 
 
 def _keygen(args: argparse.Namespace) -> int:

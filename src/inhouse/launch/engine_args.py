@@ -13,8 +13,10 @@
 * `replica_ports(stack, base_port)`: one port per replica of every pool that `up` launches.
 
 Conventions: quantization `fp8` renders `--quantization fp8` (online FP8 of a 16-bit checkpoint)
-unless the checkpoint's name says FP8 (`is_online_fp8`); other schemes, and FP8 checkpoints,
-are read by vLLM from the checkpoint's config, so nothing is rendered.
+only on a 16-bit checkpoint (`is_online_fp8`): as its config.json says where the edge read one
+(a local model directory, the verified weights `up` loads), else as its name says (no "fp8");
+other schemes, and FP8 checkpoints, are read by vLLM from the checkpoint's config, so nothing is
+rendered.
 LoRA adapters are served from `LORA_ROOT/<name>`. `--enable-prompt-tokens-details` is always on,
 so `usage.prompt_tokens_details.cached_tokens` reports prefix-cache hits to clients.
 """
@@ -22,7 +24,7 @@ so `usage.prompt_tokens_details.cached_tokens` reports prefix-cache hits to clie
 from __future__ import annotations
 
 from inhouse.launch.knob_flags import fmt_number, simulated_knob_args, vllm_knob_args
-from inhouse.spec.catalog import find_catalog_model
+from inhouse.spec.catalog import find_catalog_model, find_local_model
 from inhouse.spec.stack import PoolSpec, StackSpec
 
 LORA_ROOT = "/models/lora"
@@ -50,14 +52,31 @@ def tool_call_parser(pool: PoolSpec) -> str | None:
     return None if parser in (None, "", "none") else parser
 
 
-def is_online_fp8(pool: PoolSpec) -> bool:
+def checkpoint_quant(pool: PoolSpec, model: str | None = None) -> str | None:
+    """How the checkpoint vLLM loads stores its weights (`none`: 16 bits), where the edge read
+    its config.json: `model`, the directory loaded instead of the pool's (the verified weights
+    `up` hands vLLM), else the pool's model when it is a local directory. None when only its
+    name is known (a catalog name, a registry pool at render time)."""
+    for name in (model, pool.model):
+        spec = find_local_model(name) if name is not None else None
+        if spec is not None and spec.checkpoint_quant is not None:
+            return spec.checkpoint_quant
+    return None
+
+
+def is_online_fp8(pool: PoolSpec, model: str | None = None) -> bool:
     """An FP8 pool on a 16-bit checkpoint, which vLLM quantizes at load (`--quantization fp8`).
-    A checkpoint whose name says FP8 (the model, or the registry's name for its weights)
-    carries its scheme in its config, and vLLM refuses `--quantization fp8` on one whose
-    scheme is another's (compressed-tensors, fbgemm_fp8: "Quantization method specified in
-    the model config ... does not match"), so none is passed: vLLM reads the config."""
+    A quantized checkpoint carries its scheme in its config, and vLLM refuses `--quantization
+    fp8` on one whose scheme is another's (compressed-tensors, fbgemm_fp8: "Quantization
+    method specified in the model config ... does not match"), so none is passed: vLLM reads
+    the config. The checkpoint's config decides where it was read (`checkpoint_quant`); else
+    its name: one that says FP8 (the model, or the registry's name for its weights) is taken
+    for an FP8 checkpoint."""
     if pool.quant.lower() not in ("fp8", "fp8_e4m3"):
         return False
+    stored = checkpoint_quant(pool, model)
+    if stored is not None:
+        return stored == "none"
     weights = pool.weights
     names = [pool.model]
     if weights is not None:
@@ -116,7 +135,7 @@ def vllm_serve_args(
     args += ["--host", host, "--port", str(port)]
     if pool.tp > 1:
         args += ["--tensor-parallel-size", str(pool.tp)]
-    if is_online_fp8(pool):
+    if is_online_fp8(pool, model):
         args += ["--quantization", "fp8"]
     args += vllm_knob_args(knobs)
     if knobs.host_kv_gib > 0:

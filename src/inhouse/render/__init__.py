@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from inhouse.launch.engine_args import vllm_serve_args
+from inhouse.launch.engine_args import checkpoint_quant, vllm_serve_args
 from inhouse.render import layout
 from inhouse.render.checks import check_renderable
 from inhouse.render.grafana_boards import render_grafana
@@ -117,16 +117,26 @@ def render_notes(stack: StackSpec, engines: layout.EngineLayout) -> list[str]:
 
 
 def checkpoint_quant_note(pool: PoolSpec) -> str | None:
-    """A pool whose `quant` vLLM reads from the checkpoint, on a model whose name does not say
-    it is quantized: a 16-bit checkpoint would be served at 16 bits, not as planned."""
+    """A pool whose `quant` vLLM reads from the checkpoint, on a 16-bit checkpoint: served at
+    16 bits, not as planned. Its config.json says so where it was read (a local model
+    directory); else its name, when it does not say it is quantized."""
     quant = normalize_quant(pool.quant).name
     hints = CHECKPOINT_QUANT_HINTS.get(quant)
-    names = [pool.model, *([pool.weights.name] if pool.weights and pool.weights.name else [])]
-    if hints is None or any(h in n.lower() for n in names for h in hints):
+    if hints is None:
         return None
+    stored = checkpoint_quant(pool)
+    if stored is not None and stored != "none":
+        return None
+    names = [pool.model, *([pool.weights.name] if pool.weights and pool.weights.name else [])]
+    if stored is None and any(h in n.lower() for n in names for h in hints):
+        return None
+    why = (
+        "its config.json has no quantization_config"
+        if stored is not None
+        else f"does not look like a {quant} checkpoint"
+    )
     return (
         f"pool {pool.name}: quant {pool.quant} renders no --quantization (vLLM reads the scheme "
-        f"from the checkpoint's config), and {pool.model} does not look like a {quant} "
-        "checkpoint: a 16-bit one would load at 16 bits, more memory than the plan sized; "
-        "point `model` at the quantized checkpoint"
+        f"from the checkpoint's config), and {pool.model} {why}: a 16-bit one would load at "
+        "16 bits, more memory than the plan sized; point `model` at the quantized checkpoint"
     )

@@ -102,6 +102,8 @@ def pull_weights_container(pool: PoolSpec, options: RenderOptions) -> dict[str, 
     trust = ["--public-key", f"{SIGNING_MOUNT}/key.pub"]
     if weights.certificate_chain:
         trust = ["--certificate-chain", f"{SIGNING_MOUNT}/ca.pem"]
+        if weights.allow_expired_certificate:
+            trust.append("--allow-expired-certificate")
     layout.model_dir(pool)  # raises when the revision is not pinned
     revision = weights.revision
     return {

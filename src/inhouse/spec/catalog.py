@@ -175,6 +175,13 @@ def get_model(name: str) -> ModelSpec:
     return table[key]
 
 
+def find_local_model(name: str) -> ModelSpec | None:
+    """The spec the edge read from `name`'s config.json (`add_local_model`), or None (not a
+    local model, or its config did not parse)."""
+    local = _LOCAL_MODELS.get(name)
+    return local if isinstance(local, ModelSpec) else None
+
+
 def find_catalog_model(name: str) -> ModelSpec | None:
     """The catalog entry `name` resolves to by name alone (no file is read), or None."""
     return _model_table().get(_normalize(name))
@@ -187,7 +194,11 @@ def model_from_hf_config_text(text: str, config_path: PurePath) -> ModelSpec:
         cfg: dict[str, Any] = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SpecError(f"cannot read model config {config_path}: {exc}") from exc
+    quant = "none"
     if isinstance(cfg, dict):
+        quantization = cfg.get("quantization_config")
+        if isinstance(quantization, dict):
+            quant = str(quantization.get("quant_method") or "unknown")
         cfg = cfg.get("text_config", cfg)
     if not isinstance(cfg, dict):
         raise SpecError(
@@ -218,6 +229,7 @@ def model_from_hf_config_text(text: str, config_path: PurePath) -> ModelSpec:
             max_context=int(cfg["max_position_embeddings"]),
             license="unknown (local config)",
             source=str(config_path),
+            checkpoint_quant=quant,
         )
     except KeyError as exc:
         raise SpecError(f"{config_path}: missing field {exc.args[0]!r} in config.json") from exc

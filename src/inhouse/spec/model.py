@@ -122,6 +122,12 @@ class ModelSpec(BaseModel):
         description="vLLM's `--tool-call-parser` for this family (docs.vllm.ai, Tool Calling); "
         "null when the family has none",
     )
+    checkpoint_quant: str | None = Field(
+        default=None,
+        description="how one checkpoint's weights are stored, as its config.json says: its "
+        "`quantization_config.quant_method` (`fp8`, `compressed-tensors`, ...), or `none` "
+        "without one (16-bit); null when unknown (a catalog entry stands for every checkpoint)",
+    )
 
     @property
     def served_hf_id(self) -> str:

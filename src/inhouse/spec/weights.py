@@ -76,6 +76,10 @@ class WeightsSpec(SpecModel):
     certificate_chain: tuple[str, ...] = Field(
         default=(), description="PEM files of the CA chain, instead of public_key"
     )
+    allow_expired_certificate: bool = Field(
+        default=False,
+        description="verify a certificate chain past its expiry (default: refuse it)",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> WeightsSpec:
@@ -104,6 +108,11 @@ class WeightsSpec(SpecModel):
             raise ValueError(
                 "give `public_key` (a PEM public key) or `certificate_chain` (PEM CA files), "
                 "the trust that verifies the signature; exactly one"
+            )
+        if self.allow_expired_certificate and self.public_key is not None:
+            raise ValueError(
+                "`allow_expired_certificate` is for a `certificate_chain`; a bare `public_key` "
+                "has no expiry: remove it"
             )
         try:
             if self.name is not None:

@@ -37,6 +37,8 @@ def describe_problem(problem: Problem) -> str:
         return f"extra: {problem.path} (in the directory, but the signature does not cover it)"
     if problem.kind == "signature":
         return f"bad signature: {problem.path}: {problem.detail}"
+    if problem.kind == "expired":
+        return f"certificate out of its validity: {problem.path}: {problem.detail}"
     return f"unreadable: {problem.path}: {problem.detail}"
 
 
@@ -49,6 +51,13 @@ def advice(verification: Verification) -> list[str]:
             "(in Kubernetes: the model-signing-public-key ConfigMap). A wrong or rotated key",
             "fails every model; if the key is right, the signature file was altered or",
             "truncated: fetch it again from the registry.",
+        ]
+    if first.kind == "expired":
+        return [
+            "The signature is otherwise good. An expired signing certificate (or CA) is refused",
+            "because nothing tells when it signed: have the release owner sign the model again",
+            "with a current certificate and push it as a new revision; or, knowing why, verify",
+            "with --allow-expired-certificate (stack: weights.allow_expired_certificate: true).",
         ]
     if first.kind == "unreadable":
         return [

@@ -92,17 +92,15 @@ def pull_model(request: PullRequest, client: Any = None) -> PullResult:
     _refuse_replaced_revision(request, cache, manifest)
     with cache.lock(manifest.digest), _cache_errors(cache.root):
         quarantined = None
-        if cache.model_dir(manifest.digest).exists() and not cache.is_cached(manifest):
-            # NOTE: a file whose size changed or vanished (a failing disk, a hand): it would
-            # block the rename of a fresh copy, and nothing could use it; kept for inspection.
-            quarantined = cache.quarantine(manifest.digest)
-            log.warning("the cached copy of %s lost or resized files; moved it to %s",
-                        manifest.digest, quarantined)  # fmt: skip
-        elif cache.is_cached(manifest):
+        if cache.model_dir(manifest.digest).exists():
             statement = _check_cached_signature(request, manifest, signature)
             # NOTE: a signature without SHA-256s does not vouch for the manifest's, by which
             # the content was found: only hashing the cached copy tells whether it is signed.
-            verify = request.verify_cached or not statement.lists_sha256
+            # Sizes are signed nowhere: a file whose size is not the manifest's (a failing
+            # disk, a hand, or a registry that lies) only means the copy must be re-hashed;
+            # the signature, not the size, decides whether it is set aside.
+            resized = not cache.is_cached(manifest)
+            verify = request.verify_cached or resized or not statement.lists_sha256
             cached = _use_cached(request, cache, manifest, signature, verify)
             if isinstance(cached, PullResult):
                 return cached
@@ -179,6 +177,9 @@ def _use_cached(
                 moved,
             )
             return moved
+        if not cache.is_cached(manifest):  # verified, so the manifest's sizes were wrong
+            manifest = _with_sizes_of(cache.model_dir(manifest.digest), manifest)
+            link = cache.link(manifest, signature)
     return PullResult(
         manifest.name,
         manifest.revision,
@@ -191,6 +192,23 @@ def _use_cached(
         True,
         verification,
     )
+
+
+def _with_sizes_of(model_dir: Path, manifest: RegistryManifest) -> RegistryManifest:
+    """`manifest` with each file's size taken from `model_dir`, a copy that just verified: the
+    registry's sizes are not signed (nor in the content digest), the verified files are."""
+    wrong = [f for f in manifest.files if (model_dir / f.path).stat().st_size != f.size]
+    log.warning(
+        "the registry's manifest of %s@%s gives wrong sizes (%s says %d bytes, the verified "
+        "copy has %d); kept the cached copy, which matches its signature. The manifest is not "
+        "signed: it was altered, tell the release owner",
+        manifest.name, manifest.revision, wrong[0].path, wrong[0].size,
+        (model_dir / wrong[0].path).stat().st_size,
+    )  # fmt: skip
+    files = tuple(
+        f.model_copy(update={"size": (model_dir / f.path).stat().st_size}) for f in manifest.files
+    )
+    return manifest.model_copy(update={"files": files})
 
 
 def _check_cached_signature(
@@ -217,7 +235,7 @@ def _check_before_fetch(
         checked = check_signature(signature_path, request.trust)
         if not checked.ok:
             assert checked.first is not None, "a failed check has a problem"
-            problem = Problem("signature", where, checked.first.detail)
+            problem = Problem(checked.first.kind, where, checked.first.detail)
     if problem is None:
         statement = read_statement(signature_path)
         listed = {f.path: f.sha256 for f in manifest.files}

@@ -59,6 +59,7 @@ class Statement:
     serialization: dict[str, Any]
     resources: dict[str, str]  # file (or `file:start:end` shard) -> hex digest
     signer: Literal["key", "certificate", "other"] = "key"
+    certificates: tuple[bytes, ...] = ()  # DER, the signing certificate first (certificate)
 
     @property
     def method(self) -> str:
@@ -88,6 +89,7 @@ def read_statement(signature: Path) -> Statement:
         serialization = dict(predicate["serialization"])
         resources = {str(r["name"]): str(r["digest"]) for r in predicate["resources"]}
         material = bundle["verificationMaterial"]
+        certificates = _certificates(material)
     except FileNotFoundError as exc:
         raise WeightsError("no such file (sign the model, or pass --signature)") from exc
     except OSError as exc:
@@ -104,7 +106,7 @@ def read_statement(signature: Path) -> Statement:
         signer = "certificate"
     elif isinstance(material, dict) and "publicKey" in material:
         signer = "key"
-    statement = Statement(serialization, resources, signer)
+    statement = Statement(serialization, resources, signer, certificates)
     try:  # hashing is configured from it before the library checks the envelope
         configure_hashing(new_hashing(), statement, [])
     except (KeyError, ValueError, TypeError) as exc:
@@ -113,6 +115,14 @@ def read_statement(signature: Path) -> Statement:
             f"({type(exc).__name__}: {exc}); it is corrupt or was altered"
         ) from exc
     return statement
+
+
+def _certificates(material: object) -> tuple[bytes, ...]:
+    """The DER certificates a bundle embeds (signing certificate first), none for a key."""
+    if not isinstance(material, dict) or "x509CertificateChain" not in material:
+        return ()
+    listed = material["x509CertificateChain"]["certificates"]
+    return tuple(base64.b64decode(c["rawBytes"], validate=True) for c in listed)
 
 
 def configure_hashing(

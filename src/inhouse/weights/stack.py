@@ -47,7 +47,8 @@ def _resolve(path: str, base_dir: Path) -> Path:
 def trust_of(weights: WeightsSpec, base_dir: Path) -> Trust:
     if weights.public_key is not None:
         return Trust.from_args(_resolve(weights.public_key, base_dir))
-    return Trust.from_args(None, tuple(_resolve(c, base_dir) for c in weights.certificate_chain))
+    chain = tuple(_resolve(c, base_dir) for c in weights.certificate_chain)
+    return Trust.from_args(None, chain, weights.allow_expired_certificate)
 
 
 def prepare_pool_weights(

@@ -3,6 +3,11 @@
 Offline PKI only, no Sigstore and no network: an elliptic-curve key pair (`inhouse weights
 keygen`), or a signing certificate issued by the organisation's own CA, verified against that
 CA's chain. Both are OpenSSF model-signing's own signers and verifiers.
+
+Certificates are checked as of now: model-signing checks a chain as of the signing
+certificate's first valid day (offline, a signature carries no trusted time), so on its own an
+expired certificate verifies for ever. `certificate_out_of_force` refuses a chain with a
+certificate past its expiry (unless the trust allows expired ones) or not valid yet.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from OpenSSL import crypto
 
 from inhouse.weights.errors import WeightsError
 
@@ -32,17 +38,30 @@ class Trust:
 
     public_key: Path | None = None
     certificate_chain: tuple[Path, ...] = ()
+    allow_expired_certificate: bool = False  # verify past a certificate's expiry, knowingly
 
     def __post_init__(self) -> None:
         assert (self.public_key is None) != (not self.certificate_chain), "exactly one trust"
+        assert not (self.allow_expired_certificate and self.public_key), "a key has no expiry"
 
     @classmethod
-    def from_args(cls, public_key: str | Path | None, chain: tuple[str | Path, ...] = ()) -> Trust:
-        """Checked user input: exactly one of the two, and the files exist."""
+    def from_args(
+        cls,
+        public_key: str | Path | None,
+        chain: tuple[str | Path, ...] = (),
+        allow_expired_certificate: bool = False,
+    ) -> Trust:
+        """Checked user input: exactly one of the two, the files exist, and expired
+        certificates are allowed only with a certificate chain."""
         if (public_key is None) == (not chain):
             raise WeightsError(
                 "give --public-key PUB (the release key's public half) or --certificate-chain "
                 "CA.pem ... (your CA's certificates), exactly one"
+            )
+        if allow_expired_certificate and public_key is not None:
+            raise WeightsError(
+                "--allow-expired-certificate (allow_expired_certificate) is for a "
+                "--certificate-chain; a bare --public-key has no expiry: drop the option"
             )
         paths = [Path(public_key)] if public_key is not None else [Path(c) for c in chain]
         for path in paths:
@@ -50,12 +69,73 @@ class Trust:
                 raise WeightsError(f"cannot read {path}: no such file")
         if public_key is not None:
             return cls(public_key=paths[0])
-        return cls(certificate_chain=tuple(paths))
+        return cls(certificate_chain=tuple(paths),
+                   allow_expired_certificate=allow_expired_certificate)  # fmt: skip
 
     def describe(self) -> str:
         if self.public_key is not None:
             return f"public key {self.public_key}"
-        return "certificate chain " + ", ".join(str(p) for p in self.certificate_chain)
+        chain = "certificate chain " + ", ".join(str(p) for p in self.certificate_chain)
+        return chain + (" (expired certificates allowed)" if self.allow_expired_certificate else "")
+
+
+def _when(moment: datetime.datetime) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def certificate_out_of_force(
+    certificates: tuple[bytes, ...], trust: Trust, now: datetime.datetime | None = None
+) -> str | None:
+    """Why the signing certificate (DER `certificates[0]`, the bundle's others after it) may
+    not be used `now`, or None. Checked on the path that chains it to `trust`'s CA, as
+    model-signing builds it (as of the signing certificate's first valid day): every
+    certificate on it must be valid now; an expired one passes when the trust allows it. A
+    certificate that does not chain to the CA at all is left to the library, which refuses it
+    as a bad signature (an expiry is only told of a certificate the CA issued)."""
+    now = now or datetime.datetime.now(datetime.UTC)
+    path = _verified_path(certificates, trust)
+    for position, certificate in enumerate(path):
+        role = "the signing certificate" if position == 0 else "its CA certificate"
+        name = f"{role} {certificate.subject.rfc4514_string()}"
+        if now < certificate.not_valid_before_utc:
+            return (
+                f"{name} is not valid until {_when(certificate.not_valid_before_utc)} (it is "
+                f"{_when(now)} here): check this node's clock, or the certificate's dates"
+            )
+        if now > certificate.not_valid_after_utc and not trust.allow_expired_certificate:
+            return (
+                f"{name} expired on {_when(certificate.not_valid_after_utc)}. A signature "
+                "carries no trusted time, so one made before that day cannot be told from one "
+                "made after it: have the release owner sign again with a current certificate, "
+                "or accept it knowingly with --allow-expired-certificate (the stack's "
+                "`allow_expired_certificate: true`)"
+            )
+    return None
+
+
+def _verified_path(certificates: tuple[bytes, ...], trust: Trust) -> list[x509.Certificate]:
+    """The certificates from the signing one up to a trusted CA, as model-signing checks them;
+    empty when there is none (it then refuses the signature itself, saying why)."""
+    try:
+        signing, *others = (x509.load_der_x509_certificate(c) for c in certificates)
+        trusted = x509.load_pem_x509_certificates(
+            b"".join(p.read_bytes() for p in trust.certificate_chain)
+        )
+    except (ValueError, OSError):
+        return []
+    store = crypto.X509Store()
+    for certificate in trusted:
+        store.add_cert(crypto.X509.from_cryptography(certificate))
+    store.set_time(signing.not_valid_before_utc)
+    context = crypto.X509StoreContext(
+        store,
+        crypto.X509.from_cryptography(signing),
+        [crypto.X509.from_cryptography(c) for c in others],
+    )
+    try:
+        return [c.to_cryptography() for c in context.get_verified_chain()]
+    except crypto.X509StoreContextError:
+        return []
 
 
 def keygen(

@@ -9,6 +9,8 @@ A `Verification` is the outcome of checking one model directory against one sign
 * `extra`    a file in the directory the signature does not cover
 * `signature` the signature file is missing, unreadable, or does not verify with the trusted key
   or certificate chain (`path` is the signature's path)
+* `expired`  the signature verifies, but a certificate of its chain is outside its validity
+  now (expired, and not allowed to be; or not valid yet)
 * `unreadable` the model directory is missing, unreadable, or holds a symlink or special file
 """
 
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-ProblemKind = Literal["altered", "missing", "extra", "signature", "unreadable"]
+ProblemKind = Literal["altered", "missing", "extra", "signature", "expired", "unreadable"]
 FILE_KINDS: tuple[ProblemKind, ...] = ("altered", "missing", "extra")
 
 
@@ -56,5 +58,5 @@ class Verification:
 def sorted_problems(problems: list[Problem]) -> tuple[Problem, ...]:
     """Signature and directory problems first (nothing else can be trusted), then files by
     path."""
-    order = {"signature": 0, "unreadable": 1}
+    order = {"signature": 0, "expired": 0, "unreadable": 1}
     return tuple(sorted(problems, key=lambda p: (order.get(p.kind, 2), p.path, p.kind)))

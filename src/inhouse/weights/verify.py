@@ -32,7 +32,7 @@ from inhouse.weights.signature import (
     new_verifying,
     read_statement,
 )
-from inhouse.weights.trust import Trust
+from inhouse.weights.trust import Trust, certificate_out_of_force
 from inhouse.weights.verdict import Problem, Verification, sorted_problems
 
 # resource (file, or `file:start:end`) -> the library's Digest (its class is in a private module)
@@ -143,6 +143,10 @@ def verify_model(
     mismatch = _trust_mismatch(statement, trust)
     if mismatch:
         return _with(base, Problem("signature", str(signature), mismatch))
+    if trust.certificate_chain:  # before hashing: an expired certificate fails at once
+        expired = certificate_out_of_force(statement.certificates, trust)
+        if expired:
+            return _with(base, Problem("expired", str(signature), expired))
     real_dir = model_dir.resolve()
     if not real_dir.is_dir():
         return _with(base, Problem("unreadable", str(model_dir), "no such directory"))

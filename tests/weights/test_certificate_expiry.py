@@ -1,0 +1,122 @@
+"""Certificates are checked at verification time: an expired signing certificate (or CA) is
+refused, naming the certificate, the day it expired and the option that accepts it
+(`--allow-expired-certificate`, stack `allow_expired_certificate: true`); one not valid yet is
+refused whatever the option (the node's clock is wrong, or the certificate is). model-signing
+alone checks the chain as of the signing certificate's first valid day, so all of these
+verified."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from tests.weights.clients import CountingClient
+from tests.weights.pki import Pki, write_pki
+from tests.weights.tiny_model import write_tiny_model
+
+from inhouse.weights.errors import VerificationFailed, WeightsError
+from inhouse.weights.messages import describe_failure
+from inhouse.weights.pull import PullRequest, pull_model
+from inhouse.weights.registry import push_model
+from inhouse.weights.s3 import RegistryUrl, make_client
+from inhouse.weights.signature import default_signature_path, sign_model
+from inhouse.weights.trust import Trust
+from inhouse.weights.verify import check_signature, verify_model
+
+
+def _signed(tmp_path: Path, pki: Pki) -> Path:
+    model = write_tiny_model(tmp_path / "m", num_shards=1, shard_bytes=4096)
+    sign_model(model, pki.key, certificate=pki.certificate, certificate_chain=(pki.ca,))
+    return model
+
+
+def _allowing(trust: Trust) -> Trust:
+    return dataclasses.replace(trust, allow_expired_certificate=True)
+
+
+def test_a_current_certificate_verifies(tmp_path: Path) -> None:
+    pki = write_pki(tmp_path / "pki")
+    assert verify_model(_signed(tmp_path, pki), pki.trust).ok
+
+
+def test_an_expired_signing_certificate_is_refused_unless_allowed(tmp_path: Path) -> None:
+    pki = write_pki(tmp_path / "pki", leaf_days=(-730, -1))
+    model = _signed(tmp_path, pki)
+    result = verify_model(model, pki.trust)
+    assert not result.ok
+    (problem,) = result.problems
+    expired_on = pki.leaf().not_valid_after_utc.strftime("%Y-%m-%d %H:%M UTC")
+    assert problem.kind == "expired" and problem.path == str(default_signature_path(model))
+    assert expired_on in problem.detail and "CN=test release" in problem.detail
+    assert "--allow-expired-certificate" in problem.detail
+    assert "allow_expired_certificate" in describe_failure(result)
+    assert verify_model(model, _allowing(pki.trust)).ok
+
+
+def test_an_expired_ca_is_refused_unless_allowed(tmp_path: Path) -> None:
+    pki = write_pki(tmp_path / "pki", leaf_days=(-300, 300), ca_days=(-400, -2))
+    model = _signed(tmp_path, pki)
+    (problem,) = verify_model(model, pki.trust).problems
+    expired_on = pki.root().not_valid_after_utc.strftime("%Y-%m-%d %H:%M UTC")
+    assert problem.kind == "expired" and "CN=test CA" in problem.detail
+    assert expired_on in problem.detail
+    assert verify_model(model, _allowing(pki.trust)).ok
+
+
+def test_a_certificate_not_valid_yet_is_refused_even_when_expiry_is_allowed(
+    tmp_path: Path,
+) -> None:
+    pki = write_pki(tmp_path / "pki", leaf_days=(2, 400))
+    model = _signed(tmp_path, pki)
+    for trust in (pki.trust, _allowing(pki.trust)):
+        (problem,) = verify_model(model, trust).problems
+        assert problem.kind == "expired" and "not valid until" in problem.detail
+        assert "clock" in problem.detail
+
+
+def test_the_check_before_a_pull_refuses_an_expired_certificate(tmp_path: Path) -> None:
+    """A pull checks the signature before any download: an expired certificate fails there,
+    in milliseconds, not after the model was fetched."""
+    pki = write_pki(tmp_path / "pki", leaf_days=(-730, -1))
+    model = _signed(tmp_path, pki)
+    checked = check_signature(default_signature_path(model), pki.trust)
+    assert checked.first is not None and checked.first.kind == "expired"
+    assert check_signature(default_signature_path(model), _allowing(pki.trust)).ok
+
+
+def test_an_expired_certificate_of_another_ca_is_a_bad_signature_not_an_expiry(
+    tmp_path: Path,
+) -> None:
+    """Expiry is only told for a certificate that chains to the trusted CA: one from anyone
+    else is refused as the library refuses it."""
+    pki = write_pki(tmp_path / "pki", leaf_days=(-730, -1))
+    other = write_pki(tmp_path / "other")
+    (problem,) = verify_model(_signed(tmp_path, pki), other.trust).problems
+    assert problem.kind == "signature"
+
+
+def test_allowing_expiry_needs_a_certificate_chain(tmp_path: Path) -> None:
+    (tmp_path / "key.pub").write_text("")
+    with pytest.raises(WeightsError, match="--allow-expired-certificate"):
+        Trust.from_args(tmp_path / "key.pub", allow_expired_certificate=True)
+
+
+def test_a_pull_refuses_an_expired_certificate_before_any_download(
+    tmp_path: Path, registry: str
+) -> None:
+    pki = write_pki(tmp_path / "pki", leaf_days=(-730, -1))
+    url = RegistryUrl.parse(registry)
+    push_model(make_client(), _signed(tmp_path, pki), url, "acme/tiny", "v1")
+    request = PullRequest(url, "acme/tiny", "v1", tmp_path / "cache", pki.trust)
+    counting = CountingClient(make_client())
+    with pytest.raises(VerificationFailed) as refused:
+        pull_model(request, counting)
+    assert counting.blob_gets == 0
+    assert refused.value.verification.first is not None
+    assert refused.value.verification.first.kind == "expired"
+    assert "expired on" in str(refused.value) and "--allow-expired-certificate" in str(
+        refused.value
+    )
+    pulled = pull_model(dataclasses.replace(request, trust=_allowing(pki.trust)))
+    assert pulled.verification is not None and pulled.verification.ok
