@@ -57,7 +57,7 @@ def render_stack(stack: StackSpec, options: RenderOptions | None = None) -> Rend
     stack = with_tracing(stack, options)
     ns = namespace_of(stack, options)
     engines = layout.engine_layout(stack)  # the traced stack's: derived once, passed to all
-    rules = layout_rules(stack, engines, ns)
+    rules = layout_rules(stack, engines, ns, options)
     files.update(render_engines(stack, engines, options))
     files.update(render_cluster(stack, engines, rules, options))
     files.update(rule_files(rules, options.runbook_url))
