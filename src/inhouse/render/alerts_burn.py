@@ -79,7 +79,7 @@ def burn_alerts(
         expr = (
             f"{_record(by, long)}{sel} > {threshold}\nand\n{_record(by, short)}{sel} > {threshold}"
         )
-        cases = (
+        cases: tuple[Case, ...] = (
             Case("1 in 11 requests fails", "1m", series("0+10x30"), at, {by: value}),
             Case("no failures", "1m", series("0x30"), at, None),
         )
