@@ -22,6 +22,7 @@ from inhouse.fleet import simulate_stack
 from inhouse.plan.planner import model_names
 from inhouse.plan.verify import MAX_WARMUP_S, WARMUP_FRACTION, mixed_workload
 from inhouse.render.alerts import Alert, expected_alert, render_rules
+from inhouse.render.alerts_burn import MIN_FAILED_TO_PAGE
 from inhouse.render.alerts_triggers import rule_threshold
 from inhouse.render.prometheus import stack_rules
 from inhouse.spec.stack import StackSpec
@@ -69,7 +70,9 @@ def truth(alert: Alert, stack: StackSpec, seen: Replay) -> dict[str, str] | None
     if alert.name == "InhouseErrorBudgetBurnFast":
         workload = next(w for w in stack.workloads if w.name == labels["workload"])
         budget = 1 - workload.slo.availability
-        fires = seen.error_ratio[workload.name] > 14.4 * budget
+        ratio = seen.error_ratio[workload.name]
+        failed_per_hour = ratio * seen.rate_per_s[workload.name] * 3600
+        fires = ratio > 14.4 * budget and failed_per_hour >= MIN_FAILED_TO_PAGE
         return {"model": workload.model} if fires else None
     if alert.name in INFRA_PAGES:
         return None

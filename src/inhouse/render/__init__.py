@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from inhouse.launch.engine_args import checkpoint_quant, vllm_serve_args
 from inhouse.render import layout
+from inhouse.render.alerts_slo import GATEWAY_LATENCIES, attached_pools
 from inhouse.render.checks import check_renderable
 from inhouse.render.grafana_boards import render_grafana
 from inhouse.render.k8s_cluster import render_cluster
@@ -57,7 +58,7 @@ def render_stack(stack: StackSpec, options: RenderOptions | None = None) -> Rend
     stack = with_tracing(stack, options)
     ns = namespace_of(stack, options)
     engines = layout.engine_layout(stack)  # the traced stack's: derived once, passed to all
-    rules = layout_rules(stack, engines, ns)
+    rules = layout_rules(stack, engines, ns, options)
     files.update(render_engines(stack, engines, options))
     files.update(render_cluster(stack, engines, rules, options))
     files.update(rule_files(rules, options.runbook_url))
@@ -84,6 +85,8 @@ def render_notes(stack: StackSpec, engines: layout.EngineLayout) -> list[str]:
             f"gateway: proxy.drain_timeout_s {drain:g} s is below the plan's longest p95 e2e "
             f"{e2e_all:.1f} s: a drain cuts longer streams; raise it in the gateway section"
         )
+    if not stack.workloads:
+        notes += attached_pool_notes(stack)
     for pool in engines.pools:
         if pool.slo is None:
             d = layout.DEFAULT_SLO
@@ -112,6 +115,33 @@ def render_notes(stack: StackSpec, engines: layout.EngineLayout) -> list[str]:
             notes.append(
                 f"pool {pool.name}: gpu_ids are for a single node; on several nodes the "
                 f"device plugin picks the GPUs (vllm/{pool.name}.sh still pins them)"
+            )
+    return notes
+
+
+def attached_pool_notes(stack: StackSpec) -> list[str]:
+    """A stack without workloads: what its attached (`url`) pools' latency alerts, on the
+    gateway's series, rest on, and what they cannot cover."""
+    notes = []
+    for pool in attached_pools(stack):
+        where = f"pool {pool.name} (engine url)"
+        slo = layout.slo_of(pool)
+        if pool.slo is None:
+            d = layout.DEFAULT_SLO
+            notes.append(
+                f"{where}: no `slo` section; its alerts on the gateway's series use the defaults "
+                f"(TTFT p95 {d.ttft_p95_ms:g} ms paging at {d.ttft_alarm_ms:g} ms, availability "
+                f"{d.availability:g})"
+            )
+        elif all(slo.alarm_ms(key) is None for key in GATEWAY_LATENCIES):
+            notes.append(
+                f"{where}: its slo states no TTFT or e2e target, so it has no latency alert; "
+                f"set pools[{pool.name}].slo.ttft_p95_ms (and ttft_alarm_ms to page above it)"
+            )
+        if pool.slo is not None and slo.alarm_ms("itl") is not None:
+            notes.append(
+                f"{where}: slo.itl_* is not alerted: render does not scrape attached engines "
+                "and the gateway does not measure inter-token latency"
             )
     return notes
 

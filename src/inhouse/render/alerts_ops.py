@@ -1,6 +1,7 @@
 """Operational alerts: engine replicas and their KV cache, scheduler and queue; the gateway; the
 GPUs (DCGM). Thresholds follow the seeds' SLO table: replica down 30 s, KV > 95% for 60 s (both
-page), prefix hit rate < 60% for 15 minutes (ticket), ECC double-bit and XID 48/79/95 (page).
+page; replicas missing pages only past what a rolling update takes), prefix hit rate < 60% for
+15 minutes (ticket), ECC double-bit and XID 48/79/95 (page).
 """
 
 from __future__ import annotations
@@ -11,17 +12,28 @@ from inhouse.metric_names import LOOP_LAG_PERIOD_S
 from inhouse.render.alerts import Alert, Case, RunbookEntry, Series
 from inhouse.render.alerts_slo import engine_labels
 from inhouse.render.alerts_triggers import has_hit_trigger
-from inhouse.render.layout import QUEUE_DEPTH_PER_REPLICA, EngineLayout, slo_of
+from inhouse.render.layout import (
+    QUEUE_DEPTH_PER_REPLICA,
+    EngineLayout,
+    rollout_allowance_s,
+    slo_of,
+)
+from inhouse.render.options import RenderOptions
 from inhouse.spec.stack import PoolSpec, StackSpec
 
 ENGINE_GROUP = "inhouse-engines"
+# The replicas-missing cases sample every 30 s; "missing past the allowance" is 5 minutes past.
+CASE_STEP_S = 30
+LOST_MARGIN_S = 300
 
 
 def _up(ns: str, job: str, labels: dict[str, str], values: str) -> Series:
     return Series({"namespace": ns, "job": job, **labels}, values, "up")
 
 
-def replica_alerts(pool: PoolSpec, ns: str) -> list[Alert]:
+def replica_alerts(
+    pool: PoolSpec, ns: str, allowance: tuple[int, str], cover_s: int
+) -> list[Alert]:
     job = f"{pool.name}-engine"
     sel = f'namespace="{ns}", job="{job}"'
     pod = {"instance": "10.0.0.1:8000", "pod": f"{pool.name}-r0"}
@@ -61,48 +73,82 @@ def replica_alerts(pool: PoolSpec, ns: str) -> list[Alert]:
             Case("a 15 s blip", "15s", (_up(ns, job, pod, "1 1 0 1 1 1 1 1"),), "1m30s", None),
         ),
     )
+    return [down, missing_alert(pool, ns, allowance, cover_s)]
+
+
+def missing_alert(pool: PoolSpec, ns: str, allowance: tuple[int, str], cover_s: int) -> Alert:
+    """Fewer replicas up than the pool's `replicas` for longer than a rolling update keeps one
+    away (`allowance`: `layout.rollout_allowance_s`); a dead replica that is still scraped pages
+    sooner as InhouseEngineReplicaDown. `cover_s`: how long the healthy case's series last, at
+    least every pool's firing case (other pools' tests use it as quiet background)."""
+    job = f"{pool.name}-engine"
+    sel = f'namespace="{ns}", job="{job}"'
+    allowance_s, why = allowance
     replicas = [
         {"instance": f"10.0.0.{i + 1}:8000", "pod": f"{pool.name}-r{i}"}
         for i in range(pool.replicas)
     ]
-    one_short = [_up(ns, job, r, "1x8") for r in replicas[:-1]] + [
-        _up(ns, job, replicas[-1], "0x8")
-    ]
-    missing = Alert(
+
+    def last_one_gone(down_s: int) -> tuple[tuple[Series, ...], str]:
+        """The last replica scrapes 0 for `down_s` from t=60s, then 1: the series, and the
+        time of its last failed scrape."""
+        steps = down_s // CASE_STEP_S
+        rest = [_up(ns, job, r, f"1x{steps + 4}") for r in replicas[:-1]]
+        gone = _up(ns, job, replicas[-1], f"1 1 0x{steps - 1} 1 1")
+        return (*rest, gone), prom_duration(60 + CASE_STEP_S * (steps - 1))
+
+    rollout, rollout_end = last_one_gone(allowance_s)
+    lost, lost_end = last_one_gone(allowance_s + LOST_MARGIN_S)
+    healthy_samples = cover_s // CASE_STEP_S + 10
+    return Alert(
         name="InhouseEngineReplicasMissing",
         group=ENGINE_GROUP,
         expr=f"(count(up{{{sel}}} == 1) or vector(0)) < {pool.replicas}",
-        hold="30s",
+        hold=prom_duration(allowance_s),
         severity="page",
         labels={"pool": pool.name},
         summary=f"pool {pool.name} has fewer than {pool.replicas} replicas up",
-        description="Replicas are missing altogether (pending, evicted, node lost), not just "
-        "failing their scrape.",
+        description=f"A replica has been gone for over {allowance_s} s, longer than a rolling "
+        "update keeps one away: pending, evicted, node lost, or failing to load.",
         runbook=RunbookEntry(
-            meaning="Fewer engine pods answer than the pool's minimum: a pod cannot be "
-            "scheduled (no free GPUs, node down, taint) or was evicted.",
+            meaning="Fewer engine pods answer than the pool's minimum, for longer than a "
+            f"rolling update of it can take ({why}): a pod cannot be scheduled (no free GPUs, "
+            "node down, taint), was evicted, or keeps failing its start-up. A rollout within "
+            "that time does not page (a replica that dies while scraped pages sooner as "
+            "InhouseEngineReplicaDown).",
             first_promql=f"count(up{{{sel}}} == 1)",
             mitigations=(
                 "`kubectl -n NS get pods -l inhouse.dev/pool=POOL -o wide` and `describe` the "
                 "Pending one: Insufficient nvidia.com/gpu, node selector, init container failure "
                 "(signature or GPU topology check)?",
+                "A pod restarting after its startupProbe window: the weights load slower than "
+                "planned (`kubectl logs POD -c vllm`); a stuck rollout: `kubectl -n NS rollout "
+                "status deploy/DEPLOYMENT`, then `rollout undo`.",
                 "A failed verify-model init container means the weights on the node do not match "
                 "their signature: do not bypass it; re-sync the weights from the registry.",
             ),
             escalate="A node is lost or GPUs are unallocatable: escalate to the hardware owner.",
         ),
+        threshold_source=f"render's Deployment of pool {pool.name}: {why}",
         cases=(
-            Case("one replica short", "15s", tuple(one_short), "1m30s", {}),
             Case(
                 "all replicas up",
-                "15s",
-                tuple(_up(ns, job, r, "1x8") for r in replicas),
-                "1m30s",
+                f"{CASE_STEP_S}s",
+                tuple(_up(ns, job, r, f"1x{healthy_samples}") for r in replicas),
+                lost_end,
                 None,
             ),
+            Case("a rollout that recovers within the allowance", f"{CASE_STEP_S}s", rollout,
+                 rollout_end, None),
+            Case("a replica missing past it", f"{CASE_STEP_S}s", lost, lost_end, {}),
         ),
-    )
-    return [down, missing]
+    )  # fmt: skip
+
+
+def prom_duration(seconds: int) -> str:
+    """`905` -> `15m5s`, as Prometheus writes durations."""
+    minutes, rest = divmod(seconds, 60)
+    return (f"{minutes}m" if minutes else "") + (f"{rest}s" if rest or not minutes else "")
 
 
 def kv_alerts(pool: PoolSpec, *, hit_floor: bool = True) -> list[Alert]:
@@ -431,10 +477,19 @@ def loop_lag_alert(ns: str) -> Alert:
     )
 
 
-def engine_rules(stack: StackSpec, engines: EngineLayout, ns: str) -> list[Alert]:
+def engine_rules(
+    stack: StackSpec, engines: EngineLayout, ns: str, options: RenderOptions
+) -> list[Alert]:
     alerts: list[Alert] = []
+    allowances = {
+        pool.name: rollout_allowance_s(
+            stack, engines, pool, options.prestop_sleep_s, options.dns_ttl_s
+        )
+        for pool in engines.pools
+    }
+    cover_s = max((s for s, _ in allowances.values()), default=0) + LOST_MARGIN_S + 120
     for pool in engines.pools:
-        alerts += replica_alerts(pool, ns)
+        alerts += replica_alerts(pool, ns, allowances[pool.name], cover_s)
         alerts += kv_alerts(pool, hit_floor=not has_hit_trigger(stack, pool))
     alerts += gateway_alerts(ns)
     if any(unit.replica_index is None for unit in engines.units):  # a pool the gateway finds

@@ -12,7 +12,10 @@ Each workload's SLO is alerted on the series that carry that workload alone:
   the pool, so every workload on a pool sees the same inter-token gaps. One ITL alert per
   pool, at the tightest ITL alarm of the workloads on it.
 
-A stack without `workloads` keeps the per-pool alerts on vLLM's histograms (`pools[].slo`).
+A stack without `workloads` keeps the per-pool alerts on vLLM's histograms (`pools[].slo`);
+its attached (`url`) pools, whose engines render does not scrape, get TTFT and e2e alerts on the
+gateway's histograms by `pool` (the gateway times every answer it relays). No inter-token
+latency for them: the gateway does not measure it (`render_notes` says so).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ LATENCIES: tuple[tuple[LatencyMetric, str, tuple[float, ...], str], ...] = (
     ("e2e", "vllm:e2e_request_latency_seconds", E2E_BUCKETS_S, "end-to-end latency"),
 )
 # The gateway's histograms by requested model: what each workload's clients see.
-GATEWAY_LATENCIES: dict[str, tuple[str, tuple[float, ...]]] = {
+GATEWAY_LATENCIES: dict[LatencyMetric, tuple[str, tuple[float, ...]]] = {
     "ttft": ("inhouse_gateway_ttft_seconds", TTFT_BUCKETS_S),
     "e2e": ("inhouse_gateway_e2e_seconds", E2E_BUCKETS_S),
 }
@@ -70,8 +73,16 @@ def gateway_labels(pool: PoolSpec, model: str) -> dict[str, str]:
     }
 
 
-def p95_record(metric: str) -> str:
-    return f"inhouse:{metric.removeprefix('vllm:').removeprefix('inhouse_')}:p95_5m"
+def p95_record(metric: str, by: str = "") -> str:
+    """The recording of a histogram's 5-minute p95; `by` other than its usual grouping (e.g.
+    `pool` for the gateway's histograms, grouped by `model` otherwise) goes in the name."""
+    name = metric.removeprefix("vllm:").removeprefix("inhouse_")
+    return f"inhouse:{name}{f'_by_{by}' if by else ''}:p95_5m"
+
+
+def attached_pools(stack: StackSpec) -> list[PoolSpec]:
+    """Pools whose engines run elsewhere (`engine: url`): render neither runs nor scrapes them."""
+    return [pool for pool in stack.pools if stack.engine_of(pool) == "url"]
 
 
 def latency_recordings(stack: StackSpec) -> list[Recording]:
@@ -92,6 +103,15 @@ def latency_recordings(stack: StackSpec) -> list[Recording]:
             )
             for metric, _ in GATEWAY_LATENCIES.values()
         ]
+    elif attached_pools(stack):
+        out += [
+            Recording(
+                p95_record(metric, "pool"),
+                GROUP,
+                f"histogram_quantile(0.95, sum by (le, pool) (rate({metric}_bucket[5m])))",
+            )
+            for metric, _ in GATEWAY_LATENCIES.values()
+        ]
     return out
 
 
@@ -101,6 +121,7 @@ class LatencyTarget:
 
     key: LatencyMetric
     metric: str
+    record: str  # the recording of its p95 (`p95_record`)
     buckets: tuple[float, ...]
     select: Mapping[str, str]  # the label the recording keeps, and its value
     series_labels: Mapping[str, str]  # a scraped series of that metric, for the cases
@@ -181,7 +202,7 @@ def latency_alert(target: LatencyTarget) -> Alert | None:
     return Alert(
         name=ALERT_NAMES.get(target.key, "InhouseE2EP95OverSLO"),
         group=GROUP,
-        expr=f'{p95_record(target.metric)}{{{label}="{value}"}} > {alarm_s:g}',
+        expr=f'{target.record}{{{label}="{value}"}} > {alarm_s:g}',
         hold="5m",
         severity="page",
         labels=dict(target.labels),
@@ -234,6 +255,7 @@ def pool_targets(pool: PoolSpec) -> list[LatencyTarget]:
         LatencyTarget(
             key,
             metric,
+            p95_record(metric),
             buckets,
             {"model_name": pool.client_model_name},
             engine_labels(pool),
@@ -250,8 +272,9 @@ def workload_targets(workload: WorkloadSpec, pool: PoolSpec) -> list[LatencyTarg
     """TTFT and e2e of one workload, on the gateway's series for its model name."""
     return [
         LatencyTarget(
-            key,  # type: ignore[arg-type]
+            key,
             metric,
+            p95_record(metric),
             buckets,
             {"model": workload.model},
             gateway_labels(pool, workload.model),
@@ -260,6 +283,31 @@ def workload_targets(workload: WorkloadSpec, pool: PoolSpec) -> list[LatencyTarg
             workload.slo,
             f"stack workloads[{workload.name}].slo.{key}_alarm_ms, written by `inhouse plan` "
             f"from the requirements' {workload.name} slo",
+        )
+        for key, (metric, buckets) in GATEWAY_LATENCIES.items()
+    ]
+
+
+def attached_pool_targets(pool: PoolSpec) -> list[LatencyTarget]:
+    """A stack without workloads, an attached pool: TTFT and e2e on the gateway's series for
+    the pool (render scrapes no engine of it)."""
+    source = (
+        f"stack pools[{pool.name}].slo"
+        if pool.slo is not None
+        else "render's default SLO (the seeds' interactive chat row; the pool has no slo)"
+    )
+    return [
+        LatencyTarget(
+            key,
+            metric,
+            p95_record(metric, "pool"),
+            buckets,
+            {"pool": pool.name},
+            gateway_labels(pool, pool.client_model_name),
+            {"pool": pool.name},
+            f"pool {pool.name} (engine url, timed at the gateway)",
+            slo_of(pool),
+            f"{source}.{key}_alarm_ms",
         )
         for key, (metric, buckets) in GATEWAY_LATENCIES.items()
     ]
@@ -276,6 +324,7 @@ def pool_itl_target(stack: StackSpec, pool: PoolSpec) -> LatencyTarget | None:
     return LatencyTarget(
         key,
         metric,
+        p95_record(metric),
         buckets,
         {"model_name": pool.client_model_name},
         engine_labels(pool),
@@ -292,6 +341,8 @@ def latency_alerts(stack: StackSpec, engines: EngineLayout) -> list[Alert]:
     if not stack.workloads:
         for pool in engines.pools:
             targets += pool_targets(pool)
+        for pool in attached_pools(stack):
+            targets += attached_pool_targets(pool)
     else:
         for workload in stack.workloads:
             targets += workload_targets(workload, stack.pool_of_workload(workload))

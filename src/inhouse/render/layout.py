@@ -15,7 +15,7 @@ from inhouse.errors import SpecError
 from inhouse.launch.engine_args import LORA_ROOT
 from inhouse.perf.memory import weight_bytes
 from inhouse.spec.base import MAX_REPLICAS
-from inhouse.spec.catalog import get_gpu, get_model
+from inhouse.spec.catalog import ModelSpec, get_gpu, get_model
 from inhouse.spec.gateway import parse_gateway
 from inhouse.spec.quant import normalize_quant
 from inhouse.spec.stack import PoolSlo, PoolSpec, StackSpec
@@ -50,6 +50,9 @@ ENGINE_INIT_S = 180
 MIN_STARTUP_WINDOW_S = 600
 UNKNOWN_MODEL_STARTUP_WINDOW_S = 1800
 PROBE_PERIOD_S = 10
+# After a replaced pod's startupProbe passes: one readiness probe (PROBE_PERIOD_S), a discovery
+# refresh (Prometheus's DNS service discovery: 30 s) and a scrape (15 s), rounded up.
+ROLLOUT_MARGIN_S = 60
 # Grace after vLLM's drain for the engine to stop its workers and close the port.
 TEARDOWN_MARGIN_S = 15
 
@@ -179,7 +182,7 @@ def startup_window_s(pool: PoolSpec) -> tuple[int, str]:
         return UNKNOWN_MODEL_STARTUP_WINDOW_S, (
             f"model {pool.model} is not in the catalog: {UNKNOWN_MODEL_STARTUP_WINDOW_S} s"
         )
-    checkpoint = weight_bytes(model, normalize_quant("bf16"))
+    checkpoint = _checkpoint_bytes(model)
     load_s = checkpoint / NVME_READ_BYTES_S + ENGINE_INIT_S
     window = max(MIN_STARTUP_WINDOW_S, math.ceil(2 * load_s / PROBE_PERIOD_S) * PROBE_PERIOD_S)
     why = (
@@ -188,6 +191,42 @@ def startup_window_s(pool: PoolSpec) -> tuple[int, str]:
         f"{MIN_STARTUP_WINDOW_S} s -> {window} s"
     )
     return window, why
+
+
+def _checkpoint_bytes(model: ModelSpec) -> float:
+    """The 16-bit checkpoint: the worst case (an FP8 pool may quantize a bf16 one at load)."""
+    return weight_bytes(model, normalize_quant("bf16"))
+
+
+def verify_read_s(pool: PoolSpec) -> int:
+    """Seconds the init containers take to hash the checkpoint (model-signing verify), at the
+    same conservative NVMe rate; 0 for a model not in the catalog (its window is generous)."""
+    try:
+        model = get_model(pool.model)
+    except SpecError:
+        return 0
+    return math.ceil(_checkpoint_bytes(model) / NVME_READ_BYTES_S)
+
+
+def rollout_allowance_s(
+    stack: StackSpec, engines: EngineLayout, pool: PoolSpec, prestop_sleep_s: int, dns_ttl_s: int
+) -> tuple[int, str]:
+    """How long a rolling update may keep one of the pool's replicas out of the scrape, and the
+    arithmetic. With maxSurge 0 the new pod waits for the old one's GPUs, so: the old pod's
+    terminationGracePeriodSeconds, the init containers' verify pass, the startupProbe window
+    (past it the kubelet restarts the container: no longer a rollout) and a margin for the
+    readiness probe and the scrape to find the pod again."""
+    is_scaled = any(unit.replica_index is None for unit in engines.units_of(pool))
+    prestop_s, _ = engine_prestop_s(stack, is_scaled, prestop_sleep_s, dns_ttl_s)
+    grace_s, _ = termination_grace_s(stack, pool, prestop_s)
+    verify_s = verify_read_s(pool)
+    window_s, _ = startup_window_s(pool)
+    total = grace_s + verify_s + window_s + ROLLOUT_MARGIN_S
+    return total, (
+        f"{total} s = the old pod's terminationGracePeriodSeconds {grace_s} s + {verify_s} s "
+        f"verifying the weights + the startupProbe window {window_s} s + {ROLLOUT_MARGIN_S} s "
+        "for readiness and the scrape to find the new pod"
+    )
 
 
 def planned_e2e_s(stack: StackSpec, pool: PoolSpec | None = None) -> float | None:

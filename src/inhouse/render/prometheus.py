@@ -9,21 +9,25 @@ from inhouse.render.alerts_ops import engine_rules
 from inhouse.render.alerts_slo import latency_alerts, latency_recordings
 from inhouse.render.alerts_triggers import replan_alerts
 from inhouse.render.layout import EngineLayout, engine_layout
+from inhouse.render.options import RenderOptions
 from inhouse.spec.stack import StackSpec
 
 Rules = tuple[list[Recording], list[Alert]]
 
 
-def stack_rules(stack: StackSpec, namespace: str) -> Rules:
+def stack_rules(stack: StackSpec, namespace: str, options: RenderOptions | None = None) -> Rules:
     """The stack's recording rules and alerts (its engine layout derived here)."""
-    return layout_rules(stack, engine_layout(stack), namespace)
+    return layout_rules(stack, engine_layout(stack), namespace, options)
 
 
-def layout_rules(stack: StackSpec, engines: EngineLayout, namespace: str) -> Rules:
-    """The stack's recording rules and alerts, for the layout `render_stack` derived once."""
+def layout_rules(
+    stack: StackSpec, engines: EngineLayout, namespace: str, options: RenderOptions | None = None
+) -> Rules:
+    """The stack's recording rules and alerts, for the layout `render_stack` derived once;
+    `options` as the manifests are rendered (the engines' grace periods), default if None."""
     recordings = latency_recordings(stack) + burn_recordings(stack)
     alerts = latency_alerts(stack, engines) + stack_burn_alerts(stack)
-    alerts += engine_rules(stack, engines, namespace)
+    alerts += engine_rules(stack, engines, namespace, options or RenderOptions())
     alerts += gpu_rules(engines)
     alerts += replan_alerts(stack)
     return recordings, alerts
