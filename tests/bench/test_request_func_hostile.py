@@ -98,18 +98,26 @@ def test_a_whole_answer_that_is_not_one_is_a_failure(body: bytes, says: str) -> 
     assert not o.success and says in o.error
 
 
-async def send_to_raw_server(response: bytes) -> Outcome:
+async def send_to_raw_server(
+    response: bytes, trickle: bytes = b"", byte_gap_s: float = 0.0, timeout_s: float = 0.5
+) -> Outcome:
+    """`response` at once, then `trickle` one byte a write, `byte_gap_s` apart."""
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
         writer.write(response)
         await writer.drain()
+        for i in range(len(trickle)):
+            writer.write(trickle[i : i + 1])
+            await writer.drain()
+            await asyncio.sleep(byte_gap_s)
         writer.close()
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     client = Client(Target("127.0.0.1", server.sockets[0].getsockname()[1]))
-    job = Job(0, time.perf_counter(), "/v1/completions", b"{}", timeout_s=0.5)
+    job = Job(0, time.perf_counter(), "/v1/completions", b"{}", timeout_s=timeout_s)
     try:
-        return await asyncio.wait_for(client.send(job), 5.0)
+        return await asyncio.wait_for(client.send(job), timeout_s + 5.0)
     finally:
         client.close()
         server.close()
@@ -127,3 +135,30 @@ def test_a_close_delimited_stream_cut_short_is_a_failure() -> None:
     head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
     o = asyncio.run(send_to_raw_server(head + OK + OK))
     assert not o.success and o.num_chunks == 2 and "without `data: [DONE]`" in o.error
+
+
+def test_a_crlf_stream_is_read_like_an_lf_one() -> None:
+    """SSE allows CRLF line endings; every request to such a server failed."""
+    crlf = [part.replace(b"\n", b"\r\n") for part in (OK, OK, DONE)]
+    o = answer(*crlf)
+    assert (o.success, o.error, o.num_chunks, o.ttft_s, o.itl_s) == (True, "", 2, 1.0, [1.0])
+
+
+def test_a_comment_line_in_front_of_the_data_does_not_hide_the_first_token() -> None:
+    """`: ping` on the line before `data:` (one event): the event was read as a comment and
+    dropped, so TTFT moved to the second chunk and one chunk went missing."""
+    o = answer(b": ping\n" + OK, b"event: message\nid: 2\n" + OK, DONE)
+    assert (o.success, o.error, o.num_chunks, o.ttft_s, o.itl_s) == (True, "", 2, 1.0, [1.0])
+
+
+def test_events_cut_at_every_byte_over_a_socket_are_read_whole() -> None:
+    """A `data:` line split across TCP reads (CRLF, comments, a usage-only chunk)."""
+    body = (
+        b": ping\r\n\r\n"
+        + b'data: {"choices":[{"text":"a"}]}\r\n\r\n' * 2
+        + b'data: {"choices":[],"usage":{"completion_tokens":2,"prompt_tokens":3}}\r\n\r\n'
+        + b"data: [DONE]\r\n\r\n"
+    )
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
+    o = asyncio.run(send_to_raw_server(head, body, byte_gap_s=0.0005, timeout_s=10.0))
+    assert (o.success, o.error, o.num_chunks, o.completion_tokens) == (True, "", 2, 2)
