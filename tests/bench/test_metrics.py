@@ -36,7 +36,7 @@ def result(
         outcome.ttft_s = ttft
         outcome.itl_s = itl
         outcome.latency_s = ttft + sum(itl)
-        outcome.num_chunks = len(itl) + 1
+        outcome.num_chunks = outcome.num_token_chunks = len(itl) + 1
         outcome.completion_tokens = completion_tokens
         outcome.prompt_tokens = prompt_tokens
         outcome.cached_tokens = cached

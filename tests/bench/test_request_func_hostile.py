@@ -162,3 +162,36 @@ def test_events_cut_at_every_byte_over_a_socket_are_read_whole() -> None:
     head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
     o = asyncio.run(send_to_raw_server(head, body, byte_gap_s=0.0005, timeout_s=10.0))
     assert (o.success, o.error, o.num_chunks, o.completion_tokens) == (True, "", 2, 2)
+
+
+ROLE = b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n'
+NULL = b'data: {"choices":[{"delta":{"content":null}}]}\n\n'
+TOKEN = b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n'
+FINISH = b'data: {"choices":[{"delta":{},"finish_reason":"stop"}]}\n\n'
+
+
+def test_without_usage_only_chunks_with_output_count_as_tokens() -> None:
+    """N_out without usage was the number of `choices` chunks: the role chunk, a null-content
+    chunk and the finish chunk counted as tokens (vllm#3759), so a one-token answer got
+    N_out = 4 and a TPOT. vLLM's fallback re-tokenizes the text: one token here."""
+    o = answer(ROLE, NULL, TOKEN, FINISH, DONE)
+    assert (o.success, o.num_chunks, o.ttft_s) == (True, 4, 1.0)  # TTFT still at the role chunk
+    r = RequestResult(o, "r0", 10)
+    assert (r.output_len, r.tpot_s) == (1, 0.0)
+    summary = summarize([r], 1.0)
+    assert summary["total_output_tokens"] == 1
+    assert summary["mean_tpot_ms"] == 0.0  # no request with N_out > 1
+
+
+def test_usage_on_a_chunk_with_choices_is_read() -> None:
+    """Some servers put `usage` on the last token chunk, not on a chunk of its own; it was
+    ignored, and N_out fell back to counting chunks."""
+    last = (
+        b'data: {"choices":[{"delta":{"content":"y"},"finish_reason":"length"}],'
+        b'"usage":{"prompt_tokens":5,"completion_tokens":7,'
+        b'"prompt_tokens_details":{"cached_tokens":4}}}\n\n'
+    )
+    o = answer(ROLE, TOKEN, last, DONE)
+    assert o.success
+    assert (o.completion_tokens, o.prompt_tokens, o.cached_tokens) == (7, 5, 4)
+    assert RequestResult(o, "r0", 10).output_len == 7

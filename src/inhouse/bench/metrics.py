@@ -11,10 +11,11 @@ Definitions (shared/reference/bench-metrics.md §8, checked against the code of 
 * ITL: one sample per gap between consecutive `choices` messages, pooled over successful
   requests; never split per token. TPOT = (E2EL − TTFT) / (N_out − 1) per request with
   N_out > 1, every request weighted equally.
-* N_out = `usage.completion_tokens`; without usage, the number of token chunks (we carry no
-  tokenizer; flagged in `output_tokens_source`). N_in = the server's `usage.prompt_tokens` when
-  reported, else the workload's prompt length — what vLLM 0.32 does (NOTE: §8 says client-side;
-  both totals are reported beside it).
+* N_out = `usage.completion_tokens`; without usage, the number of chunks that carried output
+  (text, reasoning or tool calls: not the role chunk; we carry no tokenizer; flagged in
+  `output_tokens_source`). N_in = the server's `usage.prompt_tokens` when reported, else the
+  workload's prompt length — what vLLM 0.32 does (NOTE: §8 says client-side; both totals are
+  reported beside it).
 * Statistics: mean, median, std (ddof 0) and `numpy.percentile` (linear), in ms; an empty list
   counts as `[0]`, as vLLM's `np.mean(x or 0)`. Keys `mean_ttft_ms`, `p99_ttft_ms`, ...
 * duration: just before the first dispatch to the end of the last request. Goodput: successful
@@ -56,7 +57,8 @@ class Outcome:
     ttft_content_s: float | None = None
     latency_s: float = 0.0
     itl_s: list[float] = field(default_factory=list)
-    num_chunks: int = 0
+    num_chunks: int = 0  # messages with non-empty `choices` (TTFT's, then one per ITL gap)
+    num_token_chunks: int = 0  # those carrying output: text, reasoning or tool calls
     completion_tokens: int | None = None
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
@@ -83,11 +85,12 @@ class RequestResult:
 
     @property
     def output_len(self) -> int:
-        """N_out: server usage, else the number of token chunks."""
+        """N_out: server usage, else the number of chunks that carried output (a role-only,
+        empty or finish-only chunk is no token; vLLM re-tokenizes the text instead)."""
         o = self.outcome
         if o.completion_tokens:
             return o.completion_tokens
-        return o.num_chunks
+        return o.num_token_chunks
 
     @property
     def input_len(self) -> int:

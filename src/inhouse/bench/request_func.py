@@ -232,12 +232,15 @@ class OpenAIStream:
             has_content = bool(text)
         if not isinstance(text, str):
             raise TypeError("the chunk's text is not a string")
-        if has_content and o.ttft_content_s is None:
-            o.ttft_content_s = now - o.t_send
+        if has_content:
+            o.num_token_chunks += 1
+            if o.ttft_content_s is None:
+                o.ttft_content_s = now - o.t_send
         if self.text_parts is not None and text:
             self.text_parts.append(text)
         usage = data.get("usage")
         if usage:
+            self._on_usage(usage)  # some servers put it on the last token chunk
             self._per_token(usage, now)
         if self.trace and o.server_times_s is not None:
             o.server_times_s.append(float(data.get("t", 0.0)))
@@ -245,16 +248,20 @@ class OpenAIStream:
         self.last_t = now
 
     def _on_usage(self, usage: dict[str, Any]) -> None:
-        """Usage counts; a count that is not a whole number >= 0 raises ValueError (it would
-        break the run's totals later, far from the answer that sent it)."""
+        """Usage counts, the latest of each kept; a count that is not a whole number >= 0
+        raises ValueError (it would break the run's totals later, far from the answer that
+        sent it)."""
         if not isinstance(usage, dict):
             raise TypeError("usage is not an object")
         o = self.outcome
-        o.completion_tokens = _token_count(usage.get("completion_tokens"))
-        o.prompt_tokens = _token_count(usage.get("prompt_tokens"))
+        if (completion := _token_count(usage.get("completion_tokens"))) is not None:
+            o.completion_tokens = completion
+        if (prompt := _token_count(usage.get("prompt_tokens"))) is not None:
+            o.prompt_tokens = prompt
         details = usage.get("prompt_tokens_details")
-        if isinstance(details, dict):
-            o.cached_tokens = _token_count(details.get("cached_tokens"))
+        cached = _token_count(details.get("cached_tokens")) if isinstance(details, dict) else None
+        if cached is not None:
+            o.cached_tokens = cached
 
     def _per_token(self, usage: dict[str, Any], now: float) -> None:
         """Per-token gaps from continuous usage stats: a chunk carrying k tokens gives k gaps
@@ -294,7 +301,7 @@ class OpenAIStream:
             return
         o.success = True
         o.ttft_s = o.latency_s = now - o.t_send
-        o.num_chunks = 1
+        o.num_chunks = o.num_token_chunks = 1
         if self.text_parts is not None and text:
             self.text_parts.append(text)
 
