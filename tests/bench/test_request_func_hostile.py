@@ -195,3 +195,18 @@ def test_usage_on_a_chunk_with_choices_is_read() -> None:
     assert o.success
     assert (o.completion_tokens, o.prompt_tokens, o.cached_tokens) == (7, 5, 4)
     assert RequestResult(o, "r0", 10).output_len == 7
+
+
+def test_a_stream_that_ended_with_a_finish_reason_but_no_done_is_a_success() -> None:
+    """The answer is whole once a choice has its `finish_reason`; a server that then ends the
+    response without `data: [DONE]` failed every request (vLLM's bench counts them)."""
+    o = answer(ROLE, TOKEN, FINISH)
+    assert (o.success, o.error, o.num_chunks) == (True, "", 3)
+    cut = answer(ROLE, TOKEN)  # no finish_reason: cut short, as before
+    assert not cut.success and "without `data: [DONE]`" in cut.error
+
+
+def test_a_close_delimited_stream_with_a_finish_reason_is_a_success() -> None:
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
+    o = asyncio.run(send_to_raw_server(head + OK + OK.replace(b"}]", b',"finish_reason":"stop"}]')))
+    assert (o.success, o.error, o.num_chunks) == (True, "", 2)

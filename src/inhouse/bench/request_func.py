@@ -112,7 +112,7 @@ class OpenAIStream:
     """An OpenAI-compatible answer, streamed (SSE) or whole (JSON), read into its `Outcome`: a
     `http1.client.Receiver`."""
 
-    __slots__ = ("body", "events", "has_done", "is_sse", "keep_text", "last_t",
+    __slots__ = ("body", "events", "has_done", "has_finish", "is_sse", "keep_text", "last_t",
                  "last_usage_tokens", "outcome", "text_parts", "trace")  # fmt: skip
 
     def __init__(self, outcome: Outcome, keep_text: bool, trace: bool = False) -> None:
@@ -126,6 +126,7 @@ class OpenAIStream:
         o.error = ""
         self.is_sse = False
         self.has_done = False  # `data: [DONE]` came: the stream was not cut short
+        self.has_finish = False  # a choice came with its `finish_reason`: the answer is whole
         self.body = b""  # a body that is not an SSE stream: an error, or a whole answer
         self.events = EventSplitter()
         self.last_t = o.t_send
@@ -163,8 +164,9 @@ class OpenAIStream:
             rest = self.events.rest.strip()
             if rest:
                 self._on_event(rest, now)
-            if o.num_chunks and not self.has_done:
-                # A stream the server closed (or ended) before `[DONE]` was cut short.
+            if o.num_chunks and not (self.has_done or self.has_finish):
+                # A stream the server closed (or ended) before `[DONE]`, with no choice
+                # finished, was cut short.
                 o.error = o.error or "the stream ended without `data: [DONE]` (cut short)"
             if o.num_chunks:
                 # NOTE: `vllm bench serve` counts a stream that ended in an error event as a
@@ -232,6 +234,8 @@ class OpenAIStream:
             has_content = bool(text)
         if not isinstance(text, str):
             raise TypeError("the chunk's text is not a string")
+        if choice.get("finish_reason") is not None:
+            self.has_finish = True
         if has_content:
             o.num_token_chunks += 1
             if o.ttft_content_s is None:
