@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +25,7 @@ pools:
     served_model_name: tiny
     replicas: 1
 """
+SRC = Path(__file__).resolve().parents[2] / "src"
 SMALL = ["-p", "document=60", "-p", "output=4", "-p", "instruction_tokens=32"]
 
 
@@ -247,3 +253,37 @@ def test_compare_refuses_garbage_and_results_with_nothing_in_common(
     (other / "result.json").write_text(json.dumps({"completed": 10, "ttft": {"p99": 1.0}}))
     assert main(["bench", "compare", str(base), str(other)]) == 2
     assert "no metric in common" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_signal_mid_run_writes_what_was_measured(tmp_path: Path, signal_name: str) -> None:
+    """Ctrl-C, `kill` (SIGTERM: a timeout, a pod deleted) or a closed terminal (SIGHUP) mid-run:
+    the reports of what was measured are written and the exit code says the run is incomplete.
+    SIGTERM and SIGHUP killed the process and every measurement with it."""
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    with MockServerThread(MockTiming(ttft_s=0.01, itl_s=0.005)) as mock:
+        args = ["bench", "--target", mock.url, "--workload", "utility", "--rate", "20"]
+        args += ["--duration", "120", "--out", str(out), "--no-charts", *SMALL]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "inhouse", *args],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while mock.server.stats.num_requests < 5 and time.monotonic() < deadline:
+                assert proc.poll() is None, proc.communicate()
+                time.sleep(0.05)
+            proc.send_signal(getattr(signal, signal_name))
+            stdout, stderr = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert proc.returncode == 130, (stdout, stderr)
+    assert "wrote what was measured" in stderr
+    result = json.loads((out / "result.json").read_text())
+    assert result["run"]["interrupted"] and result["completed"] >= 1
