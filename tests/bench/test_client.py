@@ -257,3 +257,25 @@ def test_a_stream_that_ends_in_an_error_event_is_a_failure() -> None:
     assert not o.success
     assert o.error == "error event in stream: upstream lost"
     assert o.ttft_s is not None and o.num_chunks == 2  # what it measured stays
+
+
+def test_an_interrupt_after_the_last_request_leaves_the_run_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ctrl-C while the run scrapes the server's counters after its last request: the run was
+    complete, but it was reported interrupted (exit code 130, 'figures incomplete')."""
+    from inhouse.bench import driver as driver_module
+
+    drivers = []
+    scrape = driver_module.scrape_all
+
+    async def scrape_then_interrupt(urls):  # type: ignore[no-untyped-def]
+        if drivers and drivers[0].num_sent:  # the scrape after the run
+            drivers[0].interrupt()
+        return await scrape(urls)
+
+    monkeypatch.setattr(driver_module, "scrape_all", scrape_then_interrupt)
+    with MockServerThread(MockTiming(ttft_s=0.01, itl_s=0.005)) as mock:
+        run = asyncio.run(run_live(spec_for(mock.url, num_requests=5), on_driver=drivers.append))
+    assert len(run.results) == 5 and all(r.success for r in run.results)
+    assert not run.interrupted
