@@ -287,3 +287,15 @@ def test_a_signal_mid_run_writes_what_was_measured(tmp_path: Path, signal_name: 
     assert "wrote what was measured" in stderr
     result = json.loads((out / "result.json").read_text())
     assert result["run"]["interrupted"] and result["completed"] >= 1
+
+
+@pytest.mark.parametrize("timeout", ["0", "-5", "nan", "inf"])
+def test_a_request_timeout_that_is_no_timeout_is_refused(
+    tmp_path: Path, timeout: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """0 or a negative number failed every request as 'timed out'; nan and inf left a request
+    to a server that stalls after its head waiting forever, and the run with it."""
+    args = ["bench", "--target", "http://127.0.0.1:1", "--workload", "utility", "--rate", "1"]
+    code = main([*args, "--request-timeout", timeout, "--out", str(tmp_path)])
+    assert code == 2
+    assert "--request-timeout must be a positive number of seconds" in capsys.readouterr().err
