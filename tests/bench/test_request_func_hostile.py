@@ -210,3 +210,49 @@ def test_a_close_delimited_stream_with_a_finish_reason_is_a_success() -> None:
     head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
     o = asyncio.run(send_to_raw_server(head + OK + OK.replace(b"}]", b',"finish_reason":"stop"}]')))
     assert (o.success, o.error, o.num_chunks) == (True, "", 2)
+
+
+def test_a_server_that_stalls_after_a_token_fails_the_request_at_its_timeout() -> None:
+    async def go() -> tuple[Outcome, float]:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            writer.write(head + b"transfer-encoding: chunked\r\n\r\n")
+            writer.write(b"%x\r\n%s\r\n" % (len(OK), OK))
+            await writer.drain()
+            await stalled.wait()  # never sends the rest
+            writer.close()
+
+        stalled = asyncio.Event()
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        client = Client(Target("127.0.0.1", server.sockets[0].getsockname()[1]))
+        t = time.perf_counter()
+        job = Job(0, t, "/v1/completions", b"{}", timeout_s=0.3)
+        outcome = await asyncio.wait_for(client.send(job), 5.0)
+        elapsed = time.perf_counter() - t
+        stalled.set()
+        client.close()
+        server.close()
+        return outcome, elapsed
+
+    o, elapsed_s = asyncio.run(go())
+    assert (o.success, o.error, o.num_chunks) == (False, "timed out after 0.3 s", 1)
+    assert 0.3 <= elapsed_s < 2.0
+
+
+def test_per_token_gaps_start_at_the_first_token_not_the_role_chunk() -> None:
+    """With continuous usage stats, a role chunk (0 tokens) sent before prefill made the first
+    token's wait (prefill) a per-token gap: `itl_per_token` is the gaps between tokens."""
+
+    def chunk(delta: bytes, tokens: int) -> bytes:
+        usage = b'"usage":{"prompt_tokens":3,"completion_tokens":%d}' % tokens
+        return b'data: {"choices":[{"delta":%s}],%s}\n\n' % (delta, usage)
+
+    o = answer(
+        chunk(b'{"role":"assistant","content":""}', 0),  # at 1 s
+        chunk(b'{"content":"a"}', 1),  # at 2 s: the first token
+        chunk(b'{"content":""}', 1),  # at 3 s: no token
+        chunk(b'{"content":"bc"}', 3),  # at 4 s: two tokens, 2 s after the first
+        DONE,
+    )
+    assert o.success and o.per_token_itl_s == [1.0, 1.0]

@@ -113,7 +113,7 @@ class OpenAIStream:
     `http1.client.Receiver`."""
 
     __slots__ = ("body", "events", "has_done", "has_finish", "is_sse", "keep_text", "last_t",
-                 "last_usage_tokens", "outcome", "text_parts", "trace")  # fmt: skip
+                 "last_token_t", "last_usage_tokens", "outcome", "text_parts", "trace")  # fmt: skip
 
     def __init__(self, outcome: Outcome, keep_text: bool, trace: bool = False) -> None:
         self.outcome = outcome
@@ -131,6 +131,7 @@ class OpenAIStream:
         self.events = EventSplitter()
         self.last_t = o.t_send
         self.last_usage_tokens = 0
+        self.last_token_t = o.t_send  # when the last chunk that carried tokens came
         self.text_parts: list[str] | None = [] if self.keep_text else None
         if self.trace:
             o.server_times_s = []
@@ -269,22 +270,24 @@ class OpenAIStream:
 
     def _per_token(self, usage: dict[str, Any], now: float) -> None:
         """Per-token gaps from continuous usage stats: a chunk carrying k tokens gives k gaps
-        of (chunk gap)/k; tokens that came with the first chunk give gaps of 0."""
+        of (time since the last chunk that carried tokens)/k; tokens that came with the first
+        tokens give gaps of 0. A chunk with no token (the role chunk) gives none."""
         count = usage.get("completion_tokens")
         if not isinstance(count, int):
             return
         k = count - self.last_usage_tokens
-        self.last_usage_tokens = count
         o = self.outcome
         if o.per_token_itl_s is None:
             o.per_token_itl_s = []
         if k <= 0:
             return
-        if o.num_chunks == 0:
+        if self.last_usage_tokens == 0:
             o.per_token_itl_s.extend([0.0] * (k - 1))
         else:
-            gap = (now - self.last_t) / k
+            gap = (now - self.last_token_t) / k
             o.per_token_itl_s.extend([gap] * k)
+        self.last_usage_tokens = count
+        self.last_token_t = now
 
     def _on_whole(self, now: float) -> None:
         """A non-streamed answer: TTFT and E2EL are both the time of the whole body."""
