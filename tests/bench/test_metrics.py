@@ -165,3 +165,15 @@ def test_peak_metrics_count_chunks_in_one_second_buckets() -> None:
     b = result(1, t_sched=0, t_send=0.9, ttft=0.05, itl=[0.05], completion_tokens=2)
     # Chunks at 0.5, 0.7, 0.9 | 1.1 (a) and 0.95, 1.0 (b): bucket 0 has 4, bucket 1 has 2.
     assert peak_metrics([a, b]) == (4.0, 2)
+
+
+def test_the_role_chunk_flag_compares_each_request_with_itself() -> None:
+    """No request waited between its first chunk and its first content; the flag compared
+    the mean TTFT of all requests with the mean first-content time of those with content, so
+    a fast request with an empty answer raised it."""
+    slow = result(0, t_sched=0, t_send=0, ttft=1.0, itl=[0.01], completion_tokens=2)
+    empty = result(1, t_sched=0, t_send=0, ttft=0.01, itl=[], completion_tokens=0)
+    empty.outcome.ttft_content_s = None  # its one chunk carried no content
+    assert summarize([slow, empty], 2.0)["ttft_role_chunk_artifact"] is False
+    slow.outcome.ttft_content_s = 1.002  # a 2 ms gap: flagged
+    assert summarize([slow, empty], 2.0)["ttft_role_chunk_artifact"] is True

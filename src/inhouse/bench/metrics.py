@@ -240,10 +240,14 @@ def _extensions(
     out.update(stats_ms("client_queue_time", queue, percentiles))
     content = [r.outcome.ttft_content_s for r in done if r.outcome.ttft_content_s is not None]
     out.update(stats_ms("ttft_content", content, percentiles))
-    ttft_mean = float(np.mean([r.outcome.ttft_s for r in done])) if done else 0.0
-    content_mean = float(np.mean(content)) if content else ttft_mean
-    # §8.2: flag the role-chunk artefact when TTFT and first-content differ by > 1 ms on average.
-    out["ttft_role_chunk_artifact"] = bool(content and (content_mean - ttft_mean) * MS > 1.0)
+    # §8.2: flag the role-chunk artefact when TTFT and first-content differ by > 1 ms on average,
+    # each request against itself (one with no content has no such gap).
+    gaps = [
+        r.outcome.ttft_content_s - r.outcome.ttft_s
+        for r in done
+        if r.outcome.ttft_content_s is not None
+    ]
+    out["ttft_role_chunk_artifact"] = bool(gaps) and float(np.mean(gaps)) * MS > 1.0
     per_token = [g for r in done for g in (r.outcome.per_token_itl_s or ())]
     if per_token:
         out.update(stats_ms("itl_per_token", per_token, percentiles))
