@@ -255,29 +255,41 @@ def test_compare_refuses_garbage_and_results_with_nothing_in_common(
     assert "no metric in common" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM", "SIGHUP"])
-def test_a_signal_mid_run_writes_what_was_measured(tmp_path: Path, signal_name: str) -> None:
-    """Ctrl-C, `kill` (SIGTERM: a timeout, a pod deleted) or a closed terminal (SIGHUP) mid-run:
-    the reports of what was measured are written and the exit code says the run is incomplete.
-    SIGTERM and SIGHUP killed the process and every measurement with it."""
+@pytest.mark.parametrize(
+    ("signal_name", "workers", "to_group"),
+    [("SIGINT", 1, False), ("SIGTERM", 1, False), ("SIGHUP", 1, False), ("SIGHUP", 2, True)],
+)
+def test_a_signal_mid_run_writes_what_was_measured(
+    tmp_path: Path, signal_name: str, workers: int, to_group: bool
+) -> None:
+    """Ctrl-C, `kill` (SIGTERM: a timeout, a pod deleted) or a closed terminal (SIGHUP, to the
+    whole process group, worker processes too) mid-run: the reports of what was measured are
+    written and the exit code says the run is incomplete. SIGTERM and SIGHUP killed the
+    process and every measurement with it; SIGHUP killed the worker processes."""
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     with MockServerThread(MockTiming(ttft_s=0.01, itl_s=0.005)) as mock:
         args = ["bench", "--target", mock.url, "--workload", "utility", "--rate", "20"]
         args += ["--duration", "120", "--out", str(out), "--no-charts", *SMALL]
+        args += ["--workers", str(workers)]
         proc = subprocess.Popen(
             [sys.executable, "-m", "inhouse", *args],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            start_new_session=True,  # a process group of its own, to signal as a terminal does
         )
         try:
             deadline = time.monotonic() + 60
             while mock.server.stats.num_requests < 5 and time.monotonic() < deadline:
                 assert proc.poll() is None, proc.communicate()
                 time.sleep(0.05)
-            proc.send_signal(getattr(signal, signal_name))
+            signum = getattr(signal, signal_name)
+            if to_group:
+                os.killpg(proc.pid, signum)
+            else:
+                proc.send_signal(signum)
             stdout, stderr = proc.communicate(timeout=60)
         finally:
             if proc.poll() is None:
@@ -287,6 +299,7 @@ def test_a_signal_mid_run_writes_what_was_measured(tmp_path: Path, signal_name: 
     assert "wrote what was measured" in stderr
     result = json.loads((out / "result.json").read_text())
     assert result["run"]["interrupted"] and result["completed"] >= 1
+    assert result["failed"] == 0, result["errors"]
 
 
 @pytest.mark.parametrize("timeout", ["0", "-5", "nan", "inf"])
