@@ -312,3 +312,15 @@ def test_a_request_timeout_that_is_no_timeout_is_refused(
     code = main([*args, "--request-timeout", timeout, "--out", str(tmp_path)])
     assert code == 2
     assert "--request-timeout must be a positive number of seconds" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("percentiles", ["50,150", "-1", "nan"])
+def test_a_percentile_out_of_range_is_refused_before_the_run(
+    tmp_path: Path, percentiles: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """numpy refuses a percentile outside 0..100 — when the run was over, in a traceback that
+    took every measurement with it."""
+    args = ["bench", "--target", "http://127.0.0.1:1", "--workload", "utility", "--rate", "1"]
+    code = main([*args, "--percentiles", percentiles, "--out", str(tmp_path)])
+    assert code == 2
+    assert "--percentiles: each must be between 0 and 100" in capsys.readouterr().err
