@@ -256,3 +256,14 @@ def test_per_token_gaps_start_at_the_first_token_not_the_role_chunk() -> None:
         DONE,
     )
     assert o.success and o.per_token_itl_s == [1.0, 1.0]
+
+
+def test_reasoning_and_tool_call_deltas_are_output() -> None:
+    """Reasoning (`reasoning_content`, `reasoning`) and tool-call deltas are tokens: they set
+    `ttft_content` and count in N_out without usage; only `content` goes into the text."""
+    reasoning = b'data: {"choices":[{"delta":{"reasoning_content":"hm"}}]}\n\n'
+    reasoning_new = b'data: {"choices":[{"delta":{"reasoning":"so"}}]}\n\n'
+    tool = b'data: {"choices":[{"delta":{"tool_calls":[{"index":0,"id":"c1"}]}}]}\n\n'
+    o = answer(ROLE, reasoning, reasoning_new, tool, TOKEN, FINISH, DONE)
+    assert (o.success, o.ttft_s, o.ttft_content_s, o.text) == (True, 1.0, 2.0, "x")
+    assert RequestResult(o, "r0", 10).output_len == 4
