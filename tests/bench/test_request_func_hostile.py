@@ -267,3 +267,17 @@ def test_reasoning_and_tool_call_deltas_are_output() -> None:
     o = answer(ROLE, reasoning, reasoning_new, tool, TOKEN, FINISH, DONE)
     assert (o.success, o.ttft_s, o.ttft_content_s, o.text) == (True, 1.0, 2.0, "x")
     assert RequestResult(o, "r0", 10).output_len == 4
+
+
+def test_a_stream_cut_mid_event_says_so() -> None:
+    """Cut inside a `data:` line, the stream's last bytes were reported as 'bad SSE message',
+    as if the server had sent garbage."""
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
+    o = asyncio.run(send_to_raw_server(head + OK + b'data: {"choices":[{"te'))
+    assert not o.success and o.num_chunks == 1
+    assert o.error == "the stream ended mid-event (cut short): b'data: {\"choices\":[{\"te'"
+
+
+def test_an_html_page_sent_as_an_event_stream_is_a_bad_message_not_a_cut() -> None:
+    o = answer(b"<html><body>502 Bad Gateway</body></html>")
+    assert not o.success and o.error.startswith("bad SSE message: b'<html>")

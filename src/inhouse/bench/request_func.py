@@ -163,8 +163,11 @@ class OpenAIStream:
         o = self.outcome
         if o.status == 200 and self.is_sse:
             rest = self.events.rest.strip()
-            if rest:
+            if rest:  # an event with no blank line after it: whole, or cut inside
+                error = o.error
                 self._on_event(rest, now)
+                if o.error != error and rest.startswith(b"data:"):
+                    o.error = f"the stream ended mid-event (cut short): {rest[:200]!r}"
             if o.num_chunks and not (self.has_done or self.has_finish):
                 # A stream the server closed (or ended) before `[DONE]`, with no choice
                 # finished, was cut short.
