@@ -177,3 +177,17 @@ def test_the_role_chunk_flag_compares_each_request_with_itself() -> None:
     assert summarize([slow, empty], 2.0)["ttft_role_chunk_artifact"] is False
     slow.outcome.ttft_content_s = 1.002  # a 2 ms gap: flagged
     assert summarize([slow, empty], 2.0)["ttft_role_chunk_artifact"] is True
+
+
+def test_streams_that_arrived_in_one_read_are_counted_and_named() -> None:
+    """Behind a buffering proxy (nginx `proxy_buffering on`) a whole stream arrives in one read:
+    TTFT is its E2EL and its ITL samples are 0, and nothing said so."""
+    from inhouse.bench.report import console_lines
+
+    buffered = result(0, t_sched=0, t_send=0, ttft=0.5, itl=[0.0, 0.0, 0.0], completion_tokens=4)
+    # The role chunk and the first token in one read (vLLM sends them together): streamed.
+    streamed = result(1, t_sched=0, t_send=0, ttft=0.1, itl=[0.0, 0.02, 0.02], completion_tokens=3)
+    out = summarize([buffered, streamed], 1.0)
+    assert out["num_streams_in_one_read"] == 1
+    out["run"] = {"percentiles": [99.0]}
+    assert any("1 of 2 streamed answers arrived in one read" in line for line in console_lines(out))

@@ -275,7 +275,7 @@ def test_a_stream_cut_mid_event_says_so() -> None:
     head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
     o = asyncio.run(send_to_raw_server(head + OK + b'data: {"choices":[{"te'))
     assert not o.success and o.num_chunks == 1
-    assert o.error == "the stream ended mid-event (cut short): b'data: {\"choices\":[{\"te'"
+    assert o.error == 'the stream ended mid-event (cut short): b\'data: {"choices":[{"te\''
 
 
 def test_an_html_page_sent_as_an_event_stream_is_a_bad_message_not_a_cut() -> None:

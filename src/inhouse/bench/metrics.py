@@ -248,6 +248,11 @@ def _extensions(
         if r.outcome.ttft_content_s is not None
     ]
     out["ttft_role_chunk_artifact"] = bool(gaps) and float(np.mean(gaps)) * MS > 1.0
+    # A stream of 3 chunks or more whose chunks all came in one read: a buffering proxy or
+    # server; its TTFT is its E2EL and its ITL samples are 0 (the console says so).
+    judged = [r.outcome.itl_s for r in done if len(r.outcome.itl_s) >= 2]
+    out["num_streams_3plus_chunks"] = len(judged)
+    out["num_streams_in_one_read"] = sum(1 for itl in judged if not any(itl))
     per_token = [g for r in done for g in (r.outcome.per_token_itl_s or ())]
     if per_token:
         out.update(stats_ms("itl_per_token", per_token, percentiles))

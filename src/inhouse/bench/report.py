@@ -346,6 +346,13 @@ def console_lines(result: dict[str, Any]) -> list[str]:
             f"Server-side prefix-cache hit rate: unknown ({why}); through a gateway, pass "
             "--metrics-url per engine, or --plan DIR to scrape the plan's engines"
         )
+    if result.get("num_streams_in_one_read"):
+        lines.append(
+            f"Warning: {result['num_streams_in_one_read']} of "
+            f"{result['num_streams_3plus_chunks']} streamed answers arrived in one read (a "
+            "buffering proxy between bench and the server?): their TTFT is their E2EL and "
+            "their ITL 0"
+        )
     lines += failure_lines(result.get("errors") or {}, int(result.get("failed") or 0))
     if result.get("plan_slo"):
         lines += judgement_lines(result["plan_slo"])
