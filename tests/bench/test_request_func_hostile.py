@@ -281,3 +281,13 @@ def test_a_stream_cut_mid_event_says_so() -> None:
 def test_an_html_page_sent_as_an_event_stream_is_a_bad_message_not_a_cut() -> None:
     o = answer(b"<html><body>502 Bad Gateway</body></html>")
     assert not o.success and o.error.startswith("bad SSE message: b'<html>")
+
+
+@pytest.mark.parametrize("headers", [[], [(b"content-type", b"text/plain")], JSON])
+def test_an_event_stream_with_the_wrong_content_type_is_read_as_one(
+    headers: list[tuple[bytes, bytes]],
+) -> None:
+    """A stream sent as text/plain, JSON or with no content type (a proxy rewrote it): it was
+    read as one whole JSON body, and every request failed as 'bad JSON body'."""
+    o = answer(b": ping\n\n", OK, OK, DONE, headers=headers)
+    assert (o.success, o.error, o.num_chunks, o.ttft_s, o.itl_s) == (True, "", 2, 2.0, [1.0])

@@ -37,6 +37,7 @@ except ImportError:  # pragma: no cover - depends on the environment
     JSON_LIBRARY = "json"
 
 MAX_ERROR_BODY_BYTES = 2000
+SSE_STARTS = (b"data:", b":", b"event:", b"id:", b"retry:")  # how an event stream begins
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +146,10 @@ class OpenAIStream:
                 self.is_sse = True
 
     def on_body(self, data: bytes, now: float) -> None:
+        if not self.is_sse and not self.body and self.outcome.status == 200:
+            # NOTE: an event stream under another content type (a proxy rewrote it) is read
+            # as one all the same, by how it starts.
+            self.is_sse = data.lstrip().startswith(SSE_STARTS)
         if not (self.is_sse and self.outcome.status == 200):
             self.body += data
             return
