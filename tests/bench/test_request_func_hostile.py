@@ -291,3 +291,11 @@ def test_an_event_stream_with_the_wrong_content_type_is_read_as_one(
     read as one whole JSON body, and every request failed as 'bad JSON body'."""
     o = answer(b": ping\n\n", OK, OK, DONE, headers=headers)
     assert (o.success, o.error, o.num_chunks, o.ttft_s, o.itl_s) == (True, "", 2, 2.0, [1.0])
+
+
+def test_an_error_event_in_the_older_vllm_shape_fails_the_request() -> None:
+    """vLLM before its `{"error": {...}}` shape sent `{"object": "error", "message": ...}` in
+    the stream; it was skipped, and a stream that broke off counted as a success."""
+    error = b'data: {"object":"error","message":"boom","type":"InternalServerError","code":500}'
+    o = answer(OK, error + b"\n\n", DONE)
+    assert (o.success, o.error) == (False, "error event in stream: boom")

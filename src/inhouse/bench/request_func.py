@@ -225,6 +225,8 @@ class OpenAIStream:
             error = data["error"]
             message_text = error.get("message") if isinstance(error, dict) else error
             o.error = f"error event in stream: {message_text}"
+        elif data.get("object") == "error":  # vLLM's older shape
+            o.error = f"error event in stream: {data.get('message')}"
 
     def _on_choice(self, data: dict[str, Any], choice: dict[str, Any], now: float) -> None:
         o = self.outcome
