@@ -299,3 +299,8 @@ def test_an_error_event_in_the_older_vllm_shape_fails_the_request() -> None:
     error = b'data: {"object":"error","message":"boom","type":"InternalServerError","code":500}'
     o = answer(OK, error + b"\n\n", DONE)
     assert (o.success, o.error) == (False, "error event in stream: boom")
+
+
+def test_a_last_error_event_with_no_blank_line_after_it_keeps_its_message() -> None:
+    o = answer(OK, b'data: {"error":{"message":"boom"}}')
+    assert (o.success, o.error) == (False, "error event in stream: boom")

@@ -37,6 +37,7 @@ except ImportError:  # pragma: no cover - depends on the environment
     JSON_LIBRARY = "json"
 
 MAX_ERROR_BODY_BYTES = 2000
+BAD_MESSAGE = "bad SSE message: "
 SSE_STARTS = (b"data:", b":", b"event:", b"id:", b"retry:")  # how an event stream begins
 
 
@@ -171,7 +172,8 @@ class OpenAIStream:
             if rest:  # an event with no blank line after it: whole, or cut inside
                 error = o.error
                 self._on_event(rest, now)
-                if o.error != error and rest.startswith(b"data:"):
+                is_unparsed = o.error != error and o.error.startswith(BAD_MESSAGE)
+                if is_unparsed and rest.startswith(b"data:"):
                     o.error = f"the stream ended mid-event (cut short): {rest[:200]!r}"
             if o.num_chunks and not (self.has_done or self.has_finish):
                 # A stream the server closed (or ended) before `[DONE]`, with no choice
@@ -205,7 +207,7 @@ class OpenAIStream:
         try:
             data = loads(message)
         except ValueError:
-            self.outcome.error = f"bad SSE message: {message[:200]!r}"
+            self.outcome.error = f"{BAD_MESSAGE}{message[:200]!r}"
             return
         try:
             self._on_data(data, now)
