@@ -257,3 +257,51 @@ def test_a_stream_that_ends_in_an_error_event_is_a_failure() -> None:
     assert not o.success
     assert o.error == "error event in stream: upstream lost"
     assert o.ttft_s is not None and o.num_chunks == 2  # what it measured stays
+
+
+def test_an_interrupt_after_the_last_request_leaves_the_run_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ctrl-C while the run scrapes the server's counters after its last request: the run was
+    complete, but it was reported interrupted (exit code 130, 'figures incomplete')."""
+    from inhouse.bench import driver as driver_module
+
+    drivers = []
+    scrape = driver_module.scrape_all
+
+    async def scrape_then_interrupt(urls):  # type: ignore[no-untyped-def]
+        if drivers and drivers[0].num_sent:  # the scrape after the run
+            drivers[0].interrupt()
+        return await scrape(urls)
+
+    monkeypatch.setattr(driver_module, "scrape_all", scrape_then_interrupt)
+    with MockServerThread(MockTiming(ttft_s=0.01, itl_s=0.005)) as mock:
+        run = asyncio.run(run_live(spec_for(mock.url, num_requests=5), on_driver=drivers.append))
+    assert len(run.results) == 5 and all(r.success for r in run.results)
+    assert not run.interrupted
+
+
+def test_a_worker_process_that_dies_mid_run_fails_its_requests_instead_of_hanging() -> None:
+    """A worker killed mid-run (the OOM killer, a signal to the process group): the requests
+    it held never came back, and the driver waited for them forever."""
+
+    async def go():  # type: ignore[no-untyped-def]
+        def hook(driver) -> None:  # type: ignore[no-untyped-def]
+            on_outcome = driver.on_outcome
+
+            def kill_after_five(outcome) -> None:  # type: ignore[no-untyped-def]
+                on_outcome(outcome)
+                if len(driver.results) + len(driver.outbox) == 5:
+                    driver.sender._procs[0].kill()
+
+            driver.on_outcome = kill_after_five
+
+        spec = spec_for(mock.url, workers=2, rate=20.0, num_requests=30)
+        return await asyncio.wait_for(run_live(spec, on_driver=hook), 60.0)
+
+    with MockServerThread(MockTiming(ttft_s=0.01, itl_s=0.05)) as mock:
+        run = asyncio.run(go())
+    assert len(run.results) == 30  # every request sent has an outcome
+    lost = [r for r in run.results if not r.success]
+    assert lost and all(r.outcome.error.startswith("lost: worker-0 exited") for r in lost)
+    assert sum(r.success for r in run.results) >= 15  # worker-1 carried on, then took it all

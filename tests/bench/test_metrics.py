@@ -36,7 +36,7 @@ def result(
         outcome.ttft_s = ttft
         outcome.itl_s = itl
         outcome.latency_s = ttft + sum(itl)
-        outcome.num_chunks = len(itl) + 1
+        outcome.num_chunks = outcome.num_token_chunks = len(itl) + 1
         outcome.completion_tokens = completion_tokens
         outcome.prompt_tokens = prompt_tokens
         outcome.cached_tokens = cached
@@ -165,3 +165,29 @@ def test_peak_metrics_count_chunks_in_one_second_buckets() -> None:
     b = result(1, t_sched=0, t_send=0.9, ttft=0.05, itl=[0.05], completion_tokens=2)
     # Chunks at 0.5, 0.7, 0.9 | 1.1 (a) and 0.95, 1.0 (b): bucket 0 has 4, bucket 1 has 2.
     assert peak_metrics([a, b]) == (4.0, 2)
+
+
+def test_the_role_chunk_flag_compares_each_request_with_itself() -> None:
+    """No request waited between its first chunk and its first content; the flag compared
+    the mean TTFT of all requests with the mean first-content time of those with content, so
+    a fast request with an empty answer raised it."""
+    slow = result(0, t_sched=0, t_send=0, ttft=1.0, itl=[0.01], completion_tokens=2)
+    empty = result(1, t_sched=0, t_send=0, ttft=0.01, itl=[], completion_tokens=0)
+    empty.outcome.ttft_content_s = None  # its one chunk carried no content
+    assert summarize([slow, empty], 2.0)["ttft_role_chunk_artifact"] is False
+    slow.outcome.ttft_content_s = 1.002  # a 2 ms gap: flagged
+    assert summarize([slow, empty], 2.0)["ttft_role_chunk_artifact"] is True
+
+
+def test_streams_that_arrived_in_one_read_are_counted_and_named() -> None:
+    """Behind a buffering proxy (nginx `proxy_buffering on`) a whole stream arrives in one read:
+    TTFT is its E2EL and its ITL samples are 0, and nothing said so."""
+    from inhouse.bench.report import console_lines
+
+    buffered = result(0, t_sched=0, t_send=0, ttft=0.5, itl=[0.0, 0.0, 0.0], completion_tokens=4)
+    # The role chunk and the first token in one read (vLLM sends them together): streamed.
+    streamed = result(1, t_sched=0, t_send=0, ttft=0.1, itl=[0.0, 0.02, 0.02], completion_tokens=3)
+    out = summarize([buffered, streamed], 1.0)
+    assert out["num_streams_in_one_read"] == 1
+    out["run"] = {"percentiles": [99.0]}
+    assert any("1 of 2 streamed answers arrived in one read" in line for line in console_lines(out))

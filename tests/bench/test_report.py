@@ -44,3 +44,26 @@ def test_a_key_inside_a_key_name_leaves_every_report_whole(
     rows = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
     assert [row["success"] for row in rows] == [False] * 4
     assert (out / "report.md").read_text().startswith("# inhouse bench — utility (live)")
+
+
+def test_failures_that_differ_only_in_their_numbers_are_one_reason() -> None:
+    """The gateway's 429 says when to retry ('Retry after 0.3 s.'): every refusal was its own
+    reason, so the console's top five showed a handful of 1s and 2s out of hundreds of 429s."""
+    from inhouse.bench.config import BenchSpec
+    from inhouse.bench.driver import BenchRun
+    from inhouse.bench.metrics import Outcome, RequestResult
+    from inhouse.bench.report import build_result
+
+    def refused(i: int, wait_s: float) -> RequestResult:
+        body = (
+            '{"error":{"message":"Tenant t1 is over its limit of 5 req/s. Retry after '
+            f'{wait_s:.1f} s.","type":"rate_limit_exceeded","param":null,"code":429}}}}'
+        )
+        return RequestResult(Outcome(i, 0.0, status=429, error=f"HTTP 429: {body}"), f"r{i}", 9)
+
+    results = [refused(0, 0.3), refused(1, 0.7), refused(2, 1.2)]
+    results.append(RequestResult(Outcome(3, 0.0, error="timed out after 600 s"), "r3", 9))
+    spec = BenchSpec(workload="utility", target="http://x", rate=1.0)
+    errors = build_result(BenchRun(spec, results, 1.0))["errors"]
+    # The first of each, word for word, with its count.
+    assert errors == {results[0].outcome.error: 3, "timed out after 600 s": 1}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -95,3 +96,23 @@ def test_compare_directions() -> None:
     assert rows["request_throughput"].change_pct == pytest.approx(-20.0)
     assert rows["prefix_cache_hit_rate_client"].status == "ok"
     assert "p50_itl_ms" not in rows
+
+
+def test_an_interrupted_point_stops_the_sweep_and_is_no_verdict(tmp_path: Path) -> None:
+    """Ctrl-C during a point ended that point only: the sweep went on to the next rate (one
+    Ctrl-C per point to stop it), and the cut-short point's figures passed or failed it."""
+    rates: list[float] = []
+
+    def run_point(spec: BenchSpec, out: Path) -> dict[str, Any]:
+        assert spec.rate is not None
+        rates.append(spec.rate)
+        result = fake_result(spec.rate, capacity=7.0)
+        result["run"]["interrupted"] = spec.rate == 2.0
+        return result
+
+    spec = BenchSpec(workload="utility", target="http://x", rate=1.0, slo={"ttft_ms": 1.0})
+    sweep = run_sweep(spec, 1.0, [1, 2, 3], tmp_path, run_point, search_steps=4)
+    assert rates == [1.0, 2.0]
+    assert sweep["interrupted"] and sweep["max_rate_meeting_slo"] is None
+    assert [p["verdict"] for p in sweep["points"]] == ["pass", "interrupted"]
+    assert json.loads((tmp_path / "sweep.json").read_text())["interrupted"]

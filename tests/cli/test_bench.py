@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +25,7 @@ pools:
     served_model_name: tiny
     replicas: 1
 """
+SRC = Path(__file__).resolve().parents[2] / "src"
 SMALL = ["-p", "document=60", "-p", "output=4", "-p", "instruction_tokens=32"]
 
 
@@ -247,3 +253,74 @@ def test_compare_refuses_garbage_and_results_with_nothing_in_common(
     (other / "result.json").write_text(json.dumps({"completed": 10, "ttft": {"p99": 1.0}}))
     assert main(["bench", "compare", str(base), str(other)]) == 2
     assert "no metric in common" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("signal_name", "workers", "to_group"),
+    [("SIGINT", 1, False), ("SIGTERM", 1, False), ("SIGHUP", 1, False), ("SIGHUP", 2, True)],
+)
+def test_a_signal_mid_run_writes_what_was_measured(
+    tmp_path: Path, signal_name: str, workers: int, to_group: bool
+) -> None:
+    """Ctrl-C, `kill` (SIGTERM: a timeout, a pod deleted) or a closed terminal (SIGHUP, to the
+    whole process group, worker processes too) mid-run: the reports of what was measured are
+    written and the exit code says the run is incomplete. SIGTERM and SIGHUP killed the
+    process and every measurement with it; SIGHUP killed the worker processes."""
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    with MockServerThread(MockTiming(ttft_s=0.01, itl_s=0.005)) as mock:
+        args = ["bench", "--target", mock.url, "--workload", "utility", "--rate", "20"]
+        args += ["--duration", "120", "--out", str(out), "--no-charts", *SMALL]
+        args += ["--workers", str(workers)]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "inhouse", *args],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # a process group of its own, to signal as a terminal does
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while mock.server.stats.num_requests < 5 and time.monotonic() < deadline:
+                assert proc.poll() is None, proc.communicate()
+                time.sleep(0.05)
+            signum = getattr(signal, signal_name)
+            if to_group:
+                os.killpg(proc.pid, signum)
+            else:
+                proc.send_signal(signum)
+            stdout, stderr = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert proc.returncode == 130, (stdout, stderr)
+    assert "wrote what was measured" in stderr
+    result = json.loads((out / "result.json").read_text())
+    assert result["run"]["interrupted"] and result["completed"] >= 1
+    assert result["failed"] == 0, result["errors"]
+
+
+@pytest.mark.parametrize("timeout", ["0", "-5", "nan", "inf"])
+def test_a_request_timeout_that_is_no_timeout_is_refused(
+    tmp_path: Path, timeout: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """0 or a negative number failed every request as 'timed out'; nan and inf left a request
+    to a server that stalls after its head waiting forever, and the run with it."""
+    args = ["bench", "--target", "http://127.0.0.1:1", "--workload", "utility", "--rate", "1"]
+    code = main([*args, "--request-timeout", timeout, "--out", str(tmp_path)])
+    assert code == 2
+    assert "--request-timeout must be a positive number of seconds" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("percentiles", ["50,150", "-1", "nan"])
+def test_a_percentile_out_of_range_is_refused_before_the_run(
+    tmp_path: Path, percentiles: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """numpy refuses a percentile outside 0..100 — when the run was over, in a traceback that
+    took every measurement with it."""
+    args = ["bench", "--target", "http://127.0.0.1:1", "--workload", "utility", "--rate", "1"]
+    code = main([*args, "--percentiles", percentiles, "--out", str(tmp_path)])
+    assert code == 2
+    assert "--percentiles: each must be between 0 and 100" in capsys.readouterr().err

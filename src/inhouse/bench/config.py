@@ -80,6 +80,16 @@ class BenchSpec:
             raise SpecError(f"--num-requests must be at least 1, got {self.num_requests}")
         if self.workers < 1:
             raise SpecError(f"--workers must be at least 1, got {self.workers}")
+        if not all(0 <= p <= 100 for p in self.percentiles):  # nan too
+            raise SpecError(
+                f"--percentiles: each must be between 0 and 100, got "
+                f"{','.join(f'{p:g}' for p in self.percentiles)} (e.g. 50,90,99)"
+            )
+        if not 0 < self.request_timeout_s < math.inf:  # nan too: it never fires
+            raise SpecError(
+                f"--request-timeout must be a positive number of seconds, got "
+                f"{self.request_timeout_s} (a request that runs past it counts as failed)"
+            )
         if self.endpoint not in ("completions", "chat"):
             raise SpecError(f"--endpoint is completions or chat, got {self.endpoint!r}")
         if self.rate is not None and math.isinf(self.rate) and self.num_requests is None:

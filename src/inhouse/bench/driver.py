@@ -107,6 +107,7 @@ class Driver:
         self.num_sent = 0
         self.stopping = False
         self.interrupted = False
+        self.is_finished = False  # every request has ended: an interrupt comes too late
         self.t0 = 0.0
         self.t_stop: float | None = None
         self._wake: asyncio.Event | None = None
@@ -117,8 +118,9 @@ class Driver:
             self._wake.set()
 
     def interrupt(self) -> None:
-        """Ctrl-C: stop sending, abort in-flight requests, keep what was measured."""
-        if not self.stopping:
+        """Ctrl-C: stop sending, abort in-flight requests, keep what was measured. After the
+        last request (the counters scraped, the reports written) there is nothing to stop."""
+        if not self.stopping and not self.is_finished:
             self.stopping = self.interrupted = True
             self.t_stop = time.perf_counter()
             if self._wake is not None:
@@ -152,6 +154,7 @@ class Driver:
             handle.cancel()
         await self.sender.stop(cancel=self.stopping)
         self._collect()
+        self.is_finished = True
         if self.progress is not None:
             self.progress.finish(self)
         ends = [r.outcome.t_done for r in self.results if r.outcome.t_done]

@@ -3,7 +3,9 @@ do about the ones a user can fix (a missing API key, limits, a server that is no
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
 
 API_KEY_ENV = "INHOUSE_API_KEY"
 TOP = 5
@@ -23,6 +25,24 @@ HINTS = (
     ("connection lost", "the server closed the connection mid-request"),
     ("timed out", "no answer within --request-timeout"),
 )
+
+
+NUMBER = re.compile(r"\d+(?:\.\d+)?")
+MAX_REASON_CHARS = 200
+MAX_REASONS = 10
+
+
+def count_reasons(errors: Iterable[str]) -> dict[str, int]:
+    """The most frequent failure reasons with their counts, reasons that differ only in their
+    numbers counted as one (a 429's 'Retry after 0.3 s.'), each shown as its first instance."""
+    counts: Counter[str] = Counter()
+    first: dict[str, str] = {}
+    for error in errors:
+        text = error[:MAX_REASON_CHARS]
+        key = NUMBER.sub("#", text)
+        counts[key] += 1
+        first.setdefault(key, text)
+    return {first[key]: count for key, count in counts.most_common(MAX_REASONS)}
 
 
 def hint_for(reason: str) -> str | None:

@@ -11,10 +11,11 @@ Definitions (shared/reference/bench-metrics.md §8, checked against the code of 
 * ITL: one sample per gap between consecutive `choices` messages, pooled over successful
   requests; never split per token. TPOT = (E2EL − TTFT) / (N_out − 1) per request with
   N_out > 1, every request weighted equally.
-* N_out = `usage.completion_tokens`; without usage, the number of token chunks (we carry no
-  tokenizer; flagged in `output_tokens_source`). N_in = the server's `usage.prompt_tokens` when
-  reported, else the workload's prompt length — what vLLM 0.32 does (NOTE: §8 says client-side;
-  both totals are reported beside it).
+* N_out = `usage.completion_tokens`; without usage, the number of chunks that carried output
+  (text, reasoning or tool calls: not the role chunk; we carry no tokenizer; flagged in
+  `output_tokens_source`). N_in = the server's `usage.prompt_tokens` when reported, else the
+  workload's prompt length — what vLLM 0.32 does (NOTE: §8 says client-side; both totals are
+  reported beside it).
 * Statistics: mean, median, std (ddof 0) and `numpy.percentile` (linear), in ms; an empty list
   counts as `[0]`, as vLLM's `np.mean(x or 0)`. Keys `mean_ttft_ms`, `p99_ttft_ms`, ...
 * duration: just before the first dispatch to the end of the last request. Goodput: successful
@@ -56,7 +57,8 @@ class Outcome:
     ttft_content_s: float | None = None
     latency_s: float = 0.0
     itl_s: list[float] = field(default_factory=list)
-    num_chunks: int = 0
+    num_chunks: int = 0  # messages with non-empty `choices` (TTFT's, then one per ITL gap)
+    num_token_chunks: int = 0  # those carrying output: text, reasoning or tool calls
     completion_tokens: int | None = None
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
@@ -83,11 +85,12 @@ class RequestResult:
 
     @property
     def output_len(self) -> int:
-        """N_out: server usage, else the number of token chunks."""
+        """N_out: server usage, else the number of chunks that carried output (a role-only,
+        empty or finish-only chunk is no token; vLLM re-tokenizes the text instead)."""
         o = self.outcome
         if o.completion_tokens:
             return o.completion_tokens
-        return o.num_chunks
+        return o.num_token_chunks
 
     @property
     def input_len(self) -> int:
@@ -237,10 +240,19 @@ def _extensions(
     out.update(stats_ms("client_queue_time", queue, percentiles))
     content = [r.outcome.ttft_content_s for r in done if r.outcome.ttft_content_s is not None]
     out.update(stats_ms("ttft_content", content, percentiles))
-    ttft_mean = float(np.mean([r.outcome.ttft_s for r in done])) if done else 0.0
-    content_mean = float(np.mean(content)) if content else ttft_mean
-    # §8.2: flag the role-chunk artefact when TTFT and first-content differ by > 1 ms on average.
-    out["ttft_role_chunk_artifact"] = bool(content and (content_mean - ttft_mean) * MS > 1.0)
+    # §8.2: flag the role-chunk artefact when TTFT and first-content differ by > 1 ms on average,
+    # each request against itself (one with no content has no such gap).
+    gaps = [
+        r.outcome.ttft_content_s - r.outcome.ttft_s
+        for r in done
+        if r.outcome.ttft_content_s is not None
+    ]
+    out["ttft_role_chunk_artifact"] = bool(gaps) and float(np.mean(gaps)) * MS > 1.0
+    # A stream of 3 chunks or more whose chunks all came in one read: a buffering proxy or
+    # server; its TTFT is its E2EL and its ITL samples are 0 (the console says so).
+    judged = [r.outcome.itl_s for r in done if len(r.outcome.itl_s) >= 2]
+    out["num_streams_3plus_chunks"] = len(judged)
+    out["num_streams_in_one_read"] = sum(1 for itl in judged if not any(itl))
     per_token = [g for r in done for g in (r.outcome.per_token_itl_s or ())]
     if per_token:
         out.update(stats_ms("itl_per_token", per_token, percentiles))

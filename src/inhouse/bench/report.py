@@ -6,7 +6,6 @@ import json
 import math
 import shlex
 import sys
-from collections import Counter
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import Any
 
 import inhouse
 from inhouse.bench.driver import BenchRun
-from inhouse.bench.failures import failure_lines
+from inhouse.bench.failures import count_reasons, failure_lines
 from inhouse.bench.health import assess_client
 from inhouse.bench.metrics import VLLM_METRICS, percentile_key, summarize
 from inhouse.bench.plan_run import judgement_lines
@@ -90,9 +89,7 @@ def build_result(run: BenchRun) -> dict[str, Any]:
     }
     if run.simulated is not None:
         out["simulated"] = run.simulated
-    out["errors"] = dict(
-        Counter(r.outcome.error[:200] for r in run.results if not r.success).most_common(10)
-    )
+    out["errors"] = count_reasons(r.outcome.error for r in run.results if not r.success)
     return out
 
 
@@ -348,6 +345,13 @@ def console_lines(result: dict[str, Any]) -> list[str]:
         lines.append(
             f"Server-side prefix-cache hit rate: unknown ({why}); through a gateway, pass "
             "--metrics-url per engine, or --plan DIR to scrape the plan's engines"
+        )
+    if result.get("num_streams_in_one_read"):
+        lines.append(
+            f"Warning: {result['num_streams_in_one_read']} of "
+            f"{result['num_streams_3plus_chunks']} streamed answers arrived in one read (a "
+            "buffering proxy between bench and the server?): their TTFT is their E2EL and "
+            "their ITL 0"
         )
     lines += failure_lines(result.get("errors") or {}, int(result.get("failed") or 0))
     if result.get("plan_slo"):

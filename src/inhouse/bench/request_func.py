@@ -37,6 +37,8 @@ except ImportError:  # pragma: no cover - depends on the environment
     JSON_LIBRARY = "json"
 
 MAX_ERROR_BODY_BYTES = 2000
+BAD_MESSAGE = "bad SSE message: "
+SSE_STARTS = (b"data:", b":", b"event:", b"id:", b"retry:")  # how an event stream begins
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +114,8 @@ class OpenAIStream:
     """An OpenAI-compatible answer, streamed (SSE) or whole (JSON), read into its `Outcome`: a
     `http1.client.Receiver`."""
 
-    __slots__ = ("body", "events", "has_done", "is_sse", "keep_text", "last_t",
-                 "last_usage_tokens", "outcome", "text_parts", "trace")  # fmt: skip
+    __slots__ = ("body", "events", "has_done", "has_finish", "is_sse", "keep_text", "last_t",
+                 "last_token_t", "last_usage_tokens", "outcome", "text_parts", "trace")  # fmt: skip
 
     def __init__(self, outcome: Outcome, keep_text: bool, trace: bool = False) -> None:
         self.outcome = outcome
@@ -126,10 +128,12 @@ class OpenAIStream:
         o.error = ""
         self.is_sse = False
         self.has_done = False  # `data: [DONE]` came: the stream was not cut short
+        self.has_finish = False  # a choice came with its `finish_reason`: the answer is whole
         self.body = b""  # a body that is not an SSE stream: an error, or a whole answer
         self.events = EventSplitter()
         self.last_t = o.t_send
         self.last_usage_tokens = 0
+        self.last_token_t = o.t_send  # when the last chunk that carried tokens came
         self.text_parts: list[str] | None = [] if self.keep_text else None
         if self.trace:
             o.server_times_s = []
@@ -143,6 +147,10 @@ class OpenAIStream:
                 self.is_sse = True
 
     def on_body(self, data: bytes, now: float) -> None:
+        if not self.is_sse and not self.body and self.outcome.status == 200:
+            # NOTE: an event stream under another content type (a proxy rewrote it) is read
+            # as one all the same, by how it starts.
+            self.is_sse = data.lstrip().startswith(SSE_STARTS)
         if not (self.is_sse and self.outcome.status == 200):
             self.body += data
             return
@@ -161,10 +169,15 @@ class OpenAIStream:
         o = self.outcome
         if o.status == 200 and self.is_sse:
             rest = self.events.rest.strip()
-            if rest:
+            if rest:  # an event with no blank line after it: whole, or cut inside
+                error = o.error
                 self._on_event(rest, now)
-            if o.num_chunks and not self.has_done:
-                # A stream the server closed (or ended) before `[DONE]` was cut short.
+                is_unparsed = o.error != error and o.error.startswith(BAD_MESSAGE)
+                if is_unparsed and rest.startswith(b"data:"):
+                    o.error = f"the stream ended mid-event (cut short): {rest[:200]!r}"
+            if o.num_chunks and not (self.has_done or self.has_finish):
+                # A stream the server closed (or ended) before `[DONE]`, with no choice
+                # finished, was cut short.
                 o.error = o.error or "the stream ended without `data: [DONE]` (cut short)"
             if o.num_chunks:
                 # NOTE: `vllm bench serve` counts a stream that ended in an error event as a
@@ -194,7 +207,7 @@ class OpenAIStream:
         try:
             data = loads(message)
         except ValueError:
-            self.outcome.error = f"bad SSE message: {message[:200]!r}"
+            self.outcome.error = f"{BAD_MESSAGE}{message[:200]!r}"
             return
         try:
             self._on_data(data, now)
@@ -214,6 +227,8 @@ class OpenAIStream:
             error = data["error"]
             message_text = error.get("message") if isinstance(error, dict) else error
             o.error = f"error event in stream: {message_text}"
+        elif data.get("object") == "error":  # vLLM's older shape
+            o.error = f"error event in stream: {data.get('message')}"
 
     def _on_choice(self, data: dict[str, Any], choice: dict[str, Any], now: float) -> None:
         o = self.outcome
@@ -232,12 +247,17 @@ class OpenAIStream:
             has_content = bool(text)
         if not isinstance(text, str):
             raise TypeError("the chunk's text is not a string")
-        if has_content and o.ttft_content_s is None:
-            o.ttft_content_s = now - o.t_send
+        if choice.get("finish_reason") is not None:
+            self.has_finish = True
+        if has_content:
+            o.num_token_chunks += 1
+            if o.ttft_content_s is None:
+                o.ttft_content_s = now - o.t_send
         if self.text_parts is not None and text:
             self.text_parts.append(text)
         usage = data.get("usage")
         if usage:
+            self._on_usage(usage)  # some servers put it on the last token chunk
             self._per_token(usage, now)
         if self.trace and o.server_times_s is not None:
             o.server_times_s.append(float(data.get("t", 0.0)))
@@ -245,35 +265,41 @@ class OpenAIStream:
         self.last_t = now
 
     def _on_usage(self, usage: dict[str, Any]) -> None:
-        """Usage counts; a count that is not a whole number >= 0 raises ValueError (it would
-        break the run's totals later, far from the answer that sent it)."""
+        """Usage counts, the latest of each kept; a count that is not a whole number >= 0
+        raises ValueError (it would break the run's totals later, far from the answer that
+        sent it)."""
         if not isinstance(usage, dict):
             raise TypeError("usage is not an object")
         o = self.outcome
-        o.completion_tokens = _token_count(usage.get("completion_tokens"))
-        o.prompt_tokens = _token_count(usage.get("prompt_tokens"))
+        if (completion := _token_count(usage.get("completion_tokens"))) is not None:
+            o.completion_tokens = completion
+        if (prompt := _token_count(usage.get("prompt_tokens"))) is not None:
+            o.prompt_tokens = prompt
         details = usage.get("prompt_tokens_details")
-        if isinstance(details, dict):
-            o.cached_tokens = _token_count(details.get("cached_tokens"))
+        cached = _token_count(details.get("cached_tokens")) if isinstance(details, dict) else None
+        if cached is not None:
+            o.cached_tokens = cached
 
     def _per_token(self, usage: dict[str, Any], now: float) -> None:
         """Per-token gaps from continuous usage stats: a chunk carrying k tokens gives k gaps
-        of (chunk gap)/k; tokens that came with the first chunk give gaps of 0."""
+        of (time since the last chunk that carried tokens)/k; tokens that came with the first
+        tokens give gaps of 0. A chunk with no token (the role chunk) gives none."""
         count = usage.get("completion_tokens")
         if not isinstance(count, int):
             return
         k = count - self.last_usage_tokens
-        self.last_usage_tokens = count
         o = self.outcome
         if o.per_token_itl_s is None:
             o.per_token_itl_s = []
         if k <= 0:
             return
-        if o.num_chunks == 0:
+        if self.last_usage_tokens == 0:
             o.per_token_itl_s.extend([0.0] * (k - 1))
         else:
-            gap = (now - self.last_t) / k
+            gap = (now - self.last_token_t) / k
             o.per_token_itl_s.extend([gap] * k)
+        self.last_usage_tokens = count
+        self.last_token_t = now
 
     def _on_whole(self, now: float) -> None:
         """A non-streamed answer: TTFT and E2EL are both the time of the whole body."""
@@ -294,7 +320,7 @@ class OpenAIStream:
             return
         o.success = True
         o.ttft_s = o.latency_s = now - o.t_send
-        o.num_chunks = 1
+        o.num_chunks = o.num_token_chunks = 1
         if self.text_parts is not None and text:
             self.text_parts.append(text)
 

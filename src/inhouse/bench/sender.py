@@ -268,6 +268,9 @@ class ProcessSender:
         self._conns: list[Connection] = []
         self._procs: list[Any] = []
         self._batches: list[list[Job]] = []
+        self._jobs: list[dict[int, Job]] = []  # per worker: handed over, no outcome back yet
+        self._is_alive: list[bool] = []
+        self._is_stopping = False
         self._next = 0
         self._health: list[dict[str, Any]] = []
         self._closed: list[asyncio.Future[None]] = []
@@ -290,22 +293,34 @@ class ProcessSender:
             self._conns.append(parent)
             self._procs.append(proc)
             self._batches.append([])
+            self._jobs.append({})
+            self._is_alive.append(True)
         for conn in self._conns:
             ready = await loop.run_in_executor(None, conn.recv)
             assert ready[0] == "ready", f"worker did not start: {ready!r}"
-        for conn in self._conns:
+        for i, conn in enumerate(self._conns):
             closed: asyncio.Future[None] = loop.create_future()
             self._closed.append(closed)
-            self._readers.append(start_pipe_reader(conn, loop, self._handler(closed)))
+            self._readers.append(start_pipe_reader(conn, loop, self._handler(i, closed)))
         self.monitor.start()
 
-    def _handler(self, closed: asyncio.Future[None]) -> Callable[[tuple[str, Any] | None], None]:
+    def _handler(
+        self, worker: int, closed: asyncio.Future[None]
+    ) -> Callable[[tuple[str, Any] | None], None]:
         def on_message(message: tuple[str, Any] | None) -> None:
             if message is None:
+                # A worker sends every outcome before it closes its pipe: any job still
+                # without one was lost with a worker that died. Once stopped, it is a job
+                # whose time had not come (never sent), as in `LocalSender.stop`.
+                if self._is_stopping:
+                    self._jobs[worker].clear()
+                self._lose(worker)
                 if not closed.done():
                     closed.set_result(None)
             elif message[0] == "outcomes":
+                jobs = self._jobs[worker]
                 for outcome in message[1]:
+                    jobs.pop(outcome.index, None)
                     self.on_outcome(outcome)
             elif message[0] == "health":
                 self._health.extend(message[1])
@@ -313,17 +328,46 @@ class ProcessSender:
         return on_message
 
     def submit(self, job: Job) -> None:
-        self._batches[self._next].append(job)
-        self._next = (self._next + 1) % self.num_workers
+        """Hand `job` to the next live worker, round-robin."""
+        for _ in range(self.num_workers):
+            worker = self._next
+            self._next = (self._next + 1) % self.num_workers
+            if self._is_alive[worker]:
+                self._batches[worker].append(job)
+                self._jobs[worker][job.index] = job
+                return
+        self.on_outcome(_lost(job, "every worker process has exited"))
 
     def flush(self) -> None:
-        for conn, batch in zip(self._conns, self._batches, strict=True):
+        for worker, (conn, batch) in enumerate(zip(self._conns, self._batches, strict=True)):
             if batch:
-                conn.send(("jobs", list(batch)))
+                try:
+                    conn.send(("jobs", list(batch)))
+                except OSError:  # the worker has died; its reader has not seen it yet
+                    self._lose(worker)
+                    self.flush()  # what it had not been sent went to the others
+                    return
                 batch.clear()
+
+    def _lose(self, worker: int) -> None:
+        """A worker has died: the jobs it holds fail as lost; those not sent to it yet go to
+        the others."""
+        if not self._is_alive[worker]:
+            return
+        self._is_alive[worker] = False
+        unsent, self._batches[worker] = self._batches[worker], []
+        jobs = self._jobs[worker]
+        for job in unsent:
+            del jobs[job.index]
+        for job in jobs.values():
+            self.on_outcome(_lost(job, f"worker-{worker} exited before its answer came back"))
+        jobs.clear()
+        for job in unsent:
+            self.submit(job)
 
     async def stop(self, cancel: bool) -> None:
         self.flush()
+        self._is_stopping = True
         for conn in self._conns:
             with contextlib.suppress(OSError):
                 conn.send(("stop", cancel))
@@ -339,6 +383,11 @@ class ProcessSender:
     def health(self) -> list[dict[str, Any]]:
         parent = self.monitor.report("driver")
         return [parent, *self._health]
+
+
+def _lost(job: Job, why: str) -> Outcome:
+    """The outcome of a job a worker process took with it when it died."""
+    return Outcome(job.index, job.t_sched, error=f"lost: {why} (out of memory? see the system log)")
 
 
 def describe_stack() -> dict[str, str]:

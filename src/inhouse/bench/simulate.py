@@ -98,7 +98,7 @@ def records_to_results(fleet: FleetResult) -> list[RequestResult]:
             outcome.ttft_s = record.first_token_s - record.arrival_s
             outcome.latency_s = record.finish_s - record.arrival_s
             outcome.itl_s = [float(g) for g in fleet.itl_s([record])]
-            outcome.num_chunks = record.num_output_tokens
+            outcome.num_chunks = outcome.num_token_chunks = record.num_output_tokens
             outcome.completion_tokens = record.num_output_tokens
             outcome.prompt_tokens = record.num_prompt_tokens
             outcome.cached_tokens = record.num_cached_tokens

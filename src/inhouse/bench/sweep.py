@@ -9,6 +9,8 @@ Search (needs SLOs): from the multiples, `lo` = the highest passing rate and `hi
 failing rate above it. With no failure yet, double from the highest rate; with no pass yet,
 halve from the lowest; then bisect between `lo` and `hi`. Every step is one full run, with a
 fresh prompt salt so no point is served from what an earlier point left in the prefix cache.
+A point that was interrupted (Ctrl-C) stops the sweep: the points so far are written, no rate
+is found.
 """
 
 from __future__ import annotations
@@ -36,7 +38,13 @@ POINT_KEYS = (
 )
 
 
+class Interrupted(Exception):
+    """A point's run was interrupted (Ctrl-C): the sweep stops there."""
+
+
 def point_verdict(result: dict[str, Any], slo_target: float) -> str:
+    if result["run"].get("interrupted"):
+        return "interrupted"  # cut short: its figures neither pass nor fail it
     if result.get("client_bottleneck"):
         return "client-bound"
     fraction = result.get("good_request_fraction")
@@ -78,15 +86,22 @@ def run_sweep(
             point_spec = replace(spec, rate=rate, prompt_salt=None)
             result = run_point(point_spec, out_dir / f"rate-{rate:g}")
             points[rate] = summarize_point(rate, multiplier, result, slo_target)
+            if points[rate]["verdict"] == "interrupted":
+                raise Interrupted
         return points[rate]
 
-    for multiplier in multipliers:
-        measure(peak_rate * multiplier, multiplier)
     best: float | None = None
-    if search and spec.slo:
-        best = _search(points, measure, search_steps)
+    interrupted = False
+    try:
+        for multiplier in multipliers:
+            measure(peak_rate * multiplier, multiplier)
+        if search and spec.slo:
+            best = _search(points, measure, search_steps)
+    except Interrupted:
+        interrupted = True  # the points so far are kept; no rate was found
     ordered = [points[r] for r in sorted(points)]
     out = {
+        "interrupted": interrupted,
         "peak_rate": peak_rate,
         "multipliers": list(multipliers),
         "slo": dict(spec.slo),
@@ -142,6 +157,11 @@ def render_sweep_markdown(sweep: dict[str, Any], chart: str | None) -> str:
         f"{100 * sweep['slo_target']:g}% of requests meet them",
         f"- **highest rate meeting the SLOs: {sweep['max_rate_meeting_slo']}** "
         f"(goodput {sweep['goodput_at_max_rate']})",
+        *(
+            ["- **interrupted**: the sweep stopped at the interrupted point"]
+            if sweep.get("interrupted")
+            else []
+        ),
         "",
         "| rate | × | verdict | good % | goodput | throughput | p50 TTFT | p95 TTFT | p99 TTFT "
         "| p50 TPOT | p95 TPOT | p99 TPOT |",

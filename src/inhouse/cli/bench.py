@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import json
 import math
@@ -27,6 +28,7 @@ from inhouse.errors import SpecError
 from inhouse.launch.engine_args import DEFAULT_ENGINE_BASE_PORT
 
 COMMAND = "bench"
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # stop the run, keep what it measured
 HELP = "SLO benchmarks (vLLM bench metrics) against a live endpoint or the simulator"
 
 
@@ -276,17 +278,27 @@ async def _live(spec: Any, args: argparse.Namespace) -> Any:
     loop = asyncio.get_running_loop()
 
     def hook(driver: Any) -> None:
-        def on_sigint() -> None:
-            print("\nCtrl-C: stopping; writing what was measured (again to abort)", file=sys.stderr)
+        def on_signal(name: str) -> None:
             driver.interrupt()
-            loop.remove_signal_handler(signal.SIGINT)
+            for signum in STOP_SIGNALS:
+                loop.remove_signal_handler(signum)
+            with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
+                print(
+                    f"\n{name}: stopping; writing what was measured (again to abort)",
+                    file=sys.stderr,
+                )
 
-        loop.add_signal_handler(signal.SIGINT, on_sigint)
+        # NOTE: SIGTERM (`kill`, `timeout`, a pod deleted) and SIGHUP (the terminal closed)
+        # stop the run as Ctrl-C does; by default they killed it with everything it measured.
+        for signum in STOP_SIGNALS:
+            name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+            loop.add_signal_handler(signum, on_signal, name)
 
     try:
         return await run_live(spec, progress, on_driver=hook)
     finally:
-        loop.remove_signal_handler(signal.SIGINT)
+        for signum in STOP_SIGNALS:
+            loop.remove_signal_handler(signum)
 
 
 def _sweep(args: argparse.Namespace, spec: Any) -> int:
@@ -320,6 +332,9 @@ def _sweep(args: argparse.Namespace, spec: Any) -> int:
     if chart:
         write_html(args.out / "report.html", {}, [chart], text)
     print(text)
+    if sweep["interrupted"]:
+        print(f"interrupted: wrote the points measured to {args.out}", file=sys.stderr)
+        return 130
     return 0
 
 
