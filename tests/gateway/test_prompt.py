@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -49,6 +50,28 @@ def test_relay_keeps_event_boundaries_and_drops_the_usage_it_added() -> None:
     assert state.has_first_token
     kept = StreamState(wants_usage=True)
     assert relay_piece(kept, stream) == stream
+
+
+@pytest.mark.parametrize("newline", ["\r\n", "\r"])
+def test_relay_cuts_and_reads_events_of_an_engine_that_ends_lines_with_cr(newline: str) -> None:
+    """SSE lines may end in CRLF or CR (an OpenAI-compatible engine behind some proxies does):
+    the relay still forwards each event as it comes, sees the first token and takes the usage
+    it asked for; before, it held the whole stream until the end (no first token, no usage,
+    nothing billed). Cut at every byte, so a CR and its LF arrive apart."""
+    usage = '{"id":"x","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}'
+    lf = events('{"choices":[{"text":"a"}]}', usage, "[DONE]")
+    stream = lf.replace(b"\n", newline.encode())
+    state = StreamState(wants_usage=False)
+    # A CR that ends a piece may be half a CRLF: the event goes out with the next byte.
+    cut = stream.index(b"data: {", 1) + 1
+    first = relay_piece(state, stream[:cut])
+    assert first == events('{"choices":[{"text":"a"}]}') and state.has_first_token
+    rest = stream[cut:]
+    out = first + b"".join(relay_piece(state, rest[i : i + 1]) for i in range(len(rest)))
+    out += flush(state)
+    assert out == events('{"choices":[{"text":"a"}]}', "[DONE]")
+    assert state.usage == {"prompt_tokens": 3, "completion_tokens": 2}
+    assert state.num_events == 1
 
 
 def test_role_chunk_alone_is_held_back() -> None:

@@ -11,6 +11,11 @@ three things, each a C-speed `bytes` scan in the common case:
 * how many events went out (`num_events`): what the client was sent, billed when the engine's
   usage never came (the client left, the stream broke); each event carries at least one token;
 * nothing else: content is never parsed.
+
+SSE lines may also end in CRLF or a bare CR. An engine whose stream has a CR (none of vLLM's
+or SGLang's do: the check is one C-speed scan) has its line ends written as LF, the same
+events, so that the relay can cut and read them; a CR that ends a piece waits for the next
+one, whose LF may be its other half.
 """
 
 from __future__ import annotations
@@ -41,11 +46,16 @@ def relay_piece(state: StreamState, piece: bytes) -> bytes:
     """The whole events in `carry + piece` (to forward now, usage chunk dropped unless the
     client asked for it); the partial tail stays in `state.carry`."""
     data = state.carry + piece if state.carry else piece
+    held_cr = b""
+    if b"\r" in data:
+        if data.endswith(b"\r"):
+            data, held_cr = data[:-1], b"\r"
+        data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     cut = data.rfind(b"\n\n")
     if cut < 0:
-        state.carry = data
+        state.carry = data + held_cr
         return b""
-    out, state.carry = data[: cut + 2], data[cut + 2 :]
+    out, state.carry = data[: cut + 2], data[cut + 2 :] + held_cr
     if USAGE_MARK in out:
         out = _take_usage(state, out)
     if out:
@@ -63,7 +73,7 @@ def is_role_only(data: bytes) -> bool:
 
 def flush(state: StreamState) -> bytes:
     rest, state.carry = state.carry, b""
-    return rest
+    return rest.replace(b"\r", b"\n") if rest.endswith(b"\r") else rest
 
 
 def _take_usage(state: StreamState, out: bytes) -> bytes:
