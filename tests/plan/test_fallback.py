@@ -7,12 +7,16 @@ must be sized from the primary's final count, not the one it had first.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import pytest
 
+from inhouse.plan.analytic import Stream
 from inhouse.plan.planner import characterize
 from inhouse.plan.search import Candidate, grow, search
+from inhouse.plan.sizing import Sized, size_choice
 
 from .plan_helpers import parse, small_requirements
 
@@ -78,14 +82,12 @@ def test_each_candidate_sizes_its_fallback_for_its_own_primary() -> None:
         assert sized_for == pytest.approx(implied, rel=1e-12), candidate.label
 
 
-def test_a_split_workload_sizes_its_fallback_for_one_lost_replica_of_either_part() -> None:
-    # Split at a prompt length, a standard replica carries its part's share over its replicas,
-    # not the whole workload over them.
+def _split_workload(peak_per_s: float) -> dict[str, Any]:
     data = _with_fallback()
     workload = data["workloads"][0]
     workload.update(
         kind="longctx",
-        traffic={"avg_per_s": 3.0, "peak_per_s": 12.0},
+        traffic={"avg_per_s": peak_per_s / 4, "peak_per_s": peak_per_s},
         prompt_tokens={"p50": 6000, "p95": 24000},
         max_prompt_tokens=96000,
         shared_prefix_tokens=0,
@@ -93,18 +95,36 @@ def test_a_split_workload_sizes_its_fallback_for_one_lost_replica_of_either_part
     )
     workload["models"].update(allowed=["Llama-3.3-70B"], fallback="Llama-3.1-8B")
     data["planning"]["max_num_batched_tokens"] = [8192]
-    requirements = parse(data)
+    return data
+
+
+@pytest.mark.parametrize("peak_per_s", [12.0, 40.0])
+def test_a_split_workload_sizes_its_fallback_for_one_lost_replica_of_either_part(
+    peak_per_s: float,
+) -> None:
+    # Split at a prompt length, one lost replica sends the fallback its own part's traffic:
+    # that part's prompts (the long ones from the long pool) at its share over its replicas,
+    # held to its quantile. The fallback was sized for the whole workload's prompt mix at the
+    # larger of those shares: at 40/s two replicas where one serves either loss.
+    requirements = parse(_split_workload(peak_per_s))
     profiles = characterize(requirements)
-    peak = profiles["chat"].peak_rate_per_s
+    profile = profiles["chat"]
     result = search(requirements, profiles, requirements.planning)
     split = [c for c in result.candidates if any(p.need.role == "long" for p in c.pools)]
     assert split
-    whole_over_standard = 0
     for candidate in split:
         parts = [p for p in candidate.pools if p.need.role != "fallback"]
         assert len(parts) == 2
-        lost = max(p.need.streams[0].share / p.replicas for p in parts)
         (fallback,) = [p for p in candidate.pools if p.need.role == "fallback"]
-        assert fallback.need.streams[0].profile.peak_rate_per_s == pytest.approx(peak * lost)
-        whole_over_standard += lost != pytest.approx(1.0 / parts[0].replicas)
-    assert whole_over_standard  # the rule makes a difference here
+        (sized_for,) = fallback.need.streams
+        assert any(np.array_equal(sized_for.shapes.prompt, p.need.streams[0].shapes.prompt)
+                   for p in parts), "the fallback carries one part's prompts"  # fmt: skip
+        needed = []
+        for part in parts:
+            (stream,) = part.need.streams
+            lost = Stream(profile.scaled(load_factor=stream.share / part.replicas), stream.shapes)
+            need = replace(fallback.need, streams=(lost,), quantiles=dict(part.need.quantiles))
+            served = size_choice(need, fallback.choice, requirements.planning, 1.0)
+            assert isinstance(served, Sized), f"{candidate.label}: {served}"
+            needed.append(served.replicas)
+        assert fallback.replicas == max(needed), candidate.label

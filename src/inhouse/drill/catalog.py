@@ -141,12 +141,13 @@ DRILLS: tuple[DrillInfo, ...] = (
         (
             "Virtual: two weeks (--quick: two days) at 60% of planned peak; p95 TTFT and ITL, "
             "prefix hit rate and KV use per day drift no more than 10% day over day.",
-            "Live: gateway and engine RSS and open descriptors stay flat; p95 TTFT within 10% "
-            "of the first window.",
+            "Live: gateway and engine RSS and open descriptors stay flat; the last third's p95 "
+            "TTFT within 10% of the first third's (after a warm-up window).",
         ),
         (
             "A metric drifting day over day (the regression rule).",
             "RSS or descriptors growing window over window.",
+            "p95 TTFT growing over the live soak (its last third clearly above its first).",
         ),
         (),
     ),

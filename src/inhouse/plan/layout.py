@@ -202,21 +202,29 @@ def _with_lora(
     )
 
 
-def fallback_need(req: WorkloadReq, profile: TrafficProfile, share: float) -> PoolNeed | None:
-    """A pool for the workload's fallback model, sized for `share` of its peak (the traffic of
-    one lost primary replica), held to the degraded SLO (or the normal one)."""
+def fallback_need(
+    req: WorkloadReq,
+    profile: TrafficProfile,
+    lost: Stream,
+    replicas: int,
+    quantile: float,
+) -> PoolNeed | None:
+    """A pool for the workload's fallback model, sized for one lost replica of a pool of
+    `replicas` serving `lost`, the workload's part there: that part's prompts (all of them on
+    one pool; the long ones from a long-context pool) at its share over the replicas, held to
+    the degraded SLO (or the normal one) at `quantile`, the pool's for the workload."""
     if req.models.fallback is None:
         return None
     model = get_model(req.models.fallback)
-    scaled = profile.scaled(load_factor=share)
+    scaled = profile.scaled(load_factor=lost.share / replicas)
     return PoolNeed(
         name=f"{req.name}-fallback",
         role="fallback",
-        streams=(Stream(scaled, scaled.shapes),),
+        streams=(Stream(scaled, lost.shapes),),
         models=(model.name,),
         slos={req.name: req.degraded_slo or req.slo},
         degraded_slos={req.name: None},
-        quantiles={req.name: 0.95},
+        quantiles={req.name: quantile},
         min_replicas=1,
         max_model_len=_max_model_len(profile, profile.max_prompt_tokens),
     )

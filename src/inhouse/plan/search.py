@@ -28,6 +28,7 @@ from inhouse.plan.sizing import (
     SizingResult,
     corrected_ms,
     resize,
+    size_choice,
     size_need,
 )
 from inhouse.plan.traffic import TrafficProfile
@@ -79,7 +80,11 @@ def need_key(need: PoolNeed) -> str:
         f"{s.profile.peak_sessions}"
         for s in need.streams
     )
-    return f"{need.name}|{need.role}|{streams}|{need.long_prompt_tokens}|{need.max_model_len}"
+    quantiles = ",".join(f"{k}:{v!r}" for k, v in sorted(need.quantiles.items()))
+    return (
+        f"{need.name}|{need.role}|{streams}|{quantiles}|{need.long_prompt_tokens}|"
+        f"{need.max_model_len}"
+    )
 
 
 def search(
@@ -225,8 +230,20 @@ def _priced(
     primary's final replica count: spare GPUs on owned nodes grow the primaries after the first
     fit, and then the fallbacks are sized again for the grown primaries and the whole refitted
     (it was sized from the primary's first count, e.g. 1/7 of the peak beside 8 replicas)."""
+
+    def size_as(need: PoolNeed, like: Sized) -> Sized | Rejected:
+        """The fewest replicas of `like`'s configuration that meet `need`."""
+        return size_choice(
+            need,
+            like.choice,
+            planning,
+            like.usd_per_gpu_hour,
+            time_scale=time_scale,
+            corrections=corrections,
+        )
+
     while True:
-        pools, fallbacks = _with_fallbacks(requirements, profiles, primaries, size)
+        pools, fallbacks = _with_fallbacks(requirements, profiles, primaries, size, size_as)
         candidate = Candidate(layout, pools, fallbacks)
         _fit_hardware(candidate, requirements, planning, time_scale)
         fitted = [p for p in candidate.pools if p.need.role != "fallback"]
@@ -247,32 +264,65 @@ def _with_fallbacks(
     profiles: dict[str, TrafficProfile],
     primaries: list[Sized],
     size: Callable[[PoolNeed], SizingResult],
+    size_as: Callable[[PoolNeed, Sized], Sized | Rejected],
 ) -> tuple[list[Sized], dict[str, str]]:
-    """The primaries plus, per workload naming a fallback model, its cheapest fallback pool,
-    sized for the share of the workload one lost replica carries (`1 / replicas` on one pool;
-    split at a prompt length, the larger of each part's share over its replicas); and which
-    pool falls back to which."""
+    """The primaries plus, per workload naming a fallback model, its cheapest fallback pool
+    that serves one lost replica of any pool of the workload (`fallback_need`: on one pool,
+    `1 / replicas` of it; split at a prompt length, a replica of either part, each with its
+    own prompts); and which pool falls back to which."""
     fallbacks: dict[str, str] = {}
     all_pools = list(primaries)
     for req in requirements.workloads:
         primary = next((p for p in primaries if p.need.name == req.name), None)
         if primary is None or req.models.fallback is None:
             continue  # no fallback, or served as adapters on another workload's pool
-        share = max(
-            stream.share / pool.replicas
-            for pool in primaries
-            for stream in pool.need.streams
-            if stream.name == req.name
-        )
-        need = fallback_need(req, profiles[req.name], share)
-        assert need is not None
-        sized = size(need).sized
-        if sized:
-            all_pools.append(min(sized, key=lambda s: (s.num_gpus, s.usd_per_hour)))
+        losses: list[PoolNeed] = []
+        for pool in primaries:
+            for stream in pool.need.streams:
+                if stream.name == req.name:
+                    quantile = pool.need.quantiles[req.name]
+                    need = fallback_need(req, profiles[req.name], stream, pool.replicas, quantile)
+                    assert need is not None, "a workload naming a fallback model"
+                    losses.append(need)
+        chosen = _serving_every_loss(losses, size, size_as)
+        if chosen is not None:
+            all_pools.append(chosen)
             for pool in primaries:
                 if req.name in pool.need.slos:
-                    fallbacks[pool.need.name] = need.name
+                    fallbacks[pool.need.name] = chosen.need.name
     return all_pools, fallbacks
+
+
+def _serving_every_loss(
+    losses: list[PoolNeed],
+    size: Callable[[PoolNeed], SizingResult],
+    size_as: Callable[[PoolNeed, Sized], Sized | Rejected],
+) -> Sized | None:
+    """The cheapest fallback that serves each of `losses` (one at a time): every loss's own
+    cheapest configurations, each given the replicas the most demanding loss needs of it.
+
+    NOTE: a split workload's lost replicas differ in kind, not only in load: the long pool's
+    sends the fallback long prompts alone, the standard pool's short ones alone. Sized for the
+    whole workload's prompt mix at the larger share, the fallback met prompts neither loss
+    sends (two replicas where one serves either loss, in tests/plan/test_fallback.py; where
+    the long part's share per replica is the larger, too few long prompts)."""
+    best: Sized | None = None
+    for loss in losses:
+        for option in size(loss).sized:
+            served: list[Sized] = []
+            for other in losses:
+                also = option if other is loss else size_as(other, option)
+                if isinstance(also, Rejected):
+                    break
+                served.append(also)
+            else:
+                most = max(served, key=lambda s: s.replicas)
+                if best is None or (most.num_gpus, most.usd_per_hour) < (
+                    best.num_gpus,
+                    best.usd_per_hour,
+                ):
+                    best = most
+    return best
 
 
 def _fit_hardware(

@@ -165,8 +165,8 @@ def drills(ctx: Context) -> list[str]:
 
 def _expected(ctx: Context, check: dict[str, Any]) -> str:
     """A check's expected outcome, where the drill's report.md states none. A check's
-    `expected` text can quote the run's own figures (the soak's limit is its first window's
-    p95 + 10%), so the public version names the check alone."""
+    `expected` text can quote the run's own figures (the soak's names the windows its thirds
+    pooled), so the public version names the check alone."""
     if ctx.public:
         return f"* {check.get('name')}"
     return f"* {check.get('name')}: {check.get('expected')}"

@@ -6,11 +6,25 @@ in p95 TTFT, p95 TPOT, prefix hit rate or mean KV use.
 (b) The live stack under steady agent load (`--duration`, default 10 minutes; --quick 60 s):
 every window (30 s; --quick 10 s) the gateway's and each engine's RSS and open descriptors
 (from /proc), the window's p95 TTFT and prefix hit rate. Bounds, from the second window (the
-first is warm-up) to the last: RSS grows at most 10% + 16 MiB, descriptors at most 8; each
-window's p95 TTFT at most 10% above the first window's (called only when the bootstrap lower
-bound of the window's p95 is above that: a window of a few dozen requests measures its p95
-loosely, and a noisy host must not fail a stable stack); a request streamed in every window,
-and every process of the second window still runs in the last.
+first is warm-up: sessions still arriving, caches empty) to the last: RSS grows at most 10% +
+16 MiB, descriptors at most 8; the p95 TTFT of the last third of those windows, pooled, at
+most 10% above the first third's, called only when the bootstrap lower bound of that ratio is
+above 1.10; a request streamed in every window, and every process of the second window still
+runs in the last.
+
+NOTE: why thirds and blocks. One window's p95 swings by 2-3x on a stable stack: the agent
+sessions start together and take their turns in waves, so a window whose sessions are re-sending
+long tool outputs (a lower prefix hit rate) queues its prefills behind each other, a different
+request mix rather than a regression. In the fleet simulator (no host noise at all) the old rule,
+each window against the first (warm-up) window's p95 with a per-request bootstrap, failed 64%
+of 300 stable 60-s runs. Pooling a third of the run averages several waves; the bootstrap
+resamples blocks of `BLOCK_S` seconds of requests, not single requests (nor sessions: the
+requests that move together are those sent at the same time, whatever their session), so the
+bound is as loose as the waves make it. In the same 300 runs this check failed 0.7%; a last
+third at 2x the first failed 47%, at 3x 89%: over 60 s (--quick) only a gross regression is
+called, the default 10 minutes pools three minutes a third (docs/drill.md has its figures;
+benchmarks/bench_soak_p95_check.py measures them). A 98% bound, not 90%: at 90% the stable
+runs failed 1.3% (and 1 of 30 10-minute ones, its last third's p95 31% above its first).
 """
 
 from __future__ import annotations
@@ -20,6 +34,8 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +51,25 @@ from inhouse.launch.tether import tethered_argv
 from inhouse.spec.stack import dump_stack
 
 RSS_SHARE, RSS_SLACK_MIB, FD_SLACK, P95_SHARE = 0.10, 16.0, 8, 0.10
-BOOTSTRAP_DRAWS = 1000
+BOOTSTRAP_DRAWS, BLOCK_S, CONFIDENCE = 1000, 2.5, 0.98
+
+
+@dataclass(frozen=True, slots=True)
+class P95Shift:
+    """The last third's pooled p95 TTFT against the first third's (warm-up window excluded);
+    windows numbered from 1 as the evidence shows them."""
+
+    early_windows: tuple[int, int]
+    late_windows: tuple[int, int]
+    early_ms: float
+    late_ms: float
+    num_early: int
+    num_late: int
+    ratio_low: float  # the bootstrap lower bound of late_ms / early_ms
+
+    @property
+    def ratio(self) -> float:
+        return self.late_ms / self.early_ms if self.early_ms > 0 else 0.0
 
 
 def proc_figures(pid: int) -> tuple[float, int]:
@@ -65,10 +99,10 @@ async def run(ctx: DrillContext) -> None:
     duration = ctx.soak_duration_s or (60.0 if ctx.quick else 600.0)
     # NOTE: live first, then virtual: on a small host the simulator's core would otherwise
     # be taken from the live engines, and their p95 would measure the contention.
-    live = await _live(ctx, duration, window)
+    live, streamed = await _live(ctx, duration, window)
     virtual = await _start_virtual(ctx, days)
     await _finish_virtual(ctx, virtual, days)
-    _check_live(ctx, live)
+    _check_live(ctx, live, streamed)
 
 
 async def _start_virtual(ctx: DrillContext, days: int) -> tuple[asyncio.subprocess.Process, Path]:
@@ -159,7 +193,10 @@ def judge_virtual(ctx: DrillContext, report: dict[str, Any], days: int) -> None:
     res.notes.append(f"virtual soak: {failed} requests failed in {len(done)} days")
 
 
-async def _live(ctx: DrillContext, duration: float, window: float) -> list[dict[str, float]]:
+async def _live(
+    ctx: DrillContext, duration: float, window: float
+) -> tuple[list[dict[str, float]], list[tuple[float, float]]]:
+    """The windows' figures, and (send time, TTFT in ms) of every request that streamed."""
     p = ctx.profile
     params = {
         "sessions": max(1, round(0.6 * p.peak_sessions)),
@@ -184,10 +221,11 @@ async def _live(ctx: DrillContext, duration: float, window: float) -> list[dict[
     ctx.result.samples = samples(results, ctx.t0)
     for row in rows:  # p95 by window from the complete record
         row["p95_ttft_ms"] = p95_ttft_ms(results, row["t0"], row["t1"]) or 0.0
-        ttfts = window_ttfts_ms(results, row["t0"], row["t1"])
-        row["p95_low_ms"] = p95_lower_bound(ttfts)
-        row["num_requests"] = float(len(ttfts))
-    return rows
+        row["num_requests"] = float(len(window_ttfts_ms(results, row["t0"], row["t1"])))
+    streamed = [
+        (r.outcome.t_send, r.outcome.ttft_s * 1000) for r in results if r.outcome.num_chunks > 0
+    ]
+    return rows, streamed
 
 
 def window_ttfts_ms(results: list[RequestResult], start: float, end: float) -> list[float]:
@@ -198,17 +236,53 @@ def window_ttfts_ms(results: list[RequestResult], start: float, end: float) -> l
     ]
 
 
-def p95_lower_bound(values: list[float], confidence: float = 0.9, seed: int = 0) -> float:
-    """The lower end of a bootstrap confidence interval for the p95 of `values`: a window of a
-    few dozen requests measures its p95 loosely, so a regression is called only when even this
-    bound is above the limit."""
-    if not values:
-        return 0.0
+def p95_shift(
+    rows: Sequence[dict[str, float]], streamed: Sequence[tuple[float, float]], seed: int = 0
+) -> P95Shift:
+    """The pooled p95 TTFT of the first and the last third of the windows after the warm-up
+    one (at least one window each), and the lower end of a `CONFIDENCE` bootstrap interval for
+    their ratio. The bootstrap draws blocks of `BLOCK_S` seconds of requests (by send time)
+    with replacement, within each third: requests sent together share the queue they met."""
+    assert len(rows) >= 3, "a warm-up window and two more"
+    num = len(rows) - 1
+    k = max(1, round(num / 3))
+    early_rows, late_rows = rows[1 : 1 + k], rows[len(rows) - k :]
+    early = _blocks(streamed, early_rows[0]["t0"], early_rows[-1]["t1"])
+    late = _blocks(streamed, late_rows[0]["t0"], late_rows[-1]["t1"])
+    early_ms, late_ms = _p95(early), _p95(late)
+    return P95Shift(
+        (2, 1 + k),
+        (len(rows) - k + 1, len(rows)),
+        early_ms,
+        late_ms,
+        sum(len(b) for b in early),
+        sum(len(b) for b in late),
+        _ratio_lower_bound(early, late, seed) if early_ms > 0 and late_ms > 0 else 0.0,
+    )
+
+
+def _blocks(streamed: Sequence[tuple[float, float]], start: float, end: float) -> list[np.ndarray]:
+    """TTFTs of the requests sent in [start, end), in blocks of `BLOCK_S` seconds (empty
+    blocks left out)."""
+    by_block: dict[int, list[float]] = {}
+    for t_send, ttft_ms in streamed:
+        if start <= t_send < end:
+            by_block.setdefault(int((t_send - start) // BLOCK_S), []).append(ttft_ms)
+    return [np.asarray(v) for _, v in sorted(by_block.items())]
+
+
+def _p95(blocks: list[np.ndarray]) -> float:
+    return float(np.percentile(np.concatenate(blocks), 95)) if blocks else 0.0
+
+
+def _ratio_lower_bound(early: list[np.ndarray], late: list[np.ndarray], seed: int) -> float:
     rng = np.random.default_rng(seed)
-    data = np.asarray(values)
-    draws = rng.choice(data, size=(BOOTSTRAP_DRAWS, len(data)), replace=True)
-    estimates = np.percentile(draws, 95, axis=1)
-    return float(np.percentile(estimates, (1 - confidence) / 2 * 100))
+    ratios = np.empty(BOOTSTRAP_DRAWS)
+    for i in range(BOOTSTRAP_DRAWS):
+        e = np.concatenate([early[j] for j in rng.integers(0, len(early), len(early))])
+        lt = np.concatenate([late[j] for j in rng.integers(0, len(late), len(late))])
+        ratios[i] = np.percentile(lt, 95) / np.percentile(e, 95)
+    return float(np.percentile(ratios, (1 - CONFIDENCE) / 2 * 100))
 
 
 async def _hits(ctx: DrillContext) -> tuple[float, float]:
@@ -234,7 +308,9 @@ def _sample(
     return row
 
 
-def _check_live(ctx: DrillContext, rows: list[dict[str, float]]) -> None:
+def _check_live(
+    ctx: DrillContext, rows: list[dict[str, float]], streamed: Sequence[tuple[float, float]]
+) -> None:
     res = ctx.result
     if len(rows) < 3:
         res.check("live soak windows", "at least 3", f"{len(rows)}", False)
@@ -272,20 +348,21 @@ def _check_live(ctx: DrillContext, rows: list[dict[str, float]]) -> None:
         "; ".join(fds) or "within the bound",
         not fds,
     )
-    base = rows[0]["p95_ttft_ms"]
-    limit = base * (1 + P95_SHARE)
-    worst = max(rows[1:], key=lambda r: r["p95_low_ms"])
+    shift = p95_shift(rows, streamed)
     # A window in which no request streamed has no p95 (it read 0 ms, "stable"): a failure.
     empty = [str(i) for i, r in enumerate(rows, 1) if not r["num_requests"]]
+    limit = 1 + P95_SHARE
     res.check(
         "p95 TTFT stable",
-        f"no window's p95 TTFT above {limit:.0f} ms (the first window's {base:.0f} ms + "
-        f"{P95_SHARE:.0%}) with 90% confidence (bootstrap lower bound); a request streamed "
-        "in every window",
-        f"highest window p95 {worst['p95_ttft_ms']:.0f} ms (lower bound "
-        f"{worst['p95_low_ms']:.0f} ms, {worst['num_requests']:.0f} requests)"
+        f"the last third's p95 TTFT (windows {_span(shift.late_windows)}, pooled) at most "
+        f"{P95_SHARE:.0%} above the first third's (windows {_span(shift.early_windows)}; "
+        f"window 1 is warm-up) with {CONFIDENCE:.0%} confidence (block bootstrap lower bound "
+        f"of the ratio at most {limit:.2f}); a request streamed in every window",
+        f"first third {shift.early_ms:.0f} ms ({shift.num_early:,} requests), last third "
+        f"{shift.late_ms:.0f} ms ({shift.num_late:,} requests): ratio {shift.ratio:.2f} "
+        f"(lower bound {shift.ratio_low:.2f})"
         + (f"; no request streamed in window {', '.join(empty)}" if empty else ""),
-        base > 0 and worst["p95_low_ms"] <= limit and not empty,
+        shift.early_ms > 0 and shift.late_ms > 0 and shift.ratio_low <= limit and not empty,
     )
     res.notes.append(
         "live windows: "
@@ -301,3 +378,7 @@ def _rss(first: dict[str, float], last: dict[str, float]) -> str:
         for k in first
         if k.endswith(".rss_mib") and k in last
     )
+
+
+def _span(windows: tuple[int, int]) -> str:
+    return str(windows[0]) if windows[0] == windows[1] else f"{windows[0]}-{windows[1]}"
