@@ -5,6 +5,7 @@
     python benchmarks/bench_predict_questions.py floors
     python benchmarks/bench_predict_questions.py repeats
     python benchmarks/bench_predict_questions.py excess [--workers 2]
+    python benchmarks/bench_predict_questions.py bracket [--workers 2]
 
 docs/perf-model.md ("Errors by group") quotes these; none changes the shipped model, and all
 run with the shipped constants (no refit):
@@ -24,6 +25,13 @@ run with the shipped constants (no refit):
   load `rho = c * S / (TTFT + osl * TPOT)` (measured), the share of time the GPU would spend
   on prefills if they never overlapped: queueing for prefill alone waits a fraction of `S`
   while `rho` stays well below 1.
+* `bracket`: whether any way of phasing the clients could explain a run. The locked loop
+  (clients in step for ever) and the de-phased one (independent phases) bound what phases do
+  to TTFT: clusters that form and break give something between. Per backend, GPU and
+  concurrency regime, how many runs lie inside that bracket, above both loops (a TTFT term no
+  phasing supplies is missing) or below both; and the median TTFT error if every run were
+  predicted by the nearest point of its bracket (what a perfect phase model could reach with
+  the shipped constants).
 """
 
 from __future__ import annotations
@@ -235,6 +243,33 @@ def excess(workers: int) -> None:
     print(f"\nreproduce: {COMMAND} excess")
 
 
+def bracket(workers: int) -> None:
+    rows = usable_rows()
+    locked = predict_all(rows, AIPERF_SILICON, workers)
+    dephased = predict_all(rows, DEPHASED, workers)
+    cells: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    for row, (_, lock, _), (_, free, _) in zip(rows, locked, dephased, strict=True):
+        low, high = min(lock, free), max(lock, free)
+        nearest = min(max(row.ttft_ms, low), high)  # the measured run, moved into the bracket
+        signed = math.log(row.ttft_ms / nearest)  # > 0: above both loops; < 0: below both
+        c = row.concurrency
+        regime = "c<=16" if c <= 16 else "c32-128" if c <= 128 else "c>=256"
+        for key in ((row.backend, "all", "all"), (row.backend, row.gpu, regime)):
+            cells[key].append(signed)
+    print("Measured TTFT against the bracket [de-phased loop, locked loop] (shipped constants)")
+    print(f"  {'backend':<7} {'GPU':<9} {'regime':<8} {'runs':>5} {'inside':>7} {'above':>6} "
+          f"{'median above':>13} {'below':>6} {'bracket MdAPE':>14}")  # fmt: skip
+    for (backend, gpu, regime), values in sorted(cells.items()):
+        above = [math.exp(v) - 1 for v in values if v > 0]
+        below = sum(1 for v in values if v < 0)
+        inside = len(values) - len(above) - below
+        over = f"{100 * statistics.median(above):.0f}%" if above else "-"
+        print(f"  {backend:<7} {gpu:<9} {regime:<8} {len(values):>5} {inside:>7} "
+              f"{len(above):>6} {over:>13} {below:>6} "
+              f"{mdape(abs(math.exp(v) - 1) for v in values):>14}")  # fmt: skip
+    print(f"\nreproduce: {COMMAND} bracket")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="question", required=True)
@@ -244,6 +279,7 @@ def main() -> int:
         "floors": lambda a: floors(a.workers),
         "repeats": lambda a: repeats(),
         "excess": lambda a: excess(a.workers),
+        "bracket": lambda a: bracket(a.workers),
     }
     for name in commands:
         command = sub.add_parser(name)
