@@ -30,7 +30,7 @@ def _iso(unix_s: float) -> str:
     return dt.datetime.fromtimestamp(unix_s, dt.UTC).isoformat().replace("+00:00", "Z")
 
 
-def _notify(receiver: Receiver, status: str, starts_at: float, pod: str = "chat-r1") -> None:
+def _notify(receiver: Receiver, status: str, starts_at: float, pod: str = "chat-1") -> None:
     alert = {"status": status, "labels": {"alertname": "InhouseEngineReplicaDown", "pod": pod},
              "annotations": {}, "startsAt": _iso(starts_at)}  # fmt: skip
     body = {"version": "4", "receiver": "page", "status": status, "alerts": [alert]}
@@ -44,7 +44,7 @@ def _context(receiver: Receiver, tmp_path: Path) -> DrillContext:
 
 
 def _wait(ctx: DrillContext, since: float | None = None) -> float | None:
-    labels = {"pod": "chat-r1"}
+    labels = {"pod": "chat-1"}
     got = asyncio.run(ctx.wait_alert("InhouseEngineReplicaDown", labels, 0.2, since=since))
     return None if got is None else got.starts_at
 

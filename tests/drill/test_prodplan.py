@@ -366,3 +366,42 @@ def test_a_script_asks_only_for_the_variables_it_uses(tmp_path: Path) -> None:
         env=env, cwd=tmp_path / "plan", capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     assert kill.returncode != 0 and "PROM: set PROM first" in kill.stderr, kill.stderr
+
+
+def test_the_drills_select_the_replica_pod_render_writes() -> None:
+    """The static layout's replica i is pod `<pool>-i` of the pool's StatefulSet, whose
+    template carries no per-replica label: the drills' kubectl selectors (kill, restart, drain)
+    name the pod by the label the StatefulSet controller gives it, and the probe step reads the
+    StatefulSet."""
+    from inhouse.drill.prodsteps import default_agent_load, drill_steps
+    from inhouse.drill.remediation import ecc_remediation
+    from inhouse.render import render_stack
+
+    stack = load_stack(EXAMPLE)
+    pool = stack.pool("chat")
+    last = pool.replicas - 1
+    docs = [d for d in yaml.safe_load_all(render_stack(stack).files["k8s/engine-chat.yaml"]) if d]
+    (workload,) = [d for d in docs if d["kind"] in ("Deployment", "StatefulSet")]
+    assert workload["kind"] == "StatefulSet"
+    pod_name = f"{workload['metadata']['name']}-{last}"
+    pod_labels = {
+        **workload["spec"]["template"]["metadata"]["labels"],
+        "statefulset.kubernetes.io/pod-name": pod_name,
+    }
+
+    def selected(selector: str) -> bool:
+        pairs = dict(part.split("=", 1) for part in selector.split(","))
+        return pairs.items() <= pod_labels.items() and "statefulset.kubernetes.io/pod-name" in pairs
+
+    selectors = []
+    for name in ("kill-replica", "load-not-ready"):
+        for step in drill_steps(name, stack, "ns", default_agent_load()):
+            for argv in step.kubectl:
+                if "-l" in argv:
+                    selectors.append(argv[argv.index("-l") + 1])
+                if "get" in argv and "pods" not in argv:
+                    assert f"statefulset/{workload['metadata']['name']}" in argv
+    (_, drain) = ecc_remediation(stack, pool, last, "node-1")
+    selectors += [a.split("=", 1)[1] for a in drain if a.startswith("--pod-selector=")]
+    assert len(selectors) >= 5
+    assert all(selected(s) for s in selectors), selectors

@@ -54,7 +54,7 @@ def _judge(rows: list[dict[str, float]], streamed: Streamed | None = None) -> di
     return {c.name: c.ok for c in result.checks}
 
 
-ALL = ("gateway", "chat-r0", "chat-r1")
+ALL = ("gateway", "chat-0", "chat-1")
 
 
 def test_a_steady_soak_passes() -> None:
@@ -113,9 +113,9 @@ def test_windows_in_which_nothing_streamed_fail_the_p95_check() -> None:
 
 
 def test_an_engine_that_died_fails_the_soak() -> None:
-    # chat-r1 gone by the last window: its RSS and descriptors were skipped, both bounds passed
+    # chat-1 gone by the last window: its RSS and descriptors were skipped, both bounds passed
     rows = [_window(i, 30, 400.0, ALL) for i in range(3)]
-    rows.append(_window(3, 30, 400.0, ("gateway", "chat-r0")))
+    rows.append(_window(3, 30, 400.0, ("gateway", "chat-0")))
     checks = _judge(rows)
     assert not all(checks.values()) and checks["every process to the end"] is False
 

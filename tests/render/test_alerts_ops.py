@@ -31,10 +31,12 @@ def _stack(nodes: int) -> StackSpec:
 
 
 def grace_and_window_s(rendered: Rendered) -> tuple[int, int]:
-    """From the rendered Deployment itself: the old pod's terminationGracePeriodSeconds and
-    the new pod's startupProbe window (periodSeconds x failureThreshold)."""
+    """From the rendered StatefulSet or Deployment itself: the old pod's
+    terminationGracePeriodSeconds and the new pod's startupProbe window (periodSeconds x
+    failureThreshold)."""
     docs: list[dict[str, Any]] = list(yaml.safe_load_all(rendered.files["k8s/engine-chat.yaml"]))
-    spec = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    engine = next(d for d in docs if d["kind"] in ("Deployment", "StatefulSet"))
+    spec = engine["spec"]["template"]["spec"]
     probe = spec["containers"][0]["startupProbe"]
     return int(spec["terminationGracePeriodSeconds"]), probe["periodSeconds"] * probe[
         "failureThreshold"
@@ -51,8 +53,8 @@ def _one_replica_gone(down_s: int) -> tuple[list[tuple[str, str]], str]:
     series and the time of r1's last failed scrape."""
     steps = down_s // STEP_S
     up = {"namespace": NAMESPACE, "job": "chat-engine"}
-    r0 = selector("up", {**up, "instance": "10.0.0.1:8000", "pod": "chat-r0"})
-    r1 = selector("up", {**up, "instance": "10.0.0.2:8000", "pod": "chat-r1"})
+    r0 = selector("up", {**up, "instance": "10.0.0.1:8000", "pod": "chat-0"})
+    r1 = selector("up", {**up, "instance": "10.0.0.2:8000", "pod": "chat-1"})
     values = " ".join(["1", "1"] + ["0"] * steps + ["1"] * 40)
     last_down = 60 + STEP_S * (steps - 1)
     return [(r0, f"1x{steps + 42}"), (r1, values)], f"{last_down}s"
@@ -60,7 +62,7 @@ def _one_replica_gone(down_s: int) -> tuple[list[tuple[str, str]], str]:
 
 @needs_promtool
 def test_a_rollout_within_the_startup_allowance_does_not_page(tmp_path: Path) -> None:
-    for nodes in (1, 2):  # the static layout (a Deployment per replica) and the scaled one
+    for nodes in (1, 2):  # the static layout (a StatefulSet) and the scaled one
         stack = _stack(nodes)
         rendered = render_stack(stack)
         allowance = sum(grace_and_window_s(rendered))

@@ -75,7 +75,7 @@ def stack_with(nodes: object = None, **pool: object) -> dict[str, object]:
         ({"gpu": "a100_sxm_80gb"}, r"gpu 'a100_sxm_80gb' is on none of the stack's nodes"),
         ({"replicas": 9}, r"need 9 GPUs at their minimum replicas .* the nodes have 8"),
         ({"gpu_ids": [[9]]}, r"gpu_ids has GPU 9, but the node has GPUs 0\.\.7"),
-        ({"replicas": 2, "gpu_ids": [[0], [0]]}, r"chat-r1 and chat-r0 are both pinned to GPU 0"),
+        ({"replicas": 2, "gpu_ids": [[0], [0]]}, r"chat-1 and chat-0 are both pinned to GPU 0"),
     ],
 )
 def test_render_refuses_a_pool_that_cannot_run_as_rendered(

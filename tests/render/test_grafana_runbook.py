@@ -60,7 +60,7 @@ def test_runbook_has_a_section_for_every_alert_link(crm: Rendered) -> None:
     section = runbook.split("## InhouseGPUDoubleBitECC", 1)[1].split("\n## ", 1)[0]
     for part in ("**What it means.**", "```promql", "**Mitigations.**", "**Escalate.**"):
         assert part in section
-    assert "| chat-r1 | chat | chat-70b | 4 | 4,5,6,7 |" in runbook
+    assert "| chat-1 | chat | chat-70b | 4 | 4,5,6,7 |" in runbook
 
 
 def test_the_alert_table_names_each_rule_once_with_what_it_watches(crm: Rendered) -> None:

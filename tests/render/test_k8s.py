@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -65,45 +66,80 @@ def test_every_manifest_validates_offline(rendered: dict[str, Rendered], example
         else:
             kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
     expected = {"Namespace", "Deployment", "Service", "ConfigMap", "PodDisruptionBudget"}
+    expected |= {"StatefulSet"} if example == "crm-copilot" else set()
     expected |= {"NetworkPolicy", "ServiceMonitor", "PrometheusRule"}
     assert expected <= kinds
     assert ("ScaledObject" in kinds) == (example == "code-assistant")
 
 
 def test_strict_validation_catches_a_misspelled_field(crm: Rendered) -> None:
-    deployment = find(crm, "Deployment", "chat-r0")
+    deployment = find(crm, "StatefulSet", "chat")
     broken = json.loads(json.dumps(deployment))
     broken["spec"]["template"]["spec"]["terminationGracePeriod"] = 60
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(broken, KUBERNETES_VERSION, strict=True)
 
 
+def engine_workloads(rendered: Rendered, pool: str) -> list[dict[str, Any]]:
+    return [
+        doc
+        for _, doc in documents(rendered)
+        if doc["kind"] in ("Deployment", "StatefulSet")
+        and doc["metadata"]["labels"].get("app.kubernetes.io/component") == "engine"
+        and doc["metadata"]["labels"].get("inhouse.dev/pool") == pool
+    ]
+
+
+def test_one_apply_replaces_a_single_node_pool_one_replica_at_a_time(
+    crm_stack: StackSpec, crm: Rendered
+) -> None:
+    """A changed pod template (a new vLLM image, an argument) applied with `kubectl apply`
+    must not restart every replica of the pool together: the pool is one StatefulSet, whose
+    RollingUpdate replaces one pod at a time and waits for it to be Ready before the next. One
+    object per replica would each roll at once, and the pool would be down for the load."""
+    pool = crm_stack.pool("chat")
+    assert pool.replicas > 1
+    (workload,) = engine_workloads(crm, "chat")
+    kubernetes_validate.validate(workload, KUBERNETES_VERSION, strict=True)
+    assert workload["kind"] == "StatefulSet"
+    spec = workload["spec"]
+    assert spec["replicas"] == pool.replicas
+    assert spec["updateStrategy"]["type"] == "RollingUpdate"
+    rolling = spec["updateStrategy"].get("rollingUpdate", {})
+    assert rolling.get("partition", 0) == 0 and rolling.get("maxUnavailable", 1) == 1
+    # per-pod DNS through the pool's headless Service
+    service = find(crm, "Service", spec["serviceName"])
+    assert service["spec"]["clusterIP"] == "None"
+    # each replica keeps its own stable address: a Service that selects exactly its pod
+    name = workload["metadata"]["name"]
+    template_labels = spec["template"]["metadata"]["labels"]
+    for index in range(pool.replicas):
+        own = find(crm, "Service", f"{name}-{index}")["spec"]["selector"]
+        assert own.pop("statefulset.kubernetes.io/pod-name") == f"{name}-{index}"
+        assert own.items() <= template_labels.items()
+
+
 def test_crm_is_two_tp4_replicas_on_the_nvlink_halves(crm_stack: StackSpec, crm: Rendered) -> None:
-    deployments = [d for _, d in documents(crm) if d["kind"] == "Deployment"]
-    engines = {
-        d["metadata"]["name"]: d
-        for d in deployments
-        if d["metadata"]["labels"]["app.kubernetes.io/component"] == "engine"
-    }
-    assert sorted(engines) == ["chat-r0", "chat-r1"]
-    for name, gpus in (("chat-r0", "0,1,2,3"), ("chat-r1", "4,5,6,7")):
-        pod = engines[name]["spec"]["template"]
-        assert engines[name]["spec"]["replicas"] == 1
-        assert pod["metadata"]["annotations"]["inhouse.dev/gpu-ids"] == gpus
-        vllm = containers(engines[name])["vllm"]
-        assert vllm["resources"]["limits"]["nvidia.com/gpu"] == 4
-        assert pod["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
-        # the stack's arguments, with tracing (on in the example) sent to the in-cluster Tempo
-        traced = with_tracing(crm_stack, RenderOptions())
-        expected = vllm_serve_args(traced, traced.pool("chat"), 0, 8000)[1:]
-        assert "--otlp-traces-endpoint" in expected
-        assert vllm["command"] == ["vllm", "serve"]
-        assert vllm["args"] == ["/models/meta-llama/Llama-3.3-70B-Instruct", *expected]
-        assert "check-gpu-topology" in containers(engines[name])
+    (engine,) = engine_workloads(crm, "chat")
+    assert engine["metadata"]["name"] == "chat"
+    assert engine["spec"]["replicas"] == 2
+    pod = engine["spec"]["template"]
+    # replica i (pod chat-i) is planned on the i-th group
+    assert pod["metadata"]["annotations"]["inhouse.dev/gpu-ids"] == "0,1,2,3;4,5,6,7"
+    vllm = containers(engine)["vllm"]
+    assert vllm["resources"]["limits"]["nvidia.com/gpu"] == 4
+    assert pod["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    # the stack's arguments, with tracing (on in the example) sent to the in-cluster Tempo
+    traced = with_tracing(crm_stack, RenderOptions())
+    expected = vllm_serve_args(traced, traced.pool("chat"), 0, 8000)[1:]
+    assert "--otlp-traces-endpoint" in expected
+    assert vllm["command"] == ["vllm", "serve"]
+    assert vllm["args"] == ["/models/meta-llama/Llama-3.3-70B-Instruct", *expected]
+    assert "check-gpu-topology" in containers(engine)
 
 
 def test_engine_pod_lifecycle(crm: Rendered) -> None:
-    deployment = find(crm, "Deployment", "chat-r0")
+    deployment = find(crm, "StatefulSet", "chat")
     spec = deployment["spec"]["template"]["spec"]
     vllm = containers(deployment)["vllm"]
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
@@ -123,7 +159,7 @@ def test_engine_pod_lifecycle(crm: Rendered) -> None:
 
 
 def test_init_containers_verify_model_and_adapter_signatures(crm: Rendered) -> None:
-    init = containers(find(crm, "Deployment", "chat-r0"))
+    init = containers(find(crm, "StatefulSet", "chat"))
     paths = [c["args"][2] for name, c in init.items() if name.startswith("verify-")]
     assert paths == [
         "/models/meta-llama/Llama-3.3-70B-Instruct",
@@ -180,8 +216,8 @@ def test_gateway_endpoints_name_each_static_replica(crm: Rendered) -> None:
     assert json.loads(config["endpoints.json"]) == {
         "pools": {
             "chat": [
-                "http://chat-r0.crm-copilot.svc:8000",
-                "http://chat-r1.crm-copilot.svc:8000",
+                "http://chat-0.crm-copilot.svc:8000",
+                "http://chat-1.crm-copilot.svc:8000",
             ]
         }
     }
@@ -276,3 +312,42 @@ def test_in_pod_topology_check(topo: str, ok: bool, first_bad: str) -> None:
     done = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=False)
     assert (done.returncode == 0) == ok
     assert done.stdout.splitlines()[:1] == ([first_bad] if first_bad else [])
+
+
+def relabel(rules: list[dict[str, Any]], meta: dict[str, str]) -> dict[str, str]:
+    """Prometheus's `replace` relabelling (the default action): the source labels joined by the
+    separator, matched by the fully anchored regex, set the target label to the replacement."""
+    out = dict(meta)
+    for rule in rules:
+        assert rule.get("action", "replace") == "replace"
+        value = rule.get("separator", ";").join(out.get(k, "") for k in rule["sourceLabels"])
+        found = re.fullmatch(rule.get("regex", "(.*)"), value)
+        if found:
+            out[rule["targetLabel"]] = found.expand(
+                rule.get("replacement", "$1").replace("$", "\\")
+            )
+    return out
+
+
+def test_the_scrape_labels_each_static_replica_as_the_gateway_does(crm: Rendered) -> None:
+    """The gateway labels replica i `replica="i"`; the ServiceMonitor gives the engine's series
+    the same, from the StatefulSet pod's name (its template has no per-replica label), and no
+    replica label to a scaled pool's pods."""
+    monitor = find(crm, "ServiceMonitor", "engines")
+    (endpoint,) = monitor["spec"]["endpoints"]
+    rules = endpoint["relabelings"]
+    pool_label = "__meta_kubernetes_pod_label_inhouse_dev_pool"
+    for index in range(2):
+        meta = {
+            "__meta_kubernetes_pod_controller_kind": "StatefulSet",
+            "__meta_kubernetes_pod_name": f"chat-{index}",
+            pool_label: "chat",
+        }
+        assert relabel(rules, meta)["replica"] == str(index)
+        assert relabel(rules, meta)["pool"] == "chat"
+    scaled = {
+        "__meta_kubernetes_pod_controller_kind": "ReplicaSet",
+        "__meta_kubernetes_pod_name": "long-6d4cf56db6-24567",  # digits only, by chance
+        pool_label: "long",
+    }
+    assert "replica" not in relabel(rules, scaled)

@@ -17,13 +17,15 @@ from inhouse.render.options import RenderOptions
 from inhouse.spec.load import load_stack
 from inhouse.spec.stack import StackSpec, parse_stack
 
+WORKLOADS = ("Deployment", "StatefulSet")
+
 
 def docs(stack: StackSpec, name: str) -> dict[str, Any]:
     rendered = render_stack(stack)
     for path, text in rendered.files.items():
         if path.startswith("k8s/"):
             for doc in yaml.safe_load_all(text):
-                if doc and doc["kind"] == "Deployment" and doc["metadata"]["name"] == name:
+                if doc and doc["kind"] in WORKLOADS and doc["metadata"]["name"] == name:
                     return doc  # type: ignore[no-any-return]
     raise AssertionError(name)
 
@@ -54,13 +56,13 @@ def long_turns(e2e_ms: float, shutdown_s: int = 30) -> StackSpec:
 def test_grace_covers_the_planned_p95_e2e_after_the_drain() -> None:
     prestop = RenderOptions().prestop_sleep_s
     stack = long_turns(45_200.0)
-    assert grace(docs(stack, "chat-r0")) == prestop + 46 + TEARDOWN_MARGIN_S
+    assert grace(docs(stack, "chat")) == prestop + 46 + TEARDOWN_MARGIN_S
     assert grace(docs(stack, "gateway")) == prestop + 46 + TEARDOWN_MARGIN_S
     notes = render_stack(stack).notes
     assert any("shutdown_timeout_s 30 s is below the plan's p95 e2e 45.2 s" in n for n in notes)
     assert any("proxy.drain_timeout_s 30 s is below the plan's longest p95 e2e" in n for n in notes)
     short = long_turns(2_000.0)  # the drain is the longer: it sets the grace
-    assert grace(docs(short, "chat-r0")) == prestop + 30 + TEARDOWN_MARGIN_S
+    assert grace(docs(short, "chat")) == prestop + 30 + TEARDOWN_MARGIN_S
 
 
 def test_the_plan_drains_its_p95_and_render_waits_for_it(crm_plan: PlannedCrm) -> None:
@@ -71,7 +73,7 @@ def test_the_plan_drains_its_p95_and_render_waits_for_it(crm_plan: PlannedCrm) -
     (pool,) = stack.pools
     assert pool.knobs.shutdown_timeout_s >= e2e_s
     prestop = RenderOptions().prestop_sleep_s
-    for name in ("chat-r0", "gateway"):
+    for name in ("chat", "gateway"):
         assert grace(docs(stack, name)) >= prestop + e2e_s + TEARDOWN_MARGIN_S
 
 
@@ -91,7 +93,7 @@ def test_a_scaled_pools_engines_sleep_out_the_dns_ttl_and_one_discovery_interval
     short_ttl = render_stack(code, RenderOptions(dns_ttl_s=5))
     assert prestop(find(short_ttl, "Deployment", "standard")) == RenderOptions().prestop_sleep_s
     crm = load_stack(ROOT / "examples" / "crm-copilot" / "stack.yaml")
-    assert prestop(docs(crm, "chat-r0")) == RenderOptions().prestop_sleep_s  # own Service
+    assert prestop(docs(crm, "chat")) == RenderOptions().prestop_sleep_s  # own Service
 
 
 def doc_inflight(stack: StackSpec, pool: str) -> int:

@@ -33,7 +33,7 @@ def crm_with(weights: dict[str, Any] | None) -> StackSpec:
 
 def test_the_pod_pulls_verifies_and_loads_the_verified_path() -> None:
     rendered = render_stack(crm_with(WEIGHTS))
-    deployment = find(rendered, "Deployment", "chat-r0")
+    deployment = find(rendered, "StatefulSet", "chat")
     parts = containers(deployment)
     pull = parts["pull-weights"]
     assert pull["command"] == ["inhouse", "weights", "pull"]
@@ -68,7 +68,7 @@ def test_manifests_stay_schema_valid() -> None:
 def test_a_certificate_chain_and_another_secret() -> None:
     weights = {**WEIGHTS, "public_key": None, "certificate_chain": ["pki/ca.pem"]}
     rendered = render_stack(crm_with(weights), RenderOptions(weights_secret="minio-reader"))
-    pull = containers(find(rendered, "Deployment", "chat-r0"))["pull-weights"]
+    pull = containers(find(rendered, "StatefulSet", "chat"))["pull-weights"]
     assert "--certificate-chain" in pull["args"] and "/etc/model-signing/ca.pem" in pull["args"]
     assert pull["envFrom"] == [{"secretRef": {"name": "minio-reader"}}]
 
@@ -80,14 +80,14 @@ def test_an_unpinned_revision_is_refused_with_the_fix() -> None:
 
 
 def test_a_pool_without_registry_weights_keeps_the_model_signing_check() -> None:
-    parts = containers(find(render_stack(crm_with(None)), "Deployment", "chat-r0"))
+    parts = containers(find(render_stack(crm_with(None)), "StatefulSet", "chat"))
     assert "pull-weights" not in parts and parts["verify-model"]["command"] == ["model_signing"]
 
 
 def test_a_pinned_digest_reaches_the_pull() -> None:
     digest = "sha256:" + "ab" * 32
     rendered = render_stack(crm_with({**WEIGHTS, "digest": digest}))
-    pull = containers(find(rendered, "Deployment", "chat-r0"))["pull-weights"]
+    pull = containers(find(rendered, "StatefulSet", "chat"))["pull-weights"]
     assert pull["args"][-2:] == ["--digest", digest]
 
 
@@ -97,17 +97,17 @@ def test_with_a_pinned_digest_vllm_loads_the_content_address() -> None:
     content-addressed directory the pull verified cannot name other bytes."""
     digest = "sha256:" + "ab" * 32
     parts = containers(find(render_stack(crm_with({**WEIGHTS, "digest": digest})),
-                            "Deployment", "chat-r0"))  # fmt: skip
+                            "StatefulSet", "chat"))  # fmt: skip
     assert parts["vllm"]["args"][0] == "/models/registry/sha256/" + "ab" * 32
     assert parts["pull-weights"]["args"][0] == "meta-llama/Llama-3.3-70B-Instruct@2024-12-06"
 
 
 def test_allowing_expired_certificates_reaches_the_pull() -> None:
     weights = {**WEIGHTS, "public_key": None, "certificate_chain": ["pki/ca.pem"]}
-    plain = containers(find(render_stack(crm_with(weights)), "Deployment", "chat-r0"))
+    plain = containers(find(render_stack(crm_with(weights)), "StatefulSet", "chat"))
     assert "--allow-expired-certificate" not in plain["pull-weights"]["args"]
     allowing = crm_with({**weights, "allow_expired_certificate": True})
-    pull = containers(find(render_stack(allowing), "Deployment", "chat-r0"))["pull-weights"]
+    pull = containers(find(render_stack(allowing), "StatefulSet", "chat"))["pull-weights"]
     assert "--allow-expired-certificate" in pull["args"]
     with pytest.raises(SpecError, match="allow_expired_certificate"):
         crm_with({**WEIGHTS, "allow_expired_certificate": True})  # a bare key has no expiry

@@ -64,8 +64,8 @@ def test_scrape_jobs_carry_the_labels_the_alerts_select(crm: Rendered) -> None:
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     assert set(jobs) == {"chat-engine", "gateway", "dcgm-exporter", "node-exporter"}
     replicas = jobs["chat-engine"]["static_configs"]
-    assert [g["labels"]["pod"] for g in replicas] == ["chat-r0", "chat-r1"]
-    assert replicas[1]["targets"] == ["chat-r1.crm-copilot.svc.cluster.local:8000"]
+    assert [g["labels"]["pod"] for g in replicas] == ["chat-0", "chat-1"]
+    assert replicas[1]["targets"] == ["chat-1.crm-copilot.svc.cluster.local:8000"]
     assert jobs["dcgm-exporter"]["honor_labels"] is True
     assert config["rule_files"] == ["rules.yaml"]
 
@@ -117,7 +117,7 @@ def test_local_jobs_for_a_stack_on_one_machine_pass_promtool(
         "targets": ["127.0.0.1:8101"],
         "labels": {
             "namespace": "crm-copilot",
-            "pod": "chat-r1",
+            "pod": "chat-1",
             "pool": "chat",
             "replica": "1",
             "service": "chat-engine",

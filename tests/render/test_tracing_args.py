@@ -19,7 +19,7 @@ def stack(tracing: dict[str, Any], knobs: dict[str, Any] | None = None) -> Any:
 def engine_args(tracing: dict[str, Any], knobs: dict[str, Any] | None = None) -> list[str]:
     rendered = render_stack(stack(tracing, knobs))
     docs = list(yaml.safe_load_all(rendered.files["k8s/engine-chat.yaml"]))
-    deployment = next(d for d in docs if d and d.get("kind") == "Deployment")
+    deployment = next(d for d in docs if d and d.get("kind") == "StatefulSet")
     (container,) = [
         c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm"
     ]

@@ -13,7 +13,13 @@ from inhouse.drill.drills.long_prompt_dos import huge_tokens
 from inhouse.drill.remediation import ecc_remediation
 from inhouse.render.alerts import Case, Series, render_rule_tests
 from inhouse.render.alerts_gpu import gpu_rules
-from inhouse.render.layout import engine_layout, engine_units, model_dir, nvml_name
+from inhouse.render.layout import (
+    engine_layout,
+    engine_units,
+    model_dir,
+    nvml_name,
+    replica_selector,
+)
 from inhouse.render.options import RenderOptions
 from inhouse.spec.stack import PoolSpec, StackSpec
 from inhouse.workload.agent import AgentWorkload
@@ -116,13 +122,19 @@ def drill_steps(name: str, stack: StackSpec, ns: str, load: AgentLoad) -> list[S
 
 
 def _selector(pool: PoolSpec, index: int) -> str:
-    return f"inhouse.dev/pool={pool.name},inhouse.dev/replica={index}"
+    return replica_selector(pool.name, index)
+
+
+_KINDS = {"statefulset": "StatefulSet", "deployment": "Deployment"}
 
 
 def _last_unit(stack: StackSpec, pool: PoolSpec) -> tuple[str, int]:
+    """The kind/name of the object that runs the pool's last replica, and its index."""
     units = [u for u in engine_units(stack) if u.pool.name == pool.name]
     unit = units[-1]
-    return unit.name, unit.replica_index if unit.replica_index is not None else 0
+    if unit.replica_index is None:
+        return f"deployment/{unit.workload}", 0
+    return f"statefulset/{unit.workload}", unit.replica_index
 
 
 def _kill_replica(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -> list[Step]:
@@ -379,7 +391,7 @@ def _load_not_ready(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) 
         "-n",
         ns,
         "get",
-        f"deployment/{unit}",
+        unit,
         "-o",
         "jsonpath={.spec.template.spec.containers[0].startupProbe}",
     ]
@@ -389,7 +401,8 @@ def _load_not_ready(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) 
     )
     return [
         Step(
-            f"restart one replica (its Deployment starts a new pod); agent load at {at} 30 s later",
+            f"restart one replica (its {_KINDS[unit.partition('/')[0]]} starts a new pod); agent "
+            f"load at {at} 30 s later",
             _k(restart)
             + "\nsleep 30\n"
             + _bench("load-not-ready", pool, load.workload(sessions) + " --duration 600"),

@@ -9,7 +9,7 @@ nowhere to go: the pool runs degraded on the other NVLink group until the GPU is
 
 from __future__ import annotations
 
-from inhouse.render.layout import termination_grace_s
+from inhouse.render.layout import replica_selector, termination_grace_s
 from inhouse.render.options import RenderOptions
 from inhouse.spec.stack import PoolSpec, StackSpec
 
@@ -20,7 +20,7 @@ def ecc_remediation(
     """kubectl argument lists (without `kubectl`) for the replica of `pool` on the bad GPU; the
     grace period is the one rendered into the pod (`terminationGracePeriodSeconds`)."""
     grace, _ = termination_grace_s(stack, pool, RenderOptions().prestop_sleep_s)
-    selector = f"inhouse.dev/pool={pool.name},inhouse.dev/replica={replica_index}"
+    selector = replica_selector(pool.name, replica_index)
     return [
         ["cordon", node],
         [

@@ -30,6 +30,7 @@ from inhouse.gateway.keys import create_key, hash_key
 from inhouse.launch.engine_args import ATTACHED_KINDS, replica_env, simulated_engine_args
 from inhouse.launch.plan import INHOUSE, INHOUSE_ENGINE, child_env, gateway_process
 from inhouse.launch.tether import popen
+from inhouse.render.layout import replica_pod
 from inhouse.spec.stack import PoolSpec, StackSpec, dump_stack, parse_stack
 
 HOST = "127.0.0.1"
@@ -141,7 +142,7 @@ class LiveStack:
             for index in range(pool.replicas):
                 gpus = _gpus_of(pool, index, next_gpu)
                 next_gpu = max(next_gpu, max(gpus) + 1)
-                name = f"{pool.name}-r{index}"  # the static layout's name, as in a cluster
+                name = replica_pod(pool.name, index)  # the static layout's pod, as in a cluster
                 self.replicas[name] = Replica(
                     name,
                     pool.name,

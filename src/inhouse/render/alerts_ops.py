@@ -15,6 +15,7 @@ from inhouse.render.alerts_triggers import has_hit_trigger
 from inhouse.render.layout import (
     QUEUE_DEPTH_PER_REPLICA,
     EngineLayout,
+    replica_pod,
     rollout_allowance_s,
     slo_of,
 )
@@ -36,7 +37,7 @@ def replica_alerts(
 ) -> list[Alert]:
     job = f"{pool.name}-engine"
     sel = f'namespace="{ns}", job="{job}"'
-    pod = {"instance": "10.0.0.1:8000", "pod": f"{pool.name}-r0"}
+    pod = {"instance": "10.0.0.1:8000", "pod": replica_pod(pool.name, 0)}
     down = Alert(
         name="InhouseEngineReplicaDown",
         group=ENGINE_GROUP,
@@ -85,7 +86,7 @@ def missing_alert(pool: PoolSpec, ns: str, allowance: tuple[int, str], cover_s: 
     sel = f'namespace="{ns}", job="{job}"'
     allowance_s, why = allowance
     replicas = [
-        {"instance": f"10.0.0.{i + 1}:8000", "pod": f"{pool.name}-r{i}"}
+        {"instance": f"10.0.0.{i + 1}:8000", "pod": replica_pod(pool.name, i)}
         for i in range(pool.replicas)
     ]
 
@@ -123,13 +124,14 @@ def missing_alert(pool: PoolSpec, ns: str, allowance: tuple[int, str], cover_s: 
                 "(signature or GPU topology check)?",
                 "A pod restarting after its startupProbe window: the weights load slower than "
                 "planned (`kubectl logs POD -c vllm`); a stuck rollout: `kubectl -n NS rollout "
-                "status deploy/DEPLOYMENT`, then `rollout undo`.",
+                "status statefulset/POOL` (one node; `deploy/POOL` on several), then `rollout "
+                "undo`; a StatefulSet does not replace the pod that never got Ready: delete it.",
                 "A failed verify-model init container means the weights on the node do not match "
                 "their signature: do not bypass it; re-sync the weights from the registry.",
             ),
             escalate="A node is lost or GPUs are unallocatable: escalate to the hardware owner.",
         ),
-        threshold_source=f"render's Deployment of pool {pool.name}: {why}",
+        threshold_source=f"render's engine pods of pool {pool.name}: {why}",
         cases=(
             Case(
                 "all replicas up",

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from inhouse.errors import SpecError
 from inhouse.metric_names import E2E_BUCKETS_S
 from inhouse.render.alerts import Alert, Case, Recording, RunbookEntry, Series
-from inhouse.render.layout import EngineLayout, slo_of
+from inhouse.render.layout import EngineLayout, replica_pod, slo_of
 from inhouse.spec.slo import LatencyMetric, LatencySlo
 from inhouse.spec.stack import PoolSpec, StackSpec
 from inhouse.spec.vllm_buckets import ITL_BUCKETS_S, TTFT_BUCKETS_S
@@ -56,7 +56,7 @@ def engine_labels(pool: PoolSpec, replica: int = 0) -> dict[str, str]:
         "namespace": "ns",
         "job": f"{pool.name}-engine",
         "instance": f"10.0.0.{replica + 1}:8000",
-        "pod": f"{pool.name}-r{replica}",
+        "pod": replica_pod(pool.name, replica),
     }
 
 

@@ -37,9 +37,10 @@ def namespace_doc(stack: StackSpec, options: RenderOptions) -> Doc:
 
 def endpoints(stack: StackSpec, engines: EngineLayout, options: RenderOptions) -> dict[str, Any]:
     """What the gateway's `--endpoints` file says, for this cluster: per pool the replica URLs
-    (static layout: one Service per replica), or the pool's headless Service (scaled pools:
-    `discovery` says to resolve it for the current replicas, in up to the autoscaler's
-    `maxReplicaCount` slots; the `pools` URL is for gateways that predate discovery)."""
+    (static layout: one Service per replica, named after its StatefulSet pod), or the pool's
+    headless Service (scaled pools: `discovery` says to resolve it for the current replicas, in
+    up to the autoscaler's `maxReplicaCount` slots; the `pools` URL is for gateways that
+    predate discovery)."""
     ns = namespace_of(stack, options)
     port = options.engine_port
     pools: dict[str, list[str]] = {}
@@ -208,8 +209,16 @@ def monitoring_docs(stack: StackSpec, rules: Rules, options: RenderOptions) -> l
     ns = namespace_of(stack, options)
     relabel = [
         {"sourceLabels": ["__meta_kubernetes_pod_label_inhouse_dev_pool"], "targetLabel": "pool"},
+        # A static replica is pod `<pool>-<i>` of its pool's StatefulSet: replica i, as the
+        # gateway labels it. A scaled pool's pods (a Deployment's) get no replica label.
         {
-            "sourceLabels": ["__meta_kubernetes_pod_label_inhouse_dev_replica"],
+            "sourceLabels": [
+                "__meta_kubernetes_pod_controller_kind",
+                "__meta_kubernetes_pod_name",
+            ],
+            "separator": ";",
+            "regex": "StatefulSet;.+-([0-9]+)",
+            "replacement": "$1",
             "targetLabel": "replica",
         },
     ]

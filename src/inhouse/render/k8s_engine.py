@@ -1,7 +1,14 @@
-"""Engine manifests: per unit a vLLM Deployment; per pool Services and a PodDisruptionBudget; one
-NetworkPolicy that lets only the gateway (and Prometheus) reach the engines.
+"""Engine manifests: per pool a vLLM StatefulSet (single node: one pod per replica, each with its
+own Service) or Deployment (several nodes, scaled by KEDA), a headless Service and a
+PodDisruptionBudget; one NetworkPolicy that lets only the gateway (and Prometheus) reach the
+engines.
 
-The Deployment carries everything the seeds ask of an LLM engine pod: GPU limits, a node selector
+A single node's pool is a StatefulSet, not one Deployment per replica: `kubectl apply` of a
+changed pod template (a new vLLM image, an argument) would roll every replica's Deployment at
+once and take the pool down for a whole model load. The StatefulSet's RollingUpdate replaces
+one pod at a time, from the highest ordinal down, and waits for it to be Ready before the next.
+
+The pod template carries everything the seeds ask of an LLM engine pod: GPU limits, a node selector
 by GPU product, a startupProbe whose window covers model loading, readiness and liveness on
 /health, a preStop sleep so endpoints drop the pod before vLLM drains, a grace period that covers
 both, /dev/shm in memory, weights read-only from the node's NVMe, and init containers that pull
@@ -44,11 +51,13 @@ def render_engines(
     """`k8s/engine-<pool>.yaml` per pool and `k8s/engine-networkpolicy.yaml`."""
     files = {}
     for pool in engines.pools:
+        units = engines.units_of(pool)
         docs: list[Doc] = []
-        for unit in engines.units_of(pool):
-            docs.append(engine_deployment(stack, engines, unit, options))
-            if unit.replica_index is not None:
-                docs.append(replica_service(stack, unit, options))
+        if all(unit.replica_index is not None for unit in units):
+            docs.append(engine_statefulset(stack, units, options))
+            docs += [replica_service(stack, unit, options) for unit in units]
+        else:
+            docs += [engine_deployment(stack, engines, unit, options) for unit in units]
         docs.append(pool_service(stack, pool, options))
         docs.append(pool_pdb(stack, pool, options))
         notes = {f.flag: f.why for f in explained_flags(stack, pool, options.engine_port)}
@@ -61,19 +70,91 @@ def render_engines(
 def engine_deployment(
     stack: StackSpec, engines: EngineLayout, unit: EngineUnit, options: RenderOptions
 ) -> Doc:
+    """A scaled pool: one Deployment that KEDA scales."""
     pool = unit.pool
-    ns = namespace_of(stack, options)
     pod_labels = labels(stack, "engine", **{"inhouse.dev/pool": pool.name})
-    if unit.replica_index is not None:
-        pod_labels["inhouse.dev/replica"] = str(unit.replica_index)
+    template, window, grace_why = pod_template(stack, pool, pod_labels, {}, options, is_scaled=True)
+    template["spec"]["affinity"] = spread_replicas(pod_labels)
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": unit.name,
+            "namespace": namespace_of(stack, options),
+            "labels": pod_labels,
+        },
+        "spec": {
+            "replicas": unit.replicas,
+            # NOTE: GPUs are the scarce resource: never surge, replace one replica at a time.
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+            },
+            "selector": {"matchLabels": pod_labels},
+            "template": template,
+        },
+    }
+    high = layout.max_replicas(stack, engines, pool)
+    lines = [
+        f"Engine {unit.name}: {pool.model} as {pool.client_model_name!r}, TP={pool.tp}.",
+        f"Scaled by KEDA from {pool.replicas} to {high} replicas "
+        "on vllm:num_requests_waiting (autoscaling.yaml).",
+    ]
+    return _with_probe_notes(lines, *window, grace_why), deployment
+
+
+def engine_statefulset(stack: StackSpec, units: list[EngineUnit], options: RenderOptions) -> Doc:
+    """A single node's pool: one StatefulSet, pod `<pool>-<i>` being replica i."""
+    pool = units[0].pool
+    pod_labels = labels(stack, "engine", **{"inhouse.dev/pool": pool.name})
+    annotations = {}
+    if any(unit.gpu_ids for unit in units):
+        # NOTE: for humans; the device plugin assigns the GPUs (statefulset_comment).
+        annotations["inhouse.dev/gpu-ids"] = ";".join(
+            ",".join(map(str, unit.gpu_ids)) for unit in units
+        )
+    template, window, grace_why = pod_template(
+        stack, pool, pod_labels, annotations, options, is_scaled=False
+    )
+    statefulset = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {
+            "name": units[0].workload,
+            "namespace": namespace_of(stack, options),
+            "labels": pod_labels,
+        },
+        "spec": {
+            "replicas": len(units),
+            "serviceName": f"{pool.name}-engine",
+            # First start and scaling load every replica together; updates are not affected.
+            "podManagementPolicy": "Parallel",
+            # NOTE: one pod at a time, highest ordinal first, each Ready before the next: a
+            # changed template never takes the pool down. GPUs are the scarce resource: a
+            # StatefulSet never surges, the new pod takes the old one's GPUs.
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}},
+            "selector": {"matchLabels": pod_labels},
+            "template": template,
+        },
+    }
+    return statefulset_comment(pool, units, *window, grace_why), statefulset
+
+
+def pod_template(
+    stack: StackSpec,
+    pool: PoolSpec,
+    pod_labels: dict[str, str],
+    annotations: dict[str, str],
+    options: RenderOptions,
+    *,
+    is_scaled: bool,
+) -> tuple[dict[str, Any], tuple[int, str], str]:
+    """The engine pod, the startupProbe window and its arithmetic, and the grace period's."""
     window_s, window_why = layout.startup_window_s(pool)
     prestop_s, _ = layout.engine_prestop_s(
-        stack, unit.replica_index is None, options.prestop_sleep_s, options.dns_ttl_s
+        stack, is_scaled, options.prestop_sleep_s, options.dns_ttl_s
     )
     grace_s, grace_why = layout.termination_grace_s(stack, pool, prestop_s)
-    annotations = {"kubectl.kubernetes.io/default-container": "vllm"}
-    if unit.gpu_ids:
-        annotations["inhouse.dev/gpu-ids"] = ",".join(map(str, unit.gpu_ids))
     pod_spec: dict[str, Any] = {
         "terminationGracePeriodSeconds": grace_s,
         "automountServiceAccountToken": False,
@@ -85,50 +166,33 @@ def engine_deployment(
         "containers": [vllm_container(stack, pool, options, window_s, prestop_s)],
         "volumes": volumes(pool, options),
     }
-    if unit.replica_index is None:
-        pod_spec["affinity"] = spread_replicas(pod_labels)
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": unit.name, "namespace": ns, "labels": pod_labels},
-        "spec": {
-            "replicas": unit.replicas,
-            # NOTE: GPUs are the scarce resource: never surge, replace one replica at a time.
-            "strategy": {
-                "type": "RollingUpdate",
-                "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
-            },
-            "selector": {"matchLabels": pod_labels},
-            "template": {
-                "metadata": {"labels": pod_labels, "annotations": annotations},
-                "spec": pod_spec,
-            },
+    template = {
+        "metadata": {
+            "labels": pod_labels,
+            "annotations": {"kubectl.kubernetes.io/default-container": "vllm", **annotations},
         },
+        "spec": pod_spec,
     }
-    return deployment_comment(stack, engines, unit, window_s, window_why, grace_why), deployment
+    return template, (window_s, window_why), grace_why
 
 
-def deployment_comment(
-    stack: StackSpec,
-    engines: EngineLayout,
-    unit: EngineUnit,
-    window_s: int,
-    window_why: str,
-    grace_why: str,
+def statefulset_comment(
+    pool: PoolSpec, units: list[EngineUnit], window_s: int, window_why: str, grace_why: str
 ) -> str:
-    pool = unit.pool
-    lines = [f"Engine {unit.name}: {pool.model} as {pool.client_model_name!r}, TP={pool.tp}."]
-    if unit.replica_index is None:
-        high = layout.max_replicas(stack, engines, pool)
-        lines.append(
-            f"Scaled by KEDA from {pool.replicas} to {high} replicas "
-            "on vllm:num_requests_waiting (autoscaling.yaml)."
-        )
-    elif unit.gpu_ids:
-        ids = ",".join(map(str, unit.gpu_ids))
+    lines = [
+        f"Engine {units[0].workload}: {pool.model} as {pool.client_model_name!r}, TP={pool.tp}.",
+        f"Static layout: pod {units[0].workload}-<i> is replica i of {pool.replicas}, reached "
+        "through its own Service of that name.",
+        "An update (kubectl apply of a changed template) replaces one pod at a time, highest "
+        "first, and waits",
+        "for it to be Ready before the next: the other replicas keep serving while it loads. "
+        "A new pod that",
+        "never gets Ready stops the rollout; fix the template, apply, and delete that pod.",
+    ]
+    if any(unit.gpu_ids for unit in units):
+        groups = "; ".join(f"{unit.name} on {','.join(map(str, unit.gpu_ids))}" for unit in units)
         lines += [
-            f"Static layout: replica {unit.replica_index} of {pool.replicas} on NVLink group GPUs "
-            f"{ids} (gpu_ids).",
+            f"NVLink groups (gpu_ids): {groups}.",
             f"The device plugin assigns the {pool.tp} GPUs (CUDA_VISIBLE_DEVICES of host indices "
             "would be wrong inside",
             "the container); the kubelet's Topology Manager at single-numa-node takes them from "
@@ -136,11 +200,14 @@ def deployment_comment(
             "which on an HGX board is one NVLink half, and the check-gpu-topology init container "
             "refuses to",
             "start the engine on GPUs that are not NVLink-joined. Bare metal: vllm/"
-            f"{pool.name}.sh sets CUDA_VISIBLE_DEVICES={ids}.",
+            f"{pool.name}.sh sets CUDA_VISIBLE_DEVICES per replica.",
         ]
-    else:
-        lines.append(f"Static layout: replica {unit.replica_index} of {pool.replicas}.")
-    lines += [
+    return _with_probe_notes(lines, window_s, window_why, grace_why)
+
+
+def _with_probe_notes(lines: list[str], window_s: int, window_why: str, grace_why: str) -> str:
+    lines = [
+        *lines,
         f"startupProbe window {window_s} s: {window_why}.",
         f"terminationGracePeriodSeconds {grace_why}.",
     ]
@@ -233,22 +300,25 @@ def spread_replicas(pod_labels: dict[str, str]) -> dict[str, Any]:
 
 
 def replica_service(stack: StackSpec, unit: EngineUnit, options: RenderOptions) -> Doc:
-    selector = labels(stack, "engine", **{"inhouse.dev/pool": unit.pool.name})
-    selector["inhouse.dev/replica"] = str(unit.replica_index)
+    pool_labels = labels(stack, "engine", **{"inhouse.dev/pool": unit.pool.name})
     service = {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {
             "name": unit.name,
             "namespace": namespace_of(stack, options),
-            "labels": selector,
+            "labels": {**pool_labels, "inhouse.dev/replica": str(unit.replica_index)},
         },
         "spec": {
-            "selector": selector,
+            "selector": {**pool_labels, layout.POD_NAME_LABEL: unit.name},
             "ports": [{"name": "http", "port": options.engine_port, "targetPort": "http"}],
         },
     }
-    return f"Stable address of replica {unit.replica_index} for the gateway.", service
+    why = (
+        f"Stable address of replica {unit.replica_index} (pod {unit.name}) for the gateway: it "
+        "drops the pod from its endpoints as soon as it terminates."
+    )
+    return why, service
 
 
 def pool_service(stack: StackSpec, pool: PoolSpec, options: RenderOptions) -> Doc:

@@ -1,9 +1,11 @@
 """Where each engine runs and what it needs: the facts every rendered artifact shares.
 
-A single-node stack (one node, or no `nodes` given) gets a static layout: one Deployment per
-replica, named `<pool>-r<i>`, holding the replica's GPU group from `gpu_ids`. A multi-node stack
-gets one Deployment per pool that KEDA scales between the pool's `replicas` and what the nodes'
-GPUs allow.
+A single-node stack (one node, or no `nodes` given) gets a static layout: one StatefulSet per
+pool, named `<pool>`, whose pod `<pool>-<i>` is replica i on the GPU group `gpu_ids[i]` and has a
+Service of the same name (the replica's stable address). A StatefulSet's RollingUpdate replaces
+one pod at a time and waits for it to be Ready, so a changed pod template never takes the whole
+pool down. A multi-node stack gets one Deployment per pool that KEDA scales between the pool's
+`replicas` and what the nodes' GPUs allow.
 """
 
 from __future__ import annotations
@@ -66,13 +68,34 @@ QUEUE_DEPTH_PER_REPLICA = 20
 
 @dataclass(frozen=True, slots=True)
 class EngineUnit:
-    """One engine Deployment: a static replica on a fixed GPU group, or a pool's scaled set."""
+    """A static replica on a fixed GPU group (`name` is its pod and its Service, `<pool>-<i>`,
+    in the pool's StatefulSet), or a pool's scaled set (`name` is its Deployment)."""
 
     pool: PoolSpec
     name: str
     replica_index: int | None
     replicas: int
     gpu_ids: tuple[int, ...]
+
+    @property
+    def workload(self) -> str:
+        """The StatefulSet (static) or Deployment (scaled) that runs it: named after the pool."""
+        return self.pool.name
+
+
+# The label the StatefulSet controller puts on each of its pods (every Kubernetes version):
+# what a static replica's Service, the drills and the scrape's relabelling select a replica by.
+POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
+
+
+def replica_pod(pool: str, index: int) -> str:
+    """Static replica `index` of `pool`: its StatefulSet pod's name, and its Service's."""
+    return f"{pool}-{index}"
+
+
+def replica_selector(pool: str, index: int) -> str:
+    """A kubectl label selector for static replica `index` of `pool`'s pod."""
+    return f"inhouse.dev/pool={pool},{POD_NAME_LABEL}={replica_pod(pool, index)}"
 
 
 def is_single_node(stack: StackSpec) -> bool:
@@ -106,7 +129,7 @@ def _units(pools: list[PoolSpec], static: bool) -> list[EngineUnit]:
             continue
         for index in range(pool.replicas):
             ids = pool.gpu_ids[index] if pool.gpu_ids else ()
-            units.append(EngineUnit(pool, f"{pool.name}-r{index}", index, 1, ids))
+            units.append(EngineUnit(pool, replica_pod(pool.name, index), index, 1, ids))
     return units
 
 
@@ -116,7 +139,7 @@ class EngineLayout:
     every renderer that places, scrapes, alerts on or charts them."""
 
     single_node: bool
-    pools: tuple[PoolSpec, ...]  # the pools render runs as vLLM Deployments
+    pools: tuple[PoolSpec, ...]  # the pools render runs as vLLM engines
     units: tuple[EngineUnit, ...]
 
     def units_of(self, pool: PoolSpec) -> list[EngineUnit]:
@@ -212,7 +235,8 @@ def rollout_allowance_s(
     stack: StackSpec, engines: EngineLayout, pool: PoolSpec, prestop_sleep_s: int, dns_ttl_s: int
 ) -> tuple[int, str]:
     """How long a rolling update may keep one of the pool's replicas out of the scrape, and the
-    arithmetic. With maxSurge 0 the new pod waits for the old one's GPUs, so: the old pod's
+    arithmetic. Neither a StatefulSet nor a Deployment at maxSurge 0 surges: the new pod waits
+    for the old one's GPUs, so: the old pod's
     terminationGracePeriodSeconds, the init containers' verify pass, the startupProbe window
     (past it the kubelet restarts the container: no longer a rollout) and a margin for the
     readiness probe and the scrape to find the pod again."""

@@ -229,7 +229,7 @@ def replica_labels(pool: str, index: int, namespace: str) -> dict[str, str]:
     """The labels of a static replica's target, as the ServiceMonitor's relabelling gives."""
     return {
         "namespace": namespace,
-        "pod": f"{pool}-r{index}",
+        "pod": layout.replica_pod(pool, index),
         "pool": pool,
         "replica": str(index),
         "service": f"{pool}-engine",
@@ -246,8 +246,8 @@ def local_scrape_jobs(
     interval: str | None = None,
 ) -> list[dict[str, Any]]:
     """The same jobs over a local stack's `host:port` addresses, with the labels a Kubernetes
-    scrape gives: engines of pool P are job `P-engine`, pods `P-r<i>` (the static layout's
-    names), so the rendered rules and dashboards read them unchanged."""
+    scrape gives: engines of pool P are job `P-engine`, pods `P-<i>` (the static layout's
+    StatefulSet pods), so the rendered rules and dashboards read them unchanged."""
     jobs = []
     for pool in layout.engine_pools(stack):
         targets = [

@@ -82,7 +82,8 @@ def render_runbook(
 
 def _layout_lines(engines: EngineLayout) -> list[str]:
     mode = (
-        "single node: static layout, one Deployment per replica on its GPU group"
+        "single node: static layout, one StatefulSet per pool, pod <pool>-<i> on replica i's "
+        "GPU group, updated one replica at a time"
         if engines.single_node
         else "multi-node: one Deployment per pool, scaled by KEDA on vllm:num_requests_waiting"
     )

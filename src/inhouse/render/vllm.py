@@ -139,7 +139,7 @@ def render_vllm_script(stack: StackSpec, pool: PoolSpec, *, base_port: int) -> s
         f"# Pool {pool.name!r} of stack {stack.name!r}: {pool.model} served as "
         f"{pool.client_model_name!r}, {pool.quant}, TP={pool.tp}, {pool.replicas} replica(s).",
         "# Rendered by `inhouse render` from the same arguments `inhouse up` runs; the",
-        "# Kubernetes Deployments run them too, with the model read from the node's NVMe cache.",
+        "# Kubernetes manifests run them too, with the model read from the node's NVMe cache.",
         "# Metrics: vLLM serves Prometheus metrics at /metrics on --port (do not pass",
         "# --disable-log-stats, which turns them off).",
         f"# LoRA adapters (if any) are read from {LORA_ROOT}/<name>.",

@@ -1,6 +1,6 @@
 """The gateway's `--endpoints` file: where each pool's engines are.
 
-    {"pools": {"chat": ["http://chat-r0.ns.svc:8000", "http://chat-r1.ns.svc:8000"],
+    {"pools": {"chat": ["http://chat-0.ns.svc:8000", "http://chat-1.ns.svc:8000"],
                "long": ["http://long-engine.ns.svc.cluster.local:8000"]},
      "discovery": {"long": {"dns": "long-engine.ns.svc.cluster.local.", "port": 8000,
                             "max_replicas": 6}}}

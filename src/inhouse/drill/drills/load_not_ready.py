@@ -124,11 +124,11 @@ def model_load_s(pool: PoolSpec) -> float:
 
 
 def startup_probe_window_s(stack: Any, pool: PoolSpec) -> int:
-    """The rendered engine Deployment's startupProbe window for the pool:
+    """The rendered engine StatefulSet's (or Deployment's) startupProbe window for the pool:
     initialDelaySeconds + periodSeconds x failureThreshold."""
     files = render_engines(stack, engine_layout(stack), RenderOptions())
     docs = [d for d in yaml.safe_load_all(files[f"k8s/engine-{pool.name}.yaml"]) if d]
-    deployment = next(d for d in docs if d.get("kind") == "Deployment")
-    probe = deployment["spec"]["template"]["spec"]["containers"][0]["startupProbe"]
+    engine = next(d for d in docs if d.get("kind") in ("StatefulSet", "Deployment"))
+    probe = engine["spec"]["template"]["spec"]["containers"][0]["startupProbe"]
     delay = int(probe.get("initialDelaySeconds", 0))
     return delay + int(probe["periodSeconds"]) * int(probe["failureThreshold"])
