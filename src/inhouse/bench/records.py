@@ -1,0 +1,124 @@
+"""The per-request records of a run (`requests.jsonl`), and the journal that keeps them on disk
+while the run goes.
+
+    journal = Journal.open(out_dir, secrets)         # requests.jsonl.partial, truncated
+    journal.add(result)    # as each request ends: one JSON line, buffered
+    journal.tick()         # the driver's loop: written and flushed once a second (or 1,000 rows)
+    journal.close()        # the run is over; `report.write_reports` then writes requests.jsonl
+                           # and removes the .partial
+
+A `kill -9`, an OOM kill or a crash leaves `requests.jsonl.partial` with every request that
+ended up to the last flush, one row each, as `requests.jsonl` has them. Its name says the run
+did not finish: `inhouse report` refuses a run directory holding one. The rows reach the
+kernel's page cache, not the disk (no fsync): a killed process loses nothing written, a
+power cut may.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from inhouse.bench.metrics import RequestResult
+from inhouse.bench.redact import redact_value
+from inhouse.errors import SpecError
+
+REQUESTS_FILE = "requests.jsonl"
+PARTIAL_FILE = "requests.jsonl.partial"  # a run that has not finished (or never will)
+FLUSH_INTERVAL_S = 1.0
+FLUSH_ROWS = 1000
+
+
+def request_row(r: RequestResult, t0: float, secrets: Sequence[str | None] = ()) -> str:
+    """One request's `requests.jsonl` line (with its newline), every string in it redacted of
+    the run's key; times from `t0`."""
+    o = r.outcome
+    row: dict[str, Any] = {
+        "request_id": r.request_id,
+        "session": r.session_key,
+        "success": o.success,
+        "error": o.error or None,
+        "t_sched_s": round(o.t_sched - t0, 6),
+        "t_send_s": round(o.t_send - t0, 6),
+        "ttft_ms": round(o.ttft_s * 1000, 3),
+        "e2el_ms": round(o.latency_s * 1000, 3),
+        "input_len_client": r.num_prompt_tokens,
+        "input_len_server": o.prompt_tokens,
+        "output_len": r.output_len,
+        "cached_tokens": o.cached_tokens,
+        "ideal_cached_tokens": r.num_ideal_cached_tokens,
+    }
+    # The chunk gaps are numbers: redacting them one by one cost more than the rest of the row.
+    row = redact_value(row, secrets)
+    row["itl_ms"] = [round(g * 1000, 3) for g in o.itl_s]
+    return json.dumps(row) + "\n"
+
+
+class Journal:
+    """`requests.jsonl.partial`, appended as requests end. The driver's loop calls `add` and
+    `tick`; the cost is one JSON line per request and one write a second."""
+
+    def __init__(self, handle: IO[str], path: Path, secrets: Sequence[str | None]) -> None:
+        self.handle = handle
+        self.path = path
+        self.t0 = 0.0  # the origin of the rows' times: the driver sets its start
+        self.secrets = tuple(secrets)
+        self.num_rows = 0
+        self._rows: list[str] = []
+        self._last_flush = time.monotonic()
+
+    @classmethod
+    def open(cls, out_dir: Path, secrets: Sequence[str | None] = ()) -> Journal:
+        """A fresh journal in `out_dir` (made if need be); an unwritable directory is refused
+        before the run, not after it."""
+        path = out_dir / PARTIAL_FILE
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            handle = path.open("w", encoding="utf-8")
+        except OSError as exc:
+            raise SpecError(
+                f"--out {out_dir}: cannot write {path} ({exc.strerror or exc}); give a "
+                "directory you can write to"
+            ) from None
+        return cls(handle, path, secrets)
+
+    def add(self, result: RequestResult) -> None:
+        self._rows.append(request_row(result, self.t0, self.secrets))
+        if len(self._rows) >= FLUSH_ROWS:
+            self.flush()
+
+    def tick(self) -> None:
+        """Flush when a second has passed since the last flush."""
+        if self._rows and time.monotonic() - self._last_flush >= FLUSH_INTERVAL_S:
+            self.flush()
+
+    def flush(self) -> None:
+        self._last_flush = time.monotonic()
+        if not self._rows:
+            return
+        self.handle.write("".join(self._rows))
+        self.handle.flush()  # to the kernel: a killed process loses nothing written
+        self.num_rows += len(self._rows)
+        self._rows.clear()
+
+    def close(self) -> None:
+        if not self.handle.closed:
+            self.flush()
+            self.handle.close()
+
+
+def write_rows(rows: Sequence[str], out_dir: Path) -> None:
+    """`requests.jsonl`, whole or not at all (a temporary file renamed over it)."""
+    path = out_dir / REQUESTS_FILE
+    temp = out_dir / (REQUESTS_FILE + ".tmp")
+    with temp.open("w", encoding="utf-8") as handle:
+        handle.writelines(rows)
+    temp.replace(path)
+
+
+def finish(out_dir: Path) -> None:
+    """The run's reports are written: the journal goes."""
+    (out_dir / PARTIAL_FILE).unlink(missing_ok=True)
