@@ -102,6 +102,7 @@ class Driver:
     ) -> None:
         self.spec = spec
         self.journal = journal
+        self._num_journaled = 0
         self.source = source
         self.builder = builder
         self.sender = sender
@@ -147,6 +148,7 @@ class Driver:
             if self.stopping:
                 break
             gated = self._dispatch(now)
+            self._write_journal()
             next_s = source.next_time_s(time.perf_counter() - self.t0)
             if not self.pending and math.isinf(next_s) and not self.outbox:
                 break
@@ -163,6 +165,7 @@ class Driver:
             handle.cancel()
         await self.sender.stop(cancel=self.stopping)
         self._collect()
+        self._write_journal()
         self.is_finished = True
         if self.progress is not None:
             self.progress.finish(self)
@@ -225,10 +228,17 @@ class Driver:
                 request.session_key,
             )
             self.results.append(result)
-            if self.journal is not None:
-                self.journal.add(result)
-        if self.journal is not None:
-            self.journal.tick()
+
+    def _write_journal(self) -> None:
+        """The records of the requests ended since the last call, to the journal: after the
+        jobs they made due are dispatched (a closed loop's next turn waits on no JSON)."""
+        journal = self.journal
+        if journal is None:
+            return
+        for result in self.results[self._num_journaled :]:
+            journal.add(result)
+        self._num_journaled = len(self.results)
+        journal.tick()
 
 
 async def run_live(

@@ -18,21 +18,25 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, BinaryIO, cast
+
+import numpy as np
 
 from inhouse.bench.metrics import RequestResult
-from inhouse.bench.redact import redact_value
+from inhouse.bench.redact import redact_text
 from inhouse.errors import SpecError
 
 REQUESTS_FILE = "requests.jsonl"
 PARTIAL_FILE = "requests.jsonl.partial"  # a run that has not finished (or never will)
 FLUSH_INTERVAL_S = 1.0
 FLUSH_ROWS = 1000
+STRING_FIELDS = ("request_id", "session", "error")  # the row's strings (the rest are numbers)
+VECTOR_FROM = 16
 
 
-def request_row(r: RequestResult, t0: float, secrets: Sequence[str | None] = ()) -> str:
+def request_row(r: RequestResult, t0: float, secrets: Sequence[str | None] = ()) -> bytes:
     """One request's `requests.jsonl` line (with its newline), every string in it redacted of
     the run's key; times from `t0`."""
     o = r.outcome
@@ -51,23 +55,46 @@ def request_row(r: RequestResult, t0: float, secrets: Sequence[str | None] = ())
         "cached_tokens": o.cached_tokens,
         "ideal_cached_tokens": r.num_ideal_cached_tokens,
     }
-    # The chunk gaps are numbers: redacting them one by one cost more than the rest of the row.
-    row = redact_value(row, secrets)
-    row["itl_ms"] = [round(g * 1000, 3) for g in o.itl_s]
-    return json.dumps(row) + "\n"
+    # NOTE: the key is scrubbed from every string in the row (its own keys are the schema); the
+    # journal does this for each request as it ends, so it does no more than it must.
+    for key in STRING_FIELDS:
+        value = row[key]
+        if isinstance(value, str):
+            row[key] = redact_text(value, secrets)
+    row["itl_ms"] = _milliseconds(o.itl_s)
+    return _dumps(row) + b"\n"
+
+
+def _json_bytes(row: dict[str, Any]) -> bytes:
+    return json.dumps(row).encode()
+
+
+try:  # orjson writes a row of 200 chunk gaps 4-5x faster; the stdlib is the fallback.
+    import orjson
+
+    _dumps: Callable[[dict[str, Any]], bytes] = orjson.dumps
+except ImportError:  # pragma: no cover - depends on the environment
+    _dumps = _json_bytes
+
+
+def _milliseconds(seconds: list[float]) -> list[float]:
+    """Each gap in ms to the microsecond; numpy past a few gaps (0.5 us each one by one)."""
+    if len(seconds) < VECTOR_FROM:
+        return [round(g * 1000, 3) for g in seconds]
+    return cast(list[float], np.round(np.asarray(seconds) * 1000.0, 3).tolist())
 
 
 class Journal:
     """`requests.jsonl.partial`, appended as requests end. The driver's loop calls `add` and
     `tick`; the cost is one JSON line per request and one write a second."""
 
-    def __init__(self, handle: IO[str], path: Path, secrets: Sequence[str | None]) -> None:
+    def __init__(self, handle: BinaryIO, path: Path, secrets: Sequence[str | None]) -> None:
         self.handle = handle
         self.path = path
         self.t0 = 0.0  # the origin of the rows' times: the driver sets its start
         self.secrets = tuple(secrets)
         self.num_rows = 0
-        self._rows: list[str] = []
+        self._rows: list[bytes] = []
         self._last_flush = time.monotonic()
 
     @classmethod
@@ -77,7 +104,7 @@ class Journal:
         path = out_dir / PARTIAL_FILE
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
-            handle = path.open("w", encoding="utf-8")
+            handle = path.open("wb")
         except OSError as exc:
             raise SpecError(
                 f"--out {out_dir}: cannot write {path} ({exc.strerror or exc}); give a "
@@ -99,7 +126,7 @@ class Journal:
         self._last_flush = time.monotonic()
         if not self._rows:
             return
-        self.handle.write("".join(self._rows))
+        self.handle.write(b"".join(self._rows))
         self.handle.flush()  # to the kernel: a killed process loses nothing written
         self.num_rows += len(self._rows)
         self._rows.clear()
@@ -110,11 +137,11 @@ class Journal:
             self.handle.close()
 
 
-def write_rows(rows: Sequence[str], out_dir: Path) -> None:
+def write_rows(rows: Sequence[bytes], out_dir: Path) -> None:
     """`requests.jsonl`, whole or not at all (a temporary file renamed over it)."""
     path = out_dir / REQUESTS_FILE
     temp = out_dir / (REQUESTS_FILE + ".tmp")
-    with temp.open("w", encoding="utf-8") as handle:
+    with temp.open("wb") as handle:
         handle.writelines(rows)
     temp.replace(path)
 
