@@ -149,3 +149,22 @@ def write_rows(rows: Sequence[bytes], out_dir: Path) -> None:
 def finish(out_dir: Path) -> None:
     """The run's reports are written: the journal goes."""
     (out_dir / PARTIAL_FILE).unlink(missing_ok=True)
+
+
+def unfinished(run_dir: Path) -> str | None:
+    """What is wrong with `run_dir` when a run there did not finish (killed or crashed before
+    its reports were written: its journal is still there, beside nothing or beside an earlier
+    run's files); None when no journal is left."""
+    partial = run_dir / PARTIAL_FILE
+    if not partial.exists():
+        return None
+    try:
+        with partial.open("rb") as handle:
+            rows = sum(1 for line in handle if line.strip())
+    except OSError:
+        rows = 0
+    return (
+        f"{partial}: the run in {run_dir} did not finish (killed or crashed before its reports "
+        f"were written); that file holds the {rows} request(s) it measured until then, but no "
+        "summary, and any result.json there is an earlier run's"
+    )

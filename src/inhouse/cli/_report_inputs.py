@@ -17,7 +17,7 @@ from typing import Any, cast
 
 import yaml
 
-from inhouse.bench.records import PARTIAL_FILE
+from inhouse.bench.records import unfinished
 from inhouse.errors import SpecError
 from inhouse.report.inputs import BenchRun, Doc, DrillRun, Drills, RenderOutput, ReportInputs
 from inhouse.report.plan_schema import check_compare, check_plan
@@ -177,28 +177,11 @@ def _requests(result: dict[str, Any], path: Path, hint: str) -> tuple[dict[str, 
     return rows
 
 
-def _check_finished(path: Path, hint: str) -> None:
-    """A run killed or crashed before its reports were written leaves its journal
-    (`requests.jsonl.partial`), beside nothing or beside an earlier run's files in the same
-    directory: refused either way, not read as a whole run."""
-    partial = path / PARTIAL_FILE
-    if not partial.exists():
-        return
-    try:
-        with partial.open("rb") as handle:
-            rows = sum(1 for line in handle if line.strip())
-    except OSError:
-        rows = 0
-    raise SpecError(
-        f"{partial}: the run in {path} did not finish (killed or crashed before its reports "
-        f"were written); that file holds the {rows} request(s) it measured until then, but "
-        f"no summary, and any result.json there is an earlier run's; {hint} again"
-    )
-
-
 def load_bench(path: Path) -> list[BenchRun]:
     hint = "run `inhouse bench ... --out DIR` and pass that DIR"
-    _check_finished(path, hint)
+    problem = unfinished(path)
+    if problem is not None:
+        raise SpecError(f"{problem}; {hint} again")
     if (path / "result.json").exists():
         result = _json(path / "result.json", hint)
         if not isinstance(result, dict):
