@@ -16,7 +16,9 @@ power cut may.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -94,6 +96,7 @@ class Journal:
         self.t0 = 0.0  # the origin of the rows' times: the driver sets its start
         self.secrets = tuple(secrets)
         self.num_rows = 0
+        self.failed = False  # a write failed: no more rows (the run goes on)
         self._rows: list[bytes] = []
         self._last_flush = time.monotonic()
 
@@ -113,6 +116,8 @@ class Journal:
         return cls(handle, path, secrets)
 
     def add(self, result: RequestResult) -> None:
+        if self.failed:
+            return
         self._rows.append(request_row(result, self.t0, self.secrets))
         if len(self._rows) >= FLUSH_ROWS:
             self.flush()
@@ -124,17 +129,31 @@ class Journal:
 
     def flush(self) -> None:
         self._last_flush = time.monotonic()
-        if not self._rows:
+        if not self._rows or self.failed:
             return
-        self.handle.write(b"".join(self._rows))
-        self.handle.flush()  # to the kernel: a killed process loses nothing written
+        try:
+            self.handle.write(b"".join(self._rows))
+            self.handle.flush()  # to the kernel: a killed process loses nothing written
+        except OSError as exc:
+            # NOTE: a full disk must not end a run that can still finish (its reports are
+            # written at the end, from memory); the journal stops, and says so once.
+            self.failed = True
+            self._rows.clear()
+            print(
+                f"warning: cannot write {self.path} ({exc.strerror or exc}) after "
+                f"{self.num_rows} request(s); the run goes on, but a kill or crash from here "
+                "loses the requests since",
+                file=sys.stderr,
+            )
+            return
         self.num_rows += len(self._rows)
         self._rows.clear()
 
     def close(self) -> None:
         if not self.handle.closed:
             self.flush()
-            self.handle.close()
+            with contextlib.suppress(OSError):
+                self.handle.close()
 
 
 def write_rows(rows: Sequence[bytes], out_dir: Path) -> None:
