@@ -18,8 +18,8 @@ from inhouse.bench.driver import run_live
 from inhouse.bench.http import Client
 from inhouse.bench.metrics import summarize
 from inhouse.bench.request_func import Job, Target
-from inhouse.bench.sender import use_realtime_priority
-from inhouse.errors import SpecError
+from inhouse.bench.sender import ProcessSender, use_realtime_priority
+from inhouse.errors import InhouseError, SpecError
 
 
 async def send_one(timing: MockTiming, *, chat: bool = False, max_tokens: int = 5):
@@ -305,3 +305,28 @@ def test_a_worker_process_that_dies_mid_run_fails_its_requests_instead_of_hangin
     lost = [r for r in run.results if not r.success]
     assert lost and all(r.outcome.error.startswith("lost: worker-0 exited") for r in lost)
     assert sum(r.success for r in run.results) >= 15  # worker-1 carried on, then took it all
+
+
+class _ExitsWhenUnpickled:
+    """Passed as the target: a worker process exits with code 3 as it unpickles its arguments,
+    before it is ready (as one killed, out of memory or failing to import, while starting)."""
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (os._exit, (3,))
+
+
+def test_a_worker_process_that_dies_while_starting_is_named() -> None:
+    """A worker that died during start-up ended the run in an EOFError traceback from deep in
+    multiprocessing, naming neither the worker nor what to do."""
+    import multiprocessing
+
+    async def go() -> None:
+        sender = ProcessSender(_ExitsWhenUnpickled(), lambda outcome: None, 2)  # type: ignore[arg-type]
+        await sender.start()
+
+    with pytest.raises(InhouseError) as err:
+        asyncio.run(asyncio.wait_for(go(), 60.0))
+    message = str(err.value)
+    assert message.startswith("worker-0 (pid ") and "exited with code 3 while starting" in message
+    assert "--workers" in message
+    assert not multiprocessing.active_children()  # the other worker was stopped too

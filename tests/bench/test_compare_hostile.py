@@ -48,3 +48,16 @@ def test_results_with_no_metric_in_common_are_refused(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match=r"no metric in common \(inhouse versions 0.2 and unknown"):
         require_common_metrics(rows, base, old, ("b.json", "o.json"))
     require_common_metrics(compare(base, base), base, base, ("b.json", "b.json"))
+
+
+@pytest.mark.parametrize("given", ["directory", "result.json"])
+def test_a_run_that_did_not_finish_is_refused(tmp_path: Path, given: str) -> None:
+    """A rerun into the same --out killed mid-run leaves its journal beside the earlier run's
+    result.json: the gate compared that earlier run as if it were the new one."""
+    run = tmp_path / "new"
+    run.mkdir()
+    write(run / "result.json", GOOD)
+    (run / "requests.jsonl.partial").write_text('{"success": true}\n')
+    with pytest.raises(SpecError) as err:
+        load_result(run if given == "directory" else run / "result.json")
+    assert str(err.value).startswith(f"{run / 'requests.jsonl.partial'}: the run in {run} did")

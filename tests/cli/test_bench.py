@@ -324,3 +324,99 @@ def test_a_percentile_out_of_range_is_refused_before_the_run(
     code = main([*args, "--percentiles", percentiles, "--out", str(tmp_path)])
     assert code == 2
     assert "--percentiles: each must be between 0 and 100" in capsys.readouterr().err
+
+
+def _rows(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_kill_9_mid_run_keeps_the_records_measured(tmp_path: Path, workers: int) -> None:
+    """`kill -9` (or the OOM killer) mid-run: results were written only at the end, so the
+    whole run was lost. Each request's record is now on disk about a second after it ends."""
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    partial = out / "requests.jsonl.partial"
+    with MockServerThread(MockTiming(ttft_s=0.01, itl_s=0.005)) as mock:
+        args = ["bench", "--target", mock.url, "--workload", "utility", "--rate", "20"]
+        args += ["--duration", "120", "--out", str(out), "--no-charts", *SMALL]
+        args += ["--workers", str(workers)]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "inhouse", *args],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # its workers die with it, as in an OOM kill of the group
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while mock.server.stats.num_requests < 20 and time.monotonic() < deadline:
+                assert proc.poll() is None, proc.communicate()
+                time.sleep(0.05)
+            time.sleep(1.5)  # a flush (each second) since the 20th request was answered
+            answered = mock.server.stats.num_requests
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        sent = mock.server.stats.num_requests
+    assert proc.returncode == -signal.SIGKILL
+    assert not (out / "result.json").exists()
+    rows = _rows(partial)
+    assert answered >= 20
+    assert 20 <= len(rows) <= sent, (len(rows), answered, sent)
+    assert all(row["success"] for row in rows)
+    assert len({row["request_id"] for row in rows}) == len(rows)
+    assert all(row["ttft_ms"] > 0 and row["t_sched_s"] >= 0 for row in rows)
+
+
+def test_a_crash_while_writing_the_reports_keeps_the_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug in the summary or the charts raised after the run and took every measurement
+    with it. The records stay in requests.jsonl.partial, and the run reads as unfinished."""
+    from inhouse.bench import report
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a bug in the summary")
+
+    monkeypatch.setattr(report, "build_result", broken)
+    out = tmp_path / "run"
+    with MockServerThread(MockTiming(ttft_s=0.01, itl_s=0.005)) as mock:
+        args = ["bench", "--target", mock.url, "--workload", "utility", "--rate", "50"]
+        args += ["--num-requests", "12", "--out", str(out), "--no-charts", *SMALL]
+        with pytest.raises(RuntimeError, match="a bug in the summary"):
+            main(args)
+    rows = _rows(out / "requests.jsonl.partial")
+    assert len(rows) == 12 and all(row["success"] for row in rows)
+    assert not (out / "result.json").exists() and not (out / "requests.jsonl").exists()
+
+
+def test_a_whole_run_leaves_no_journal_and_the_same_rows(tmp_path: Path) -> None:
+    """At the end requests.jsonl holds every request and the journal is gone."""
+    out = tmp_path / "run"
+    with MockServerThread(MockTiming(ttft_s=0.01, itl_s=0.005)) as mock:
+        args = ["bench", "--target", mock.url, "--workload", "utility", "--rate", "50"]
+        assert main([*args, "--num-requests", "12", "--out", str(out), "--no-charts", *SMALL]) == 0
+    assert not (out / "requests.jsonl.partial").exists()
+    assert (
+        len(_rows(out / "requests.jsonl"))
+        == json.loads((out / "result.json").read_text())["num_prompts"]
+        == 12
+    )
+
+
+def test_an_out_directory_that_cannot_be_written_is_refused_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file where --out's directory should be failed only once the run was over."""
+    (tmp_path / "taken").write_text("")
+    with MockServerThread(MockTiming(ttft_s=0.01, itl_s=0.005)) as mock:
+        args = ["bench", "--target", mock.url, "--workload", "utility", "--rate", "50"]
+        code = main([*args, "--num-requests", "5", "--out", str(tmp_path / "taken"), *SMALL])
+        assert mock.server.stats.num_requests == 0
+    assert code == 2
+    assert f"--out {tmp_path / 'taken'}: cannot write" in capsys.readouterr().err

@@ -136,6 +136,25 @@ def test_a_truncated_requests_jsonl_is_named(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.parametrize("leftover", ["a stale run", "no run"])
+def test_a_run_that_did_not_finish_is_refused(tmp_path: Path, leftover: str) -> None:
+    """A bench killed mid-run (`kill -9`, the OOM killer, a crash) leaves its records in
+    requests.jsonl.partial. Beside an earlier run's whole result.json and requests.jsonl in the
+    same --out (rerun there), the earlier run read as this one; alone, as no run at all."""
+    path = _bench(tmp_path)
+    rows = (path / "requests.jsonl").read_text().splitlines(keepends=True)
+    (path / "requests.jsonl.partial").write_text("".join(rows[:7]))
+    if leftover == "no run":
+        for name in ("result.json", "requests.jsonl"):
+            (path / name).unlink()
+    for where in (path, tmp_path):  # the run, or a directory of runs holding it
+        with pytest.raises(SpecError) as err:
+            load_bench(where)
+        message = str(err.value)
+        assert message.startswith(f"{path / 'requests.jsonl.partial'}: the run in {path} did")
+        assert "did not finish" in message and "7 request" in message
+
+
 def test_a_run_directory_without_result_json_is_named(tmp_path: Path) -> None:
     """In a directory of runs, a run whose result.json is missing was skipped: its workload's
     rows read as never benched."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from inhouse.bench.records import unfinished
 from inhouse.errors import SpecError
 
 HIGHER_IS_WORSE = tuple(
@@ -43,6 +44,9 @@ class Row:
 
 def load_result(path: Path) -> dict[str, Any]:
     file = path / "result.json" if path.is_dir() else path
+    problem = unfinished(file.parent)
+    if problem is not None:
+        raise SpecError(f"{problem}; run the bench again, to completion, before comparing it")
     try:
         if not stat.S_ISREG(file.stat().st_mode):  # a FIFO would wait for a writer forever
             raise SpecError(f"{file}: not a regular file; give a result directory or result.json")

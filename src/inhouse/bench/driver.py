@@ -6,7 +6,9 @@
 
 The driver hands jobs to the sender a little ahead of their time (`lookahead`), so the sender's
 timer, not the driver's loop, decides when a request leaves. Ctrl-C (`interrupt`) stops
-dispatch at once, aborts what is in flight and keeps everything already measured.
+dispatch at once, aborts what is in flight and keeps everything already measured. With a
+journal (`records.Journal`), each request's record goes to disk as it ends, flushed once a
+second, so a `kill -9` or a crash keeps what was measured up to then.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import random
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from inhouse.bench.config import BenchSpec, build_workload
@@ -24,6 +27,7 @@ from inhouse.bench.gauges import GaugeSampler
 from inhouse.bench.metrics import Outcome, RequestResult
 from inhouse.bench.progress import Progress
 from inhouse.bench.prompts import PromptBuilder
+from inhouse.bench.records import Journal
 from inhouse.bench.request_func import Job, Target
 from inhouse.bench.schedule import (
     INF,
@@ -58,6 +62,7 @@ class BenchRun:
     requested_rate: float | None = None
     theoretical_hit_rate_all: float | None = None
     simulated: dict[str, Any] | None = None
+    t0: float | None = None  # the origin of requests.jsonl's times (min t_sched when None)
 
 
 def make_source(spec: BenchSpec, run: WorkloadRun) -> tuple[Source, float | None]:
@@ -93,8 +98,11 @@ class Driver:
         builder: PromptBuilder,
         sender: LocalSender | ProcessSender,
         progress: Progress | None = None,
+        journal: Journal | None = None,
     ) -> None:
         self.spec = spec
+        self.journal = journal
+        self._num_journaled = 0
         self.source = source
         self.builder = builder
         self.sender = sender
@@ -131,6 +139,8 @@ class Driver:
         loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self.t0 = time.perf_counter() + START_MARGIN_S
+        if self.journal is not None:
+            self.journal.t0 = self.t0  # the rows' times count from the run's start
         source = self.source
         while True:
             self._collect()
@@ -138,6 +148,7 @@ class Driver:
             if self.stopping:
                 break
             gated = self._dispatch(now)
+            self._write_journal()
             next_s = source.next_time_s(time.perf_counter() - self.t0)
             if not self.pending and math.isinf(next_s) and not self.outbox:
                 break
@@ -154,6 +165,7 @@ class Driver:
             handle.cancel()
         await self.sender.stop(cancel=self.stopping)
         self._collect()
+        self._write_journal()
         self.is_finished = True
         if self.progress is not None:
             self.progress.finish(self)
@@ -207,25 +219,37 @@ class Driver:
             self.builder.record_answer(request, outcome.text, ok)
             self.source.complete(request, finish_s, ok)
             outcome.text = None
-            self.results.append(
-                RequestResult(
-                    outcome,
-                    request.request_id,
-                    request.num_prompt_tokens,
-                    request.num_ideal_cached_tokens,
-                    request.output_len,
-                    request.session_key,
-                )
+            result = RequestResult(
+                outcome,
+                request.request_id,
+                request.num_prompt_tokens,
+                request.num_ideal_cached_tokens,
+                request.output_len,
+                request.session_key,
             )
+            self.results.append(result)
+
+    def _write_journal(self) -> None:
+        """The records of the requests ended since the last call, to the journal: after the
+        jobs they made due are dispatched (a closed loop's next turn waits on no JSON)."""
+        journal = self.journal
+        if journal is None:
+            return
+        for result in self.results[self._num_journaled :]:
+            journal.add(result)
+        self._num_journaled = len(self.results)
+        journal.tick()
 
 
 async def run_live(
     spec: BenchSpec,
     progress: Progress | None = None,
     on_driver: Any = None,
+    out_dir: Path | None = None,
 ) -> BenchRun:
     """One benchmark against `spec.target`. `on_driver(driver)` is called once it exists (the
-    CLI hooks Ctrl-C there)."""
+    CLI hooks Ctrl-C there). With `out_dir`, each request's record is appended to its
+    `requests.jsonl.partial` as the request ends (`records.Journal`)."""
     assert spec.target is not None, "a live run needs a target"
     target = Target.parse(spec.target, spec.api_key)
     model = spec.model or await fetch_model(target)
@@ -262,17 +286,22 @@ async def run_live(
         sender = ProcessSender(target, on_outcome, spec.workers, prewarm, spec.kernel_timestamps)
     else:
         sender = LocalSender(target, on_outcome, prewarm, kernel_timestamps=spec.kernel_timestamps)
-    driver = Driver(spec, source, builder, sender, progress)
+    journal = Journal.open(out_dir, (spec.api_key,)) if out_dir is not None else None
+    driver = Driver(spec, source, builder, sender, progress, journal)
     driver_box.append(driver)
     if on_driver is not None:
         on_driver(driver)
-    await sender.start()
-    gauges = GaugeSampler(metrics_urls)
-    gauges.start()
     try:
-        duration_s = await driver.run()
+        await sender.start()
+        gauges = GaugeSampler(metrics_urls)
+        gauges.start()
+        try:
+            duration_s = await driver.run()
+        finally:
+            await gauges.stop()
     finally:
-        await gauges.stop()
+        if journal is not None:
+            journal.close()  # what it holds is on disk, whatever happened
     after = await scrape_all(metrics_urls)
     meta = {
         "model_id": model,
@@ -299,6 +328,7 @@ async def run_live(
         driver.num_interrupted,
         requested_rate,
         theoretical,
+        t0=driver.t0,
     )
 
 

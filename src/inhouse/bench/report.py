@@ -17,6 +17,7 @@ from inhouse.bench.failures import count_reasons, failure_lines
 from inhouse.bench.health import assess_client
 from inhouse.bench.metrics import VLLM_METRICS, percentile_key, summarize
 from inhouse.bench.plan_run import judgement_lines
+from inhouse.bench.records import finish, request_row, write_rows
 from inhouse.bench.redact import redact_argv, redact_text, redact_value
 
 EXTENSION_ROWS = ("ttft_sched", "e2el_sched", "client_queue_time", "ttft_content")
@@ -93,45 +94,36 @@ def build_result(run: BenchRun) -> dict[str, Any]:
     return out
 
 
-def write_requests(run: BenchRun, path: Path) -> None:
-    """One JSON row per request, every string in it redacted of the run's key."""
+def write_requests(run: BenchRun, out_dir: Path) -> None:
+    """`requests.jsonl`: one JSON row per request, every string in it redacted of the run's key;
+    written whole or not at all."""
     results = run.results
+    t0 = run.t0
+    if t0 is None:
+        t0 = min((r.outcome.t_sched for r in results), default=0.0)
     secrets = (run.spec.api_key,)
-    t0 = min((r.outcome.t_sched for r in results), default=0.0)
-    with path.open("w", encoding="utf-8") as handle:
-        for r in results:
-            o = r.outcome
-            row = {
-                "request_id": r.request_id,
-                "session": r.session_key,
-                "success": o.success,
-                "error": o.error or None,
-                "t_sched_s": round(o.t_sched - t0, 6),
-                "t_send_s": round(o.t_send - t0, 6),
-                "ttft_ms": round(o.ttft_s * 1000, 3),
-                "e2el_ms": round(o.latency_s * 1000, 3),
-                "input_len_client": r.num_prompt_tokens,
-                "input_len_server": o.prompt_tokens,
-                "output_len": r.output_len,
-                "cached_tokens": o.cached_tokens,
-                "ideal_cached_tokens": r.num_ideal_cached_tokens,
-                "itl_ms": [round(g * 1000, 3) for g in o.itl_s],
-            }
-            handle.write(json.dumps(redact_value(row, secrets)) + "\n")
+    write_rows([request_row(r, t0, secrets) for r in results], out_dir)
 
 
 def write_reports(
     run: BenchRun, out_dir: Path, charts: bool = True, extra: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """result.json, requests.jsonl, report.md, and the charts; returns the result. `extra`:
-    more top-level keys (`plan_slo`, the verdict of `bench --plan`)."""
+    more top-level keys (`plan_slo`, the verdict of `bench --plan`).
+
+    The run's journal (`requests.jsonl.partial`, the records as they were measured) goes only
+    once requests.jsonl and result.json are whole: a crash before that leaves it, and the run
+    reads as unfinished."""
     out_dir.mkdir(parents=True, exist_ok=True)
     result = {**build_result(run), **(extra or {})}
     # NOTE: the key is scrubbed from every string written, wherever it might have got to; from
     # the values, not the JSON text, whose key names and literals a short key would rewrite.
     result = dict(redact_value(result, (run.spec.api_key,)))
-    (out_dir / "result.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    write_requests(run, out_dir / "requests.jsonl")
+    write_requests(run, out_dir)
+    temp = out_dir / "result.json.tmp"
+    temp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    temp.replace(out_dir / "result.json")
+    finish(out_dir)
     images: list[str] = []
     if charts:
         from inhouse.bench.charts import write_run_charts

@@ -26,7 +26,7 @@ import numpy as np
 from inhouse.bench.http import Client
 from inhouse.bench.metrics import Outcome
 from inhouse.bench.request_func import JSON_LIBRARY, Job, Target
-from inhouse.errors import SpecError
+from inhouse.errors import InhouseError, SpecError
 
 LAG_PROBE_INTERVAL_S = 0.01
 FLUSH_INTERVAL_S = 0.005
@@ -295,14 +295,46 @@ class ProcessSender:
             self._batches.append([])
             self._jobs.append({})
             self._is_alive.append(True)
-        for conn in self._conns:
-            ready = await loop.run_in_executor(None, conn.recv)
-            assert ready[0] == "ready", f"worker did not start: {ready!r}"
+        for worker, conn in enumerate(self._conns):
+            try:
+                ready = await loop.run_in_executor(None, conn.recv)
+            except (EOFError, OSError):  # it died before it said it was ready
+                ready = None
+            if not (isinstance(ready, tuple) and ready[0] == "ready"):
+                self._abandon()
+                raise InhouseError(self._start_failure(worker))
         for i, conn in enumerate(self._conns):
             closed: asyncio.Future[None] = loop.create_future()
             self._closed.append(closed)
             self._readers.append(start_pipe_reader(conn, loop, self._handler(i, closed)))
         self.monitor.start()
+
+    def _abandon(self) -> None:
+        """Start-up failed: every worker goes, none is left running without its driver."""
+        for proc in self._procs:
+            if proc.is_alive():
+                proc.kill()
+        for proc in self._procs:
+            proc.join(timeout=5)
+        for conn in self._conns:
+            conn.close()
+
+    def _start_failure(self, worker: int) -> str:
+        proc = self._procs[worker]
+        code = proc.exitcode
+        if code is None:
+            how = "stopped answering"
+        elif code < 0:
+            how = f"was killed by {_signal_name(-code)}"
+        else:
+            how = f"exited with code {code}"
+        return (
+            f"worker-{worker} (pid {proc.pid}) {how} while starting, before it was ready (its "
+            f"error, if it printed one, is above); a kill, the OOM killer (see `dmesg`) or a "
+            f"broken install stops a worker this early: check the host has the memory for "
+            f"{self.num_workers} client processes, or run with fewer --workers (--workers 1 "
+            f"runs the client in this process)"
+        )
 
     def _handler(
         self, worker: int, closed: asyncio.Future[None]
@@ -388,6 +420,13 @@ class ProcessSender:
 def _lost(job: Job, why: str) -> Outcome:
     """The outcome of a job a worker process took with it when it died."""
     return Outcome(job.index, job.t_sched, error=f"lost: {why} (out of memory? see the system log)")
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def describe_stack() -> dict[str, str]:

@@ -17,6 +17,7 @@ from typing import Any, cast
 
 import yaml
 
+from inhouse.bench.records import unfinished
 from inhouse.errors import SpecError
 from inhouse.report.inputs import BenchRun, Doc, DrillRun, Drills, RenderOutput, ReportInputs
 from inhouse.report.plan_schema import check_compare, check_plan
@@ -178,6 +179,9 @@ def _requests(result: dict[str, Any], path: Path, hint: str) -> tuple[dict[str, 
 
 def load_bench(path: Path) -> list[BenchRun]:
     hint = "run `inhouse bench ... --out DIR` and pass that DIR"
+    problem = unfinished(path)
+    if problem is not None:
+        raise SpecError(f"{problem}; {hint} again")
     if (path / "result.json").exists():
         result = _json(path / "result.json", hint)
         if not isinstance(result, dict):

@@ -246,7 +246,7 @@ def run_point(spec: Any, out_dir: Path, args: argparse.Namespace) -> dict[str, A
         if getattr(args, "realtime", False):
             use_realtime_priority()
         use_fast_loop()
-        bench_run = asyncio.run(_live(spec, args))
+        bench_run = asyncio.run(_live(spec, args, out_dir))
     extra = None
     plan_workload = getattr(args, "plan_workload", None)
     if plan_workload is not None:
@@ -266,7 +266,7 @@ def run_point(spec: Any, out_dir: Path, args: argparse.Namespace) -> dict[str, A
     return result
 
 
-async def _live(spec: Any, args: argparse.Namespace) -> Any:
+async def _live(spec: Any, args: argparse.Namespace, out_dir: Path) -> Any:
     from inhouse.bench.driver import run_live
     from inhouse.bench.progress import Progress
 
@@ -295,7 +295,7 @@ async def _live(spec: Any, args: argparse.Namespace) -> Any:
             loop.add_signal_handler(signum, on_signal, name)
 
     try:
-        return await run_live(spec, progress, on_driver=hook)
+        return await run_live(spec, progress, on_driver=hook, out_dir=out_dir)
     finally:
         for signum in STOP_SIGNALS:
             loop.remove_signal_handler(signum)
