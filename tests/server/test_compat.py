@@ -833,3 +833,26 @@ def test_continuous_usage_needs_include_usage(engine_url: str) -> None:
         list(c["usage"]) == ["prompt_tokens", "total_tokens", "completion_tokens"]
         for c in cmpl[:-2]
     )
+
+
+def test_an_unknown_response_format_type(engine_url: str) -> None:
+    """vLLM types `response_format` as a union of three models: an unknown type fails each
+    of them (six errors), rendered without the union's branch names."""
+    got = _refusal(engine_url, "/v1/chat/completions", _chat(response_format={"type": "bogus"}))
+    literal = "'type': 'literal_error', 'loc': 'body.response_format.type'"
+    missing = "'type': 'missing', 'loc': 'body.response_format"
+    assert got == {
+        "message": "6 validation errors:\n"
+        f"  {{{literal}, 'msg': \"Input should be 'text', 'json_object' or 'json_schema'\", "
+        "'input': 'bogus', 'ctx': {'expected': \"'text', 'json_object' or 'json_schema'\"}}\n"
+        f"  {{{literal}, 'msg': \"Input should be 'structural_tag'\", 'input': 'bogus', "
+        "'ctx': {'expected': \"'structural_tag'\"}}\n"
+        f"  {{{missing}.format', 'msg': 'Field required', 'input': '<dict of 1 items>'}}\n"
+        f"  {{{literal}, 'msg': \"Input should be 'structural_tag'\", 'input': 'bogus', "
+        "'ctx': {'expected': \"'structural_tag'\"}}\n"
+        f"  {{{missing}.structures', 'msg': 'Field required', 'input': '<dict of 1 items>'}}\n"
+        f"  {{{missing}.triggers', 'msg': 'Field required', 'input': '<dict of 1 items>'}}",
+        "type": "Bad Request",
+        "param": "body.response_format.type",
+        "code": 400,
+    }

@@ -117,7 +117,7 @@ async def completions(state: EngineState, request: Request) -> Response:
         model,
         "cmpl",
         arrival_s,
-        forced_text=structured_text(body.response_format, seed_of(ids)),
+        forced_text=structured_text(body.response_format_dict(), seed_of(ids)),
     )
     options = body.stream_options
     if body.stream:
@@ -192,7 +192,7 @@ async def chat_completions(state: EngineState, request: Request) -> Response:
         model,
         "chatcmpl",
         arrival_s,
-        forced_text=call.raw_text if call else structured_text(body.response_format, seed),
+        forced_text=call.raw_text if call else structured_text(body.response_format_dict(), seed),
     )
     options = body.stream_options
     if body.stream:

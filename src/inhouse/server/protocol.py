@@ -55,6 +55,46 @@ class StreamOptions(BaseModel):
     continuous_usage_stats: bool | None = False
 
 
+class JsonSchemaResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    name: str
+    description: str | None = None
+    json_schema: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    """vLLM's `response_format` is one of three shapes: this one, and two structural-tag ones
+    (`structural_tag` is then refused by the simulated engine, naming the types it serves)."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaResponseFormat | None = None
+
+
+class StructuralTagResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["structural_tag"]
+    format: Any
+
+
+class LegacyStructuralTagResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["structural_tag"]
+    structures: list[dict[str, Any]]
+    triggers: list[str]
+
+
+AnyResponseFormat = ResponseFormat | StructuralTagResponseFormat | LegacyStructuralTagResponseFormat
+# The union's branch names pydantic puts in an error's location, which vLLM's rendering
+# does not show.
+_UNION_BRANCHES = {
+    "ResponseFormat",
+    "StructuralTagResponseFormat",
+    "LegacyStructuralTagResponseFormat",
+}
+
+
 class _SamplingRequest(BaseModel):
     """Fields shared by completions and chat; unknown fields are accepted, as vLLM does."""
 
@@ -79,7 +119,13 @@ class _SamplingRequest(BaseModel):
     priority: int = 0
     user: str | None = None
     prompt_logprobs: int | None = None
-    response_format: dict[str, Any] | None = None
+    response_format: AnyResponseFormat | None = None
+
+    def response_format_dict(self) -> dict[str, Any] | None:
+        """The response format as the client sent it."""
+        if self.response_format is None:
+            return None
+        return self.response_format.model_dump(by_alias=True, exclude_unset=True)
 
     @model_validator(mode="before")
     @classmethod
@@ -341,7 +387,11 @@ _INTERNAL_LOC = {
 
 
 def _is_internal_loc(segment: str) -> bool:
-    return any(c in segment for c in "[](){}") or segment.lower() in _INTERNAL_LOC
+    return (
+        any(c in segment for c in "[](){}")
+        or segment.lower() in _INTERNAL_LOC
+        or segment in _UNION_BRANCHES
+    )
 
 
 def check_sampling(request: _SamplingRequest, max_tokens: int | None, vocab_size: int) -> None:
