@@ -856,3 +856,86 @@ def test_an_unknown_response_format_type(engine_url: str) -> None:
         "param": "body.response_format.type",
         "code": 400,
     }
+    nameless = _chat(response_format={"type": "json_schema", "json_schema": {"schema": {}}})
+    unnamed = _refusal(engine_url, "/v1/chat/completions", nameless)
+    assert unnamed["type"] == "Bad Request"
+    assert unnamed["param"] == "body.response_format.json_schema.name", unnamed
+
+
+def test_max_completion_tokens_wins_and_is_named(engine_url: str) -> None:
+    """Chat's `max_completion_tokens`, when given, is the limit (0 included) and is the field
+    its errors name."""
+    zero = _refusal(engine_url, "/v1/chat/completions", _chat(max_completion_tokens=0))
+    message = "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)"
+    assert zero == _bad(message, "max_tokens")
+    big = _refusal(
+        engine_url, "/v1/chat/completions", _chat(max_tokens=None, max_completion_tokens=100000)
+    )
+    assert big == _bad(
+        "max_completion_tokens=100000 cannot be greater than max_model_len=512. Please request "
+        "fewer output tokens. (parameter=max_completion_tokens, value=100000)",
+        "max_completion_tokens",
+    )
+
+
+def test_non_finite_sampling_values(engine_url: str) -> None:
+    def raw(field: str, literal: str) -> httpx.Response:
+        content = f'{{"model": "tiny", "prompt": [10, 11], "max_tokens": 2, "{field}": {literal}}}'
+        headers = {"content-type": "application/json"}
+        return httpx.post(f"{engine_url}/v1/completions", content=content, headers=headers)
+
+    assert error_of(raw("temperature", "NaN")) == _bad(
+        "temperature must be a finite number, got nan. (parameter=temperature, value=nan)",
+        "temperature",
+    )
+    assert error_of(raw("temperature", "Infinity")) == _bad(
+        "temperature must be a finite number, got inf. (parameter=temperature, value=inf)",
+        "temperature",
+    )
+    assert error_of(raw("repetition_penalty", "Infinity")) == _bad(
+        "repetition_penalty must be a finite number, got inf."
+    )
+
+
+def test_more_request_shapes_vllm_refuses_or_accepts(engine_url: str) -> None:
+    turns = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]
+    final = _chat(messages=turns, continue_final_message=True)
+    both = _refusal(engine_url, "/v1/chat/completions", final)
+    assert both == _bad(
+        "continue_final_message and add_generation_prompt are not compatible. Use "
+        "continue_final_message when you want the model to continue the final message, and "
+        "add_generation_prompt when you want to add a header that will prompt it to start a "
+        "new assistant message instead."
+    )
+    inner = _refusal(engine_url, "/v1/completions", _cmpl(prompt=[[]]))
+    assert inner == _bad("The decoder prompt cannot be empty")
+    streamed = _refusal(engine_url, "/v1/completions", _cmpl(prompt_logprobs=1, stream=True))
+    assert streamed == _bad(
+        "`prompt_logprobs` are not available when `stream=True`. (parameter=prompt_logprobs)",
+        "prompt_logprobs",
+    )
+    # An empty model name is no name: the served model answers (vLLM tests it for truth).
+    assert post(engine_url, "/v1/completions", _cmpl(model="")).status_code == 200
+
+
+def test_tokenize_is_one_of_two_request_shapes(engine_url: str) -> None:
+    """vLLM's /tokenize body is a prompt request or a chat request: a bad one fails both."""
+    listed = _refusal(engine_url, "/tokenize", {"model": "tiny", "prompt": [1, 2]})
+    assert listed["message"] == (
+        "2 validation errors:\n  {'type': 'string_type', 'loc': 'body.prompt', 'msg': 'Input "
+        "should be a valid string', 'input': '<list of 2 items>'}\n  {'type': 'missing', 'loc': "
+        "'body.messages', 'msg': 'Field required', 'input': '<dict of 2 items>'}"
+    )
+    null = _refusal(engine_url, "/tokenize", {"model": "tiny", "messages": None})
+    assert null["message"] == (
+        "2 validation errors:\n  {'type': 'missing', 'loc': 'body.prompt', 'msg': 'Field "
+        "required', 'input': '<dict of 2 items>'}\n  {'type': 'list_type', 'loc': "
+        "'body.messages', 'msg': 'Input should be a valid list', 'input': 'None'}"
+    )
+    assert listed["param"] == null["param"] == "body.prompt"
+
+
+def test_head_is_not_served(engine_url: str) -> None:
+    """FastAPI adds no HEAD route: vLLM answers HEAD on its GET routes 405."""
+    for path in ("/health", "/v1/models"):
+        assert httpx.head(f"{engine_url}{path}").status_code == 405

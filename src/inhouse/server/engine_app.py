@@ -32,6 +32,7 @@ from inhouse.server.protocol import (
     CompletionRequest,
     DetokenizeRequest,
     TokenizeRequest,
+    TokenizeShapes,
     chat_body,
     check_sampling,
     check_token_ids,
@@ -96,6 +97,8 @@ async def completions(state: EngineState, request: Request) -> Response:
                 param="prompt",
             )
         prompt = prompt[0]
+    if isinstance(prompt, list) and not prompt:  # `[[]]`: vLLM's words
+        raise ApiError(400, "The decoder prompt cannot be empty")
     is_text = isinstance(prompt, str)
     tokenizer = state.tokenizer
     if isinstance(prompt, str):
@@ -147,6 +150,12 @@ def _token_ids_refusal(
 EMPTY_CONVERSATION = (
     "Cannot apply chat template to an empty conversation. Provide at least one message."
 )
+FINAL_MESSAGE_AND_GENERATION_PROMPT = (
+    "continue_final_message and add_generation_prompt are not compatible. Use "
+    "continue_final_message when you want the model to continue the final message, and "
+    "add_generation_prompt when you want to add a header that will prompt it to start a new "
+    "assistant message instead."
+)
 
 
 def refuse_media(model: str, messages: list[dict[str, Any]]) -> None:
@@ -170,10 +179,16 @@ async def chat_completions(state: EngineState, request: Request) -> Response:
     messages = message_dicts(body.messages)
     if not messages:
         raise ApiError(400, EMPTY_CONVERSATION)
+    if body.continue_final_message and body.add_generation_prompt:
+        raise ApiError(400, FINAL_MESSAGE_AND_GENERATION_PROMPT)
     refuse_media(model, messages)
     text = tools_prompt(extra) + render_chat(messages, body.add_generation_prompt)
     ids = state.tokenizer.encode(text)
-    max_tokens = body.max_completion_tokens or body.max_tokens
+    # `max_completion_tokens` wins when given, 0 included (and the errors name it).
+    max_tokens = body.max_tokens
+    max_tokens_param = "max_tokens"
+    if body.max_completion_tokens is not None:
+        max_tokens, max_tokens_param = body.max_completion_tokens, "max_completion_tokens"
     vocab_size = state.tokenizer.vocab_size
     check_sampling(body, max_tokens, vocab_size)
     if body.stream and (refused := _token_ids_refusal(body, vocab_size)):
@@ -193,6 +208,7 @@ async def chat_completions(state: EngineState, request: Request) -> Response:
         "chatcmpl",
         arrival_s,
         forced_text=call.raw_text if call else structured_text(body.response_format_dict(), seed),
+        max_tokens_param=max_tokens_param,
     )
     options = body.stream_options
     if body.stream:
@@ -312,9 +328,9 @@ async def models(state: EngineState, request: Request) -> Response:
 
 
 async def tokenize(state: EngineState, request: Request) -> Response:
-    body = parse_body(
-        await request.body(), request.headers.get("content-type", ""), TokenizeRequest
-    )
+    raw, content_type = await request.body(), request.headers.get("content-type", "")
+    parse_body(raw, content_type, TokenizeShapes)  # vLLM's errors for a body of neither shape
+    body = parse_body(raw, content_type, TokenizeRequest)
     state.resolve_model(body.model)
     if body.messages is not None:
         if not body.messages:
@@ -397,6 +413,9 @@ def create_engine_app(state: EngineState) -> Starlette:
         Route("/load", _api(load), methods=["GET"]),
         Route("/metrics", _api(metrics), methods=["GET"]),
     ]
+    for route in routes:  # FastAPI (vLLM) adds no HEAD to a GET route: a 405, as there
+        if route.methods is not None:
+            route.methods.discard("HEAD")
     app = Starlette(routes=routes, exception_handlers={HTTPException: _not_found})
     app.state.engine = state
     app.add_middleware(HttpMetricsMiddleware, registry=state.metrics.registry)

@@ -10,10 +10,11 @@ sampling-parameter errors as "… (parameter=X, value=Y)" with `type: "BadReques
 from __future__ import annotations
 
 import json
+import math
 import secrets
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError, model_validator
 
 from inhouse.openai_errors import ApiError, invalid
 
@@ -92,6 +93,8 @@ _UNION_BRANCHES = {
     "ResponseFormat",
     "StructuralTagResponseFormat",
     "LegacyStructuralTagResponseFormat",
+    "TokenizePromptShape",
+    "TokenizeChatShape",
 }
 
 
@@ -160,6 +163,8 @@ def _check_logprobs_value(data: dict[str, Any], name: str) -> None:
         return
     if not isinstance(value, int | float):
         raise FieldError(f"`{name}` must be an integer.", name, value)
+    if name == "prompt_logprobs" and data.get("stream") and (value > 0 or value == -1):
+        raise FieldError("`prompt_logprobs` are not available when `stream=True`.", name)
     if value < 0 and value != -1:
         raise FieldError(f"`{name}` must be a positive value or -1.", name, value)
 
@@ -223,6 +228,7 @@ class ChatCompletionRequest(_SamplingRequest):
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
     add_generation_prompt: bool = True
+    continue_final_message: bool = False
     logprobs: bool | None = False
     top_logprobs: int | None = 0
 
@@ -250,18 +256,20 @@ class TokenizeRequest(BaseModel):
     add_generation_prompt: bool = True
     return_token_strs: bool | None = False
 
-    @model_validator(mode="before")
-    @classmethod
-    def _prompt_or_messages(cls, data: Any) -> Any:
-        """vLLM's tokenize request is one of two shapes, one with a `prompt`, one with
-        `messages`: a body with neither misses both."""
-        if isinstance(data, dict) and data.get("prompt") is None and "messages" not in data:
-            raise _MissingEither()
-        return data
+
+class TokenizePromptShape(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    prompt: str
 
 
-class _MissingEither(ValueError):
-    """/tokenize got neither `prompt` nor `messages`."""
+class TokenizeChatShape(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    messages: list[ChatMessage]
+
+
+class TokenizeShapes(RootModel[TokenizePromptShape | TokenizeChatShape]):
+    """vLLM's /tokenize body is one of two requests, a prompt one and a chat one: a body
+    that fits neither fails both, and its errors say so (parsed first, for them)."""
 
 
 class DetokenizeRequest(BaseModel):
@@ -314,9 +322,6 @@ def parse_body(raw: bytes, content_type: str, model: type[_M]) -> _M:
             cause = (err.get("ctx") or {}).get("error")
             if isinstance(cause, FieldError):
                 raise cause.error from None
-            if isinstance(cause, _MissingEither):
-                names = ("prompt", "messages")
-                raise validation_error([_missing(("body", n), data) for n in names]) from None
             item: dict[str, Any] = {
                 "type": err["type"],
                 "loc": ("body", *err["loc"]),
@@ -520,9 +525,17 @@ def _check_sampling_ranges(request: _SamplingRequest) -> None:
         if penalty is not None and not -2.0 <= penalty <= 2.0:
             raise invalid(f"{name} must be in [-2, 2], got {penalty}.")
     repetition = request.repetition_penalty
+    if repetition is not None and not math.isfinite(repetition):
+        raise invalid(f"repetition_penalty must be a finite number, got {repetition}.")
     if repetition is not None and repetition <= 0.0:
         raise invalid(f"repetition_penalty must be greater than zero, got {repetition}.")
     temperature = request.temperature
+    if temperature is not None and not math.isfinite(temperature):
+        raise invalid(
+            f"temperature must be a finite number, got {temperature}.",
+            param="temperature",
+            value=temperature,
+        )
     if temperature is not None and temperature < 0.0:
         raise invalid(
             f"temperature must be non-negative, got {temperature}.",
