@@ -939,3 +939,14 @@ def test_head_is_not_served(engine_url: str) -> None:
     """FastAPI adds no HEAD route: vLLM answers HEAD on its GET routes 405."""
     for path in ("/health", "/v1/models"):
         assert httpx.head(f"{engine_url}{path}").status_code == 405
+
+
+def test_more_than_ten_validation_errors(engine_url: str) -> None:
+    """vLLM lists ten errors, then "...and N more errors" (plural even for one: odd,
+    matched). The order of the ten follows each engine's field order, so only the count and
+    the tail are compared."""
+    fields = ("max_tokens", "n", "temperature", "top_p", "top_k", "min_p", "seed", "priority",
+              "min_tokens", "ignore_eos", "echo")  # fmt: skip
+    got = _refusal(engine_url, "/v1/completions", _cmpl(**dict.fromkeys(fields, "x")))
+    assert got["message"].startswith("11 validation errors:\n")
+    assert got["message"].endswith("\n  ...and 1 more errors")

@@ -366,8 +366,8 @@ def validation_error(errors: list[dict[str, Any]], param: str | None = None) -> 
         if "input" in shown:
             shown["input"] = _summarize(shown["input"])
         lines.append(f"  {shown}")
-    if count > 10:
-        lines.append(f"  ...and {count - 10} more {'error' if count - 10 == 1 else 'errors'}")
+    if count > 10:  # "errors" even for one more: vLLM's label is the whole count's (odd)
+        lines.append(f"  ...and {count - 10} more errors")
     message = f"{count} validation {'error' if count == 1 else 'errors'}:\n" + "\n".join(lines)
     first_loc = errors[0]["loc"] if errors else ()
     if param is None:
