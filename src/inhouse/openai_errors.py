@@ -123,9 +123,10 @@ def prompt_over_context(max_len: int, count: int, at_least: bool = True) -> str:
     )
 
 
-def max_tokens_over_context(requested: int, max_len: int) -> str:
+def max_tokens_over_context(requested: int, max_len: int, name: str = "max_tokens") -> str:
+    """`name` is the field the limit came from: chat's `max_completion_tokens` when given."""
     return (
-        f"max_tokens={requested} cannot be greater than max_model_len={max_len}. "
+        f"{name}={requested} cannot be greater than max_model_len={max_len}. "
         "Please request fewer output tokens."
     )
 

@@ -47,6 +47,10 @@ class Tokenizer(Protocol):
 
     def decode(self, token_ids: Sequence[int]) -> str: ...
 
+    def token_strs(self, token_ids: Sequence[int]) -> list[str]:
+        """Each id's token as the vocabulary spells it (vLLM's /tokenize `token_strs`)."""
+        ...
+
     def output_piece(self, seed: int, index: int) -> tuple[int, str]:
         """The `index`-th generated token (id and text) of a request whose content hashes to
         `seed`: the same request always generates the same text."""
@@ -163,6 +167,9 @@ class SimpleTokenizer:
             out.append(piece)
         return "".join(out)
 
+    def token_strs(self, token_ids: Sequence[int]) -> list[str]:
+        return [self.decode([token_id]) for token_id in token_ids]
+
     def output_piece(self, seed: int, index: int) -> tuple[int, str]:
         return self._output[(seed + index) % len(self._output)]
 
@@ -194,6 +201,9 @@ class HFTokenizer:
     def decode(self, token_ids: Sequence[int]) -> str:
         text: str = self._tok.decode(list(token_ids), skip_special_tokens=False)
         return text
+
+    def token_strs(self, token_ids: Sequence[int]) -> list[str]:
+        return [self._tok.id_to_token(token_id) or "" for token_id in token_ids]
 
     def output_piece(self, seed: int, index: int) -> tuple[int, str]:
         return self._output[(seed + index) % len(self._output)]

@@ -179,8 +179,10 @@ def test_completion_stream_with_continuous_usage(
     assert first["object"] == "text_completion"
     assert first["usage"] == {"prompt_tokens": 1, "total_tokens": 2, "completion_tokens": 1}
     assert second["choices"][0]["finish_reason"] == "length"
-    assert "system_fingerprint" in second and "system_fingerprint" not in first
+    # The fingerprint rides on the last chunk before [DONE]: here the usage chunk.
+    assert "system_fingerprint" not in second and "system_fingerprint" not in first
     assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 2
+    assert "system_fingerprint" in usage
 
 
 def test_completion_stream_without_usage(make_options: Callable[..., EngineOptions]) -> None:

@@ -532,3 +532,421 @@ def test_a_media_part_is_refused_by_a_text_only_model(engine_url: str) -> None:
     response = post(engine_url, "/v1/chat/completions", {"model": "tiny", "messages": refusal,
                                                           "max_tokens": 2})  # fmt: skip
     assert response.status_code == 200, response.text
+
+
+# -- validation and streaming details, as real vLLM 0.32 answers them ----------------------
+# Every expected message below is real vLLM's answer to the same request (probed against the
+# CPU build serving the tiny Llama); the simulated engine must give the same.
+
+VOCAB_ERROR_HEAD = "token_id(s) {ids} in {field} contain out-of-vocab token ids. Vocabulary size: "
+
+
+def _refusal(url: str, path: str, payload: Any) -> dict[str, Any]:
+    response = post(url, path, payload)
+    assert response.status_code == 400, response.text
+    return error_of(response)
+
+
+def _bad(message: str, param: str | None = None) -> dict[str, Any]:
+    return {"message": message, "type": "BadRequestError", "param": param, "code": 400}
+
+
+def _cmpl(**fields: Any) -> dict[str, Any]:
+    return {"model": "tiny", "prompt": [10, 11, 12], "max_tokens": 3, "ignore_eos": True, **fields}
+
+
+def _chat(**fields: Any) -> dict[str, Any]:
+    messages = [{"role": "user", "content": "hi"}]
+    return {"model": "tiny", "messages": messages, "max_tokens": 3, "ignore_eos": True, **fields}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("n", 0, "n must be at least 1, got 0."),
+        ("presence_penalty", 3, "presence_penalty must be in [-2, 2], got 3.0."),
+        ("frequency_penalty", -3, "frequency_penalty must be in [-2, 2], got -3.0."),
+        ("repetition_penalty", 0, "repetition_penalty must be greater than zero, got 0.0."),
+        ("top_k", -2, "top_k must be 0 (disable), or at least 1, got -2."),
+        ("min_p", 2, "min_p must be in [0, 1], got 2.0."),
+    ],
+)
+def test_sampling_errors_without_a_param(
+    engine_url: str, field: str, value: object, message: str
+) -> None:
+    """vLLM's `SamplingParams` words these checks with no parameter: `param` is null and the
+    message has no "(parameter=…)" suffix (odd, since it knows the field; matched anyway)."""
+    for path, payload in (("/v1/completions", _cmpl()), ("/v1/chat/completions", _chat())):
+        assert _refusal(engine_url, path, {**payload, field: value}) == _bad(message)
+
+
+def test_temperature_above_two_is_refused(engine_url: str) -> None:
+    """vLLM 0.32 caps temperature at 2, as OpenAI does."""
+    message = "temperature must be in [0, 2], got 100.0. (parameter=temperature, value=100.0)"
+    for path, payload in (("/v1/completions", _cmpl()), ("/v1/chat/completions", _chat())):
+        got = _refusal(engine_url, path, {**payload, "temperature": 100})
+        assert got == _bad(message, "temperature")
+    ok = post(engine_url, "/v1/completions", _cmpl(temperature=2))
+    assert ok.status_code == 200
+
+
+def test_a_null_max_tokens_on_completions_means_16(engine_url: str) -> None:
+    """Completions' max_tokens defaults to 16, and an explicit null means the default too
+    (vLLM's `normalize_null_max_tokens`); chat's null means the rest of the context."""
+    body = post(engine_url, "/v1/completions", _cmpl(max_tokens=None)).json()
+    assert body["usage"]["completion_tokens"] == 16
+    chat = post(engine_url, "/v1/chat/completions", _chat(max_tokens=None)).json()["usage"]
+    assert chat["prompt_tokens"] + chat["completion_tokens"] == MAX_MODEL_LEN
+
+
+def test_created_cache_tokens_is_a_chat_field(engine_url: str) -> None:
+    """Only vLLM's chat handler fills `created_cache_tokens`: completions send null, and the
+    completions stream's usage chunk leaves it out."""
+    details = post(engine_url, "/v1/completions", _cmpl()).json()["usage"]["prompt_tokens_details"]
+    assert details["created_cache_tokens"] is None
+    chat = post(engine_url, "/v1/chat/completions", _chat()).json()["usage"]
+    assert isinstance(chat["prompt_tokens_details"]["created_cache_tokens"], int)
+    options = {"include_usage": True}
+    cmpl_usage = sse_events(
+        post(engine_url, "/v1/completions", _cmpl(stream=True, stream_options=options))
+    )[-2]["usage"]
+    assert list(cmpl_usage["prompt_tokens_details"]) == ["cached_tokens"]
+    chat_usage = sse_events(
+        post(engine_url, "/v1/chat/completions", _chat(stream=True, stream_options=options))
+    )[-2]["usage"]
+    assert list(chat_usage["prompt_tokens_details"]) == ["cached_tokens", "created_cache_tokens"]
+
+
+def test_stream_options_without_stream(engine_url: str) -> None:
+    want = _bad(
+        "Stream options can only be defined when `stream=True`. (parameter=stream_options)",
+        "stream_options",
+    )
+    options = {"include_usage": True}
+    assert _refusal(engine_url, "/v1/completions", _cmpl(stream_options=options)) == want
+    assert _refusal(engine_url, "/v1/chat/completions", _chat(stream_options=options)) == want
+    got = _refusal(engine_url, "/v1/chat/completions", _chat(stream=False, stream_options=options))
+    assert got == want
+
+
+def test_field_type_errors_as_fastapi_renders_them(engine_url: str) -> None:
+    stop = _refusal(engine_url, "/v1/completions", _cmpl(stop=["a", "b", "c", "d", "e", "f"]))
+    assert stop == {
+        "message": "2 validation errors:\n  {'type': 'string_type', 'loc': 'body.stop', 'msg': "
+        "'Input should be a valid string', 'input': '<list of 6 items>'}\n  {'type': "
+        "'too_long', 'loc': 'body.stop', 'msg': 'List should have at most 4 items after "
+        "validation, not 6', 'input': '<list of 6 items>', 'ctx': {'field_type': 'List', "
+        "'max_length': 4, 'actual_length': 6}}",
+        "type": "Bad Request",
+        "param": "body.stop",
+        "code": 400,
+    }
+    chat_stop = _refusal(engine_url, "/v1/chat/completions", _chat(stop=["a"] * 10))
+    assert chat_stop["param"] == "body.stop" and "not 10" in chat_stop["message"]
+    seed = _refusal(engine_url, "/v1/completions", _cmpl(seed=2**70))
+    assert seed["message"] == (
+        "1 validation error:\n  {'type': 'less_than_equal', 'loc': 'body.seed', 'msg': 'Input "
+        "should be less than or equal to 9223372036854775807', 'input': "
+        "'1180591620717411303424', 'ctx': {'le': 9223372036854775807}}"
+    )
+    negative = _refusal(engine_url, "/v1/completions", _cmpl(prompt=[-1]))
+    assert negative == {
+        "message": "4 validation errors:\n  {'type': 'greater_than_equal', 'loc': "
+        "'body.prompt.0', 'msg': 'Input should be greater than or equal to 0', 'input': '-1', "
+        "'ctx': {'ge': 0}}\n  {'type': 'list_type', 'loc': 'body.prompt.0', 'msg': 'Input "
+        "should be a valid list', 'input': '-1'}\n  {'type': 'string_type', 'loc': "
+        "'body.prompt', 'msg': 'Input should be a valid string', 'input': '<list of 1 "
+        "items>'}\n  {'type': 'string_type', 'loc': 'body.prompt.0', 'msg': 'Input should be "
+        "a valid string', 'input': '-1'}",
+        "type": "Bad Request",
+        "param": "body.prompt.0",
+        "code": 400,
+    }
+    detok = _refusal(engine_url, "/detokenize", {"model": "tiny", "tokens": [-1]})
+    assert detok["message"] == (
+        "1 validation error:\n  {'type': 'greater_than_equal', 'loc': 'body.tokens.0', 'msg': "
+        "'Input should be greater than or equal to 0', 'input': '-1', 'ctx': {'ge': 0}}"
+    )
+
+
+def test_bodies_that_are_not_a_request(engine_url: str) -> None:
+    def raw(content: bytes) -> httpx.Response:
+        headers = {"content-type": "application/json"}
+        return httpx.post(f"{engine_url}/v1/completions", content=content, headers=headers)
+
+    empty = raw(b"")
+    assert error_of(empty) == {
+        "message": "1 validation error:\n  {'type': 'missing', 'loc': 'body', 'msg': 'Field "
+        "required', 'input': 'None'}",
+        "type": "Bad Request",
+        "param": "body",
+        "code": 400,
+    }
+    array = raw(b"[1, 2]")
+    assert error_of(array)["message"] == (
+        "1 validation error:\n  {'type': 'model_attributes_type', 'loc': 'body', 'msg': 'Input "
+        "should be a valid dictionary or object to extract fields from', 'input': '<list of 2 "
+        "items>'}"
+    )
+    # Not UTF-8: FastAPI's own 400, `{"detail": …}` rather than vLLM's error shape (odd).
+    not_utf8 = raw(b'{"model": "tiny", "prompt": "\xff\xfe", "max_tokens": 2}')
+    assert not_utf8.status_code == 400
+    assert not_utf8.json() == {"detail": "There was an error parsing the body"}
+
+
+def test_empty_prompts_and_conversations(engine_url: str) -> None:
+    assert _refusal(engine_url, "/v1/completions", _cmpl(prompt=[])) == _bad(
+        "You must pass at least one prompt"
+    )
+    empty = _bad(
+        "Cannot apply chat template to an empty conversation. Provide at least one message."
+    )
+    assert _refusal(engine_url, "/v1/chat/completions", _chat(messages=[])) == empty
+    assert _refusal(engine_url, "/tokenize", {"model": "tiny", "messages": []}) == empty
+
+
+def test_out_of_vocabulary_ids(engine_url: str) -> None:
+    prompt = _refusal(engine_url, "/v1/completions", _cmpl(prompt=[10**9]))
+    assert prompt == _bad("Token id 1000000000 is out of vocabulary")
+    for field, value, ids in (
+        ("logit_bias", {"999999999": 10}, [999999999]),
+        ("stop_token_ids", [-1], [-1]),
+    ):
+        for path, payload in (("/v1/completions", _cmpl()), ("/v1/chat/completions", _chat())):
+            got = _refusal(engine_url, path, {**payload, field: value})
+            assert got["param"] == field and got["type"] == "BadRequestError", got
+            assert got["message"].startswith(VOCAB_ERROR_HEAD.format(ids=ids, field=field))
+            assert got["message"].endswith(f" (parameter={field}, value={ids})")
+    # Streamed, the same refusal comes as an error event in a 200 stream (vLLM checks the
+    # stop ids after the stream started; odd, matched).
+    stream = post(engine_url, "/v1/chat/completions", _chat(stream=True, stop_token_ids=[-1]))
+    assert stream.status_code == 200
+    events = sse_events(stream)
+    assert events[-1] == "[DONE]" and len(events) == 2
+    assert list(events[0]) == ["error"] and events[0]["error"]["param"] == "stop_token_ids"
+    # /detokenize skips an id it does not know (odd, matched).
+    known = post(engine_url, "/tokenize", {"model": "tiny", "prompt": "hello"}).json()["tokens"]
+    text = post(engine_url, "/detokenize", {"model": "tiny", "tokens": known}).json()["prompt"]
+    skipped = post(engine_url, "/detokenize", {"model": "tiny", "tokens": [*known, 10**9]})
+    assert skipped.status_code == 200 and skipped.json() == {"prompt": text}
+
+
+def test_logprobs_checks_come_before_anything_else(engine_url: str) -> None:
+    """vLLM's own logprobs checks; the simulated engine refuses logprobs it has none of only
+    after them (it has no model to sample from; see test_hostile_requests)."""
+    over = "Requested sample logprobs of 50, which is greater than max allowed: 20"
+    want = _bad(f"{over} (parameter=logprobs, value=50)", "logprobs")
+    assert _refusal(engine_url, "/v1/completions", _cmpl(logprobs=50)) == want
+    chat = _chat(logprobs=True, top_logprobs=50)
+    assert _refusal(engine_url, "/v1/chat/completions", chat) == want
+    assert _refusal(engine_url, "/v1/chat/completions", _chat(top_logprobs=2)) == _bad(
+        "when using `top_logprobs`, `logprobs` must be set to true. (parameter=top_logprobs)",
+        "top_logprobs",
+    )
+    assert _refusal(engine_url, "/v1/completions", _cmpl(logprobs=-2)) == _bad(
+        "`logprobs` must be a positive value or -1. (parameter=logprobs, value=-2)", "logprobs"
+    )
+
+
+def test_suffix_and_response_format_words(engine_url: str) -> None:
+    tokens = _refusal(engine_url, "/v1/completions", _cmpl(suffix="x"))
+    assert tokens == _bad(
+        "suffix requires text prompt input for FIM completion rendering", "suffix"
+    )
+    text = _refusal(engine_url, "/v1/completions", _cmpl(prompt="hi", suffix="x"))
+    assert text == _bad(
+        "suffix is only supported for models with FIM completion rendering", "suffix"
+    )
+    schema = _refusal(
+        engine_url, "/v1/chat/completions", _chat(response_format={"type": "json_schema"})
+    )
+    assert schema == _bad(
+        "When response_format type is 'json_schema', the 'json_schema' field must be "
+        "provided. (parameter=response_format)",
+        "response_format",
+    )
+
+
+def test_tokenize_token_strs_and_a_missing_prompt(engine_url: str) -> None:
+    body = post(
+        engine_url,
+        "/tokenize",
+        {"model": "tiny", "prompt": "hello world", "return_token_strs": True},
+    ).json()
+    strs = body["token_strs"]
+    assert isinstance(strs, list) and len(strs) == body["count"] > 0
+    assert all(isinstance(s, str) for s in strs)
+    neither = _refusal(engine_url, "/tokenize", {"model": "tiny"})
+    assert neither == {
+        "message": "2 validation errors:\n  {'type': 'missing', 'loc': 'body.prompt', 'msg': "
+        "'Field required', 'input': '<dict of 1 items>'}\n  {'type': 'missing', 'loc': "
+        "'body.messages', 'msg': 'Field required', 'input': '<dict of 1 items>'}",
+        "type": "Bad Request",
+        "param": "body.prompt",
+        "code": 400,
+    }
+
+
+def test_stream_fingerprint_goes_on_the_last_chunk(engine_url: str) -> None:
+    """`system_fingerprint` rides on the last chunk before [DONE]: the finish chunk, or the
+    usage chunk when there is one (then the finish chunk has none)."""
+    for path, payload in (("/v1/completions", _cmpl()), ("/v1/chat/completions", _chat())):
+        plain = sse_events(post(engine_url, path, {**payload, "stream": True}))
+        assert "system_fingerprint" in plain[-2]
+        assert plain[-2]["choices"][0]["finish_reason"] == "length"
+        assert all("system_fingerprint" not in c for c in plain[:-2])
+        options = {"include_usage": True}
+        usage = sse_events(post(engine_url, path, {**payload, "stream": True,
+                                                   "stream_options": options}))  # fmt: skip
+        assert usage[-2]["choices"] == [] and "system_fingerprint" in usage[-2]
+        assert all("system_fingerprint" not in c for c in usage[:-2])
+
+
+def test_continuous_usage_needs_include_usage(engine_url: str) -> None:
+    only = {"continuous_usage_stats": True}
+    both = {"include_usage": True, "continuous_usage_stats": True}
+    for path, payload in (("/v1/completions", _cmpl()), ("/v1/chat/completions", _chat())):
+        events = sse_events(
+            post(engine_url, path, {**payload, "stream": True, "stream_options": only})
+        )
+        assert all("usage" not in e for e in events[:-1])
+    chat = sse_events(
+        post(engine_url, "/v1/chat/completions", _chat(stream=True, stream_options=both))
+    )
+    # The role chunk carries usage too (no tokens yet); chat's per-chunk usage names
+    # `completion_tokens_details`, completions' does not.
+    role, tokens = chat[0], chat[1:-2]
+    assert list(role["usage"]) == [
+        "prompt_tokens",
+        "total_tokens",
+        "completion_tokens",
+        "completion_tokens_details",
+    ]
+    assert role["usage"]["completion_tokens"] == 0
+    assert role["usage"]["total_tokens"] == role["usage"]["prompt_tokens"]
+    # (vLLM may merge deltas into one chunk when its API server lags: counts only rise.)
+    counts = [c["usage"]["completion_tokens"] for c in tokens]
+    assert counts == sorted(set(counts)) and counts[-1] == 3
+    assert all(list(c["usage"]) == list(role["usage"]) for c in tokens)
+    cmpl = sse_events(post(engine_url, "/v1/completions", _cmpl(stream=True, stream_options=both)))
+    assert all(
+        list(c["usage"]) == ["prompt_tokens", "total_tokens", "completion_tokens"]
+        for c in cmpl[:-2]
+    )
+
+
+def test_an_unknown_response_format_type(engine_url: str) -> None:
+    """vLLM types `response_format` as a union of three models: an unknown type fails each
+    of them (six errors), rendered without the union's branch names."""
+    got = _refusal(engine_url, "/v1/chat/completions", _chat(response_format={"type": "bogus"}))
+    literal = "'type': 'literal_error', 'loc': 'body.response_format.type'"
+    missing = "'type': 'missing', 'loc': 'body.response_format"
+    assert got == {
+        "message": "6 validation errors:\n"
+        f"  {{{literal}, 'msg': \"Input should be 'text', 'json_object' or 'json_schema'\", "
+        "'input': 'bogus', 'ctx': {'expected': \"'text', 'json_object' or 'json_schema'\"}}\n"
+        f"  {{{literal}, 'msg': \"Input should be 'structural_tag'\", 'input': 'bogus', "
+        "'ctx': {'expected': \"'structural_tag'\"}}\n"
+        f"  {{{missing}.format', 'msg': 'Field required', 'input': '<dict of 1 items>'}}\n"
+        f"  {{{literal}, 'msg': \"Input should be 'structural_tag'\", 'input': 'bogus', "
+        "'ctx': {'expected': \"'structural_tag'\"}}\n"
+        f"  {{{missing}.structures', 'msg': 'Field required', 'input': '<dict of 1 items>'}}\n"
+        f"  {{{missing}.triggers', 'msg': 'Field required', 'input': '<dict of 1 items>'}}",
+        "type": "Bad Request",
+        "param": "body.response_format.type",
+        "code": 400,
+    }
+    nameless = _chat(response_format={"type": "json_schema", "json_schema": {"schema": {}}})
+    unnamed = _refusal(engine_url, "/v1/chat/completions", nameless)
+    assert unnamed["type"] == "Bad Request"
+    assert unnamed["param"] == "body.response_format.json_schema.name", unnamed
+
+
+def test_max_completion_tokens_wins_and_is_named(engine_url: str) -> None:
+    """Chat's `max_completion_tokens`, when given, is the limit (0 included) and is the field
+    its errors name."""
+    zero = _refusal(engine_url, "/v1/chat/completions", _chat(max_completion_tokens=0))
+    message = "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)"
+    assert zero == _bad(message, "max_tokens")
+    big = _refusal(
+        engine_url, "/v1/chat/completions", _chat(max_tokens=None, max_completion_tokens=100000)
+    )
+    assert big == _bad(
+        "max_completion_tokens=100000 cannot be greater than max_model_len=512. Please request "
+        "fewer output tokens. (parameter=max_completion_tokens, value=100000)",
+        "max_completion_tokens",
+    )
+
+
+def test_non_finite_sampling_values(engine_url: str) -> None:
+    def raw(field: str, literal: str) -> httpx.Response:
+        content = f'{{"model": "tiny", "prompt": [10, 11], "max_tokens": 2, "{field}": {literal}}}'
+        headers = {"content-type": "application/json"}
+        return httpx.post(f"{engine_url}/v1/completions", content=content, headers=headers)
+
+    assert error_of(raw("temperature", "NaN")) == _bad(
+        "temperature must be a finite number, got nan. (parameter=temperature, value=nan)",
+        "temperature",
+    )
+    assert error_of(raw("temperature", "Infinity")) == _bad(
+        "temperature must be a finite number, got inf. (parameter=temperature, value=inf)",
+        "temperature",
+    )
+    assert error_of(raw("repetition_penalty", "Infinity")) == _bad(
+        "repetition_penalty must be a finite number, got inf."
+    )
+
+
+def test_more_request_shapes_vllm_refuses_or_accepts(engine_url: str) -> None:
+    turns = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]
+    final = _chat(messages=turns, continue_final_message=True)
+    both = _refusal(engine_url, "/v1/chat/completions", final)
+    assert both == _bad(
+        "continue_final_message and add_generation_prompt are not compatible. Use "
+        "continue_final_message when you want the model to continue the final message, and "
+        "add_generation_prompt when you want to add a header that will prompt it to start a "
+        "new assistant message instead."
+    )
+    inner = _refusal(engine_url, "/v1/completions", _cmpl(prompt=[[]]))
+    assert inner == _bad("The decoder prompt cannot be empty")
+    streamed = _refusal(engine_url, "/v1/completions", _cmpl(prompt_logprobs=1, stream=True))
+    assert streamed == _bad(
+        "`prompt_logprobs` are not available when `stream=True`. (parameter=prompt_logprobs)",
+        "prompt_logprobs",
+    )
+    # An empty model name is no name: the served model answers (vLLM tests it for truth).
+    assert post(engine_url, "/v1/completions", _cmpl(model="")).status_code == 200
+
+
+def test_tokenize_is_one_of_two_request_shapes(engine_url: str) -> None:
+    """vLLM's /tokenize body is a prompt request or a chat request: a bad one fails both."""
+    listed = _refusal(engine_url, "/tokenize", {"model": "tiny", "prompt": [1, 2]})
+    assert listed["message"] == (
+        "2 validation errors:\n  {'type': 'string_type', 'loc': 'body.prompt', 'msg': 'Input "
+        "should be a valid string', 'input': '<list of 2 items>'}\n  {'type': 'missing', 'loc': "
+        "'body.messages', 'msg': 'Field required', 'input': '<dict of 2 items>'}"
+    )
+    null = _refusal(engine_url, "/tokenize", {"model": "tiny", "messages": None})
+    assert null["message"] == (
+        "2 validation errors:\n  {'type': 'missing', 'loc': 'body.prompt', 'msg': 'Field "
+        "required', 'input': '<dict of 2 items>'}\n  {'type': 'list_type', 'loc': "
+        "'body.messages', 'msg': 'Input should be a valid list', 'input': 'None'}"
+    )
+    assert listed["param"] == null["param"] == "body.prompt"
+
+
+def test_head_is_not_served(engine_url: str) -> None:
+    """FastAPI adds no HEAD route: vLLM answers HEAD on its GET routes 405."""
+    for path in ("/health", "/v1/models"):
+        assert httpx.head(f"{engine_url}{path}").status_code == 405
+
+
+def test_more_than_ten_validation_errors(engine_url: str) -> None:
+    """vLLM lists ten errors, then "...and N more errors" (plural even for one: odd,
+    matched). The order of the ten follows each engine's field order, so only the count and
+    the tail are compared."""
+    fields = ("max_tokens", "n", "temperature", "top_p", "top_k", "min_p", "seed", "priority",
+              "min_tokens", "ignore_eos", "echo")  # fmt: skip
+    got = _refusal(engine_url, "/v1/completions", _cmpl(**dict.fromkeys(fields, "x")))
+    assert got["message"].startswith("11 validation errors:\n")
+    assert got["message"].endswith("\n  ...and 1 more errors")

@@ -25,13 +25,17 @@ from inhouse.server.generation import output_text
 from inhouse.server.http_metrics import HttpMetricsMiddleware
 from inhouse.server.metrics import CONTENT_TYPE
 from inhouse.server.protocol import (
+    DONE,
     VERSION,
+    BodyParseError,
     ChatCompletionRequest,
     CompletionRequest,
     DetokenizeRequest,
     TokenizeRequest,
+    TokenizeShapes,
     chat_body,
     check_sampling,
+    check_token_ids,
     completion_body,
     message_dicts,
     parse_body,
@@ -65,6 +69,8 @@ def _api(handler: Callable[[EngineState, Request], Awaitable[Response]]) -> Hand
             )
         except ApiError as refused:
             error = refused
+        except BodyParseError as unreadable:  # FastAPI's own 400, as vLLM sends it
+            return JSONResponse({"detail": str(unreadable)}, status_code=400)
         return Response(error.body(), status_code=error.status, media_type="application/json")
 
     return endpoint
@@ -81,6 +87,8 @@ async def completions(state: EngineState, request: Request) -> Response:
     )
     model = state.resolve_model(body.model)
     prompt = body.prompt
+    if isinstance(prompt, list) and not prompt:
+        raise ApiError(400, "You must pass at least one prompt")  # vLLM's words
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], str | list):
         if len(prompt) != 1:
             raise invalid(
@@ -89,13 +97,18 @@ async def completions(state: EngineState, request: Request) -> Response:
                 param="prompt",
             )
         prompt = prompt[0]
+    if isinstance(prompt, list) and not prompt:  # `[[]]`: vLLM's words
+        raise ApiError(400, "The decoder prompt cannot be empty")
     is_text = isinstance(prompt, str)
     tokenizer = state.tokenizer
     if isinstance(prompt, str):
         ids = tokenizer.encode(prompt)
     else:
         ids = _token_ids(prompt, tokenizer.vocab_size)
-    check_sampling(body, body.max_tokens)
+    check_sampling(body, body.max_tokens, tokenizer.vocab_size)
+    if body.stream and (refused := _token_ids_refusal(body, tokenizer.vocab_size)):
+        return refused
+    check_token_ids(body, tokenizer.vocab_size)
     stream = state.admit(
         ids,
         is_text,
@@ -107,7 +120,7 @@ async def completions(state: EngineState, request: Request) -> Response:
         model,
         "cmpl",
         arrival_s,
-        forced_text=structured_text(body.response_format, seed_of(ids)),
+        forced_text=structured_text(body.response_format_dict(), seed_of(ids)),
     )
     options = body.stream_options
     if body.stream:
@@ -117,6 +130,32 @@ async def completions(state: EngineState, request: Request) -> Response:
             stream_completion(state, stream, model, include, continuous), stream, state
         )
     return await _complete(state, request, stream, model, chat=False)
+
+
+def _token_ids_refusal(
+    body: CompletionRequest | ChatCompletionRequest, vocab_size: int
+) -> Response | None:
+    """vLLM checks stop_token_ids and logit_bias against the vocabulary once a streamed
+    response has begun: the refusal comes as a 200 stream of one error event, then [DONE]
+    (odd, matched)."""
+    try:
+        check_token_ids(body, vocab_size)
+    except ApiError as refused:
+        error = json.loads(refused.body())  # re-spaced as vLLM's stream error events are
+        event = b"data: " + json.dumps(error).encode() + b"\n\n" + DONE
+        return Response(event, media_type="text/event-stream; charset=utf-8")
+    return None
+
+
+EMPTY_CONVERSATION = (
+    "Cannot apply chat template to an empty conversation. Provide at least one message."
+)
+FINAL_MESSAGE_AND_GENERATION_PROMPT = (
+    "continue_final_message and add_generation_prompt are not compatible. Use "
+    "continue_final_message when you want the model to continue the final message, and "
+    "add_generation_prompt when you want to add a header that will prompt it to start a new "
+    "assistant message instead."
+)
 
 
 def refuse_media(model: str, messages: list[dict[str, Any]]) -> None:
@@ -138,11 +177,23 @@ async def chat_completions(state: EngineState, request: Request) -> Response:
     if body.tools is not None:  # as sent: the prompt renders the client's own JSON
         extra["tools"] = [tool.model_dump(exclude_unset=True) for tool in body.tools]
     messages = message_dicts(body.messages)
+    if not messages:
+        raise ApiError(400, EMPTY_CONVERSATION)
+    if body.continue_final_message and body.add_generation_prompt:
+        raise ApiError(400, FINAL_MESSAGE_AND_GENERATION_PROMPT)
     refuse_media(model, messages)
     text = tools_prompt(extra) + render_chat(messages, body.add_generation_prompt)
     ids = state.tokenizer.encode(text)
-    max_tokens = body.max_completion_tokens or body.max_tokens
-    check_sampling(body, max_tokens)
+    # `max_completion_tokens` wins when given, 0 included (and the errors name it).
+    max_tokens = body.max_tokens
+    max_tokens_param = "max_tokens"
+    if body.max_completion_tokens is not None:
+        max_tokens, max_tokens_param = body.max_completion_tokens, "max_completion_tokens"
+    vocab_size = state.tokenizer.vocab_size
+    check_sampling(body, max_tokens, vocab_size)
+    if body.stream and (refused := _token_ids_refusal(body, vocab_size)):
+        return refused
+    check_token_ids(body, vocab_size)
     seed = seed_of(ids)
     call = plan_tool_call(extra, state.options.tools, seed)
     stream = state.admit(
@@ -156,7 +207,8 @@ async def chat_completions(state: EngineState, request: Request) -> Response:
         model,
         "chatcmpl",
         arrival_s,
-        forced_text=call.raw_text if call else structured_text(body.response_format, seed),
+        forced_text=call.raw_text if call else structured_text(body.response_format_dict(), seed),
+        max_tokens_param=max_tokens_param,
     )
     options = body.stream_options
     if body.stream:
@@ -167,15 +219,15 @@ async def chat_completions(state: EngineState, request: Request) -> Response:
     return await _complete(state, request, stream, model, chat=True, call=call)
 
 
-def _token_ids(prompt: object, vocab_size: int, param: str = "prompt") -> list[int]:
-    """Token ids from a request, refused (as vLLM refuses a prompt) when one is not in the
-    vocabulary: a tokenizer would decode it to nonsense or fail on it."""
+def _token_ids(prompt: object, vocab_size: int) -> list[int]:
+    """Token ids from a request, refused (as vLLM refuses a prompt: no `param`) when one is
+    not in the vocabulary: a tokenizer would decode it to nonsense or fail on it."""
     if not isinstance(prompt, list):
         return []
     ids = [int(t) for t in prompt]
     bad = next((t for t in ids if not 0 <= t < vocab_size), None)
     if bad is not None:
-        raise ApiError(400, f"Token id {bad} is out of vocabulary", param=param)
+        raise ApiError(400, f"Token id {bad} is out of vocabulary")
     return ids
 
 
@@ -276,11 +328,13 @@ async def models(state: EngineState, request: Request) -> Response:
 
 
 async def tokenize(state: EngineState, request: Request) -> Response:
-    body = parse_body(
-        await request.body(), request.headers.get("content-type", ""), TokenizeRequest
-    )
+    raw, content_type = await request.body(), request.headers.get("content-type", "")
+    parse_body(raw, content_type, TokenizeShapes)  # vLLM's errors for a body of neither shape
+    body = parse_body(raw, content_type, TokenizeRequest)
     state.resolve_model(body.model)
     if body.messages is not None:
+        if not body.messages:
+            raise ApiError(400, EMPTY_CONVERSATION)
         # The tools too, as the chat renders them (vLLM's /tokenize does): a gateway counts
         # prompts here, for its long-prompt gate and token limits.
         messages = message_dicts(body.messages)
@@ -291,8 +345,9 @@ async def tokenize(state: EngineState, request: Request) -> Response:
     else:
         text = body.prompt or ""
     ids = state.tokenizer.encode(text)
+    strs = state.tokenizer.token_strs(ids) if body.return_token_strs else None
     return json_response(
-        {"count": len(ids), "max_model_len": state.max_model_len, "tokens": ids, "token_strs": None}
+        {"count": len(ids), "max_model_len": state.max_model_len, "tokens": ids, "token_strs": strs}
     )
 
 
@@ -301,7 +356,8 @@ async def detokenize(state: EngineState, request: Request) -> Response:
         await request.body(), request.headers.get("content-type", ""), DetokenizeRequest
     )
     state.resolve_model(body.model)
-    ids = _token_ids(body.tokens, state.tokenizer.vocab_size, param="tokens")
+    # vLLM skips an id outside the vocabulary (odd, matched); a negative one is a 400.
+    ids = [t for t in body.tokens if t < state.tokenizer.vocab_size]
     return json_response({"prompt": state.tokenizer.decode(ids)})
 
 
@@ -357,6 +413,9 @@ def create_engine_app(state: EngineState) -> Starlette:
         Route("/load", _api(load), methods=["GET"]),
         Route("/metrics", _api(metrics), methods=["GET"]),
     ]
+    for route in routes:  # FastAPI (vLLM) adds no HEAD to a GET route: a 405, as there
+        if route.methods is not None:
+            route.methods.discard("HEAD")
     app = Starlette(routes=routes, exception_handlers={HTTPException: _not_found})
     app.state.engine = state
     app.add_middleware(HttpMetricsMiddleware, registry=state.metrics.registry)

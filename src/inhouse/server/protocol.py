@@ -10,10 +10,11 @@ sampling-parameter errors as "… (parameter=X, value=Y)" with `type: "BadReques
 from __future__ import annotations
 
 import json
+import math
 import secrets
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError, model_validator
 
 from inhouse.openai_errors import ApiError, invalid
 
@@ -23,16 +24,29 @@ VLLM_API_VERSION = "0.32.0"
 VERSION = f"{VLLM_API_VERSION}+inhouse"
 SYSTEM_FINGERPRINT = f"vllm-{VLLM_API_VERSION}-inhouse"
 BODY_PARSE_ERROR = "There was an error parsing the body"
+# vLLM's `max_logprobs` default, and `VLLM_MAX_STOP_STRINGS`'.
+MAX_LOGPROBS = 20
+MAX_STOP_STRINGS = 4
+TokenId = Annotated[int, Field(ge=0)]
+StopParam = str | Annotated[list[str], Field(max_length=MAX_STOP_STRINGS)] | None
+
+
+class BodyParseError(Exception):
+    """A body FastAPI cannot read (not UTF-8, nested too deep): vLLM answers FastAPI's own
+    400, `{"detail": "There was an error parsing the body"}`, not its error shape."""
+
 
 # -- requests ------------------------------------------------------------------------------
 
 
 class FieldError(ValueError):
     """A request check that spans fields (vLLM's `VLLMValidationError` in a model validator):
-    rendered among the validation errors, with `param` naming the field."""
+    rendered as vLLM renders it, a plain 400 `BadRequestError` "<message> (parameter=X[,
+    value=Y])" with `param` naming the field, not as a validation error list."""
 
-    def __init__(self, message: str, param: str) -> None:
-        super().__init__(f"{message} (parameter={param})")
+    def __init__(self, message: str, param: str, value: object = None) -> None:
+        super().__init__(message)
+        self.error = invalid(message, param=param, value=value)
         self.param = param
 
 
@@ -40,6 +54,48 @@ class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="allow")
     include_usage: bool | None = False
     continuous_usage_stats: bool | None = False
+
+
+class JsonSchemaResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    name: str
+    description: str | None = None
+    json_schema: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    """vLLM's `response_format` is one of three shapes: this one, and two structural-tag ones
+    (`structural_tag` is then refused by the simulated engine, naming the types it serves)."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaResponseFormat | None = None
+
+
+class StructuralTagResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["structural_tag"]
+    format: Any
+
+
+class LegacyStructuralTagResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["structural_tag"]
+    structures: list[dict[str, Any]]
+    triggers: list[str]
+
+
+AnyResponseFormat = ResponseFormat | StructuralTagResponseFormat | LegacyStructuralTagResponseFormat
+# The union's branch names pydantic puts in an error's location, which vLLM's rendering
+# does not show.
+_UNION_BRANCHES = {
+    "ResponseFormat",
+    "StructuralTagResponseFormat",
+    "LegacyStructuralTagResponseFormat",
+    "TokenizePromptShape",
+    "TokenizeChatShape",
+}
 
 
 class _SamplingRequest(BaseModel):
@@ -52,8 +108,9 @@ class _SamplingRequest(BaseModel):
     n: int = 1
     min_tokens: int = 0
     ignore_eos: bool = False
-    stop: str | list[str] | None = Field(default_factory=list)
+    stop: StopParam = Field(default_factory=list)
     stop_token_ids: list[int] | None = Field(default_factory=list)
+    logit_bias: dict[str, float] | None = None
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
@@ -65,7 +122,13 @@ class _SamplingRequest(BaseModel):
     priority: int = 0
     user: str | None = None
     prompt_logprobs: int | None = None
-    response_format: dict[str, Any] | None = None
+    response_format: AnyResponseFormat | None = None
+
+    def response_format_dict(self) -> dict[str, Any] | None:
+        """The response format as the client sent it."""
+        if self.response_format is None:
+            return None
+        return self.response_format.model_dump(by_alias=True, exclude_unset=True)
 
     @model_validator(mode="before")
     @classmethod
@@ -76,13 +139,58 @@ class _SamplingRequest(BaseModel):
             )
         return data
 
+    @model_validator(mode="before")
+    @classmethod
+    def _json_schema_needs_its_field(cls, data: Any) -> Any:
+        rf = data.get("response_format") if isinstance(data, dict) else None
+        if (
+            isinstance(rf, dict)
+            and rf.get("type") == "json_schema"
+            and rf.get("json_schema") is None
+        ):
+            raise FieldError(
+                "When response_format type is 'json_schema', the 'json_schema' field must be "
+                "provided.",
+                "response_format",
+            )
+        return data
+
+
+def _check_logprobs_value(data: dict[str, Any], name: str) -> None:
+    """vLLM's request checks on `logprobs`, `top_logprobs` and `prompt_logprobs`."""
+    value = data.get(name)
+    if value is None or isinstance(value, bool):
+        return
+    if not isinstance(value, int | float):
+        raise FieldError(f"`{name}` must be an integer.", name, value)
+    if name == "prompt_logprobs" and data.get("stream") and (value > 0 or value == -1):
+        raise FieldError("`prompt_logprobs` are not available when `stream=True`.", name)
+    if value < 0 and value != -1:
+        raise FieldError(f"`{name}` must be a positive value or -1.", name, value)
+
 
 class CompletionRequest(_SamplingRequest):
-    prompt: list[int] | list[list[int]] | str | list[str] | None = None
+    prompt: list[TokenId] | list[list[TokenId]] | str | list[str] | None = None
     max_tokens: int | None = 16
     echo: bool | None = False
     logprobs: int | None = None
     suffix: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_max_tokens_is_the_default(cls, data: Any) -> Any:
+        """vLLM's `normalize_null_max_tokens`: an explicit null means 16, not "the rest"."""
+        if isinstance(data, dict) and data.get("max_tokens") is None:
+            data = dict(data, max_tokens=cls.model_fields["max_tokens"].default)
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _logprobs(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name in ("prompt_logprobs", "logprobs"):
+                _check_logprobs_value(data, name)
+        return data
 
 
 class ChatMessage(BaseModel):
@@ -120,8 +228,23 @@ class ChatCompletionRequest(_SamplingRequest):
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
     add_generation_prompt: bool = True
+    continue_final_message: bool = False
     logprobs: bool | None = False
     top_logprobs: int | None = 0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _logprobs(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        for name in ("prompt_logprobs", "top_logprobs"):
+            _check_logprobs_value(data, name)
+        top = data.get("top_logprobs")
+        if isinstance(top, int | float) and (top == -1 or top > 0) and not data.get("logprobs"):
+            raise FieldError(
+                "when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs"
+            )
+        return data
 
 
 class TokenizeRequest(BaseModel):
@@ -131,22 +254,41 @@ class TokenizeRequest(BaseModel):
     messages: list[ChatMessage] | None = None
     add_special_tokens: bool = True
     add_generation_prompt: bool = True
+    return_token_strs: bool | None = False
+
+
+class TokenizePromptShape(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    prompt: str
+
+
+class TokenizeChatShape(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    messages: list[ChatMessage]
+
+
+class TokenizeShapes(RootModel[TokenizePromptShape | TokenizeChatShape]):
+    """vLLM's /tokenize body is one of two requests, a prompt one and a chat one: a body
+    that fits neither fails both, and its errors say so (parsed first, for them)."""
 
 
 class DetokenizeRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
     model: str | None = None
-    tokens: list[int]
+    tokens: list[TokenId]
 
 
 def parse_body(raw: bytes, content_type: str, model: type[_M]) -> _M:
-    """Parse a JSON body into `model`, raising vLLM's 400s for bad media type, JSON or fields."""
+    """Parse a JSON body into `model`, raising vLLM's 400s for bad media type, JSON or fields
+    (`BodyParseError` for a body FastAPI cannot read at all)."""
     if content_type.split(";")[0].strip().lower() != "application/json":
         raise ApiError(
             400,
             "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed",
             error_type="Bad Request",
         )
+    if not raw:  # FastAPI reads no body as a missing one
+        raise validation_error([_missing(("body",), None)])
     try:
         data = json.loads(raw)
     except json.JSONDecodeError as exc:
@@ -161,16 +303,25 @@ def parse_body(raw: bytes, content_type: str, model: type[_M]) -> _M:
     except (ValueError, RecursionError):
         # Not UTF-8, or nested deeper than the parser goes: FastAPI's words for any body it
         # cannot parse, as vLLM answers them.
-        raise ApiError(400, BODY_PARSE_ERROR, error_type="Bad Request") from None
+        raise BodyParseError(BODY_PARSE_ERROR) from None
+    if data is None:
+        raise validation_error([_missing(("body",), None)])
+    if not isinstance(data, dict):
+        error = {
+            "type": "model_attributes_type",
+            "loc": ("body",),
+            "msg": "Input should be a valid dictionary or object to extract fields from",
+            "input": data,
+        }
+        raise validation_error([error])
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         errors: list[dict[str, Any]] = []
-        param: str | None = None
         for err in exc.errors(include_url=False):
             cause = (err.get("ctx") or {}).get("error")
-            if isinstance(cause, FieldError) and param is None:
-                param = cause.param
+            if isinstance(cause, FieldError):
+                raise cause.error from None
             item: dict[str, Any] = {
                 "type": err["type"],
                 "loc": ("body", *err["loc"]),
@@ -178,9 +329,21 @@ def parse_body(raw: bytes, content_type: str, model: type[_M]) -> _M:
                 "input": err.get("input"),
             }
             if err.get("ctx"):
-                item["ctx"] = {k: str(v) for k, v in err["ctx"].items()}
+                item["ctx"] = {k: _ctx_value(v) for k, v in err["ctx"].items()}
             errors.append(item)
-        raise validation_error(errors, param) from None
+        raise validation_error(errors) from None
+
+
+def _missing(loc: tuple[str, ...], value: object) -> dict[str, Any]:
+    return {"type": "missing", "loc": loc, "msg": "Field required", "input": value}
+
+
+def _ctx_value(value: object) -> object:
+    """A pydantic error's context value as FastAPI shows it: numbers and text as they are,
+    anything else (an exception) as its text."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)
 
 
 def _summarize(value: object) -> object:
@@ -194,7 +357,7 @@ def _summarize(value: object) -> object:
 
 def validation_error(errors: list[dict[str, Any]], param: str | None = None) -> ApiError:
     """FastAPI-style validation errors, rendered as vLLM renders them; `param` is the first
-    error's location unless a `FieldError` named the field."""
+    error's location unless given."""
     count = len(errors)
     lines = []
     for err in errors[:10]:
@@ -203,8 +366,8 @@ def validation_error(errors: list[dict[str, Any]], param: str | None = None) -> 
         if "input" in shown:
             shown["input"] = _summarize(shown["input"])
         lines.append(f"  {shown}")
-    if count > 10:
-        lines.append(f"  ...and {count - 10} more {'error' if count - 10 == 1 else 'errors'}")
+    if count > 10:  # "errors" even for one more: vLLM's label is the whole count's (odd)
+        lines.append(f"  ...and {count - 10} more errors")
     message = f"{count} validation {'error' if count == 1 else 'errors'}:\n" + "\n".join(lines)
     first_loc = errors[0]["loc"] if errors else ()
     if param is None:
@@ -229,18 +392,26 @@ _INTERNAL_LOC = {
 
 
 def _is_internal_loc(segment: str) -> bool:
-    return any(c in segment for c in "[](){}") or segment.lower() in _INTERNAL_LOC
+    return (
+        any(c in segment for c in "[](){}")
+        or segment.lower() in _INTERNAL_LOC
+        or segment in _UNION_BRANCHES
+    )
 
 
-def check_sampling(request: _SamplingRequest, max_tokens: int | None) -> None:
-    """vLLM's `SamplingParams` checks that matter for the simulated engine."""
+def check_sampling(request: _SamplingRequest, max_tokens: int | None, vocab_size: int) -> None:
+    """vLLM's `SamplingParams` checks that matter for the simulated engine, in vLLM's order
+    and words (most name no parameter: `param` null, no suffix, as vLLM sends them). The
+    out-of-vocabulary checks are `check_token_ids`, apart: vLLM makes them once a stream
+    has started."""
     if request.n < 1:
-        raise invalid(f"n must be at least 1, got {request.n}.", param="n", value=request.n)
+        raise invalid(f"n must be at least 1, got {request.n}.")
     if request.n != 1:
         raise invalid(
             f"n must be 1 in the simulated engine, got {request.n}.", param="n", value=request.n
         )
     _check_sampling_ranges(request)
+    _check_max_logprobs(request, vocab_size)
     _check_served(request)
     if max_tokens is not None and max_tokens < 1:
         raise invalid(
@@ -259,13 +430,73 @@ def check_sampling(request: _SamplingRequest, max_tokens: int | None) -> None:
         raise invalid("stop cannot contain an empty string.")
 
 
+def _check_max_logprobs(request: _SamplingRequest, vocab_size: int) -> None:
+    """vLLM's cap on logprobs asked for (`max_logprobs`, 20); -1 asks for the whole
+    vocabulary, so it is refused naming the vocabulary's size (odd, as vLLM does)."""
+    asked: int | None = None
+    if isinstance(request, CompletionRequest):
+        asked = request.logprobs
+    elif isinstance(request, ChatCompletionRequest) and request.logprobs:
+        asked = request.top_logprobs or 0
+    if asked is None:
+        return
+    count = vocab_size if asked == -1 else asked
+    if count > MAX_LOGPROBS:
+        raise invalid(
+            f"Requested sample logprobs of {count}, which is greater than max allowed: "
+            f"{MAX_LOGPROBS}",
+            param="logprobs",
+            value=count,
+        )
+
+
+def check_token_ids(request: _SamplingRequest, vocab_size: int) -> None:
+    """vLLM's checks of the token ids in `stop_token_ids` and `logit_bias` against the
+    vocabulary. vLLM makes them in the engine's input processor, after a streamed response
+    has begun: a streamed request gets this refusal as an SSE error event."""
+    bad_keys = [k for k in request.logit_bias or {} if not _is_int_text(k)]
+    if bad_keys:
+        raise invalid(
+            f"logit_bias contains key(s) that cannot be converted to integer token IDs: {bad_keys}",
+            param="logit_bias",
+            value=bad_keys,
+        )
+    for name, ids in (
+        ("stop_token_ids", list(request.stop_token_ids or [])),
+        ("logit_bias", [int(k) for k in request.logit_bias or {}]),
+    ):
+        bad = [t for t in ids if not 0 <= t < vocab_size]
+        if bad:
+            raise invalid(
+                f"token_id(s) {bad} in {name} contain out-of-vocab token ids. Vocabulary "
+                f"size: {vocab_size}",
+                param=name,
+                value=bad,
+            )
+
+
+def _is_int_text(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _check_served(request: _SamplingRequest) -> None:
     """Fields asking for what the simulated engine cannot produce are refused, naming the
     field, rather than answered with a null the client did not ask for."""
     unserved: list[tuple[str, object]] = []
     if isinstance(request, CompletionRequest):
-        if request.suffix is not None:  # vLLM's words
-            raise ApiError(400, "suffix is not currently supported", param="suffix")
+        if request.suffix is not None:  # vLLM's words, for a model without FIM rendering
+            prompt = request.prompt
+            text = isinstance(prompt, str) or bool(prompt and isinstance(prompt[0], str))
+            message = (
+                "suffix is only supported for models with FIM completion rendering"
+                if text
+                else "suffix requires text prompt input for FIM completion rendering"
+            )
+            raise ApiError(400, message, param="suffix")
         if request.echo:
             raise invalid(
                 "The simulated engine does not echo the prompt; leave `echo` unset.",
@@ -292,18 +523,28 @@ def _check_sampling_ranges(request: _SamplingRequest) -> None:
     for name in ("presence_penalty", "frequency_penalty"):
         penalty = getattr(request, name)
         if penalty is not None and not -2.0 <= penalty <= 2.0:
-            raise invalid(f"{name} must be in [-2, 2], got {penalty}.", param=name, value=penalty)
+            raise invalid(f"{name} must be in [-2, 2], got {penalty}.")
     repetition = request.repetition_penalty
+    if repetition is not None and not math.isfinite(repetition):
+        raise invalid(f"repetition_penalty must be a finite number, got {repetition}.")
     if repetition is not None and repetition <= 0.0:
+        raise invalid(f"repetition_penalty must be greater than zero, got {repetition}.")
+    temperature = request.temperature
+    if temperature is not None and not math.isfinite(temperature):
         raise invalid(
-            f"repetition_penalty must be greater than zero, got {repetition}.",
-            param="repetition_penalty",
-            value=repetition,
+            f"temperature must be a finite number, got {temperature}.",
+            param="temperature",
+            value=temperature,
         )
-    temperature = request.temperature  # NOTE: no upper bound, as in vLLM (OpenAI's is 2)
     if temperature is not None and temperature < 0.0:
         raise invalid(
             f"temperature must be non-negative, got {temperature}.",
+            param="temperature",
+            value=temperature,
+        )
+    if temperature is not None and temperature > 2.0:  # vLLM 0.32 caps it, as OpenAI does
+        raise invalid(
+            f"temperature must be in [0, 2], got {temperature}.",
             param="temperature",
             value=temperature,
         )
@@ -312,12 +553,10 @@ def _check_sampling_ranges(request: _SamplingRequest) -> None:
         raise invalid(f"top_p must be in (0, 1], got {top_p}.", param="top_p", value=top_p)
     top_k = request.top_k
     if top_k is not None and top_k < -1:
-        raise invalid(
-            f"top_k must be 0 (disable), or at least 1, got {top_k}.", param="top_k", value=top_k
-        )
+        raise invalid(f"top_k must be 0 (disable), or at least 1, got {top_k}.")
     min_p = request.min_p
     if min_p is not None and not 0.0 <= min_p <= 1.0:
-        raise invalid(f"min_p must be in [0, 1], got {min_p}.", param="min_p", value=min_p)
+        raise invalid(f"min_p must be in [0, 1], got {min_p}.")
 
 
 def stop_list(stop: str | list[str] | None) -> list[str]:

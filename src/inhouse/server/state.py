@@ -189,8 +189,10 @@ class EngineState:
         return [*self.served_names, *(lora.name for lora in self.loras)]
 
     def resolve_model(self, name: str | None) -> str:
-        if name is None or name in self.served_names:
-            return self.model_name if name is None else name
+        """The model a request names; none (null or "", which vLLM tests for truth) is the
+        served model."""
+        if not name or name in self.served_names:
+            return name or self.model_name
         if any(lora.name == name for lora in self.loras):
             return name
         raise ApiError(404, unknown_model(name, self.model_names), param="model")
@@ -233,15 +235,17 @@ class EngineState:
         prefix: str,
         arrival_s: float,
         forced_text: str | None = None,
+        max_tokens_param: str = "max_tokens",
     ) -> Stream:
         """Check lengths, plan the output, and queue the request; raises vLLM's errors.
         `arrival_s` is when the handler started on it (the engine's clock); `forced_text` an
-        output fixed in advance (a forced tool call)."""
+        output fixed in advance (a forced tool call); `max_tokens_param` the field the limit
+        came from, which the error names."""
         max_len = self.max_model_len
         if requested_max_tokens is not None and requested_max_tokens > max_len:
             raise invalid(
-                max_tokens_over_context(requested_max_tokens, max_len),
-                param="max_tokens",
+                max_tokens_over_context(requested_max_tokens, max_len, max_tokens_param),
+                param=max_tokens_param,
                 value=requested_max_tokens,
             )
         num_prompt = len(prompt_ids)

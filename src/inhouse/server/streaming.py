@@ -19,15 +19,18 @@ from inhouse.server.tools import delta as tool_delta
 
 
 def usage_of(state: EngineState, stream: Stream, details: bool = True) -> dict[str, Any]:
+    """The usage body. `created_cache_tokens` is a chat field: vLLM's chat handler fills it,
+    its completions handler leaves it null."""
     request = stream.request
     # Only the prompt's full blocks count: `block_hashes` also covers the answer's blocks.
     prompt_blocks = min(len(request.block_hashes), request.num_prompt_tokens // state.block_size)
     created = max(0, prompt_blocks * state.block_size - request.num_cached_tokens)
+    is_chat = stream.request_id.startswith("chatcmpl-")
     return usage(
         request.num_prompt_tokens,
         stream.num_tokens,
         request.num_cached_tokens,
-        created if state.replica.config.enable_prefix_caching else None,
+        created if is_chat and state.replica.config.enable_prefix_caching else None,
         details,
     )
 
@@ -58,9 +61,18 @@ async def stream_chat(
         f'{{"id":"{stream.request_id}","object":"chat.completion.chunk",'
         f'"created":{created},"model":{json.dumps(model)},'
     )
+    continuous = continuous and include_usage  # vLLM ignores it without include_usage
+    role_usage = ""
+    if continuous:  # the role chunk counts the prompt, no tokens yet
+        prompt = stream.request.num_prompt_tokens
+        role_usage = (
+            f',"usage":{{"prompt_tokens":{prompt},"total_tokens":{prompt},'
+            '"completion_tokens":0,"completion_tokens_details":null}'
+        )
     yield sse(
         head + '"choices":[{"index":0,"delta":{"role":"assistant","content":""},'
-        '"logprobs":null,"finish_reason":null}],"prompt_token_ids":null,"prompt_text":null}'
+        f'"logprobs":null,"finish_reason":null}}]{role_usage},"prompt_token_ids":null,'
+        '"prompt_text":null}'
     )
 
     def chunk_delta(delta: str, reason: str | None, usage_json: str) -> bytes:
@@ -70,8 +82,12 @@ async def stream_chat(
             else f',"finish_reason":"{reason}","stop_reason":{_stop_json(stream, reason)},'
             '"token_ids":null}'
         )
+        if usage_json:  # chat's per-chunk usage names completion_tokens_details
+            usage_json = usage_json[:-1] + ',"completion_tokens_details":null}'
+        fingerprint = _last_chunk_fingerprint(reason, include_usage)
         return sse(
-            f'{head}"choices":[{{"index":0,"delta":{delta},"logprobs":null{tail}]{usage_json}}}'
+            f'{head}"choices":[{{"index":0,"delta":{delta},"logprobs":null{tail}]{usage_json}'
+            f"{fingerprint}}}"
         )
 
     def chunk(text: str, reason: str | None, usage_json: str) -> bytes:
@@ -82,6 +98,14 @@ async def stream_chat(
     events = chunk if call is None else _tool_chunks(call, chunk_delta)
     async for data in _events(state, stream, continuous, events, head, include_usage):
         yield data
+
+
+def _last_chunk_fingerprint(reason: str | None, include_usage: bool) -> str:
+    """`system_fingerprint` goes on the last chunk before [DONE]: the finish chunk, unless a
+    usage chunk follows it."""
+    if reason is None or include_usage:
+        return ""
+    return f',"system_fingerprint":"{SYSTEM_FINGERPRINT}"'
 
 
 def _tool_chunks(
@@ -122,10 +146,12 @@ async def stream_completion(
         f'"created":{created},"model":{json.dumps(model)},'
     )
 
+    continuous = continuous and include_usage  # vLLM ignores it without include_usage
+
     def chunk(text: str, reason: str | None, usage_json: str) -> bytes:
         finish = "null" if reason is None else f'"{reason}"'
         stop = "null" if reason is None else _stop_json(stream, reason)
-        fingerprint = "" if reason is None else f',"system_fingerprint":"{SYSTEM_FINGERPRINT}"'
+        fingerprint = _last_chunk_fingerprint(reason, include_usage)
         return sse(
             f'{head}"choices":[{{"index":0,"text":{json.dumps(text, ensure_ascii=False)},'
             f'"logprobs":null,"finish_reason":{finish},"stop_reason":{stop},'
@@ -146,7 +172,9 @@ def _stream_usage(state: EngineState, stream: Stream) -> dict[str, Any]:
     details = body.pop("prompt_tokens_details")
     body.pop("completion_tokens_details")
     body["prompt_tokens_details"] = {
-        k: v for k, v in details.items() if k in ("cached_tokens", "created_cache_tokens")
+        k: v
+        for k, v in details.items()
+        if k in ("cached_tokens", "created_cache_tokens") and v is not None
     }
     return body
 
