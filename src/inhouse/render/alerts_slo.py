@@ -244,13 +244,16 @@ def _latency_runbook(key: str, metric: str, what: str) -> RunbookEntry:
     )
 
 
+def _slo_source(pool: PoolSpec) -> str:
+    """Where a pool's latency targets come from, for a rule's threshold_source."""
+    if pool.slo is not None:
+        return f"stack pools[{pool.name}].slo"
+    return "render's default SLO (the seeds' interactive chat row; the pool has no slo)"
+
+
 def pool_targets(pool: PoolSpec) -> list[LatencyTarget]:
     """A stack without workloads: every latency of the pool on vLLM's series."""
-    source = (
-        f"stack pools[{pool.name}].slo"
-        if pool.slo is not None
-        else "render's default SLO (the seeds' interactive chat row; the pool has no slo)"
-    )
+    source = _slo_source(pool)
     return [
         LatencyTarget(
             key,
@@ -291,11 +294,7 @@ def workload_targets(workload: WorkloadSpec, pool: PoolSpec) -> list[LatencyTarg
 def attached_pool_targets(pool: PoolSpec) -> list[LatencyTarget]:
     """A stack without workloads, an attached pool: TTFT and e2e on the gateway's series for
     the pool (render scrapes no engine of it)."""
-    source = (
-        f"stack pools[{pool.name}].slo"
-        if pool.slo is not None
-        else "render's default SLO (the seeds' interactive chat row; the pool has no slo)"
-    )
+    source = _slo_source(pool)
     return [
         LatencyTarget(
             key,
