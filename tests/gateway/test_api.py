@@ -139,6 +139,15 @@ def test_long_prompt_gate_answers_before_any_engine() -> None:
         )
         error = assert_error(huge_tokens, 400, "max_tokens")
         assert "cannot be greater than max_model_len=512" in error["message"]
+        # A chat client's limit may come as max_completion_tokens (it wins over max_tokens, as
+        # in vLLM): the refusal names the field that was sent, as the engine's own does.
+        newer = await client.post(
+            "/v1/chat/completions",
+            json={"model": "tiny", "messages": [{"role": "user", "content": "a"}],
+                  "max_completion_tokens": 100000, "max_tokens": 5},
+        )  # fmt: skip
+        error = assert_error(newer, 400, "max_completion_tokens")
+        assert error["message"].startswith("max_completion_tokens=100000 cannot be greater")
         ids = await client.post("/v1/completions", json={"model": "tiny", "prompt": [5] * 600})
         assert_error(ids, 400, "input_tokens")
         assert live[0].state.core.stats.num_prompt_tokens == before
