@@ -48,6 +48,17 @@ def scenario(
     }
 
 
+def promtool(
+    directory: Path, *args: str, timeout_s: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """`promtool ARGS` run in `directory`, its output captured."""
+    assert PROMTOOL is not None
+    return subprocess.run(
+        [PROMTOOL, *args], cwd=directory, capture_output=True, text=True, timeout=timeout_s,
+        check=False,
+    )  # fmt: skip
+
+
 def run_scenarios(tmp_path: Path, rendered: Rendered, tests: list[dict[str, Any]]) -> str:
     """promtool's verdict on `tests` against the rendered rules.yaml: '' when all pass, else
     its output."""
@@ -59,12 +70,5 @@ def run_scenarios(tmp_path: Path, rendered: Rendered, tests: list[dict[str, Any]
         "tests": tests,
     }
     (tmp_path / "scenarios.yaml").write_text(yaml.safe_dump(body, sort_keys=False))
-    done = subprocess.run(
-        [PROMTOOL, "test", "rules", "scenarios.yaml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = promtool(tmp_path, "test", "rules", "scenarios.yaml")
     return "" if done.returncode == 0 else done.stdout + done.stderr

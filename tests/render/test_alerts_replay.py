@@ -9,13 +9,13 @@ that encode those same requests.
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from tests.render.conftest import PlannedCrm
+from tests.render.promtool_scenarios import promtool
 from tests.render.replay import Replay, as_test, replay
 
 from inhouse.fleet import simulate_stack
@@ -128,15 +128,7 @@ def run_promtool(tmp_path: Path, stack: StackSpec, tests: list[dict[str, Any]]) 
             sort_keys=False,
         )
     )
-    assert PROMTOOL is not None
-    done = subprocess.run(
-        [PROMTOOL, "test", "rules", "replay_test.yaml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = promtool(tmp_path, "test", "rules", "replay_test.yaml", timeout_s=300)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
@@ -238,13 +230,5 @@ def test_error_ratios_record_zero_without_errors(tmp_path: Path) -> None:
     (tmp_path / "ratio_test.yaml").write_text(
         yaml.safe_dump({"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": [test]})
     )
-    assert PROMTOOL is not None
-    done = subprocess.run(
-        [PROMTOOL, "test", "rules", "ratio_test.yaml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = promtool(tmp_path, "test", "rules", "ratio_test.yaml")
     assert done.returncode == 0, done.stdout + done.stderr

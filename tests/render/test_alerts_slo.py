@@ -5,14 +5,13 @@ render says which field to set instead of writing nothing."""
 
 from __future__ import annotations
 
-import subprocess
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 from tests.render.promtool_scenarios import (
-    PROMTOOL,
     needs_promtool,
+    promtool,
     run_scenarios,
     scenario,
     selector,
@@ -95,13 +94,5 @@ def test_the_rendered_rule_tests_pass_with_an_attached_pool(tmp_path: Path) -> N
     assert "inhouse:gateway_ttft_seconds_by_pool:p95_5m" in rendered.files["prometheus/rules.yaml"]
     for name in ("rules.yaml", "rules_test.yaml"):
         (tmp_path / name).write_text(rendered.files[f"prometheus/{name}"])
-    assert PROMTOOL is not None
-    done = subprocess.run(
-        [PROMTOOL, "test", "rules", "rules_test.yaml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = promtool(tmp_path, "test", "rules", "rules_test.yaml")
     assert done.returncode == 0, done.stdout + done.stderr

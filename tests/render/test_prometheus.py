@@ -1,13 +1,12 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from tests.render.promtool_scenarios import promtool
 
 from inhouse.render import Rendered, render_stack
 from inhouse.render.alerts import quiet_case
@@ -42,13 +41,6 @@ TICKET_ALERTS = {
     "InhouseGPUHBMBandwidthLow",
     "InhouseGatewayEventLoopLagging",
 }
-
-
-def promtool(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    assert PROMTOOL is not None
-    return subprocess.run(
-        [PROMTOOL, *args], cwd=directory, capture_output=True, text=True, timeout=120, check=False
-    )
 
 
 def rules_of(rendered: Rendered) -> list[dict[str, Any]]:
