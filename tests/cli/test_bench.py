@@ -255,6 +255,22 @@ def test_compare_refuses_garbage_and_results_with_nothing_in_common(
     assert "no metric in common" in capsys.readouterr().err
 
 
+def start_long_run(url: str, out: Path, workers: int) -> subprocess.Popen[str]:
+    """`inhouse bench` for two minutes against `url`, in a process group of its own (to signal
+    or kill it, workers and all, mid-run)."""
+    args = ["bench", "--target", url, "--workload", "utility", "--rate", "20"]
+    args += ["--duration", "120", "--out", str(out), "--no-charts", *SMALL]
+    args += ["--workers", str(workers)]
+    return subprocess.Popen(
+        [sys.executable, "-m", "inhouse", *args],
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
 @pytest.mark.parametrize(
     ("signal_name", "workers", "to_group"),
     [("SIGINT", 1, False), ("SIGTERM", 1, False), ("SIGHUP", 1, False), ("SIGHUP", 2, True)],
@@ -267,19 +283,8 @@ def test_a_signal_mid_run_writes_what_was_measured(
     written and the exit code says the run is incomplete. SIGTERM and SIGHUP killed the
     process and every measurement with it; SIGHUP killed the worker processes."""
     out = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
     with MockServerThread(MockTiming(ttft_s=0.01, itl_s=0.005)) as mock:
-        args = ["bench", "--target", mock.url, "--workload", "utility", "--rate", "20"]
-        args += ["--duration", "120", "--out", str(out), "--no-charts", *SMALL]
-        args += ["--workers", str(workers)]
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "inhouse", *args],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,  # a process group of its own, to signal as a terminal does
-        )
+        proc = start_long_run(mock.url, out, workers)  # its own process group, as a terminal's
         try:
             deadline = time.monotonic() + 60
             while mock.server.stats.num_requests < 5 and time.monotonic() < deadline:
@@ -335,20 +340,9 @@ def test_a_kill_9_mid_run_keeps_the_records_measured(tmp_path: Path, workers: in
     """`kill -9` (or the OOM killer) mid-run: results were written only at the end, so the
     whole run was lost. Each request's record is now on disk about a second after it ends."""
     out = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
     partial = out / "requests.jsonl.partial"
     with MockServerThread(MockTiming(ttft_s=0.01, itl_s=0.005)) as mock:
-        args = ["bench", "--target", mock.url, "--workload", "utility", "--rate", "20"]
-        args += ["--duration", "120", "--out", str(out), "--no-charts", *SMALL]
-        args += ["--workers", str(workers)]
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "inhouse", *args],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,  # its workers die with it, as in an OOM kill of the group
-        )
+        proc = start_long_run(mock.url, out, workers)  # its workers die with it (an OOM kill)
         try:
             deadline = time.monotonic() + 60
             while mock.server.stats.num_requests < 20 and time.monotonic() < deadline:
