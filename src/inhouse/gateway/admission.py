@@ -48,14 +48,6 @@ except ImportError:  # pragma: no cover
 COMPLETION_MAX_TOKENS = 16  # what vLLM (and OpenAI) generate for a completion naming none
 
 
-def _max_tokens_field(parsed: ParsedRequest) -> str:
-    """The field a request's output limit came from: chat's `max_completion_tokens` wins over
-    `max_tokens` when given (as in vLLM), so a refusal names the one the client sent."""
-    if parsed.is_chat and parsed.body.get("max_completion_tokens") is not None:
-        return "max_completion_tokens"
-    return "max_tokens"
-
-
 def _engine_default(parsed: ParsedRequest) -> int | None:
     """The max_tokens the engine uses when the request names none: 16 for a completion that
     leaves `max_tokens` out (an explicit null, like any chat, means the rest of the context)."""
@@ -288,7 +280,7 @@ class Admitter:
             message = prompt_over_context(max_len, num_prompt)
             raise invalid(message, param="input_tokens", value=num_prompt, reason=reason)
         if requested is not None and requested > max_len:
-            name = _max_tokens_field(parsed)
+            name = parsed.max_tokens_field
             message = max_tokens_over_context(requested, max_len, name)
             raise invalid(message, param=name, value=requested, reason=reason)
         if requested is not None and num_prompt + requested > max_len:

@@ -68,6 +68,9 @@ class ParsedRequest:
     # ("messages.0.content.1.type", "image_url"); counted as no tokens, so a text-only pool
     # refuses it (`Admitter.admit`).
     media_part: tuple[str, str] | None = None
+    # The field `max_tokens` came from: chat's `max_completion_tokens` wins when given, as in
+    # vLLM, and a refusal names the one the client sent.
+    max_tokens_field: str = "max_tokens"
 
 
 def parse_request(raw: bytes, content_type: str, is_chat: bool) -> ParsedRequest:
@@ -101,7 +104,7 @@ def parse_request(raw: bytes, content_type: str, is_chat: bool) -> ParsedRequest
         if not isinstance(options, dict):
             raise invalid("stream_options must be an object", param="stream_options")
         wants_usage = options.get("include_usage") is True
-    max_tokens = _max_tokens(body, is_chat)
+    max_tokens_field, max_tokens = _max_tokens(body, is_chat)
     num_choices = max(_count(body, "n"), 1 if is_chat else _count(body, "best_of"))
     user = body.get("user")
     session = user if isinstance(user, str) and user else None
@@ -115,7 +118,7 @@ def parse_request(raw: bytes, content_type: str, is_chat: bool) -> ParsedRequest
         text, ids = _completion_prompt(body.get("prompt"))
     return ParsedRequest(
         body, is_chat, model, bool(stream), wants_usage, max_tokens, text, ids, session,
-        num_choices, media,
+        num_choices, media, max_tokens_field,
     )  # fmt: skip
 
 
@@ -131,7 +134,8 @@ def _count(body: dict[str, Any], name: str) -> int:
     return value
 
 
-def _max_tokens(body: dict[str, Any], is_chat: bool) -> int | None:
+def _max_tokens(body: dict[str, Any], is_chat: bool) -> tuple[str, int | None]:
+    """The output limit and the field it came from (`max_tokens` when none is given)."""
     names = ("max_completion_tokens", "max_tokens") if is_chat else ("max_tokens",)
     for name in names:
         value = body.get(name)
@@ -141,8 +145,8 @@ def _max_tokens(body: dict[str, Any], is_chat: bool) -> int | None:
             raise invalid(f"{name} must be an integer", param=name)
         if value < 1:
             raise invalid(f"{name} must be at least 1, got {value}", param=name)
-        return value
-    return None
+        return name, value
+    return "max_tokens", None
 
 
 def _chat_text(body: dict[str, Any]) -> str:
