@@ -170,3 +170,42 @@ def test_a_drain_of_an_idle_replica_fails_the_in_flight_check() -> None:
         _check_drain(ctx, [], watch, "1", TERM, GONE, 0, window, running)  # type: ignore[arg-type]
         (check,) = [c for c in result.checks if c.name == inflight]
         assert check.ok is ok, (running, check.observed)
+
+
+def test_the_replica_down_alert_is_expected_at_the_severity_render_gives_it() -> None:
+    """One replica lost is a ticket in the rules render writes (a rollout takes one replica out
+    for its whole model load; the pool runs degraded by design): the drill waits for that alert
+    and checks it arrived routed as render's rule says, not as a page it no longer is."""
+    import dataclasses
+    from pathlib import Path
+
+    import yaml
+
+    from inhouse.drill.context import DrillContext
+    from inhouse.drill.drills.kill_replica import ALERT, _check_kill
+    from inhouse.drill.receiver import Notified
+    from inhouse.launch.demo import demo_stack
+    from inhouse.render.prometheus import render_prometheus
+
+    rules = yaml.safe_load(
+        render_prometheus(demo_stack(2), "ns", "runbook.md")["prometheus/rules.yaml"]
+    )
+    (severity,) = {
+        r["labels"]["severity"]
+        for g in rules["groups"]
+        for r in g["rules"]
+        if r.get("alert") == ALERT
+    }
+    labels = {"alertname": ALERT, "pod": "chat-1", "severity": severity}
+    routed = Notified(TERM + 40.0, severity, "firing", labels, {})
+    name = "replica-down alert"
+    watch = _watch([], left=TERM + 2.0, back=READY)
+    verdicts = {}
+    for fired in (routed, dataclasses.replace(routed, receiver="other"), None):
+        result = DrillResult("kill-replica", "now", "test")
+        ctx = DrillContext(result, None, None, None, Path("."), True)  # type: ignore[arg-type]
+        _check_kill(ctx, [], watch, "1", (TERM, TERM + 14.0), 4.0, fired, 2.0)  # type: ignore[arg-type]
+        (check,) = [c for c in result.checks if c.name == name]
+        verdicts[None if fired is None else fired.receiver] = check.ok
+        assert severity in check.expected
+    assert verdicts == {severity: True, "other": False, None: False}

@@ -80,7 +80,7 @@ def test_kill_replica(live: LiveStack, judge: Judge, out: Path) -> None:
     _passes(result)
     alert = result.alerts[0]
     assert alert.name == "InhouseEngineReplicaDown" and alert.received_by_alertmanager
-    assert alert.labels["pod"] == "chat-1" and alert.severity == "page"
+    assert alert.labels["pod"] == "chat-1" and alert.severity == "ticket"
     assert (out / "kill-replica" / "timeline.png").exists()
 
 

@@ -83,3 +83,87 @@ def test_the_runbook_says_how_long_a_replica_may_be_missing() -> None:
     meaning = _missing_alert(stack).runbook.meaning
     assert f"terminationGracePeriodSeconds {grace_s} s" in meaning
     assert f"startupProbe window {window_s} s" in meaning
+
+
+# A rollout (one replica loading for minutes), a crash that stays, two replicas down at once:
+# what pages and what does not, over every page-severity rule render writes.
+ROLLOUT_S = 600
+
+
+def _pages(stack: StackSpec) -> list[Alert]:
+    """One Alert per page-severity rule name of the stack (the name is what promtool checks)."""
+    _, alerts = stack_rules(stack, NAMESPACE)
+    by_name = {a.name: a for a in alerts if a.severity == "page"}
+    return list(by_name.values())
+
+
+def _replicas_up(downs: dict[str, str], samples: int) -> list[tuple[str, str]]:
+    """`up` of the gateway (always 1) and of chat-0 and chat-1, each `1x{samples}` unless
+    `downs` gives its values; 30 s apart."""
+    gateway = {"namespace": NAMESPACE, "job": "gateway", "pod": "gateway-0"}
+    series = [(selector("up", {**gateway, "instance": "10.0.1.1:8080"}), f"1x{samples}")]
+    for i in range(2):
+        pod = f"chat-{i}"
+        labels = {"namespace": NAMESPACE, "job": "chat-engine", "instance": f"10.0.0.{i + 1}:8000"}
+        series.append((selector("up", {**labels, "pod": pod}), downs.get(pod, f"1x{samples}")))
+    return series
+
+
+def _no_page_at(times_s: list[int], pages: list[Alert]) -> list[tuple[str, Alert, None]]:
+    return [(f"{t}s", alert, None) for t in times_s for alert in pages]
+
+
+@needs_promtool
+def test_a_rollout_pages_nothing_while_a_replica_loads(tmp_path: Path) -> None:
+    """A StatefulSet rollout takes one replica out of the scrape for its whole model load
+    (its own Service answers nothing meanwhile): up == 0 for 10 minutes, then back. No page,
+    at any point; the replica-down alert still says so, as a ticket."""
+    for nodes in (1, 2):
+        stack = _stack(nodes)
+        rendered = render_stack(stack)
+        steps = ROLLOUT_S // STEP_S
+        downs = {"chat-1": f"1 1 0x{steps - 1} 1x30"}
+        series = _replicas_up(downs, steps + 32)
+        times = [90, 150, 300, 450, 60 + ROLLOUT_S - STEP_S, 60 + ROLLOUT_S + 120]
+        _, alerts = stack_rules(stack, NAMESPACE)
+        down = next(a for a in alerts if a.name == "InhouseEngineReplicaDown")
+        keeps = {"namespace": NAMESPACE, "job": "chat-engine", "instance": "10.0.0.2:8000",
+                 "pod": "chat-1"}  # fmt: skip
+        checks = [*_no_page_at(times, _pages(stack)), ("150s", down, keeps)]
+        verdict = run_scenarios(tmp_path, rendered, [scenario("rollout", "30s", series, checks)])
+        assert verdict == "", f"{nodes} node(s):\n{verdict}"
+        assert down.severity == "ticket"
+
+
+@needs_promtool
+def test_a_replica_down_past_the_rollout_allowance_pages(tmp_path: Path) -> None:
+    stack = _stack(1)
+    rendered = render_stack(stack)
+    allowance_s = sum(grace_and_window_s(rendered))
+    steps = (allowance_s + 600) // STEP_S
+    series = _replicas_up({"chat-1": f"1 1 0x{steps}"}, steps + 3)
+    missing = _missing_alert(stack)
+    quiet = _no_page_at([300], _pages(stack))
+    fired = (f"{60 + STEP_S * steps}s", missing, {})
+    verdict = run_scenarios(
+        tmp_path, rendered, [scenario("crash, never back", "30s", series, [*quiet, fired])]
+    )
+    assert verdict == "", verdict
+
+
+@needs_promtool
+def test_two_replicas_of_a_pool_down_at_once_page_within_two_minutes(tmp_path: Path) -> None:
+    """More replicas down than a rollout ever takes (one per pool, as the PodDisruptionBudget
+    allows too): the pool is below its degraded mode, and that pages at once, not after the
+    rollout allowance."""
+    for nodes in (1, 2):
+        stack = _stack(nodes)
+        rendered = render_stack(stack)
+        both = {"chat-0": "1 1 0x10", "chat-1": "1 1 0x10"}
+        series = _replicas_up(both, 13)
+        _, alerts = stack_rules(stack, NAMESPACE)
+        below = next(a for a in alerts if a.name == "InhouseEnginePoolBelowDegraded")
+        assert below.severity == "page"
+        checks = [("60s", below, None), ("180s", below, {})]
+        verdict = run_scenarios(tmp_path, rendered, [scenario("two down", "30s", series, checks)])
+        assert verdict == "", f"{nodes} node(s):\n{verdict}"

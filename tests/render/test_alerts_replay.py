@@ -32,7 +32,12 @@ pytestmark = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed
 NAMESPACE = "crm-copilot"
 RUNBOOK = "runbook.md"
 # Alerts whose series the replay carries (the rest watch gauges and GPUs it does not model).
-INFRA_PAGES = ("InhouseEngineReplicaDown", "InhouseEngineReplicasMissing", "InhouseGatewayDown")
+INFRA_PAGES = (
+    "InhouseEngineReplicaDown",
+    "InhouseEngineReplicasMissing",
+    "InhouseEnginePoolBelowDegraded",
+    "InhouseGatewayDown",
+)
 
 
 def simulated(crm: PlannedCrm, multiple: float) -> Replay:

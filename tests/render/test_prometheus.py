@@ -24,14 +24,15 @@ PAGE_ALERTS = {
     "InhouseTTFTP95OverSLO",
     "InhouseITLP95OverSLO",
     "InhouseErrorBudgetBurnFast",
-    "InhouseEngineReplicaDown",
     "InhouseEngineReplicasMissing",
+    "InhouseEnginePoolBelowDegraded",
     "InhouseKVCacheFull",
     "InhouseGatewayDown",
     "InhouseGPUDoubleBitECC",
     "InhouseGPUFatalXid",
 }
 TICKET_ALERTS = {
+    "InhouseEngineReplicaDown",
     "InhouseErrorBudgetBurnSlow",
     "InhousePreemptionsSustained",
     "InhousePrefixHitRateLow",

@@ -26,20 +26,21 @@ DRILLS: tuple[DrillInfo, ...] = (
         "kill-replica",
         "Kill a chat replica under peak load (SIGKILL), then drain one (SIGTERM)",
         "A replica dies or is drained while agent sessions run at planned peak: the router must "
-        "re-route, the degraded-mode SLO must hold, the page must reach the on-call.",
+        "re-route, the degraded-mode SLO must hold, the alert must reach the on-call's queue.",
         (
             "No request that had not started streaming fails (the gateway retries it).",
             "SIGKILL: streams in flight on the dead replica end with an error event; SIGTERM: "
             "they complete.",
             "The gateway stops routing to the replica within its health window.",
-            "InhouseEngineReplicaDown (page) reaches Alertmanager.",
+            "InhouseEngineReplicaDown (a ticket: one replica lost is the degraded mode the pool "
+            "was sized for) reaches Alertmanager.",
             "p95 TTFT while degraded is within the plan's degraded SLO.",
             "The replica rejoins only once its /health answers 200.",
         ),
         (
             "A client sees 5xx for a request that never reached a token.",
             "A drained replica cuts its streams, or keeps receiving new requests.",
-            "The page never arrives, or arrives after the replica is back.",
+            "The replica-down alert never arrives, or arrives after the replica is back.",
             "Traffic reaches the restarted replica while it still loads.",
         ),
         ("InhouseEngineReplicaDown",),

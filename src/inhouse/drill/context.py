@@ -23,6 +23,7 @@ from inhouse.drill.receiver import Notified
 from inhouse.drill.stack import LiveStack
 from inhouse.errors import SpecError
 from inhouse.plan.requirements import MAX_SESSIONS
+from inhouse.render.alerts import Severity
 from inhouse.render.layout import DEFAULT_SLO, slo_of
 from inhouse.spec.stack import PoolSpec
 from inhouse.workload.registry import make_workload
@@ -231,6 +232,13 @@ class DrillContext:
     def check_page(self, check: str, alert: str, fired: Notified | None) -> bool:
         """`alert` reached the receiver as a page: Alertmanager routed it to `/page` (its
         `severity: page` route), not as a ticket."""
+        return self.check_routed(check, alert, fired, "page")
+
+    def check_routed(
+        self, check: str, alert: str, fired: Notified | None, severity: Severity
+    ) -> bool:
+        """`alert` reached the receiver with `severity`, and Alertmanager routed it by that
+        severity's route (`/page` or `/ticket`): a rules change that moved it is caught."""
         observed = "not received"
         if fired is not None:
             observed = (
@@ -239,11 +247,11 @@ class DrillContext:
             )
         return self.result.check(
             check,
-            f"{alert} reaches Alertmanager's receiver as a page",
+            f"{alert} reaches Alertmanager's receiver as a {severity}",
             observed,
             fired is not None
-            and fired.receiver == "page"
-            and fired.labels.get("severity") == "page",
+            and fired.receiver == severity
+            and fired.labels.get("severity") == severity,
         )
 
     def record_alert(

@@ -13,6 +13,7 @@ from inhouse.drill.drills.long_prompt_dos import huge_tokens
 from inhouse.drill.remediation import ecc_remediation
 from inhouse.render.alerts import Case, Series, render_rule_tests
 from inhouse.render.alerts_gpu import gpu_rules
+from inhouse.render.alerts_replicas import REPLICA_DOWN, REPLICA_DOWN_SEVERITY
 from inhouse.render.layout import (
     engine_layout,
     engine_units,
@@ -159,8 +160,11 @@ def _kill_replica(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) ->
             "SIGKILL one replica (force delete)",
             _k(kill),
             [
-                "InhouseEngineReplicaDown reaches Alertmanager within ~1 minute: "
-                + _am("InhouseEngineReplicaDown"),
+                f"{REPLICA_DOWN} reaches Alertmanager within ~2 minutes as a "
+                f"{REPLICA_DOWN_SEVERITY} (one replica lost is the degraded mode the pool was "
+                "sized for): " + _am(REPLICA_DOWN),
+                f"nothing pages for pool {pool.name} while the other replicas serve: "
+                f'amtool --alertmanager.url="$AM" alert query severity=page pool={pool.name}',
                 f"routing to replica {index} stops within the gateway's health window: "
                 + _q(routed),
                 "streams in flight end with an error event; nothing that had not streamed fails",

@@ -1,7 +1,8 @@
 """Operational alerts: engine replicas and their KV cache, scheduler and queue; the gateway; the
-GPUs (DCGM). Thresholds follow the seeds' SLO table: replica down 30 s, KV > 95% for 60 s (both
-page; replicas missing pages only past what a rolling update takes), prefix hit rate < 60% for
-15 minutes (ticket), ECC double-bit and XID 48/79/95 (page).
+GPUs (DCGM). Thresholds follow the seeds' SLO table: replica down 30 s, KV > 95% for 60 s (page),
+prefix hit rate < 60% for 15 minutes (ticket), ECC double-bit and XID 48/79/95 (page).
+
+The replica alerts (down, missing, below degraded mode) are `alerts_replicas`.
 """
 
 from __future__ import annotations
@@ -10,147 +11,17 @@ from collections.abc import Callable
 
 from inhouse.metric_names import LOOP_LAG_PERIOD_S
 from inhouse.render.alerts import Alert, Case, RunbookEntry, Series
+from inhouse.render.alerts_replicas import ENGINE_GROUP, LOST_MARGIN_S, replica_alerts, up_series
 from inhouse.render.alerts_slo import engine_labels
 from inhouse.render.alerts_triggers import has_hit_trigger
 from inhouse.render.layout import (
     QUEUE_DEPTH_PER_REPLICA,
     EngineLayout,
-    replica_pod,
     rollout_allowance_s,
     slo_of,
 )
 from inhouse.render.options import RenderOptions
 from inhouse.spec.stack import PoolSpec, StackSpec
-
-ENGINE_GROUP = "inhouse-engines"
-# The replicas-missing cases sample every 30 s; "missing past the allowance" is 5 minutes past.
-CASE_STEP_S = 30
-LOST_MARGIN_S = 300
-
-
-def _up(ns: str, job: str, labels: dict[str, str], values: str) -> Series:
-    return Series({"namespace": ns, "job": job, **labels}, values, "up")
-
-
-def replica_alerts(
-    pool: PoolSpec, ns: str, allowance: tuple[int, str], cover_s: int
-) -> list[Alert]:
-    job = f"{pool.name}-engine"
-    sel = f'namespace="{ns}", job="{job}"'
-    pod = {"instance": "10.0.0.1:8000", "pod": replica_pod(pool.name, 0)}
-    down = Alert(
-        name="InhouseEngineReplicaDown",
-        group=ENGINE_GROUP,
-        expr=f"up{{{sel}}} == 0",
-        hold="30s",
-        severity="page",
-        labels={"pool": pool.name},
-        summary="engine {{ $labels.pod }} of pool {{ $labels.job }} is down",
-        description=f"Prometheus cannot scrape the replica for 30 s; pool {pool.name} runs on "
-        "the rest (degraded-mode SLO).",
-        runbook=RunbookEntry(
-            meaning="A vLLM replica stopped answering /metrics: the process died, the engine "
-            "hit an error (/health 503), or the node is gone. Its share of traffic goes to the "
-            "other replicas, whose latency rises.",
-            first_promql=f"up{{{sel}}}",
-            mitigations=(
-                "`kubectl -n NS describe pod POD` and `kubectl logs --previous POD -c vllm`: "
-                "OOM, CUDA error, NCCL timeout?",
-                "CUDA/XID errors in the log: check the GPU alerts; cordon the node if a GPU "
-                "is bad.",
-                "Crash after a deploy: roll back the image or the stack change.",
-            ),
-            escalate="Not back within 10 minutes, or a second replica goes: escalate to the "
-            "platform owner (capacity below the degraded-mode plan).",
-        ),
-        cases=(
-            Case(
-                "down for 45 s",
-                "15s",
-                (_up(ns, job, pod, "1 1 0 0 0 0 0 0"),),
-                "1m30s",
-                {"namespace": ns, "job": job, **pod},
-            ),
-            Case("a 15 s blip", "15s", (_up(ns, job, pod, "1 1 0 1 1 1 1 1"),), "1m30s", None),
-        ),
-    )
-    return [down, missing_alert(pool, ns, allowance, cover_s)]
-
-
-def missing_alert(pool: PoolSpec, ns: str, allowance: tuple[int, str], cover_s: int) -> Alert:
-    """Fewer replicas up than the pool's `replicas` for longer than a rolling update keeps one
-    away (`allowance`: `layout.rollout_allowance_s`); a dead replica that is still scraped pages
-    sooner as InhouseEngineReplicaDown. `cover_s`: how long the healthy case's series last, at
-    least every pool's firing case (other pools' tests use it as quiet background)."""
-    job = f"{pool.name}-engine"
-    sel = f'namespace="{ns}", job="{job}"'
-    allowance_s, why = allowance
-    replicas = [
-        {"instance": f"10.0.0.{i + 1}:8000", "pod": replica_pod(pool.name, i)}
-        for i in range(pool.replicas)
-    ]
-
-    def last_one_gone(down_s: int) -> tuple[tuple[Series, ...], str]:
-        """The last replica scrapes 0 for `down_s` from t=60s, then 1: the series, and the
-        time of its last failed scrape."""
-        steps = down_s // CASE_STEP_S
-        rest = [_up(ns, job, r, f"1x{steps + 4}") for r in replicas[:-1]]
-        gone = _up(ns, job, replicas[-1], f"1 1 0x{steps - 1} 1 1")
-        return (*rest, gone), prom_duration(60 + CASE_STEP_S * (steps - 1))
-
-    rollout, rollout_end = last_one_gone(allowance_s)
-    lost, lost_end = last_one_gone(allowance_s + LOST_MARGIN_S)
-    healthy_samples = cover_s // CASE_STEP_S + 10
-    return Alert(
-        name="InhouseEngineReplicasMissing",
-        group=ENGINE_GROUP,
-        expr=f"(count(up{{{sel}}} == 1) or vector(0)) < {pool.replicas}",
-        hold=prom_duration(allowance_s),
-        severity="page",
-        labels={"pool": pool.name},
-        summary=f"pool {pool.name} has fewer than {pool.replicas} replicas up",
-        description=f"A replica has been gone for over {allowance_s} s, longer than a rolling "
-        "update keeps one away: pending, evicted, node lost, or failing to load.",
-        runbook=RunbookEntry(
-            meaning="Fewer engine pods answer than the pool's minimum, for longer than a "
-            f"rolling update of it can take ({why}): a pod cannot be scheduled (no free GPUs, "
-            "node down, taint), was evicted, or keeps failing its start-up. A rollout within "
-            "that time does not page (a replica that dies while scraped pages sooner as "
-            "InhouseEngineReplicaDown).",
-            first_promql=f"count(up{{{sel}}} == 1)",
-            mitigations=(
-                "`kubectl -n NS get pods -l inhouse.dev/pool=POOL -o wide` and `describe` the "
-                "Pending one: Insufficient nvidia.com/gpu, node selector, init container failure "
-                "(signature or GPU topology check)?",
-                "A pod restarting after its startupProbe window: the weights load slower than "
-                "planned (`kubectl logs POD -c vllm`); a stuck rollout: `kubectl -n NS rollout "
-                "status statefulset/POOL` (one node; `deploy/POOL` on several), then `rollout "
-                "undo`; a StatefulSet does not replace the pod that never got Ready: delete it.",
-                "A failed verify-model init container means the weights on the node do not match "
-                "their signature: do not bypass it; re-sync the weights from the registry.",
-            ),
-            escalate="A node is lost or GPUs are unallocatable: escalate to the hardware owner.",
-        ),
-        threshold_source=f"render's engine pods of pool {pool.name}: {why}",
-        cases=(
-            Case(
-                "all replicas up",
-                f"{CASE_STEP_S}s",
-                tuple(_up(ns, job, r, f"1x{healthy_samples}") for r in replicas),
-                lost_end,
-                None,
-            ),
-            Case("a rollout that recovers within the allowance", f"{CASE_STEP_S}s", rollout,
-                 rollout_end, None),
-            Case("a replica missing past it", f"{CASE_STEP_S}s", lost, lost_end, {}),
-        ),
-    )  # fmt: skip
-
-
-def prom_duration(seconds: int) -> str:
-    """`905` -> `15m5s`, as Prometheus writes durations."""
-    minutes, rest = divmod(seconds, 60)
-    return (f"{minutes}m" if minutes else "") + (f"{rest}s" if rest or not minutes else "")
 
 
 def kv_alerts(pool: PoolSpec, *, hit_floor: bool = True) -> list[Alert]:
@@ -368,14 +239,14 @@ def gateway_alerts(ns: str) -> list[Alert]:
                 Case(
                     "gateway down",
                     "15s",
-                    (_up(ns, "gateway", {"instance": "10.0.1.1:8080"}, "0x10"),),
+                    (up_series(ns, "gateway", {"instance": "10.0.1.1:8080"}, "0x10"),),
                     "1m30s",
                     {},
                 ),
                 Case(
                     "gateway up",
                     "15s",
-                    (_up(ns, "gateway", {"instance": "10.0.1.1:8080"}, "1x10"),),
+                    (up_series(ns, "gateway", {"instance": "10.0.1.1:8080"}, "1x10"),),
                     "1m30s",
                     None,
                 ),

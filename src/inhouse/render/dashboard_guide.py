@@ -60,6 +60,8 @@ FIRST_LOOK: dict[str, FirstLook] = {
         "which pod is 0 and whether the gateway stopped routing to it"),
     "InhouseEngineReplicasMissing": FirstLook("fleet", "Replicas up against plan",
         "how many replicas are gone; then the pods' events in Kubernetes"),
+    "InhouseEnginePoolBelowDegraded": FirstLook("fleet", "Replicas up against plan",
+        "how many of the pool's replicas are down together; then Per-replica health for which"),
     "InhouseKVCacheFull": FirstLook("kv-cache", "KV blocks used and free per replica",
         "one replica full (routing imbalance: Router row) or all (more sessions than planned)"),
     "InhouseGatewayDown": FirstLook("fleet", "Request rate by pool",

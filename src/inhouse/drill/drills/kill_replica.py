@@ -19,9 +19,12 @@ from inhouse.drill.probes import engine_value, loaded_at, wait_healthy
 from inhouse.drill.receiver import Notified
 from inhouse.drill.stack import LOAD_TENANT
 from inhouse.drill.watch import RouteWatch
+from inhouse.render.alerts_replicas import REPLICA_DOWN, REPLICA_DOWN_SEVERITY
 from inhouse.spec.gateway import HealthSpec, parse_gateway
 
-ALERT = "InhouseEngineReplicaDown"
+# One replica lost is a ticket in the rendered rules (a rollout takes each replica out for its
+# model load; the pool runs degraded by design): the drill expects it as render words it.
+ALERT = REPLICA_DOWN
 QUICK_OUTPUT = "120:400"  # shorter answers in --quick, so the drain phase ends in seconds
 
 
@@ -219,7 +222,7 @@ def _check_kill(
         + ("" if seen else f"; {unobserved(index, window)}"),
         seen and (last is None or late <= window + 0.5),
     )
-    ctx.check_page("replica-down page", ALERT, fired)
+    ctx.check_routed("replica-down alert", ALERT, fired, REPLICA_DOWN_SEVERITY)
 
 
 def _check_rejoin(

@@ -1,0 +1,251 @@
+"""Engine replica alerts: one replica down, replicas missing, a pool below its degraded mode.
+
+Replicas, and what pages. A rolling update takes one replica of a pool out of the scrape for its
+whole model load (a static replica's own Service answers nothing meanwhile: `up == 0` for
+minutes), and render deploys no kube-state-metrics to tell a rollout from a crash. So one replica
+down is a ticket (InhouseEngineReplicaDown, at 30 s: the pool was sized to run degraded on the
+rest, and the SLO and burn-rate alerts page if users suffer); it pages when it outlasts the
+rollout allowance (InhouseEngineReplicasMissing) or when more replicas are down than a rollout
+ever takes, one a pool (InhouseEnginePoolBelowDegraded, at 1 minute).
+"""
+
+from __future__ import annotations
+
+from inhouse.render.alerts import Alert, Case, RunbookEntry, Series, Severity
+from inhouse.render.layout import replica_pod
+from inhouse.spec.stack import PoolSpec
+
+ENGINE_GROUP = "inhouse-engines"
+# One replica not scraped: a ticket (the kill-replica drill waits for it, at this severity).
+REPLICA_DOWN = "InhouseEngineReplicaDown"
+REPLICA_DOWN_SEVERITY: Severity = "ticket"
+# The replicas-missing cases sample every 30 s; "missing past the allowance" is 5 minutes past.
+CASE_STEP_S = 30
+LOST_MARGIN_S = 300
+# The below-degraded alert's rollout case: one replica out of the scrape this long, then back.
+ROLLOUT_CASE_S = 600
+
+
+def up_series(ns: str, job: str, labels: dict[str, str], values: str) -> Series:
+    """`up` of one target of `job`, as a scrape in namespace `ns` labels it."""
+    return Series({"namespace": ns, "job": job, **labels}, values, "up")
+
+
+def replica_alerts(
+    pool: PoolSpec, ns: str, allowance: tuple[int, str], cover_s: int
+) -> list[Alert]:
+    job = f"{pool.name}-engine"
+    sel = f'namespace="{ns}", job="{job}"'
+    pod = {"instance": "10.0.0.1:8000", "pod": replica_pod(pool.name, 0)}
+    down = Alert(
+        name=REPLICA_DOWN,
+        group=ENGINE_GROUP,
+        expr=f"up{{{sel}}} == 0",
+        hold="30s",
+        severity=REPLICA_DOWN_SEVERITY,
+        labels={"pool": pool.name},
+        summary="engine {{ $labels.pod }} of pool {{ $labels.job }} is down",
+        description=f"Prometheus cannot scrape the replica for 30 s; pool {pool.name} runs on "
+        "the rest (degraded-mode SLO). A rollout does this to each replica while it loads; "
+        f"past {allowance[0]} s it pages as InhouseEngineReplicasMissing.",
+        runbook=RunbookEntry(
+            meaning="A vLLM replica stopped answering /metrics: the process died, the engine "
+            "hit an error (/health 503), the node is gone, or a rolling update is replacing it "
+            "(one replica at a time; the new pod answers once its model is loaded). Its share "
+            "of traffic goes to the other replicas, whose latency rises. A ticket, not a page: "
+            "the pool is sized to run on one replica fewer (degraded-mode SLO), and the SLO and "
+            "burn-rate alerts page if users suffer. It pages when it lasts longer than a "
+            f"rollout can ({allowance[0]} s: InhouseEngineReplicasMissing) or when a second "
+            "replica of the pool goes (InhouseEnginePoolBelowDegraded).",
+            first_promql=f"up{{{sel}}}",
+            mitigations=(
+                "`kubectl -n NS describe pod POD` and `kubectl logs --previous POD -c vllm`: "
+                "OOM, CUDA error, NCCL timeout?",
+                "CUDA/XID errors in the log: check the GPU alerts; cordon the node if a GPU "
+                "is bad.",
+                "Crash after a deploy: roll back the image or the stack change.",
+            ),
+            escalate="Resolves by itself when a rollout's new pod is Ready. Not a rollout "
+            "(`kubectl -n NS rollout status statefulset/POOL`) and not back: the pages "
+            "named above follow; escalate to the platform owner then.",
+        ),
+        cases=(
+            Case(
+                "down for 45 s",
+                "15s",
+                (up_series(ns, job, pod, "1 1 0 0 0 0 0 0"),),
+                "1m30s",
+                {"namespace": ns, "job": job, **pod},
+            ),
+            Case(
+                "a 15 s blip",
+                "15s",
+                (up_series(ns, job, pod, "1 1 0 1 1 1 1 1"),),
+                "1m30s",
+                None,
+            ),
+        ),
+    )
+    return [
+        down,
+        missing_alert(pool, ns, allowance, cover_s),
+        below_degraded_alert(pool, ns, cover_s),
+    ]
+
+
+def missing_alert(pool: PoolSpec, ns: str, allowance: tuple[int, str], cover_s: int) -> Alert:
+    """Fewer replicas up than the pool's `replicas` for longer than a rolling update keeps one
+    away (`allowance`: `layout.rollout_allowance_s`); sooner only when more are gone than a
+    rollout takes (`below_degraded_alert`). `cover_s`: how long the healthy case's series last, at
+    least every pool's firing case (other pools' tests use it as quiet background)."""
+    job = f"{pool.name}-engine"
+    sel = f'namespace="{ns}", job="{job}"'
+    allowance_s, why = allowance
+    replicas = [
+        {"instance": f"10.0.0.{i + 1}:8000", "pod": replica_pod(pool.name, i)}
+        for i in range(pool.replicas)
+    ]
+
+    def last_one_gone(down_s: int) -> tuple[tuple[Series, ...], str]:
+        """The last replica scrapes 0 for `down_s` from t=60s, then 1: the series, and the
+        time of its last failed scrape."""
+        steps = down_s // CASE_STEP_S
+        rest = [up_series(ns, job, r, f"1x{steps + 4}") for r in replicas[:-1]]
+        gone = up_series(ns, job, replicas[-1], f"1 1 0x{steps - 1} 1 1")
+        return (*rest, gone), prom_duration(60 + CASE_STEP_S * (steps - 1))
+
+    rollout, rollout_end = last_one_gone(allowance_s)
+    lost, lost_end = last_one_gone(allowance_s + LOST_MARGIN_S)
+    healthy_samples = cover_s // CASE_STEP_S + 10
+    return Alert(
+        name="InhouseEngineReplicasMissing",
+        group=ENGINE_GROUP,
+        expr=f"(count(up{{{sel}}} == 1) or vector(0)) < {pool.replicas}",
+        hold=prom_duration(allowance_s),
+        severity="page",
+        labels={"pool": pool.name},
+        summary=f"pool {pool.name} has fewer than {pool.replicas} replicas up",
+        description=f"A replica has been gone for over {allowance_s} s, longer than a rolling "
+        "update keeps one away: pending, evicted, node lost, or failing to load.",
+        runbook=RunbookEntry(
+            meaning="Fewer engine pods answer than the pool's minimum, for longer than a "
+            f"rolling update of it can take ({why}): a pod cannot be scheduled (no free GPUs, "
+            "node down, taint), was evicted, or keeps failing its start-up. A rollout within "
+            "that time does not page (InhouseEngineReplicaDown files a ticket at 30 s; a "
+            "second replica gone pages within a minute as InhouseEnginePoolBelowDegraded).",
+            first_promql=f"count(up{{{sel}}} == 1)",
+            mitigations=(
+                "`kubectl -n NS get pods -l inhouse.dev/pool=POOL -o wide` and `describe` the "
+                "Pending one: Insufficient nvidia.com/gpu, node selector, init container failure "
+                "(signature or GPU topology check)?",
+                "A pod restarting after its startupProbe window: the weights load slower than "
+                "planned (`kubectl logs POD -c vllm`); a stuck rollout: `kubectl -n NS rollout "
+                "status statefulset/POOL` (one node; `deploy/POOL` on several), then `rollout "
+                "undo`; a StatefulSet does not replace the pod that never got Ready: delete it.",
+                "A failed verify-model init container means the weights on the node do not match "
+                "their signature: do not bypass it; re-sync the weights from the registry.",
+            ),
+            escalate="A node is lost or GPUs are unallocatable: escalate to the hardware owner.",
+        ),
+        threshold_source=f"render's engine pods of pool {pool.name}: {why}",
+        cases=(
+            Case(
+                "all replicas up",
+                f"{CASE_STEP_S}s",
+                tuple(up_series(ns, job, r, f"1x{healthy_samples}") for r in replicas),
+                lost_end,
+                None,
+            ),
+            Case("a rollout that recovers within the allowance", f"{CASE_STEP_S}s", rollout,
+                 rollout_end, None),
+            Case("a replica missing past it", f"{CASE_STEP_S}s", lost, lost_end, {}),
+        ),
+    )  # fmt: skip
+
+
+def prom_duration(seconds: int) -> str:
+    """`905` -> `15m5s`, as Prometheus writes durations."""
+    minutes, rest = divmod(seconds, 60)
+    return (f"{minutes}m" if minutes else "") + (f"{rest}s" if rest or not minutes else "")
+
+
+def degraded_floor(pool: PoolSpec) -> int:
+    """The fewest replicas of the pool a rollout leaves up: all but one (a StatefulSet, and a
+    Deployment at maxUnavailable 1, replace one at a time; the PodDisruptionBudget lets a drain
+    take one). A pool of one replica has no degraded mode: its one replica is the floor."""
+    return max(pool.replicas - 1, 1)
+
+
+def below_degraded_alert(pool: PoolSpec, ns: str, cover_s: int) -> Alert:
+    """Fewer replicas up than a rollout ever leaves (`degraded_floor`), for a minute: no
+    rollout explains it, and the pool is below the degraded mode it was sized for. `cover_s`:
+    as `missing_alert`'s (its healthy case is the other pools' quiet background)."""
+    job = f"{pool.name}-engine"
+    sel = f'namespace="{ns}", job="{job}"'
+    floor = degraded_floor(pool)
+    replicas = [
+        {"instance": f"10.0.0.{i + 1}:8000", "pod": replica_pod(pool.name, i)}
+        for i in range(pool.replicas)
+    ]
+    samples = cover_s // CASE_STEP_S + 10
+
+    def down(first: int, last: int, values: str) -> tuple[Series, ...]:
+        """Replicas `first` to `last - 1` scrape `values`, the others 1 throughout."""
+        return tuple(
+            up_series(ns, job, r, values if first <= i < last else f"1x{samples}")
+            for i, r in enumerate(replicas)
+        )
+
+    num_down = pool.replicas - floor + 1  # one more than a rollout takes
+    loading = f"1 1 0x{ROLLOUT_CASE_S // CASE_STEP_S - 1} 1x10"
+    cases = [
+        Case("all replicas up", f"{CASE_STEP_S}s", down(0, 0, ""), "5m", None),
+        Case(f"{num_down} of {pool.replicas} down at once", f"{CASE_STEP_S}s",
+             down(0, num_down, "1 1 0x10"), "2m30s", {}),
+    ]  # fmt: skip
+    if pool.replicas > 1:
+        last = pool.replicas - 1
+        cases.insert(1, Case("a rollout: one replica loading for 10 minutes", f"{CASE_STEP_S}s",
+                             down(last, last + 1, loading), "10m", None))  # fmt: skip
+    fewer = "no" if floor == 1 else f"fewer than {floor}"
+    single = floor == 1
+    return Alert(
+        name="InhouseEnginePoolBelowDegraded",
+        group=ENGINE_GROUP,
+        expr=f"(count(up{{{sel}}} == 1) or vector(0)) < {floor}",
+        hold="1m",
+        severity="page",
+        labels={"pool": pool.name},
+        summary=f"pool {pool.name} has {fewer} replicas up of its {pool.replicas}",
+        description="More replicas are down than a rolling update takes (one at a time): the "
+        "pool runs below its degraded mode"
+        + (" (a pool of one replica has none: its model is down)." if single else "."),
+        runbook=RunbookEntry(
+            meaning=f"Pool {pool.name} has had {fewer} replicas answering /metrics for a "
+            "minute. A rollout or a node drain takes one replica of a pool at a time "
+            "(StatefulSet RollingUpdate, Deployment maxUnavailable 1, the "
+            "PodDisruptionBudget), so this is not one: replicas crashed together (a bad image "
+            "or stack change, a model that no longer fits), or their node or GPUs are gone. "
+            "The pool serves below the capacity its degraded-mode SLO was planned on"
+            + (
+                "; a pool of one replica has no spare, so even its rollout takes the model "
+                "away (give it a second replica to roll without an outage)."
+                if single
+                else "."
+            ),
+            first_promql=f"up{{{sel}}}",
+            mitigations=(
+                "`kubectl -n NS get pods -l inhouse.dev/pool=POOL -o wide`: all on one node? "
+                "Then the node or its GPUs (the GPU alerts). Else `kubectl -n NS logs --previous "
+                "POD -c vllm` of each: the same error (OOM, CUDA, a bad argument)?",
+                "Started with a deploy: `kubectl -n NS rollout undo statefulset/POOL` (one "
+                "node; `deploy/POOL` on several), or revert the stack change and render again.",
+                "While it recovers, shed load: lower batch tenants' limits at the gateway.",
+            ),
+            escalate="At once to the platform owner: the pool serves below its degraded-mode "
+            "plan; to the hardware owner too if a node or GPUs are lost.",
+        ),
+        threshold_source=f"stack pools[{pool.name}].replicas {pool.replicas}: a rollout "
+        "leaves all but one up" + (" (a pool of one: its only replica)" if single else ""),
+        cases=tuple(cases),
+    )
