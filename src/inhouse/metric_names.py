@@ -33,6 +33,13 @@ LOOP_LAG_PERIOD_S = 0.05  # the gateway's lag timer is due this often
 LOOP_LAG_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 
+def replica_label(index: int) -> str:
+    """The `replica` label of replica `index` of a pool, as the gateway writes it on its series
+    (`0`, `1`, ...; the pool is its own label); the ServiceMonitor derives the same from a
+    static replica's pod name, and render's synthetic series use it."""
+    return str(index)
+
+
 @dataclass(frozen=True, slots=True)
 class MetricDef:
     """One metric family. `name` is the exposed name (counters end in `_total`)."""

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from inhouse.fleet import FleetResult, RequestRecord
-from inhouse.metric_names import E2E_BUCKETS_S
+from inhouse.metric_names import E2E_BUCKETS_S, replica_label
 from inhouse.plan.mix import workload_of
 from inhouse.render.alerts_slo import engine_labels, gateway_labels
 from inhouse.render.alerts_triggers import max_model_len
@@ -139,7 +139,7 @@ def _gateway_series(
         )
         codes = {"200": len(done), "503": len(mine) - len(done)}
         for code, count in codes.items():
-            series = {**labels, "replica": f"{pool.name}-r0", "code": code}
+            series = {**labels, "replica": replica_label(0), "code": code}
             out.append(_counter("inhouse_gateway_requests_total", series, count, window_s))
     return out
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from tests.render.promtool_scenarios import needs_promtool, run_scenarios, scenario, selector
 
+from inhouse.metric_names import replica_label
 from inhouse.render import render_stack
 from inhouse.render.alerts import Alert
 from inhouse.render.prometheus import stack_rules
@@ -27,7 +28,7 @@ def _fast_burn(stack: StackSpec) -> Alert:
 
 
 def _requests(ok_per_min: float, errors: str) -> list[tuple[str, str]]:
-    labels = {"tenant": "acme", "model": "Qwen2.5-7B", "pool": "chat", "replica": "chat-r0"}
+    labels = {"tenant": "acme", "model": "Qwen2.5-7B", "pool": "chat", "replica": replica_label(0)}
     return [
         (selector(METRIC, {**labels, "code": "200"}), f"0+{ok_per_min:g}x80"),
         (selector(METRIC, {**labels, "code": "500"}), errors),

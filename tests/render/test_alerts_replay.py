@@ -19,6 +19,7 @@ from tests.render.promtool_scenarios import promtool
 from tests.render.replay import Replay, as_test, replay
 
 from inhouse.fleet import simulate_stack
+from inhouse.metric_names import replica_label
 from inhouse.plan.planner import model_names
 from inhouse.plan.verify import MAX_WARMUP_S, WARMUP_FRACTION, mixed_workload
 from inhouse.render.alerts import Alert, expected_alert, render_rules
@@ -218,7 +219,8 @@ def test_error_ratios_record_zero_without_errors(tmp_path: Path) -> None:
     )
     recordings, alerts = stack_rules(stack, NAMESPACE)
     (tmp_path / "rules.yaml").write_text(render_rules(recordings, alerts, RUNBOOK))
-    ok = 'inhouse_gateway_requests_total{tenant="t",model="m",pool="p",replica="p-r0",code="200"}'
+    labels = f'tenant="t",model="m",pool="p",replica="{replica_label(0)}",code="200"'
+    ok = f"inhouse_gateway_requests_total{{{labels}}}"
     test = {
         "interval": "1m",
         "input_series": [{"series": ok, "values": "0+60x20"}],

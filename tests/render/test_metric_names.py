@@ -93,3 +93,37 @@ def test_rules_and_dashboards_read_only_known_names(
     used = set().union(*(metric_names_in_promql(e) for e in exprs))
     exposed = exposition_series_names(CAPTURE.read_text())
     assert {n for n in used if n.startswith("vllm:")} <= exposed
+
+
+def _gateway_replica_labels(pool: str, replicas: int) -> set[str]:
+    """The `replica` label values the gateway itself gives a pool's replicas (its `Replica`)."""
+    from inhouse.gateway.replicas import Replica
+
+    return {Replica(pool, i, f"http://{pool}-{i}:8000", 1, 1.0).label for i in range(replicas)}
+
+
+def test_rendered_gateway_series_carry_the_replica_label_the_gateway_emits() -> None:
+    """The promtool cases' synthetic gateway series (burn rate per pool and per workload, the
+    request-rate trigger) label replicas as the gateway does, not with a retired spelling."""
+    pool = {"name": "chat", "model": "Qwen2.5-7B", "replicas": 2}
+    trigger = {"change": "traffic_up", "change_text": "traffic up", "signal": "request_rate",
+               "pool": "chat", "model": "chat-model", "workloads": ["w"], "threshold": 5.0,
+               "planned": 3.0}  # fmt: skip
+    stacks = [
+        {"name": "s", "pools": [pool]},
+        {"name": "s", "pools": [{**pool, "served_model_name": "chat-model"}],
+         "workloads": [{"name": "w", "model": "chat-model"}], "triggers": [trigger]},
+    ]  # fmt: skip
+    from inhouse.render import render_stack
+    from inhouse.spec.stack import parse_stack
+
+    expected = _gateway_replica_labels("chat", 2)
+    seen: set[str] = set()
+    for spec in stacks:
+        tests = yaml.safe_load(render_stack(parse_stack(spec)).files["prometheus/rules_test.yaml"])
+        for test in tests["tests"]:
+            for series in test["input_series"]:
+                if series["series"].startswith("inhouse_gateway_"):
+                    seen.update(re.findall(r'replica="([^"]*)"', series["series"]))
+    assert seen, "no gateway series with a replica label: the test lost its subject"
+    assert seen <= expected, (seen, expected)

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from inhouse.http1.upstream import UpstreamPool
+from inhouse.metric_names import replica_label
 from inhouse.routing.view import ReplicaView
 from inhouse.spec.gateway import HealthSpec
 
@@ -53,7 +54,7 @@ class Replica:
         assert parts.hostname, f"engine URL {url!r} has no host"
         self.pool = pool
         self.index = index
-        self.label = str(index)
+        self.label = replica_label(index)
         self.url = url.rstrip("/")
         self.upstream = UpstreamPool(parts.hostname, parts.port or 80, connect_timeout_s, idle_s)
         self.path_prefix = parts.path.rstrip("/")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from inhouse.metric_names import replica_label
 from inhouse.render.alerts import Alert, Case, Recording, RunbookEntry, Series
 from inhouse.render.layout import slo_of
 from inhouse.spec.stack import PoolSpec, StackSpec
@@ -119,7 +120,7 @@ def pool_burn_alerts(pool: PoolSpec) -> list[Alert]:
         by="pool",
         value=pool.name,
         availability=slo_of(pool).availability,
-        series_labels={**labels, "replica": f"{pool.name}-r0"},
+        series_labels={**labels, "replica": replica_label(0)},
         labels={"pool": pool.name},
         scope=f"pool {pool.name}",
         source=source,
@@ -137,7 +138,7 @@ def stack_burn_alerts(stack: StackSpec) -> list[Alert]:
             by="model",
             value=workload.model,
             availability=workload.slo.availability,
-            series_labels={**labels, "replica": f"{pool.name}-r0"},
+            series_labels={**labels, "replica": replica_label(0)},
             labels={"pool": pool.name, "workload": workload.name},
             scope=f"workload {workload.name} (model {workload.model})",
             source=f"stack workloads[{workload.name}].slo.availability",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from inhouse.errors import SpecError
+from inhouse.metric_names import replica_label
 from inhouse.render.alerts import Alert, Case, RunbookEntry, Series
 from inhouse.render.alerts_slo import engine_labels, gateway_labels, histogram_cases
 from inhouse.spec.catalog import get_model
@@ -115,7 +116,7 @@ def _counter_cases(trigger: Trigger, pool: PoolSpec) -> tuple[Case, ...]:
             Case("hit rate below the trigger", "1m", hits(low), "1h30m", expect),
             Case("hit rate as planned", "1m", hits(high), "1h30m", None),
         )
-    labels = {**gateway_labels(pool, trigger.model), "replica": f"{pool.name}-r0", "code": "200"}
+    labels = {**gateway_labels(pool, trigger.model), "replica": replica_label(0), "code": "200"}
     metric = "inhouse_gateway_requests_total"
     fast = math.ceil(trigger.threshold * 60 * 1.2) + 1  # per minute
     slow = math.floor(trigger.threshold * 60 * 0.8)

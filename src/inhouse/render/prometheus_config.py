@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from inhouse.metric_names import replica_label
 from inhouse.render import layout
 from inhouse.render.options import RenderOptions
 from inhouse.render.yamltext import dump_yaml
@@ -231,7 +232,7 @@ def replica_labels(pool: str, index: int, namespace: str) -> dict[str, str]:
         "namespace": namespace,
         "pod": layout.replica_pod(pool, index),
         "pool": pool,
-        "replica": str(index),
+        "replica": replica_label(index),
         "service": f"{pool}-engine",
     }
 
