@@ -1,6 +1,8 @@
 """`inhouse up` refuses, before it starts or pulls anything, the `vllm serve` values render
 refuses (vLLM's parser or config checks would exit, or an `extra_args` flag overrides one up
-sets), with render's own message; simulated and attached pools are not vLLM's to judge."""
+sets): with render's own message where vLLM's refusal is the reason, in its own words where the
+flag fights what up sets (render's talk of pods and Services means nothing to it); simulated
+and attached pools are not vLLM's to judge."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import yaml
 
 from inhouse.cli import up
 from inhouse.errors import SpecError
+from inhouse.launch.vllm_checks import OWNED_EXTRA_FLAGS, check_launched_vllm_pools
 from inhouse.render import render_stack
 from inhouse.spec.stack import parse_stack
 
@@ -48,6 +51,16 @@ def _render_message(pool: dict[str, Any]) -> str:
     return str(refused.value)
 
 
+def _up_message(pool: dict[str, Any]) -> str:
+    """What up refuses the pool with: render's message, but for a flag up owns, up's words."""
+    with pytest.raises(SpecError) as refused:
+        check_launched_vllm_pools(parse_stack(_stack("vllm", pool)))
+    message = str(refused.value)
+    if "extra_args" not in pool.get("knobs", {}):
+        assert message == _render_message(pool)
+    return message
+
+
 def _write(tmp_path: Path, engine: str, pool: dict[str, Any]) -> Path:
     path = tmp_path / "stack.yaml"
     path.write_text(yaml.safe_dump(_stack(engine, pool)), encoding="utf-8")
@@ -55,17 +68,17 @@ def _write(tmp_path: Path, engine: str, pool: dict[str, Any]) -> Path:
 
 
 @pytest.mark.parametrize("pool", BAD_POOLS)
-def test_up_dry_run_refuses_a_vllm_pool_render_refuses_with_its_message(
+def test_up_dry_run_refuses_a_vllm_pool_render_refuses(
     tmp_path: Path, pool: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert up.main([str(_write(tmp_path, "vllm", pool)), "--dry-run"]) == 2
     out, err = capsys.readouterr()
-    assert err == f"inhouse up: error: {_render_message(pool)}\n"
+    assert err == f"inhouse up: error: {_up_message(pool)}\n"
     assert out == ""  # no plan printed
 
 
 @pytest.mark.parametrize("pool", BAD_POOLS[:3])
-def test_up_exits_with_render_s_message_before_starting_anything(
+def test_up_exits_with_its_message_before_starting_anything(
     tmp_path: Path, pool: dict[str, Any]
 ) -> None:
     path = _write(tmp_path, "vllm", pool)
@@ -79,7 +92,7 @@ def test_up_exits_with_render_s_message_before_starting_anything(
         env={**os.environ, "TMPDIR": str(runs)},
     )
     assert done.returncode == 2, (done.stdout, done.stderr)
-    assert f"inhouse up: error: {_render_message(pool)}" in done.stderr
+    assert f"inhouse up: error: {_up_message(pool)}" in done.stderr
     assert "Traceback" not in done.stderr
     assert "[chat-0]" not in done.stdout + done.stderr  # no engine was started
     assert list(runs.iterdir()) == []
@@ -94,3 +107,24 @@ def test_simulated_and_attached_pools_are_not_held_to_vllm_s_values(
     attached = {**bad, "urls": ["http://h:9"]}
     assert up.main([str(_write(tmp_path, "url", attached)), "--dry-run"]) == 0
     assert "http://h:9" in capsys.readouterr().out
+
+
+# Words of the Kubernetes manifests that mean nothing to `up`, which starts local processes.
+MANIFEST_WORDS = ("pod", "Service", "NetworkPolicy", "manifest", "nvidia.com/gpu", "KEDA")
+
+
+@pytest.mark.parametrize("flag", sorted(OWNED_EXTRA_FLAGS))
+def test_up_words_an_owned_extra_flag_for_the_processes_it_starts(
+    tmp_path: Path, flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`up` refused `--port` because "the probes, the Services and the NetworkPolicy" use the
+    rendered port: render's words, printed by a command that starts no pod. Its refusal names
+    the knob and the fix in terms of what up starts."""
+    pool = {"knobs": {"extra_args": [f"{flag}=2"]}}
+    assert up.main([str(_write(tmp_path, "vllm", pool)), "--dry-run"]) == 2
+    _, err = capsys.readouterr()
+    assert err.startswith(f"inhouse up: error: pool 'chat': knobs.extra_args '{flag}' "), err
+    assert "`inhouse up`" in err.split("knobs.extra_args", 1)[1], err
+    assert not [w for w in MANIFEST_WORDS if w in err], err
+    assert "remove it" in err or "instead" in err, err
+    assert err != f"inhouse up: error: {_render_message(pool)}\n"

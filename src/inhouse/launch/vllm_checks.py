@@ -8,6 +8,9 @@ reads them back from a real vLLM. Pure: render and launch both import it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 from inhouse.errors import SpecError
 from inhouse.launch.engine_args import tool_call_parser
 from inhouse.spec.catalog import GpuSpec, get_gpu, get_model
@@ -33,35 +36,75 @@ VLLM_TOOL_PARSERS = (
     "openai", "phi4_mini_json", "plamo3", "poolside_v1", "pythonic", "qwen3_coder",
     "qwen3_json", "qwen3_xml", "seed_oss", "step3", "step3p5", "xlam",
 )  # fmt: skip
-# `vllm serve` flags (vLLM's spellings and short aliases) the rendered manifests depend on, so
-# `knobs.extra_args` may not override them; the fix each needs. `{tp}`: the pool's tp.
-_GPU_COUNT = (
+# `vllm serve` flags (vLLM's spellings and short aliases) the rendered manifests and `up`'s
+# command lines depend on, so `knobs.extra_args` may not override them; why, and the fix, as the
+# command that refuses it words them: `render` (the manifests) or `up` (local processes).
+# `{tp}`: the pool's tp.
+Launcher = Literal["render", "up"]
+
+
+@dataclass(frozen=True, slots=True)
+class OwnedFlag:
+    render: str
+    up: str
+
+    def why(self, launcher: Launcher) -> str:
+        return self.render if launcher == "render" else self.up
+
+
+_GPU_COUNT = OwnedFlag(
     "changes how many GPUs vLLM needs, but the pod gets the pool's tp (nvidia.com/gpu: {tp}) "
-    "and vLLM would not start; scale out with the pool's replicas instead"
+    "and vLLM would not start; scale out with the pool's replicas instead",
+    "changes how many GPUs vLLM needs, but `inhouse up` starts each replica for the pool's tp "
+    "({tp} GPUs; its gpu_ids group when the stack pins them); scale out with the pool's "
+    "replicas instead",
 )
-OWNED_EXTRA_FLAGS: dict[str, str] = {
-    "--tensor-parallel-size": "is rendered from the pool's tp, which also sizes the pod's "
-    "GPUs; set the pool's tp instead",
-    "-tp": "is rendered from the pool's tp, which also sizes the pod's GPUs; set the pool's tp "
-    "instead",
+_TP = OwnedFlag(
+    "is rendered from the pool's tp, which also sizes the pod's GPUs; set the pool's tp instead",
+    "is set by `inhouse up` from the pool's tp, which also sizes each replica's gpu_ids group "
+    "when the stack pins them; set the pool's tp instead",
+)
+_ADDRESS = OwnedFlag(
+    "is rendered: the probes, the Services and the NetworkPolicy use the rendered address and "
+    "port; remove it",
+    "is set by `inhouse up` (its --host, and a port from --engine-base-port): the gateway and "
+    "up's wait for /health reach each replica there; remove it",
+)
+OWNED_EXTRA_FLAGS: dict[str, OwnedFlag] = {
+    "--tensor-parallel-size": _TP,
+    "-tp": _TP,
     "--pipeline-parallel-size": _GPU_COUNT,
     "-pp": _GPU_COUNT,
     "--data-parallel-size": _GPU_COUNT,
     "-dp": _GPU_COUNT,
     "--data-parallel-size-local": _GPU_COUNT,
     "-dpl": _GPU_COUNT,
-    "--served-model-name": "would rename the vllm:* series' model_name that the alerts, "
-    "dashboards and KEDA select on; set served_model_name or aliases instead",
-    "--host": "is rendered: the probes, the Services and the NetworkPolicy use the rendered "
-    "address and port; remove it",
-    "--port": "is rendered: the probes, the Services and the NetworkPolicy use the rendered "
-    "address and port; remove it",
-    "--uds": "would move the API off the TCP port the probes, the Services and the "
-    "NetworkPolicy use; remove it",
-    "--disable-log-stats": "turns off vLLM's /metrics series: every engine alert, dashboard "
-    "and KEDA trigger would go blind; remove it",
-    "--api-key": "makes vLLM refuse the gateway's requests (the gateway sends no key; the "
-    "NetworkPolicy is what admits only the gateway); remove it",
+    "--served-model-name": OwnedFlag(
+        "would rename the vllm:* series' model_name that the alerts, dashboards and KEDA "
+        "select on; set served_model_name or aliases instead",
+        "would rename the model vLLM serves, but the gateway `inhouse up` starts sends the "
+        "pool's served name and would get 404s; set served_model_name or aliases instead",
+    ),
+    "--host": _ADDRESS,
+    "--port": _ADDRESS,
+    "--uds": OwnedFlag(
+        "would move the API off the TCP port the probes, the Services and the NetworkPolicy "
+        "use; remove it",
+        "would move the API off the TCP port `inhouse up` gives the replica, where the gateway "
+        "and up's wait for /health reach it; remove it",
+    ),
+    "--disable-log-stats": OwnedFlag(
+        "turns off vLLM's /metrics series: every engine alert, dashboard and KEDA trigger "
+        "would go blind; remove it",
+        "turns off vLLM's /metrics series, which the gateway `inhouse up` starts scrapes for "
+        "each replica's queue and KV use (its routing load); remove it",
+    ),
+    "--api-key": OwnedFlag(
+        "makes vLLM refuse the gateway's requests (the gateway sends no key; the "
+        "NetworkPolicy is what admits only the gateway); remove it",
+        "makes vLLM refuse the requests of the gateway `inhouse up` starts (it sends no key; "
+        "tenants' keys are checked at the gateway); remove it",
+    ),
 }
 
 
@@ -70,12 +113,13 @@ def check_launched_vllm_pools(stack: StackSpec) -> None:
     ones, nor those it attaches to: their engines are not started from the stack's knobs)."""
     for pool in stack.pools:
         if stack.engine_of(pool) == "vllm":
-            check_vllm_values(pool)
+            check_vllm_values(pool, "up")
 
 
-def check_vllm_values(pool: PoolSpec) -> None:
+def check_vllm_values(pool: PoolSpec, launcher: Launcher = "render") -> None:
     """Raise a `SpecError` for the first value of the pool that `vllm serve` refuses (its
-    parser, or its config checks before the model loads) or that contradicts the manifests."""
+    parser, or its config checks before the model loads) or that contradicts the manifests
+    (`launcher` render) or `up`'s command lines (`launcher` up), worded for that command."""
     dtype = pool.knobs.kv_cache_dtype
     try:
         normalize_quant(pool.quant)
@@ -89,7 +133,7 @@ def check_vllm_values(pool: PoolSpec) -> None:
             "model's own 16-bit dtype"
         )
     _check_vllm_choices(pool)
-    _check_extra_args(pool)
+    _check_extra_args(pool, launcher)
     _check_scheduler(pool)
 
 
@@ -131,15 +175,15 @@ def _flag_name(arg: str) -> str:
     return name[:dashes] + name[dashes:].replace("_", "-")
 
 
-def _check_extra_args(pool: PoolSpec) -> None:
-    """`knobs.extra_args` come last and win: none may override a flag the manifests rest on."""
+def _check_extra_args(pool: PoolSpec, launcher: Launcher) -> None:
+    """`knobs.extra_args` come last and win: none may override a flag the manifests (or up's
+    command lines) rest on."""
     for arg in pool.knobs.extra_args:
-        why = OWNED_EXTRA_FLAGS.get(_flag_name(arg)) if arg.startswith("-") else None
-        if why is not None:
+        owned = OWNED_EXTRA_FLAGS.get(_flag_name(arg)) if arg.startswith("-") else None
+        if owned is not None:
             flag = arg.split("=", 1)[0]
-            raise SpecError(
-                f"pool {pool.name!r}: knobs.extra_args {flag!r} {why.format(tp=pool.tp)}"
-            )
+            why = owned.why(launcher).format(tp=pool.tp)
+            raise SpecError(f"pool {pool.name!r}: knobs.extra_args {flag!r} {why}")
 
 
 def vllm_default_batch(gpu: GpuSpec) -> tuple[int, int]:
