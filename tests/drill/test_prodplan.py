@@ -405,3 +405,61 @@ def test_the_drills_select_the_replica_pod_render_writes() -> None:
     selectors += [a.split("=", 1)[1] for a in drain if a.startswith("--pod-selector=")]
     assert len(selectors) >= 5
     assert all(selected(s) for s in selectors), selectors
+
+
+def _selects(selector: str, labels: dict[str, str]) -> bool:
+    """A kubectl equality selector (`k=v,k2=v2`) against a pod's labels."""
+    pairs = dict(part.split("=", 1) for part in selector.split(","))
+    return pairs.items() <= labels.items()
+
+
+def test_on_several_nodes_the_drills_act_on_one_pod_of_the_pools_deployment() -> None:
+    """A scaled pool is a Deployment: its pods carry the template's labels and nothing that
+    tells one replica from another (no StatefulSet pod-name label). The drills selected pods by
+    `statefulset.kubernetes.io/pod-name=chat-1`, which matches none of them: kill-replica
+    deleted nothing. Each pod they kill, restart or drain must be exactly one of the pool's
+    pods: the one the drill's own step labelled (a pod of the Deployment as rendered), not
+    its siblings and not another pool's."""
+    from inhouse.drill.prodsteps import default_agent_load, drill_steps
+    from inhouse.drill.remediation import ecc_remediation
+    from inhouse.render import render_stack
+    from inhouse.spec.stack import parse_stack
+
+    stack = parse_stack({
+        "name": "scaled",
+        "nodes": [{"gpu": "h100_sxm", "gpus_per_node": 8, "count": 2}],
+        "pools": [{"name": "chat", "model": "Qwen2.5-7B", "replicas": 2},
+                  {"name": "other", "model": "llama-3.1-8b", "replicas": 2}],
+    })  # fmt: skip
+    files = render_stack(stack).files
+    templates = {}
+    for name in ("chat", "other"):
+        docs = [d for d in yaml.safe_load_all(files[f"k8s/engine-{name}.yaml"]) if d]
+        (workload,) = [d for d in docs if d["kind"] in ("Deployment", "StatefulSet")]
+        assert workload["kind"] == "Deployment"
+        templates[name] = workload["spec"]["template"]["metadata"]["labels"]
+    hashed = {"pod-template-hash": "5d4f8b"}  # what the Deployment's ReplicaSet adds
+    chat = [{**templates["chat"], **hashed} for _ in range(2)]
+    other = [{**templates["other"], **hashed} for _ in range(2)]
+    for drill in ("kill-replica", "load-not-ready"):
+        steps = drill_steps(drill, stack, "ns", default_agent_load())
+        argvs = [argv for step in steps for argv in step.kubectl]
+        marks = [a for argv in argvs if verb_of(argv) == "label" and "-l" not in argv
+                 for a in argv if "=" in a and not a.startswith("-")]  # fmt: skip
+        assert marks, f"{drill}: no step chooses and labels the pod it acts on"
+        key, value = marks[0].split("=", 1)
+        victim = {**chat[1], key: value}  # the pod the script labelled
+        deletes = [argv[argv.index("-l") + 1] for argv in argvs if verb_of(argv) == "delete"]
+        assert deletes, drill
+        for selector in deletes:
+            assert _selects(selector, victim), (drill, selector, victim)
+            assert not any(_selects(selector, pod) for pod in (chat[0], *other)), selector
+    ecc = [argv for step in drill_steps("ecc-dbe", stack, "ns", default_agent_load())
+           for argv in step.kubectl if verb_of(argv) == "drain"]  # fmt: skip
+    (_, drain) = ecc_remediation(stack, stack.pool("chat"), 1, "node-1")  # the index is moot
+    ecc.append(drain)
+    selectors = {a.split("=", 1)[1] for d in ecc for a in d if a.startswith("--pod-selector=")}
+    (selector,) = selectors
+    # drain is node-scoped: the chat pods on the node with the bad GPU, through the PDB
+    assert all(_selects(selector, pod) for pod in chat), selector
+    assert not any(_selects(selector, pod) for pod in other), selector

@@ -11,15 +11,15 @@ from typing import Any
 from inhouse.drill.context import SEEDS_DEGRADED_TTFT_MS, ttft_slo_ms
 from inhouse.drill.drills.long_prompt_dos import huge_tokens
 from inhouse.drill.remediation import ecc_remediation
+from inhouse.drill.victim import Victim, last_victim
+from inhouse.metric_names import replica_label
 from inhouse.render.alerts import Case, Series, render_rule_tests
 from inhouse.render.alerts_gpu import gpu_rules
 from inhouse.render.alerts_replicas import REPLICA_DOWN, REPLICA_DOWN_SEVERITY
 from inhouse.render.layout import (
     engine_layout,
-    engine_units,
     model_dir,
     nvml_name,
-    replica_selector,
 )
 from inhouse.render.options import RenderOptions
 from inhouse.spec.stack import PoolSpec, StackSpec
@@ -122,29 +122,28 @@ def drill_steps(name: str, stack: StackSpec, ns: str, load: AgentLoad) -> list[S
     return builders[name](stack, pool, ns, load)
 
 
-def _selector(pool: PoolSpec, index: int) -> str:
-    return replica_selector(pool.name, index)
+def _chosen(victim: Victim, argv: list[str]) -> str:
+    """`argv`'s shell line, after the lines that choose and label a scaled pool's pod."""
+    return "\n".join(line for line in (victim.choose_shell(), _k(argv)) if line)
 
 
-_KINDS = {"statefulset": "StatefulSet", "deployment": "Deployment"}
-
-
-def _last_unit(stack: StackSpec, pool: PoolSpec) -> tuple[str, int]:
-    """The kind/name of the object that runs the pool's last replica, and its index."""
-    units = [u for u in engine_units(stack) if u.pool.name == pool.name]
-    unit = units[-1]
-    if unit.replica_index is None:
-        return f"deployment/{unit.workload}", 0
-    return f"statefulset/{unit.workload}", unit.replica_index
+def _replica_words(victim: Victim) -> str:
+    if victim.index is not None:
+        return f"replica {victim.index}"
+    return "the chosen pod's replica slot"
 
 
 def _kill_replica(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -> list[Step]:
-    _, index = _last_unit(stack, pool)
+    victim = last_victim(stack, pool, ns, "kill-replica")
     sessions, at = load.share()
-    sel, model = _selector(pool, index), pool.client_model_name
+    sel, model = victim.selector, pool.client_model_name
     kill = ["-n", ns, "delete", "pod", "-l", sel, "--grace-period=0", "--force"]
     drain = ["-n", ns, "delete", "pod", "-l", sel, "--wait=false"]
-    ready = ["-n", ns, "wait", "--for=condition=Ready", "pod", "-l", sel, "--timeout=900s"]
+    # A static replica's pod comes back under its name; a scaled pool's replacement is a new
+    # pod of the Deployment, without the drill's label: wait for all of the pool's.
+    back = sel if victim.index is not None else victim.pods
+    ready = ["-n", ns, "wait", "--for=condition=Ready", "pod", "-l", back, "--timeout=900s"]
+    scaled = victim.index is None
     up = f'up{{namespace="{ns}", job="{pool.name}-engine"}}'
     p95 = f'inhouse:time_to_first_token_seconds:p95_5m{{model_name="{model}"}}'
     decisions = f'inhouse_gateway_routing_decisions_total{{pool="{pool.name}"}}'
@@ -157,19 +156,20 @@ def _kill_replica(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) ->
             ["the bench runs; note its start time"],
         ),
         Step(
-            "SIGKILL one replica (force delete)",
-            _k(kill),
+            "SIGKILL one replica (force delete)"
+            + (": one running pod of the Deployment, labelled for the drill" if scaled else ""),
+            _chosen(victim, kill),
             [
                 f"{REPLICA_DOWN} reaches Alertmanager within ~2 minutes as a "
                 f"{REPLICA_DOWN_SEVERITY} (one replica lost is the degraded mode the pool was "
                 "sized for): " + _am(REPLICA_DOWN),
                 f"nothing pages for pool {pool.name} while the other replicas serve: "
                 f'amtool --alertmanager.url="$AM" alert query severity=page pool={pool.name}',
-                f"routing to replica {index} stops within the gateway's health window: "
+                f"routing to {_replica_words(victim)} stops within the gateway's health window: "
                 + _q(routed),
                 "streams in flight end with an error event; nothing that had not streamed fails",
             ],
-            kubectl=[kill],
+            kubectl=[*victim.choose, kill],
             promql=[up, routed],
         ),
         Step(
@@ -182,16 +182,18 @@ def _kill_replica(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) ->
             promql=[p95],
         ),
         Step(
-            "the replacement rejoins only when ready",
+            "the replacement rejoins only when ready"
+            + (" (the pool's pods all Ready)" if scaled else ""),
             _k(ready),
             ["its pod is Ready before the gateway routes to it: " + _q(routed)],
             kubectl=[ready],
         ),
         Step(
-            "SIGTERM (graceful drain) of the same replica",
-            _k(drain),
+            "SIGTERM (graceful drain) of "
+            + ("one running pod, chosen and labelled again" if scaled else "the same replica"),
+            _chosen(victim, drain),
             ["in-flight requests complete; no 5xx: " + _q(errors)],
-            kubectl=[drain],
+            kubectl=[*victim.choose, drain],
             promql=[errors],
         ),
     ]
@@ -387,36 +389,42 @@ def _verify_pod(ns: str, rel: str, which: str) -> dict[str, Any]:
 
 
 def _load_not_ready(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -> list[Step]:
-    unit, index = _last_unit(stack, pool)
+    victim = last_victim(stack, pool, ns, "load-not-ready")
     sessions, at = load.share()
-    restart = ["-n", ns, "delete", "pod", "-l", _selector(pool, index), "--wait=false"]
-    pods = ["-n", ns, "get", "pods", "-l", _selector(pool, index), "-w"]
+    restart = ["-n", ns, "delete", "pod", "-l", victim.selector, "--wait=false"]
+    # A scaled pool's new pod has another name and no drill label: watch the pool's pods.
+    watched = victim.selector if victim.index is not None else victim.pods
+    pods = ["-n", ns, "get", "pods", "-l", watched, "-w"]
     probe = [
         "-n",
         ns,
         "get",
-        unit,
+        victim.workload,
         "-o",
         "jsonpath={.spec.template.spec.containers[0].startupProbe}",
     ]
-    routed = (
-        f'increase(inhouse_gateway_routing_decisions_total{{pool="{pool.name}", '
-        f'replica="{index}"}}[1m])'
-    )
+    decisions = f'inhouse_gateway_routing_decisions_total{{pool="{pool.name}"'
+    if victim.index is not None:
+        routed = f'increase({decisions}, replica="{replica_label(victim.index)}"}}[1m])'
+    else:  # the gateway gives the new pod whichever slot discovery finds free
+        routed = f"sum by (replica) (increase({decisions}}}[1m]))"
     return [
         Step(
-            f"restart one replica (its {_KINDS[unit.partition('/')[0]]} starts a new pod); agent "
+            f"restart one replica (its {victim.kind} starts a new pod); agent "
             f"load at {at} 30 s later",
-            _k(restart)
+            _chosen(victim, restart)
             + "\nsleep 30\n"
             + _bench("load-not-ready", pool, load.workload(sessions) + " --duration 600"),
             ["the pod stays 0/1 Ready while the model loads: " + _k(pods)],
-            kubectl=[restart, pods],
+            kubectl=[*victim.choose, restart, pods],
         ),
         Step(
             "nothing routed to it before Ready",
             _q(routed),
-            ["0 until the pod is Ready, then > 0"],
+            [
+                "0 until the pod is Ready, then > 0"
+                + ("" if victim.index is not None else " (the slot the new pod takes)")
+            ],
             promql=[routed],
         ),
         Step(
@@ -447,8 +455,8 @@ def ecc_rule_test(stack: StackSpec) -> str:
 
 
 def _ecc(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -> list[Step]:
-    _, index = _last_unit(stack, pool)
-    cordon, drain = ecc_remediation(stack, pool, index, NODE)
+    victim = last_victim(stack, pool, ns, "ecc-dbe")
+    cordon, drain = ecc_remediation(stack, pool, victim.index, NODE)
     server = [[*c, "--dry-run=server"] for c in (cordon, drain)]
     synthetic = (
         'amtool --alertmanager.url="$AM" alert add InhouseGPUDoubleBitECC severity=page '

@@ -9,18 +9,28 @@ nowhere to go: the pool runs degraded on the other NVLink group until the GPU is
 
 from __future__ import annotations
 
-from inhouse.render.layout import replica_selector, termination_grace_s
+from inhouse.render.layout import (
+    is_single_node,
+    pool_selector,
+    replica_selector,
+    termination_grace_s,
+)
 from inhouse.render.options import RenderOptions
 from inhouse.spec.stack import PoolSpec, StackSpec
 
 
 def ecc_remediation(
-    stack: StackSpec, pool: PoolSpec, replica_index: int, node: str
+    stack: StackSpec, pool: PoolSpec, replica_index: int | None, node: str
 ) -> list[list[str]]:
-    """kubectl argument lists (without `kubectl`) for the replica of `pool` on the bad GPU; the
+    """kubectl argument lists (without `kubectl`) for the replica of `pool` on the bad GPU
+    (`replica_index`: the static replica; None for a scaled pool, whose pods no label tells
+    apart: the drain takes the pool's pods on `node`, one at a time through the PDB); the
     grace period is the one rendered into the pod (`terminationGracePeriodSeconds`)."""
     grace, _ = termination_grace_s(stack, pool, RenderOptions().prestop_sleep_s)
-    selector = replica_selector(pool.name, replica_index)
+    if replica_index is None or not is_single_node(stack):
+        selector = pool_selector(pool.name)
+    else:
+        selector = replica_selector(pool.name, replica_index)
     return [
         ["cordon", node],
         [

@@ -93,9 +93,16 @@ def replica_pod(pool: str, index: int) -> str:
     return f"{pool}-{index}"
 
 
+def pool_selector(pool: str) -> str:
+    """A kubectl label selector for every engine pod of `pool` (static or scaled)."""
+    return f"inhouse.dev/pool={pool}"
+
+
 def replica_selector(pool: str, index: int) -> str:
-    """A kubectl label selector for static replica `index` of `pool`'s pod."""
-    return f"inhouse.dev/pool={pool},{POD_NAME_LABEL}={replica_pod(pool, index)}"
+    """A kubectl label selector for static replica `index` of `pool`'s pod. A scaled pool's
+    pods (a Deployment's) have no such label: nothing tells one of them from another (the
+    drills label the one they choose: `inhouse.drill.victim`)."""
+    return f"{pool_selector(pool)},{POD_NAME_LABEL}={replica_pod(pool, index)}"
 
 
 def is_single_node(stack: StackSpec) -> bool:
