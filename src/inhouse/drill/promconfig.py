@@ -3,7 +3,7 @@
 
 The jobs are `local_scrape_jobs`: the stack's processes on this machine with the labels a
 Kubernetes scrape gives them (`namespace`, `job` = `<pool>-engine` or `gateway`, `pod` =
-`<pool>-r<i>`), so the rendered rules read them unchanged. The overrides, and why:
+`<pool>-<i>`), so the rendered rules read them unchanged. The overrides, and why:
 
 * every target scraped and every rule evaluated each second (a drill lasts seconds, not hours);
 * Alertmanager's group wait and group interval 1 s: a drill measures when an alert reached the
