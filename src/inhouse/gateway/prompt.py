@@ -103,7 +103,7 @@ def parse_request(raw: bytes, content_type: str, is_chat: bool) -> ParsedRequest
     if options is not None:
         if not isinstance(options, dict):
             raise invalid("stream_options must be an object", param="stream_options")
-        wants_usage = options.get("include_usage") is True
+        wants_usage = read_flag(options.get("include_usage")) is True
     max_tokens_field, max_tokens = _max_tokens(body, is_chat)
     num_choices = max(_count(body, "n"), 1 if is_chat else _count(body, "best_of"))
     user = body.get("user")
@@ -120,6 +120,24 @@ def parse_request(raw: bytes, content_type: str, is_chat: bool) -> ParsedRequest
         body, is_chat, model, bool(stream), wants_usage, max_tokens, text, ids, session,
         num_choices, media, max_tokens_field,
     )  # fmt: skip
+
+
+_TRUE_WORDS = frozenset(("1", "on", "t", "true", "y", "yes"))
+_FALSE_WORDS = frozenset(("0", "off", "f", "false", "n", "no"))
+
+
+def read_flag(value: object) -> bool | None:
+    """A boolean field as vLLM's request model (pydantic, lax) reads it: null is false, 0/1
+    and words such as "yes" are booleans; None for a value it refuses (the engine's 400)."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int | float) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        word = value.lower()
+        if word in _TRUE_WORDS or word in _FALSE_WORDS:
+            return word in _TRUE_WORDS
+    return None
 
 
 def _count(body: dict[str, Any], name: str) -> int:

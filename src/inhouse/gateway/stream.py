@@ -27,10 +27,12 @@ from inhouse.gateway.client_watch import ClientWatch
 from inhouse.gateway.observation import Ending
 from inhouse.gateway.relay import (
     EVENT_MARK,
+    FINISH_MARK,
     USAGE_MARK,
     StreamState,
     flush,
     relay_piece,
+    release_held,
 )
 from inhouse.http1.upstream import Response, UpstreamError
 from inhouse.openai_errors import error_event
@@ -82,11 +84,13 @@ async def relay_stream(
         if (
             first_token_s  # the first token went out: nothing is held any more
             and not state.carry
+            and not state.held
             and piece.endswith(b"\n\n")
             and USAGE_MARK not in piece
+            and (state.wants_usage or FINISH_MARK not in piece)
         ):
             state.num_events += piece.count(EVENT_MARK)
-            return piece  # whole events, no usage chunk: what relay_piece would return
+            return piece  # whole events, no usage or finish chunk: what relay_piece returns
         out = relay_piece(state, piece)
         if not state.has_first_token:  # nothing to the client yet: a failure is retried
             if out:
@@ -129,7 +133,8 @@ async def relay_stream(
             return ending(499, "client_disconnect")
         parts.metrics.stream_errors.child(admission.pool.name, replica).inc()
         message = f"The engine stream broke off: {exc}"
-        await send({"type": "http.response.body", "body": error_event(message), "more_body": False})
+        body = release_held(state) + error_event(message)  # what came before the break first
+        await send({"type": "http.response.body", "body": body, "more_body": False})
         return ending(200, "stream_error")
     except asyncio.CancelledError:
         if watch.absorb():
