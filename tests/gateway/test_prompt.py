@@ -9,8 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inhouse.gateway.prompt import LocalCounter, ParsedRequest, parse_request, prompt_blocks
+from inhouse.gateway.prompt import (
+    LocalCounter,
+    ParsedRequest,
+    chat_refusal,
+    parse_request,
+    prompt_blocks,
+)
 from inhouse.gateway.relay import StreamState, flush, is_role_only, relay_piece
+from inhouse.openai_errors import ApiError
 from inhouse.tokenizer import SimpleTokenizer
 
 
@@ -161,3 +168,20 @@ def test_finish_chunks_go_before_done_or_an_error_when_no_usage_chunk_comes() ->
     state = StreamState(wants_usage=False)
     assert relay_piece(state, events(finish)) == b""
     assert flush(state) == events(finish) and state.num_events == 1
+
+
+def test_a_chat_tokenize_refusal_names_the_fields_the_client_sent() -> None:
+    """vLLM's two-shape `/tokenize` refuses a chat body with the prompt shape's error first;
+    the client, who sent `messages`, gets the chat shape's errors alone, counted again."""
+    prompt = "  {'type': 'missing', 'loc': 'body.prompt', 'msg': 'Field required'}"
+    chat = [f"  {{'type': 'string_type', 'loc': 'body.messages.{i}.content'}}" for i in range(11)]
+    many = ApiError(400, "\n".join(["12 validation errors:", prompt, *chat[:9],
+                                    "  ...and 2 more errors"]), "body.prompt")  # fmt: skip
+    relayed = chat_refusal(many)
+    assert relayed.param == "body.messages.0.content"
+    assert relayed.message == "\n".join(["11 validation errors:", *chat[:9],
+                                         "  ...and 2 more errors"])  # fmt: skip
+    odd = chat_refusal(ApiError(400, "prompt is required", "body.prompt"))
+    assert (odd.message, odd.param) == ("prompt is required", "messages")
+    other = ApiError(400, "1 validation error:\n" + chat[0], "body.messages.0.content")
+    assert chat_refusal(other) is other

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -290,7 +291,12 @@ class RemoteCounter:
                 payload["tools"] = request.body["tools"]  # vLLM's /tokenize renders them too
         else:
             payload = {"model": model, "prompt": (request.text or "")[: 16 * (limit + 1)]}
-        answer = await self._post("/tokenize", payload)
+        try:
+            answer = await self._post("/tokenize", payload)
+        except ApiError as error:
+            if "messages" in payload:
+                raise chat_refusal(error) from None
+            raise
         count = answer.get("count") if isinstance(answer, dict) else None
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise ApiError(
@@ -300,6 +306,37 @@ class RemoteCounter:
                 retry_after_s=1.0,
             )
         return count
+
+
+_ERROR_LINE = re.compile(r"  \{.*'loc': '([^']*)'")
+_ERROR_COUNT = re.compile(r"(\d+) validation errors?:\n")
+
+
+def chat_refusal(error: ApiError) -> ApiError:
+    """A chat request's `/tokenize` refusal as the client's error. vLLM's `/tokenize` body is
+    a prompt request or a chat request, so its validation error lists the prompt shape's
+    errors first (`body.prompt` missing, `param: "body.prompt"`): a field the client never
+    sent. Those go; the chat shape's stay, counted again, the first of them the `param`, as
+    vLLM's chat route words the same refusal. NOTE: a refusal in other words that names
+    `body.prompt` is relayed as it came but for its `param`, `messages`."""
+    if error.status >= 500 or error.param is None or not _is_prompt_loc(error.param):
+        return error
+    head = _ERROR_COUNT.match(error.message)
+    lines = error.message.split("\n")[1:]
+    more = lines[-1:] if lines and lines[-1].startswith("  ...and ") else []
+    matches = [_ERROR_LINE.match(line) for line in lines[: len(lines) - len(more)]]
+    kept = [(m.string, m[1]) for m in matches if m is not None and not _is_prompt_loc(m[1])]
+    param, message = "messages", error.message
+    if head is not None and kept and None not in matches:
+        count = int(head[1]) - (len(matches) - len(kept))
+        words = f"{count} validation {'error' if count == 1 else 'errors'}:"
+        param, message = kept[0][1], "\n".join([words, *(line for line, _ in kept), *more])
+    return ApiError(error.status, message, param, error.reason, error.retry_after_s,
+                    error.error_type)  # fmt: skip
+
+
+def _is_prompt_loc(loc: str) -> bool:
+    return loc == "body.prompt" or loc.startswith("body.prompt.")
 
 
 # -- prefix blocks ----------------------------------------------------------------------------
