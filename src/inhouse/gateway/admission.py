@@ -84,7 +84,8 @@ def _stream_options(options: dict[str, Any] | None, parsed: ParsedRequest) -> di
     `continuous_usage_stats` is off unless the client asked `include_usage` too: vLLM ignores
     it alone, but with the gateway's `include_usage` it would put usage on every chunk.
     Options vLLM would refuse go as sent, for the engine's 400."""
-    options = options or {}
+    if not options:
+        return {"include_usage": True}
     names = ("include_usage", "continuous_usage_stats")
     if any(read_flag(options.get(name)) is None for name in names):
         return options

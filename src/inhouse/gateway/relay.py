@@ -104,6 +104,21 @@ def _release(state: StreamState, fingerprint: bytes) -> bytes:
     return out
 
 
+def hold_finish(state: StreamState, piece: bytes) -> bool:
+    """A piece that is one whole finish chunk, for a client that did not ask usage: held (what
+    `relay_piece` would do, without its cutting and splitting: the common last token)."""
+    if (
+        state.wants_usage
+        or piece.find(b"\n\n") != len(piece) - 2
+        or not piece.startswith(b"data: ")
+        or _CHOICE_MARK not in piece
+        or FINISH_MARK not in piece
+    ):
+        return False
+    state.held.append(piece[:-2])
+    return True
+
+
 def _stamped(event: bytes, fingerprint: bytes) -> bytes:
     """The chunk with `"system_fingerprint"` last, where vLLM puts it on a finish chunk."""
     if not fingerprint or _FINGERPRINT_MARK in event or not event.endswith(b"}"):

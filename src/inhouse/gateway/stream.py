@@ -31,6 +31,7 @@ from inhouse.gateway.relay import (
     USAGE_MARK,
     StreamState,
     flush,
+    hold_finish,
     relay_piece,
     release_held,
 )
@@ -84,13 +85,14 @@ async def relay_stream(
         if (
             first_token_s  # the first token went out: nothing is held any more
             and not state.carry
-            and not state.held
             and piece.endswith(b"\n\n")
             and USAGE_MARK not in piece
-            and (state.wants_usage or FINISH_MARK not in piece)
         ):
-            state.num_events += piece.count(EVENT_MARK)
-            return piece  # whole events, no usage or finish chunk: what relay_piece returns
+            if not state.held and (state.wants_usage or FINISH_MARK not in piece):
+                state.num_events += piece.count(EVENT_MARK)
+                return piece  # whole events, no usage or finish chunk: what relay_piece returns
+            if hold_finish(state, piece):
+                return b""  # one finish chunk, held for the usage chunk's fingerprint
         out = relay_piece(state, piece)
         if not state.has_first_token:  # nothing to the client yet: a failure is retried
             if out:
