@@ -164,3 +164,34 @@ def test_a_finish_chunk_held_when_the_engine_dies_goes_before_the_error_event() 
     text = _through(pieces, ends=False)
     assert text.startswith(b"".join(pieces).decode()), text
     assert json.loads(text[len(b"".join(pieces)) :].split("\n\n")[0][6:])["error"]
+
+
+def test_a_stream_the_engine_ends_without_done_ends_with_an_error_event() -> None:
+    """The engine's body ends cleanly after some tokens but without `data: [DONE]` (its
+    stream was cut short upstream of the gateway): the client gets the tokens, then an error
+    event; before, the stream just ended, which an OpenAI client reads as a whole answer."""
+    pieces = [_event(ROLE), _event(TOKEN), _event(TOKEN)]
+    text = _through(pieces, ends=True)
+    assert text.startswith(b"".join(pieces).decode()), text
+    rest = [e for e in text[len(b"".join(pieces)) :].split("\n\n") if e]
+    assert len(rest) == 2 and rest[1] == "data: [DONE]", rest
+    error = json.loads(rest[0][6:])["error"]
+    assert "[DONE]" in error["message"] and error["code"] == 502, error
+
+
+def test_a_stream_the_engine_ends_before_any_token_is_a_502_not_an_empty_answer() -> None:
+    """A 200 event stream with no event at all (or only the role chunk) and no `[DONE]`:
+    nothing reached the client, so it is a failure of the replica (retried on the other, then
+    a 502), not an empty 200 stream."""
+    for pieces in ([], [_event(ROLE)]):
+
+        async def main(pieces: list[bytes] = pieces) -> httpx.Response:
+            async with paced_engine(pieces, ends=True) as url:
+                data = stack_data(replicas=2, gateway={"health": {"interval_s": 30}})
+                data["gateway"]["proxy"] = {"retries": 1}
+                async with gateway_for(data, {"chat": [url, url]}) as (_, client):
+                    return await client.post("/v1/chat/completions", json=chat(stream=True))
+
+        response = asyncio.run(main())
+        assert response.status_code == 502, response.text
+        assert "[DONE]" in response.json()["error"]["message"], response.text
