@@ -314,6 +314,12 @@ def test_an_attached_pool_relays_what_its_tokenize_refused_as_one_error() -> Non
             assert error == alone.json()["error"], (error, alone.text)
             assert error["param"] == "body.messages.0.content", error
             assert "body.prompt" not in error["message"], error
+            tool = json.dumps({"type": "function"})  # no function: vLLM's /tokenize refuses it
+            raw = body('"hi"')[:-1] + f',"tools":[{tool}]}}'
+            r = await client.post("/v1/chat/completions", content=raw, headers=headers)
+            assert r.status_code == 400, r.text
+            assert r.json()["error"]["param"] == "body.tools.0.function", r.text
+            assert r.json()["error"]["message"].startswith("1 validation error:"), r.text
             raw = body(f"[{_nested(1000)}]")
             r = await client.post("/v1/chat/completions", content=raw, headers=headers)
             assert r.status_code == 400, r.text
