@@ -9,8 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inhouse.gateway.prompt import LocalCounter, ParsedRequest, parse_request, prompt_blocks
+from inhouse.gateway.prompt import (
+    LocalCounter,
+    ParsedRequest,
+    chat_refusal,
+    parse_request,
+    prompt_blocks,
+)
 from inhouse.gateway.relay import StreamState, flush, is_role_only, relay_piece
+from inhouse.openai_errors import ApiError
 from inhouse.tokenizer import SimpleTokenizer
 
 
@@ -121,3 +128,60 @@ def test_an_assistant_refusal_part_is_text_and_counted() -> None:
     counts = [asyncio.run(counter.count(r, "tiny", 100_000)) for r in (request, bare)]
     counted = counts[0] - counts[1]
     assert counted >= len(SimpleTokenizer().encode(refusal)), counted
+
+
+def test_finish_chunks_wait_for_the_fingerprint_of_the_usage_chunk_the_gateway_drops() -> None:
+    """vLLM stamps `system_fingerprint` on each finish chunk unless a usage chunk follows;
+    the gateway's own include_usage moved it there. For a client that did not ask usage, each
+    finish chunk waits for the usage chunk and gets its fingerprint; the other choice's tokens
+    go on meanwhile (n=2)."""
+    finish0 = '{"choices":[{"index":0,"text":"a","finish_reason":"length"}]}'
+    token1 = '{"choices":[{"index":1,"text":"b","finish_reason":null}]}'
+    finish1 = '{"choices":[{"index":1,"text":"c","finish_reason":"stop"}]}'
+    usage = '{"choices":[],"usage":{"prompt_tokens":3},"system_fingerprint":"vllm-x"}'
+    state = StreamState(wants_usage=False)
+    assert relay_piece(state, events(finish0)) == b""
+    assert relay_piece(state, events(token1)) == events(token1)
+    assert relay_piece(state, events(finish1, usage, "[DONE]")) == events(
+        finish0[:-1] + ',"system_fingerprint":"vllm-x"}',
+        finish1[:-1] + ',"system_fingerprint":"vllm-x"}',
+        "[DONE]",
+    )
+    assert state.usage == {"prompt_tokens": 3} and state.num_events == 3
+    # A client that asked usage gets the engine's stream as it came.
+    kept = StreamState(wants_usage=True)
+    assert relay_piece(kept, events(finish0, usage, "[DONE]")) == events(finish0, usage, "[DONE]")
+
+
+def test_finish_chunks_go_before_done_or_an_error_when_no_usage_chunk_comes() -> None:
+    """An engine that sends no usage chunk (or no fingerprint on it): the held finish chunk
+    goes out as it came, before `[DONE]`, an error event or the stream's end."""
+    finish = '{"choices":[{"index":0,"text":"a","finish_reason":"length"}]}'
+    error = '{"error":{"message":"boom","type":"InternalServerError","param":null,"code":500}}'
+    for tail in ("[DONE]", error):
+        state = StreamState(wants_usage=False)
+        assert relay_piece(state, events(finish)) == b""
+        assert relay_piece(state, events(tail)) == events(finish, tail)
+    no_print = '{"choices":[],"usage":{"prompt_tokens":3}}'
+    state = StreamState(wants_usage=False)
+    assert relay_piece(state, events(finish, no_print)) == events(finish)
+    state = StreamState(wants_usage=False)
+    assert relay_piece(state, events(finish)) == b""
+    assert flush(state) == events(finish) and state.num_events == 1
+
+
+def test_a_chat_tokenize_refusal_names_the_fields_the_client_sent() -> None:
+    """vLLM's two-shape `/tokenize` refuses a chat body with the prompt shape's error first;
+    the client, who sent `messages`, gets the chat shape's errors alone, counted again."""
+    prompt = "  {'type': 'missing', 'loc': 'body.prompt', 'msg': 'Field required'}"
+    chat = [f"  {{'type': 'string_type', 'loc': 'body.messages.{i}.content'}}" for i in range(11)]
+    many = ApiError(400, "\n".join(["12 validation errors:", prompt, *chat[:9],
+                                    "  ...and 2 more errors"]), "body.prompt")  # fmt: skip
+    relayed = chat_refusal(many)
+    assert relayed.param == "body.messages.0.content"
+    assert relayed.message == "\n".join(["11 validation errors:", *chat[:9],
+                                         "  ...and 2 more errors"])  # fmt: skip
+    odd = chat_refusal(ApiError(400, "prompt is required", "body.prompt"))
+    assert (odd.message, odd.param) == ("prompt is required", "messages")
+    other = ApiError(400, "1 validation error:\n" + chat[0], "body.messages.0.content")
+    assert chat_refusal(other) is other

@@ -168,3 +168,42 @@ def test_a_replica_restarted_with_another_context_is_held_to_its_new_max_model_l
             await stop_engine(engine)
 
     asyncio.run(main())
+
+
+def test_a_replica_restarted_between_two_probes_is_held_to_its_new_max_model_len() -> None:
+    """The engine restarts on the same address with twice the context between two probes (a
+    fast restart: no probe or request failed meanwhile). The next probe, a 200 like the last,
+    brings the new length: requests the old one refused are served, and the other way round
+    (restarted with half the context) the gateway refuses what the engine would."""
+    first_len = engine_options().knobs.max_model_len
+    assert first_len is not None
+    data = stack_data(replicas=1, gateway={"health": {"interval_s": 30, "healthy_after": 1}})
+    del data["pools"][0]["knobs"]["max_model_len"]
+
+    async def main() -> None:
+        engine = await start_engine(engine_options())
+        port = int(engine.url.rsplit(":", 1)[1])
+        try:
+            async with gateway_for(data, {"chat": [engine.url]}) as (gateway, client):
+                monitor, pool = gateway.backends.monitor, gateway.pools["chat"]
+                replica = pool.replicas[0]
+                assert replica.is_healthy and pool.max_model_len() == first_len
+                for new_len in (2 * first_len, first_len // 2):
+                    old_len = pool.max_model_len()
+                    assert old_len is not None
+                    await engine.kill()
+                    engine = await start_engine(engine_options(max_model_len=new_len), port)
+                    await monitor.probe(replica)
+                    assert replica.is_healthy and replica.num_failures == 0
+                    assert pool.max_model_len() == new_len
+                    fits_longer = chat(max_tokens=max(old_len, new_len) - 64)
+                    r = await client.post("/v1/chat/completions", json=fits_longer)
+                    if new_len > old_len:
+                        assert r.status_code == 200, r.text
+                    else:  # the gateway's refusal, before the engine: vLLM's words
+                        assert r.status_code == 400, r.text
+                        assert f"max_model_len={new_len}" in r.text, r.text
+        finally:
+            await stop_engine(engine)
+
+    asyncio.run(main())

@@ -9,6 +9,7 @@ import json
 import time
 from typing import Any
 
+import httpx
 from tests.gateway.conftest import (
     MODEL,
     engines,
@@ -303,10 +304,22 @@ def test_an_attached_pool_relays_what_its_tokenize_refused_as_one_error() -> Non
             error = r.json()["error"]
             # vLLM's /tokenize body is a prompt request or a chat request, so its refusal
             # lists the prompt shape's error first (`param: "body.prompt"`, as real vLLM 0.32
-            # answers; see tests/server/test_compat.py), then the chat shape's.
-            assert error["param"] == "body.prompt", error
-            assert "'loc': 'body.messages.0.content'" in error["message"], error
-            assert not error["message"].startswith("{"), error
+            # answers; see tests/server/test_compat.py), then the chat shape's. The client
+            # sent no prompt: it gets the chat shape's errors alone, as the engine's chat
+            # route words them.
+            async with httpx.AsyncClient(base_url=live[0].url) as engine:
+                alone = await engine.post("/v1/chat/completions", content=body("[5]"),
+                                          headers=headers)  # fmt: skip
+            assert alone.status_code == 400, alone.text
+            assert error == alone.json()["error"], (error, alone.text)
+            assert error["param"] == "body.messages.0.content", error
+            assert "body.prompt" not in error["message"], error
+            tool = json.dumps({"type": "function"})  # no function: vLLM's /tokenize refuses it
+            raw = body('"hi"')[:-1] + f',"tools":[{tool}]}}'
+            r = await client.post("/v1/chat/completions", content=raw, headers=headers)
+            assert r.status_code == 400, r.text
+            assert r.json()["error"]["param"] == "body.tools.0.function", r.text
+            assert r.json()["error"]["message"].startswith("1 validation error:"), r.text
             raw = body(f"[{_nested(1000)}]")
             r = await client.post("/v1/chat/completions", content=raw, headers=headers)
             assert r.status_code == 400, r.text

@@ -785,6 +785,18 @@ def test_tokenize_token_strs_and_a_missing_prompt(engine_url: str) -> None:
         "param": "body.prompt",
         "code": 400,
     }
+    # A chat body's tools are typed as the chat route types them: a tool without its function
+    # fails the chat shape too (the simulated engine counted it).
+    chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
+    tools = _refusal(engine_url, "/tokenize", {**chat, "tools": [{"type": "function"}]})
+    assert tools == {
+        "message": "2 validation errors:\n  {'type': 'missing', 'loc': 'body.prompt', 'msg': "
+        "'Field required', 'input': '<dict of 3 items>'}\n  {'type': 'missing', 'loc': "
+        "'body.tools.0.function', 'msg': 'Field required', 'input': '<dict of 1 items>'}",
+        "type": "Bad Request",
+        "param": "body.prompt",
+        "code": 400,
+    }
 
 
 def test_stream_fingerprint_goes_on_the_last_chunk(engine_url: str) -> None:

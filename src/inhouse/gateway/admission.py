@@ -16,7 +16,7 @@ from inhouse.gateway.backends import Backends
 from inhouse.gateway.dispatch import PoolState
 from inhouse.gateway.limits import LimitStore, Refusal, Reservation
 from inhouse.gateway.metrics import GatewayMetrics
-from inhouse.gateway.prompt import ParsedRequest, nested_too_deep, prompt_blocks
+from inhouse.gateway.prompt import ParsedRequest, nested_too_deep, prompt_blocks, read_flag
 from inhouse.gateway.request_io import quoted
 from inhouse.gateway.tenants import Tenants
 from inhouse.openai_errors import (
@@ -75,6 +75,24 @@ def _unbounded_output(pool: PoolState) -> str:
         "`max_model_len` for it and its engines report none), so a request naming no "
         "max_tokens could generate past them. Set `max_tokens` (or `max_completion_tokens`)."
     )
+
+
+def _stream_options(options: dict[str, Any] | None, parsed: ParsedRequest) -> dict[str, Any]:
+    """A stream's `stream_options` as the engine gets them. `include_usage` is always on: the
+    usage chunk settles token limits (the relay drops it again, and moves its
+    `system_fingerprint` back onto the finish chunks, when the client did not ask for it).
+    `continuous_usage_stats` is off unless the client asked `include_usage` too: vLLM ignores
+    it alone, but with the gateway's `include_usage` it would put usage on every chunk.
+    Options vLLM would refuse go as sent, for the engine's 400."""
+    if not options:
+        return {"include_usage": True}
+    names = ("include_usage", "continuous_usage_stats")
+    if any(read_flag(options.get(name)) is None for name in names):
+        return options
+    forwarded = {**options, "include_usage": True}
+    if not parsed.wants_usage and "continuous_usage_stats" in options:
+        forwarded["continuous_usage_stats"] = False
+    return forwarded
 
 
 def _forwarded(body: dict[str, Any]) -> bytes:
@@ -198,8 +216,7 @@ class Admitter:
             priority = max(priority, client_priority)  # a client may only step back
         body["priority"] = priority
         if parsed.is_stream:
-            options = body.get("stream_options") or {}
-            body["stream_options"] = {**options, "include_usage": True}
+            body["stream_options"] = _stream_options(body.get("stream_options"), parsed)
         # Each of `n` outputs may take max_tokens; the prompt is counted once, as vLLM does.
         reserved = num_prompt + max_tokens * parsed.num_choices
         forwarded = _forwarded(body)  # before the reserve: a body it cannot write holds nothing

@@ -304,13 +304,14 @@ def engine_refusal(status: int, content: bytes) -> ApiError:
     """An engine's refusal of a request the gateway sent for the client (its `/tokenize`),
     as the client's error: the engine's own message and `param` when it gave them in
     OpenAI's shape, else (at most 500 characters of) its text."""
-    message, param = content[:500].decode("utf-8", "replace"), None
+    message, param, kind = content[:500].decode("utf-8", "replace"), None, None
     with contextlib.suppress(ValueError, AttributeError, TypeError, KeyError, RecursionError):
         error = json.loads(content)["error"]
         if isinstance(error.get("message"), str):
             message = error["message"]
             param = error.get("param") if isinstance(error.get("param"), str) else None
+            kind = error.get("type") if isinstance(error.get("type"), str) else None
     if status >= 500:  # the engine failed, not the request: retry, as for a generation
         return ApiError(502, f"The engine failed to count the prompt: {message}",
                         reason="upstream_error", retry_after_s=1.0)  # fmt: skip
-    return ApiError(status, message, param=param)
+    return ApiError(status, message, param=param, error_type=kind)

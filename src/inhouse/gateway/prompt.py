@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -103,7 +104,7 @@ def parse_request(raw: bytes, content_type: str, is_chat: bool) -> ParsedRequest
     if options is not None:
         if not isinstance(options, dict):
             raise invalid("stream_options must be an object", param="stream_options")
-        wants_usage = options.get("include_usage") is True
+        wants_usage = read_flag(options.get("include_usage")) is True
     max_tokens_field, max_tokens = _max_tokens(body, is_chat)
     num_choices = max(_count(body, "n"), 1 if is_chat else _count(body, "best_of"))
     user = body.get("user")
@@ -120,6 +121,24 @@ def parse_request(raw: bytes, content_type: str, is_chat: bool) -> ParsedRequest
         body, is_chat, model, bool(stream), wants_usage, max_tokens, text, ids, session,
         num_choices, media, max_tokens_field,
     )  # fmt: skip
+
+
+_TRUE_WORDS = frozenset(("1", "on", "t", "true", "y", "yes"))
+_FALSE_WORDS = frozenset(("0", "off", "f", "false", "n", "no"))
+
+
+def read_flag(value: object) -> bool | None:
+    """A boolean field as vLLM's request model (pydantic, lax) reads it: null is false, 0/1
+    and words such as "yes" are booleans; None for a value it refuses (the engine's 400)."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int | float) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        word = value.lower()
+        if word in _TRUE_WORDS or word in _FALSE_WORDS:
+            return word in _TRUE_WORDS
+    return None
 
 
 def _count(body: dict[str, Any], name: str) -> int:
@@ -272,7 +291,12 @@ class RemoteCounter:
                 payload["tools"] = request.body["tools"]  # vLLM's /tokenize renders them too
         else:
             payload = {"model": model, "prompt": (request.text or "")[: 16 * (limit + 1)]}
-        answer = await self._post("/tokenize", payload)
+        try:
+            answer = await self._post("/tokenize", payload)
+        except ApiError as error:
+            if "messages" in payload:
+                raise chat_refusal(error) from None
+            raise
         count = answer.get("count") if isinstance(answer, dict) else None
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise ApiError(
@@ -282,6 +306,37 @@ class RemoteCounter:
                 retry_after_s=1.0,
             )
         return count
+
+
+_ERROR_LINE = re.compile(r"  \{.*'loc': '([^']*)'")
+_ERROR_COUNT = re.compile(r"(\d+) validation errors?:\n")
+
+
+def chat_refusal(error: ApiError) -> ApiError:
+    """A chat request's `/tokenize` refusal as the client's error. vLLM's `/tokenize` body is
+    a prompt request or a chat request, so its validation error lists the prompt shape's
+    errors first (`body.prompt` missing, `param: "body.prompt"`): a field the client never
+    sent. Those go; the chat shape's stay, counted again, the first of them the `param`, as
+    vLLM's chat route words the same refusal. NOTE: a refusal in other words that names
+    `body.prompt` is relayed as it came but for its `param`, `messages`."""
+    if error.status >= 500 or error.param is None or not _is_prompt_loc(error.param):
+        return error
+    head = _ERROR_COUNT.match(error.message)
+    lines = error.message.split("\n")[1:]
+    more = lines[-1:] if lines and lines[-1].startswith("  ...and ") else []
+    matches = [_ERROR_LINE.match(line) for line in lines[: len(lines) - len(more)]]
+    kept = [(m.string, m[1]) for m in matches if m is not None and not _is_prompt_loc(m[1])]
+    param, message = "messages", error.message
+    if head is not None and kept and None not in matches:
+        count = int(head[1]) - (len(matches) - len(kept))
+        words = f"{count} validation {'error' if count == 1 else 'errors'}:"
+        param, message = kept[0][1], "\n".join([words, *(line for line, _ in kept), *more])
+    return ApiError(error.status, message, param, error.reason, error.retry_after_s,
+                    error.error_type)  # fmt: skip
+
+
+def _is_prompt_loc(loc: str) -> bool:
+    return loc == "body.prompt" or loc.startswith("body.prompt.")
 
 
 # -- prefix blocks ----------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from inhouse.gateway.send_writer import SendWriter
 from inhouse.gateway.service import Gateway
 from inhouse.gateway.stream import SHUTDOWN_MESSAGE, Broke, relay_stream
 from inhouse.http1.chunk_writer import ChunkWriter
-from inhouse.http1.upstream import UpstreamError
+from inhouse.http1.upstream import Response, UpstreamError
 from inhouse.openai_errors import ApiError
 from inhouse.spec.gateway import TenantSpec
 
@@ -161,6 +161,11 @@ class GenerationRoute:
                 if not is_stream or attempt.response.status != 200:
                     ending = await self._whole(admission, attempt, send, headers, watch)
                     break
+                kind = _content_type(attempt.response, b"text/event-stream")
+                if not kind.startswith(b"text/event-stream"):
+                    what = f"not an event stream ({_shown(kind)})"
+                    ending = await self._not_an_answer(attempt, send, headers, what)
+                    break
                 state = StreamState(admission.parsed.wants_usage)
                 if writer is not None:
                     relayed = await relay_stream(parts, admission, attempt, send, writer, headers,
@@ -216,16 +221,15 @@ class GenerationRoute:
                 await send_error(send, error, headers[:1])
                 return Ending(502, error.reason, replica, route, retries, was_sent=True)
             body = (attempt.first or b"") + rest
-            kind = next(
-                (v for k, v in response.headers if k == b"content-type"), b"application/json"
-            )
+            kind = _content_type(response, b"application/json")
             status = response.status
             usage = None
             if status == 200:
                 try:
                     usage = usage_of_body(body)
                 except NotJson:
-                    return await self._not_json(attempt, send, headers, kind, len(body))
+                    what = f"not JSON ({_shown(kind)}, {len(body)} bytes)"
+                    return await self._not_an_answer(attempt, send, headers, what)
             head = [(b"content-type", kind), (b"content-length", str(len(body)).encode()),
                     *headers, attempt.overhead_header(admission.arrival_s)]  # fmt: skip
             await send({"type": "http.response.start", "status": status, "headers": head})
@@ -240,26 +244,21 @@ class GenerationRoute:
         return Ending(200, "", replica, route, retries, usage, is_served=True,
                       was_sent=True)  # fmt: skip
 
-    async def _not_json(
-        self,
-        attempt: Attempt,
-        send: Send,
-        headers: list[tuple[bytes, bytes]],
-        kind: bytes,
-        size: int,
+    async def _not_an_answer(
+        self, attempt: Attempt, send: Send, headers: list[tuple[bytes, bytes]], what: str
     ) -> Ending:
-        """A 200 whose body is not JSON: not an engine's answer (an ingress's default page, a
-        login portal at its address). A 502 the client can act on, a failure of the replica,
-        never a success relayed."""
+        """A 200 that is not an engine's answer: a body that is not JSON, or, to a stream
+        request, no event stream (an ingress's default page, a login portal at its address).
+        A 502 the client can act on, a failure of the replica, never a success relayed: the
+        page relayed as a stream's body read as an empty answer to an OpenAI client."""
         placement = attempt.placement
         replica = placement.replica
         if replica.record_failure(self.gateway.spec.health):
-            log.warning("replica %s/%s removed: answers 200 with a body that is not JSON",
-                        replica.pool, replica.index)  # fmt: skip
+            log.warning("replica %s/%s removed: answers 200 with a body that is %s",
+                        replica.pool, replica.index, what)  # fmt: skip
         message = (
             f"The engine at replica {replica.label} of pool {replica.pool!r} answered 200 with "
-            f"a body that is not JSON ({kind.decode('latin-1')[:64]}, {size} bytes); is an "
-            "engine listening at its address? Please retry."
+            f"a body that is {what}; is an engine listening at its address? Please retry."
         )
         error = ApiError(502, message, reason="upstream_error", retry_after_s=1.0)
         await send_error(send, error, headers[:1])
@@ -293,6 +292,15 @@ class GenerationRoute:
         prompt, completion = billed_tokens(admission, ending)
         await gateway.admission.settle(admission, prompt + completion)
         gateway.observer.finished(admission, ending, prompt, completion)
+
+
+def _content_type(response: Response, default: bytes) -> bytes:
+    return next((v for k, v in response.headers if k == b"content-type"), default)
+
+
+def _shown(kind: bytes) -> str:
+    """A content type as an error message quotes it (an engine's header: bounded)."""
+    return kind.decode("latin-1")[:64]
 
 
 async def _cut(send: Send, rid: tuple[bytes, bytes], attempt: Attempt | None) -> Ending:

@@ -68,10 +68,7 @@ class Replica:
         self.scraped_waiting = 0
         self.scraped_kv_usage = 0.0
         self.scraped_at = -1e18
-        self.max_model_len: int | None = None
-        # The engine may have restarted (with another context) since `max_model_len` was read:
-        # read `/v1/models` again at the next 200.
-        self.is_models_stale = True
+        self.max_model_len: int | None = None  # what `/v1/models` said at the last 200 probe
 
     def num_waiting(self, now: float, max_age_s: float) -> int:
         """Requests queued in the engine: the scrape while fresh, and at least what exceeds
@@ -107,7 +104,6 @@ class Replica:
         (its `/health` answered, and not 200), after `unhealthy_after` in a row otherwise."""
         self.num_successes = 0
         self.num_failures += 1
-        self.is_models_stale = True  # what answers next may be a restarted engine
         threshold = 1 if is_explicit else health.unhealthy_after
         if self.is_healthy and self.num_failures >= threshold:
             self.is_healthy = False
@@ -132,10 +128,10 @@ def parse_engine_metrics(text: str) -> tuple[int, float]:
 
 
 class HealthMonitor:
-    """Probes `/health`, scrapes `/metrics` and reads `/v1/models` (max_model_len: at the first
-    200, and again at the first 200 after any failure, in case the engine restarted) for every
-    replica it watches, on one httpx client, as background tasks of the gateway's loop. A
-    scaled pool's replicas come and go (`watch`, `unwatch`); vacant slots are not watched."""
+    """Probes `/health`, scrapes `/metrics` and reads `/v1/models` (max_model_len, at every 200
+    probe: the engine may have restarted with another) for every replica it watches, on one
+    httpx client, as background tasks of the gateway's loop. A scaled pool's replicas come and
+    go (`watch`, `unwatch`); vacant slots are not watched."""
 
     def __init__(
         self,
@@ -211,8 +207,7 @@ class HealthMonitor:
         with contextlib.suppress(httpx.HTTPError):
             status = (await self.client.get(replica.url + "/health")).status_code
         if status == 200:
-            if replica.max_model_len is None or replica.is_models_stale:
-                await self._read_models(replica)
+            await self._read_models(replica)
             if replica.record_success(self.health):
                 log.info("replica %s/%s joined (%s)", replica.pool, replica.index, replica.url)
                 if self._on_join is not None:
@@ -222,16 +217,21 @@ class HealthMonitor:
             log.warning("replica %s/%s removed: %s", replica.pool, replica.index, why)
 
     async def _read_models(self, replica: Replica) -> None:
-        """The context length the engine reports (the shortest of its models'), read when it
-        first answers and again after any failure (it may have restarted with another); kept
-        stale until an answer parses."""
+        """The context length the engine reports (the shortest of its models'), read at every
+        200 probe; an answer that does not parse keeps the last one.
+
+        NOTE: every probe, not only after a failure: an engine restarted with another
+        `--max-model-len` between two probes (a fast restart, a pod replaced at the same
+        address) fails none, and its old length made the gateway refuse what it would serve,
+        or send what it refuses. A restart leaves no other signal every engine gives (vLLM's
+        `created` is the time of the request; a connection reset is hidden behind a mesh
+        proxy). The read costs what the probe does (measured, docs/gateway.md)."""
         with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, TypeError):
             response = await self.client.get(replica.url + "/v1/models")
             response.raise_for_status()
             cards = response.json()["data"]
             lengths = [int(c["max_model_len"]) for c in cards if c.get("max_model_len")]
             replica.max_model_len = min(lengths) if lengths else None
-            replica.is_models_stale = False
 
     async def _probe_loop(self, replica: Replica, is_probed: bool) -> None:
         if not is_probed:

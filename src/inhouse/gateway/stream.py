@@ -27,16 +27,21 @@ from inhouse.gateway.client_watch import ClientWatch
 from inhouse.gateway.observation import Ending
 from inhouse.gateway.relay import (
     EVENT_MARK,
+    FINISH_MARK,
     USAGE_MARK,
     StreamState,
     flush,
+    hold_finish,
     relay_piece,
+    release_held,
 )
 from inhouse.http1.upstream import Response, UpstreamError
 from inhouse.openai_errors import error_event
 
 SSE_TYPE = b"text/event-stream; charset=utf-8"
 SHUTDOWN_MESSAGE = "The gateway is shutting down and cut this request; retry it on another one."
+NO_DONE_MESSAGE = "the engine's event stream ended without data: [DONE]"
+DONE_MARK = b"data: [DONE]"
 log = logging.getLogger("inhouse.gateway")
 
 
@@ -76,17 +81,22 @@ async def relay_stream(
     replica = placement.replica.label
     held: list[bytes] = []  # what came before the first token (the chat role chunk)
     first_token_s = 0.0
+    last = b""  # the last bytes sent: does the stream end in [DONE]?
 
     def take(piece: bytes) -> bytes:
-        nonlocal first_token_s
+        nonlocal first_token_s, last
         if (
             first_token_s  # the first token went out: nothing is held any more
             and not state.carry
             and piece.endswith(b"\n\n")
             and USAGE_MARK not in piece
         ):
-            state.num_events += piece.count(EVENT_MARK)
-            return piece  # whole events, no usage chunk: what relay_piece would return
+            if not state.held and (state.wants_usage or FINISH_MARK not in piece):
+                state.num_events += piece.count(EVENT_MARK)
+                last = piece
+                return piece  # whole events, no usage or finish chunk: what relay_piece returns
+            if hold_finish(state, piece):
+                return b""  # one finish chunk, held for the usage chunk's fingerprint
         out = relay_piece(state, piece)
         if not state.has_first_token:  # nothing to the client yet: a failure is retried
             if out:
@@ -98,6 +108,8 @@ async def relay_stream(
         if out and not first_token_s:
             first_token_s = time.perf_counter()
             parts.backends.first_token(placement)
+        if out:
+            last = out
         return out
 
     def ending(status: int, reason: str = "", is_client_gone: bool = False) -> Ending:
@@ -108,6 +120,7 @@ async def relay_stream(
     head = [(b"content-type", SSE_TYPE), (b"cache-control", b"no-cache"), *headers,
             attempt.overhead_header(admission.arrival_s)]  # fmt: skip
     is_broken = False
+    unsent = b""
     try:
         await send({"type": "http.response.start", "status": 200, "headers": head})
         try:
@@ -121,6 +134,16 @@ async def relay_stream(
             response.abort()
             return Broke(Failed(placement, exc))
         tail = b"".join(held) + tail + flush(state)
+        if not (tail or last).rstrip(b"\n").endswith(DONE_MARK):
+            # The body ended, but not the stream: cut short upstream of the gateway (a proxy,
+            # an engine that failed its own way). Before the first token it is a failure of
+            # the replica, as a broken connection is; after it, the error event.
+            if not state.has_first_token and not writer.is_lost and writer.unstart():
+                is_broken = True
+                response.abort()
+                return Broke(Failed(placement, UpstreamError(NO_DONE_MESSAGE, False)))
+            unsent = tail  # the last tokens go out before the error event
+            raise UpstreamError(f"{NO_DONE_MESSAGE}; the answer may be incomplete", False)
         response.release()
         await send({"type": "http.response.body", "body": tail, "more_body": False})
         return ending(200)
@@ -129,7 +152,8 @@ async def relay_stream(
             return ending(499, "client_disconnect")
         parts.metrics.stream_errors.child(admission.pool.name, replica).inc()
         message = f"The engine stream broke off: {exc}"
-        await send({"type": "http.response.body", "body": error_event(message), "more_body": False})
+        body = unsent + release_held(state) + error_event(message)  # what came before first
+        await send({"type": "http.response.body", "body": body, "more_body": False})
         return ending(200, "stream_error")
     except asyncio.CancelledError:
         if watch.absorb():

@@ -265,6 +265,7 @@ class TokenizePromptShape(BaseModel):
 class TokenizeChatShape(BaseModel):
     model_config = ConfigDict(extra="allow")
     messages: list[ChatMessage]
+    tools: list[ChatCompletionTool] | None = None  # rendered into the prompt: typed, as in vLLM
 
 
 class TokenizeShapes(RootModel[TokenizePromptShape | TokenizeChatShape]):
