@@ -286,6 +286,7 @@ def _cost(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
                 _usd(per_m["input"], 3),
                 _usd(per_m["output"], 3),
                 _usd(w["usd_per_request"], 5),
+                _usd(w.get("usd_per_request_with_idle_hours"), 5),
             ]
         )
     lines += _table(
@@ -297,13 +298,19 @@ def _cost(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
             "$/1M blended",
             "$/1M in",
             "$/1M out",
-            "$/request",
+            "$/request at load",
+            "$/request with idle hours",
         ],
         rows,
     )
     lines.append(
         "A pool's $/h is split between the workloads it serves by the replica time each takes, "
-        "then between input and output by prefill versus decode time."
+        "then between input and output by prefill versus decode time. The $/1M and $/request "
+        "at load hold in an active hour at the average rate; the stack is paid for all "
+        f"{c['hours_per_month']:.0f} h of the month and traffic flows "
+        f"{c['active_hours_per_month']:.0f} h of it, so a month's bill over a month's requests "
+        "is the $/request with idle hours ($/h share x "
+        f"{c['hours_per_month']:.0f} h / requests a month)."
     )
     lines.append("")
     api_rows = []
@@ -331,9 +338,11 @@ def _cost(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
                 f"{_usd(c['usd_per_month'], 0)}; the plan assumes 24/7."
             )
             lines.append("")
+        lines.append("Break-even = capex / (API $/month - (power + ops + rent) $/month).")
+        lines.append("")
+    if c.get("effective_usd_per_million_tokens_with_idle_hours") is not None:
         lines.append(
-            "Break-even = capex / (API $/month - (power + ops + rent) $/month). "
-            f"Effective stack cost with idle hours: "
+            "Effective stack cost with idle hours: "
             f"{_usd(c['effective_usd_per_million_tokens_with_idle_hours'], 3)} per 1M tokens."
         )
     if "cost" in charts:

@@ -293,6 +293,9 @@ def cost(plan: Plan, costs: Mapping[str, WorkloadCost]) -> dict[str, Any]:
             monthly / (total_tps * 3600 * hours) * 1e6 if total_tps else None
         ),
         "usd_per_request": {n: w["usd_per_request"] for n, w in workloads.items()},
+        "usd_per_request_with_idle_hours": {
+            n: w["usd_per_request_with_idle_hours"] for n, w in workloads.items()
+        },
         "workloads": workloads,
         "api_usd_per_month": api_total,
         "breakeven_months": breakeven,
