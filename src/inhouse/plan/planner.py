@@ -71,6 +71,22 @@ class Plan:
     alternative: Alternative | None = None  # the cheapest plan of the other choice
 
 
+def refuse_unknown_models(requirements: Requirements) -> None:
+    """A model name the catalog does not know is refused by the field that names it (the
+    catalog's "unknown model 'x'; known: ..." named neither the workload nor the field)."""
+    for req in requirements.workloads:
+        fields = [(f"models.allowed[{i}]", name) for i, name in enumerate(req.models.allowed)]
+        if req.models.fallback is not None:
+            fields.append(("models.fallback", req.models.fallback))
+        for where, name in fields:
+            try:
+                get_model(name)
+            except SpecError as exc:
+                raise SpecError(
+                    f"{requirements.name}: workloads[{req.name}].{where}: {exc}"
+                ) from exc
+
+
 def refuse_a_floor_above_every_model(requirements: Requirements) -> None:
     """`models.min_params_b` above every allowed model leaves nothing to size (it was reported
     as "no GPU on offer fits the model")."""
@@ -103,7 +119,8 @@ def refuse_prompts_past_every_context(requirements: Requirements) -> None:
 
 
 def _lengths_to_fit(req: WorkloadReq) -> list[tuple[str, int]]:
-    """(field, tokens) that one request of the workload holds at its p95."""
+    """(field, tokens) that one request of the workload holds at its p95, and its longest
+    prompt where the requirements state one."""
     out = [("output_tokens.p95", req.output_tokens.p95)]
     if req.kind == "agent":
         assert req.multi_turn is not None
@@ -114,6 +131,8 @@ def _lengths_to_fit(req: WorkloadReq) -> list[tuple[str, int]]:
     else:
         assert req.prompt_tokens is not None
         out.insert(0, ("prompt_tokens.p95", req.prompt_tokens.p95))
+    if req.max_prompt_tokens is not None:
+        out.insert(0, ("max_prompt_tokens", req.max_prompt_tokens))
     return out
 
 
@@ -134,6 +153,7 @@ def make_plan(requirements: Requirements, *, verify: bool = True) -> Plan:
     must also meet it with one replica lost (in the simulator); if none does, the plan is the
     best one for the normal SLOs and `shortfall` says which constraint prevents the degraded
     one. `alternative` prices the other choice."""
+    refuse_unknown_models(requirements)
     refuse_a_floor_above_every_model(requirements)
     refuse_prompts_past_every_context(requirements)
     profiles = characterize(requirements)
@@ -421,7 +441,7 @@ def infeasible_message(
             lines.append(f"  binding constraint ({layout.description}): {reason}")
     for miss in result.hardware_misses[:3]:
         lines.append(
-            f"  binding constraint (hardware, {miss.layout.description}): "
+            f"  binding constraint ({miss.layout.description}): "
             f"{'; '.join(miss.problems)} [{miss.label}]"
         )
     lines.append(
