@@ -7,12 +7,16 @@ cost sheet with the arithmetic, what would invalidate the plan, risks and assump
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from inhouse.plan.memo_failover import degraded_sentence, failover_lines, failover_risks
 from inhouse.plan.memo_format import METRIC_NAMES, _ms, _pct, _table, _usd
 from inhouse.spec.triggers import Trigger, describe
+from inhouse.workload.arrivals import Z95
+
+Z99 = 2.3263478740408408  # the standard normal's 99th percentile
 
 
 def render_memo(report: Mapping[str, Any], charts: Mapping[str, str]) -> str:
@@ -96,6 +100,7 @@ def _workloads(r: Mapping[str, Any]) -> list[str]:
         "",
         "Sampled from the same seeded generators the simulator replays (`workloads` in plan.json).",
         "",
+        *_length_models(r),
         *_table(
             [
                 "workload",
@@ -107,6 +112,60 @@ def _workloads(r: Mapping[str, Any]) -> list[str]:
             ],
             rows,
         ),
+    ]
+
+
+def _lognormal(p50: float, p95: float) -> tuple[float, float, float]:
+    """(sigma, mean, p99) of the lognormal through a median and a 95th percentile."""
+    sigma = math.log(p95 / p50) / Z95
+    return sigma, p50 * math.exp(sigma**2 / 2), p50 * math.exp(Z99 * sigma)
+
+
+def _length_models(r: Mapping[str, Any]) -> list[str]:
+    """The distribution the stated p50 and p95 are read as: two points fix no shape, and the
+    mean (cost, KV) and the tail (the long pool) follow from the one assumed."""
+    lines = []
+    for w in r.get("requirements", {}).get("workloads", []):
+        out = w["output_tokens"]
+        o_sigma = _lognormal(out["p50"], out["p95"])[0]
+        outputs = (
+            f"output lengths lognormal through p50 {out['p50']:,} and p95 {out['p95']:,} "
+            f"(sigma {o_sigma:.2f}), cut at 8x the p95"
+        )
+        prompt = w.get("prompt_tokens")
+        if prompt is None:
+            lines.append(
+                f"* {w['name']}: prompts grow turn by turn from `multi_turn` (each part "
+                f"lognormal through its p50 and p95); {outputs}."
+            )
+            continue
+        # The generators' own shapes (inhouse.plan.traffic.make_workload): a shared prefix is
+        # a fixed part of each prompt, a long-context prompt is a document plus a question.
+        fixed = 0
+        if w["kind"] in ("utility", "shared-prefix"):
+            fixed = min(w.get("shared_prefix_tokens", 0), prompt["p50"] - 1)
+        sigma, mean, p99 = _lognormal(prompt["p50"] - fixed, prompt["p95"] - fixed)
+        cut = w.get("max_prompt_tokens") or 4 * prompt["p95"]
+        extra = {
+            "longctx": " plus a question (p50 60, p95 200 tokens)",
+            "utility": f" after a {fixed:,}-token shared instruction" if fixed else "",
+            "shared-prefix": f" after a {fixed:,}-token shared prefix" if fixed else "",
+        }.get(w["kind"], "")
+        lines.append(
+            f"* {w['name']}: prompt lengths are lognormal through p50 {prompt['p50']:,} and p95 "
+            f"{prompt['p95']:,} (sigma {sigma:.2f}): mean {mean + fixed:,.0f}, "
+            f"p99 {p99 + fixed:,.0f}, cut at {cut:,}{extra}; {outputs}."
+        )
+    if not lines:
+        return []
+    return [
+        "The requirements give each length as a p50 and a p95; the plan reads them as a "
+        "lognormal (sigma = ln(p95/p50) / 1.645). Another shape through the same two points "
+        "moves the mean, which cost and KV cache follow, and the tail, which a long-context "
+        "pool serves: check it against measured lengths.",
+        "",
+        *lines,
+        "",
     ]
 
 
