@@ -435,7 +435,7 @@ def _sensitivity(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
                 else f"re-plan: none fits ({replan.get('why_none')})"
             )
         else:
-            at_text = "—" if at is None else f"{at:.2f}x"
+            at_text = "—" if at is None else f"{at:.2f}x{_break_units(s['name'], at, r)}"
         rows.append([s["change"], broke, at_text, trigger_text(s)])
     lines = ["## 7. What would invalidate the plan", ""]
     lines += _table(
@@ -453,6 +453,37 @@ def _sensitivity(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
     return [*lines, ""]
 
 
+def _break_units(name: str, at: float, r: Mapping[str, Any]) -> str:
+    """A break point in the workloads' own units: the p95 prompt in tokens, the hit rate, the
+    peak rate or sessions (the bare multiple left the reader to multiply)."""
+    parts = []
+    for workload, w in r.get("workloads", {}).items():
+        if name == "prompt_p95_1.7x":
+            parts.append(f"{workload} {w['prompt_tokens']['p95'] * at:,.0f}")
+        elif name == "prefix_hit_halved":
+            parts.append(f"{workload} {w['planned_prefix_hit_rate'] * at:.0%}")
+        elif name == "traffic_2x":
+            t = w["traffic"]
+            peak = (
+                f"{t['peak_sessions'] * at:.0f} sessions"
+                if "peak_sessions" in t
+                else f"{t['peak_per_s'] * at:.2f} req/s"
+            )
+            parts.append(f"{workload} {peak}")
+        elif name == "burstiness_2x":
+            parts.append(f"{workload} CV² {w['arrival_cv2'] * at:.2f}")
+    if not parts:
+        return ""
+    what = {
+        "prompt_p95_1.7x": ("p95 prompt: ", " tokens"),
+        "prefix_hit_halved": ("prefix hit rate: ", ""),
+        "traffic_2x": ("peak: ", ""),
+        "burstiness_2x": ("arrivals: ", ""),
+    }
+    head, tail = what[name]
+    return f" ({head}{', '.join(parts)}{tail})"
+
+
 def trigger_text(row: Mapping[str, Any]) -> str:
     """A sensitivity row's triggers in words, from the same data `inhouse render` alerts on."""
     found = [Trigger.model_validate(t) for t in row.get("triggers", ())]
@@ -464,7 +495,8 @@ def _risks(r: Mapping[str, Any]) -> list[str]:
     for s in r["sensitivity"]:
         if s.get("first_break") and s.get("breaks_at_size") is not None:
             lines.append(
-                f"* {s['change']}: breaks at {s['breaks_at_size']:.2f}x; watch: {trigger_text(s)}."
+                f"* {s['change']}: breaks at {s['breaks_at_size']:.2f}x"
+                f"{_break_units(s['name'], s['breaks_at_size'], r)}; watch: {trigger_text(s)}."
             )
     lines += [f"* {a}" for a in r["assumptions"]]
     return [*lines, ""]
