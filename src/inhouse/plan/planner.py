@@ -118,6 +118,33 @@ def refuse_prompts_past_every_context(requirements: Requirements) -> None:
                 )
 
 
+# The longest output the generators draw is 8x the p95 (`traffic.make_workload`), and a pool's
+# `max_model_len` leaves room for twice the longest sampled one (`layout._max_model_len`).
+OUTPUT_ALLOWANCE_OVER_P95 = 16
+
+
+def fit_default_prompt_limits(requirements: Requirements) -> Requirements:
+    """A workload that states no `max_prompt_tokens` gets 4x its p95, but never more than the
+    longest context it may run on holds beside its outputs: 4x a 40K p95 asked 160K tokens of
+    a 128K model, and the plan was infeasible by a limit nobody had stated."""
+    workloads = []
+    for req in requirements.workloads:
+        if req.kind == "agent" or req.max_prompt_tokens is not None:
+            workloads.append(req)
+            continue
+        assert req.prompt_tokens is not None
+        models = list(req.models.allowed)
+        if req.models.lora_on is not None:
+            models += requirements.workload(req.models.lora_on).models.allowed
+        context = max(get_model(name).max_context for name in models)
+        room = context - OUTPUT_ALLOWANCE_OVER_P95 * req.output_tokens.p95
+        default = 4 * req.prompt_tokens.p95
+        if default > room:
+            req = req.model_copy(update={"max_prompt_tokens": max(req.prompt_tokens.p95, room)})
+        workloads.append(req)
+    return requirements.model_copy(update={"workloads": tuple(workloads)})
+
+
 def _lengths_to_fit(req: WorkloadReq) -> list[tuple[str, int]]:
     """(field, tokens) that one request of the workload holds at its p95, and its longest
     prompt where the requirements state one."""
@@ -156,6 +183,7 @@ def make_plan(requirements: Requirements, *, verify: bool = True) -> Plan:
     refuse_unknown_models(requirements)
     refuse_a_floor_above_every_model(requirements)
     refuse_prompts_past_every_context(requirements)
+    requirements = fit_default_prompt_limits(requirements)
     profiles = characterize(requirements)
     planning = requirements.planning
     if not verify or planning.verify_top == 0:
