@@ -448,9 +448,42 @@ def _sensitivity(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
         "render`'s rules at the same level (InhousePrefixHitRateLow and InhouseReplan*, their "
         "`change` label naming the row)."
     )
+    lines += _bucket_note(r)
     if "sensitivity" in charts:
         lines += ["", f"![SLO ratios under each change]({charts['sensitivity']})"]
     return [*lines, ""]
+
+
+def _bucket_note(r: Mapping[str, Any]) -> list[str]:
+    """Why a trigger's planned prompt p95 differs from section 1's: the alert reads vLLM's
+    histogram buckets, which interpolate linearly inside a wide bucket."""
+    # A pool that takes only part of a workload's prompts (split at a length) has another p95.
+    whole = {
+        p["name"]
+        for p in r.get("pools", ())
+        if p.get("role") != "long" and p.get("long_prompt_tokens") is None
+    }
+    pairs = []
+    for s in r["sensitivity"]:
+        for t in s.get("triggers", ()):
+            if t["signal"] != "prompt_tokens_p95" or len(t["workloads"]) != 1:
+                continue
+            if t["pool"] not in whole:
+                continue
+            w = r.get("workloads", {}).get(t["workloads"][0])
+            if w is not None:
+                pairs.append(
+                    f"{t['workloads'][0]}'s sampled p95 prompt of "
+                    f"{w['prompt_tokens']['p95']:,.0f} tokens reads as {t['planned']:,.0f}"
+                )
+    if not pairs:
+        return []
+    return [
+        "",
+        "Token and TPOT levels in the triggers are what Prometheus' histogram_quantile reads "
+        "from vLLM's buckets (linear inside a bucket), the figure the alert compares: "
+        f"{'; '.join(pairs)}. Compare a trigger with its planned value, not with section 1.",
+    ]
 
 
 def _break_units(name: str, at: float, r: Mapping[str, Any]) -> str:
