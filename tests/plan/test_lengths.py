@@ -8,11 +8,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from inhouse.plan import build_report, make_plan
 from inhouse.plan.layout import build_layouts
-from inhouse.plan.memo import _workloads
+from inhouse.plan.memo import _workloads, render_memo
 from inhouse.plan.traffic import profile_workload
 
-from .plan_helpers import parse
+from .plan_helpers import parse, small_requirements
 
 Z95 = 1.6448536269514722  # the standard normal's 95th percentile
 Z99 = 2.3263478740408408
@@ -100,3 +101,11 @@ def test_the_memo_states_the_lognormal_it_draws_lengths_from(
     )
     out_sigma = math.log(900 / 250) / Z95
     assert f"output lengths lognormal through p50 250 and p95 900 (sigma {out_sigma:.2f})" in text
+
+
+def test_the_memo_names_the_chosen_layout() -> None:
+    # A split plan's memo listed pools `code` and `code-long` with no word of the length they
+    # split at or the share of traffic each takes; the runners-up had both.
+    report = build_report(make_plan(parse(small_requirements()), verify=False), sensitivity=False)
+    layout = report["search"]["chosen"]["layout"]
+    assert f"Chosen layout: {layout}." in render_memo(report, {})

@@ -220,6 +220,8 @@ def _choice(r: Mapping[str, Any]) -> list[str]:
     s = r["search"]
     lines += [
         "",
+        f"Chosen layout: {s['chosen']['layout']}.",
+        "",
         f"Engine: {r['engine']['backend']}, with `{r['engine']['routing_policy']}` routing so "
         "that sessions and repeated prefixes return to the replica holding them. "
         f"Searched {s['configurations_sized']} pool configurations over "
