@@ -53,3 +53,15 @@ def test_the_memo_prices_a_request_with_the_idle_hours() -> None:
     memo = render_memo(report, {})
     assert f"${expected:.5f}" in memo
     assert "$/request with idle hours" in memo
+
+
+def test_the_memo_says_input_tokens_count_the_cached_ones() -> None:
+    # "$/1M in" divides the prefill time's cost by every prompt token, cached or not, while the
+    # API row beside it prices cached input apart; the memo did not say which it counted.
+    report = build_report(make_plan(parse(small_requirements()), verify=False), sensitivity=False)
+    load = report["cost"]["workloads"]["chat"]["at_average_load"]
+    share = load["cached_input_tokens_per_s"] / load["input_tokens_per_s"]
+    assert (
+        f"Input tokens count every prompt token, cached or not (chat: {share:.0%} from the "
+        "prefix cache)" in render_memo(report, {})
+    )

@@ -373,6 +373,17 @@ def _cost(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
         "is the $/request with idle hours ($/h share x "
         f"{c['hours_per_month']:.0f} h / requests a month)."
     )
+    cached = [
+        f"{name}: {w['at_average_load']['cached_input_tokens_per_s'] / tin:.0%}"
+        for name, w in c["workloads"].items()
+        if (tin := w["at_average_load"]["input_tokens_per_s"]) > 0
+    ]
+    if cached:
+        lines.append(
+            "Input tokens count every prompt token, cached or not "
+            f"({', '.join(cached)} from the prefix cache): the prefill time they cost is "
+            "spread over all of them."
+        )
     lines.append("")
     api_rows = []
     for api, spend in c["api_usd_per_month"].items():
