@@ -107,3 +107,26 @@ def test_a_pool_with_part_of_the_prompts_gets_no_whole_workload_comparison() -> 
         "pools": [{"name": "code", "role": "standard", "long_prompt_tokens": 11_264}],
     }
     assert "histogram_quantile" not in "\n".join(_sensitivity(report, {}))
+
+
+def test_the_assumptions_not_re_forecast_are_listed_with_their_figures() -> None:
+    # Section 7 re-forecast prompts, hits, bursts, traffic, TP and FP8; the output lengths and
+    # the fallback model's quality, which the plan also rests on, went unmentioned.
+    report = {
+        "workloads": {},
+        "sensitivity": [],
+        "requirements": {
+            "workloads": [
+                {
+                    "name": "code",
+                    "output_tokens": {"p50": 250, "p95": 900},
+                    "models": {"fallback": "Llama-3.1-8B"},
+                },
+                {"name": "chat", "output_tokens": {"p50": 250, "p95": 800}, "models": {}},
+            ]
+        },
+    }
+    text = "\n".join(_sensitivity(report, {}))
+    assert "Not re-forecast, though the plan rests on them:" in text
+    assert "output lengths (code p95 900, chat p95 800 tokens:" in text
+    assert "the fallback model's quality (code: Llama-3.1-8B" in text
