@@ -9,6 +9,9 @@
   same way. `$/1M tokens = $/h ÷ (tokens/s · 3600) · 10⁶`, at the workload's average rate.
 * Duty cycle: the stack runs every hour of the month; traffic flows `active_hours_per_month`.
   Monthly tokens (and API spend) count active hours only; monthly cost counts all 730 hours.
+  So each workload has two prices per request and per 1M tokens: at its average load in an
+  active hour (`$/h ÷ requests/h`), and with the idle hours it pays for
+  (`$/h · 730 ÷ requests a month`), the one a month's bill divides into.
 * Break-even (capex): `capex ÷ (API $/month − (power + ops) $/month)`; rented hardware has no
   capex, so it is cheaper from the first month or never.
 """
@@ -19,7 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from inhouse.plan.requirements import ApiPrice, HardwareOffer
+from inhouse.plan.requirements import HOURS_PER_MONTH, ApiPrice, HardwareOffer
 from inhouse.spec.catalog import get_gpu
 
 HOURS_PER_YEAR = 8760.0
@@ -125,6 +128,11 @@ class WorkloadCost:
         per_request = (
             self.usd_per_hour / (self.requests_per_s * 3600) if self.requests_per_s else None
         )
+        # NOTE: the stack is paid for every hour of the month, traffic flows in the active
+        # ones: a month's bill over a month's requests is the price a request really carries
+        # (the code assistant's $0.00917 at load was $0.0304 with its 510 idle hours).
+        month_usd = self.usd_per_hour * HOURS_PER_MONTH
+        month_tokens = monthly["input_tokens"] + monthly["output_tokens"]
         return {
             "usd_per_hour": self.usd_per_hour,
             "usd_per_million_tokens": {
@@ -133,6 +141,12 @@ class WorkloadCost:
                 "blended": usd_per_million(self.usd_per_hour, total_tps),
             },
             "usd_per_request": per_request,
+            "usd_per_request_with_idle_hours": (
+                month_usd / monthly["requests"] if monthly["requests"] else None
+            ),
+            "usd_per_million_tokens_with_idle_hours": (
+                month_usd / month_tokens * 1e6 if month_tokens else None
+            ),
             "at_average_load": {
                 "requests_per_s": self.requests_per_s,
                 "input_tokens_per_s": self.input_tokens_per_s,

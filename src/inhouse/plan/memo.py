@@ -12,6 +12,7 @@ from typing import Any
 
 from inhouse.plan.memo_failover import degraded_sentence, failover_lines, failover_risks
 from inhouse.plan.memo_format import METRIC_NAMES, _ms, _pct, _table, _usd
+from inhouse.plan.memo_notes import _break_units, _bucket_note, _length_models, _not_re_forecast
 from inhouse.spec.triggers import Trigger, describe
 
 
@@ -96,6 +97,7 @@ def _workloads(r: Mapping[str, Any]) -> list[str]:
         "",
         "Sampled from the same seeded generators the simulator replays (`workloads` in plan.json).",
         "",
+        *_length_models(r),
         *_table(
             [
                 "workload",
@@ -160,6 +162,8 @@ def _choice(r: Mapping[str, Any]) -> list[str]:
         )
     s = r["search"]
     lines += [
+        "",
+        f"Chosen layout: {s['chosen']['layout']}.",
         "",
         f"Engine: {r['engine']['backend']}, with `{r['engine']['routing_policy']}` routing so "
         "that sessions and repeated prefixes return to the replica holding them. "
@@ -286,6 +290,7 @@ def _cost(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
                 _usd(per_m["input"], 3),
                 _usd(per_m["output"], 3),
                 _usd(w["usd_per_request"], 5),
+                _usd(w.get("usd_per_request_with_idle_hours"), 5),
             ]
         )
     lines += _table(
@@ -297,14 +302,31 @@ def _cost(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
             "$/1M blended",
             "$/1M in",
             "$/1M out",
-            "$/request",
+            "$/request at load",
+            "$/request with idle hours",
         ],
         rows,
     )
     lines.append(
         "A pool's $/h is split between the workloads it serves by the replica time each takes, "
-        "then between input and output by prefill versus decode time."
+        "then between input and output by prefill versus decode time. The $/1M and $/request "
+        "at load hold in an active hour at the average rate; the stack is paid for all "
+        f"{c['hours_per_month']:.0f} h of the month and traffic flows "
+        f"{c['active_hours_per_month']:.0f} h of it, so a month's bill over a month's requests "
+        "is the $/request with idle hours ($/h share x "
+        f"{c['hours_per_month']:.0f} h / requests a month)."
     )
+    cached = [
+        f"{name}: {w['at_average_load']['cached_input_tokens_per_s'] / tin:.0%}"
+        for name, w in c["workloads"].items()
+        if (tin := w["at_average_load"]["input_tokens_per_s"]) > 0
+    ]
+    if cached:
+        lines.append(
+            "Input tokens count every prompt token, cached or not "
+            f"({', '.join(cached)} from the prefix cache): the prefill time they cost is "
+            "spread over all of them."
+        )
     lines.append("")
     api_rows = []
     for api, spend in c["api_usd_per_month"].items():
@@ -331,9 +353,11 @@ def _cost(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
                 f"{_usd(c['usd_per_month'], 0)}; the plan assumes 24/7."
             )
             lines.append("")
+        lines.append("Break-even = capex / (API $/month - (power + ops + rent) $/month).")
+        lines.append("")
+    if c.get("effective_usd_per_million_tokens_with_idle_hours") is not None:
         lines.append(
-            "Break-even = capex / (API $/month - (power + ops + rent) $/month). "
-            f"Effective stack cost with idle hours: "
+            "Effective stack cost with idle hours: "
             f"{_usd(c['effective_usd_per_million_tokens_with_idle_hours'], 3)} per 1M tokens."
         )
     if "cost" in charts:
@@ -367,7 +391,7 @@ def _sensitivity(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
                 else f"re-plan: none fits ({replan.get('why_none')})"
             )
         else:
-            at_text = "—" if at is None else f"{at:.2f}x"
+            at_text = "—" if at is None else f"{at:.2f}x{_break_units(s['name'], at, r)}"
         rows.append([s["change"], broke, at_text, trigger_text(s)])
     lines = ["## 7. What would invalidate the plan", ""]
     lines += _table(
@@ -380,6 +404,8 @@ def _sensitivity(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
         "render`'s rules at the same level (InhousePrefixHitRateLow and InhouseReplan*, their "
         "`change` label naming the row)."
     )
+    lines += _bucket_note(r)
+    lines += _not_re_forecast(r)
     if "sensitivity" in charts:
         lines += ["", f"![SLO ratios under each change]({charts['sensitivity']})"]
     return [*lines, ""]
@@ -396,7 +422,8 @@ def _risks(r: Mapping[str, Any]) -> list[str]:
     for s in r["sensitivity"]:
         if s.get("first_break") and s.get("breaks_at_size") is not None:
             lines.append(
-                f"* {s['change']}: breaks at {s['breaks_at_size']:.2f}x; watch: {trigger_text(s)}."
+                f"* {s['change']}: breaks at {s['breaks_at_size']:.2f}x"
+                f"{_break_units(s['name'], s['breaks_at_size'], r)}; watch: {trigger_text(s)}."
             )
     lines += [f"* {a}" for a in r["assumptions"]]
     return [*lines, ""]

@@ -71,6 +71,22 @@ class Plan:
     alternative: Alternative | None = None  # the cheapest plan of the other choice
 
 
+def refuse_unknown_models(requirements: Requirements) -> None:
+    """A model name the catalog does not know is refused by the field that names it (the
+    catalog's "unknown model 'x'; known: ..." named neither the workload nor the field)."""
+    for req in requirements.workloads:
+        fields = [(f"models.allowed[{i}]", name) for i, name in enumerate(req.models.allowed)]
+        if req.models.fallback is not None:
+            fields.append(("models.fallback", req.models.fallback))
+        for where, name in fields:
+            try:
+                get_model(name)
+            except SpecError as exc:
+                raise SpecError(
+                    f"{requirements.name}: workloads[{req.name}].{where}: {exc}"
+                ) from exc
+
+
 def refuse_a_floor_above_every_model(requirements: Requirements) -> None:
     """`models.min_params_b` above every allowed model leaves nothing to size (it was reported
     as "no GPU on offer fits the model")."""
@@ -102,8 +118,36 @@ def refuse_prompts_past_every_context(requirements: Requirements) -> None:
                 )
 
 
+# The longest output the generators draw is 8x the p95 (`traffic.make_workload`), and a pool's
+# `max_model_len` leaves room for twice the longest sampled one (`layout._max_model_len`).
+OUTPUT_ALLOWANCE_OVER_P95 = 16
+
+
+def fit_default_prompt_limits(requirements: Requirements) -> Requirements:
+    """A workload that states no `max_prompt_tokens` gets 4x its p95, but never more than the
+    longest context it may run on holds beside its outputs: 4x a 40K p95 asked 160K tokens of
+    a 128K model, and the plan was infeasible by a limit nobody had stated."""
+    workloads = []
+    for req in requirements.workloads:
+        if req.kind == "agent" or req.max_prompt_tokens is not None:
+            workloads.append(req)
+            continue
+        assert req.prompt_tokens is not None
+        models = list(req.models.allowed)
+        if req.models.lora_on is not None:
+            models += requirements.workload(req.models.lora_on).models.allowed
+        context = max(get_model(name).max_context for name in models)
+        room = context - OUTPUT_ALLOWANCE_OVER_P95 * req.output_tokens.p95
+        default = 4 * req.prompt_tokens.p95
+        if default > room:
+            req = req.model_copy(update={"max_prompt_tokens": max(req.prompt_tokens.p95, room)})
+        workloads.append(req)
+    return requirements.model_copy(update={"workloads": tuple(workloads)})
+
+
 def _lengths_to_fit(req: WorkloadReq) -> list[tuple[str, int]]:
-    """(field, tokens) that one request of the workload holds at its p95."""
+    """(field, tokens) that one request of the workload holds at its p95, and its longest
+    prompt where the requirements state one."""
     out = [("output_tokens.p95", req.output_tokens.p95)]
     if req.kind == "agent":
         assert req.multi_turn is not None
@@ -114,6 +158,8 @@ def _lengths_to_fit(req: WorkloadReq) -> list[tuple[str, int]]:
     else:
         assert req.prompt_tokens is not None
         out.insert(0, ("prompt_tokens.p95", req.prompt_tokens.p95))
+    if req.max_prompt_tokens is not None:
+        out.insert(0, ("max_prompt_tokens", req.max_prompt_tokens))
     return out
 
 
@@ -134,8 +180,10 @@ def make_plan(requirements: Requirements, *, verify: bool = True) -> Plan:
     must also meet it with one replica lost (in the simulator); if none does, the plan is the
     best one for the normal SLOs and `shortfall` says which constraint prevents the degraded
     one. `alternative` prices the other choice."""
+    refuse_unknown_models(requirements)
     refuse_a_floor_above_every_model(requirements)
     refuse_prompts_past_every_context(requirements)
+    requirements = fit_default_prompt_limits(requirements)
     profiles = characterize(requirements)
     planning = requirements.planning
     if not verify or planning.verify_top == 0:
@@ -421,7 +469,7 @@ def infeasible_message(
             lines.append(f"  binding constraint ({layout.description}): {reason}")
     for miss in result.hardware_misses[:3]:
         lines.append(
-            f"  binding constraint (hardware, {miss.layout.description}): "
+            f"  binding constraint ({miss.layout.description}): "
             f"{'; '.join(miss.problems)} [{miss.label}]"
         )
     lines.append(

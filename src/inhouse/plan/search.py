@@ -243,8 +243,10 @@ def _priced(
         )
 
     while True:
-        pools, fallbacks = _with_fallbacks(requirements, profiles, primaries, size, size_as)
-        candidate = Candidate(layout, pools, fallbacks)
+        pools, fallbacks, problems = _with_fallbacks(
+            requirements, profiles, primaries, size, size_as
+        )
+        candidate = Candidate(layout, pools, fallbacks, problems=problems)
         _fit_hardware(candidate, requirements, planning, time_scale)
         fitted = [p for p in candidate.pools if p.need.role != "fallback"]
         if not fallbacks or [p.replicas for p in fitted] == [p.replicas for p in primaries]:
@@ -265,12 +267,16 @@ def _with_fallbacks(
     primaries: list[Sized],
     size: Callable[[PoolNeed], SizingResult],
     size_as: Callable[[PoolNeed, Sized], Sized | Rejected],
-) -> tuple[list[Sized], dict[str, str]]:
+) -> tuple[list[Sized], dict[str, str], list[str]]:
     """The primaries plus, per workload naming a fallback model, its cheapest fallback pool
     that serves one lost replica of any pool of the workload (`fallback_need`: on one pool,
     `1 / replicas` of it; split at a prompt length, a replica of either part, each with its
-    own prompts); and which pool falls back to which."""
+    own prompts); which pool falls back to which; and the fallbacks no configuration serves.
+
+    NOTE: a fallback model that cannot serve (a context shorter than the prompts, an SLO it
+    cannot meet) was left out without a word, and the plan went out with no fallback pool."""
     fallbacks: dict[str, str] = {}
+    problems: list[str] = []
     all_pools = list(primaries)
     for req in requirements.workloads:
         primary = next((p for p in primaries if p.need.name == req.name), None)
@@ -285,12 +291,29 @@ def _with_fallbacks(
                     assert need is not None, "a workload naming a fallback model"
                     losses.append(need)
         chosen = _serving_every_loss(losses, size, size_as)
-        if chosen is not None:
+        if chosen is None:
+            problems.append(_fallback_problem(req.name, req.models.fallback, losses, size))
+        else:
             all_pools.append(chosen)
             for pool in primaries:
                 if req.name in pool.need.slos:
                     fallbacks[pool.need.name] = chosen.need.name
-    return all_pools, fallbacks
+    return all_pools, fallbacks, problems
+
+
+def _fallback_problem(
+    workload: str,
+    model: str,
+    losses: list[PoolNeed],
+    size: Callable[[PoolNeed], SizingResult],
+) -> str:
+    """Why no fallback pool serves the workload's lost replicas, naming the field."""
+    unserved = next((loss for loss in losses if not size(loss).sized), losses[0])
+    why = _why_none(unserved, size(unserved).rejected)
+    return (
+        f"workloads[{workload}].models.fallback ({model}) cannot take one lost replica's "
+        f"traffic: {why}; allow a fallback model that can, or drop models.fallback"
+    )
 
 
 def _serving_every_loss(

@@ -192,10 +192,19 @@ def _workloads(
             key=f"{k}.output",
         )
         sheet.calc(
-            "$/request", usd / (rps * 3600.0), "$", key=f"cost.workloads.{name}.usd_per_request"
+            "$/request at load",
+            usd / (rps * 3600.0),
+            "$",
+            key=f"cost.workloads.{name}.usd_per_request",
+        )
+        # NOTE: the stack is paid for every hour of the month, requests come in the active ones.
+        sheet.calc(
+            "$/request with idle hours",
+            usd * HOURS_PER_MONTH / (rps * 3600.0 * active_h),
+            "$",
+            key=f"cost.workloads.{name}.usd_per_request_with_idle_hours",
         )
         out[name] = {"in": tin, "cached": tcached, "out": tout}
-    del active_h
     return out
 
 

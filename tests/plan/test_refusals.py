@@ -1,0 +1,79 @@
+"""Requirements the planner cannot honour are refused by field, never planned around."""
+
+from typing import Any
+
+import pytest
+
+from inhouse.errors import SpecError
+from inhouse.plan import make_plan
+from inhouse.plan.planner import PlanInfeasibleError
+
+from .plan_helpers import parse, small_requirements
+
+
+def _chat(data: dict[str, Any]) -> dict[str, Any]:
+    workload: dict[str, Any] = data["workloads"][0]
+    return workload
+
+
+def test_an_unknown_allowed_model_is_named_by_field() -> None:
+    # "unknown model 'Llama-9-70B'; known: ..." named neither the workload nor the field.
+    data = small_requirements()
+    _chat(data)["models"]["allowed"] = ["Llama-3.1-8B", "Llama-9-70B"]
+    with pytest.raises(SpecError, match=r"workloads\[chat\]\.models\.allowed\[1\]: unknown model"):
+        make_plan(parse(data), verify=False)
+
+
+def test_an_unknown_fallback_model_is_named_by_field() -> None:
+    data = small_requirements()
+    _chat(data)["models"]["fallback"] = "nope-8B"
+    with pytest.raises(SpecError, match=r"workloads\[chat\]\.models\.fallback: unknown model"):
+        make_plan(parse(data), verify=False)
+
+
+def test_a_longest_prompt_past_every_context_is_named_by_field() -> None:
+    # max_prompt_tokens 200,000 for a 131,072-token model was "infeasible: pool chat:
+    # Llama-3.1-8B: native context 131,072 tokens is shorter than the 204,800 the pool's
+    # longest request needs", once per layout, after the workload had been sampled.
+    data = small_requirements()
+    _chat(data)["max_prompt_tokens"] = 200_000
+    with pytest.raises(
+        PlanInfeasibleError, match=r"workloads\[chat\]\.max_prompt_tokens \(200,000 tokens\)"
+    ):
+        make_plan(parse(data), verify=False)
+
+
+def test_a_fallback_model_that_cannot_serve_the_prompts_is_not_dropped() -> None:
+    # phi-4's context is 16,384 tokens, the workload's longest prompt 30,000: no fallback pool
+    # could be sized, and the plan went out without one, its memo still saying a lost replica's
+    # traffic "goes to the fallback".
+    data = small_requirements()
+    _chat(data)["max_prompt_tokens"] = 30_000
+    _chat(data)["models"]["fallback"] = "phi-4"
+    with pytest.raises(PlanInfeasibleError, match=r"workloads\[chat\]\.models\.fallback \(phi-4\)"):
+        make_plan(parse(data), verify=False)
+
+
+def test_a_default_longest_prompt_fits_the_context_it_runs_in() -> None:
+    # p95 40,000 with no max_prompt_tokens (the seeds' own "what if the p95 prompt is 40K"):
+    # the default longest prompt, 4x the p95 = 160,000 tokens, is past the 131,072-token
+    # context, and the plan was "infeasible: native context 131,072 tokens is shorter than the
+    # 164,864 the pool's longest request needs", a limit nobody had stated.
+    data = small_requirements()
+    chat = _chat(data)
+    chat["kind"] = "longctx"
+    chat.pop("shared_prefix_tokens")
+    chat["prompt_tokens"] = {"p50": 6000, "p95": 40_000}
+    chat["slo"] = {"e2e_p95_ms": 600_000, "availability": 0.9}
+    plan = make_plan(parse(data), verify=False)
+    context = 131_072  # Llama-3.1-8B
+    output_allowance = 16 * 300  # twice the longest output the generator draws (8x the p95)
+    assert plan.requirements.workloads[0].max_prompt_tokens == context - output_allowance
+    assert all(pool.choice.max_model_len <= context for pool in plan.chosen.pools)
+
+
+def test_a_stated_longest_prompt_is_kept() -> None:
+    data = small_requirements()
+    _chat(data)["max_prompt_tokens"] = 7000
+    plan = make_plan(parse(data), verify=False)
+    assert plan.requirements.workloads[0].max_prompt_tokens == 7000
