@@ -993,6 +993,15 @@ MESSAGE_CLASS_ERRORS = [
         "body.messages.0.ChatCompletionDeveloperMessageParam",
     ),
     (
+        # A custom role takes vLLM's 18 part types, so a part that is none of them adds 18.
+        [{"role": "wizard", "content": [5]}],
+        30,
+        "{'type': 'literal_error', 'loc': 'body.messages.0.ChatCompletionDeveloperMessageParam."
+        "role', 'msg': \"Input should be 'developer'\", 'input': 'wizard', 'ctx': {'expected': "
+        "\"'developer'\"}}",
+        "body.messages.0.ChatCompletionDeveloperMessageParam.role",
+    ),
+    (
         [{}],
         15,
         "{'type': 'missing', 'loc': 'body.messages.0.ChatCompletionDeveloperMessageParam."
@@ -1030,21 +1039,22 @@ def test_content_parts_that_fit_no_part_type_are_refused_as_they_are_read(
     engine_url: str,
 ) -> None:
     """A user message's parts are checked lazily in vLLM: content that is a dict (its keys read
-    as parts) passes the message classes and fails when read, a plain BadRequestError with no
-    param listing the four user part types."""
-    for path, body in (
-        ("/v1/chat/completions", _chat(messages=[{"role": "user", "content": {"a": 1}}])),
-        ("/tokenize", {"model": "tiny", "messages": [{"role": "user", "content": {"a": 1}}]}),
-    ):
-        got = _refusal(engine_url, path, body)
-        assert got["type"] == "BadRequestError" and got["param"] is None
-        lines = got["message"].split("\n")
-        assert lines[:3] == [
-            "4 validation errors for ValidatorIterator",
-            "0.ChatCompletionContentPartTextParam",
-            "  Input should be a valid dictionary [type=dict_type, input_value='a', "
-            "input_type=str]",
-        ]
+    as parts), or a list holding a string or a number, passes the message classes and fails
+    when read, a plain BadRequestError with no param listing the four user part types."""
+    for content, first in (({"a": 1}, "'a'"), (["hi"], "'hi'"), ([5], "5")):
+        messages = [{"role": "user", "content": content}]
+        for path, body in (
+            ("/v1/chat/completions", _chat(messages=messages)),
+            ("/tokenize", {"model": "tiny", "messages": messages}),
+        ):
+            got = _refusal(engine_url, path, body)
+            assert got["type"] == "BadRequestError" and got["param"] is None
+            lines = got["message"].split("\n")
+            assert lines[0] == "4 validation errors for ValidatorIterator"
+            assert lines[1] == "0.ChatCompletionContentPartTextParam"
+            assert lines[2].startswith(
+                f"  Input should be a valid dictionary [type=dict_type, input_value={first}, "
+            )
 
 
 def test_an_unknown_role_and_a_tool_message_without_its_id_are_accepted(engine_url: str) -> None:

@@ -14,14 +14,14 @@ whose parts fit no part type passes the union, and fails only when the parts are
 "N validation errors for ValidatorIterator" in a plain 400 `BadRequestError` with no `param`
 (vLLM's words for it, odd as they are). `checked_message` reads them at once and says the same.
 
-NOTE: the custom-role class's content parts are a union of 18 types in vLLM (media, embeddings,
-thinking); here any part passes that class. Only a message that fails every class and also holds
-a part none of the 18 accept lists fewer errors than vLLM would (vLLM adds 18 per bad part).
+NOTE: a message that fits one of vLLM's classes but not `ChatMessage` (a string as a content
+part of a custom role, a harmony-shaped message with no `role`) gets the engine's own error.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from enum import StrEnum
 from typing import Annotated, Any, Literal, Required
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, WrapValidator
@@ -31,19 +31,26 @@ from typing_extensions import TypedDict
 from inhouse.openai_errors import ApiError, invalid
 
 
+class PromptCacheBreakpoint(TypedDict, total=False):
+    mode: Required[Literal["explicit"]]
+    ttl: Literal["30m", "12h"]
+
+
 class ChatCompletionContentPartTextParam(TypedDict, total=False):
     text: Required[str]
     type: Required[Literal["text"]]
+    prompt_cache_breakpoint: PromptCacheBreakpoint
 
 
 class ImageURL(TypedDict, total=False):
     url: Required[str]
-    detail: Literal["auto", "low", "high"]
+    detail: Literal["auto", "low", "high", "original"]
 
 
 class ChatCompletionContentPartImageParam(TypedDict, total=False):
     image_url: Required[ImageURL]
     type: Required[Literal["image_url"]]
+    prompt_cache_breakpoint: PromptCacheBreakpoint
 
 
 class InputAudio(TypedDict, total=False):
@@ -54,6 +61,7 @@ class InputAudio(TypedDict, total=False):
 class ChatCompletionContentPartInputAudioParam(TypedDict, total=False):
     input_audio: Required[InputAudio]
     type: Required[Literal["input_audio"]]
+    prompt_cache_breakpoint: PromptCacheBreakpoint
 
 
 class FileFile(TypedDict, total=False):
@@ -65,6 +73,80 @@ class FileFile(TypedDict, total=False):
 class File(TypedDict, total=False):
     file: Required[FileFile]
     type: Required[Literal["file"]]
+    prompt_cache_breakpoint: PromptCacheBreakpoint
+
+
+# vLLM's own part types, which only its custom-role message class takes.
+
+
+class MediaURL(TypedDict, total=False):
+    url: Required[str]
+
+
+class ChatCompletionContentPartAudioParam(TypedDict, total=False):
+    audio_url: Required[MediaURL]
+    type: Required[Literal["audio_url"]]
+
+
+class ChatCompletionContentPartVideoParam(TypedDict, total=False):
+    video_url: Required[MediaURL]
+    type: Required[Literal["video_url"]]
+
+
+class CustomChatCompletionContentPILImageParam(TypedDict, total=False):
+    image_pil: Any
+    uuid: str | None
+
+
+class CustomChatCompletionContentSimpleImageParam(TypedDict, total=False):
+    image_url: str | None
+    uuid: str | None
+
+
+Embeds = str | dict[str, str | list[int | float]] | None
+
+
+class ChatCompletionContentPartImageEmbedsParam(TypedDict, total=False):
+    image_embeds: Embeds
+    type: Required[Literal["image_embeds"]]
+    uuid: str | None
+
+
+class ChatCompletionContentPartAudioEmbedsParam(TypedDict, total=False):
+    audio_embeds: Embeds
+    type: Required[Literal["audio_embeds"]]
+    uuid: str | None
+
+
+class ChatCompletionContentPartVideoEmbedsParam(TypedDict, total=False):
+    video_embeds: Embeds
+    type: Required[Literal["video_embeds"]]
+    uuid: str | None
+
+
+class ChatCompletionContentPartPromptEmbedsParam(TypedDict, total=False):
+    data: Required[str]
+    type: Required[Literal["prompt_embeds"]]
+
+
+class CustomChatCompletionContentSimpleAudioParam(TypedDict, total=False):
+    audio_url: str | None
+
+
+class CustomChatCompletionContentSimpleVideoParam(TypedDict, total=False):
+    video_url: str | None
+    uuid: str | None
+
+
+class CustomChatCompletionContentToolReferenceParam(TypedDict, total=False):
+    name: str
+    type: Literal["tool_reference"]
+
+
+class CustomThinkCompletionContentParam(TypedDict, total=False):
+    thinking: Required[str]
+    closed: bool
+    type: Required[Literal["thinking"]]
 
 
 class ChatCompletionContentPartRefusalParam(TypedDict, total=False):
@@ -111,6 +193,23 @@ UserPart = (
 )
 AssistantPart = ChatCompletionContentPartTextParam | ChatCompletionContentPartRefusalParam
 ToolCall = ChatCompletionMessageFunctionToolCallParam | ChatCompletionMessageCustomToolCallParam
+AnyPart = (
+    UserPart
+    | ChatCompletionContentPartAudioParam
+    | ChatCompletionContentPartVideoParam
+    | ChatCompletionContentPartRefusalParam
+    | CustomChatCompletionContentPILImageParam
+    | CustomChatCompletionContentSimpleImageParam
+    | ChatCompletionContentPartImageEmbedsParam
+    | ChatCompletionContentPartAudioEmbedsParam
+    | ChatCompletionContentPartVideoEmbedsParam
+    | ChatCompletionContentPartPromptEmbedsParam
+    | CustomChatCompletionContentSimpleAudioParam
+    | CustomChatCompletionContentSimpleVideoParam
+    | CustomChatCompletionContentToolReferenceParam
+    | str
+    | CustomThinkCompletionContentParam
+)
 
 
 class ChatCompletionDeveloperMessageParam(TypedDict, total=False):
@@ -155,7 +254,7 @@ class ChatCompletionFunctionMessageParam(TypedDict, total=False):
 
 class CustomChatCompletionMessageParam(TypedDict, total=False):
     role: Required[str]
-    content: str | list[Any]
+    content: str | list[AnyPart]
     name: str
     tool_call_id: str | None
     tool_calls: list[ChatCompletionMessageFunctionToolCallParam] | None
@@ -164,16 +263,28 @@ class CustomChatCompletionMessageParam(TypedDict, total=False):
     task: str | None
 
 
+class Role(StrEnum):
+    USER = "user"
+    ASSISTANT = "assistant"
+    SYSTEM = "system"
+    DEVELOPER = "developer"
+    TOOL = "tool"
+
+
 class Author(BaseModel):
-    role: str
+    role: Role
     name: str | None = None
+
+
+class Content(BaseModel):
+    """A harmony content part: any object (its kinds are subclasses)."""
 
 
 class Message(BaseModel):
     """openai-harmony's message, the last class vLLM tries."""
 
     author: Author
-    content: list[Any] = []
+    content: list[Content] = []
     channel: str | None = None
     recipient: str | None = None
     content_type: str | None = None
