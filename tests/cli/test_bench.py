@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from tests.support.mock_server import MockServerThread, MockTiming
 
@@ -365,6 +366,83 @@ def test_a_kill_9_mid_run_keeps_the_records_measured(tmp_path: Path, workers: in
     assert all(row["success"] for row in rows)
     assert len({row["request_id"] for row in rows}) == len(rows)
     assert all(row["ttft_ms"] > 0 and row["t_sched_s"] >= 0 for row in rows)
+
+
+def test_what_a_killed_run_measured_can_be_read_marked_unfinished(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A `.partial` could not be summarised at all: report and compare refused it and the
+    operator had only raw rows. `bench report --partial DIR` now summarises them, headed as an
+    unfinished run; without --partial it refuses, naming the flag; compare still refuses."""
+    out = tmp_path / "run"
+    with MockServerThread(MockTiming(ttft_s=0.01, itl_s=0.005)) as mock:
+        proc = start_long_run(mock.url, out, 1)
+        try:
+            deadline = time.monotonic() + 60
+            while mock.server.stats.num_requests < 10 and time.monotonic() < deadline:
+                assert proc.poll() is None, proc.communicate()
+                time.sleep(0.05)
+            time.sleep(1.5)  # a flush since the 10th request was answered
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    with (out / "requests.jsonl.partial").open("ab") as journal:
+        journal.write(b'{"request_id": "cut-off mid-ro')  # the kill can cut the last row
+    rows = _rows_whole(out / "requests.jsonl.partial")
+    assert len(rows) >= 10
+    capsys.readouterr()
+
+    assert main(["bench", "report", str(out)]) == 2
+    assert "add --partial" in capsys.readouterr().err
+
+    assert main(["bench", "report", "--partial", str(out), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["unfinished"] is True
+    assert summary["num_prompts"] == summary["completed"] == len(rows)
+    assert summary["num_bad_lines"] == 1
+    ttft = sorted(float(row["ttft_ms"]) for row in rows)  # type: ignore[arg-type]
+    assert summary["median_ttft_ms"] == pytest.approx(float(np.median(ttft)))
+    assert summary["duration"] == pytest.approx(
+        max(float(r["t_send_s"]) + float(r["e2el_ms"]) / 1000 for r in rows)  # type: ignore[arg-type]
+    )
+
+    assert main(["bench", "report", "--partial", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"UNFINISHED RUN: {out} did not finish")
+    assert "UNFINISHED run (partial)" in text and f"the {len(rows)} request(s)" in text
+    assert not (out / "result.json").exists()  # nothing written that compare could take
+
+    assert main(["bench", "compare", str(out), str(out)]) == 2
+    assert "did not finish" in capsys.readouterr().err
+
+
+def _rows_whole(path: Path) -> list[dict[str, object]]:
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue
+    return rows
+
+
+def test_bench_report_of_a_finished_run_and_of_no_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    with MockServerThread(MockTiming(ttft_s=0.01, itl_s=0.005)) as mock:
+        args = ["bench", "--target", mock.url, "--workload", "utility", "--rate", "50"]
+        assert main([*args, "--num-requests", "6", "--out", str(out), "--no-charts", *SMALL]) == 0
+    capsys.readouterr()
+    assert main(["bench", "report", str(out)]) == 0
+    assert "Successful requests:" in capsys.readouterr().out
+    assert main(["bench", "report", "--partial", str(out)]) == 2
+    assert "drop --partial" in capsys.readouterr().err
+    assert main(["bench", "report", str(tmp_path / "none")]) == 2
+    assert "no such directory" in capsys.readouterr().err
 
 
 def test_a_crash_while_writing_the_reports_keeps_the_records(

@@ -962,3 +962,119 @@ def test_more_than_ten_validation_errors(engine_url: str) -> None:
     got = _refusal(engine_url, "/v1/completions", _cmpl(**dict.fromkeys(fields, "x")))
     assert got["message"].startswith("11 validation errors:\n")
     assert got["message"].endswith("\n  ...and 1 more errors")
+
+
+MESSAGE_CLASS_ERRORS = [
+    # (messages, the count, the first error, param): what vLLM 0.32 answered (captured
+    # 2026-12-06 from the CPU build; this suite checks it live): one error per message class
+    # it tried, `param` the first one's location.
+    (
+        [{"content": "hi"}],
+        11,
+        "{'type': 'missing', 'loc': 'body.messages.0.ChatCompletionDeveloperMessageParam.role', "
+        "'msg': 'Field required', 'input': '<dict of 1 items>'}",
+        "body.messages.0.ChatCompletionDeveloperMessageParam.role",
+    ),
+    (
+        [{"role": "user", "content": "hi"}, {"content": "x"}],
+        11,
+        "{'type': 'missing', 'loc': 'body.messages.1.ChatCompletionDeveloperMessageParam.role', "
+        "'msg': 'Field required', 'input': '<dict of 1 items>'}",
+        "body.messages.1.ChatCompletionDeveloperMessageParam.role",
+    ),
+    (
+        [{"role": "user", "content": 5}],
+        22,
+        "{'type': 'string_type', 'loc': 'body.messages.0.ChatCompletionDeveloperMessageParam."
+        "content', 'msg': 'Input should be a valid string', 'input': '5'}",
+        "body.messages.0.ChatCompletionDeveloperMessageParam.content",
+    ),
+    (
+        [{"role": 3, "content": "hi"}],
+        11,
+        "{'type': 'literal_error', 'loc': 'body.messages.0.ChatCompletionDeveloperMessageParam."
+        "role', 'msg': \"Input should be 'developer'\", 'input': '3', 'ctx': {'expected': "
+        "\"'developer'\"}}",
+        "body.messages.0.ChatCompletionDeveloperMessageParam.role",
+    ),
+    (
+        ["hi"],
+        8,
+        "{'type': 'dict_type', 'loc': 'body.messages.0.ChatCompletionDeveloperMessageParam', "
+        "'msg': 'Input should be a valid dictionary', 'input': 'hi'}",
+        "body.messages.0.ChatCompletionDeveloperMessageParam",
+    ),
+    (
+        # A custom role takes vLLM's 18 part types, so a part that is none of them adds 18.
+        [{"role": "wizard", "content": [5]}],
+        30,
+        "{'type': 'literal_error', 'loc': 'body.messages.0.ChatCompletionDeveloperMessageParam."
+        "role', 'msg': \"Input should be 'developer'\", 'input': 'wizard', 'ctx': {'expected': "
+        "\"'developer'\"}}",
+        "body.messages.0.ChatCompletionDeveloperMessageParam.role",
+    ),
+    (
+        [{}],
+        15,
+        "{'type': 'missing', 'loc': 'body.messages.0.ChatCompletionDeveloperMessageParam."
+        "content', 'msg': 'Field required', 'input': '<dict of 0 items>'}",
+        "body.messages.0.ChatCompletionDeveloperMessageParam.content",
+    ),
+]
+
+
+@pytest.mark.parametrize(("messages", "count", "first", "param"), MESSAGE_CLASS_ERRORS)
+def test_a_malformed_chat_message_fails_every_message_class(
+    engine_url: str, messages: list[Any], count: int, first: str, param: str
+) -> None:
+    """vLLM tries each of its eight message classes and lists every class's errors (the
+    simulated engine gave one or two, with `body.messages.0.role` as `param`). /tokenize
+    lists the prompt shape's missing prompt first, and names it."""
+    got = _refusal(engine_url, "/v1/chat/completions", _chat(messages=messages))
+    assert got["type"] == "Bad Request" and got["param"] == param
+    lines = got["message"].split("\n")
+    assert lines[0] == f"{count} validation errors:"
+    assert lines[1] == f"  {first}"
+    tail = f"  ...and {count - 10} more errors" if count > 10 else lines[-1]
+    assert lines[-1] == tail and len(lines) == 1 + min(count, 10) + (count > 10)
+    tokenize = _refusal(engine_url, "/tokenize", {"model": "tiny", "messages": messages})
+    assert tokenize["param"] == "body.prompt"
+    assert tokenize["message"].split("\n")[:3] == [
+        f"{count + 1} validation errors:",
+        "  {'type': 'missing', 'loc': 'body.prompt', 'msg': 'Field required', 'input': "
+        "'<dict of 2 items>'}",
+        f"  {first}",
+    ]
+
+
+def test_content_parts_that_fit_no_part_type_are_refused_as_they_are_read(
+    engine_url: str,
+) -> None:
+    """A user message's parts are checked lazily in vLLM: content that is a dict (its keys read
+    as parts), or a list holding a string or a number, passes the message classes and fails
+    when read, a plain BadRequestError with no param listing the four user part types."""
+    for content, first in (({"a": 1}, "'a'"), (["hi"], "'hi'"), ([5], "5")):
+        messages = [{"role": "user", "content": content}]
+        for path, body in (
+            ("/v1/chat/completions", _chat(messages=messages)),
+            ("/tokenize", {"model": "tiny", "messages": messages}),
+        ):
+            got = _refusal(engine_url, path, body)
+            assert got["type"] == "BadRequestError" and got["param"] is None
+            lines = got["message"].split("\n")
+            assert lines[0] == "4 validation errors for ValidatorIterator"
+            assert lines[1] == "0.ChatCompletionContentPartTextParam"
+            assert lines[2].startswith(
+                f"  Input should be a valid dictionary [type=dict_type, input_value={first}, "
+            )
+
+
+def test_an_unknown_role_and_a_tool_message_without_its_id_are_accepted(engine_url: str) -> None:
+    """vLLM's custom-role message class takes any role string, and an optional tool_call_id."""
+    for messages in (
+        [{"role": "wizard", "content": "hi"}],
+        [{"role": "user", "content": "hi"}, {"role": "tool", "content": "42"}],
+    ):
+        assert post(engine_url, "/v1/chat/completions", _chat(messages=messages)).status_code == 200
+        tokenize = post(engine_url, "/tokenize", {"model": "tiny", "messages": messages})
+        assert tokenize.status_code == 200

@@ -3,24 +3,33 @@ while the run goes.
 
     journal = Journal.open(out_dir, secrets)         # requests.jsonl.partial, truncated
     journal.add(result)    # as each request ends: one JSON line, buffered
-    journal.tick()         # the driver's loop: written and flushed once a second (or 1,000 rows)
-    journal.close()        # the run is over; `report.write_reports` then writes requests.jsonl
-                           # and removes the .partial
+    journal.tick()         # the driver's loop: written and flushed once a second (or 1,000
+                           # rows), and fsynced at most once a second, off the loop
+    journal.close()        # the run is over: the rest written and fsynced; `report.write_reports`
+                           # then writes requests.jsonl and removes the .partial
 
 A `kill -9`, an OOM kill or a crash leaves `requests.jsonl.partial` with every request that
 ended up to the last flush, one row each, as `requests.jsonl` has them. Its name says the run
-did not finish: `inhouse report` refuses a run directory holding one. The rows reach the
-kernel's page cache, not the disk (no fsync): a killed process loses nothing written, a
-power cut may.
+did not finish: `inhouse report` and `inhouse bench compare` refuse a run directory holding one,
+and `inhouse bench report --partial DIR` summarises it (`bench.partial`).
+
+NOTE: fsync, once a second at most, in a thread of its own. A flush reaches the kernel, which
+a killed process cannot lose; a power cut loses what the kernel had not written out (up to
+30 s with Linux's defaults). On the event loop an fsync would stall every request's timing for
+as long as the disk takes (a millisecond on an idle SSD, far more on a busy disk), so one
+thread syncs while the loop goes on; a sync still running when the next is due is not queued
+behind it (the next flush asks again). A power cut thus loses about the last two seconds.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
@@ -34,6 +43,7 @@ REQUESTS_FILE = "requests.jsonl"
 PARTIAL_FILE = "requests.jsonl.partial"  # a run that has not finished (or never will)
 FLUSH_INTERVAL_S = 1.0
 FLUSH_ROWS = 1000
+FSYNC_INTERVAL_S = 1.0  # rows reach the disk at most this long after they reach the kernel
 STRING_FIELDS = ("request_id", "session", "error")  # the row's strings (the rest are numbers)
 VECTOR_FROM = 16
 
@@ -88,7 +98,8 @@ def _milliseconds(seconds: list[float]) -> list[float]:
 
 class Journal:
     """`requests.jsonl.partial`, appended as requests end. The driver's loop calls `add` and
-    `tick`; the cost is one JSON line per request and one write a second."""
+    `tick`; the cost is one JSON line per request and one write a second, and an fsync a second
+    in a thread of its own (started by the first one)."""
 
     def __init__(self, handle: BinaryIO, path: Path, secrets: Sequence[str | None]) -> None:
         self.handle = handle
@@ -99,6 +110,10 @@ class Journal:
         self.failed = False  # a write failed: no more rows (the run goes on)
         self._rows: list[bytes] = []
         self._last_flush = time.monotonic()
+        self._last_sync = self._last_flush
+        self._syncer: ThreadPoolExecutor | None = None
+        self._sync: Future[None] | None = None
+        self._sync_failed = False
 
     @classmethod
     def open(cls, out_dir: Path, secrets: Sequence[str | None] = ()) -> Journal:
@@ -148,10 +163,48 @@ class Journal:
             return
         self.num_rows += len(self._rows)
         self._rows.clear()
+        self._sync_now_and_then()
+
+    def _sync_now_and_then(self) -> None:
+        """fsync in the background when `FSYNC_INTERVAL_S` has passed since the last one began
+        and it has finished."""
+        if self._sync_failed or time.monotonic() - self._last_sync < FSYNC_INTERVAL_S:
+            return
+        if self._sync is not None:
+            if not self._sync.done():
+                return
+            self._check_sync()
+            if self._sync_failed:
+                return
+        if self._syncer is None:
+            self._syncer = ThreadPoolExecutor(1, thread_name_prefix="journal-fsync")
+        self._last_sync = time.monotonic()
+        self._sync = self._syncer.submit(os.fsync, self.handle.fileno())
+
+    def _check_sync(self) -> None:
+        """A failed fsync (an I/O error) stops the syncing, with one warning; rows still go to
+        the kernel, as a killed process needs."""
+        error = self._sync.exception() if self._sync is not None else None
+        self._sync = None
+        if isinstance(error, OSError) and not self._sync_failed:
+            self._sync_failed = True
+            print(
+                f"warning: cannot fsync {self.path} ({error.strerror or error}); its rows "
+                "survive a killed run, not a power cut",
+                file=sys.stderr,
+            )
 
     def close(self) -> None:
+        """The rest of the rows written and, once any sync under way is over, fsynced."""
         if not self.handle.closed:
             self.flush()
+            if self._sync is not None:
+                self._check_sync()  # waits for it
+            if self._syncer is not None:
+                self._syncer.shutdown()
+            if not (self.failed or self._sync_failed):
+                with contextlib.suppress(OSError, ValueError):
+                    os.fsync(self.handle.fileno())
             with contextlib.suppress(OSError):
                 self.handle.close()
 
@@ -184,6 +237,7 @@ def unfinished(run_dir: Path) -> str | None:
         rows = 0
     return (
         f"{partial}: the run in {run_dir} did not finish (killed or crashed before its reports "
-        f"were written); that file holds the {rows} request(s) it measured until then, but no "
-        "summary, and any result.json there is an earlier run's"
+        f"were written); that file holds the {rows} request(s) it measured until then "
+        f"(`inhouse bench report --partial {run_dir}` summarises them, marked unfinished), and "
+        "any result.json there is an earlier run's"
     )

@@ -270,7 +270,7 @@ def _client_section(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-def print_summary(result: dict[str, Any]) -> str:
+def print_summary(result: dict[str, Any], title: str = " Serving Benchmark Result ") -> str:
     """vLLM-style console summary."""
     width = 50
     rows = [
@@ -285,7 +285,7 @@ def print_summary(result: dict[str, Any]) -> str:
         ("Total token throughput (tok/s):", result["total_token_throughput"]),
         ("Prefix hit rate client/server/ideal:", None),
     ]
-    lines = ["{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=width, c="=")]
+    lines = ["{s:{c}^{n}}".format(s=title, n=width, c="=")]
     for label, value in rows:
         if label.startswith("Prefix"):
             value = " / ".join(

@@ -5,6 +5,7 @@
     inhouse bench --simulate examples/crm-copilot/stack.yaml --workload agent --out results/sim
     inhouse bench sweep --target URL --workload utility --rate 20 --slo ttft_ms=800 --out DIR
     inhouse bench compare results/before results/after --threshold 10
+    inhouse bench report results/utility [--partial]
     inhouse bench --plan out/crm --workload chat --target http://127.0.0.1:8000 --out results/chat
 
 Metrics carry `vllm bench serve`'s names and definitions; see docs/bench.md.
@@ -116,7 +117,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_arguments(parser)
-    sub = parser.add_subparsers(dest="bench_command", metavar="{sweep,compare}")
+    sub = parser.add_subparsers(dest="bench_command", metavar="{sweep,compare,report}")
     sweep = sub.add_parser("sweep", help="multiples of a peak rate, then an SLO search")
     add_run_arguments(sweep)
     sweep.add_argument("--multipliers", default="1,2,3", help="of --rate (default 1,2,3)")
@@ -133,12 +134,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--metric-threshold", action="append", metavar="METRIC=PCT", help="per-metric limit"
     )
     compare.add_argument("--json", action="store_true", help="print the rows as JSON")
+    report = sub.add_parser("report", help="the summary of a run directory, finished or not")
+    report.add_argument("run_dir", type=Path, metavar="DIR", help="the run's --out directory")
+    report.add_argument(
+        "--partial",
+        action="store_true",
+        help="summarise an unfinished run (killed or crashed) from its requests.jsonl.partial",
+    )
+    report.add_argument("--percentiles", default="50,90,95,99", help="with --partial")
+    report.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
     command = getattr(args, "bench_command", None)
     if command == "compare":
         return _compare(args)
+    if command == "report":
+        return _report(args)
     if args.list:
         return _list()
     spec = spec_from_args(args)
@@ -163,10 +175,7 @@ def spec_from_args(args: argparse.Namespace) -> Any:
         return _plan_spec(args)
     if not args.target and not args.simulate:
         raise SpecError("give --target URL (a live endpoint) or --simulate STACK.yaml")
-    try:
-        percentiles = tuple(float(p) for p in args.percentiles.split(",") if p)
-    except ValueError:
-        raise SpecError(f"--percentiles {args.percentiles!r}: use e.g. 50,90,99") from None
+    percentiles = _percentiles(args.percentiles)
     return BenchSpec(
         workload=args.workload,
         target=args.target,
@@ -355,6 +364,48 @@ def _compare(args: argparse.Namespace) -> int:
     else:
         print(render_table(rows, str(args.base), str(args.new)))
     return 1 if any(row.status == "REGRESSION" for row in rows) else 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    """A run's summary again: a finished run's from its result.json; an unfinished one's, with
+    --partial, from the records its journal kept, headed as unfinished."""
+    from inhouse.bench.compare import load_result
+    from inhouse.bench.partial import headline, read_partial, summarize_partial
+    from inhouse.bench.records import unfinished
+    from inhouse.bench.report import console_lines, print_summary
+
+    run_dir: Path = args.run_dir
+    if not run_dir.is_dir():
+        raise SpecError(f"{run_dir}: no such directory; give a run's --out directory")
+    problem = unfinished(run_dir)
+    if args.partial:
+        percentiles = _percentiles(args.percentiles)
+        summary = summarize_partial(read_partial(run_dir), percentiles)
+        if args.json:
+            print(json.dumps(summary, indent=2))
+            return 0
+        print("\n".join(headline(summary, run_dir)))
+        print(print_summary(summary, title=" UNFINISHED run (partial) "))
+        for line in console_lines(summary):
+            print(line)
+        return 0
+    if problem is not None:
+        raise SpecError(f"{problem}; add --partial to summarise them")
+    result = load_result(run_dir)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(print_summary(result))
+    for line in console_lines(result):
+        print(line)
+    return 0
+
+
+def _percentiles(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(p) for p in text.split(",") if p)
+    except ValueError:
+        raise SpecError(f"--percentiles {text!r}: use e.g. 50,90,99") from None
 
 
 def _list() -> int:

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from inhouse.plan.memo_format import METRIC_NAMES, _ms, _table, _usd
+from inhouse.plan.p95_interval import BLOCK_S, CONFIDENCE, Interval, difference
 
 METRICS = ("ttft", "itl", "tpot", "e2e")
 
@@ -23,9 +24,12 @@ def _verdict(value: Any, target: Any) -> str:
     return "ok" if value is not None and value <= target else "MISS"
 
 
-def _rows(d: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+def _rows(d: Mapping[str, Any], base: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """One row per workload and metric: the p95 at 1x peak and with the replica lost, each with
+    its interval, and whether the two differ by more than their intervals allow. `base`: the
+    1x check's workloads (`slo_check["1x"]`), or nothing."""
     shed = d.get("shed")
-    header = ["workload", "metric", "simulated"]
+    header = ["workload", "metric", "1x peak", "replica lost", "vs 1x"]
     if shed:
         header.append(f"{shed['tier']} tier shed")
     header += ["degraded SLO", ""]
@@ -33,14 +37,27 @@ def _rows(d: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     for workload, w in d["workloads"].items():
         stated = (d["degraded_slo"] or {}).get(workload) or {}
         kept = (shed or {}).get("workloads_kept", {}).get(workload)
+        normal = base.get(workload) or {}
         for key, value in w["p95_ms"].items():
             metric = _metric(key)
             if metric not in METRICS:
                 continue
             target = stated.get(metric, {}).get("target_ms")
-            row = [workload, METRIC_NAMES[metric], _ms(value)]
+            first = _interval(normal, key)
+            lost = _interval(w, key)
+            row = [
+                workload,
+                METRIC_NAMES[metric],
+                _with_interval((normal.get("p95_ms") or {}).get(key), first),
+                _with_interval(value, lost),
+                _compared(first, lost),
+            ]
             if shed:
-                row.append("shed" if kept is None else _ms(kept["p95_ms"][key]))
+                row.append(
+                    "shed"
+                    if kept is None
+                    else _with_interval(kept["p95_ms"][key], _interval(kept, key))
+                )
             verdict = _verdict(value, target)
             if shed and kept is not None and target is not None:
                 verdict += f" / {_verdict(kept['p95_ms'][key], target)} shed"
@@ -48,11 +65,41 @@ def _rows(d: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def _interval(row: Mapping[str, Any], key: str) -> Interval | None:
+    found = (row.get("p95_interval_ms") or {}).get(key)
+    return None if not found else (float(found[0]), float(found[1]))
+
+
+def _with_interval(value: Any, interval: Interval | None) -> str:
+    if value is None or interval is None:
+        return _ms(value)
+    low, high = _ms(interval[0]), _ms(interval[1])
+    if low.endswith(" ms") and high.endswith(" ms"):
+        low = low.removesuffix(" ms")
+    return f"{_ms(value)} ({low}–{high})"
+
+
+def _compared(first: Interval | None, lost: Interval | None) -> str:
+    """What the runs support: higher or lower only where the intervals do not overlap."""
+    if first is None or lost is None:
+        return "—"
+    return difference(first, lost) or "no clear difference"
+
+
 def failover_lines(r: Mapping[str, Any]) -> list[str]:
     lines = ["### Failover (one replica lost)", ""]
+    base = ((r.get("slo_check") or {}).get("1x") or {}).get("workloads") or {}
+    if r["degraded"]:
+        lines += [
+            f"Each p95 comes with its {CONFIDENCE:.0%} interval (a bootstrap over the simulated "
+            f"requests in {BLOCK_S:g}-s blocks): a simulated p95 moves by 5-8% from one run to "
+            "the next, so `vs 1x` says higher or lower only where the two intervals do not "
+            "overlap.",
+            "",
+        ]
     for d in r["degraded"]:
         lines += [f"**{d['pool']}**: {d['failover']}.", ""]
-        header, rows = _rows(d)
+        header, rows = _rows(d, base)
         lines += _table(header, rows)
         shed = d.get("shed")
         if shed:

@@ -27,6 +27,7 @@ def check_rows(check: SimCheck, analytic: dict[str, dict[str, float]] | None) ->
                 for metric, item in checks.items()
             },
             "p95_ms": {k: summary[k] for k in METRIC_KEYS.values()},
+            "p95_interval_ms": summary.get("p95_interval_ms") or {},
         }
     return rows
 

@@ -23,6 +23,7 @@ from inhouse.fleet import (
     simulate_stack,
 )
 from inhouse.plan.mix import MixedWorkload, workload_of
+from inhouse.plan.p95_interval import BLOCK_S, p95_intervals
 from inhouse.plan.requirements import Requirements, Slo
 from inhouse.plan.signals import observed_signals
 from inhouse.plan.traffic import make_workload
@@ -150,6 +151,7 @@ def summarize(result: FleetResult, workload: str, warmup_s: float, slo: Slo) -> 
     failed = len(counted) - len(done)
     return {
         **metrics,
+        "p95_interval_ms": _intervals(result, done, warmup_s),
         "completed": len(done),
         "failed": failed,
         "prefix_cache_hit_rate": sum(r.num_cached_tokens for r in done) / prompt if prompt else 0.0,
@@ -173,6 +175,33 @@ def _p95s(result: FleetResult, done: list[RequestRecord]) -> dict[str, float]:
         "p95_itl_ms": p95(ms * result.itl_s(done)),
         "p95_tpot_ms": p95([ms * r.tpot_s for r in done if r.num_output_tokens > 1]),
         "p95_e2el_ms": p95([ms * r.e2el_s for r in done]),
+    }
+
+
+def _intervals(
+    result: FleetResult, done: list[RequestRecord], warmup_s: float
+) -> dict[str, list[float] | None]:
+    """Each p95's 95% interval (ms; `p95_interval`): a block bootstrap over the requests in
+    blocks of `BLOCK_S` seconds by arrival (seed 0: reproducible from the run)."""
+    by_block: dict[int, list[RequestRecord]] = {}
+    for record in done:
+        by_block.setdefault(int((record.arrival_s - warmup_s) // BLOCK_S), []).append(record)
+    blocks = [_p95_inputs(result, records) for _, records in sorted(by_block.items())]
+    intervals = p95_intervals(blocks)
+    out: dict[str, list[float] | None] = {}
+    for key in METRIC_KEYS.values():
+        interval = intervals.get(key)
+        out[key] = None if interval is None else list(interval)
+    return out
+
+
+def _p95_inputs(result: FleetResult, records: list[RequestRecord]) -> dict[str, np.ndarray]:
+    ms = 1000.0
+    return {
+        "p95_ttft_ms": ms * np.array([r.ttft_s for r in records]),
+        "p95_itl_ms": ms * result.itl_s(records),
+        "p95_tpot_ms": ms * np.array([r.tpot_s for r in records if r.num_output_tokens > 1]),
+        "p95_e2el_ms": ms * np.array([r.e2el_s for r in records]),
     }
 
 

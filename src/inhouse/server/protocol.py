@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError, model_validator
 
 from inhouse.openai_errors import ApiError, invalid
+from inhouse.server.chat_messages import ChatMessage, MessageContentError, VllmChatMessage
 
 _M = TypeVar("_M", bound=BaseModel)
 
@@ -193,15 +194,6 @@ class CompletionRequest(_SamplingRequest):
         return data
 
 
-class ChatMessage(BaseModel):
-    """A chat message as vLLM types it: a role (any string, as vLLM's custom message type
-    allows) and content that is text, a list of content parts, or null."""
-
-    model_config = ConfigDict(extra="allow")
-    role: str
-    content: str | list[dict[str, Any]] | None = None
-
-
 def message_dicts(messages: list[ChatMessage]) -> list[dict[str, Any]]:
     """The messages as the client sent them, for the chat template."""
     return [message.model_dump(exclude_unset=True) for message in messages]
@@ -223,7 +215,7 @@ class ChatCompletionTool(BaseModel):
 
 
 class ChatCompletionRequest(_SamplingRequest):
-    messages: list[ChatMessage]
+    messages: list[VllmChatMessage]
     tools: list[ChatCompletionTool] | None = None
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
@@ -251,7 +243,7 @@ class TokenizeRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
     model: str | None = None
     prompt: str | None = None
-    messages: list[ChatMessage] | None = None
+    messages: list[VllmChatMessage] | None = None
     add_special_tokens: bool = True
     add_generation_prompt: bool = True
     return_token_strs: bool | None = False
@@ -264,7 +256,7 @@ class TokenizePromptShape(BaseModel):
 
 class TokenizeChatShape(BaseModel):
     model_config = ConfigDict(extra="allow")
-    messages: list[ChatMessage]
+    messages: list[VllmChatMessage]
     tools: list[ChatCompletionTool] | None = None  # rendered into the prompt: typed, as in vLLM
 
 
@@ -321,7 +313,7 @@ def parse_body(raw: bytes, content_type: str, model: type[_M]) -> _M:
         errors: list[dict[str, Any]] = []
         for err in exc.errors(include_url=False):
             cause = (err.get("ctx") or {}).get("error")
-            if isinstance(cause, FieldError):
+            if isinstance(cause, FieldError | MessageContentError):
                 raise cause.error from None
             item: dict[str, Any] = {
                 "type": err["type"],
