@@ -60,6 +60,22 @@ def test_a_tampered_result_figure_is_named(
     assert f"{path / 'result.json'}: {field}, not a" in str(err.value)
 
 
+@pytest.mark.parametrize(
+    ("workload", "field"),
+    [("agent", "`workload` is 'agent'"), ({"name": "agent", "params": [1]}, "`workload.params`")],
+)
+def test_a_workload_that_is_not_an_object_is_named(
+    tmp_path: Path, workload: Any, field: str
+) -> None:
+    """`workload` and its `params` are objects as `inhouse bench` writes them; anything else
+    was an AttributeError's traceback."""
+    path = _bench(tmp_path, result={"workload": workload})
+    with pytest.raises(SpecError) as err:
+        load_bench(path)
+    assert str(err.value).startswith(f"{path / 'result.json'}: {field}")
+    assert "not an object as `inhouse bench` writes it" in str(err.value)
+
+
 @pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
 def test_nan_or_infinity_in_result_json_is_refused(tmp_path: Path, constant: str) -> None:
     path = _bench(tmp_path)

@@ -148,7 +148,14 @@ def _check_result(result: dict[str, Any], path: Path, hint: str) -> None:
             raise SpecError(
                 f"{path}: `{'.'.join(parts)}` is {value!r}, not a non-negative number; {hint}"
             )
-    sessions = (result.get("workload") or {}).get("params", {}).get("sessions")
+    workload = result.get("workload")
+    params = workload.get("params") if isinstance(workload, dict) else None
+    for key, value in (("workload", workload), ("workload.params", params)):
+        if value is not None and not isinstance(value, dict):
+            raise SpecError(
+                f"{path}: `{key}` is {value!r}, not an object as `inhouse bench` writes it; {hint}"
+            )
+    sessions = (params or {}).get("sessions")
     if sessions is not None and not str(sessions).isdigit():
         raise SpecError(f"{path}: `workload.params.sessions` is {sessions!r}, not a count; {hint}")
 
