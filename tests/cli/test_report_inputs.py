@@ -206,6 +206,35 @@ def test_tampered_drill_evidence_is_named(
         load_drills(drills, {})
 
 
+@pytest.mark.parametrize(
+    ("evidence", "message"),
+    [
+        (
+            {"checks": [{"name": "c", "expected": "e", "observed": "o", "ok": "false"}]},
+            "checks[0].ok` is 'false', not true or false",
+        ),
+        ({"verdict": ["pass"]}, "`verdict` is ['pass'], not 'pass' or 'fail'"),
+        (
+            {"checks": [{"name": "c", "expected": "e", "observed": "o", "ok": False}]},
+            "`verdict` is 'pass' though check 'c' is not ok",
+        ),
+        ({"checks": []}, "`verdict` is 'pass' with no checks"),
+    ],
+)
+def test_a_verdict_its_checks_do_not_bear_out_is_refused(
+    tmp_path: Path, evidence: dict[str, Any], message: str
+) -> None:
+    """`inhouse drill` passes a drill only when it has checks and every one is ok: a verdict
+    the checks contradict would be counted as a drill passed in the summary a customer signs."""
+    drills = write_drills(tmp_path / "drills")
+    path = drills / "kv-fill" / "evidence.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **evidence}))
+    with pytest.raises(SpecError) as err:
+        load_drills(drills, {})
+    assert str(err.value).startswith(f"{path}: ")
+    assert message in str(err.value) and "run the drill again" in str(err.value)
+
+
 def test_a_non_utf8_drill_report_is_named(tmp_path: Path) -> None:
     drills = write_drills(tmp_path / "drills")
     (drills / "kv-fill" / "report.md").write_bytes(b"\xff")

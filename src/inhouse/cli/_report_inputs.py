@@ -229,6 +229,32 @@ def _check_evidence(data: Any, path: Path) -> None:
                 f"{path}: `{key}` is not a list of objects, as `inhouse drill` writes it; "
                 "run the drill again"
             )
+    _check_verdict(data, path)
+
+
+def _check_verdict(data: dict[str, Any], path: Path) -> None:
+    """`verdict` as `inhouse drill` decides it: `pass` only when there are checks and every
+    one is ok (each `ok` a boolean). A verdict its checks contradict would be counted as a
+    drill passed in the document's summary."""
+    again = "run the drill again (`inhouse drill run NAME --stack STACK --out DIR`)"
+    checks = data["checks"] or []
+    for index, check in enumerate(checks):
+        if not isinstance(check.get("ok"), bool):
+            raise SpecError(
+                f"{path}: `checks[{index}].ok` is {check.get('ok')!r}, not true or false; {again}"
+            )
+    verdict = data.get("verdict")
+    if verdict not in ("pass", "fail"):
+        raise SpecError(f"{path}: `verdict` is {verdict!r}, not 'pass' or 'fail'; {again}")
+    if verdict != "pass":
+        return
+    if not checks:
+        raise SpecError(f"{path}: `verdict` is 'pass' with no checks; {again}")
+    for check in checks:
+        if not check["ok"]:
+            raise SpecError(
+                f"{path}: `verdict` is 'pass' though check {check.get('name')!r} is not ok; {again}"
+            )
 
 
 def load_drills(path: Path, images: dict[str, bytes]) -> Drills:
