@@ -49,9 +49,18 @@ def worst(
         if (f := run.result.figure(*parts, kind="measured", unit=unit, scale=scale)) is not None
     ]
     if not figures:
-        return Reading(None, "no bench run of this workload" if not runs else "not in result.json")
+        return Reading(None, _why_none(runs))
     pick = max if higher_is_worse else min
     return Reading(pick(figures, key=lambda f: f.value))
+
+
+def _why_none(runs: Sequence[BenchRun]) -> str:
+    """Why the runs give no latency: none, none that served a request, or a file without it."""
+    if not runs:
+        return "no bench run of this workload"
+    if not any(r.get("success") for run in runs for r in run.requests):
+        return f"no request succeeded ({sum(len(run.requests) for run in runs)} failed)"
+    return "not in result.json"
 
 
 def _p95(runs: Sequence[BenchRun], keep: Callable[[Mapping[str, Any]], bool], what: str) -> Reading:
@@ -63,12 +72,12 @@ def _p95(runs: Sequence[BenchRun], keep: Callable[[Mapping[str, Any]], bool], wh
             values += picked
             files.append(run.requests_file)
     if len(values) < MIN_SAMPLES:
-        why = (
-            "no bench run of this workload"
-            if not runs
-            else f"{len(values)} successful requests with {what}, "
-            f"fewer than the {MIN_SAMPLES} a p95 needs"
-        )
+        why = _why_none(runs)
+        if why == "not in result.json":  # requests succeeded, too few of them matched
+            why = (
+                f"{len(values)} successful requests with {what}, "
+                f"fewer than the {MIN_SAMPLES} a p95 needs"
+            )
         return Reading(None, why, len(values))
     value = float(np.percentile(np.asarray(values), 95))
     source = Source(" + ".join(files), f"p95 of ttft_ms over successful rows where {what}")
@@ -123,7 +132,8 @@ def completion_rate(runs: Sequence[BenchRun]) -> Reading:
         ok = sum(1 for r in run.requests if r.get("success"))
         if len(sched) < MIN_SAMPLES or sched[-1] <= sched[0]:
             continue
-        rate = (ok - 1) / (sched[-1] - sched[0]) * 60.0
+        # n successes span n - 1 gaps; none served is a rate of 0, not of -1 request.
+        rate = max(ok - 1, 0) / (sched[-1] - sched[0]) * 60.0
         source = Source(
             run.requests_file,
             "(successful - 1) / (last - first t_sched_s) x 60",
