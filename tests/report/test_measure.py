@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from inhouse.report.document import build_document
 from inhouse.report.inputs import ReportInputs
 from inhouse.report.rendered import read_alerts
 from inhouse.report.slo import SloRow, slo_rows
@@ -64,3 +65,63 @@ def test_a_ttft_row_with_no_success_says_so(report_dirs: dict[str, Path], tmp_pa
     why = f"no request succeeded ({len(rows)} failed)"
     assert got["chat p95 TTFT warm"].measured.why == why
     assert got["chat p95 TTFT cold"].measured.why == why
+
+
+def _lighter(source: Path, out: Path, workload: dict[str, Any]) -> Path:
+    """The same run, but recorded as driven at a lighter load than the plan's peak."""
+    out.mkdir()
+    result = json.loads((source / "result.json").read_text())
+    result["workload"] = workload
+    (out / "result.json").write_text(json.dumps(result))
+    (out / "requests.jsonl").write_text((source / "requests.jsonl").read_text())
+    return out
+
+
+def test_latency_at_a_lighter_load_commits_nothing_at_peak(
+    report_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """The seeds' SLO is p95 TTFT < 800 ms *at 100 concurrent sessions*: ten sessions meeting
+    it say nothing of a hundred. The TTFT, ITL, hit-rate and KV rows read "ok" from such a run
+    while the sessions row (the only one that looked) said it drove too few."""
+    chat = _lighter(
+        report_dirs["chat"], tmp_path / "chat", {"name": "agent", "params": {"sessions": "10"}}
+    )
+    utility = _lighter(
+        report_dirs["utility"],
+        tmp_path / "utility",
+        {"name": "utility", "params": {}, "rate": 1.5, "rate_scale": 1.0},
+    )
+    dirs = {**report_dirs, "light-chat": chat, "light-utility": utility}
+    got = _rows(make_inputs(dirs, benches=("light-chat", "light-utility")))
+    for name in (
+        "chat p95 TTFT warm",
+        "chat p95 ITL",
+        "chat prefix-cache hit rate",
+        "cluster KV use, steady (p50)",
+        "cluster KV use, bursts (max)",
+    ):
+        row = got[name]
+        assert row.measured.figure is None and row.verdict is None, name
+        assert row.measured.why == (
+            "the run drove fewer sessions than the planned peak (section 1): "
+            "a figure at a lighter load commits nothing at peak"
+        ), name
+    text = build_document(make_inputs(dirs, benches=("light-chat", "light-utility"))).markdown
+    section1 = text.split("## 1. ")[1].split("\n## ")[0]
+    assert section1.count("not measured (the run drove") == 2  # chat's and utility's hit rate
+    e2e = got["utility p95 e2e"]
+    assert e2e.measured.figure is None
+    assert e2e.measured.why.startswith("the run drove a lower rate than the planned peak")
+
+
+def test_a_run_at_the_planned_load_still_counts(
+    report_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    utility = _lighter(
+        report_dirs["utility"],
+        tmp_path / "utility",
+        {"name": "utility", "params": {}, "rate": 16.66666667, "rate_scale": 1.0},
+    )
+    got = _rows(make_inputs({**report_dirs, "utility": utility}))
+    assert got["utility p95 e2e"].measured.figure is not None
+    assert got["chat p95 TTFT warm"].measured.figure is not None

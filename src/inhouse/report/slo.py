@@ -11,11 +11,13 @@ those rows.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from inhouse.report import measure
 from inhouse.report.figures import Figure, Source
-from inhouse.report.inputs import ReportInputs
+from inhouse.report.inputs import BenchRun, ReportInputs
 from inhouse.report.measure import Reading
 from inhouse.report.rendered import Alert, alert_threshold, find_alert
 
@@ -23,6 +25,9 @@ SESSION_DROP_ALARM = 0.02  # the seeds' "drops > 2%"
 THROUGHPUT_ALARM = 0.9  # the seeds' "< 900" of 1000 req/min
 KV_STEADY_TARGET = 0.9  # the planner's KV cap at p95 (docs/plan.md, step 4)
 KV_BURST_TARGET = 0.95
+# `--rate` is written with 8 decimals (scripts/plan_bench_args.py): 16.66666667 is the planned
+# 16.666666666666668 req/s, not a lighter load.
+RATE_RESOLUTION = 1e-6
 METRIC = {"ttft": "p95 TTFT", "itl": "p95 ITL", "tpot": "p95 TPOT", "e2e": "p95 e2e"}
 BENCH_KEY = {
     "ttft": "p95_ttft_ms",
@@ -67,6 +72,57 @@ class SloRow:
         return value.value >= target.value * (1.0 - self.tolerance)
 
 
+LIGHTER = "a figure at a lighter load commits nothing at peak"
+
+
+def _shortfall(inputs: ReportInputs, run: BenchRun) -> str | None:
+    """Why `run` drove less than its workload's planned peak (None: at or above it, or the run
+    does not say): agent sessions against `peak_sessions`, a rate against `peak_per_s`."""
+    workload = run.workload(inputs.workload_names)
+    if workload is None or run.is_cold_probe:
+        return None
+    traffic = ("workloads", workload, "traffic")
+    peak_sessions = inputs.plan.get(*traffic, "peak_sessions")
+    if peak_sessions is not None:
+        sessions = run.result.get("workload", "params", "sessions")
+        if sessions is not None and str(sessions).isdigit() and int(sessions) < peak_sessions:
+            return f"the run drove fewer sessions than the planned peak (section 1): {LIGHTER}"
+        return None
+    peak_rate = inputs.plan.get(*traffic, "peak_per_s")
+    rate = run.result.get("workload", "rate")
+    scale = run.result.get("workload", "rate_scale")
+    scale = scale if isinstance(scale, int | float) and not isinstance(scale, bool) else 1.0
+    if (
+        isinstance(peak_rate, int | float)
+        and isinstance(rate, int | float)
+        and not isinstance(rate, bool)
+        and rate * scale < peak_rate * (1.0 - RATE_RESOLUTION)
+    ):
+        return f"the run drove a lower rate than the planned peak (section 1): {LIGHTER}"
+    return None
+
+
+def at_peak(inputs: ReportInputs, runs: list[BenchRun]) -> tuple[list[BenchRun], str]:
+    """The runs that drove the planned peak (cold probes kept: they are light by design), and,
+    when there were runs but none did, why none counts."""
+    kept = [run for run in runs if _shortfall(inputs, run) is None]
+    if runs and not kept:
+        return [], str(_shortfall(inputs, runs[0]))
+    return kept, ""
+
+
+def _at_peak_reading(
+    inputs: ReportInputs,
+    runs: list[BenchRun],
+    read: Callable[..., Reading],
+    *args: Any,
+    **kwargs: Any,
+) -> Reading:
+    """`read(runs at peak, *args, **kwargs)`, or why no run counts."""
+    kept, why = at_peak(inputs, runs)
+    return Reading(None, why) if why else read(kept, *args, **kwargs)
+
+
 def _pool_of(inputs: ReportInputs, workload: str) -> str | None:
     for pool in inputs.plan.get("pools") or []:
         if workload in (pool.get("serves") or []):
@@ -97,14 +153,11 @@ def latency_rows(inputs: ReportInputs, alerts: list[Alert], workload: str) -> li
         )
         alarm = _alarm(inputs, alerts, workload, metric)
         if metric == "ttft" and kind == "agent":
-            rows.append(
-                SloRow(
-                    workload, "p95 TTFT warm", Bound("<", target), alarm, measure.ttft_warm(runs)
-                )
-            )
+            warm = _at_peak_reading(inputs, runs, measure.ttft_warm)
+            rows.append(SloRow(workload, "p95 TTFT warm", Bound("<", target), alarm, warm))
             rows.append(_cold_row(inputs, workload))
             continue
-        reading = measure.worst(runs, BENCH_KEY[metric], unit="ms")
+        reading = _at_peak_reading(inputs, runs, measure.worst, BENCH_KEY[metric], unit="ms")
         rows.append(SloRow(workload, METRIC[metric], Bound("<", target), alarm, reading))
     return rows
 
@@ -120,7 +173,7 @@ def _cold_row(inputs: ReportInputs, workload: str) -> SloRow:
         "p95 TTFT cold",
         Bound("<", target, note),
         Bound(">", alarm, "bench check: vLLM's TTFT histogram does not tell cold from warm"),
-        measure.ttft_cold(runs),
+        _at_peak_reading(inputs, runs, measure.ttft_cold),
     )
 
 
@@ -171,6 +224,10 @@ def traffic_rows(inputs: ReportInputs, workload: str) -> list[SloRow]:
 
 def cluster_rows(inputs: ReportInputs, alerts: list[Alert]) -> list[SloRow]:
     runs = [r for r in inputs.benches if not r.is_cold_probe]
+    kv = {
+        stat: _at_peak_reading(inputs, runs, measure.gauge, "kv_cache_usage_perc", stat)
+        for stat in ("p50", "max")
+    }
     planner = Source("docs/plan.md", "planner: KV cache at most 90% at p95")
     kv_alert = find_alert(alerts, "InhouseKVCacheFull")
     kv_alarm = Bound(">", alert_threshold(kv_alert), kv_alert.name if kv_alert else "no alert")
@@ -180,7 +237,7 @@ def cluster_rows(inputs: ReportInputs, alerts: list[Alert]) -> list[SloRow]:
             "KV use, steady (p50)",
             Bound("<", Figure(KV_STEADY_TARGET, "pct", "target", planner)),
             kv_alarm,
-            measure.gauge(runs, "kv_cache_usage_perc", "p50"),
+            kv["p50"],
         ),
         SloRow(
             "cluster",
@@ -190,7 +247,7 @@ def cluster_rows(inputs: ReportInputs, alerts: list[Alert]) -> list[SloRow]:
                 Figure(KV_BURST_TARGET, "pct", "target", Source("seeds' SLO table", "<95% burst")),
             ),
             kv_alarm,
-            measure.gauge(runs, "kv_cache_usage_perc", "max"),
+            kv["max"],
         ),
     ]
     for workload in inputs.workload_names:
@@ -204,7 +261,7 @@ def cluster_rows(inputs: ReportInputs, alerts: list[Alert]) -> list[SloRow]:
                 "prefix-cache hit rate",
                 Bound("≥", target, note),
                 Bound("<", alert_threshold(alert), alert.name if alert else "no alert"),
-                measure.prefix_hit_rate(inputs.runs_for(workload)),
+                _at_peak_reading(inputs, inputs.runs_for(workload), measure.prefix_hit_rate),
             )
         )
     return rows
