@@ -10,7 +10,7 @@ from inhouse.report.context import Context, table
 from inhouse.report.inputs import Doc, PathPart
 
 
-def _why(summary: dict[str, Any]) -> str:
+def why_infeasible(summary: dict[str, Any]) -> str:
     """The planner's infeasibility, to its first binding constraint."""
     lines = [x.strip() for x in str(summary.get("why_infeasible", "")).splitlines() if x.strip()]
     return " ".join(lines[1:2] or lines[:1]).rstrip(".")
@@ -62,7 +62,7 @@ def _row(
         more = summary.get("with_more_nodes") or {}
         if "usd_per_hour" in more:
             return _row(ctx, doc, (*base, "with_more_nodes"), more, label + " — on more nodes")
-        return [label, "infeasible", "—", "—", _why(summary), "—", "—"]
+        return [label, "infeasible", "—", "—", why_infeasible(summary), "—", "—"]
     return [
         label,
         ctx.show(
@@ -78,7 +78,7 @@ def _row(
 
 def _trade(chosen: dict[str, Any], alt: dict[str, Any]) -> str:
     if alt.get("feasible") is False and "usd_per_hour" not in (alt.get("with_more_nodes") or {}):
-        return f"{alt['label']}: not possible with these requirements — {_why(alt)}."
+        return f"{alt['label']}: not possible with these requirements — {why_infeasible(alt)}."
     other = alt if alt.get("feasible") is not False else alt["with_more_nodes"]
     dearer = other["usd_per_hour"] > chosen["usd_per_hour"] * 1.001
     cheaper = other["usd_per_hour"] < chosen["usd_per_hour"] * 0.999
@@ -88,7 +88,7 @@ def _trade(chosen: dict[str, Any], alt: dict[str, Any]) -> str:
         else ("costs less per hour" if cheaper else "costs the same per hour")
     )
     nodes = (
-        f" and needs more nodes than the hardware offers (on it: {_why(alt)})"
+        f" and needs more nodes than the hardware offers (on it: {why_infeasible(alt)})"
         if alt.get("feasible") is False
         else ""
     )

@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from inhouse.report import measure
+from inhouse.report.alternative import why_infeasible
 from inhouse.report.context import Context, table
 from inhouse.report.figures import Figure, Source
+from inhouse.report.inputs import PathPart
 from inhouse.report.mermaid import deployment_diagram
 from inhouse.report.slo import at_peak
 
@@ -174,27 +176,35 @@ def selection(ctx: Context) -> list[str]:
 
 
 def _engine_alternative(ctx: Context) -> list[str]:
+    """SGLang's plan in a sentence: its price, or why it does not fit (and its price on more
+    nodes, where the planner found one)."""
     compare = ctx.inputs.compare
     if compare is None:
         return []
+    where = "the alternative compared, after section 8"
     for i, alt in enumerate(compare.get("alternatives") or []):
-        if alt.get("axis") == "engine":
-            return [
-                f"Planned with SGLang's step-time constants instead, the same requirements give "
-                f"{alt.get('label', '')}: "
-                + ctx.show(
-                    compare.figure(
-                        "alternatives",
-                        i,
-                        "usd_per_hour",
-                        kind="price",
-                        unit="usd_h",
-                        label="alternative $/h",
-                    )
-                )
-                + " (section 5, the alternative compared).",
-                "",
-            ]
+        if alt.get("axis") != "engine":
+            continue
+        base: tuple[PathPart, ...] = ("alternatives", i)
+        lead = f"Planned with SGLang's step-time constants instead ({alt.get('label', '')}), "
+        more = alt.get("with_more_nodes") or {}
+        why = why_infeasible(alt)
+        if alt.get("feasible") is False and "usd_per_hour" not in more:
+            return [f"{lead}the same requirements cannot be met ({why}; {where}).", ""]
+        if alt.get("feasible") is False:
+            base = (*base, "with_more_nodes")
+        price = ctx.show(
+            compare.figure(
+                *base, "usd_per_hour", kind="price", unit="usd_h", label="alternative $/h"
+            )
+        )
+        said = (
+            f"the same requirements do not fit this hardware ({why}); on more nodes it costs "
+            f"{price}"
+            if alt.get("feasible") is False
+            else f"the same requirements cost {price}"
+        )
+        return [f"{lead}{said} ({where}).", ""]
     return []
 
 
