@@ -74,6 +74,26 @@ def read_alerts(render: RenderOutput | None) -> list[Alert]:
     return out
 
 
+_ANY_COMPARISON = re.compile(r"(?:>=|<=|==|!=|>|<)\s*-?\d")
+# A latency quantile in seconds: a recording rule `..._seconds:p95_5m` or a histogram_quantile
+# over a `..._seconds_bucket` histogram. (A share of a seconds histogram's buckets, as the event
+# loop's lag rule takes, is not a latency.)
+_SECONDS_QUANTILE = re.compile(r"_seconds:p\d+|histogram_quantile\(.*_seconds_bucket")
+
+
+def threshold_text(alert: Alert) -> str:
+    """The alert's threshold as section 6 prints it: a latency in ms (the rules compare
+    seconds; the SLOs are stated in ms), anything else as written. A rule of several
+    comparisons is not reduced to one of them (its last is often a guard, `>= 10` errors)."""
+    if alert.threshold is None or alert.comparator is None:
+        return alert.expr[:60]
+    if len(_ANY_COMPARISON.findall(alert.expr)) > 1:
+        return "several conditions (rules.yaml)"
+    if _SECONDS_QUANTILE.search(alert.expr):
+        return f"{alert.comparator} {round(alert.threshold * 1000.0, 6):,g} ms"
+    return f"{alert.comparator} {alert.threshold:g}"
+
+
 def find_alert(alerts: list[Alert], name: str, pool: str | None = None) -> Alert | None:
     for alert in alerts:
         if alert.name == name and (pool is None or alert.pool in (None, pool)):

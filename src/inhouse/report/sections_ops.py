@@ -7,6 +7,7 @@ from typing import Any
 
 from inhouse.report.context import Context, table
 from inhouse.report.inputs import DRILLS, DrillRun
+from inhouse.report.rendered import threshold_text
 from inhouse.report.slo import Bound, SloRow
 
 POST_MORTEM = [
@@ -101,8 +102,7 @@ def observability(ctx: Context) -> list[str]:
     lines += [f"Alerts, from `{render.directory}/prometheus/rules.yaml`:", ""]
     rows = []
     for a in ctx.alerts:
-        threshold = f"{a.comparator} {a.threshold:g}" if a.threshold is not None else a.expr[:60]
-        rows.append([a.name, a.pool or "all", threshold, a.hold, a.severity, a.summary])
+        rows.append([a.name, a.pool or "all", threshold_text(a), a.hold, a.severity, a.summary])
     lines += table(["alert", "pool", "threshold", "for", "page or ticket", "summary"], rows)
     pages = sum(1 for a in ctx.alerts if a.severity == "page")
     lines += [
