@@ -150,7 +150,7 @@ def test_the_drill_table_shows_each_verdict(report_dirs: dict[str, Path], tmp_pa
     assert "| kill-replica | Kill a chat replica during peak load | pass |" in text
     assert "| kv-fill | Fill the KV cache to 95% | fail |" in text
     summary = text.split("## Summary")[1].split("\n## ")[0]
-    assert "Drills passed: 6 of 7; **not passed: kv-fill**." in summary
+    assert "Drills passed: 6 of 7; **not passed: kv-fill** (the rules' holds" in summary
 
 
 def test_the_summary_names_the_rows_that_miss_their_target(inputs: ReportInputs) -> None:
@@ -163,7 +163,7 @@ def test_the_summary_names_the_rows_that_miss_their_target(inputs: ReportInputs)
     summary = text.split("## Summary")[1].split("\n## ")[0]
     assert (
         "SLO rows measured: 10 of 10; **1 miss their target** (chat prefix-cache hit rate). "
-        "Drills passed: 7 of 7." in summary
+        "Drills passed: 7 of 7 (the rules' holds and windows at 0.1x)." in summary
     )
 
 
@@ -171,3 +171,41 @@ def test_the_drills_post_mortem_timeline_stays_a_list(inputs: ReportInputs) -> N
     """Issue 22 aligns its times (`*     9.3 s`): five spaces would make CommonMark code."""
     text = build_document(inputs).markdown
     assert "\n* 9.3 s: SIGKILL chat-1" in text and "*     9.3 s" not in text
+
+
+def _summary(inputs: ReportInputs) -> str:
+    return build_document(inputs).markdown.split("## Summary")[1].split("\n## ")[0]
+
+
+def test_the_summary_names_the_rows_not_measured(report_dirs: dict[str, Path]) -> None:
+    """ "SLO rows measured: 6 of 10, every one within its target" read as a clean bill: the
+    paragraph a signer reads names the four rows that are wishes."""
+    inputs = make_inputs(report_dirs, drills=False, benches=("chat",))
+    wishes = [
+        f"{r.workload} {r.metric}" for r in _rows(inputs).values() if r.measured.figure is None
+    ]  # type: ignore[attr-defined]
+    assert len(wishes) == 4
+    assert f"**not measured: {'; '.join(wishes)}**" in _summary(inputs)
+
+
+def test_the_summary_names_drills_not_run_and_how_they_ran(
+    report_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """Evidence for five of the seven drills read "Drills passed: 5 of 7", as if two had been
+    run and failed, or never wanted; and drills judged with the rules' holds at a tenth of
+    production's passed without saying so."""
+    import shutil
+
+    from .report_fixtures import write_drills
+
+    drills = write_drills(tmp_path / "drills")
+    for name in ("ecc-dbe", "soak"):
+        shutil.rmtree(drills / name)
+    summary = json.loads((drills / "summary.json").read_text())
+    (drills / "summary.json").write_text(json.dumps({**summary, "quick": True}))
+    inputs = make_inputs({**report_dirs, "drills": drills})
+    scale = inputs.drills.runs[0].evidence.get("prometheus", "time_scale")  # type: ignore[union-attr]
+    assert scale is not None and scale < 1
+    text = _summary(inputs)
+    assert "Drills passed: 5 of 7; **not run: ecc-dbe, soak**" in text
+    assert f"(quick runs, the rules' holds and windows at {scale:g}x)" in text
