@@ -259,3 +259,27 @@ def test_no_path_as_given_and_no_figure_of_a_drill_check(
     doc = public["reference-architecture.md"].decode()
     assert "`bench/chat/requests.jsonl`" in doc and "`drills/kill-replica/evidence.json`" in doc
     assert "* p95 TTFT stable\n" in doc  # named, without its expected text
+
+
+def test_an_infeasible_alternative_s_estimates_stay_internal(inputs: ReportInputs) -> None:
+    """The planner's reason quotes its simulation ("simulates at 65 ms against the 60 ms
+    target"): an estimate, which the public version shows as a range or not at all. Section 3
+    and the comparison printed the reason whole."""
+    from dataclasses import replace
+
+    from inhouse.report.inputs import Doc
+
+    why = (
+        "x: no plan meets the requirements.\n  binding constraint: chat p95 itl — the best "
+        "analytic plan (chat: 2x M fp8 TP4, budget 1024) simulates at 65.4 ms against the 60 "
+        "ms target"
+    )
+    alt = {"axis": "engine", "label": "sglang instead of vllm", "feasible": False}
+    compare = {"chosen": {"usd_per_hour": 1.0, "pools": []}, "alternatives": [alt]}
+    with_why = replace(inputs, compare=Doc("plan/compare.json", {**compare}))
+    alt["why_infeasible"] = why
+    internal = build_document(with_why).markdown
+    public = build_document(with_why, public=True).markdown
+    assert "simulates at 65.4 ms" in internal
+    assert "65.4" not in public and "budget 1024" not in public
+    assert public.count("binding constraint: chat p95 itl") == 3  # section 3, table, trade

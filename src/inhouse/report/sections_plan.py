@@ -188,7 +188,7 @@ def _engine_alternative(ctx: Context) -> list[str]:
         base: tuple[PathPart, ...] = ("alternatives", i)
         lead = f"Planned with SGLang's step-time constants instead ({alt.get('label', '')}), "
         more = alt.get("with_more_nodes") or {}
-        why = why_infeasible(alt)
+        why = why_infeasible(alt, ctx.public)
         if alt.get("feasible") is False and "usd_per_hour" not in more:
             return [f"{lead}the same requirements cannot be met ({why}; {where}).", ""]
         if alt.get("feasible") is False:
