@@ -228,6 +228,12 @@ PLAN_FIELDS: tuple[Field, ...] = (
     _f("cost", "object"),
     _f("cost.usd_per_hour", "number"),
     _f("cost.usd_per_month", "number"),
+    _f(
+        "cost.effective_usd_per_million_tokens_with_idle_hours",
+        "number",
+        optional=True,
+        nullable=True,
+    ),
     _f("cost.api_usd_per_month", "object"),
     _f("cost.api_usd_per_month.*", "number"),
     _f("cost.breakeven_months", "object", optional=True),
