@@ -9,8 +9,8 @@ from inhouse.report.alternative import why_infeasible
 from inhouse.report.context import Context, table
 from inhouse.report.figures import Figure, Source
 from inhouse.report.inputs import PathPart
+from inhouse.report.load import at_peak
 from inhouse.report.mermaid import deployment_diagram
-from inhouse.report.slo import at_peak
 
 SGLANG_TRADE = (
     "SGLang's RadixAttention keeps a token-level radix tree of every cached prefix and often "

@@ -18,6 +18,7 @@ from typing import Any
 from inhouse.report import measure
 from inhouse.report.figures import Figure, Source
 from inhouse.report.inputs import BenchRun, ReportInputs
+from inhouse.report.load import at_peak
 from inhouse.report.measure import Reading
 from inhouse.report.rendered import Alert, alert_threshold, find_alert
 
@@ -25,9 +26,6 @@ SESSION_DROP_ALARM = 0.02  # the seeds' "drops > 2%"
 THROUGHPUT_ALARM = 0.9  # the seeds' "< 900" of 1000 req/min
 KV_STEADY_TARGET = 0.9  # the planner's KV cap at p95 (docs/plan.md, step 4)
 KV_BURST_TARGET = 0.95
-# `--rate` is written with 8 decimals (scripts/plan_bench_args.py): 16.66666667 is the planned
-# 16.666666666666668 req/s, not a lighter load.
-RATE_RESOLUTION = 1e-6
 METRIC = {"ttft": "p95 TTFT", "itl": "p95 ITL", "tpot": "p95 TPOT", "e2e": "p95 e2e"}
 BENCH_KEY = {
     "ttft": "p95_ttft_ms",
@@ -70,45 +68,6 @@ class SloRow:
         if self.target.op == "<":
             return value.value < target.value
         return value.value >= target.value * (1.0 - self.tolerance)
-
-
-LIGHTER = "a figure at a lighter load commits nothing at peak"
-
-
-def _shortfall(inputs: ReportInputs, run: BenchRun) -> str | None:
-    """Why `run` drove less than its workload's planned peak (None: at or above it, or the run
-    does not say): agent sessions against `peak_sessions`, a rate against `peak_per_s`."""
-    workload = run.workload(inputs.workload_names)
-    if workload is None or run.is_cold_probe:
-        return None
-    traffic = ("workloads", workload, "traffic")
-    peak_sessions = inputs.plan.get(*traffic, "peak_sessions")
-    if peak_sessions is not None:
-        sessions = run.result.get("workload", "params", "sessions")
-        if sessions is not None and str(sessions).isdigit() and int(sessions) < peak_sessions:
-            return f"the run drove fewer sessions than the planned peak (section 1): {LIGHTER}"
-        return None
-    peak_rate = inputs.plan.get(*traffic, "peak_per_s")
-    rate = run.result.get("workload", "rate")
-    scale = run.result.get("workload", "rate_scale")
-    scale = scale if isinstance(scale, int | float) and not isinstance(scale, bool) else 1.0
-    if (
-        isinstance(peak_rate, int | float)
-        and isinstance(rate, int | float)
-        and not isinstance(rate, bool)
-        and rate * scale < peak_rate * (1.0 - RATE_RESOLUTION)
-    ):
-        return f"the run drove a lower rate than the planned peak (section 1): {LIGHTER}"
-    return None
-
-
-def at_peak(inputs: ReportInputs, runs: list[BenchRun]) -> tuple[list[BenchRun], str]:
-    """The runs that drove the planned peak (cold probes kept: they are light by design), and,
-    when there were runs but none did, why none counts."""
-    kept = [run for run in runs if _shortfall(inputs, run) is None]
-    if runs and not kept:
-        return [], str(_shortfall(inputs, runs[0]))
-    return kept, ""
 
 
 def _at_peak_reading(
