@@ -124,12 +124,7 @@ def _check_request(row: dict[str, Any], where: str, hint: str) -> None:
 RESULT_FIGURES = (
     ("completed",),
     ("failed",),
-    ("p50_ttft_ms",),
-    ("p95_ttft_ms",),
-    ("p99_ttft_ms",),
-    ("p95_itl_ms",),
-    ("p95_tpot_ms",),
-    ("p95_e2el_ms",),
+    *((f"p{p}_{key}_ms",) for key in ("ttft", "itl", "tpot", "e2el") for p in (50, 95, 99)),
     ("request_throughput",),
     ("output_throughput",),
     ("prefix_cache_hit_rate_server",),
