@@ -325,6 +325,41 @@ def test_a_run_of_another_generator_is_refused(tmp_path: Path, planned: Path) ->
         load_inputs(plan, [run], None, None)
 
 
+def test_a_run_of_another_shape_is_refused(tmp_path: Path, planned: Path) -> None:
+    """Same model, same generator, another scenario's prompts: a run of another plan's chat
+    (or of this one's before a re-plan) with a 2,000-token system prompt against the plan's
+    own. Its latencies would stand in section 4 as this plan's."""
+    plan = _plan_dir(tmp_path, planned)
+    params = json.loads((plan / "plan.json").read_text())["reproduce"]["bench"]["chat"]["params"]
+    shape = {k: v for k, v in params.items() if k != "model"}
+    assert shape["system_prompt_tokens"] != "2000"
+    rows = chat_rows(np.random.default_rng(0), 10, cold=2)
+    extra = {"workload": {"name": "agent", "params": {**shape, "system_prompt_tokens": "2000"}}}
+    run = write_bench(tmp_path / "chat", "chat", rows, extra=extra)
+    with pytest.raises(SpecError) as err:
+        load_inputs(plan, [run], None, None)
+    assert str(err.value).startswith(
+        f"{run / 'result.json'}: a run of workload chat with system_prompt_tokens=2000; the "
+        f"plan's chat has system_prompt_tokens={shape['system_prompt_tokens']} "
+        f"({plan / 'plan.json'} reproduce.bench.chat.params)"
+    )
+    probe = {**shape, "sessions": "6", "num_apps": "100000", "min_turns": "1", "max_turns": "1"}
+    cold = write_bench(
+        tmp_path / "cold",
+        "chat",
+        rows,
+        label="chat-cold",
+        extra={"workload": {"name": "agent", "params": probe}},
+    )
+    heavier = write_bench(
+        tmp_path / "heavier",
+        "chat",
+        rows,
+        extra={"workload": {"name": "agent", "params": {**shape, "sessions": "150"}}},
+    )
+    assert len(load_inputs(plan, [cold, heavier], None, None).benches) == 2
+
+
 def test_runs_of_the_planned_model_and_generator_load(tmp_path: Path, planned: Path) -> None:
     plan = _plan_dir(tmp_path, planned)  # chat: agent, model chat
     rows = chat_rows(np.random.default_rng(0), 10, cold=2)

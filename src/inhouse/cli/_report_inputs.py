@@ -363,7 +363,40 @@ def _check_benched(
                 f"generator; the plan's {workload} is {generator!r} "
                 f"({path} reproduce.bench.{workload}.workload); {fix}"
             )
+        _check_shape(run, workload, entry.get("params"), f"{path}", fix)
     return runs
+
+
+# Generator parameters that set the load, not the shape: a run may drive more than the plan (or
+# less: the report then leaves it out, `report.load`). A cold probe sets its own sessions.
+LOAD_PARAMS = frozenset({"model", "sessions", "rate_per_s", "session_rate_per_s"})
+PROBE_PARAMS = frozenset({"num_apps", "min_turns", "max_turns"})
+
+
+def _same(a: Any, b: Any) -> bool:
+    if str(a) == str(b):
+        return True
+    try:
+        return float(str(a)) == float(str(b))
+    except ValueError:
+        return False
+
+
+def _check_shape(run: BenchRun, workload: str, planned: Any, path: str, fix: str) -> None:
+    """The run's generator parameters against the plan's (`reproduce.bench.W.params`): the
+    same model and generator with another prompt or output shape is another scenario's run."""
+    driven = run.result.get("workload", "params")
+    if not isinstance(planned, dict) or not isinstance(driven, dict):
+        return
+    skip = LOAD_PARAMS | (PROBE_PARAMS if run.is_cold_probe else frozenset())
+    for key, value in planned.items():
+        if key in skip or key not in driven or _same(driven[key], value):
+            continue
+        raise SpecError(
+            f"{run.result.name}: a run of workload {workload} with {key}={driven[key]}; the "
+            f"plan's {workload} has {key}={value} ({path} reproduce.bench.{workload}.params), "
+            f"another scenario's shape; {fix}"
+        )
 
 
 def load_inputs(

@@ -283,6 +283,7 @@ PLAN_FIELDS: tuple[Field, ...] = (
     _f("reproduce.bench.*", "object"),
     _f("reproduce.bench.*.model", "name", optional=True),
     _f("reproduce.bench.*.workload", "name", optional=True),
+    _f("reproduce.bench.*.params", "object", optional=True),
 )
 
 _PART = re.compile(r"\[\]|[^.\[\]]+")
