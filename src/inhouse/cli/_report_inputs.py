@@ -343,7 +343,7 @@ def _check_benched(
     for run in runs:
         workload = run.workload(names)
         entry = planned.get(workload) if workload else None
-        if not isinstance(entry, dict):
+        if workload is None or not isinstance(entry, dict):
             continue
         fix = (
             f"bench it with `python scripts/plan_bench_args.py {path} {workload}`'s arguments "
