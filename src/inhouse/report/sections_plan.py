@@ -125,7 +125,8 @@ def hardware(ctx: Context) -> list[str]:
         "refuses a TP group whose GPUs are not NVLink-joined (deployment playbook, step 2).",
         "",
         f"Weight cache: at least {_weights_gb(ctx)} GB of NVMe per node for the checkpoints "
-        "served (catalog sizes at the planned quantization), mirrored (RAID10) so one drive "
+        "served (their 16-bit size, as the playbook pulls them: an FP8 pool quantizes at "
+        "load), mirrored (RAID10) so one drive "
         "does not stop a replica.",
         "",
     ]
@@ -133,10 +134,15 @@ def hardware(ctx: Context) -> list[str]:
 
 
 def _weights_gb(ctx: Context) -> str:
-    total = 0.0
-    for p in ctx.inputs.plan.get("pools") or []:
-        total += float(p["memory_gib_per_gpu"]["weights"]) * int(p["tp"]) * 1.073741824
-    return f"{total:,.0f}"
+    """The checkpoints the playbook pulls into the node's cache, each model once, at their
+    16-bit size: an FP8 pool quantizes its bf16 checkpoint at load (render's startupProbe
+    window is sized on the same bytes)."""
+    from inhouse.render.layout import checkpoint_bytes
+    from inhouse.spec.catalog import get_model
+
+    models = {str(p["hf_id"]) for p in ctx.inputs.plan.get("pools") or []}
+    total = sum(checkpoint_bytes(get_model(name)) for name in sorted(models))
+    return f"{total / 1e9:,.0f}"
 
 
 def selection(ctx: Context) -> list[str]:
@@ -316,33 +322,45 @@ def _failover(ctx: Context) -> list[str]:
 
 
 def _cold_start(ctx: Context) -> list[str]:
-    from inhouse.perf.memory import weight_bytes
-    from inhouse.render.layout import ENGINE_INIT_S, NVME_READ_BYTES_S
+    from inhouse.render.layout import (
+        ENGINE_INIT_S,
+        NVME_READ_BYTES_S,
+        checkpoint_bytes,
+        checkpoint_read_s,
+    )
     from inhouse.spec.catalog import get_model
-    from inhouse.spec.quant import normalize_quant
 
     lines = ["### Cold-start budget", ""]
     for p in ctx.inputs.plan.get("pools") or []:
         model = get_model(str(p["hf_id"]))
-        size = weight_bytes(model, normalize_quant(str(p["quant"])))
-        load = size / NVME_READ_BYTES_S + ENGINE_INIT_S
+        size = checkpoint_bytes(model)
+        verify_s = checkpoint_read_s(model)
+        load = verify_s + size / NVME_READ_BYTES_S + ENGINE_INIT_S
         figure = Figure(
             load,
             "s",
             "config",
             Source(
                 "catalog models.yaml + render/layout.py",
-                f"{model.name} {p['quant']} bytes / NVME_READ_BYTES_S + ENGINE_INIT_S",
+                f"{model.name} 16-bit checkpoint bytes / NVME_READ_BYTES_S, twice (verify, "
+                "load) + ENGINE_INIT_S",
             ),
             digits=0,
         )
         lines.append(
             f"* {p['name']}: about {ctx.show(figure)} from `kubectl apply` to first token — "
-            f"{size / 1e9:,.0f} GB of weights read from NVMe at {NVME_READ_BYTES_S / 1e9:g} GB/s "
-            f"plus {ENGINE_INIT_S} s of engine start-up (compile, CUDA graphs, KV profiling). "
-            "From the catalog, not measured: the simulated stack loads no weights."
+            f"the {size / 1e9:,.0f} GB checkpoint read twice from NVMe at "
+            f"{NVME_READ_BYTES_S / 1e9:g} GB/s (the init containers verify its signature, "
+            f"{verify_s} s; the engine loads it{_quantized(p)}), plus {ENGINE_INIT_S} s of "
+            "engine start-up (compile, CUDA graphs, KV profiling). From the catalog, not "
+            "measured: the simulated stack loads no weights."
         )
     return [*lines, ""]
+
+
+def _quantized(pool: dict[str, Any]) -> str:
+    quant = str(pool.get("quant", ""))
+    return f" and quantizes it to {quant}" if quant and quant not in ("bf16", "fp16") else ""
 
 
 def pools_by_name(plan: dict[str, Any]) -> dict[str, Any]:
