@@ -125,3 +125,23 @@ def test_a_run_at_the_planned_load_still_counts(
     got = _rows(make_inputs({**report_dirs, "utility": utility}))
     assert got["utility p95 e2e"].measured.figure is not None
     assert got["chat p95 TTFT warm"].measured.figure is not None
+
+
+def test_the_chart_keeps_a_row_measured_at_zero(
+    report_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """A throughput of 0 (every request failed) and 0% of sessions failed were dropped from the
+    SLO chart: the one missed row vanished and the chart showed only green."""
+    from inhouse.report.charts import NOTHING_SERVED_RATIO, bars
+
+    rows = _all_failed(utility_rows(np.random.default_rng(0), 300, 1000 / 60.0))
+    run = tmp_path / "utility"
+    write_bench(run, "utility", utility_rows(np.random.default_rng(0), 2, 1.0))  # then spoilt
+    result = json.loads((run / "result.json").read_text())
+    result.update(num_prompts=len(rows), completed=0, failed=len(rows), p95_e2el_ms=None)
+    result["workload"] = {"name": "utility", "params": {}}
+    (run / "result.json").write_text(json.dumps(result))
+    (run / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    inputs = make_inputs({**report_dirs, "failed": run}, benches=("chat", "failed"))
+    drawn = {name: (ratio, ok) for name, ratio, ok in bars(slo_rows(inputs, []))}
+    assert drawn["utility throughput (req/min)"] == (NOTHING_SERVED_RATIO, False)
