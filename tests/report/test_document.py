@@ -138,7 +138,8 @@ def test_a_run_below_the_planned_sessions_holds_nothing(
     dirs = {**report_dirs, "small": run}
     rows = _rows(make_inputs(dirs, benches=("small",)))
     held = rows["chat concurrent sessions held: share with a failure"]
-    assert held.measured.figure is None and "drove 10 sessions" in held.measured.why
+    assert held.measured.figure is None
+    assert "drove fewer sessions than the planned peak" in held.measured.why
 
 
 def test_the_drill_table_shows_each_verdict(report_dirs: dict[str, Path], tmp_path: Path) -> None:

@@ -145,3 +145,30 @@ def test_the_chart_keeps_a_row_measured_at_zero(
     inputs = make_inputs({**report_dirs, "failed": run}, benches=("chat", "failed"))
     drawn = {name: (ratio, ok) for name, ratio, ok in bars(slo_rows(inputs, []))}
     assert drawn["utility throughput (req/min)"] == (NOTHING_SERVED_RATIO, False)
+
+
+def test_sessions_held_is_the_worst_run_s(report_dirs: dict[str, Path], tmp_path: Path) -> None:
+    """Two runs at the planned peak: the first clean, the second with a failure in every
+    session. The row quoted the first (0%, ok): a commitment from the luckiest run."""
+    chat = report_dirs["chat"]
+    rows = [json.loads(x) for x in (chat / "requests.jsonl").read_text().splitlines()]
+    clean = tmp_path / "a-clean"
+    clean.mkdir()
+    (clean / "result.json").write_text((chat / "result.json").read_text())
+    (clean / "requests.jsonl").write_text(
+        "".join(
+            json.dumps({**r, "success": True, "ttft_ms": r["ttft_ms"] or 1.0}) + "\n" for r in rows
+        )
+    )
+    bad = tmp_path / "b-bad"
+    bad.mkdir()
+    (bad / "result.json").write_text((chat / "result.json").read_text())
+    failed = [
+        {**r, "success": False, "ttft_ms": None} if i % 4 == 0 else r for i, r in enumerate(rows)
+    ]
+    (bad / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in failed))
+    inputs = make_inputs({**report_dirs, "clean": clean, "bad": bad}, benches=("clean", "bad"))
+    held = _rows(inputs)["chat concurrent sessions held: share with a failure"]
+    assert held.measured.figure is not None
+    assert held.measured.figure.source.file.endswith("b-bad/requests.jsonl")
+    assert held.verdict is False
