@@ -165,7 +165,7 @@ def traffic_rows(inputs: ReportInputs, workload: str) -> list[SloRow]:
     target = Figure(
         peak.value, "rate", "workload", Source(peak.source.file, f"{peak.source.path} x 60")
     )
-    reading = measure.completion_rate(runs)
+    reading = _at_peak_reading(inputs, runs, measure.completion_rate)
     tolerance = 1.0 / reading.samples if reading.samples else 0.0
     return [
         SloRow(
