@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inhouse.cli._report_inputs import load_bench, load_drills, load_inputs
+from inhouse.cli._report_inputs import load_bench, load_drills, load_inputs, load_render
 from inhouse.errors import SpecError
 
 from ..report.report_fixtures import chat_rows, write_bench, write_drills, write_plan
@@ -441,3 +441,50 @@ def test_a_real_compare_json_loads_and_lays_out(
     inputs = load_inputs(plan, [], None, None)
     assert inputs.compare is not None
     assert "The trade:" in build_document(inputs).markdown
+
+
+def _render_dir(tmp_path: Path, planned: Path) -> Path:
+    from inhouse.render import render_stack
+    from inhouse.spec.load import load_stack
+
+    out = tmp_path / "deploy"
+    for relative, text in render_stack(load_stack(planned / "stack.yaml")).files.items():
+        (out / relative).parent.mkdir(parents=True, exist_ok=True)
+        (out / relative).write_text(text)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("file", "text", "named"),
+    [
+        ("prometheus/rules.yaml", "groups: [\n", "not valid YAML"),
+        ("prometheus/rules.yaml", "groups: 5\n", "`groups` is not a list of objects"),
+        ("prometheus/rules.yaml", "- 1\n", "not a Prometheus rules file (an object with `groups`)"),
+        ("prometheus/rules.yaml", "groups: [{rules: [1]}]\n", "`groups[0].rules`"),
+        ("prometheus/rules.yaml", "groups: [{rules: [{alert: A, labels: x}]}]\n", "labels"),
+        ("grafana/slo.json", '{"panels": [', "not valid JSON"),
+        ("grafana/slo.json", '{"panels": 3}', "`panels` is not a list of objects"),
+    ],
+)
+def test_a_malformed_render_is_named(
+    tmp_path: Path, planned: Path, file: str, text: str, named: str
+) -> None:
+    """`--render DIR` with a hand-edited or cut rules file was a yaml/TypeError/AttributeError
+    traceback; a cut dashboard went missing from section 6 without a word."""
+    render = _render_dir(tmp_path, planned)
+    (render / file).write_text(text)
+    with pytest.raises(SpecError) as err:
+        load_render(render)
+    message = str(err.value)
+    assert message.startswith(f"{render / file}: ") and named in message, message
+    assert "run `inhouse render STACK --out DIR` again" in message
+
+
+def test_a_render_without_rules_is_named(tmp_path: Path, planned: Path) -> None:
+    """A directory that is not a render read as one with no alerts: every alarm fell back to
+    the requirements' and section 6 listed nothing."""
+    render = _render_dir(tmp_path, planned)
+    (render / "prometheus" / "rules.yaml").unlink()
+    with pytest.raises(SpecError, match=r"no prometheus/rules.yaml in it"):
+        load_render(render)
+    assert load_render(_render_dir(tmp_path / "whole", planned)).files
