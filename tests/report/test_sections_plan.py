@@ -35,3 +35,14 @@ def test_weight_cache_and_cold_start_read_the_checkpoint_the_playbook_pulls(
     total = verify + size / NVME_READ_BYTES_S + ENGINE_INIT_S
     assert re.search(rf"about {total:,.0f} s from `kubectl apply` to first token", section5)
     assert f"{size / 1e9:,.0f} GB checkpoint" in section5
+
+
+def test_the_planned_hit_rate_is_worded_as_the_planner_computes_it(inputs: ReportInputs) -> None:
+    """The planner's rate is cached over prompt tokens of every request (plan/traffic.py), the
+    measure vLLM's counters give; section 1 called it a rate "on turn 2 and later", which
+    would be higher than the one measured against it."""
+    from inhouse.report.document import build_document
+
+    section = build_document(inputs).markdown.split("## 1. ")[1].split("\n## ")[0]
+    assert "turn 2 and later" not in section
+    assert "of the prompt tokens of every request (turn 1 included)" in section

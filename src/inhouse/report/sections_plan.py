@@ -76,7 +76,8 @@ def workloads(ctx: Context) -> list[str]:
             lines += [
                 f"The number that carries this section: {name}'s prefix-cache hit rate, planned "
                 f"at {planned}"
-                f" on turn 2 and later of the agent sessions. Everything downstream — routing "
+                f" of the prompt tokens of every request (turn 1 included), as the engines' "
+                "prefix-cache counters measure it. Everything downstream — routing "
                 "by prefix, KV sizing, the TTFT budget — is designed around it.",
                 "",
             ]
