@@ -83,8 +83,10 @@ def test_rows_without_a_number_are_counted_as_wishes(report_dirs: dict[str, Path
     cold = rows["chat p95 TTFT cold"]
     assert cold.measured.figure is None
     assert (
-        "7 successful requests with cached_tokens == 0, fewer than the 20" in cold.measured.why
-    )  # row 7 failed
+        cold.measured.why
+        == "fewer than the 20 successful requests with cached_tokens == 0 a p95 needs"
+    )
+    assert cold.measured.samples == 7  # of the 8 cold rows, row 7 failed
     missing = [name for name, r in rows.items() if r.measured.figure is None]
     assert set(missing) == {
         "chat p95 TTFT cold",

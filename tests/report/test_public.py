@@ -283,3 +283,16 @@ def test_an_infeasible_alternative_s_estimates_stay_internal(inputs: ReportInput
     assert "simulates at 65.4 ms" in internal
     assert "65.4" not in public and "budget 1024" not in public
     assert public.count("binding constraint: chat p95 itl") == 3  # section 3, table, trade
+
+
+def test_a_row_too_thin_for_a_p95_names_its_count_inside_only(
+    report_dirs: dict[str, Path],
+) -> None:
+    """ "7 successful requests with cached_tokens == 0, fewer than the 20 a p95 needs": the
+    count of the customer's cold requests stood in the public version as it was."""
+    inputs = make_inputs(report_dirs, drills=False, benches=("chat",))
+    internal = build_document(inputs).markdown
+    public = build_document(inputs, public=True).markdown
+    thin = "fewer than the 20 successful requests with cached_tokens == 0 a p95 needs"
+    assert f"not measured: {thin} (7 here)" in internal
+    assert f"not measured: {thin} |" in public and "7 here" not in public

@@ -76,10 +76,9 @@ def _p95(runs: Sequence[BenchRun], keep: Callable[[Mapping[str, Any]], bool], wh
     if len(values) < MIN_SAMPLES:
         why = _why_none(runs)
         if why == "not in result.json":  # requests succeeded, too few of them matched
-            why = (
-                f"{len(values)} successful requests with {what}, "
-                f"fewer than the {MIN_SAMPLES} a p95 needs"
-            )
+            # The count rides in `samples` (the internal version prints it; the public one,
+            # which prints no exact measured figure, does not).
+            why = f"fewer than the {MIN_SAMPLES} successful requests with {what} a p95 needs"
         return Reading(None, why, len(values))
     value = float(np.percentile(np.asarray(values), 95))
     source = Source(" + ".join(files), f"p95 of ttft_ms over successful rows where {what}")

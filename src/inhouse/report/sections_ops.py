@@ -30,7 +30,8 @@ def _bound(ctx: Context, bound: Bound) -> str:
 def _measured(ctx: Context, row: SloRow) -> str:
     reading = row.measured
     if reading.figure is None:
-        return f"not measured: {reading.why}"
+        count = "" if ctx.public or not reading.samples else f" ({reading.samples} here)"
+        return f"not measured: {reading.why}{count}"
     verdict = {True: " ok", False: " MISS", None: ""}[row.verdict]
     return ctx.show(reading.figure) + verdict
 
