@@ -302,15 +302,17 @@ def _degraded_slo(ctx: Context, i: int, pool: str, workload: str, metric: str, l
     )
     if metric == "ttft":
         reading, check = measure.drill_check(ctx.inputs.drills, "kill-replica", "degraded", "ttft")
-        measured = ctx.show(reading.figure, f"not measured ({reading.why})")
+        measured = "measured by the kill-replica drill: " + ctx.show(
+            reading.figure, f"not measured ({reading.why})"
+        )
         if reading.figure is not None and check is not None:
             measured += " — held" if check.get("ok") else " — **missed**"
     else:
-        measured = "not measured (the drill measures p95 TTFT only)"
+        measured = "not measured (the kill-replica drill measures p95 TTFT only)"
     return (
         f"The degraded SLO, named: **{workload} {label} at most {target} while one {pool} "
         f"replica is lost**, restored when the replica is replaced. Simulated by the planner: "
-        f"{simulated}; measured by the kill-replica drill: {measured}."
+        f"{simulated}; {measured}."
     )
 
 
