@@ -110,7 +110,8 @@ def test_a_tampered_request_row_is_named(tmp_path: Path, row: dict[str, Any], fi
 
 
 def test_a_failed_request_may_have_no_ttft(tmp_path: Path) -> None:
-    (run,) = load_bench(_bench(tmp_path, row={"success": False, "ttft_ms": None}))
+    counts = {"completed": 38, "failed": 2}  # row 7 failed already; now row 0 too
+    (run,) = load_bench(_bench(tmp_path, result=counts, row={"success": False, "ttft_ms": None}))
     assert run.requests[0]["ttft_ms"] is None
 
 
@@ -149,6 +150,27 @@ def test_a_truncated_requests_jsonl_is_named(tmp_path: Path) -> None:
     assert str(err.value).startswith(
         f"{path / 'requests.jsonl'}: 10 request rows, but {path / 'result.json'} "
         "`num_prompts` is 40"
+    )
+
+
+@pytest.mark.parametrize("key", ["completed", "failed"])
+def test_counts_the_rows_contradict_are_refused(tmp_path: Path, key: str) -> None:
+    """The bench report quotes result.json's `completed` and `failed`; section 4 reads the
+    rows. "Completed 40, failed 0" above a sessions row with a failure: two tables of one run
+    that disagree (a result.json edited, or beside another run's rows)."""
+    path = _bench(tmp_path)
+    rows = [json.loads(x) for x in (path / "requests.jsonl").read_text().splitlines()]
+    ok = sum(1 for r in rows if r["success"])
+    result = json.loads((path / "result.json").read_text())
+    real = result[key]
+    assert real == (ok if key == "completed" else len(rows) - ok)
+    result[key] = real + 1
+    (path / "result.json").write_text(json.dumps(result))
+    with pytest.raises(SpecError) as err:
+        load_bench(path)
+    assert str(err.value).startswith(
+        f"{path / 'requests.jsonl'}: {real} {'successful' if key == 'completed' else 'failed'} "
+        f"request rows, but {path / 'result.json'} `{key}` is {real + 1}"
     )
 
 

@@ -141,6 +141,16 @@ def write_bench(
     return out
 
 
+def rewrite_run(out: Path, result: dict[str, Any], rows: list[dict[str, Any]]) -> Path:
+    """A run directory holding `result` and `rows`, result.json's counts made the rows' own."""
+    out.mkdir(parents=True, exist_ok=True)
+    ok = sum(1 for r in rows if r["success"])
+    counts = {"num_prompts": len(rows), "completed": ok, "failed": len(rows) - ok}
+    (out / "result.json").write_text(json.dumps({**result, **counts}))
+    (out / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return out
+
+
 def write_drills(out: Path, *, degraded_ttft: str = "1,034 ms", failing: str | None = None) -> Path:
     """Evidence for the seven drills in issue 22's schema, `failing` with verdict fail."""
     out.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,7 @@ from inhouse.report.rendered import read_alerts
 from inhouse.report.slo import SloRow, slo_rows
 
 from .conftest import make_inputs
-from .report_fixtures import utility_rows, write_bench
+from .report_fixtures import rewrite_run, utility_rows, write_bench
 
 
 def _rows(inputs: ReportInputs) -> dict[str, SloRow]:
@@ -57,10 +57,7 @@ def test_a_run_where_every_request_failed_serves_nothing(
 def test_a_ttft_row_with_no_success_says_so(report_dirs: dict[str, Path], tmp_path: Path) -> None:
     chat = report_dirs["chat"]
     rows = _all_failed([json.loads(x) for x in (chat / "requests.jsonl").read_text().splitlines()])
-    run = tmp_path / "chat"
-    run.mkdir()
-    (run / "result.json").write_text((chat / "result.json").read_text())
-    (run / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = rewrite_run(tmp_path / "chat", json.loads((chat / "result.json").read_text()), rows)
     got = _rows(make_inputs({**report_dirs, "failed": run}, benches=("failed",)))
     why = "no request succeeded: every request of the runs failed"
     assert got["chat p95 TTFT warm"].measured.why == why
@@ -152,21 +149,16 @@ def test_sessions_held_is_the_worst_run_s(report_dirs: dict[str, Path], tmp_path
     session. The row quoted the first (0%, ok): a commitment from the luckiest run."""
     chat = report_dirs["chat"]
     rows = [json.loads(x) for x in (chat / "requests.jsonl").read_text().splitlines()]
-    clean = tmp_path / "a-clean"
-    clean.mkdir()
-    (clean / "result.json").write_text((chat / "result.json").read_text())
-    (clean / "requests.jsonl").write_text(
-        "".join(
-            json.dumps({**r, "success": True, "ttft_ms": r["ttft_ms"] or 1.0}) + "\n" for r in rows
-        )
+    result = json.loads((chat / "result.json").read_text())
+    clean = rewrite_run(
+        tmp_path / "a-clean",
+        result,
+        [{**r, "success": True, "ttft_ms": r["ttft_ms"] or 1.0} for r in rows],
     )
-    bad = tmp_path / "b-bad"
-    bad.mkdir()
-    (bad / "result.json").write_text((chat / "result.json").read_text())
     failed = [
         {**r, "success": False, "ttft_ms": None} if i % 4 == 0 else r for i, r in enumerate(rows)
     ]
-    (bad / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in failed))
+    bad = rewrite_run(tmp_path / "b-bad", result, failed)
     inputs = make_inputs({**report_dirs, "clean": clean, "bad": bad}, benches=("clean", "bad"))
     held = _rows(inputs)["chat concurrent sessions held: share with a failure"]
     assert held.measured.figure is not None

@@ -177,6 +177,17 @@ def _requests(result: dict[str, Any], path: Path, hint: str) -> tuple[dict[str, 
             f"{requests}: {len(rows)} request rows, but {path / 'result.json'} `num_prompts` "
             f"is {expected} (a cut file, or another run's); {hint}"
         )
+    ok = sum(1 for row in rows if row["success"])
+    for key, counted, what in (
+        ("completed", ok, "successful"),
+        ("failed", len(rows) - ok, "failed"),
+    ):
+        stated = result.get(key)
+        if isinstance(stated, int) and not isinstance(stated, bool) and stated != counted:
+            raise SpecError(
+                f"{requests}: {counted} {what} request rows, but {path / 'result.json'} `{key}` "
+                f"is {stated} (an edited result.json, or another run's rows); {hint}"
+            )
     return rows
 
 
