@@ -510,3 +510,20 @@ def test_a_render_without_rules_is_named(tmp_path: Path, planned: Path) -> None:
     with pytest.raises(SpecError, match=r"no prometheus/rules.yaml in it"):
         load_render(render)
     assert load_render(_render_dir(tmp_path / "whole", planned)).files
+
+
+def test_two_evidence_files_of_one_drill_are_refused(tmp_path: Path) -> None:
+    """A drill copied aside (`kill-replica.old/`, a rerun kept beside it): the report quoted
+    whichever sorted first, a stale verdict as likely as the current one."""
+    drills = write_drills(tmp_path / "drills", failing="kill-replica")
+    shutil.copytree(drills / "kill-replica", drills / "kill-replica.old")
+    evidence = drills / "kill-replica.old" / "evidence.json"
+    passed = {**json.loads(evidence.read_text()), "verdict": "pass"}
+    passed["checks"] = [{**c, "ok": True} for c in passed["checks"]]
+    evidence.write_text(json.dumps(passed))
+    with pytest.raises(SpecError) as err:
+        load_drills(drills, {})
+    assert str(err.value).startswith(
+        f"--drills {drills}: two evidence files for drill kill-replica "
+        f"({drills / 'kill-replica' / 'evidence.json'}, {evidence})"
+    )

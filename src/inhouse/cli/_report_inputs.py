@@ -295,6 +295,16 @@ def load_drills(path: Path, images: dict[str, bytes]) -> Drills:
         )
     if not runs:
         raise SpecError(f"--drills {path}: no NAME/evidence.json in it; {hint}")
+    seen: dict[str, str] = {}
+    for run in runs:
+        name = str(run.evidence.get("drill") or run.name)
+        if name in seen:
+            raise SpecError(
+                f"--drills {path}: two evidence files for drill {name} ({seen[name]}, "
+                f"{run.evidence.name}): the report would quote one of them; pass the directory "
+                "of one `inhouse drill run` (move the other run's aside)"
+            )
+        seen[name] = run.evidence.name
     return Drills(
         str(path),
         Doc(str(summary), _json(summary, hint)) if summary.exists() else None,
