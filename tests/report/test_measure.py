@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from inhouse.report.document import build_document
 from inhouse.report.inputs import ReportInputs
@@ -164,3 +165,15 @@ def test_sessions_held_is_the_worst_run_s(report_dirs: dict[str, Path], tmp_path
     assert held.measured.figure is not None
     assert held.measured.figure.source.file.endswith("b-bad/requests.jsonl")
     assert held.verdict is False
+
+
+def test_the_steady_kv_target_is_the_planner_s_cap(
+    inputs: ReportInputs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The row's 90% was a second copy of the planner's cap (plan/analytic.py): a planner that
+    sized to another cap would have been held to a stale target."""
+    from inhouse.plan import analytic
+
+    monkeypatch.setattr(analytic, "MAX_KV_UTILIZATION", 0.8)
+    row = _rows(inputs)["cluster KV use, steady (p50)"]
+    assert row.target.figure is not None and row.target.figure.value == 0.8
