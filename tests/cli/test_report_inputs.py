@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inhouse.cli._report_inputs import load_bench, load_drills, load_inputs, load_render
+from inhouse.cli._report_inputs import load_bench, load_drills, load_inputs
+from inhouse.cli._report_render import load_render
 from inhouse.errors import SpecError
 
 from ..report.report_fixtures import chat_rows, write_bench, write_drills, write_plan

@@ -15,7 +15,8 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from inhouse.cli._report_inputs import load_inputs, load_render
+from inhouse.cli._report_inputs import load_inputs
+from inhouse.cli._report_render import load_render
 from inhouse.render import render_stack
 from inhouse.report.build import build_outputs
 from inhouse.report.document import build_document

@@ -3,7 +3,7 @@
 * `--plan DIR`: `plan.json`, `stack.yaml`, and `compare.json` when `plan --compare` wrote one;
 * `--bench DIR` (repeatable): a run (`result.json`, `requests.jsonl`) or a directory of runs;
 * `--drills DIR`: `summary.json` and `NAME/evidence.json` (+ `report.md`, a timeline PNG);
-* `--render DIR`: every text file `inhouse render` wrote.
+* `--render DIR`: every text file `inhouse render` wrote (`_report_render`).
 
 A missing or malformed file is a `SpecError` naming the file and what to run to make it.
 """
@@ -21,7 +21,6 @@ from inhouse.bench.records import unfinished
 from inhouse.errors import SpecError
 from inhouse.report.inputs import BenchRun, Doc, DrillRun, Drills, RenderOutput, ReportInputs
 from inhouse.report.plan_schema import check_compare, check_plan
-from inhouse.report.rendered import RULES_FILE
 
 
 def _text(path: Path, hint: str) -> str:
@@ -310,76 +309,6 @@ def load_drills(path: Path, images: dict[str, bytes]) -> Drills:
         Doc(str(summary), _json(summary, hint)) if summary.exists() else None,
         tuple(runs),
     )
-
-
-RENDER_AGAIN = "run `inhouse render STACK --out DIR` again (never edit what it wrote)"
-
-
-def _objects(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(v, dict) for v in value)
-
-
-def _check_rules(text: str, where: Path) -> None:
-    """prometheus/rules.yaml as the report reads it: groups of rules, each rule an object whose
-    labels and annotations are objects."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SpecError(f"{where}: not valid YAML ({what}{at}); {RENDER_AGAIN}") from None
-    if not isinstance(data, dict) or "groups" not in data:
-        raise SpecError(
-            f"{where}: not a Prometheus rules file (an object with `groups`); {RENDER_AGAIN}"
-        )
-    if not _objects(data["groups"]):
-        raise SpecError(f"{where}: `groups` is not a list of objects; {RENDER_AGAIN}")
-    for g, group in enumerate(data["groups"]):
-        rules = group.get("rules") or []
-        if not _objects(rules):
-            raise SpecError(
-                f"{where}: `groups[{g}].rules` is not a list of objects; {RENDER_AGAIN}"
-            )
-        for r, rule in enumerate(rules):
-            for key in ("labels", "annotations"):
-                if rule.get(key) is not None and not isinstance(rule[key], dict):
-                    raise SpecError(
-                        f"{where}: `groups[{g}].rules[{r}].{key}` is not an object; {RENDER_AGAIN}"
-                    )
-
-
-def _check_dashboard(text: str, where: Path) -> None:
-    try:
-        board = json.loads(text)
-    except ValueError as exc:
-        raise SpecError(f"{where}: not valid JSON ({exc}); {RENDER_AGAIN}") from None
-    if isinstance(board, dict) and "panels" in board and not _objects(board["panels"]):
-        raise SpecError(f"{where}: `panels` is not a list of objects; {RENDER_AGAIN}")
-
-
-def load_render(path: Path) -> RenderOutput:
-    """Every text file `inhouse render` wrote, the rules and dashboards the report reads
-    checked: a cut or hand-edited one is named, not a traceback or a section gone quiet."""
-    if not path.is_dir():
-        raise SpecError(f"--render {path}: no such directory; run `inhouse render STACK --out DIR`")
-    files = {}
-    for file in sorted(path.rglob("*")):
-        if file.is_file():
-            try:
-                files[file.relative_to(path).as_posix()] = file.read_text(encoding="utf-8")
-            except UnicodeDecodeError:
-                continue
-    if RULES_FILE not in files:
-        raise SpecError(
-            f"--render {path}: no {RULES_FILE} in it, so not what `inhouse render` writes; "
-            "run `inhouse render STACK --out DIR` and pass that DIR"
-        )
-    _check_rules(files[RULES_FILE], path / RULES_FILE)
-    for relative, text in files.items():
-        if relative.startswith("grafana/") and relative.endswith(".json"):
-            _check_dashboard(text, path / relative)
-    return RenderOutput(str(path), files)
 
 
 def _stack_name(path: Path) -> str | None:

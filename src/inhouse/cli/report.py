@@ -19,7 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from inhouse.cli._report_inputs import load_inputs, load_render
+from inhouse.cli._report_inputs import load_inputs
+from inhouse.cli._report_render import load_render
 from inhouse.errors import SpecError
 from inhouse.render import render_stack
 from inhouse.report.build import DOCUMENT, build_outputs
