@@ -3,6 +3,7 @@ rule never reduced to one of its conditions."""
 
 from __future__ import annotations
 
+import json
 import re
 
 from inhouse.report.document import build_document
@@ -57,3 +58,35 @@ def test_a_histogram_quantile_in_seconds_is_a_latency_a_bucket_share_is_not() ->
         " > 0.05"
     )
     assert threshold_text(_alert(share)) == "> 0.05"
+
+
+def test_a_workload_s_alarm_is_its_own_alert_not_a_pool_mate_s(inputs: ReportInputs) -> None:
+    """Two workloads on one pool (utility rides chat's adapters) each get their own latency
+    alert, labelled `workload`. The row took the first alert of the name on the pool: with a
+    TTFT target for utility too, utility's row would have quoted chat's 1,000 ms alarm."""
+    from dataclasses import replace
+
+    from inhouse.report.inputs import Doc, RenderOutput
+    from inhouse.report.slo import slo_rows
+
+    rules = """groups:
+- name: slo
+  rules:
+  - alert: InhouseTTFTP95OverSLO
+    expr: inhouse:gateway_ttft_seconds:p95_5m{model="chat"} > 1
+    labels: {severity: page, pool: chat, workload: chat}
+  - alert: InhouseTTFTP95OverSLO
+    expr: inhouse:gateway_ttft_seconds:p95_5m{model="utility"} > 0.4
+    labels: {severity: page, pool: chat, workload: utility}
+"""
+    plan = json.loads(json.dumps(inputs.plan.data))
+    plan["slo_check"]["targets"]["utility"]["ttft"] = {"target_ms": 300.0, "alarm_ms": 400.0}
+    changed = replace(
+        inputs,
+        plan=Doc(inputs.plan.name, plan),
+        render=RenderOutput("deploy", {"prometheus/rules.yaml": rules}),
+    )
+    rows = {f"{r.workload} {r.metric}": r for r in slo_rows(changed, read_alerts(changed.render))}
+    alarm = rows["utility p95 TTFT"].alarm.figure
+    assert alarm is not None and alarm.value == 400.0
+    assert rows["chat p95 TTFT warm"].alarm.figure.value == 1000.0  # type: ignore[union-attr]

@@ -28,6 +28,7 @@ class Alert:
     comparator: str | None
     threshold: float | None
     source: Source
+    workload: str | None = None  # the `workload` label, on alerts of one workload's SLO
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +70,7 @@ def read_alerts(render: RenderOutput | None) -> list[Alert]:
                     comparator=comparator,
                     threshold=threshold,
                     source=Source(name, f"groups[{g}].rules[{r}].expr"),
+                    workload=labels.get("workload"),
                 )
             )
     return out
@@ -94,9 +96,15 @@ def threshold_text(alert: Alert) -> str:
     return f"{alert.comparator} {alert.threshold:g}"
 
 
-def find_alert(alerts: list[Alert], name: str, pool: str | None = None) -> Alert | None:
+def find_alert(
+    alerts: list[Alert], name: str, pool: str | None = None, workload: str | None = None
+) -> Alert | None:
+    """The first alert of `name` on `pool` and, given a workload, one labelled for it (or for
+    no workload): two workloads on one pool each have their own latency alert."""
     for alert in alerts:
-        if alert.name == name and (pool is None or alert.pool in (None, pool)):
+        if alert.name != name or (pool is not None and alert.pool not in (None, pool)):
+            continue
+        if workload is None or alert.workload in (None, workload):
             return alert
     return None
 

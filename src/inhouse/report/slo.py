@@ -91,7 +91,7 @@ def _pool_of(inputs: ReportInputs, workload: str) -> str | None:
 
 def _alarm(inputs: ReportInputs, alerts: list[Alert], workload: str, metric: str) -> Bound:
     """The rendered alert on this workload's pool, else the requirement's alarm."""
-    alert = find_alert(alerts, ALERT.get(metric, ""), _pool_of(inputs, workload))
+    alert = find_alert(alerts, ALERT.get(metric, ""), _pool_of(inputs, workload), workload)
     figure = alert_threshold(alert, "ms")
     if figure is not None and alert is not None:
         return Bound(">", figure, alert.name)
