@@ -238,3 +238,21 @@ def test_every_degraded_commitment_is_a_row(inputs: ReportInputs) -> None:
     section5 = build_document(inputs).markdown.split("## 5. ")[1].split("\n## ")[0]
     assert f"**chat p95 ITL at most {target:,.0f} ms while one chat replica is lost**" in section5
     assert "; not measured (the kill-replica drill measures p95 TTFT only)." in section5
+
+
+def test_section_5_and_the_table_give_one_verdict(
+    report_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """A degraded p95 TTFT exactly at its target: the drill's own check (`<=`) said ok, the
+    SLO table (`<`) said MISS, and section 5 followed the drill ("held"): two verdicts on one
+    figure in one document."""
+    from .report_fixtures import write_drills
+
+    inputs = make_inputs(report_dirs)
+    target = inputs.plan.get("degraded", 0, "degraded_slo", "chat", "ttft", "target_ms")
+    drills = write_drills(tmp_path / "drills", degraded_ttft=f"{target:,.0f} ms")
+    inputs = make_inputs({**report_dirs, "drills": drills})
+    row = _rows(inputs)["chat p95 TTFT, one chat replica lost"]
+    assert row.verdict is False  # type: ignore[attr-defined]
+    text = build_document(inputs).markdown
+    assert f"measured by the kill-replica drill: {target:,.0f} ms — **missed**" in text
