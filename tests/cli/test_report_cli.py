@@ -115,3 +115,18 @@ def test_malformed_drill_evidence_is_named(
     ]
     assert main(args) == 2
     assert "not drill evidence" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("missing", ["stack.yaml", "the directory"])
+def test_a_plan_dir_without_stack_yaml_is_named_with_the_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], dirs: dict[str, Path], missing: str
+) -> None:
+    """It said "cannot read stack file ...: No such file or directory", no word of the fix."""
+    plan = tmp_path / "plan"
+    if missing == "stack.yaml":
+        plan.mkdir()
+        (plan / "plan.json").write_text((dirs["plan"] / "plan.json").read_text())
+    assert main(["report", "--plan", str(plan), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert f"{plan / 'stack.yaml'} not found" in err
+    assert f"run `inhouse plan REQUIREMENTS --out {plan}` first" in err

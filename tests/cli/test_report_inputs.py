@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from inhouse.cli._report_inputs import load_bench, load_drills, load_inputs
+from inhouse.cli._report_render import load_render
 from inhouse.errors import SpecError
 
 from ..report.report_fixtures import chat_rows, write_bench, write_drills, write_plan
@@ -60,6 +61,22 @@ def test_a_tampered_result_figure_is_named(
     assert f"{path / 'result.json'}: {field}, not a" in str(err.value)
 
 
+@pytest.mark.parametrize(
+    ("workload", "field"),
+    [("agent", "`workload` is 'agent'"), ({"name": "agent", "params": [1]}, "`workload.params`")],
+)
+def test_a_workload_that_is_not_an_object_is_named(
+    tmp_path: Path, workload: Any, field: str
+) -> None:
+    """`workload` and its `params` are objects as `inhouse bench` writes them; anything else
+    was an AttributeError's traceback."""
+    path = _bench(tmp_path, result={"workload": workload})
+    with pytest.raises(SpecError) as err:
+        load_bench(path)
+    assert str(err.value).startswith(f"{path / 'result.json'}: {field}")
+    assert "not an object as `inhouse bench` writes it" in str(err.value)
+
+
 @pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
 def test_nan_or_infinity_in_result_json_is_refused(tmp_path: Path, constant: str) -> None:
     path = _bench(tmp_path)
@@ -94,7 +111,8 @@ def test_a_tampered_request_row_is_named(tmp_path: Path, row: dict[str, Any], fi
 
 
 def test_a_failed_request_may_have_no_ttft(tmp_path: Path) -> None:
-    (run,) = load_bench(_bench(tmp_path, row={"success": False, "ttft_ms": None}))
+    counts = {"completed": 38, "failed": 2}  # row 7 failed already; now row 0 too
+    (run,) = load_bench(_bench(tmp_path, result=counts, row={"success": False, "ttft_ms": None}))
     assert run.requests[0]["ttft_ms"] is None
 
 
@@ -133,6 +151,27 @@ def test_a_truncated_requests_jsonl_is_named(tmp_path: Path) -> None:
     assert str(err.value).startswith(
         f"{path / 'requests.jsonl'}: 10 request rows, but {path / 'result.json'} "
         "`num_prompts` is 40"
+    )
+
+
+@pytest.mark.parametrize("key", ["completed", "failed"])
+def test_counts_the_rows_contradict_are_refused(tmp_path: Path, key: str) -> None:
+    """The bench report quotes result.json's `completed` and `failed`; section 4 reads the
+    rows. "Completed 40, failed 0" above a sessions row with a failure: two tables of one run
+    that disagree (a result.json edited, or beside another run's rows)."""
+    path = _bench(tmp_path)
+    rows = [json.loads(x) for x in (path / "requests.jsonl").read_text().splitlines()]
+    ok = sum(1 for r in rows if r["success"])
+    result = json.loads((path / "result.json").read_text())
+    real = result[key]
+    assert real == (ok if key == "completed" else len(rows) - ok)
+    result[key] = real + 1
+    (path / "result.json").write_text(json.dumps(result))
+    with pytest.raises(SpecError) as err:
+        load_bench(path)
+    assert str(err.value).startswith(
+        f"{path / 'requests.jsonl'}: {real} {'successful' if key == 'completed' else 'failed'} "
+        f"request rows, but {path / 'result.json'} `{key}` is {real + 1}"
     )
 
 
@@ -188,6 +227,35 @@ def test_tampered_drill_evidence_is_named(
     path.write_text(json.dumps({**json.loads(path.read_text()), **evidence}))
     with pytest.raises(SpecError, match=f"evidence.json: `{field}` is not a list of objects"):
         load_drills(drills, {})
+
+
+@pytest.mark.parametrize(
+    ("evidence", "message"),
+    [
+        (
+            {"checks": [{"name": "c", "expected": "e", "observed": "o", "ok": "false"}]},
+            "checks[0].ok` is 'false', not true or false",
+        ),
+        ({"verdict": ["pass"]}, "`verdict` is ['pass'], not 'pass' or 'fail'"),
+        (
+            {"checks": [{"name": "c", "expected": "e", "observed": "o", "ok": False}]},
+            "`verdict` is 'pass' though check 'c' is not ok",
+        ),
+        ({"checks": []}, "`verdict` is 'pass' with no checks"),
+    ],
+)
+def test_a_verdict_its_checks_do_not_bear_out_is_refused(
+    tmp_path: Path, evidence: dict[str, Any], message: str
+) -> None:
+    """`inhouse drill` passes a drill only when it has checks and every one is ok: a verdict
+    the checks contradict would be counted as a drill passed in the summary a customer signs."""
+    drills = write_drills(tmp_path / "drills")
+    path = drills / "kv-fill" / "evidence.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **evidence}))
+    with pytest.raises(SpecError) as err:
+        load_drills(drills, {})
+    assert str(err.value).startswith(f"{path}: ")
+    assert message in str(err.value) and "run the drill again" in str(err.value)
 
 
 def test_a_non_utf8_drill_report_is_named(tmp_path: Path) -> None:
@@ -280,6 +348,41 @@ def test_a_run_of_another_generator_is_refused(tmp_path: Path, planned: Path) ->
         load_inputs(plan, [run], None, None)
 
 
+def test_a_run_of_another_shape_is_refused(tmp_path: Path, planned: Path) -> None:
+    """Same model, same generator, another scenario's prompts: a run of another plan's chat
+    (or of this one's before a re-plan) with a 2,000-token system prompt against the plan's
+    own. Its latencies would stand in section 4 as this plan's."""
+    plan = _plan_dir(tmp_path, planned)
+    params = json.loads((plan / "plan.json").read_text())["reproduce"]["bench"]["chat"]["params"]
+    shape = {k: v for k, v in params.items() if k != "model"}
+    assert shape["system_prompt_tokens"] != "2000"
+    rows = chat_rows(np.random.default_rng(0), 10, cold=2)
+    extra = {"workload": {"name": "agent", "params": {**shape, "system_prompt_tokens": "2000"}}}
+    run = write_bench(tmp_path / "chat", "chat", rows, extra=extra)
+    with pytest.raises(SpecError) as err:
+        load_inputs(plan, [run], None, None)
+    assert str(err.value).startswith(
+        f"{run / 'result.json'}: a run of workload chat with system_prompt_tokens=2000; the "
+        f"plan's chat has system_prompt_tokens={shape['system_prompt_tokens']} "
+        f"({plan / 'plan.json'} reproduce.bench.chat.params)"
+    )
+    probe = {**shape, "sessions": "6", "num_apps": "100000", "min_turns": "1", "max_turns": "1"}
+    cold = write_bench(
+        tmp_path / "cold",
+        "chat",
+        rows,
+        label="chat-cold",
+        extra={"workload": {"name": "agent", "params": probe}},
+    )
+    heavier = write_bench(
+        tmp_path / "heavier",
+        "chat",
+        rows,
+        extra={"workload": {"name": "agent", "params": {**shape, "sessions": "150"}}},
+    )
+    assert len(load_inputs(plan, [cold, heavier], None, None).benches) == 2
+
+
 def test_runs_of_the_planned_model_and_generator_load(tmp_path: Path, planned: Path) -> None:
     plan = _plan_dir(tmp_path, planned)  # chat: agent, model chat
     rows = chat_rows(np.random.default_rng(0), 10, cold=2)
@@ -361,3 +464,67 @@ def test_a_real_compare_json_loads_and_lays_out(
     inputs = load_inputs(plan, [], None, None)
     assert inputs.compare is not None
     assert "The trade:" in build_document(inputs).markdown
+
+
+def _render_dir(tmp_path: Path, planned: Path) -> Path:
+    from inhouse.render import render_stack
+    from inhouse.spec.load import load_stack
+
+    out = tmp_path / "deploy"
+    for relative, text in render_stack(load_stack(planned / "stack.yaml")).files.items():
+        (out / relative).parent.mkdir(parents=True, exist_ok=True)
+        (out / relative).write_text(text)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("file", "text", "named"),
+    [
+        ("prometheus/rules.yaml", "groups: [\n", "not valid YAML"),
+        ("prometheus/rules.yaml", "groups: 5\n", "`groups` is not a list of objects"),
+        ("prometheus/rules.yaml", "- 1\n", "not a Prometheus rules file (an object with `groups`)"),
+        ("prometheus/rules.yaml", "groups: [{rules: [1]}]\n", "`groups[0].rules`"),
+        ("prometheus/rules.yaml", "groups: [{rules: [{alert: A, labels: x}]}]\n", "labels"),
+        ("grafana/slo.json", '{"panels": [', "not valid JSON"),
+        ("grafana/slo.json", '{"panels": 3}', "`panels` is not a list of objects"),
+    ],
+)
+def test_a_malformed_render_is_named(
+    tmp_path: Path, planned: Path, file: str, text: str, named: str
+) -> None:
+    """`--render DIR` with a hand-edited or cut rules file was a yaml/TypeError/AttributeError
+    traceback; a cut dashboard went missing from section 6 without a word."""
+    render = _render_dir(tmp_path, planned)
+    (render / file).write_text(text)
+    with pytest.raises(SpecError) as err:
+        load_render(render)
+    message = str(err.value)
+    assert message.startswith(f"{render / file}: ") and named in message, message
+    assert "run `inhouse render STACK --out DIR` again" in message
+
+
+def test_a_render_without_rules_is_named(tmp_path: Path, planned: Path) -> None:
+    """A directory that is not a render read as one with no alerts: every alarm fell back to
+    the requirements' and section 6 listed nothing."""
+    render = _render_dir(tmp_path, planned)
+    (render / "prometheus" / "rules.yaml").unlink()
+    with pytest.raises(SpecError, match=r"no prometheus/rules.yaml in it"):
+        load_render(render)
+    assert load_render(_render_dir(tmp_path / "whole", planned)).files
+
+
+def test_two_evidence_files_of_one_drill_are_refused(tmp_path: Path) -> None:
+    """A drill copied aside (`kill-replica.old/`, a rerun kept beside it): the report quoted
+    whichever sorted first, a stale verdict as likely as the current one."""
+    drills = write_drills(tmp_path / "drills", failing="kill-replica")
+    shutil.copytree(drills / "kill-replica", drills / "kill-replica.old")
+    evidence = drills / "kill-replica.old" / "evidence.json"
+    passed = {**json.loads(evidence.read_text()), "verdict": "pass"}
+    passed["checks"] = [{**c, "ok": True} for c in passed["checks"]]
+    evidence.write_text(json.dumps(passed))
+    with pytest.raises(SpecError) as err:
+        load_drills(drills, {})
+    assert str(err.value).startswith(
+        f"--drills {drills}: two evidence files for drill kill-replica "
+        f"({drills / 'kill-replica' / 'evidence.json'}, {evidence})"
+    )

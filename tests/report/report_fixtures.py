@@ -111,9 +111,16 @@ def write_bench(
         "p50_ttft_ms": float(np.percentile(ttft, 50)),
         "p95_ttft_ms": float(np.percentile(ttft, 95)),
         "p99_ttft_ms": float(np.percentile(ttft, 99)),
+        "p50_itl_ms": 22.0,
         "p95_itl_ms": 36.25,
+        "p99_itl_ms": 41.5,
+        "p50_tpot_ms": 21.5,
         "p95_tpot_ms": 24.75,
-        "p95_e2el_ms": float(np.percentile([r["e2el_ms"] for r in ok], 95)),
+        "p99_tpot_ms": 27.25,
+        **{
+            f"p{p}_e2el_ms": float(np.percentile([r["e2el_ms"] for r in ok], p))
+            for p in (50, 95, 99)
+        },
         "prefix_cache_hit_rate_client": 0.8473,
         "prefix_cache_hit_rate_server": 0.8391,
         "server_gauges": {
@@ -130,6 +137,16 @@ def write_bench(
         **(extra or {}),
     }
     (out / "result.json").write_text(json.dumps(result))
+    (out / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return out
+
+
+def rewrite_run(out: Path, result: dict[str, Any], rows: list[dict[str, Any]]) -> Path:
+    """A run directory holding `result` and `rows`, result.json's counts made the rows' own."""
+    out.mkdir(parents=True, exist_ok=True)
+    ok = sum(1 for r in rows if r["success"])
+    counts = {"num_prompts": len(rows), "completed": ok, "failed": len(rows) - ok}
+    (out / "result.json").write_text(json.dumps({**result, **counts}))
     (out / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return out
 

@@ -32,8 +32,13 @@ TEXTS = {"text", "name", "model", "quant", "pricing", "simulate"}
 def full_plan(report_dirs: dict[str, Path]) -> dict[str, Any]:
     """The CRM plan as `inhouse plan` wrote it, with an item in each list it leaves empty (no
     sensitivity run in the fixture, no failed verification or rejected layout), so every
-    field of the schema is there to tamper with."""
+    field of the schema is there to tamper with; the degraded SLO of a workload the example
+    states none for gets the metrics its chat one leaves out."""
     plan: dict[str, Any] = json.loads((report_dirs["plan"] / "plan.json").read_text())
+    plan["degraded"][0]["degraded_slo"]["utility"] = {
+        "tpot": {"target_ms": 90.0, "alarm_ms": 120.0},
+        "e2e": {"target_ms": 3000.0, "alarm_ms": 4000.0},
+    }
     plan["sensitivity"] = [{"name": "prefix_hit_halved", "breaks_at_size": 0.5}]
     search = plan["search"]
     search["failed_verification"] = [{**search["runners_up"][0], "round": 1}]

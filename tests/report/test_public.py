@@ -15,7 +15,8 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from inhouse.cli._report_inputs import load_inputs, load_render
+from inhouse.cli._report_inputs import load_inputs
+from inhouse.cli._report_render import load_render
 from inhouse.render import render_stack
 from inhouse.report.build import build_outputs
 from inhouse.report.document import build_document
@@ -259,3 +260,40 @@ def test_no_path_as_given_and_no_figure_of_a_drill_check(
     doc = public["reference-architecture.md"].decode()
     assert "`bench/chat/requests.jsonl`" in doc and "`drills/kill-replica/evidence.json`" in doc
     assert "* p95 TTFT stable\n" in doc  # named, without its expected text
+
+
+def test_an_infeasible_alternative_s_estimates_stay_internal(inputs: ReportInputs) -> None:
+    """The planner's reason quotes its simulation ("simulates at 65 ms against the 60 ms
+    target"): an estimate, which the public version shows as a range or not at all. Section 3
+    and the comparison printed the reason whole."""
+    from dataclasses import replace
+
+    from inhouse.report.inputs import Doc
+
+    why = (
+        "x: no plan meets the requirements.\n  binding constraint: chat p95 itl — the best "
+        "analytic plan (chat: 2x M fp8 TP4, budget 1024) simulates at 65.4 ms against the 60 "
+        "ms target"
+    )
+    alt = {"axis": "engine", "label": "sglang instead of vllm", "feasible": False}
+    compare = {"chosen": {"usd_per_hour": 1.0, "pools": []}, "alternatives": [alt]}
+    with_why = replace(inputs, compare=Doc("plan/compare.json", {**compare}))
+    alt["why_infeasible"] = why
+    internal = build_document(with_why).markdown
+    public = build_document(with_why, public=True).markdown
+    assert "simulates at 65.4 ms" in internal
+    assert "65.4" not in public and "budget 1024" not in public
+    assert public.count("binding constraint: chat p95 itl") == 3  # section 3, table, trade
+
+
+def test_a_row_too_thin_for_a_p95_names_its_count_inside_only(
+    report_dirs: dict[str, Path],
+) -> None:
+    """ "7 successful requests with cached_tokens == 0, fewer than the 20 a p95 needs": the
+    count of the customer's cold requests stood in the public version as it was."""
+    inputs = make_inputs(report_dirs, drills=False, benches=("chat",))
+    internal = build_document(inputs).markdown
+    public = build_document(inputs, public=True).markdown
+    thin = "fewer than the 20 successful requests with cached_tokens == 0 a p95 needs"
+    assert f"not measured: {thin} (7 here)" in internal
+    assert f"not measured: {thin} |" in public and "7 here" not in public

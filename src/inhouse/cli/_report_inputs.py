@@ -3,7 +3,7 @@
 * `--plan DIR`: `plan.json`, `stack.yaml`, and `compare.json` when `plan --compare` wrote one;
 * `--bench DIR` (repeatable): a run (`result.json`, `requests.jsonl`) or a directory of runs;
 * `--drills DIR`: `summary.json` and `NAME/evidence.json` (+ `report.md`, a timeline PNG);
-* `--render DIR`: every text file `inhouse render` wrote.
+* `--render DIR`: every text file `inhouse render` wrote (`_report_render`).
 
 A missing or malformed file is a `SpecError` naming the file and what to run to make it.
 """
@@ -124,12 +124,7 @@ def _check_request(row: dict[str, Any], where: str, hint: str) -> None:
 RESULT_FIGURES = (
     ("completed",),
     ("failed",),
-    ("p50_ttft_ms",),
-    ("p95_ttft_ms",),
-    ("p99_ttft_ms",),
-    ("p95_itl_ms",),
-    ("p95_tpot_ms",),
-    ("p95_e2el_ms",),
+    *((f"p{p}_{key}_ms",) for key in ("ttft", "itl", "tpot", "e2el") for p in (50, 95, 99)),
     ("request_throughput",),
     ("output_throughput",),
     ("prefix_cache_hit_rate_server",),
@@ -148,7 +143,14 @@ def _check_result(result: dict[str, Any], path: Path, hint: str) -> None:
             raise SpecError(
                 f"{path}: `{'.'.join(parts)}` is {value!r}, not a non-negative number; {hint}"
             )
-    sessions = (result.get("workload") or {}).get("params", {}).get("sessions")
+    workload = result.get("workload")
+    params = workload.get("params") if isinstance(workload, dict) else None
+    for key, value in (("workload", workload), ("workload.params", params)):
+        if value is not None and not isinstance(value, dict):
+            raise SpecError(
+                f"{path}: `{key}` is {value!r}, not an object as `inhouse bench` writes it; {hint}"
+            )
+    sessions = (params or {}).get("sessions")
     if sessions is not None and not str(sessions).isdigit():
         raise SpecError(f"{path}: `workload.params.sessions` is {sessions!r}, not a count; {hint}")
 
@@ -174,6 +176,17 @@ def _requests(result: dict[str, Any], path: Path, hint: str) -> tuple[dict[str, 
             f"{requests}: {len(rows)} request rows, but {path / 'result.json'} `num_prompts` "
             f"is {expected} (a cut file, or another run's); {hint}"
         )
+    ok = sum(1 for row in rows if row["success"])
+    for key, counted, what in (
+        ("completed", ok, "successful"),
+        ("failed", len(rows) - ok, "failed"),
+    ):
+        stated = result.get(key)
+        if isinstance(stated, int) and not isinstance(stated, bool) and stated != counted:
+            raise SpecError(
+                f"{requests}: {counted} {what} request rows, but {path / 'result.json'} `{key}` "
+                f"is {stated} (an edited result.json, or another run's rows); {hint}"
+            )
     return rows
 
 
@@ -222,6 +235,32 @@ def _check_evidence(data: Any, path: Path) -> None:
                 f"{path}: `{key}` is not a list of objects, as `inhouse drill` writes it; "
                 "run the drill again"
             )
+    _check_verdict(data, path)
+
+
+def _check_verdict(data: dict[str, Any], path: Path) -> None:
+    """`verdict` as `inhouse drill` decides it: `pass` only when there are checks and every
+    one is ok (each `ok` a boolean). A verdict its checks contradict would be counted as a
+    drill passed in the document's summary."""
+    again = "run the drill again (`inhouse drill run NAME --stack STACK --out DIR`)"
+    checks = data["checks"] or []
+    for index, check in enumerate(checks):
+        if not isinstance(check.get("ok"), bool):
+            raise SpecError(
+                f"{path}: `checks[{index}].ok` is {check.get('ok')!r}, not true or false; {again}"
+            )
+    verdict = data.get("verdict")
+    if verdict not in ("pass", "fail"):
+        raise SpecError(f"{path}: `verdict` is {verdict!r}, not 'pass' or 'fail'; {again}")
+    if verdict != "pass":
+        return
+    if not checks:
+        raise SpecError(f"{path}: `verdict` is 'pass' with no checks; {again}")
+    for check in checks:
+        if not check["ok"]:
+            raise SpecError(
+                f"{path}: `verdict` is 'pass' though check {check.get('name')!r} is not ok; {again}"
+            )
 
 
 def load_drills(path: Path, images: dict[str, bytes]) -> Drills:
@@ -255,24 +294,21 @@ def load_drills(path: Path, images: dict[str, bytes]) -> Drills:
         )
     if not runs:
         raise SpecError(f"--drills {path}: no NAME/evidence.json in it; {hint}")
+    seen: dict[str, str] = {}
+    for run in runs:
+        name = str(run.evidence.get("drill") or run.name)
+        if name in seen:
+            raise SpecError(
+                f"--drills {path}: two evidence files for drill {name} ({seen[name]}, "
+                f"{run.evidence.name}): the report would quote one of them; pass the directory "
+                "of one `inhouse drill run` (move the other run's aside)"
+            )
+        seen[name] = run.evidence.name
     return Drills(
         str(path),
         Doc(str(summary), _json(summary, hint)) if summary.exists() else None,
         tuple(runs),
     )
-
-
-def load_render(path: Path) -> RenderOutput:
-    if not path.is_dir():
-        raise SpecError(f"--render {path}: no such directory; run `inhouse render STACK --out DIR`")
-    files = {}
-    for file in sorted(path.rglob("*")):
-        if file.is_file():
-            try:
-                files[file.relative_to(path).as_posix()] = file.read_text(encoding="utf-8")
-            except UnicodeDecodeError:
-                continue
-    return RenderOutput(str(path), files)
 
 
 def _stack_name(path: Path) -> str | None:
@@ -315,7 +351,7 @@ def _check_benched(
     for run in runs:
         workload = run.workload(names)
         entry = planned.get(workload) if workload else None
-        if not isinstance(entry, dict):
+        if workload is None or not isinstance(entry, dict):
             continue
         fix = (
             f"bench it with `python scripts/plan_bench_args.py {path} {workload}`'s arguments "
@@ -335,7 +371,40 @@ def _check_benched(
                 f"generator; the plan's {workload} is {generator!r} "
                 f"({path} reproduce.bench.{workload}.workload); {fix}"
             )
+        _check_shape(run, workload, entry.get("params"), f"{path}", fix)
     return runs
+
+
+# Generator parameters that set the load, not the shape: a run may drive more than the plan (or
+# less: the report then leaves it out, `report.load`). A cold probe sets its own sessions.
+LOAD_PARAMS = frozenset({"model", "sessions", "rate_per_s", "session_rate_per_s"})
+PROBE_PARAMS = frozenset({"num_apps", "min_turns", "max_turns"})
+
+
+def _same(a: Any, b: Any) -> bool:
+    if str(a) == str(b):
+        return True
+    try:
+        return float(str(a)) == float(str(b))
+    except ValueError:
+        return False
+
+
+def _check_shape(run: BenchRun, workload: str, planned: Any, path: str, fix: str) -> None:
+    """The run's generator parameters against the plan's (`reproduce.bench.W.params`): the
+    same model and generator with another prompt or output shape is another scenario's run."""
+    driven = run.result.get("workload", "params")
+    if not isinstance(planned, dict) or not isinstance(driven, dict):
+        return
+    skip = LOAD_PARAMS | (PROBE_PARAMS if run.is_cold_probe else frozenset())
+    for key, value in planned.items():
+        if key in skip or key not in driven or _same(driven[key], value):
+            continue
+        raise SpecError(
+            f"{run.result.name}: a run of workload {workload} with {key}={driven[key]}; the "
+            f"plan's {workload} has {key}={value} ({path} reproduce.bench.{workload}.params), "
+            f"another scenario's shape; {fix}"
+        )
 
 
 def load_inputs(

@@ -19,7 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from inhouse.cli._report_inputs import load_inputs, load_render
+from inhouse.cli._report_inputs import load_inputs
+from inhouse.cli._report_render import load_render
 from inhouse.errors import SpecError
 from inhouse.render import render_stack
 from inhouse.report.build import DOCUMENT, build_outputs
@@ -128,7 +129,12 @@ def print_pdf(html: Path, pdf: Path) -> str | None:
 def run(args: argparse.Namespace) -> int:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    stack = load_stack(args.plan / "stack.yaml")
+    stack_file = args.plan / "stack.yaml"
+    if not stack_file.is_file():
+        raise SpecError(
+            f"{stack_file} not found; run `inhouse plan REQUIREMENTS --out {args.plan}` first"
+        )
+    stack = load_stack(stack_file)
     render = load_render(args.render) if args.render else _render(stack, out, public=args.public)
     inputs = load_inputs(args.plan, args.bench, args.drills, render)
     built = build_outputs(inputs, public=args.public, stack=stack, mermaid_js=_mermaid(args))

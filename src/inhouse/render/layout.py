@@ -212,7 +212,7 @@ def startup_window_s(pool: PoolSpec) -> tuple[int, str]:
         return UNKNOWN_MODEL_STARTUP_WINDOW_S, (
             f"model {pool.model} is not in the catalog: {UNKNOWN_MODEL_STARTUP_WINDOW_S} s"
         )
-    checkpoint = _checkpoint_bytes(model)
+    checkpoint = checkpoint_bytes(model)
     load_s = checkpoint / NVME_READ_BYTES_S + ENGINE_INIT_S
     window = max(MIN_STARTUP_WINDOW_S, math.ceil(2 * load_s / PROBE_PERIOD_S) * PROBE_PERIOD_S)
     why = (
@@ -223,9 +223,14 @@ def startup_window_s(pool: PoolSpec) -> tuple[int, str]:
     return window, why
 
 
-def _checkpoint_bytes(model: ModelSpec) -> float:
+def checkpoint_bytes(model: ModelSpec) -> float:
     """The 16-bit checkpoint: the worst case (an FP8 pool may quantize a bf16 one at load)."""
     return weight_bytes(model, normalize_quant("bf16"))
+
+
+def checkpoint_read_s(model: ModelSpec) -> int:
+    """Seconds to read (or hash) the checkpoint once at the conservative NVMe rate."""
+    return math.ceil(checkpoint_bytes(model) / NVME_READ_BYTES_S)
 
 
 def verify_read_s(pool: PoolSpec) -> int:
@@ -235,7 +240,7 @@ def verify_read_s(pool: PoolSpec) -> int:
         model = get_model(pool.model)
     except SpecError:
         return 0
-    return math.ceil(_checkpoint_bytes(model) / NVME_READ_BYTES_S)
+    return checkpoint_read_s(model)
 
 
 def rollout_allowance_s(

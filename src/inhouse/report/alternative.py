@@ -10,10 +10,12 @@ from inhouse.report.context import Context, table
 from inhouse.report.inputs import Doc, PathPart
 
 
-def _why(summary: dict[str, Any]) -> str:
-    """The planner's infeasibility, to its first binding constraint."""
+def why_infeasible(summary: dict[str, Any], public: bool = False) -> str:
+    """The planner's infeasibility, to its first binding constraint. The public version stops
+    at the constraint's name: the planner's account of it quotes its simulated figures."""
     lines = [x.strip() for x in str(summary.get("why_infeasible", "")).splitlines() if x.strip()]
-    return " ".join(lines[1:2] or lines[:1]).rstrip(".")
+    why = " ".join(lines[1:2] or lines[:1]).rstrip(".")
+    return why.split(" — ")[0] if public else why
 
 
 def _worst_margin(summary: dict[str, Any]) -> tuple[str, float] | None:
@@ -62,7 +64,7 @@ def _row(
         more = summary.get("with_more_nodes") or {}
         if "usd_per_hour" in more:
             return _row(ctx, doc, (*base, "with_more_nodes"), more, label + " — on more nodes")
-        return [label, "infeasible", "—", "—", _why(summary), "—", "—"]
+        return [label, "infeasible", "—", "—", why_infeasible(summary, ctx.public), "—", "—"]
     return [
         label,
         ctx.show(
@@ -76,9 +78,11 @@ def _row(
     ]
 
 
-def _trade(chosen: dict[str, Any], alt: dict[str, Any]) -> str:
+def _trade(chosen: dict[str, Any], alt: dict[str, Any], public: bool) -> str:
     if alt.get("feasible") is False and "usd_per_hour" not in (alt.get("with_more_nodes") or {}):
-        return f"{alt['label']}: not possible with these requirements — {_why(alt)}."
+        return (
+            f"{alt['label']}: not possible with these requirements — {why_infeasible(alt, public)}."
+        )
     other = alt if alt.get("feasible") is not False else alt["with_more_nodes"]
     dearer = other["usd_per_hour"] > chosen["usd_per_hour"] * 1.001
     cheaper = other["usd_per_hour"] < chosen["usd_per_hour"] * 0.999
@@ -88,7 +92,7 @@ def _trade(chosen: dict[str, Any], alt: dict[str, Any]) -> str:
         else ("costs less per hour" if cheaper else "costs the same per hour")
     )
     nodes = (
-        f" and needs more nodes than the hardware offers (on it: {_why(alt)})"
+        f" and needs more nodes than the hardware offers (on it: {why_infeasible(alt, public)})"
         if alt.get("feasible") is False
         else ""
     )
@@ -131,7 +135,7 @@ def render_alternatives(ctx: Context, doc: Doc) -> list[str]:
         rows,
     )
     lines += ["The trade:", ""]
-    lines += [f"* {_trade(chosen, alt)}" for alt in alts]
+    lines += [f"* {_trade(chosen, alt, ctx.public)}" for alt in alts]
     return [*lines, ""]
 
 

@@ -7,17 +7,15 @@ from __future__ import annotations
 from inhouse.errors import SpecError
 from inhouse.report.context import Context, table
 from inhouse.report.inputs import BenchRun
+from inhouse.report.load import run_load
 from inhouse.report.sections_ops import drills
 from inhouse.spec.catalog import get_model
 from inhouse.spec.licenses import get_licence
 
+# The seeds' bench report: every latency at p50, p95 and p99.
+LATENCIES = (("ttft", "TTFT"), ("itl", "ITL"), ("tpot", "TPOT"), ("e2el", "e2e"))
 BENCH_ROWS = (
-    ("p50_ttft_ms", "p50 TTFT", "ms"),
-    ("p95_ttft_ms", "p95 TTFT", "ms"),
-    ("p99_ttft_ms", "p99 TTFT", "ms"),
-    ("p95_itl_ms", "p95 ITL", "ms"),
-    ("p95_tpot_ms", "p95 TPOT", "ms"),
-    ("p95_e2el_ms", "p95 e2e", "ms"),
+    *((f"p{p}_{key}_ms", f"p{p} {label}", "ms") for key, label in LATENCIES for p in (50, 95, 99)),
     ("request_throughput", "requests/s", "rate"),
     ("output_throughput", "output tokens/s", "rate"),
     ("prefix_cache_hit_rate_server", "prefix hit (server)", "pct"),
@@ -99,10 +97,23 @@ def license_memo(ctx: Context) -> str:
 def _run_table(ctx: Context, run: BenchRun) -> list[str]:
     rows = []
     for key, label, unit in BENCH_ROWS:
+        if run.is_cold_probe and key == "prefix_cache_hit_rate_server":
+            continue  # the engines' counters over the probe count the run beside it
         figure = run.result.figure(key, kind="measured", unit=unit)  # type: ignore[arg-type]
         if figure is not None:
             rows.append([label, ctx.show(figure), f"`{run.result.name}` → `{key}`"])
     return table(["metric", "value", "source"], rows)
+
+
+def _load(ctx: Context, run: BenchRun) -> list[str]:
+    """What the run drove against the plan's peak (the seeds: "at target concurrencies")."""
+    load = None if run.is_cold_probe else run_load(ctx.inputs, run)
+    if load is None:
+        return []
+    unit = "concurrent sessions" if load.sessions else "req/min offered"
+    peak = ctx.show(load.peak) + ("" if load.sessions else " req/min")
+    below = " **Below the planned peak**: section 4 leaves this run out." if load.below_peak else ""
+    return [f"Load: {ctx.show(load.driven)} {unit} (the plan's peak: {peak}).{below}", ""]
 
 
 def bench_report(ctx: Context) -> str:
@@ -136,9 +147,16 @@ def bench_report(ctx: Context) -> str:
                 "client delay.",
                 "",
             ]
+        lines += _load(ctx, run)
         if not ctx.public:
             lines += [f"Command: `{run.result.get('run', 'command')}`", ""]
         lines += _run_table(ctx, run)
+        if run.is_cold_probe:
+            lines += [
+                "The prefix hit rate is the probe's own (client side): the engines' counters "
+                "during a probe also count the run beside it.",
+                "",
+            ]
     return "\n".join(lines)
 
 

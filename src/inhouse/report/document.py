@@ -16,6 +16,7 @@ from inhouse.report.alternative import alternative
 from inhouse.report.context import Context, table
 from inhouse.report.figures import Ledger
 from inhouse.report.inputs import DRILLS, ReportInputs
+from inhouse.report.sections_ops import drill_conditions
 
 DELIVERABLES = (
     (
@@ -64,6 +65,7 @@ def _summary(ctx: Context) -> list[str]:
         for p in ctx.inputs.plan.get("pools") or []
     )
     measured = sum(1 for r in ctx.rows if r.measured.figure is not None)
+    wishes = [f"{r.workload} {r.metric}" for r in ctx.rows if r.measured.figure is None]
     missed = [f"{r.workload} {r.metric}" for r in ctx.rows if r.verdict is False]
     drills = ctx.inputs.drills
     verdicts = {
@@ -73,19 +75,24 @@ def _summary(ctx: Context) -> list[str]:
     }
     passed = sum(1 for v in verdicts.values() if v == "pass")
     failed = [name for name, v in verdicts.items() if v is not None and v != "pass"]
+    not_run = [name for name, v in verdicts.items() if v is None]
+    how = drill_conditions(drills)
     return [
         "## Summary",
         "",
         f"Stack: {pools}. All-in "
         + ctx.plan("cost", "usd_per_hour", kind="price", unit="usd_h", label="stack $/h")
         + f". SLO rows measured: {measured} of {len(ctx.rows)}"
+        + (f" (**not measured: {'; '.join(wishes)}**)" if wishes and measured else "")
         + (
             f"; **{len(missed)} miss their target** ({'; '.join(missed)})"
             if missed
-            else (", every one within its target" if measured else "")
+            else (", every measured one within its target" if measured else "")
         )
         + f". Drills passed: {passed} of {len(verdicts)}"
         + (f"; **not passed: {', '.join(failed)}**" if failed else "")
+        + (f"; **not run: {', '.join(not_run)}**" if drills and not_run else "")
+        + (f" ({how})" if how else "")
         + ("" if drills else " (no drill evidence given)")
         + ". Every figure is listed in the appendix with the file and JSON path it came from.",
         "",

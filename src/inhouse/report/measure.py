@@ -49,9 +49,20 @@ def worst(
         if (f := run.result.figure(*parts, kind="measured", unit=unit, scale=scale)) is not None
     ]
     if not figures:
-        return Reading(None, "no bench run of this workload" if not runs else "not in result.json")
+        return Reading(None, _why_none(runs))
     pick = max if higher_is_worse else min
     return Reading(pick(figures, key=lambda f: f.value))
+
+
+def _why_none(runs: Sequence[BenchRun]) -> str:
+    """Why the runs give no latency: none, none that served a request, or a file without it."""
+    if not runs:
+        return "no bench run of this workload"
+    if not any(r.get("success") for run in runs for r in run.requests):
+        # NOTE: no count here: the text stands as is in the public version, which prints no
+        # exact measured figure.
+        return "no request succeeded: every request of the runs failed"
+    return "not in result.json"
 
 
 def _p95(runs: Sequence[BenchRun], keep: Callable[[Mapping[str, Any]], bool], what: str) -> Reading:
@@ -63,12 +74,11 @@ def _p95(runs: Sequence[BenchRun], keep: Callable[[Mapping[str, Any]], bool], wh
             values += picked
             files.append(run.requests_file)
     if len(values) < MIN_SAMPLES:
-        why = (
-            "no bench run of this workload"
-            if not runs
-            else f"{len(values)} successful requests with {what}, "
-            f"fewer than the {MIN_SAMPLES} a p95 needs"
-        )
+        why = _why_none(runs)
+        if why == "not in result.json":  # requests succeeded, too few of them matched
+            # The count rides in `samples` (the internal version prints it; the public one,
+            # which prints no exact measured figure, does not).
+            why = f"fewer than the {MIN_SAMPLES} successful requests with {what} a p95 needs"
         return Reading(None, why, len(values))
     value = float(np.percentile(np.asarray(values), 95))
     source = Source(" + ".join(files), f"p95 of ttft_ms over successful rows where {what}")
@@ -84,7 +94,10 @@ def ttft_cold(runs: Sequence[BenchRun]) -> Reading:
 
 
 def sessions_held(runs: Sequence[BenchRun]) -> tuple[Reading, Reading]:
-    """Concurrent sessions the run drove, and the share of its sessions that saw a failure."""
+    """Concurrent sessions a run drove, and the share of its sessions that saw a failure: the
+    worst run's (the highest share), so the row is never quoted from the luckiest run."""
+    worst_pair: tuple[Reading, Reading] | None = None
+    empty = False
     for run in runs:
         held = run.result.figure("workload", "params", "sessions", kind="measured", unit="count")
         if held is None:
@@ -102,11 +115,26 @@ def sessions_held(runs: Sequence[BenchRun]) -> tuple[Reading, Reading]:
             key = str(row.get("session"))
             seen[key] = seen.get(key, False) or not row.get("success", False)
         if not seen:
-            return Reading(held), Reading(None, "requests.jsonl is empty")
+            empty = True
+            continue
         failed = sum(seen.values()) / len(seen)
         source = Source(run.requests_file, "share of sessions with a failed request")
-        return Reading(held), Reading(Figure(failed, "pct", "measured", source), samples=len(seen))
-    why = "no bench run of this workload" if not runs else "runs name no session count"
+        pair = (
+            Reading(held),
+            Reading(Figure(failed, "pct", "measured", source), samples=len(seen)),
+        )
+        shown = worst_pair[1].figure if worst_pair else None
+        if shown is None or failed > shown.value:
+            worst_pair = pair
+    if worst_pair is not None:
+        return worst_pair
+    why = (
+        "no bench run of this workload"
+        if not runs
+        else "requests.jsonl is empty"
+        if empty
+        else "runs name no session count"
+    )
     return Reading(None, why), Reading(None, why)
 
 
@@ -123,7 +151,8 @@ def completion_rate(runs: Sequence[BenchRun]) -> Reading:
         ok = sum(1 for r in run.requests if r.get("success"))
         if len(sched) < MIN_SAMPLES or sched[-1] <= sched[0]:
             continue
-        rate = (ok - 1) / (sched[-1] - sched[0]) * 60.0
+        # n successes span n - 1 gaps; none served is a rate of 0, not of -1 request.
+        rate = max(ok - 1, 0) / (sched[-1] - sched[0]) * 60.0
         source = Source(
             run.requests_file,
             "(successful - 1) / (last - first t_sched_s) x 60",

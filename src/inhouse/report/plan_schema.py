@@ -218,16 +218,27 @@ PLAN_FIELDS: tuple[Field, ...] = (
     _f(f"{_D}.failover", "text"),
     _f(f"{_D}.degraded_slo", "object", optional=True),
     _f(f"{_D}.degraded_slo.*", "object", nullable=True),
-    _f(f"{_D}.degraded_slo.*.ttft", "object", optional=True),
-    _f(f"{_D}.degraded_slo.*.ttft.target_ms", "number"),
-    _f(f"{_D}.degraded_slo.*.ttft.alarm_ms", "number"),
+    *(
+        _f(f"{_D}.degraded_slo.*.{metric}{rest}", kind, optional=rest == "")
+        for metric in METRICS
+        for rest, kind in (("", "object"), (".target_ms", "number"), (".alarm_ms", "number"))
+    ),
     _f(f"{_D}.workloads", "object", optional=True),
     _f(f"{_D}.workloads.*", "object"),
     _f(f"{_D}.workloads.*.p95_ms", "object", optional=True),
-    _f(f"{_D}.workloads.*.p95_ms.p95_ttft_ms", "number", optional=True, nullable=True),
+    *(
+        _f(f"{_D}.workloads.*.p95_ms.p95_{key}_ms", "number", optional=True, nullable=True)
+        for key in ("ttft", "itl", "tpot", "e2el")
+    ),
     _f("cost", "object"),
     _f("cost.usd_per_hour", "number"),
     _f("cost.usd_per_month", "number"),
+    _f(
+        "cost.effective_usd_per_million_tokens_with_idle_hours",
+        "number",
+        optional=True,
+        nullable=True,
+    ),
     _f("cost.api_usd_per_month", "object"),
     _f("cost.api_usd_per_month.*", "number"),
     _f("cost.breakeven_months", "object", optional=True),
@@ -277,6 +288,7 @@ PLAN_FIELDS: tuple[Field, ...] = (
     _f("reproduce.bench.*", "object"),
     _f("reproduce.bench.*.model", "name", optional=True),
     _f("reproduce.bench.*.workload", "name", optional=True),
+    _f("reproduce.bench.*.params", "object", optional=True),
 )
 
 _PART = re.compile(r"\[\]|[^.\[\]]+")

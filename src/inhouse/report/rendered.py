@@ -28,6 +28,7 @@ class Alert:
     comparator: str | None
     threshold: float | None
     source: Source
+    workload: str | None = None  # the `workload` label, on alerts of one workload's SLO
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,14 +70,41 @@ def read_alerts(render: RenderOutput | None) -> list[Alert]:
                     comparator=comparator,
                     threshold=threshold,
                     source=Source(name, f"groups[{g}].rules[{r}].expr"),
+                    workload=labels.get("workload"),
                 )
             )
     return out
 
 
-def find_alert(alerts: list[Alert], name: str, pool: str | None = None) -> Alert | None:
+_ANY_COMPARISON = re.compile(r"(?:>=|<=|==|!=|>|<)\s*-?\d")
+# A latency quantile in seconds: a recording rule `..._seconds:p95_5m` or a histogram_quantile
+# over a `..._seconds_bucket` histogram. (A share of a seconds histogram's buckets, as the event
+# loop's lag rule takes, is not a latency.)
+_SECONDS_QUANTILE = re.compile(r"_seconds:p\d+|histogram_quantile\(.*_seconds_bucket")
+
+
+def threshold_text(alert: Alert) -> str:
+    """The alert's threshold as section 6 prints it: a latency in ms (the rules compare
+    seconds; the SLOs are stated in ms), anything else as written. A rule of several
+    comparisons is not reduced to one of them (its last is often a guard, `>= 10` errors)."""
+    if alert.threshold is None or alert.comparator is None:
+        return alert.expr[:60]
+    if len(_ANY_COMPARISON.findall(alert.expr)) > 1:
+        return "several conditions (rules.yaml)"
+    if _SECONDS_QUANTILE.search(alert.expr):
+        return f"{alert.comparator} {round(alert.threshold * 1000.0, 6):,g} ms"
+    return f"{alert.comparator} {alert.threshold:g}"
+
+
+def find_alert(
+    alerts: list[Alert], name: str, pool: str | None = None, workload: str | None = None
+) -> Alert | None:
+    """The first alert of `name` on `pool` and, given a workload, one labelled for it (or for
+    no workload): two workloads on one pool each have their own latency alert."""
     for alert in alerts:
-        if alert.name == name and (pool is None or alert.pool in (None, pool)):
+        if alert.name != name or (pool is not None and alert.pool not in (None, pool)):
+            continue
+        if workload is None or alert.workload in (None, workload):
             return alert
     return None
 

@@ -122,13 +122,29 @@ def cost(ctx: Context) -> list[str]:
                 "workload",
                 "$/h share",
                 "input / output tok/s",
-                "$/1M blended",
+                "$/1M blended while traffic flows",
                 "$/1M input",
                 "$/1M output",
             ],
             rows,
         ),
     ]
+    effective = ctx.plan(
+        "cost",
+        "effective_usd_per_million_tokens_with_idle_hours",
+        kind="price",
+        unit="usd",
+        digits=3,
+        label="$/1M over the month",
+    )
+    if effective != "—":
+        lines += [
+            f"Over the month, idle hours included: {effective} per 1M tokens, every workload "
+            "blended (the stack's $/month over the month's tokens: it is paid for every hour, "
+            f"traffic flows {active} of them). That is the figure to set beside an API's price "
+            "per token; the rates above hold only while traffic flows.",
+            "",
+        ]
     api_rows = []
     for api, multiple in multiples(ctx):
         months = ctx.inputs.plan.figure(

@@ -6,7 +6,8 @@ import re
 from typing import Any
 
 from inhouse.report.context import Context, table
-from inhouse.report.inputs import DRILLS, DrillRun
+from inhouse.report.inputs import DRILLS, DrillRun, Drills
+from inhouse.report.rendered import threshold_text
 from inhouse.report.slo import Bound, SloRow
 
 POST_MORTEM = [
@@ -29,7 +30,8 @@ def _bound(ctx: Context, bound: Bound) -> str:
 def _measured(ctx: Context, row: SloRow) -> str:
     reading = row.measured
     if reading.figure is None:
-        return f"not measured: {reading.why}"
+        count = "" if ctx.public or not reading.samples else f" ({reading.samples} here)"
+        return f"not measured: {reading.why}{count}"
     verdict = {True: " ok", False: " MISS", None: ""}[row.verdict]
     return ctx.show(reading.figure) + verdict
 
@@ -101,8 +103,7 @@ def observability(ctx: Context) -> list[str]:
     lines += [f"Alerts, from `{render.directory}/prometheus/rules.yaml`:", ""]
     rows = []
     for a in ctx.alerts:
-        threshold = f"{a.comparator} {a.threshold:g}" if a.threshold is not None else a.expr[:60]
-        rows.append([a.name, a.pool or "all", threshold, a.hold, a.severity, a.summary])
+        rows.append([a.name, a.pool or "all", threshold_text(a), a.hold, a.severity, a.summary])
     lines += table(["alert", "pool", "threshold", "for", "page or ticket", "summary"], rows)
     pages = sum(1 for a in ctx.alerts if a.severity == "page")
     lines += [
@@ -136,6 +137,29 @@ def _bullet(line: str) -> str:
     return re.sub(r"^([*-])\s{2,}", r"\1 ", line)
 
 
+def drill_conditions(found: Drills | None) -> str:
+    """How the drills ran, where it was not as in production: `--quick` (summary.json) and
+    the rules' `for:` holds and range windows scaled (each evidence's `prometheus.time_scale`):
+    a page that came within a scaled hold comes after the full hold in production."""
+    if found is None:
+        return ""
+    parts = []
+    if found.summary is not None and found.summary.get("quick") is True:
+        parts.append("quick runs")
+    scales = sorted(
+        {
+            float(scale)
+            for run in found.runs
+            if isinstance(scale := run.evidence.get("prometheus", "time_scale"), int | float)
+            and not isinstance(scale, bool)
+            and scale != 1
+        }
+    )
+    if scales:
+        parts.append("the rules' holds and windows at " + ", ".join(f"{s:g}x" for s in scales))
+    return ", ".join(parts)
+
+
 def drills(ctx: Context) -> list[str]:
     lines = ctx.section("8. Runbook drills")
     found = ctx.inputs.drills
@@ -145,6 +169,13 @@ def drills(ctx: Context) -> list[str]:
         "Alertmanager's receiver.",
         "",
     ]
+    how = drill_conditions(found)
+    if how:
+        lines += [
+            f"How these drills ran: {how}. A scaled hold shortens when an alert may fire, not its "
+            "threshold: in production each page comes after its rule's full `for:`.",
+            "",
+        ]
     if found is None:
         lines += [
             "No drill evidence given (`inhouse drill run all --out DIR`, then "

@@ -5,9 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from inhouse.report import measure
+from inhouse.report.alternative import why_infeasible
 from inhouse.report.context import Context, table
 from inhouse.report.figures import Figure, Source
+from inhouse.report.inputs import PathPart
+from inhouse.report.load import at_peak
 from inhouse.report.mermaid import deployment_diagram
+from inhouse.report.slo import BENCH_KEY, METRIC
 
 SGLANG_TRADE = (
     "SGLang's RadixAttention keeps a token-level radix tree of every cached prefix and often "
@@ -33,7 +37,8 @@ def workloads(ctx: Context) -> list[str]:
             avg = ctx.plan(*base, "traffic", "avg_per_s", **per_min)  # type: ignore[arg-type]
             peak = ctx.plan(*base, "traffic", "peak_per_s", **per_min)  # type: ignore[arg-type]
             traffic = f"{avg} avg / {peak} peak req/min"
-        hit = measure.prefix_hit_rate(ctx.inputs.runs_for(name))
+        runs, lighter = at_peak(ctx.inputs, ctx.inputs.runs_for(name))
+        hit = measure.Reading(None, lighter) if lighter else measure.prefix_hit_rate(runs)
         rows.append(
             [
                 name,
@@ -72,7 +77,8 @@ def workloads(ctx: Context) -> list[str]:
             lines += [
                 f"The number that carries this section: {name}'s prefix-cache hit rate, planned "
                 f"at {planned}"
-                f" on turn 2 and later of the agent sessions. Everything downstream — routing "
+                f" of the prompt tokens of every request (turn 1 included), as the engines' "
+                "prefix-cache counters measure it. Everything downstream — routing "
                 "by prefix, KV sizing, the TTFT budget — is designed around it.",
                 "",
             ]
@@ -121,7 +127,8 @@ def hardware(ctx: Context) -> list[str]:
         "refuses a TP group whose GPUs are not NVLink-joined (deployment playbook, step 2).",
         "",
         f"Weight cache: at least {_weights_gb(ctx)} GB of NVMe per node for the checkpoints "
-        "served (catalog sizes at the planned quantization), mirrored (RAID10) so one drive "
+        "served (their 16-bit size, as the playbook pulls them: an FP8 pool quantizes at "
+        "load), mirrored (RAID10) so one drive "
         "does not stop a replica.",
         "",
     ]
@@ -129,10 +136,15 @@ def hardware(ctx: Context) -> list[str]:
 
 
 def _weights_gb(ctx: Context) -> str:
-    total = 0.0
-    for p in ctx.inputs.plan.get("pools") or []:
-        total += float(p["memory_gib_per_gpu"]["weights"]) * int(p["tp"]) * 1.073741824
-    return f"{total:,.0f}"
+    """The checkpoints the playbook pulls into the node's cache, each model once, at their
+    16-bit size: an FP8 pool quantizes its bf16 checkpoint at load (render's startupProbe
+    window is sized on the same bytes)."""
+    from inhouse.render.layout import checkpoint_bytes
+    from inhouse.spec.catalog import get_model
+
+    models = {str(p["hf_id"]) for p in ctx.inputs.plan.get("pools") or []}
+    total = sum(checkpoint_bytes(get_model(name)) for name in sorted(models))
+    return f"{total / 1e9:,.0f}"
 
 
 def selection(ctx: Context) -> list[str]:
@@ -172,27 +184,35 @@ def selection(ctx: Context) -> list[str]:
 
 
 def _engine_alternative(ctx: Context) -> list[str]:
+    """SGLang's plan in a sentence: its price, or why it does not fit (and its price on more
+    nodes, where the planner found one)."""
     compare = ctx.inputs.compare
     if compare is None:
         return []
+    where = "the alternative compared, after section 8"
     for i, alt in enumerate(compare.get("alternatives") or []):
-        if alt.get("axis") == "engine":
-            return [
-                f"Planned with SGLang's step-time constants instead, the same requirements give "
-                f"{alt.get('label', '')}: "
-                + ctx.show(
-                    compare.figure(
-                        "alternatives",
-                        i,
-                        "usd_per_hour",
-                        kind="price",
-                        unit="usd_h",
-                        label="alternative $/h",
-                    )
-                )
-                + " (section 5, the alternative compared).",
-                "",
-            ]
+        if alt.get("axis") != "engine":
+            continue
+        base: tuple[PathPart, ...] = ("alternatives", i)
+        lead = f"Planned with SGLang's step-time constants instead ({alt.get('label', '')}), "
+        more = alt.get("with_more_nodes") or {}
+        why = why_infeasible(alt, ctx.public)
+        if alt.get("feasible") is False and "usd_per_hour" not in more:
+            return [f"{lead}the same requirements cannot be met ({why}; {where}).", ""]
+        if alt.get("feasible") is False:
+            base = (*base, "with_more_nodes")
+        price = ctx.show(
+            compare.figure(
+                *base, "usd_per_hour", kind="price", unit="usd_h", label="alternative $/h"
+            )
+        )
+        said = (
+            f"the same requirements do not fit this hardware ({why}); on more nodes it costs "
+            f"{price}"
+            if alt.get("feasible") is False
+            else f"the same requirements cost {price}"
+        )
+        return [f"{lead}{said} ({where}).", ""]
     return []
 
 
@@ -263,74 +283,83 @@ def _failover(ctx: Context) -> list[str]:
     for i, d in enumerate(degraded):
         lines.append(f"**{d['pool']}**: {d['failover']}.")
         for workload, stated in (d.get("degraded_slo") or {}).items():
-            if not stated or "ttft" not in stated:
-                continue
-            target = ctx.plan(
-                "degraded",
-                i,
-                "degraded_slo",
-                workload,
-                "ttft",
-                "target_ms",
-                kind="target",
-                unit="ms",
-            )
-            simulated = ctx.plan(
-                "degraded",
-                i,
-                "workloads",
-                workload,
-                "p95_ms",
-                "p95_ttft_ms",
-                kind="estimate",
-                unit="ms",
-            )
-            reading, check = measure.drill_check(
-                ctx.inputs.drills, "kill-replica", "degraded", "ttft"
-            )
-            measured = ctx.show(reading.figure, f"not measured ({reading.why})")
-            verdict = ""
-            if reading.figure is not None and check is not None:
-                verdict = " — held" if check.get("ok") else " — **missed**"
-            lines += [
-                "",
-                f"The degraded SLO, named: **{workload} p95 TTFT at most {target} while one "
-                f"{d['pool']} replica is lost**, restored when the replica is replaced. "
-                f"Simulated by the planner: {simulated}; measured by the kill-replica drill: "
-                f"{measured}{verdict}.",
-            ]
+            for metric, label in METRIC.items():
+                if stated and metric in stated:
+                    lines += ["", _degraded_slo(ctx, i, d["pool"], workload, metric, label)]
         lines.append("")
     return lines
 
 
+def _degraded_slo(ctx: Context, i: int, pool: str, workload: str, metric: str, label: str) -> str:
+    """One degraded-mode commitment, named, with the planner's simulation and, for TTFT, the
+    kill-replica drill's measurement (the drill measures nothing else)."""
+    base = ("degraded", i)
+    target = ctx.plan(
+        *base, "degraded_slo", workload, metric, "target_ms", kind="target", unit="ms"
+    )
+    simulated = ctx.plan(
+        *base, "workloads", workload, "p95_ms", BENCH_KEY[metric], kind="estimate", unit="ms"
+    )
+    if metric == "ttft":
+        reading, _ = measure.drill_check(ctx.inputs.drills, "kill-replica", "degraded", "ttft")
+        measured = "measured by the kill-replica drill: " + ctx.show(
+            reading.figure, f"not measured ({reading.why})"
+        )
+        # The SLO table's verdict on the same figure (one verdict per figure in the document;
+        # the drill's own check may bound it differently).
+        name = f"{label}, one {pool} replica lost"
+        verdicts = [r.verdict for r in ctx.rows if r.workload == workload and r.metric == name]
+        if verdicts and verdicts[0] is not None:
+            measured += " — held" if verdicts[0] else " — **missed**"
+    else:
+        measured = "not measured (the kill-replica drill measures p95 TTFT only)"
+    return (
+        f"The degraded SLO, named: **{workload} {label} at most {target} while one {pool} "
+        f"replica is lost**, restored when the replica is replaced. Simulated by the planner: "
+        f"{simulated}; {measured}."
+    )
+
+
 def _cold_start(ctx: Context) -> list[str]:
-    from inhouse.perf.memory import weight_bytes
-    from inhouse.render.layout import ENGINE_INIT_S, NVME_READ_BYTES_S
+    from inhouse.render.layout import (
+        ENGINE_INIT_S,
+        NVME_READ_BYTES_S,
+        checkpoint_bytes,
+        checkpoint_read_s,
+    )
     from inhouse.spec.catalog import get_model
-    from inhouse.spec.quant import normalize_quant
 
     lines = ["### Cold-start budget", ""]
     for p in ctx.inputs.plan.get("pools") or []:
         model = get_model(str(p["hf_id"]))
-        size = weight_bytes(model, normalize_quant(str(p["quant"])))
-        load = size / NVME_READ_BYTES_S + ENGINE_INIT_S
+        size = checkpoint_bytes(model)
+        verify_s = checkpoint_read_s(model)
+        load = verify_s + size / NVME_READ_BYTES_S + ENGINE_INIT_S
         figure = Figure(
             load,
             "s",
             "config",
             Source(
                 "catalog models.yaml + render/layout.py",
-                f"{model.name} {p['quant']} bytes / NVME_READ_BYTES_S + ENGINE_INIT_S",
+                f"{model.name} 16-bit checkpoint bytes / NVME_READ_BYTES_S, twice (verify, "
+                "load) + ENGINE_INIT_S",
             ),
             digits=0,
         )
         lines.append(
             f"* {p['name']}: about {ctx.show(figure)} from `kubectl apply` to first token — "
-            f"{size / 1e9:,.0f} GB of weights read from NVMe at {NVME_READ_BYTES_S / 1e9:g} GB/s "
-            f"plus {ENGINE_INIT_S} s of engine start-up (compile, CUDA graphs, KV profiling). "
-            "From the catalog, not measured: the simulated stack loads no weights."
+            f"the {size / 1e9:,.0f} GB checkpoint read twice from NVMe at "
+            f"{NVME_READ_BYTES_S / 1e9:g} GB/s (the init containers verify its signature, "
+            f"{verify_s} s; the engine loads it{_quantized(p)}), plus {ENGINE_INIT_S} s of "
+            "engine start-up (compile, CUDA graphs, KV profiling). From the catalog, not "
+            "measured: the simulated stack loads no weights."
         )
     return [*lines, ""]
+
+
+def _quantized(pool: dict[str, Any]) -> str:
+    quant = str(pool.get("quant", ""))
+    return f" and quantizes it to {quant}" if quant and quant not in ("bf16", "fp16") else ""
 
 
 def pools_by_name(plan: dict[str, Any]) -> dict[str, Any]:
