@@ -162,6 +162,7 @@ VLLM_METRICS: tuple[str, ...] = (
     "vllm:request_prefill_time_seconds_bucket",
     "vllm:request_decode_time_seconds_bucket",
     "vllm:request_prompt_tokens_bucket",
+    "vllm:request_generation_tokens_bucket",
     "vllm:request_num_preemptions_bucket",
     "vllm:iteration_tokens_total_bucket",
     "vllm:time_to_first_token_seconds_sum",

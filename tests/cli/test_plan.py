@@ -34,6 +34,7 @@ def test_plan_writes_stack_json_and_memo_and_the_stack_simulates(
     assert {"usd_per_hour", "usd_per_million_tokens", "breakeven_months"} <= set(report["cost"])
     assert {s["name"] for s in report["sensitivity"]} == {
         "prompt_p95_1.7x",
+        "output_p95_1.7x",
         "prefix_hit_halved",
         "burstiness_2x",
         "traffic_2x",

@@ -23,12 +23,14 @@ def test_breaks_at_names_the_prompt_length_rate_and_hit_rate_it_means() -> None:
         "workloads": {
             "code": {
                 "prompt_tokens": {"p95": 23_689.0},
+                "output_tokens": {"p95": 912.0},
                 "planned_prefix_hit_rate": 0.3,
                 "arrival_cv2": 1.0,
                 "traffic": {"peak_per_s": 12.0, "avg_per_s": 3.0},
             },
             "chat": {
                 "prompt_tokens": {"p95": 15_710.0},
+                "output_tokens": {"p95": 1_804.0},
                 "planned_prefix_hit_rate": 0.85,
                 "arrival_cv2": 1.0,
                 "traffic": {"peak_sessions": 100, "avg_sessions": 70, "think_time_s": 3.0},
@@ -36,6 +38,7 @@ def test_breaks_at_names_the_prompt_length_rate_and_hit_rate_it_means() -> None:
         },
         "sensitivity": [
             _row("prompt_p95_1.7x", "p95 prompt 1.7x longer (p50 kept)", 1.14),
+            _row("output_p95_1.7x", "p95 output 1.7x longer (p50 kept)", 1.41),
             _row("prefix_hit_halved", "prefix-cache hit rate halved", 0.73),
             _row("traffic_2x", "peak traffic doubled", 1.36),
             _row("burstiness_2x", "arrivals twice as bursty (CV² x2)", None),
@@ -45,6 +48,8 @@ def test_breaks_at_names_the_prompt_length_rate_and_hit_rate_it_means() -> None:
     assert (
         f"1.14x (p95 prompt: code {23_689 * 1.14:,.0f}, chat {15_710 * 1.14:,.0f} tokens)" in text
     )
+    # Longer answers, too: at what p95 output does it break?
+    assert f"1.41x (p95 output: code {912 * 1.41:,.0f}, chat {1_804 * 1.41:,.0f} tokens)" in text
     assert f"0.73x (prefix hit rate: code {0.3 * 0.73:.0%}, chat {0.85 * 0.73:.0%})" in text
     assert f"1.36x (peak: code {12 * 1.36:.2f} req/s, chat {100 * 1.36:.0f} sessions)" in text
     assert "| arrivals twice as bursty (CV² x2) | holds | — |" in text
@@ -128,5 +133,42 @@ def test_the_assumptions_not_re_forecast_are_listed_with_their_figures() -> None
     }
     text = "\n".join(_sensitivity(report, {}))
     assert "Not re-forecast, though the plan rests on them:" in text
-    assert "output lengths (code p95 900, chat p95 800 tokens:" in text
     assert "the fallback model's quality (code: Llama-3.1-8B" in text
+
+
+def test_output_lengths_are_re_forecast_not_listed_as_unexamined() -> None:
+    # Section 7 now has a row for longer answers; the note must stop saying it has none.
+    report = {
+        "workloads": {},
+        "sensitivity": [_row("output_p95_1.7x", "p95 output 1.7x longer (p50 kept)", None)],
+        "requirements": {
+            "workloads": [{"name": "code", "output_tokens": {"p50": 250, "p95": 900}}]
+        },
+    }
+    text = "\n".join(_sensitivity(report, {}))
+    assert "| p95 output 1.7x longer (p50 kept) | holds | — |" in text
+    assert "output lengths (code p95 900" not in text.split("Not re-forecast")[1]
+
+
+def test_a_bucket_read_output_level_is_told_apart_from_the_sampled_p95() -> None:
+    # The output trigger reads vLLM's generation-token buckets the way the prompt one reads
+    # the prompt buckets: its planned p95 is not section 1's either.
+    trigger = {
+        "change": "output_p95_1.7x",
+        "change_text": "p95 output 1.7x longer (p50 kept)",
+        "signal": "output_tokens_p95",
+        "pool": "code",
+        "model": "code",
+        "workloads": ["code"],
+        "threshold": 1_310,
+        "planned": 1_160,
+    }
+    row = _row("output_p95_1.7x", "p95 output 1.7x longer (p50 kept)", None)
+    row["triggers"] = [trigger]
+    report = {
+        "workloads": {"code": {"output_tokens": {"p95": 912.0}}},
+        "sensitivity": [row],
+        "pools": [{"name": "code", "role": "standard", "long_prompt_tokens": None}],
+    }
+    text = "\n".join(_sensitivity(report, {}))
+    assert f"code's sampled p95 output of {912:,} tokens reads as {1_160:,}" in text

@@ -333,3 +333,18 @@ def test_the_bounds_themselves_are_allowed() -> None:
     ).planning
     assert planning.load_multiples == (1.0, MAX_LOAD_MULTIPLE)
     assert planning.verify_duration_s == planning.stress_duration_s == MAX_CHECK_DURATION_S
+
+
+def test_longer_output_tail_keeps_the_median_and_the_prompts() -> None:
+    # Section 7 re-forecast longer prompts but not longer answers: the profile could not
+    # even state them.
+    profile = profile_workload(parse(small_requirements()).workloads[0])
+    longer = profile.scaled(output_p95_factor=1.7)
+    assert longer.quantile("output", 0.5) == pytest.approx(
+        profile.quantile("output", 0.5), rel=0.02
+    )
+    assert longer.quantile("output", 0.95) == pytest.approx(
+        1.7 * profile.quantile("output", 0.95), rel=0.03
+    )
+    assert (longer.shapes.prompt == profile.shapes.prompt).all()
+    assert longer.expected_hit_rate == pytest.approx(profile.expected_hit_rate)

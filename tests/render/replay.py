@@ -74,6 +74,7 @@ class Replay:
     error_ratio: dict[str, float]  # workload -> failed / arrived
     rate_per_s: dict[str, float]  # workload -> arrivals per second
     prompt_p95: dict[str, float]  # pool -> tokens, as histogram_quantile reads them
+    output_p95: dict[str, float]  # pool -> generated tokens, likewise
     hit_rate: dict[str, float]  # pool -> cached / prompt tokens
     tpot_median_ms: dict[str, float]  # pool, as histogram_quantile reads it
 
@@ -112,6 +113,8 @@ def _engine_series(
         )
         prompts = [r.num_prompt_tokens for r in mine]
         out += _histogram("vllm:request_prompt_tokens", labels, prompts, tokens, window_s)
+        outputs = [r.num_output_tokens for r in mine]
+        out += _histogram("vllm:request_generation_tokens", labels, outputs, tokens, window_s)
         cached = sum(r.num_cached_tokens for r in mine)
         out.append(_counter("vllm:prefix_cache_hits_total", labels, cached, window_s))
         out.append(_counter("vllm:prefix_cache_queries_total", labels, sum(prompts), window_s))
@@ -191,19 +194,20 @@ def replay(
         }
         errors[workload.name] = (len(mine) - len(ok)) / len(mine)
         rates[workload.name] = len(mine) / window_s
-    prompt, hits, tpot = {}, {}, {}
+    prompt, output, hits, tpot = {}, {}, {}, {}
     for pool in engine_pools(stack):
         series += _engine_series(pool, result, done, window_s)
         mine = [r for r in done if r.pool == pool.name]
         p95[f"pool:{pool.name}"] = {"itl": 1000.0 * float(np.percentile(result.itl_s(mine), 95))}
         tokens = [float(b) for b in build_1_2_5_buckets(max_model_len(pool))]
         prompt[pool.name] = read_quantile(0.95, [r.num_prompt_tokens for r in mine], tokens)
+        output[pool.name] = read_quantile(0.95, [r.num_output_tokens for r in mine], tokens)
         hits[pool.name] = sum(r.num_cached_tokens for r in mine) / sum(
             r.num_prompt_tokens for r in mine
         )
         tpots = [r.tpot_s for r in mine if r.num_output_tokens > 1]
         tpot[pool.name] = 1000.0 * read_quantile(0.5, tpots, ITL_BUCKETS_S)
-    return Replay(series, p95, errors, rates, prompt, hits, tpot)
+    return Replay(series, p95, errors, rates, prompt, output, hits, tpot)
 
 
 def as_test(replay: Replay, checks: list[dict[str, Any]], name: str) -> dict[str, Any]:

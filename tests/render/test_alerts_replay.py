@@ -91,6 +91,7 @@ def truth(alert: Alert, stack: StackSpec, seen: Replay) -> dict[str, str] | None
     )
     value = {
         "prompt_tokens_p95": lambda: seen.prompt_p95[trigger.pool],
+        "output_tokens_p95": lambda: seen.output_p95[trigger.pool],
         "prefix_hit_rate": lambda: seen.hit_rate[trigger.pool],
         "request_rate": lambda: seen.rate_per_s[trigger.model],
         "tpot_median": lambda: seen.tpot_median_ms[trigger.pool],
@@ -103,7 +104,13 @@ def truth(alert: Alert, stack: StackSpec, seen: Replay) -> dict[str, str] | None
 def judged(stack: StackSpec) -> list[Alert]:
     """Every page the replay can judge, and every re-plan trigger it carries series for."""
     _, alerts = stack_rules(stack, NAMESPACE)
-    replayable = {"prompt_tokens_p95", "prefix_hit_rate", "request_rate", "tpot_median"}
+    replayable = {
+        "prompt_tokens_p95",
+        "output_tokens_p95",
+        "prefix_hit_rate",
+        "request_rate",
+        "tpot_median",
+    }
     signals = {(t.change, t.pool): t.signal for t in stack.triggers}
 
     def has_series(alert: Alert) -> bool:

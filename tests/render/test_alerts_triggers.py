@@ -14,9 +14,11 @@ import pytest
 import yaml
 from tests.render.conftest import PlannedCrm
 
+from inhouse.metric_names import unknown_names
 from inhouse.render import render_stack
-from inhouse.render.alerts_triggers import NAMES, rule_threshold
+from inhouse.render.alerts_triggers import NAMES, max_model_len, rule_threshold, trigger_cases
 from inhouse.spec.triggers import Trigger, describe, value_text
+from inhouse.spec.vllm_buckets import build_1_2_5_buckets
 
 COMPARISON = re.compile(r"([<>])\s*([0-9.e+-]+)\s*$")
 
@@ -54,6 +56,7 @@ def test_every_memo_trigger_is_a_rule_with_the_same_threshold(crm_plan: PlannedC
     found = memo_triggers(crm_plan)
     assert {t.change for t in found} == {
         "prompt_p95_1.7x",
+        "output_p95_1.7x",
         "prefix_hit_halved",
         "burstiness_2x",
         "traffic_2x",
@@ -70,6 +73,46 @@ def test_every_memo_trigger_is_a_rule_with_the_same_threshold(crm_plan: PlannedC
         assert rule["for"] == trigger.hold
         assert level(rule) == ("<" if trigger.falls else ">", rule_threshold(trigger))
     assert len([r for r in all_rules if "change" in r["labels"]]) == len(found)
+
+
+def test_longer_answers_are_a_rule_on_vllms_generation_token_histogram(
+    crm_plan: PlannedCrm,
+) -> None:
+    # The plan rests on the output lengths; nothing told the operator when answers grew.
+    found = [t for t in crm_plan.stack.triggers if t.signal == "output_tokens_p95"]
+    assert {t.pool for t in found} == {p.name for p in crm_plan.stack.pools if p.role != "fallback"}
+    all_rules = rules(crm_plan)
+    for trigger in found:
+        assert trigger.change == "output_p95_1.7x" and trigger.threshold > trigger.planned
+        rule = rule_of(trigger, all_rules)
+        assert rule["alert"] == "InhouseReplanOutputsLonger"
+        assert "histogram_quantile(0.95" in rule["expr"]
+        assert (
+            f'vllm:request_generation_tokens_bucket{{model_name="{trigger.model}"}}'
+            in (rule["expr"])
+        )
+        assert level(rule) == (">", trigger.threshold)
+        assert unknown_names([rule["expr"]]) == {}  # a series the metric contract knows
+        assert value_text(trigger, trigger.threshold) in rule["annotations"]["threshold_source"]
+        # One case past the level in vLLM's own buckets (1-2-5 up to max_model_len), one below.
+        pool = crm_plan.stack.pool(trigger.pool)
+        buckets = [float(b) for b in build_1_2_5_buckets(max_model_len(pool))]
+        fire, quiet = trigger_cases(trigger, pool)
+        assert fire.expect == {"model_name": trigger.model} and quiet.expect is None
+        for case in (fire, quiet):
+            for series in case.series:
+                assert series.metric == "vllm:request_generation_tokens_bucket"
+                le = series.labels["le"]
+                assert le == "+Inf" or float(le) in buckets
+        counted = {float(s.labels["le"]) for s in fire.series if s.labels["le"] != "+Inf"}
+        assert min(b for b in counted if not _stays_empty(fire, b)) > trigger.threshold
+        assert all(float(s.labels["le"]) <= trigger.threshold for s in quiet.series[:-1])
+
+
+def _stays_empty(case: Any, le: float) -> bool:
+    """Whether the case's bucket `le` stays at zero: no observation at or below it."""
+    (series,) = [s for s in case.series if s.labels["le"] != "+Inf" and float(s.labels["le"]) == le]
+    return bool(series.values.startswith("0x"))
 
 
 def test_one_prefix_hit_ticket_per_pool_at_the_memo_level(crm_plan: PlannedCrm) -> None:

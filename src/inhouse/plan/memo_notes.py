@@ -8,6 +8,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from inhouse.spec.triggers import TOKEN_HISTOGRAMS
 from inhouse.workload.arrivals import Z95
 
 Z99 = 2.3263478740408408  # the standard normal's 99th percentile
@@ -68,12 +69,14 @@ def _length_models(r: Mapping[str, Any]) -> list[str]:
 
 
 def _break_units(name: str, at: float, r: Mapping[str, Any]) -> str:
-    """A break point in the workloads' own units: the p95 prompt in tokens, the hit rate, the
-    peak rate or sessions (the bare multiple left the reader to multiply)."""
+    """A break point in the workloads' own units: the p95 prompt or output in tokens, the hit
+    rate, the peak rate or sessions (the bare multiple left the reader to multiply)."""
     parts = []
     for workload, w in r.get("workloads", {}).items():
         if name == "prompt_p95_1.7x":
             parts.append(f"{workload} {w['prompt_tokens']['p95'] * at:,.0f}")
+        elif name == "output_p95_1.7x":
+            parts.append(f"{workload} {w['output_tokens']['p95'] * at:,.0f}")
         elif name == "prefix_hit_halved":
             parts.append(f"{workload} {w['planned_prefix_hit_rate'] * at:.0%}")
         elif name == "traffic_2x":
@@ -90,6 +93,7 @@ def _break_units(name: str, at: float, r: Mapping[str, Any]) -> str:
         return ""
     what = {
         "prompt_p95_1.7x": ("p95 prompt: ", " tokens"),
+        "output_p95_1.7x": ("p95 output: ", " tokens"),
         "prefix_hit_halved": ("prefix hit rate: ", ""),
         "traffic_2x": ("peak: ", ""),
         "burstiness_2x": ("arrivals: ", ""),
@@ -103,11 +107,7 @@ def _not_re_forecast(r: Mapping[str, Any]) -> list[str]:
     workloads = r.get("requirements", {}).get("workloads", [])
     if not workloads:
         return []
-    outputs = ", ".join(f"{w['name']} p95 {w['output_tokens']['p95']:,}" for w in workloads)
-    items = [
-        f"the output lengths ({outputs} tokens: longer answers lengthen decode, the KV each "
-        "request holds and e2e; measure them with the prompts)"
-    ]
+    items: list[str] = []
     fallbacks = [
         f"{w['name']}: {w['models']['fallback']}"
         for w in workloads
@@ -130,8 +130,8 @@ def _not_re_forecast(r: Mapping[str, Any]) -> list[str]:
 
 
 def _bucket_note(r: Mapping[str, Any]) -> list[str]:
-    """Why a trigger's planned prompt p95 differs from section 1's: the alert reads vLLM's
-    histogram buckets, which interpolate linearly inside a wide bucket."""
+    """Why a trigger's planned prompt or output p95 differs from section 1's: the alert reads
+    vLLM's histogram buckets, which interpolate linearly inside a wide bucket."""
     # A pool that takes only part of a workload's prompts (split at a length) has another p95.
     whole = {
         p["name"]
@@ -141,15 +141,16 @@ def _bucket_note(r: Mapping[str, Any]) -> list[str]:
     pairs = []
     for s in r["sensitivity"]:
         for t in s.get("triggers", ()):
-            if t["signal"] != "prompt_tokens_p95" or len(t["workloads"]) != 1:
+            if t["signal"] not in TOKEN_HISTOGRAMS or len(t["workloads"]) != 1:
                 continue
+            length = TOKEN_HISTOGRAMS[t["signal"]][1]
             if t["pool"] not in whole:
                 continue
             w = r.get("workloads", {}).get(t["workloads"][0])
             if w is not None:
                 pairs.append(
-                    f"{t['workloads'][0]}'s sampled p95 prompt of "
-                    f"{w['prompt_tokens']['p95']:,.0f} tokens reads as {t['planned']:,.0f}"
+                    f"{t['workloads'][0]}'s sampled p95 {length} of "
+                    f"{w[f'{length}_tokens']['p95']:,.0f} tokens reads as {t['planned']:,.0f}"
                 )
     if not pairs:
         return []

@@ -1,4 +1,4 @@
-"""What would invalidate the plan: the chosen stack, re-forecast under six changed assumptions.
+"""What would invalidate the plan: the chosen stack, re-forecast under seven changed assumptions.
 
 For each change the analytic model (with the simulator's corrections) re-forecasts every pool at
 the planned replica counts and reports which SLO breaks, by how much, and — by bisection on the
@@ -7,6 +7,8 @@ level (halfway from today to the break) that should send the operator back to th
 `inhouse.spec.triggers.Trigger`s: the memo words them and `inhouse render` alerts on them.
 
 * `prompt_p95_1.7x`: the p95 prompt 1.7x longer, p50 kept (a heavier tail);
+* `output_p95_1.7x`: the p95 output 1.7x longer, p50 kept (longer answers: more decode steps,
+  more KV held per request, longer e2e);
 * `prefix_hit_halved`: half the expected prefix-cache hit rate;
 * `burstiness_2x`: twice the squared CV of arrival gaps (open-loop traffic);
 * `traffic_2x`: twice the peak rate or sessions;
@@ -31,7 +33,7 @@ from inhouse.plan.triggers import (
     anchored,
     early_size,
     hit_triggers,
-    prompt_triggers,
+    length_triggers,
     queue_triggers,
     restream,
     tpot_triggers,
@@ -47,7 +49,7 @@ TP_SCALING_LOSS = 0.2
 class Change:
     name: str
     description: str
-    full: float  # the change's size as stated (1.7, 0.5, 2, 2, 1.25)
+    full: float  # the change's size as stated (1.7, 1.7, 0.5, 2, 2, 1.25)
     apply: Callable[[float], tuple[dict[str, TrafficProfile], float]]  # size -> profiles, time
 
 
@@ -118,6 +120,12 @@ def changes(requirements: Requirements, profiles: dict[str, TrafficProfile]) -> 
             "p95 prompt 1.7x longer (p50 kept)",
             1.7,
             profile_change("prompt_p95_factor"),
+        ),
+        Change(
+            "output_p95_1.7x",
+            "p95 output 1.7x longer (p50 kept)",
+            1.7,
+            profile_change("output_p95_factor"),
         ),
         Change(
             "prefix_hit_halved", "prefix-cache hit rate halved", 0.5, profile_change("hit_factor")
@@ -198,9 +206,10 @@ def triggers(
     from today to the break (`inhouse.plan.triggers`)."""
     size = breaks_at if breaks_at is not None else change.full
     base = (change.name, change.description, breaks_at)
-    if change.name.startswith("prompt"):
+    if change.name.startswith(("prompt", "output")):
         changed, _ = change.apply(early_size(size))
-        return prompt_triggers(candidate, profiles, changed, base)
+        field = "output" if change.name.startswith("output") else "prompt"
+        return length_triggers(candidate, changed, base, field)
     if change.name.startswith("prefix"):
         return hit_triggers(candidate, size, base)
     if change.name.startswith("burst"):

@@ -1,9 +1,9 @@
 """The re-plan triggers' signals as a simulated run shows them: what the operator's Prometheus
 would read at planned load, the anchor of each trigger's level (`inhouse.plan.triggers`).
 
-Per pool, from the requests each pool served after the warm-up: the p95 prompt length and the
-median TPOT as `histogram_quantile` reads them from vLLM's buckets, and the prompt-token-weighted
-prefix hit rate (vLLM's counters); per workload, its arrivals per second.
+Per pool, from the requests each pool served after the warm-up: the p95 prompt and output lengths
+and the median TPOT as `histogram_quantile` reads them from vLLM's buckets, and the
+prompt-token-weighted prefix hit rate (vLLM's counters); per workload, its arrivals per second.
 """
 
 from __future__ import annotations
@@ -47,6 +47,9 @@ def observed_signals(
         tpots = [r.tpot_s for r in done if r.num_output_tokens > 1]
         signals = {
             "prompt_p95_tokens": read_quantile(0.95, prompts, bounds),
+            "output_p95_tokens": read_quantile(
+                0.95, [float(r.num_output_tokens) for r in done], bounds
+            ),
             "prefix_hit_rate": sum(r.num_cached_tokens for r in done) / sum(prompts),
         }
         if tpots:

@@ -105,20 +105,24 @@ class TrafficProfile:
         self,
         *,
         prompt_p95_factor: float = 1.0,
+        output_p95_factor: float = 1.0,
         hit_factor: float = 1.0,
         cv2_factor: float = 1.0,
         load_factor: float = 1.0,
     ) -> TrafficProfile:
-        """The same workload with a heavier prompt tail (p50 kept, p95 times the factor: a
-        lognormal with a wider sigma), a scaled hit rate, burstier arrivals or more load."""
+        """The same workload with a heavier prompt or output tail (p50 kept, p95 times the
+        factor: a lognormal with a wider sigma), a scaled hit rate, burstier arrivals or more
+        load. Longer outputs leave the prompts as sampled (an agent's later turns, which carry
+        earlier answers, are not lengthened with them)."""
         shapes = self.shapes
         prompt = shapes.prompt
         if prompt_p95_factor != 1.0:
-            p50 = float(np.median(prompt))
-            p95 = float(np.quantile(prompt, 0.95))
-            k = 1.0 + math.log(prompt_p95_factor) / math.log(max(p95 / p50, 1.05))
-            new_prompt = np.maximum(np.round(p50 * (prompt / p50) ** k), 1.0)
+            new_prompt = heavier_tail(prompt, prompt_p95_factor)
             shapes = Shapes(new_prompt, shapes.cached * new_prompt / prompt, shapes.output)
+        if output_p95_factor != 1.0:
+            shapes = Shapes(
+                shapes.prompt, shapes.cached, heavier_tail(shapes.output, output_p95_factor)
+            )
         if hit_factor != 1.0:
             shapes = Shapes(shapes.prompt, shapes.cached * hit_factor, shapes.output)
         hit = float(np.sum(shapes.cached) / np.sum(shapes.prompt))
@@ -133,6 +137,17 @@ class TrafficProfile:
             arrival_cv2=self.arrival_cv2 * cv2_factor,
             max_prompt_tokens=round(self.max_prompt_tokens * prompt_p95_factor),
         )
+
+
+def heavier_tail(values: np.ndarray, p95_factor: float) -> np.ndarray:
+    """The lengths with their median kept and their p95 times `p95_factor`: each value's
+    log-distance from the median stretched alike (a lognormal's sigma widened), whole tokens,
+    at least 1."""
+    p50 = float(np.median(values))
+    p95 = float(np.quantile(values, 0.95))
+    k = 1.0 + math.log(p95_factor) / math.log(max(p95 / p50, 1.05))
+    out: np.ndarray = np.maximum(np.round(p50 * (values / p50) ** k), 1.0)
+    return out
 
 
 def max_prompt_tokens(req: WorkloadReq) -> int:

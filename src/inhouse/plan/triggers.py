@@ -3,11 +3,11 @@ series halfway from the plan to where the first SLO breaks (`inhouse.spec.trigge
 
 The engine signals are per pool, since vLLM labels its series by served model only: a pool that
 serves two workloads (utility calls as LoRA adapters on the chat model) mixes their prompts and
-prefix hits in the same counters, so the planned value and the trigger level are those of the
-pool's mix, weighted as the analytic forecast weights it (requests per second for prompt lengths
+prefix hits in the same counters, so the planned value and the trigger level are those of the pool's
+mix, weighted as the analytic forecast weights it (requests per second for prompt and output lengths
 and TPOT, prompt tokens for the hit rate). The traffic trigger is per workload, on the gateway's
-request counter by model name. Levels are rounded to what the memo prints, so the memo's words
-and the rendered rule carry the same number.
+request counter by model name. Levels are rounded to what the memo prints, so the memo's words and
+the rendered rule carry the same number.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from inhouse.plan.dist import mix
 from inhouse.plan.search import Candidate
 from inhouse.plan.sizing import Sized
 from inhouse.plan.traffic import TrafficProfile
-from inhouse.spec.triggers import Trigger
+from inhouse.spec.triggers import Trigger, TriggerSignal
 from inhouse.spec.vllm_buckets import ITL_BUCKETS_S, build_1_2_5_buckets, histogram_quantile
 
 # Pools whose planned hit rate is below this get no hit-rate trigger: nothing to lose.
 MIN_HIT_RATE = 0.05
-PROMPT_QUANTILE = 0.95
+TOKENS_QUANTILE = 0.95
 
 
 def restream(stream: Stream, pool: Sized, profiles: dict[str, TrafficProfile]) -> Stream:
@@ -57,23 +57,24 @@ def _rates(pool: Sized) -> dict[str, float]:
     return {name: s.rate_per_s for name, s in pool.forecast.streams.items()}
 
 
-def prompt_p95(pool: Sized, streams: tuple[Stream, ...]) -> float:
-    """p95 prompt length of the pool's mix (requests weighted by their forecast rate) as
-    `histogram_quantile` reads it from vLLM's `request_prompt_tokens` buckets (1-2-5 up to the
-    pool's max_model_len): the figure the rule compares, which between two bucket bounds an
-    order of magnitude apart is not the sample p95."""
+def tokens_p95(pool: Sized, streams: tuple[Stream, ...], field: str = "prompt") -> float:
+    """p95 prompt (`field` "prompt") or output ("output") length of the pool's mix (requests
+    weighted by their forecast rate) as `histogram_quantile` reads it from vLLM's
+    `request_prompt_tokens` or `request_generation_tokens` buckets (both 1-2-5 up to the pool's
+    max_model_len): the figure the rule compares, which between two bucket bounds an order of
+    magnitude apart is not the sample p95."""
     rates = _rates(pool)
     values, weights = [], []
     for stream in streams:
-        prompt = stream.shapes.prompt
-        if len(prompt) == 0:
+        lengths = getattr(stream.shapes, field)
+        if len(lengths) == 0:
             continue
-        values.append(prompt)
-        weights.append(np.full(len(prompt), rates.get(stream.name, 0.0) / len(prompt)))
+        values.append(lengths)
+        weights.append(np.full(len(lengths), rates.get(stream.name, 0.0) / len(lengths)))
     v, w = np.concatenate(values), np.concatenate(weights)
     bounds = [float(b) for b in build_1_2_5_buckets(pool.choice.max_model_len)]
     cumulative = [float(w[v <= b].sum() / w.sum()) for b in bounds]
-    return histogram_quantile(PROMPT_QUANTILE, bounds, cumulative)
+    return histogram_quantile(TOKENS_QUANTILE, bounds, cumulative)
 
 
 def tpot_median_ms(pool: Sized) -> float:
@@ -102,22 +103,25 @@ def _base(pool: Sized, change: str, text: str, breaks_at: float | None) -> dict[
     }
 
 
-def prompt_triggers(
+def length_triggers(
     candidate: Candidate,
-    profiles: dict[str, TrafficProfile],
     changed: dict[str, TrafficProfile],
     base: tuple[str, str, float | None],
+    field: str = "prompt",
 ) -> list[Trigger]:
+    """Per pool: the p95 prompt (or output) length of its mix as planned, and as `changed`
+    (the profiles at the trigger's size) makes it, both as the rule reads them."""
+    signal: TriggerSignal = "output_tokens_p95" if field == "output" else "prompt_tokens_p95"
     out = []
     for pool in serving_pools(candidate):
-        planned = round(prompt_p95(pool, pool.need.streams))
+        planned = round(tokens_p95(pool, pool.need.streams, field))
         later = tuple(restream(s, pool, changed) for s in pool.need.streams)
         out.append(
             Trigger(
                 **_base(pool, *base),  # type: ignore[arg-type]
-                signal="prompt_tokens_p95",
+                signal=signal,
                 planned=planned,
-                threshold=max(planned + 1, round(prompt_p95(pool, later))),
+                threshold=max(planned + 1, round(tokens_p95(pool, later, field))),
                 window="1d",
                 hold="1h",
             )
@@ -216,6 +220,7 @@ def tpot_triggers(
 # signal -> (where the run's figure sits in `observed_signals`, its key, decimals kept)
 OBSERVED = {
     "prompt_tokens_p95": ("pools", "prompt_p95_tokens", 0),
+    "output_tokens_p95": ("pools", "output_p95_tokens", 0),
     "prefix_hit_rate": ("pools", "prefix_hit_rate", 2),
     "request_rate": ("workloads", "rate_per_s", 2),
     "tpot_median": ("pools", "tpot_median_ms", 1),

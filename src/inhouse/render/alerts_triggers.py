@@ -17,12 +17,13 @@ from inhouse.render.alerts import Alert, Case, RunbookEntry, Series
 from inhouse.render.alerts_slo import engine_labels, gateway_labels, histogram_cases
 from inhouse.spec.catalog import get_model
 from inhouse.spec.stack import PoolSpec, StackSpec
-from inhouse.spec.triggers import Trigger, describe, value_text
+from inhouse.spec.triggers import TOKEN_HISTOGRAMS, Trigger, describe, value_text
 from inhouse.spec.vllm_buckets import ITL_BUCKETS_S, build_1_2_5_buckets
 
 GROUP = "inhouse-replan"
 NAMES = {
     "prompt_tokens_p95": "InhouseReplanPromptsLonger",
+    "output_tokens_p95": "InhouseReplanOutputsLonger",
     "prefix_hit_rate": "InhousePrefixHitRateLow",
     "request_rate": "InhouseReplanTrafficAbovePlan",
     "queue_every_replica": "InhouseReplanQueueOnEveryReplica",
@@ -33,7 +34,8 @@ HOUR_TIMING = ("1m", 120, "1h30m")
 
 
 def max_model_len(pool: PoolSpec) -> int:
-    """The largest prompt vLLM's token buckets cover (`--max-model-len`, else the model's)."""
+    """The largest count vLLM's token buckets cover, prompt or generation (`--max-model-len`,
+    else the model's)."""
     if pool.knobs.max_model_len is not None:
         return pool.knobs.max_model_len
     try:
@@ -66,10 +68,11 @@ def _query(trigger: Trigger) -> str:
     """The watched series, without the comparison."""
     name, window = trigger.model, trigger.window
     sel = f'{{model_name="{name}"}}'
-    if trigger.signal == "prompt_tokens_p95":
+    if trigger.signal in TOKEN_HISTOGRAMS:
+        histogram = TOKEN_HISTOGRAMS[trigger.signal][0]
         return (
             "histogram_quantile(0.95, sum by (le, model_name) "
-            f"(rate(vllm:request_prompt_tokens_bucket{sel}[{window}])))"
+            f"(rate({histogram}_bucket{sel}[{window}])))"
         )
     if trigger.signal == "prefix_hit_rate":
         return (
@@ -147,11 +150,11 @@ def _queue_cases(trigger: Trigger, pool: PoolSpec) -> tuple[Case, ...]:
 def trigger_cases(trigger: Trigger, pool: PoolSpec) -> tuple[Case, ...]:
     scope = f"trigger {trigger.change} on pool {pool.name}"
     expect = {"model_name": trigger.model}
-    if trigger.signal == "prompt_tokens_p95":
+    if trigger.signal in TOKEN_HISTOGRAMS:
         buckets = [float(b) for b in build_1_2_5_buckets(max_model_len(pool))]
         return histogram_cases(
             engine_labels(pool),
-            "vllm:request_prompt_tokens",
+            TOKEN_HISTOGRAMS[trigger.signal][0],
             buckets,
             trigger.threshold,
             expect,
@@ -203,7 +206,8 @@ def _runbook(trigger: Trigger) -> RunbookEntry:
         first_promql=" ".join(_query(trigger).split()),
         mitigations=(
             "Re-run `inhouse plan` with the requirements updated to what the series shows "
-            "(longer prompts, lower reuse, more sessions), and compare the memo with today's.",
+            "(longer prompts or answers, lower reuse, more sessions), and compare the memo "
+            "with today's.",
             "Until then: check the SLO dashboards for the pool; shed or deprioritize batch "
             "tenants at the gateway if latency pages follow.",
         ),

@@ -10,6 +10,9 @@ Each signal reads series that exist in production:
 
 * `prompt_tokens_p95`: p95 of vLLM's `vllm:request_prompt_tokens` histogram of the pool, over
   `window` (tokens), as `histogram_quantile` interpolates it between vLLM's buckets;
+* `output_tokens_p95`: p95 of vLLM's `vllm:request_generation_tokens` histogram of the pool,
+  over `window` (tokens), read the same way (vLLM uses the same 1-2-5 buckets up to
+  `max_model_len`);
 * `prefix_hit_rate`: `vllm:prefix_cache_hits_total` over `vllm:prefix_cache_queries_total` of the
   pool, over `window` (a fraction);
 * `request_rate`: the gateway's `inhouse_gateway_requests_total` for the workload's model name,
@@ -19,7 +22,7 @@ Each signal reads series that exist in production:
 * `tpot_median`: median of vLLM's `vllm:request_time_per_output_token_seconds` of the pool over
   `window` (milliseconds), interpolated likewise.
 
-The planned values and the levels of the two quantile signals are computed the way the rule
+The planned values and the levels of the three quantile signals are computed the way the rule
 reads them (`inhouse.spec.vllm_buckets.histogram_quantile` over vLLM's buckets), so a level is
 crossed when the watched series crosses it, not when the sample quantile would.
 
@@ -37,8 +40,18 @@ from pydantic import Field
 from inhouse.spec.base import SpecModel
 
 TriggerSignal = Literal[
-    "prompt_tokens_p95", "prefix_hit_rate", "request_rate", "queue_every_replica", "tpot_median"
+    "prompt_tokens_p95",
+    "output_tokens_p95",
+    "prefix_hit_rate",
+    "request_rate",
+    "queue_every_replica",
+    "tpot_median",
 ]
+# Signals read from vLLM's token-count histograms: signal -> (histogram, what it counts).
+TOKEN_HISTOGRAMS: dict[str, tuple[str, str]] = {
+    "prompt_tokens_p95": ("vllm:request_prompt_tokens", "prompt"),
+    "output_tokens_p95": ("vllm:request_generation_tokens", "output"),
+}
 # Signals that break the plan by falling (the rest break it by rising).
 FALLING: frozenset[str] = frozenset({"prefix_hit_rate"})
 DURATION_PATTERN = r"^[0-9]+[smhd]$"
@@ -76,7 +89,7 @@ def duration_text(duration: str) -> str:
 
 def value_text(trigger: Trigger, value: float) -> str:
     """A value of the trigger's signal in its unit, as the memo and the alert print it."""
-    if trigger.signal == "prompt_tokens_p95":
+    if trigger.signal in TOKEN_HISTOGRAMS:
         return f"{value:,.0f} tokens"
     if trigger.signal == "prefix_hit_rate":
         return f"{value:.0%}"
@@ -93,9 +106,10 @@ def describe(trigger: Trigger) -> str:
     carries = ", ".join(trigger.workloads)
     level, planned = value_text(trigger, trigger.threshold), value_text(trigger, trigger.planned)
     window = duration_text(trigger.window)
-    if trigger.signal == "prompt_tokens_p95":
+    if trigger.signal in TOKEN_HISTOGRAMS:
+        histogram = TOKEN_HISTOGRAMS[trigger.signal][0]
         return (
-            f"p95 of vllm:request_prompt_tokens on pool {pool} ({carries}) above {level} "
+            f"p95 of {histogram} on pool {pool} ({carries}) above {level} "
             f"(planned {planned}) over {window}, for {hold}"
         )
     if trigger.signal == "prefix_hit_rate":
