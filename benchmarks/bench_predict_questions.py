@@ -7,7 +7,7 @@
     python benchmarks/bench_predict_questions.py excess [--workers 2]
     python benchmarks/bench_predict_questions.py bracket [--factor 1] [--workers 2]
     python benchmarks/bench_predict_questions.py stall [--workers 2]
-    python benchmarks/bench_predict_questions.py prefill-scale [--factors 1,1.5,2] [--workers 2]
+    python benchmarks/bench_predict_questions.py prefill-scale [--factors 1,1.5,2] [--which all|fp8]
 
 docs/perf-model.md ("Errors by group") quotes these; none changes the shipped model, and all
 run with the shipped constants (no refit):
@@ -114,16 +114,18 @@ def predict_all(
         return list(pool.map(predict, [(r, protocol) for r in rows], chunksize=4))
 
 
-def _scaled(task: tuple[CorpusRow, BenchmarkProtocol, float]) -> Prediction:
-    """A row predicted with every prefill-compute efficiency divided by `factor`."""
-    row, protocol, factor = task
+SCALED = {
+    "all": ("eta_compute", "eta_compute_fp8", "eta_attention"),
+    "fp8": ("eta_compute_fp8",),
+}
+
+
+def _scaled(task: tuple[CorpusRow, BenchmarkProtocol, float, str]) -> Prediction:
+    """A row predicted with the prefill-compute efficiencies `SCALED[which]` divided by
+    `factor` (`all`: 16-bit and 8/4-bit GEMMs and prefill attention; `fp8`: 8/4-bit GEMMs)."""
+    row, protocol, factor, which = task
     c = get_engine_constants(row.backend)
-    c = replace(
-        c,
-        eta_compute=c.eta_compute / factor,
-        eta_compute_fp8=c.eta_compute_fp8 / factor,
-        eta_attention=c.eta_attention / factor,
-    )
+    c = replace(c, **{name: getattr(c, name) / factor for name in SCALED[which]})
     result = run_closed_loop(
         build_replica(row.spec, c), row.isl, row.osl, row.concurrency, protocol=protocol
     )
@@ -131,10 +133,15 @@ def _scaled(task: tuple[CorpusRow, BenchmarkProtocol, float]) -> Prediction:
 
 
 def predict_scaled(
-    rows: list[CorpusRow], protocol: BenchmarkProtocol, factor: float, workers: int
+    rows: list[CorpusRow],
+    protocol: BenchmarkProtocol,
+    factor: float,
+    workers: int,
+    which: str = "all",
 ) -> list[Prediction]:
+    tasks = [(r, protocol, factor, which) for r in rows]
     with ProcessPoolExecutor(workers) as pool:
-        return list(pool.map(_scaled, [(r, protocol, factor) for r in rows], chunksize=4))
+        return list(pool.map(_scaled, tasks, chunksize=4))
 
 
 def mdape(values: Iterable[float]) -> str:
@@ -352,14 +359,15 @@ def stall(workers: int) -> None:
     print(f"\nreproduce: {COMMAND} stall")
 
 
-def prefill_scale(factors: list[float], workers: int) -> None:
+def prefill_scale(factors: list[float], which: str, workers: int) -> None:
     rows = usable_rows()
-    print("Prefill compute slower by a shared factor (every GPU alike), shipped constants "
-          "otherwise: MdAPE TTFT / TPOT (median log(predicted / measured) TTFT)")  # fmt: skip
+    print(f"Prefill compute slower by a shared factor (every GPU alike; {', '.join(SCALED[which])}"
+          "), shipped constants otherwise: MdAPE TTFT / TPOT (median log(predicted / measured)"
+          " TTFT)")  # fmt: skip
     for factor, (name, protocol) in itertools.product(
         factors, (("locked", AIPERF_SILICON), ("de-phased", DEPHASED))
     ):
-        out = predict_scaled(rows, protocol, factor, workers)
+        out = predict_scaled(rows, protocol, factor, workers, which)
         cells: dict[tuple[str, str], list[tuple[float, float, float]]] = defaultdict(list)
         for row, ttft, tpot in out:
             value = (abs(ttft / row.ttft_ms - 1), abs(tpot / row.tpot_ms - 1),
@@ -374,7 +382,8 @@ def prefill_scale(factors: list[float], workers: int) -> None:
             print(f"    {backend:<7} {group:<22} rows {len(values):>4}  TTFT {mdape(ttft_err)} "
                   f"({statistics.median(signed):+.2f})  TPOT {mdape(tpot_err)}")  # fmt: skip
     shown = ",".join(f"{f:g}" for f in factors)
-    print(f"\nreproduce: {COMMAND} prefill-scale --factors {shown}")
+    only = f" --which {which}" if which != "all" else ""
+    print(f"\nreproduce: {COMMAND} prefill-scale --factors {shown}{only}")
 
 
 def main() -> int:
@@ -388,7 +397,7 @@ def main() -> int:
         "excess": lambda a: excess(a.workers),
         "bracket": lambda a: bracket(a.workers, a.factor),
         "stall": lambda a: stall(a.workers),
-        "prefill-scale": lambda a: prefill_scale(a.factors, a.workers),
+        "prefill-scale": lambda a: prefill_scale(a.factors, a.which, a.workers),
     }
     for name in commands:
         command = sub.add_parser(name)
@@ -406,6 +415,12 @@ def main() -> int:
                 type=lambda text: [float(x) for x in text.split(",")],
                 default=[1.0, 1.5, 2.0],
                 help="comma-separated factors prefill compute is slowed by",
+            )
+            command.add_argument(
+                "--which",
+                choices=sorted(SCALED),
+                default="all",
+                help="all: 16-bit and 8/4-bit GEMMs and prefill attention; fp8: 8/4-bit GEMMs",
             )
     args = parser.parse_args()
     commands[args.question](args)
