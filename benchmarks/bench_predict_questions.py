@@ -34,7 +34,9 @@ run with the shipped constants (no refit):
   phasing supplies is missing) or below both; and the median TTFT error if every run were
   predicted by the nearest point of its bracket (what a perfect phase model could reach with
   the shipped constants). `--factor F` draws the bracket with prefill compute F times slower
-  (as `prefill-scale` does), the speed `stall` measures.
+  (as `prefill-scale` does), the speed `stall` measures. It also prints where the runs sit
+  between the loops: theta = log(measured / de-phased) / log(locked / de-phased), 0 for a
+  run the de-phased loop predicts, 1 for one the locked loop does.
 * `stall`: how long a prefill holds up the requests decoding beside it. For every
   configuration run at one concurrency with both 8k-token prompts and 1k outputs and 1k
   prompts and 8k outputs, the difference of their mean TPOT is, per output token, the other
@@ -74,6 +76,7 @@ CORPUS = ROOT / "data" / "calibration_silicon.csv"
 COMMAND = "python benchmarks/bench_predict_questions.py"
 DEPHASED = replace(AIPERF_SILICON, dephased_start=True)
 MOVED = math.log(1.3)  # a prediction this far from the other reading's: the row queues for KV
+THETA_MIN_SPREAD = 0.05  # loops closer than 5% give no place between them
 
 Prediction = tuple[CorpusRow, float, float]  # row, TTFT ms, TPOT ms
 
@@ -293,7 +296,12 @@ def bracket(workers: int, factor: float = 1.0) -> None:
     locked = predict_scaled(rows, AIPERF_SILICON, factor, workers)
     dephased = predict_scaled(rows, DEPHASED, factor, workers)
     cells: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    places: dict[tuple[str, str, int, int], list[float]] = defaultdict(list)
     for row, (_, lock, _), (_, free, _) in zip(rows, locked, dephased, strict=True):
+        spread = math.log(lock / free)
+        if row.concurrency <= 128 and abs(spread) >= THETA_MIN_SPREAD:
+            place = math.log(row.ttft_ms / free) / spread  # 0: de-phased, 1: locked
+            places[(row.backend, row.gpu, row.isl, row.concurrency)].append(place)
         low, high = min(lock, free), max(lock, free)
         nearest = min(max(row.ttft_ms, low), high)  # the measured run, moved into the bracket
         signed = math.log(row.ttft_ms / nearest)  # > 0: above both loops; < 0: below both
@@ -314,6 +322,13 @@ def bracket(workers: int, factor: float = 1.0) -> None:
         print(f"  {backend:<7} {gpu:<9} {regime:<8} {len(values):>5} {inside:>7} "
               f"{len(above):>6} {over:>13} {below:>6} "
               f"{mdape(abs(math.exp(v) - 1) for v in values):>14}")  # fmt: skip
+    print("\nWhere the runs sit between the loops: theta = log(measured / de-phased)")
+    print("  / log(locked / de-phased), 0 de-phased, 1 locked; medians, c <= 128, >= 4 runs")
+    print(f"  {'backend':<7} {'GPU':<9} {'isl':>5} {'c':>4} {'runs':>5} {'theta':>6}")
+    for (backend, gpu, isl, c), values in sorted(places.items()):
+        if len(values) >= 4:
+            median = statistics.median(values)
+            print(f"  {backend:<7} {gpu:<9} {isl:>5} {c:>4} {len(values):>5} {median:>6.2f}")
     flags = f" --factor {factor:g}" if factor != 1 else ""
     print(f"\nreproduce: {COMMAND} bracket{flags}")
 
