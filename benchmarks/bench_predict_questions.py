@@ -5,7 +5,9 @@
     python benchmarks/bench_predict_questions.py floors
     python benchmarks/bench_predict_questions.py repeats
     python benchmarks/bench_predict_questions.py excess [--workers 2]
-    python benchmarks/bench_predict_questions.py bracket [--workers 2]
+    python benchmarks/bench_predict_questions.py bracket [--factor 1] [--workers 2]
+    python benchmarks/bench_predict_questions.py stall [--workers 2]
+    python benchmarks/bench_predict_questions.py prefill-scale [--factors 1,1.5,2] [--which all|fp8]
 
 docs/perf-model.md ("Errors by group") quotes these; none changes the shipped model, and all
 run with the shipped constants (no refit):
@@ -31,7 +33,22 @@ run with the shipped constants (no refit):
   concurrency regime, how many runs lie inside that bracket, above both loops (a TTFT term no
   phasing supplies is missing) or below both; and the median TTFT error if every run were
   predicted by the nearest point of its bracket (what a perfect phase model could reach with
-  the shipped constants).
+  the shipped constants). `--factor F` draws the bracket with prefill compute F times slower
+  (as `prefill-scale` does), the speed `stall` measures. It also prints where the runs sit
+  between the loops: theta = log(measured / de-phased) / log(locked / de-phased), 0 for a
+  run the de-phased loop predicts, 1 for one the locked loop does.
+* `stall`: how long a prefill holds up the requests decoding beside it. For every
+  configuration run at one concurrency with both 8k-token prompts and 1k outputs and 1k
+  prompts and 8k outputs, the difference of their mean TPOT is, per output token, the other
+  clients' prefills that land in a request's decode (plus reading a longer context, which is
+  small): the measured difference against the model's (locked and de-phased), and their
+  ratio, by backend, GPU and layout. The phases barely matter here (every other client
+  prefills about once in a request's decode, locked or not), so the ratio says how much
+  longer a prefill step is under load than the model's.
+* `prefill-scale`: the corpus predicted with every prefill-compute efficiency (`eta_compute`,
+  `eta_compute_fp8`, `eta_attention`) divided by a shared factor, on every GPU alike, locked
+  and de-phased: median TTFT and TPOT errors and the median log(predicted / measured) TTFT, by
+  backend, GPU, concurrency regime and prompt length. A probe of the constants, not a fit.
 """
 
 from __future__ import annotations
@@ -59,6 +76,7 @@ CORPUS = ROOT / "data" / "calibration_silicon.csv"
 COMMAND = "python benchmarks/bench_predict_questions.py"
 DEPHASED = replace(AIPERF_SILICON, dephased_start=True)
 MOVED = math.log(1.3)  # a prediction this far from the other reading's: the row queues for KV
+THETA_MIN_SPREAD = 0.05  # loops closer than 5% give no place between them
 
 Prediction = tuple[CorpusRow, float, float]  # row, TTFT ms, TPOT ms
 
@@ -97,6 +115,36 @@ def predict_all(
 ) -> list[Prediction]:
     with ProcessPoolExecutor(workers) as pool:
         return list(pool.map(predict, [(r, protocol) for r in rows], chunksize=4))
+
+
+SCALED = {
+    "all": ("eta_compute", "eta_compute_fp8", "eta_attention"),
+    "fp8": ("eta_compute_fp8",),
+}
+
+
+def _scaled(task: tuple[CorpusRow, BenchmarkProtocol, float, str]) -> Prediction:
+    """A row predicted with the prefill-compute efficiencies `SCALED[which]` divided by
+    `factor` (`all`: 16-bit and 8/4-bit GEMMs and prefill attention; `fp8`: 8/4-bit GEMMs)."""
+    row, protocol, factor, which = task
+    c = get_engine_constants(row.backend)
+    c = replace(c, **{name: getattr(c, name) / factor for name in SCALED[which]})
+    result = run_closed_loop(
+        build_replica(row.spec, c), row.isl, row.osl, row.concurrency, protocol=protocol
+    )
+    return row, result.mean_ttft_ms, result.mean_tpot_ms
+
+
+def predict_scaled(
+    rows: list[CorpusRow],
+    protocol: BenchmarkProtocol,
+    factor: float,
+    workers: int,
+    which: str = "all",
+) -> list[Prediction]:
+    tasks = [(r, protocol, factor, which) for r in rows]
+    with ProcessPoolExecutor(workers) as pool:
+        return list(pool.map(_scaled, tasks, chunksize=4))
 
 
 def mdape(values: Iterable[float]) -> str:
@@ -243,12 +291,17 @@ def excess(workers: int) -> None:
     print(f"\nreproduce: {COMMAND} excess")
 
 
-def bracket(workers: int) -> None:
+def bracket(workers: int, factor: float = 1.0) -> None:
     rows = usable_rows()
-    locked = predict_all(rows, AIPERF_SILICON, workers)
-    dephased = predict_all(rows, DEPHASED, workers)
+    locked = predict_scaled(rows, AIPERF_SILICON, factor, workers)
+    dephased = predict_scaled(rows, DEPHASED, factor, workers)
     cells: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    places: dict[tuple[str, str, int, int], list[float]] = defaultdict(list)
     for row, (_, lock, _), (_, free, _) in zip(rows, locked, dephased, strict=True):
+        spread = math.log(lock / free)
+        if row.concurrency <= 128 and abs(spread) >= THETA_MIN_SPREAD:
+            place = math.log(row.ttft_ms / free) / spread  # 0: de-phased, 1: locked
+            places[(row.backend, row.gpu, row.isl, row.concurrency)].append(place)
         low, high = min(lock, free), max(lock, free)
         nearest = min(max(row.ttft_ms, low), high)  # the measured run, moved into the bracket
         signed = math.log(row.ttft_ms / nearest)  # > 0: above both loops; < 0: below both
@@ -256,7 +309,9 @@ def bracket(workers: int) -> None:
         regime = "c<=16" if c <= 16 else "c32-128" if c <= 128 else "c>=256"
         for key in ((row.backend, "all", "all"), (row.backend, row.gpu, regime)):
             cells[key].append(signed)
-    print("Measured TTFT against the bracket [de-phased loop, locked loop] (shipped constants)")
+    scaled = f", prefill compute / {factor:g}" if factor != 1 else ""
+    print(f"Measured TTFT against the bracket [de-phased loop, locked loop] (shipped constants"
+          f"{scaled})")  # fmt: skip
     print(f"  {'backend':<7} {'GPU':<9} {'regime':<8} {'runs':>5} {'inside':>7} {'above':>6} "
           f"{'median above':>13} {'below':>6} {'bracket MdAPE':>14}")  # fmt: skip
     for (backend, gpu, regime), values in sorted(cells.items()):
@@ -267,7 +322,83 @@ def bracket(workers: int) -> None:
         print(f"  {backend:<7} {gpu:<9} {regime:<8} {len(values):>5} {inside:>7} "
               f"{len(above):>6} {over:>13} {below:>6} "
               f"{mdape(abs(math.exp(v) - 1) for v in values):>14}")  # fmt: skip
-    print(f"\nreproduce: {COMMAND} bracket")
+    print("\nWhere the runs sit between the loops: theta = log(measured / de-phased)")
+    print("  / log(locked / de-phased), 0 de-phased, 1 locked; medians, c <= 128, >= 4 runs")
+    print(f"  {'backend':<7} {'GPU':<9} {'isl':>5} {'c':>4} {'runs':>5} {'theta':>6}")
+    for (backend, gpu, isl, c), values in sorted(places.items()):
+        if len(values) >= 4:
+            median = statistics.median(values)
+            print(f"  {backend:<7} {gpu:<9} {isl:>5} {c:>4} {len(values):>5} {median:>6.2f}")
+    flags = f" --factor {factor:g}" if factor != 1 else ""
+    print(f"\nreproduce: {COMMAND} bracket{flags}")
+
+
+def _pair_key(row: CorpusRow) -> tuple[object, ...]:
+    s = row.spec
+    return (row.backend, s.model, s.gpu, s.quant, s.tp, s.moe_ep, s.attention_dp, row.concurrency)
+
+
+def stall(workers: int) -> None:
+    rows = usable_rows()
+    shapes = {(8192, 1024): "long", (1024, 8192): "short"}
+    pairs: dict[tuple[object, ...], dict[str, int]] = defaultdict(dict)
+    for i, row in enumerate(rows):
+        shape = shapes.get((row.isl, row.osl))
+        if shape:
+            pairs[_pair_key(row)][shape] = i
+    complete = {k: v for k, v in pairs.items() if len(v) == 2}
+    picked = sorted({i for v in complete.values() for i in v.values()})
+    chosen = [rows[i] for i in picked]
+    locked = dict(zip(picked, predict_all(chosen, AIPERF_SILICON, workers), strict=True))
+    dephased = dict(zip(picked, predict_all(chosen, DEPHASED, workers), strict=True))
+    cells: dict[tuple[str, str, str], list[tuple[float, float, float]]] = defaultdict(list)
+    for key, members in complete.items():
+        long, short = members["long"], members["short"]
+        measured = rows[long].tpot_ms - rows[short].tpot_ms
+        lock = locked[long][2] - locked[short][2]
+        free = dephased[long][2] - dephased[short][2]
+        if lock <= 0 or free <= 0 or int(str(key[-1])) > 128:
+            continue  # past c128 the loops queue for KV: the difference measures that
+        row = rows[long]
+        layout = f"tp{row.spec.tp}" + (f" ep{row.spec.moe_ep}" if row.spec.moe_ep > 1 else "")
+        for cell in ((row.backend, row.gpu, "all"), (row.backend, row.gpu, layout)):
+            cells[cell].append((measured / lock, measured / free, measured))
+    print("TPOT(8k prompts, 1k out) - TPOT(1k prompts, 8k out), same configuration and "
+          "concurrency (c <= 128): measured / model (medians)")  # fmt: skip
+    print(f"  {'backend':<7} {'GPU':<9} {'layout':<9} {'pairs':>5} {'/locked':>8} "
+          f"{'/de-phased':>11} {'measured ms':>12}")  # fmt: skip
+    for (backend, gpu, layout), values in sorted(cells.items()):
+        by_lock, by_free, ms = (statistics.median(v) for v in zip(*values, strict=True))
+        print(f"  {backend:<7} {gpu:<9} {layout:<9} {len(values):>5} {by_lock:>8.2f} "
+              f"{by_free:>11.2f} {ms:>12.2f}")  # fmt: skip
+    print(f"\nreproduce: {COMMAND} stall")
+
+
+def prefill_scale(factors: list[float], which: str, workers: int) -> None:
+    rows = usable_rows()
+    print(f"Prefill compute slower by a shared factor (every GPU alike; {', '.join(SCALED[which])}"
+          "), shipped constants otherwise: MdAPE TTFT / TPOT (median log(predicted / measured)"
+          " TTFT)")  # fmt: skip
+    for factor, (name, protocol) in itertools.product(
+        factors, (("locked", AIPERF_SILICON), ("de-phased", DEPHASED))
+    ):
+        out = predict_scaled(rows, protocol, factor, workers, which)
+        cells: dict[tuple[str, str], list[tuple[float, float, float]]] = defaultdict(list)
+        for row, ttft, tpot in out:
+            value = (abs(ttft / row.ttft_ms - 1), abs(tpot / row.tpot_ms - 1),
+                     math.log(ttft / row.ttft_ms))  # fmt: skip
+            for group in ("all", f"{row.gpu} {row.regime}", f"isl {row.isl} {row.regime}"):
+                cells[(row.backend, group)].append(value)
+        print(f"\n  factor {factor:g}, {name}")
+        for (backend, group), values in sorted(cells.items()):
+            if len(values) < 10:
+                continue
+            ttft_err, tpot_err, signed = zip(*values, strict=True)
+            print(f"    {backend:<7} {group:<22} rows {len(values):>4}  TTFT {mdape(ttft_err)} "
+                  f"({statistics.median(signed):+.2f})  TPOT {mdape(tpot_err)}")  # fmt: skip
+    shown = ",".join(f"{f:g}" for f in factors)
+    only = f" --which {which}" if which != "all" else ""
+    print(f"\nreproduce: {COMMAND} prefill-scale --factors {shown}{only}")
 
 
 def main() -> int:
@@ -279,7 +410,9 @@ def main() -> int:
         "floors": lambda a: floors(a.workers),
         "repeats": lambda a: repeats(),
         "excess": lambda a: excess(a.workers),
-        "bracket": lambda a: bracket(a.workers),
+        "bracket": lambda a: bracket(a.workers, a.factor),
+        "stall": lambda a: stall(a.workers),
+        "prefill-scale": lambda a: prefill_scale(a.factors, a.which, a.workers),
     }
     for name in commands:
         command = sub.add_parser(name)
@@ -287,6 +420,23 @@ def main() -> int:
         if name == "first-wave":
             command.add_argument("--stride", type=int, default=3, help="every Nth usable row")
             command.add_argument("--match", nargs="*", default=[], help="row-id substrings")
+        if name == "bracket":
+            command.add_argument(
+                "--factor", type=float, default=1.0, help="prefill compute slowed by this factor"
+            )
+        if name == "prefill-scale":
+            command.add_argument(
+                "--factors",
+                type=lambda text: [float(x) for x in text.split(",")],
+                default=[1.0, 1.5, 2.0],
+                help="comma-separated factors prefill compute is slowed by",
+            )
+            command.add_argument(
+                "--which",
+                choices=sorted(SCALED),
+                default="all",
+                help="all: 16-bit and 8/4-bit GEMMs and prefill attention; fp8: 8/4-bit GEMMs",
+            )
     args = parser.parse_args()
     commands[args.question](args)
     return 0
