@@ -6,6 +6,8 @@ import pytest
 import yaml
 
 from inhouse.cli.main import main
+from inhouse.plan.memo_format import METRIC_NAMES
+from inhouse.plan.verify import METRIC_KEYS
 from inhouse.spec.load import load_stack
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plan"))
@@ -57,6 +59,22 @@ def test_plan_writes_stack_json_and_memo_and_the_stack_simulates(
         assert f"]({png})" in memo
     # The memo's numbers come from plan.json: the all-in $/h, for one.
     assert f"${report['cost']['usd_per_hour']:,.2f}/h" in memo
+    # Each p95 the 1x check judges carries its interval and whether its pass is within the
+    # simulator's noise (the interval past the target); the memo's 1x cell shows both.
+    one = report["slo_check"]["1x"]
+    slo_table = memo.split("## 4. ")[1].split("## 5. ")[0]
+    flags = []
+    for name, row in one["workloads"].items():
+        for metric, item in row["metrics"].items():
+            low, high = item["p95_interval_ms"]
+            assert [low, high] == row["p95_interval_ms"][METRIC_KEYS[metric]]
+            assert item["marginal"] is (item["pass"] and high > item["target_ms"])
+            flags.append(item["marginal"])
+            start = f"| {name} | {METRIC_NAMES[metric]} |"
+            (line,) = [x for x in slo_table.splitlines() if x.startswith(start)]
+            assert f"{item['p95_ms']:,.0f} ms ({low:,.0f}–{high:,.0f} ms) ok" in line
+            assert ("less than the simulator's noise" in line) is item["marginal"]
+    assert flags and one["marginal"] is any(flags)
 
     # ... and the stack runs under `inhouse simulate`, with the command plan.json gives.
     command = report["reproduce"]["simulate"]["chat"].split()

@@ -13,6 +13,7 @@ from typing import Any
 from inhouse.plan.memo_failover import degraded_sentence, failover_lines, failover_risks
 from inhouse.plan.memo_format import METRIC_NAMES, _ms, _pct, _table, _usd
 from inhouse.plan.memo_notes import _break_units, _bucket_note, _length_models, _not_re_forecast
+from inhouse.plan.memo_verify import WITHIN_NOISE, any_marginal, interval_note, verification_cell
 from inhouse.spec.triggers import Trigger, describe
 
 
@@ -59,6 +60,8 @@ def _summary(r: Mapping[str, Any]) -> list[str]:
         if one and all(w["pass"] for w in one.values())
         else "was not verified in the simulator"
     )
+    if one and any_marginal(r):
+        verdict += f" (some {WITHIN_NOISE}: sections 4 and 7)"
     return [
         "## Summary",
         "",
@@ -196,6 +199,9 @@ def _slo_table(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
             row.append(_ms(one.get(metric, {}).get("analytic_p95_ms")))
             for m in multiples:
                 item = checks[m]["workloads"][workload]["metrics"].get(metric, {})
+                if m == "1x":
+                    row.append(verification_cell(item))
+                    continue
                 mark = "ok" if item.get("pass") else "MISS"
                 row.append(f"{_ms(item.get('p95_ms'))} {mark}")
             rows.append(row)
@@ -210,6 +216,7 @@ def _slo_table(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
         "production router, p95 over requests after warm-up. 2x and 3x peak show where the "
         "stack stops meeting the SLOs; they are not commitments."
     )
+    lines += interval_note(r)
     if "latency" in charts:
         lines += ["", f"![p95 latency against load]({charts['latency']})"]
     return [*lines, ""]

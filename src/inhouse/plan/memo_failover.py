@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from inhouse.plan.memo_format import METRIC_NAMES, _ms, _table, _usd
+from inhouse.plan.memo_format import METRIC_NAMES, _ms, _table, _usd, _with_interval
 from inhouse.plan.p95_interval import BLOCK_S, CONFIDENCE, Interval, difference
 
 METRICS = ("ttft", "itl", "tpot", "e2e")
@@ -68,15 +68,6 @@ def _rows(d: Mapping[str, Any], base: Mapping[str, Any]) -> tuple[list[str], lis
 def _interval(row: Mapping[str, Any], key: str) -> Interval | None:
     found = (row.get("p95_interval_ms") or {}).get(key)
     return None if not found else (float(found[0]), float(found[1]))
-
-
-def _with_interval(value: Any, interval: Interval | None) -> str:
-    if value is None or interval is None:
-        return _ms(value)
-    low, high = _ms(interval[0]), _ms(interval[1])
-    if low.endswith(" ms") and high.endswith(" ms"):
-        low = low.removesuffix(" ms")
-    return f"{_ms(value)} ({low}–{high})"
 
 
 def _compared(first: Interval | None, lost: Interval | None) -> str:

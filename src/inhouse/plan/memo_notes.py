@@ -8,6 +8,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from inhouse.plan.memo_verify import marginal_items
 from inhouse.spec.triggers import TOKEN_HISTOGRAMS
 from inhouse.workload.arrivals import Z95
 
@@ -103,11 +104,12 @@ def _break_units(name: str, at: float, r: Mapping[str, Any]) -> str:
 
 
 def _not_re_forecast(r: Mapping[str, Any]) -> list[str]:
-    """What the plan rests on that the rows above do not re-forecast, with its figures."""
+    """What the plan rests on that the rows above do not re-forecast, with its figures: first
+    any 1x pass within the simulator's noise."""
+    items = marginal_items(r) if "slo_check" in r else []
     workloads = r.get("requirements", {}).get("workloads", [])
     if not workloads:
-        return []
-    items: list[str] = []
+        return ["", "The plan rests on: " + "; ".join(items) + "."] if items else []
     fallbacks = [
         f"{w['name']}: {w['models']['fallback']}"
         for w in workloads

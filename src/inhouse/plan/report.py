@@ -226,11 +226,14 @@ def hardware(plan: Plan) -> list[dict[str, Any]]:
 def slo_check(plan: Plan) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for check in plan.checks:
-        analytic = plan.chosen.predictions if check.multiple == 1.0 else None
-        out[f"{check.multiple:g}x"] = {
-            "simulated_s": check.duration_s,
-            "workloads": check_rows(check, analytic),
-        }
+        verification = check.multiple == 1.0
+        analytic = plan.chosen.predictions if verification else None
+        rows = check_rows(check, analytic, verification=verification)
+        out[f"{check.multiple:g}x"] = {"simulated_s": check.duration_s, "workloads": rows}
+        if verification:
+            out["1x"]["marginal"] = any(
+                item["marginal"] for row in rows.values() for item in row["metrics"].values()
+            )
     if not plan.checks:
         out["analytic_only"] = plan.chosen.predictions
     for req in plan.requirements.workloads:

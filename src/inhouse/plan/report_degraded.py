@@ -9,11 +9,16 @@ from inhouse.plan.planner import Plan
 from inhouse.plan.verify import METRIC_KEYS, SimCheck
 
 
-def check_rows(check: SimCheck, analytic: dict[str, dict[str, float]] | None) -> dict[str, Any]:
+def check_rows(
+    check: SimCheck, analytic: dict[str, dict[str, float]] | None, *, verification: bool = False
+) -> dict[str, Any]:
+    """Per workload: pass/fail, counts and each judged metric's p95 with its interval; for the
+    1x `verification`, each metric also says whether its pass is `marginal`."""
     rows: dict[str, Any] = {}
     for workload, summary in check.workloads.items():
         checks = summary["checks"]
         assert isinstance(checks, dict)
+        intervals = summary.get("p95_interval_ms") or {}
         rows[workload] = {
             "pass": summary["pass"],
             "completed": summary["completed"],
@@ -23,6 +28,7 @@ def check_rows(check: SimCheck, analytic: dict[str, dict[str, float]] | None) ->
                 metric: {
                     **item,
                     "analytic_p95_ms": (analytic or {}).get(workload, {}).get(metric),
+                    **_noise(item, intervals.get(METRIC_KEYS[metric]), verification),
                 }
                 for metric, item in checks.items()
             },
@@ -30,6 +36,19 @@ def check_rows(check: SimCheck, analytic: dict[str, dict[str, float]] | None) ->
             "p95_interval_ms": summary.get("p95_interval_ms") or {},
         }
     return rows
+
+
+def _noise(
+    item: dict[str, Any], interval: list[float] | None, verification: bool
+) -> dict[str, Any]:
+    """A metric's p95 interval beside its figure; in the 1x verification, `marginal`: it passed
+    but its interval reaches past the target (the pass is within the simulator's noise)."""
+    out: dict[str, Any] = {"p95_interval_ms": None if interval is None else list(interval)}
+    if verification:
+        out["marginal"] = bool(
+            item["pass"] and interval is not None and interval[1] > item["target_ms"]
+        )
+    return out
 
 
 def degraded(plan: Plan) -> list[dict[str, Any]]:
