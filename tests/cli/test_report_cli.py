@@ -96,6 +96,7 @@ def test_a_plan_dir_without_plan_json_is_named(
     assert main(["report", "--plan", str(empty), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "plan.json not found" in err and "inhouse plan" in err
+    assert not (tmp_path / "o").exists()  # a refused run leaves nothing behind
 
 
 def test_malformed_drill_evidence_is_named(
@@ -115,6 +116,8 @@ def test_malformed_drill_evidence_is_named(
     ]
     assert main(args) == 2
     assert "not drill evidence" in capsys.readouterr().err
+    # Refused after the plan's stack was rendered: OUT/deploy was written, then the refusal.
+    assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.parametrize("missing", ["stack.yaml", "the directory"])
@@ -130,3 +133,25 @@ def test_a_plan_dir_without_stack_yaml_is_named_with_the_fix(
     err = capsys.readouterr().err
     assert f"{plan / 'stack.yaml'} not found" in err
     assert f"run `inhouse plan REQUIREMENTS --out {plan}` first" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_missing_mermaid_js_is_refused_before_anything_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], dirs: dict[str, Path]
+) -> None:
+    out = tmp_path / "o"
+    missing = tmp_path / "mermaid.min.js"
+    assert main([*_args(dirs, out), "--mermaid-js", str(missing)]) == 2
+    assert f"--mermaid-js {missing}: no such file" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_an_out_that_is_a_file_is_refused_with_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], dirs: dict[str, Path]
+) -> None:
+    out = tmp_path / "o"
+    out.write_text("notes")
+    assert main(_args(dirs, out)) == 2
+    err = capsys.readouterr().err
+    assert f"--out {out}" in err and "not a directory" in err, err
+    assert out.read_text() == "notes"

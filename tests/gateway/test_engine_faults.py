@@ -213,3 +213,57 @@ def test_a_200_to_a_stream_that_is_no_event_stream_is_a_502_not_a_success() -> N
             assert store._tenants[name].leases == {}
 
     asyncio.run(main())
+
+
+def test_a_stream_silent_before_its_first_token_on_the_only_replica_is_a_502_naming_it() -> None:
+    # The retry found no other replica and the client got 503 "No replica ... is available":
+    # the replica's failure, the one thing that happened to the request, was lost.
+    key, name, data = tenant_stack()
+    head = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+        b"transfer-encoding: chunked\r\n\r\n" + event(ROLE)
+    )
+
+    async def main() -> None:
+        store = MemoryLimits()
+        async with (
+            silent_engine(head) as url,
+            gateway_for(data, {"chat": [url]}, None, store) as (gw, client),
+        ):
+            r = await asyncio.wait_for(
+                client.post("/v1/chat/completions", json=chat(max_tokens=3, stream=True),
+                            headers={"authorization": f"Bearer {key}"}),
+                10 * SILENCE_S,
+            )  # fmt: skip
+            assert r.status_code == 502, r.text
+            message = r.json()["error"]["message"]
+            assert f"sent nothing for {SILENCE_S:g} s" in message, message
+            assert "replica 0" in message and "No replica" not in message, message
+            assert gw.pools["chat"].replicas[0].num_inflight == 0
+            assert store._tenants[name].leases == {}
+
+    asyncio.run(main())
+
+
+def test_an_engine_error_on_the_only_replica_is_a_502_naming_its_status() -> None:
+    key, name, data = tenant_stack()
+    body = b'{"error":{"message":"CUDA error: an illegal memory access"}}'
+    answer = b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\n"
+    answer += b"content-length: %d\r\n\r\n%s" % (len(body), body)
+
+    async def main() -> None:
+        store = MemoryLimits()
+        async with (
+            silent_engine(answer) as url,
+            gateway_for(data, {"chat": [url]}, None, store) as (gw, client),
+        ):
+            r = await client.post("/v1/chat/completions", json=chat(max_tokens=3, stream=True),
+                                  headers={"authorization": f"Bearer {key}"})  # fmt: skip
+            assert r.status_code == 502, r.text
+            message = r.json()["error"]["message"]
+            assert "replica 0: engine answered 500" in message, message
+            assert "illegal memory access" in message, message
+            assert 'code="502"' in gw.metrics.render().decode()
+            assert store._tenants[name].leases == {}
+
+    asyncio.run(main())

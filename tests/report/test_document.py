@@ -256,3 +256,34 @@ def test_section_5_and_the_table_give_one_verdict(
     assert row.verdict is False  # type: ignore[attr-defined]
     text = build_document(inputs).markdown
     assert f"measured by the kill-replica drill: {target:,.0f} ms — **missed**" in text
+
+
+def test_the_summary_says_when_the_soak_ran_with_shortened_days(
+    report_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """`inhouse drill run --soak-day-s 900` said so in the soak's own check text only: the
+    summary read as if fourteen 24 h days had been soaked."""
+    from .report_fixtures import write_drills
+
+    drills = write_drills(tmp_path / "drills")
+    full = _summary(make_inputs({**report_dirs, "drills": drills}))
+    assert "shortened" not in full and "soak" not in full.split("Drills passed")[1]
+    summary = json.loads((drills / "summary.json").read_text())
+    (drills / "summary.json").write_text(json.dumps({**summary, "soak_day_s": 900}))
+    text = _summary(make_inputs({**report_dirs, "drills": drills}))
+    assert "the soak's simulated days shortened to 900 s (not 24 h)" in text, text
+
+
+def test_shortened_soak_days_are_not_claimed_when_the_soak_did_not_run(
+    report_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    import shutil
+
+    from .report_fixtures import write_drills
+
+    drills = write_drills(tmp_path / "drills")
+    shutil.rmtree(drills / "soak")
+    summary = json.loads((drills / "summary.json").read_text())
+    (drills / "summary.json").write_text(json.dumps({**summary, "soak_day_s": 900}))
+    text = _summary(make_inputs({**report_dirs, "drills": drills}))
+    assert "**not run: soak**" in text and "shortened" not in text

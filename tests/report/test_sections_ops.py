@@ -90,3 +90,24 @@ def test_a_workload_s_alarm_is_its_own_alert_not_a_pool_mate_s(inputs: ReportInp
     alarm = rows["utility p95 TTFT"].alarm.figure
     assert alarm is not None and alarm.value == 400.0
     assert rows["chat p95 TTFT warm"].alarm.figure.value == 1000.0  # type: ignore[union-attr]
+
+
+def test_an_absent_alert_has_no_threshold_but_says_what_it_watches(inputs: ReportInputs) -> None:
+    """`absent(up{...job="gateway"} == 1)` fires when no gateway is scraped up; the table
+    showed "== 1", the filter inside `absent()`, as if it were a level to cross."""
+    rows = _alert_rows(inputs)
+    alerts = {a.name: a for a in read_alerts(inputs.render)}
+    down = alerts["InhouseGatewayDown"]
+    assert down.expr.startswith("absent(") and "== 1" in down.expr
+    assert down.threshold is None and down.comparator is None
+    shown = rows["InhouseGatewayDown"][2]
+    assert shown.startswith("—") and "== 1" not in shown, shown
+    assert "gateway" in shown and "scraped up" in shown, shown
+    assert rows["InhouseGatewayDown"][3] == down.hold  # "for 30s" beside it
+
+
+def test_an_absent_over_anything_else_names_the_series() -> None:
+    expr = 'absent(inhouse:gateway_ttft_seconds:p95_5m{pool="chat"})'
+    alert = Alert("A", "page", "5m", expr, "chat", "", None, None, Source("r", "p"))
+    shown = threshold_text(alert)
+    assert shown.startswith("—") and 'inhouse:gateway_ttft_seconds:p95_5m{pool="chat"}' in shown

@@ -61,19 +61,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _render(stack: StackSpec, out: Path, *, public: bool) -> RenderOutput:
-    """The plan's stack rendered into OUT/deploy and read from there. The public version reads
-    it in memory and writes nothing: the manifests, rules and dashboards name the customer and
-    the tenants, and OUT is what gets published."""
+def _render(stack: StackSpec, out: Path, *, public: bool) -> tuple[RenderOutput, dict[str, str]]:
+    """The plan's stack rendered, and what to write of it: into OUT/deploy (written with the
+    rest, once nothing is refused). The public version writes none of it: the manifests, rules
+    and dashboards name the customer and the tenants, and OUT is what gets published."""
     rendered = render_stack(stack)
     if public:
-        return RenderOutput("deploy", rendered.files)
-    deploy = out / "deploy"
-    for relative, text in rendered.files.items():
-        path = deploy / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    return RenderOutput(str(deploy), rendered.files)
+        return RenderOutput("deploy", rendered.files), {}
+    deploy = {f"deploy/{relative}": text for relative, text in rendered.files.items()}
+    return RenderOutput(str(out / "deploy"), rendered.files), deploy
 
 
 def _mermaid(args: argparse.Namespace) -> str | None:
@@ -127,18 +123,27 @@ def print_pdf(html: Path, pdf: Path) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Every input read and checked and every file built before OUT is touched: a refused run
+    leaves no directory, empty or half-written, behind."""
     out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise SpecError(f"--out {out}: not a directory (a file is there); name a directory")
     stack_file = args.plan / "stack.yaml"
     if not stack_file.is_file():
         raise SpecError(
             f"{stack_file} not found; run `inhouse plan REQUIREMENTS --out {args.plan}` first"
         )
     stack = load_stack(stack_file)
-    render = load_render(args.render) if args.render else _render(stack, out, public=args.public)
+    deploy: dict[str, str] = {}
+    if args.render:
+        render = load_render(args.render)
+    else:
+        render, deploy = _render(stack, out, public=args.public)
     inputs = load_inputs(args.plan, args.bench, args.drills, render)
-    built = build_outputs(inputs, public=args.public, stack=stack, mermaid_js=_mermaid(args))
-    for relative, data in built.files.items():
+    mermaid_js = _mermaid(args)
+    built = build_outputs(inputs, public=args.public, stack=stack, mermaid_js=mermaid_js)
+    files = {**{k: v.encode() for k, v in deploy.items()}, **built.files}
+    for relative, data in files.items():
         path = out / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)

@@ -194,6 +194,7 @@ def run_drills(options: Options, say: Callable[[str], None] = print) -> list[Dri
         "stack": str(options.stack_path or "built-in demo"),
         "quick": options.quick,
         "time_scale": options.time_scale,
+        "soak_day_s": options.soak_day_s,  # null: the soak's simulated days are 24 h
     }
     write_summary(results, options.out_dir, meta)
     return results

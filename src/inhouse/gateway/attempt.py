@@ -5,7 +5,8 @@ answer is a stream to relay, its first body bytes); it returns what happened: an
 (the replica answered), a `Failed` (it did not, before the client saw a byte), or an
 `Ending` (the client left meanwhile). `answer` decides on those values: a failure counts
 against its replica (`fail`, a new `Tries`) and the next try goes elsewhere, at most
-`proxy.retries` times; then an `Unanswered` (the refusal to send).
+`proxy.retries` times; then an `Unanswered` (the refusal to send). A request that failed on
+a replica and finds no other is refused with that failure (502), not as if none was tried.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ class Tries:
 
     num_failed: int = 0
     exclude: frozenset[int] = frozenset()
-    last_error: str = "no attempt"
+    last_error: str = "no attempt"  # the replica's label and what went wrong there
 
 
 NO_TRIES = Tries()
@@ -91,6 +92,8 @@ async def answer(
         try:
             result = await try_replica(parts, admission, tries, watch, early)
         except ApiError as error:  # the pool's queue is full, or no replica has room
+            if error.reason == "no_replica" and tries.num_failed:
+                return Unanswered(_failed_alone(admission, tries), tries)
             return Unanswered(error, tries)
         if not isinstance(result, Failed):
             return result
@@ -101,12 +104,23 @@ async def answer(
     return Unanswered(ApiError(502, message, reason="upstream_error", retry_after_s=1.0), tries)
 
 
+def _failed_alone(admission: Admission, tries: Tries) -> ApiError:
+    """The request failed on a replica and no other is left to try: the failure, not "no
+    replica is available" (a one-replica pool, or every other one down)."""
+    message = (
+        f"The request failed ({tries.last_error}) and no other replica of pool "
+        f"{admission.pool.name!r} is available to retry it. Please retry."
+    )
+    return ApiError(502, message, reason="upstream_error", retry_after_s=1.0)
+
+
 def fail(parts: Parts, admission: Admission, failed: Failed, tries: Tries) -> Tries:
     """Count a failed attempt against its replica and let go of it; the tries after it."""
     replica = failed.placement.replica
     parts.metrics.retries.child(admission.pool.name, replica.label).inc()
     parts.backends.failed(failed.placement, failed.error)
-    return Tries(tries.num_failed + 1, tries.exclude | {replica.index}, str(failed.error))
+    error = f"replica {replica.label}: {failed.error}"
+    return Tries(tries.num_failed + 1, tries.exclude | {replica.index}, error)
 
 
 async def try_replica(

@@ -14,6 +14,8 @@ from inhouse.report.figures import Figure, Source
 from inhouse.report.inputs import RenderOutput
 
 RULES_FILE = "prometheus/rules.yaml"
+_ABSENT = re.compile(r"^absent(?:_over_time)?\((.*)\)$", re.S)
+_JOB = re.compile(r'\bjob="([^"]*)"')
 _COMPARISON = re.compile(r"(>=|<=|==|>|<)\s*(-?\d+(?:\.\d+)?(?:e-?\d+)?)\s*\)?\s*$")
 
 
@@ -39,7 +41,10 @@ class Dashboard:
 
 
 def _threshold(expr: str) -> tuple[str | None, float | None]:
-    """The comparison the alert's expression ends in (`... > 0.95`)."""
+    """The comparison the alert's expression ends in (`... > 0.95`). An `absent(...)` rule has
+    none: a comparison inside it filters the series whose absence fires it."""
+    if _ABSENT.match(expr.strip()):
+        return None, None
     last = expr.strip().splitlines()[-1] if expr.strip() else ""
     match = _COMPARISON.search(last)
     if match is None:
@@ -86,7 +91,11 @@ _SECONDS_QUANTILE = re.compile(r"_seconds:p\d+|histogram_quantile\(.*_seconds_bu
 def threshold_text(alert: Alert) -> str:
     """The alert's threshold as section 6 prints it: a latency in ms (the rules compare
     seconds; the SLOs are stated in ms), anything else as written. A rule of several
-    comparisons is not reduced to one of them (its last is often a guard, `>= 10` errors)."""
+    comparisons is not reduced to one of them (its last is often a guard, `>= 10` errors).
+    An `absent(...)` rule has no threshold: a dash and what its absence means."""
+    absent = _ABSENT.match(alert.expr.strip())
+    if absent is not None:
+        return _absence_text(absent.group(1).strip())
     if alert.threshold is None or alert.comparator is None:
         return alert.expr[:60]
     if len(_ANY_COMPARISON.findall(alert.expr)) > 1:
@@ -94,6 +103,15 @@ def threshold_text(alert: Alert) -> str:
     if _SECONDS_QUANTILE.search(alert.expr):
         return f"{alert.comparator} {round(alert.threshold * 1000.0, 6):,g} ms"
     return f"{alert.comparator} {alert.threshold:g}"
+
+
+def _absence_text(inner: str) -> str:
+    """What an `absent(inner)` rule fires on, for the threshold column (its `for:` is beside)."""
+    if inner.startswith("up{") or inner.startswith("up "):
+        job = _JOB.search(inner)
+        target = f"`{job.group(1)}` target" if job else "target"
+        return f"— (absent: no {target} scraped up)"
+    return f"— (absent: no `{inner[:60]}` series)"
 
 
 def find_alert(

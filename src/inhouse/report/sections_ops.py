@@ -140,7 +140,8 @@ def _bullet(line: str) -> str:
 def drill_conditions(found: Drills | None) -> str:
     """How the drills ran, where it was not as in production: `--quick` (summary.json) and
     the rules' `for:` holds and range windows scaled (each evidence's `prometheus.time_scale`):
-    a page that came within a scaled hold comes after the full hold in production."""
+    a page that came within a scaled hold comes after the full hold in production; and the
+    virtual soak's days shortened (`--soak-day-s`, summary.json `soak_day_s`), when it ran."""
     if found is None:
         return ""
     parts = []
@@ -157,6 +158,13 @@ def drill_conditions(found: Drills | None) -> str:
     )
     if scales:
         parts.append("the rules' holds and windows at " + ", ".join(f"{s:g}x" for s in scales))
+    day_s = found.summary.get("soak_day_s") if found.summary is not None else None
+    if (
+        isinstance(day_s, int | float)
+        and not isinstance(day_s, bool)
+        and found.run("soak") is not None
+    ):
+        parts.append(f"the soak's simulated days shortened to {day_s:g} s (not 24 h)")
     return ", ".join(parts)
 
 
