@@ -118,6 +118,25 @@ async def stop_engine(engine: LiveEngine) -> None:
         await asyncio.wait_for(engine.loop_task, 5)
 
 
+async def first_generation_request(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> bytes:
+    """A hand-written engine's request loop: answer every request off the `/v1/` routes
+    (/health, /metrics) with an empty 200, and return the head of the first request on one,
+    its body read."""
+    while True:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        await reader.readexactly(length)
+        if b" /v1/" in head.split(b"\r\n")[0]:
+            return head
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+
+
 def stack_data(replicas: int = 2, gateway: dict[str, Any] | None = None, **pool: Any) -> dict:
     base: dict[str, Any] = {
         "name": "chat",

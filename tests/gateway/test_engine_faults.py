@@ -15,7 +15,13 @@ import json
 import time
 from collections.abc import AsyncIterator
 
-from tests.gateway.conftest import chat, engines, gateway_for, one_tenant_stack
+from tests.gateway.conftest import (
+    chat,
+    engines,
+    first_generation_request,
+    gateway_for,
+    one_tenant_stack,
+)
 
 from inhouse.gateway.limits import MemoryLimits
 
@@ -38,19 +44,8 @@ async def silent_engine(sends: bytes) -> AsyncIterator[str]:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         held.append(writer)
         with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n")[1:]:
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                await reader.readexactly(length)
-                if b" /v1/" not in head.split(b"\r\n")[0]:
-                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
-                    continue
-                writer.write(sends)
-                return
+            await first_generation_request(reader, writer)
+            writer.write(sends)
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]

@@ -12,7 +12,13 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.gateway.conftest import chat, engines, gateway_for, stack_data
+from tests.gateway.conftest import (
+    chat,
+    engines,
+    first_generation_request,
+    gateway_for,
+    stack_data,
+)
 
 # What the client asked for in `stream_options`: neither, each, both.
 OPTIONS: list[dict[str, Any] | None] = [
@@ -108,26 +114,15 @@ async def paced_engine(pieces: list[bytes], ends: bool) -> AsyncIterator[str]:
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n")[1:]:
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                await reader.readexactly(length)
-                if b" /v1/" not in head.split(b"\r\n")[0]:
-                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
-                    continue
-                writer.write(HEAD)
-                for piece in pieces:
-                    writer.write(_piece(piece))
-                    await writer.drain()
-                    await asyncio.sleep(0.05)
-                if ends:
-                    writer.write(b"0\r\n\r\n")
-                    await writer.drain()
-                break
+            await first_generation_request(reader, writer)
+            writer.write(HEAD)
+            for piece in pieces:
+                writer.write(_piece(piece))
+                await writer.drain()
+                await asyncio.sleep(0.05)
+            if ends:
+                writer.write(b"0\r\n\r\n")
+                await writer.drain()
         writer.close()
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
