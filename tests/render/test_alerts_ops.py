@@ -213,6 +213,10 @@ def test_a_replica_crashing_three_times_in_an_hour_pages(tmp_path: Path) -> None
         rendered = render_stack(stack)
         flapping = _flapping(stack)
         assert flapping.severity == "page"
+        down = next(
+            a for a in stack_rules(stack, NAMESPACE)[1] if a.name == "InhouseEngineReplicaDown"
+        )
+        assert flapping.name in down.runbook.meaning  # the ticket's reader learns what pages
         others = [a for a in _pages(stack) if a.name != flapping.name]
         keeps = {"namespace": NAMESPACE, "job": "chat-engine", "instance": "10.0.0.2:8000",
                  "pod": "chat-1"}  # fmt: skip

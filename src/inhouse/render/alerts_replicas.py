@@ -70,8 +70,9 @@ def replica_alerts(
             "of traffic goes to the other replicas, whose latency rises. A ticket, not a page: "
             "the pool is sized to run on one replica fewer (degraded-mode SLO), and the SLO and "
             "burn-rate alerts page if users suffer. It pages when it lasts longer than a "
-            f"rollout can ({allowance[0]} s: InhouseEngineReplicasMissing) or when a second "
-            "replica of the pool goes (InhouseEnginePoolBelowDegraded).",
+            f"rollout can ({allowance[0]} s: InhouseEngineReplicasMissing), when a second "
+            "replica of the pool goes (InhouseEnginePoolBelowDegraded), or when it keeps coming "
+            f"back: a third process start within {FLAP_WINDOW} ({FLAPPING}).",
             first_promql=f"up{{{sel}}}",
             mitigations=(
                 "`kubectl -n NS describe pod POD` and `kubectl logs --previous POD -c vllm`: "
