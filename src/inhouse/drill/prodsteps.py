@@ -165,7 +165,7 @@ def _restart_room(victim: Victim, pool: PoolSpec, ns: str, steps: list[Step]) ->
         _q(expr),
         [
             f"at most {allowed}: this drill restarts {pod} {restarts} time(s), and "
-            f"{FLAP_RESTARTS} starts within {FLAP_WINDOW} page as {FLAPPING}. More (a rollout "
+            f"{FLAP_RESTARTS} restarts within {FLAP_WINDOW} page as {FLAPPING}. More (a rollout "
             "or another drill on it in the last hour): wait until it drops, or tell the "
             "on-call the page is the drill's"
         ],

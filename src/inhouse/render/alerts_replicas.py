@@ -8,7 +8,7 @@ rest, and the SLO and burn-rate alerts page if users suffer); it pages when it o
 rollout allowance (InhouseEngineReplicasMissing) or when more replicas are down than a rollout
 ever takes, one a pool (InhouseEnginePoolBelowDegraded, at 1 minute). A replica that keeps
 crashing and coming back resets all three; it pages by its process starts instead
-(InhouseEngineReplicaFlapping: a third start within an hour, which no rollout makes).
+(InhouseEngineReplicaFlapping: a third restart within an hour, which no rollout makes).
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ CASE_STEP_S = 30
 LOST_MARGIN_S = 300
 # The below-degraded alert's rollout case: one replica out of the scrape this long, then back.
 ROLLOUT_CASE_S = 600
-# A replica flaps when its process started this many times within FLAP_WINDOW (changes of
+# A replica flaps when its process restarted this many times within FLAP_WINDOW (changes of
 # vLLM's process_start_time_seconds): a rollout restarts each replica once, its rollback once
-# more, the kill-replica drill twice (SIGKILL, then SIGTERM); a third start is none of them.
+# more, the kill-replica drill twice (SIGKILL, then SIGTERM); a third restart is none of them.
 FLAPPING = "InhouseEngineReplicaFlapping"
 FLAP_RESTARTS = 3
 FLAP_WINDOW = "1h"
@@ -72,7 +72,7 @@ def replica_alerts(
             "burn-rate alerts page if users suffer. It pages when it lasts longer than a "
             f"rollout can ({allowance[0]} s: InhouseEngineReplicasMissing), when a second "
             "replica of the pool goes (InhouseEnginePoolBelowDegraded), or when it keeps coming "
-            f"back: a third process start within {FLAP_WINDOW} ({FLAPPING}).",
+            f"back: a third restart within {FLAP_WINDOW} ({FLAPPING}).",
             first_promql=f"up{{{sel}}}",
             mitigations=(
                 "`kubectl -n NS describe pod POD` and `kubectl logs --previous POD -c vllm`: "
@@ -289,7 +289,7 @@ def start_values(restarts: list[int], samples: int) -> str:
 
 
 def flapping_alert(pool: PoolSpec, ns: str) -> Alert:
-    """A replica whose process started FLAP_RESTARTS times within FLAP_WINDOW: it crashes after
+    """A replica whose process restarted FLAP_RESTARTS times within FLAP_WINDOW: it crashes after
     it got Ready (an OOM, a CUDA error under load) and comes back each time, so neither the
     replica-down ticket nor the replicas-missing page holds long enough to say so."""
     job = f"{pool.name}-engine"
@@ -336,11 +336,11 @@ def flapping_alert(pool: PoolSpec, ns: str) -> Alert:
         labels={"pool": pool.name},
         summary="engine {{ $labels.instance }} of pool {{ $labels.job }} restarted "
         f"{FLAP_RESTARTS} times within {FLAP_WINDOW}",
-        description=f"The replica's process started {FLAP_RESTARTS} or more times in the last "
+        description=f"The replica's process restarted {FLAP_RESTARTS} or more times in the last "
         f"{FLAP_WINDOW}: it keeps crashing after it got Ready. A rollout restarts each replica "
         "once, a rollback once more; this is neither.",
         runbook=RunbookEntry(
-            meaning=f"A vLLM replica's process started {FLAP_RESTARTS} or more times within "
+            meaning=f"A vLLM replica's process restarted {FLAP_RESTARTS} or more times within "
             f"{FLAP_WINDOW} (`process_start_time_seconds` changed; it is sampled only when the "
             "new process answers /metrics, so it counts restarts that came back). It loads, "
             "gets Ready, takes traffic and dies again: an OOM, a CUDA or NCCL error under load, "
@@ -352,15 +352,15 @@ def flapping_alert(pool: PoolSpec, ns: str) -> Alert:
             "limps on at reduced capacity all night while the SLO and burn-rate alerts may stay "
             "under their lines. A rollout restarts each replica once, a rollback once more, and "
             "the kill-replica drill twice (SIGKILL, then SIGTERM): none of them reaches "
-            f"{FLAP_RESTARTS}. It resolves when fewer than {FLAP_RESTARTS} starts remain in the "
+            f"{FLAP_RESTARTS}. It resolves when fewer than {FLAP_RESTARTS} restarts remain in the "
             f"last {FLAP_WINDOW}.",
             first_promql=f"changes({starts}[{FLAP_WINDOW}])",
             mitigations=(
                 "`kubectl -n NS describe pod POD` (Last State: OOMKilled? exit code) and "
                 "`kubectl -n NS logs --previous POD -c vllm`: the error the engine died with.",
-                "OOM or CUDA out of memory under load: lower the pool's max_num_seqs or "
-                "gpu_memory_utilization in the stack and render again; until then, lower the "
-                "batch tenants' limits at the gateway.",
+                "OOM or CUDA out of memory under load: lower the pool's `knobs.max_num_seqs` "
+                "or `knobs.gpu_memory_utilization` in the stack and render again; until then, "
+                "lower the batch tenants' limits at the gateway.",
                 "CUDA/XID errors: check the GPU alerts and the Hardware dashboard; cordon the "
                 "node and delete the pod so it moves to another GPU.",
                 "Started with a deploy: `kubectl -n NS rollout undo statefulset/POOL` (one "
@@ -370,7 +370,7 @@ def flapping_alert(pool: PoolSpec, ns: str) -> Alert:
             "restart on another node; to the hardware owner when the log shows XID or ECC "
             "errors.",
         ),
-        threshold_source=f"{FLAP_RESTARTS} process starts within {FLAP_WINDOW}: a rollout "
+        threshold_source=f"{FLAP_RESTARTS} process restarts within {FLAP_WINDOW}: a rollout "
         "restarts each replica once, a rollback once more, the kill-replica drill twice",
         cases=cases,
     )

@@ -76,7 +76,7 @@ def fleet_board(stack: StackSpec, engines: EngineLayout) -> Board:
                 panel("Per-replica health", "1: Prometheus scrapes it / the gateway routes to it.",
                       (f"up{{{ENGINES}}}", "{{pod}} scraped"),
                       ("inhouse_gateway_replica_healthy", "{{pool}} {{replica}} routable")),
-                panel(RESTARTS_PANEL, f"Times each replica's process started anew in the last "
+                panel(RESTARTS_PANEL, f"Times each replica's process restarted in the last "
                       f"{FLAP_WINDOW}; pages at {FLAP_RESTARTS} (a rollout makes 1).",
                       (f"changes(process_start_time_seconds{{{ENGINES}}}[{FLAP_WINDOW}])",
                        "{{pod}} {{instance}}"), threshold=FLAP_RESTARTS),
