@@ -142,8 +142,11 @@ GATEWAY_METRICS: tuple[MetricDef, ...] = (
     ),
 )
 
-# The vLLM V1 series the rules and dashboards read (all labelled model_name and engine).
+# The vLLM V1 series the rules and dashboards read (the vllm: ones labelled model_name and
+# engine; process_start_time_seconds is prometheus_client's process collector, unlabelled, which
+# vLLM's /metrics serves too: the flapping-replica alert counts its changes).
 VLLM_METRICS: tuple[str, ...] = (
+    "process_start_time_seconds",
     "vllm:num_requests_running",
     "vllm:num_requests_waiting",
     "vllm:kv_cache_usage_perc",

@@ -463,3 +463,32 @@ def test_on_several_nodes_the_drills_act_on_one_pod_of_the_pools_deployment() ->
     # drain is node-scoped: the chat pods on the node with the bad GPU, through the PDB
     assert all(_selects(selector, pod) for pod in chat), selector
     assert not any(_selects(selector, pod) for pod in other), selector
+
+
+def test_drills_that_restart_a_replica_first_check_it_has_room_under_the_flapping_page() -> None:
+    """InhouseEngineReplicaFlapping pages at FLAP_RESTARTS process starts of one replica within
+    FLAP_WINDOW, and a static replica keeps its series across restarts. kill-replica restarts
+    the last replica twice (SIGKILL, SIGTERM), load-not-ready once more: run one after the other
+    (or after a rollout) within the hour, the drills page the on-call. Each such drill first
+    reads the replica's restarts in the last hour and says how many leave room for its own."""
+    from inhouse.drill.prodsteps import default_agent_load, drill_steps
+    from inhouse.render.alerts_replicas import FLAP_RESTARTS, FLAP_WINDOW, FLAPPING
+
+    stack = load_stack(EXAMPLE)
+    pool = stack.pool("chat")
+    pod = f"chat-{pool.replicas - 1}"
+    for name in ("kill-replica", "load-not-ready"):
+        steps = drill_steps(name, stack, "ns", default_agent_load())
+        restarts = sum(
+            1
+            for step in steps
+            for argv in step.kubectl
+            if argv[2:4] == ["delete", "pod"] and any(pod in a for a in argv)
+        )
+        assert 0 < restarts < FLAP_RESTARTS, (name, restarts)
+        room = steps[0]
+        (expr,) = room.promql
+        assert expr.startswith("changes(process_start_time_seconds{")
+        assert f'pod="{pod}"' in expr and f"[{FLAP_WINDOW}]" in expr, expr
+        allowed = FLAP_RESTARTS - 1 - restarts
+        assert any(f"at most {allowed}" in c and FLAPPING in c for c in room.checks), room.checks

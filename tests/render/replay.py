@@ -8,7 +8,8 @@ for `SAMPLES` minutes. Rates and quantiles over any window then equal the run's 
 to histogram-bucket interpolation, which is exactly what the rules see in production.
 
 Not replayed: gauges the records do not carry (KV-cache usage, waiting requests) and GPU
-telemetry. `up` is 1 for every engine replica and the gateway.
+telemetry. `up` is 1 for every engine replica and the gateway; each replica keeps one process
+(`process_start_time_seconds` constant: no restarts).
 """
 
 from __future__ import annotations
@@ -147,6 +148,9 @@ def _gateway_series(
     return out
 
 
+PROCESS_START = 1_800_000_000  # each replica's process start time, seconds since the epoch
+
+
 def _up_series(stack: StackSpec, namespace: str) -> list[dict[str, str]]:
     out = [
         {
@@ -161,6 +165,9 @@ def _up_series(stack: StackSpec, namespace: str) -> list[dict[str, str]]:
             labels = {k: v for k, v in engine_labels(pool, replica).items() if k != "model_name"}
             labels["namespace"] = namespace
             out.append({"series": _selector("up", labels), "values": f"1x{SAMPLES}"})
+            # one process through the run: no restart for the flapping alert to count
+            start = _selector("process_start_time_seconds", labels)
+            out.append({"series": start, "values": f"{PROCESS_START}x{SAMPLES}"})
     return out
 
 

@@ -167,3 +167,88 @@ def test_two_replicas_of_a_pool_down_at_once_page_within_two_minutes(tmp_path: P
         checks = [("60s", below, None), ("180s", below, {})]
         verdict = run_scenarios(tmp_path, rendered, [scenario("two down", "30s", series, checks)])
         assert verdict == "", f"{nodes} node(s):\n{verdict}"
+
+
+# A replica that crashes after it got Ready and comes back each time: InhouseEngineReplicaDown
+# (a ticket) and InhouseEngineReplicasMissing reset with each recovery; its process starts page.
+FLAP_STEP_S = 60
+
+
+def _flapping(stack: StackSpec) -> Alert:
+    _, alerts = stack_rules(stack, NAMESPACE)
+    return next(a for a in alerts if a.name == "InhouseEngineReplicaFlapping")
+
+
+def _restarts(restarts: dict[str, list[int]], samples: int, load: int = 3) -> list[tuple[str, str]]:
+    """`up` and `process_start_time_seconds` of chat-0 and chat-1, one sample a minute, written
+    out here: a pod restarting at minute r is out of the scrape (`up` 0, no start time) for `load`
+    minutes, then its new process reports the minute it went down as its start; the gateway up."""
+    gateway = {"namespace": NAMESPACE, "job": "gateway", "pod": "gateway-0"}
+    series = [(selector("up", {**gateway, "instance": "10.0.1.1:8080"}), f"1x{samples}")]
+    for i in range(2):
+        pod = f"chat-{i}"
+        labels = {"namespace": NAMESPACE, "job": "chat-engine", "instance": f"10.0.0.{i + 1}:8000",
+                  "pod": pod}  # fmt: skip
+        ups, starts = [], []
+        start = 1_700_000_000
+        for minute in range(samples):
+            down = [r for r in restarts.get(pod, []) if r <= minute < r + load]
+            if down:
+                start = 1_700_000_000 + 60 * down[0]
+            ups.append("0" if down else "1")
+            starts.append("_" if down else str(start))
+        series.append((selector("up", labels), " ".join(ups)))
+        series.append((selector("process_start_time_seconds", labels), " ".join(starts)))
+    return series
+
+
+@needs_promtool
+def test_a_replica_crashing_three_times_in_an_hour_pages(tmp_path: Path) -> None:
+    """Three crashes of chat-1, 15 minutes apart, each back within 3 minutes: nothing else
+    pages (each recovery resets the replica-down and replicas-missing timers), the flapping
+    alert pages once the third new process is scraped, and not after the second."""
+    crashes = [10, 25, 40]
+    for nodes in (1, 2):
+        stack = _stack(nodes)
+        rendered = render_stack(stack)
+        flapping = _flapping(stack)
+        assert flapping.severity == "page"
+        down = next(
+            a for a in stack_rules(stack, NAMESPACE)[1] if a.name == "InhouseEngineReplicaDown"
+        )
+        assert flapping.name in down.runbook.meaning  # the ticket's reader learns what pages
+        others = [a for a in _pages(stack) if a.name != flapping.name]
+        keeps = {"namespace": NAMESPACE, "job": "chat-engine", "instance": "10.0.0.2:8000",
+                 "pod": "chat-1"}  # fmt: skip
+        after_second, after_third = crashes[1] + 5, crashes[2] + 5
+        checks = [
+            *_no_page_at([60 * (c + 2) for c in crashes] + [60 * after_third], others),
+            (f"{after_second}m", flapping, None),
+            (f"{after_third}m", flapping, keeps),
+            (f"{crashes[0] + 62}m", flapping, None),  # the first crash left the hour
+        ]
+        series = _restarts({"chat-1": crashes}, crashes[0] + 64)
+        verdict = run_scenarios(tmp_path, rendered, [scenario("crashes", "1m", series, checks)])
+        assert verdict == "", f"{nodes} node(s):\n{verdict}"
+
+
+@needs_promtool
+def test_a_rollout_or_one_crash_does_not_page_as_flapping(tmp_path: Path) -> None:
+    """A rollout restarts each replica once (one after the other); one crash restarts one; a
+    rollout and its rollback, or the kill-replica drill (SIGKILL, then SIGTERM), twice."""
+    histories = {
+        "rollout": {"chat-0": [10], "chat-1": [20]},
+        "one crash": {"chat-1": [10]},
+        "rollout and rollback": {"chat-0": [10, 30], "chat-1": [20, 40]},
+    }
+    for nodes in (1, 2):
+        stack = _stack(nodes)
+        rendered = render_stack(stack)
+        flapping = _flapping(stack)
+        tests = [
+            scenario(name, "1m", _restarts(restarts, 61),
+                     [(f"{m}m", flapping, None) for m in (15, 25, 35, 45, 60)])
+            for name, restarts in histories.items()
+        ]  # fmt: skip
+        verdict = run_scenarios(tmp_path, rendered, tests)
+        assert verdict == "", f"{nodes} node(s):\n{verdict}"

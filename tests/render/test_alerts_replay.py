@@ -37,6 +37,7 @@ INFRA_PAGES = (
     "InhouseEngineReplicaDown",
     "InhouseEngineReplicasMissing",
     "InhouseEnginePoolBelowDegraded",
+    "InhouseEngineReplicaFlapping",
     "InhouseGatewayDown",
 )
 

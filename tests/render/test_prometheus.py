@@ -26,6 +26,7 @@ PAGE_ALERTS = {
     "InhouseErrorBudgetBurnFast",
     "InhouseEngineReplicasMissing",
     "InhouseEnginePoolBelowDegraded",
+    "InhouseEngineReplicaFlapping",
     "InhouseKVCacheFull",
     "InhouseGatewayDown",
     "InhouseGPUDoubleBitECC",

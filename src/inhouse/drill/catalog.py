@@ -36,6 +36,9 @@ DRILLS: tuple[DrillInfo, ...] = (
             "was sized for) reaches Alertmanager.",
             "p95 TTFT while degraded is within the plan's degraded SLO.",
             "The replica rejoins only once its /health answers 200.",
+            "InhouseEngineReplicaFlapping stays silent: the drill restarts the replica twice, "
+            "and it pages at the third restart within an hour (in production the script first "
+            "checks that no rollout or other drill restarted the replica in the last hour).",
         ),
         (
             "A client sees 5xx for a request that never reached a token.",

@@ -15,11 +15,18 @@ from inhouse.drill.victim import Victim, last_victim
 from inhouse.metric_names import replica_label
 from inhouse.render.alerts import Case, Series, render_rule_tests
 from inhouse.render.alerts_gpu import gpu_rules
-from inhouse.render.alerts_replicas import REPLICA_DOWN, REPLICA_DOWN_SEVERITY
+from inhouse.render.alerts_replicas import (
+    FLAP_RESTARTS,
+    FLAP_WINDOW,
+    FLAPPING,
+    REPLICA_DOWN,
+    REPLICA_DOWN_SEVERITY,
+)
 from inhouse.render.layout import (
     engine_layout,
     model_dir,
     nvml_name,
+    replica_pod,
 )
 from inhouse.render.options import RenderOptions
 from inhouse.spec.stack import PoolSpec, StackSpec
@@ -133,7 +140,47 @@ def _replica_words(victim: Victim) -> str:
     return "the chosen pod's replica slot"
 
 
+def _restart_room(victim: Victim, pool: PoolSpec, ns: str, steps: list[Step]) -> list[Step]:
+    """`steps`, after a first one that reads how often the victim restarted in the last
+    FLAP_WINDOW: with the restarts `steps` make (their `delete pod` of it), FLAP_RESTARTS page
+    as InhouseEngineReplicaFlapping. A static replica keeps its series across restarts, so a
+    rollout or another drill in the hour before counts; a scaled pool's replacement is a new pod,
+    a new series, and starts from nothing (no step)."""
+    if victim.index is None:
+        return steps
+    pod = replica_pod(pool.name, victim.index)
+    restarts = sum(
+        1
+        for step in steps
+        for argv in step.kubectl
+        if argv[2:4] == ["delete", "pod"] and victim.selector in argv
+    )
+    starts = (
+        f'process_start_time_seconds{{namespace="{ns}", job="{pool.name}-engine", pod="{pod}"}}'
+    )
+    expr = f"changes({starts}[{FLAP_WINDOW}])"
+    allowed = FLAP_RESTARTS - 1 - restarts
+    room = Step(
+        f"room under the flapping page: {pod}'s restarts in the last {FLAP_WINDOW}",
+        _q(expr),
+        [
+            f"at most {allowed}: this drill restarts {pod} {restarts} time(s), and "
+            f"{FLAP_RESTARTS} restarts within {FLAP_WINDOW} page as {FLAPPING}. More (a rollout "
+            "or another drill on it in the last hour): wait until it drops, or tell the "
+            "on-call the page is the drill's"
+        ],
+        promql=[expr],
+    )
+    return [room, *steps]
+
+
 def _kill_replica(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -> list[Step]:
+    return _restart_room(
+        last_victim(stack, pool, ns, "kill-replica"), pool, ns, _kill_steps(stack, pool, ns, load)
+    )
+
+
+def _kill_steps(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -> list[Step]:
     victim = last_victim(stack, pool, ns, "kill-replica")
     sessions, at = load.share()
     sel, model = victim.selector, pool.client_model_name
@@ -390,6 +437,10 @@ def _verify_pod(ns: str, rel: str, which: str) -> dict[str, Any]:
 
 def _load_not_ready(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -> list[Step]:
     victim = last_victim(stack, pool, ns, "load-not-ready")
+    return _restart_room(victim, pool, ns, _not_ready_steps(victim, pool, ns, load))
+
+
+def _not_ready_steps(victim: Victim, pool: PoolSpec, ns: str, load: AgentLoad) -> list[Step]:
     sessions, at = load.share()
     restart = ["-n", ns, "delete", "pod", "-l", victim.selector, "--wait=false"]
     # A scaled pool's new pod has another name and no drill label: watch the pool's pods.

@@ -6,7 +6,9 @@ minutes), and render deploys no kube-state-metrics to tell a rollout from a cras
 down is a ticket (InhouseEngineReplicaDown, at 30 s: the pool was sized to run degraded on the
 rest, and the SLO and burn-rate alerts page if users suffer); it pages when it outlasts the
 rollout allowance (InhouseEngineReplicasMissing) or when more replicas are down than a rollout
-ever takes, one a pool (InhouseEnginePoolBelowDegraded, at 1 minute).
+ever takes, one a pool (InhouseEnginePoolBelowDegraded, at 1 minute). A replica that keeps
+crashing and coming back resets all three; it pages by its process starts instead
+(InhouseEngineReplicaFlapping: a third restart within an hour, which no rollout makes).
 """
 
 from __future__ import annotations
@@ -24,6 +26,19 @@ CASE_STEP_S = 30
 LOST_MARGIN_S = 300
 # The below-degraded alert's rollout case: one replica out of the scrape this long, then back.
 ROLLOUT_CASE_S = 600
+# A replica flaps when its process restarted this many times within FLAP_WINDOW (changes of
+# vLLM's process_start_time_seconds): a rollout restarts each replica once, its rollback once
+# more, the kill-replica drill twice (SIGKILL, then SIGTERM); a third restart is none of them.
+FLAPPING = "InhouseEngineReplicaFlapping"
+FLAP_RESTARTS = 3
+FLAP_WINDOW = "1h"
+# The flapping cases sample each minute; a restarted replica is out of the scrape this many
+# samples (its model load) before its new process answers.
+FLAP_STEP_S = 60
+FLAP_LOAD_STEPS = 3
+FLAP_CASE_STEPS = 60
+# The start time of a case's first process; each later one started when its replica went down.
+FLAP_BASE_START = 1_800_000_000
 
 
 def up_series(ns: str, job: str, labels: dict[str, str], values: str) -> Series:
@@ -55,8 +70,9 @@ def replica_alerts(
             "of traffic goes to the other replicas, whose latency rises. A ticket, not a page: "
             "the pool is sized to run on one replica fewer (degraded-mode SLO), and the SLO and "
             "burn-rate alerts page if users suffer. It pages when it lasts longer than a "
-            f"rollout can ({allowance[0]} s: InhouseEngineReplicasMissing) or when a second "
-            "replica of the pool goes (InhouseEnginePoolBelowDegraded).",
+            f"rollout can ({allowance[0]} s: InhouseEngineReplicasMissing), when a second "
+            "replica of the pool goes (InhouseEnginePoolBelowDegraded), or when it keeps coming "
+            f"back: a third restart within {FLAP_WINDOW} ({FLAPPING}).",
             first_promql=f"up{{{sel}}}",
             mitigations=(
                 "`kubectl -n NS describe pod POD` and `kubectl logs --previous POD -c vllm`: "
@@ -90,6 +106,7 @@ def replica_alerts(
         down,
         missing_alert(pool, ns, allowance, cover_s),
         below_degraded_alert(pool, ns, cover_s),
+        flapping_alert(pool, ns),
     ]
 
 
@@ -248,4 +265,112 @@ def below_degraded_alert(pool: PoolSpec, ns: str, cover_s: int) -> Alert:
         threshold_source=f"stack pools[{pool.name}].replicas {pool.replicas}: a rollout "
         "leaves all but one up" + (" (a pool of one: its only replica)" if single else ""),
         cases=tuple(cases),
+    )
+
+
+def start_values(restarts: list[int], samples: int) -> str:
+    """promtool values of one replica's `process_start_time_seconds`, one sample a step: its
+    process restarts at each step of `restarts` (ascending); from that step the replica is out
+    of the scrape for FLAP_LOAD_STEPS (missing samples), then its new process reports the time
+    it went down as its start."""
+    runs: list[tuple[str, int]] = []
+    for step in range(samples):
+        done = [r for r in restarts if r <= step]
+        if done and step < done[-1] + FLAP_LOAD_STEPS:
+            value = "_"
+        else:
+            value = str(FLAP_BASE_START + FLAP_STEP_S * (done[-1] if done else 0))
+        if runs and runs[-1][0] == value:
+            runs[-1] = (value, runs[-1][1] + 1)
+        else:
+            runs.append((value, 1))
+    # promtool: `_xN` is N missing samples, `VxN` is N + 1 samples of V
+    return " ".join(f"_x{n}" if v == "_" else (f"{v}x{n - 1}" if n > 1 else v) for v, n in runs)
+
+
+def flapping_alert(pool: PoolSpec, ns: str) -> Alert:
+    """A replica whose process restarted FLAP_RESTARTS times within FLAP_WINDOW: it crashes after
+    it got Ready (an OOM, a CUDA error under load) and comes back each time, so neither the
+    replica-down ticket nor the replicas-missing page holds long enough to say so."""
+    job = f"{pool.name}-engine"
+    sel = f'namespace="{ns}", job="{job}"'
+    starts = f"process_start_time_seconds{{{sel}}}"
+    replicas = [
+        {"instance": f"10.0.0.{i + 1}:8000", "pod": replica_pod(pool.name, i)}
+        for i in range(pool.replicas)
+    ]
+    victim = replicas[-1]
+    samples = FLAP_CASE_STEPS + 25
+
+    def restarting(restarts: dict[int, list[int]]) -> tuple[Series, ...]:
+        """Each replica's start times, replica i restarting at the steps `restarts[i]`."""
+        return tuple(
+            Series({"namespace": ns, "job": job, **r},
+                   start_values(restarts.get(i, []), samples), "process_start_time_seconds")
+            for i, r in enumerate(replicas)
+        )  # fmt: skip
+
+    last = pool.replicas - 1
+    minute = FLAP_STEP_S // 60
+    crashes = [10, 25, 40]
+    fired_at = crashes[-1] + FLAP_LOAD_STEPS + 1  # the third new process's first sample, +1
+    spread = [5, 40, 75]  # three restarts, never three within one hour
+    step = f"{FLAP_STEP_S}s"
+    at_end = f"{FLAP_CASE_STEPS * minute}m"
+    cases = (
+        Case("a rollout: each replica restarts once", step,
+             restarting({i: [5 + 10 * i] for i in range(pool.replicas)}), at_end, None),
+        Case("two restarts in an hour: a rollout and its rollback, or the kill-replica drill",
+             step, restarting({last: [10, 30]}), at_end, None),
+        Case("three restarts in an hour", step, restarting({last: crashes}),
+             f"{fired_at * minute}m", {"namespace": ns, "job": job, **victim}),
+        Case("three restarts, never three within an hour", step, restarting({last: spread}),
+             f"{(spread[-1] + FLAP_LOAD_STEPS + 2) * minute}m", None),
+    )  # fmt: skip
+    return Alert(
+        name=FLAPPING,
+        group=ENGINE_GROUP,
+        expr=f"changes({starts}[{FLAP_WINDOW}]) >= {FLAP_RESTARTS}",
+        hold="0s",
+        severity="page",
+        labels={"pool": pool.name},
+        summary="engine {{ $labels.instance }} of pool {{ $labels.job }} restarted "
+        f"{FLAP_RESTARTS} times within {FLAP_WINDOW}",
+        description=f"The replica's process restarted {FLAP_RESTARTS} or more times in the last "
+        f"{FLAP_WINDOW}: it keeps crashing after it got Ready. A rollout restarts each replica "
+        "once, a rollback once more; this is neither.",
+        runbook=RunbookEntry(
+            meaning=f"A vLLM replica's process restarted {FLAP_RESTARTS} or more times within "
+            f"{FLAP_WINDOW} (`process_start_time_seconds` changed; it is sampled only when the "
+            "new process answers /metrics, so it counts restarts that came back). It loads, "
+            "gets Ready, takes traffic and dies again: an OOM, a CUDA or NCCL error under load, "
+            "a request that crashes the engine. Each time, the streams it was serving end with "
+            "an error and the pool runs a replica short for a model load; yet each recovery "
+            "resets InhouseEngineReplicaDown (a ticket) and InhouseEngineReplicasMissing, so "
+            "nothing else pages on the replica itself. A page, not a ticket: a replica that "
+            "crashed three times in an hour crashes again before working hours, and the pool "
+            "limps on at reduced capacity all night while the SLO and burn-rate alerts may stay "
+            "under their lines. A rollout restarts each replica once, a rollback once more, and "
+            "the kill-replica drill twice (SIGKILL, then SIGTERM): none of them reaches "
+            f"{FLAP_RESTARTS}. It resolves when fewer than {FLAP_RESTARTS} restarts remain in the "
+            f"last {FLAP_WINDOW}.",
+            first_promql=f"changes({starts}[{FLAP_WINDOW}])",
+            mitigations=(
+                "`kubectl -n NS describe pod POD` (Last State: OOMKilled? exit code) and "
+                "`kubectl -n NS logs --previous POD -c vllm`: the error the engine died with.",
+                "OOM or CUDA out of memory under load: lower the pool's `knobs.max_num_seqs` "
+                "or `knobs.gpu_memory_utilization` in the stack and render again; until then, "
+                "lower the batch tenants' limits at the gateway.",
+                "CUDA/XID errors: check the GPU alerts and the Hardware dashboard; cordon the "
+                "node and delete the pod so it moves to another GPU.",
+                "Started with a deploy: `kubectl -n NS rollout undo statefulset/POOL` (one "
+                "node; `deploy/POOL` on several), or revert the stack change.",
+            ),
+            escalate="To the platform owner when it started with a deploy or persists after a "
+            "restart on another node; to the hardware owner when the log shows XID or ECC "
+            "errors.",
+        ),
+        threshold_source=f"{FLAP_RESTARTS} process restarts within {FLAP_WINDOW}: a rollout "
+        "restarts each replica once, a rollback once more, the kill-replica drill twice",
+        cases=cases,
     )

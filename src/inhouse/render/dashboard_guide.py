@@ -25,8 +25,8 @@ class FirstLook:
 
 DASHBOARDS: tuple[DashboardUse, ...] = (
     DashboardUse("fleet", "Fleet overview", "start here: request rate, latency percentiles, "
-                 "error rate, rejections, replicas up against plan, per-replica health, the "
-                 "hottest GPU, GPU errors, node CPU and memory"),
+                 "error rate, rejections, replicas up against plan, per-replica health and "
+                 "restarts, the hottest GPU, GPU errors, node CPU and memory"),
     DashboardUse("slo", "SLO", "per pool TTFT/ITL/e2e p50/p95/p99 against the alarm line, "
                  "gateway TTFT by model, status codes, error-budget burn"),
     DashboardUse("latency", "Latency deep dive", "per replica TTFT, ITL, queue wait, prefill "
@@ -62,6 +62,9 @@ FIRST_LOOK: dict[str, FirstLook] = {
         "how many replicas are gone; then the pods' events in Kubernetes"),
     "InhouseEnginePoolBelowDegraded": FirstLook("fleet", "Replicas up against plan",
         "how many of the pool's replicas are down together; then Per-replica health for which"),
+    "InhouseEngineReplicaFlapping": FirstLook("fleet", "Replica restarts (1 h)",
+        "which replica restarts, and whether others follow (a bad deploy) or it alone (its GPU "
+        "or node: the Hardware row); then `kubectl logs --previous` of that pod"),
     "InhouseKVCacheFull": FirstLook("kv-cache", "KV blocks used and free per replica",
         "one replica full (routing imbalance: Router row) or all (more sessions than planned)"),
     "InhouseGatewayDown": FirstLook("fleet", "Request rate by pool",

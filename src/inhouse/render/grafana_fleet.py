@@ -7,6 +7,7 @@ test runs each against a real Prometheus.
 
 from __future__ import annotations
 
+from inhouse.render.alerts_replicas import FLAP_RESTARTS, FLAP_WINDOW
 from inhouse.render.grafana import (
     QUANTILES,
     RATE,
@@ -23,6 +24,7 @@ from inhouse.spec.stack import StackSpec
 REQUESTS = "inhouse_gateway_requests_total"
 MODEL = 'model_name=~"$model_name"'
 ENGINES = 'job=~".+-engine"'
+RESTARTS_PANEL = "Replica restarts (1 h)"
 
 
 def error_share(by: str, selector: str = "") -> str:
@@ -74,6 +76,10 @@ def fleet_board(stack: StackSpec, engines: EngineLayout) -> Board:
                 panel("Per-replica health", "1: Prometheus scrapes it / the gateway routes to it.",
                       (f"up{{{ENGINES}}}", "{{pod}} scraped"),
                       ("inhouse_gateway_replica_healthy", "{{pool}} {{replica}} routable")),
+                panel(RESTARTS_PANEL, f"Times each replica's process restarted in the last "
+                      f"{FLAP_WINDOW}; pages at {FLAP_RESTARTS} (a rollout makes 1).",
+                      (f"changes(process_start_time_seconds{{{ENGINES}}}[{FLAP_WINDOW}])",
+                       "{{pod}} {{instance}}"), threshold=FLAP_RESTARTS),
                 panel("Running and waiting per replica", "vLLM's batch and queue.",
                       ("sum by (pod) (vllm:num_requests_running)", "{{pod}} running"),
                       ("sum by (pod) (vllm:num_requests_waiting)", "{{pod}} waiting")),
