@@ -330,3 +330,37 @@ def test_a_worker_process_that_dies_while_starting_is_named() -> None:
     assert message.startswith("worker-0 (pid ") and "exited with code 3 while starting" in message
     assert "--workers" in message
     assert not multiprocessing.active_children()  # the other worker was stopped too
+
+
+def test_a_stop_signal_to_the_whole_group_leaves_the_workers_to_the_driver() -> None:
+    """A closed terminal (SIGHUP) or `kill -TERM -PGID` reaches every worker too. A worker that
+    died of it before the driver had handled its own signal lost its jobs in flight as failed
+    requests ("lost: worker-0 exited"): a race the driver sometimes lost on a busy host. The
+    workers leave stop signals to the driver, which stops them through their pipes."""
+    import signal
+
+    async def go() -> list[object]:
+        server = MockServer(MockTiming(ttft_s=0.5, itl_s=0.01))
+        port = await server.start()
+        outcomes: list[object] = []
+        sender = ProcessSender(Target.parse(f"http://127.0.0.1:{port}"), outcomes.append, 2)
+        await sender.start()
+        body = json.dumps({"prompt": "x" * 40, "max_tokens": 3, "stream": True}).encode()
+        for i in range(8):
+            sender.submit(Job(i, time.perf_counter(), "/v1/completions", body))
+        sender.flush()
+        deadline = time.monotonic() + 30
+        while server.stats.num_requests < 8 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        for signum in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
+            os.kill(sender._procs[0].pid, signum)
+        await asyncio.sleep(0.2)  # the pipe's end, had the worker died, is seen by now
+        alive = sender._procs[0].is_alive()
+        await sender.stop(cancel=False)
+        await server.stop()
+        assert alive, f"worker-0 died of the group's signal: {sender._procs[0].exitcode}"
+        return outcomes
+
+    outcomes = asyncio.run(asyncio.wait_for(go(), 60.0))
+    assert len(outcomes) == 8
+    assert all(o.success for o in outcomes), [o.error for o in outcomes]  # type: ignore[attr-defined]

@@ -202,7 +202,12 @@ def worker_main(
     conn: Connection, target: Target, prewarm: int, name: str, kernel_timestamps: bool = False
 ) -> None:
     """Entry point of a worker process: run jobs from the pipe, send outcomes back."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
+    # NOTE: Ctrl-C, a closed terminal and `kill -TERM -PGID` reach the whole process group. The
+    # driver handles them and stops each worker through its pipe, which also ends a worker
+    # whose driver died; a worker that died of the signal first lost its jobs in flight as
+    # failed requests, a race the driver lost on a busy host.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
     use_fast_loop()
     asyncio.run(_worker(conn, target, prewarm, name, kernel_timestamps))
 
