@@ -164,7 +164,7 @@ def drill_conditions(found: Drills | None) -> str:
         and not isinstance(day_s, bool)
         and found.run("soak") is not None
     ):
-        parts.append(f"the soak's simulated days shortened to {day_s:g} s (not 24 h)")
+        parts.append(f"the soak's simulated days shortened to {day_s:g} s, not 24 h")
     return ", ".join(parts)
 
 
