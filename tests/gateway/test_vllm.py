@@ -7,17 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 from tests.gateway.conftest import chat, gateway_for, stack_data
-from tests.server.test_compat import HERE, _free_port, _wait_healthy, _write_stack, vllm_python
+from tests.server.test_compat import up_engine
 
 pytestmark = pytest.mark.vllm
 
@@ -25,31 +21,8 @@ pytestmark = pytest.mark.vllm
 @pytest.fixture(scope="module")
 def vllm_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Real vLLM serving the tiny Llama as `tiny`, started through `inhouse up`."""
-    python = vllm_python()
-    if python is None:
-        pytest.fail("vLLM's CPU build is not installed: run .ci/vllm-tier")
-    tmp = tmp_path_factory.mktemp("vllm")
-    model = str(tmp / "tiny-llama")
-    subprocess.run([python, str(HERE / "tiny_llama.py"), model], check=True, capture_output=True)
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="nobind")  # fmt: skip
-    stack = tmp / "stack.yaml"
-    _write_stack(stack, "vllm", model)
-    port, logs = _free_port(), tmp / "logs"
-    argv = [sys.executable, "-m", "inhouse.cli.up", str(stack), "--no-gateway", "--log-dir",
-            str(logs), "--engine-base-port", str(port), "--vllm-python", python]  # fmt: skip
-    process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_healthy(url, process, logs / "tiny-0.log", 600)
+    with up_engine("vllm", tmp_path_factory.mktemp("vllm")) as url:
         yield url
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def _gateway_stack() -> dict[str, Any]:

@@ -13,6 +13,7 @@ the model (text, token counts of text prompts, timings) are not compared.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -157,13 +158,10 @@ def _tail(path: Path) -> str:
     return "\n".join(texts)
 
 
-@pytest.fixture(scope="module", params=["simulated", pytest.param("vllm", marks=pytest.mark.vllm)])
-def engine_url(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
-    """`inhouse up` with a one-pool stack of the given engine kind; yields the engine's URL."""
-    kind: str = request.param
-    tmp = tmp_path_factory.mktemp(kind)
+@contextlib.contextmanager
+def up_engine(kind: str, tmp: Path) -> Iterator[str]:
+    """`inhouse up` with a one-pool stack of the given engine kind (`simulated` or `vllm`, the
+    tiny random Llama made in `tmp`), files under `tmp`; yields the engine's URL."""
     env = dict(os.environ)
     model = SIM_MODEL
     python = None
@@ -210,6 +208,16 @@ def engine_url(
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@pytest.fixture(scope="module", params=["simulated", pytest.param("vllm", marks=pytest.mark.vllm)])
+def engine_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """`inhouse up` with a one-pool stack of the given engine kind; yields the engine's URL."""
+    kind: str = request.param
+    with up_engine(kind, tmp_path_factory.mktemp(kind)) as url:
+        yield url
 
 
 def _free_port() -> int:
