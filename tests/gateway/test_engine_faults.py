@@ -36,6 +36,12 @@ def event(payload: dict[str, object]) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
+def whole_answer(status: bytes, content_type: bytes, body: bytes) -> bytes:
+    """An engine's whole HTTP/1.1 answer: status line, content type, length and body."""
+    head = b"HTTP/1.1 %s\r\ncontent-type: %s\r\ncontent-length: %d\r\n\r\n"
+    return head % (status, content_type, len(body)) + body
+
+
 @contextlib.asynccontextmanager
 async def silent_engine(sends: bytes) -> AsyncIterator[str]:
     """An engine whose /health and /metrics answer, and whose generation routes send `sends`
@@ -169,10 +175,7 @@ def test_a_200_that_is_a_web_page_is_a_502_not_a_success(
     # no [DONE]), which an OpenAI client reads as an empty answer, no error at all.
     key, name, data = tenant_stack()
     page = b"<html>\n\n<body>Welcome</body>\n\n</html>\n\n"
-    answer = b"HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: %d\r\n\r\n%s" % (
-        len(page),
-        page,
-    )
+    answer = whole_answer(b"200 OK", b"text/html", page)
 
     async def main() -> None:
         store = MemoryLimits()
@@ -225,8 +228,7 @@ def test_a_stream_silent_before_its_first_token_on_the_only_replica_is_a_502_nam
 def test_an_engine_error_on_the_only_replica_is_a_502_naming_its_status() -> None:
     key, name, data = tenant_stack()
     body = b'{"error":{"message":"CUDA error: an illegal memory access"}}'
-    answer = b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\n"
-    answer += b"content-length: %d\r\n\r\n%s" % (len(body), body)
+    answer = whole_answer(b"500 Internal Server Error", b"application/json", body)
 
     async def main() -> None:
         store = MemoryLimits()
