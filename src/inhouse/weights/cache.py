@@ -15,8 +15,11 @@ relative so the cache works wherever it is mounted (a pod mounts it at /models/r
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import logging
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +29,10 @@ from inhouse.weights.manifest import RegistryManifest
 
 DEFAULT_CACHE = Path.home() / ".cache" / "inhouse" / "weights"
 CACHE_ENV = "INHOUSE_WEIGHTS_CACHE"
+# The cache's own directories: inhouse makes each a directory, never a link.
+SUBDIRS = ("partial", BY_DIGEST_DIR, BY_NAME_DIR, "locks", "quarantine")
+
+log = logging.getLogger("inhouse.weights")
 
 
 def default_cache() -> Path:
@@ -39,15 +46,49 @@ def _hex(digest: str) -> str:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
+    """Write `path` whole or not at all. NOTE: the temporary file is created afresh under a
+    random name (never through a link someone planted at a name they could guess), and
+    removed when the write fails (a full disk)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_bytes(data)
-    os.replace(temporary, path)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(name, 0o644)
+        os.replace(name, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+        raise
 
 
 class WeightCache:
     def __init__(self, root: Path) -> None:
         self.root = root
+
+    def check_layout(self) -> None:
+        """Refuse a cache whose own directories (`partial/`, `sha256/`, ...) are links: the
+        pull's writes, or the directory the engines load, would go wherever they point. The
+        cache's root itself may be a link (a mount moved elsewhere)."""
+        for name in SUBDIRS:
+            path = self.root / name
+            if path.is_symlink() or (path.exists() and not path.is_dir()):
+                kind = "a symlink" if path.is_symlink() else "not a directory"
+                raise WeightsError(
+                    f"{path} is {kind}; inhouse makes it a directory, and a pull would write (or "
+                    "an engine load) wherever it points: move it away (inspect it first: someone "
+                    "else can write to this cache) and pull again"
+                )
+
+    def set_aside_foreign(self, digest: str) -> Path | None:
+        """Move `sha256/<digest>` aside when it is not a directory (a link planted there could
+        be re-pointed after it verified, at files nobody verified); where it went, or None."""
+        path = self.model_dir(digest)
+        if not path.is_symlink() and (path.is_dir() or not path.exists()):
+            return None
+        moved = self.quarantine(digest)
+        log.warning("%s was not a directory a pull made (a link?); moved it to %s", path, moved)
+        return moved
 
     def model_dir(self, digest: str) -> Path:
         return self.root / BY_DIGEST_DIR / _hex(digest)
@@ -106,7 +147,7 @@ class WeightCache:
         path = self.root / "locks" / f"{_hex(digest)}.lock"
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            handle = path.open("a")
+            handle = os.fdopen(_open_lock(path), "r")
         except OSError as exc:
             raise WeightsError(f"cannot use weight cache {self.root}: {exc.strerror}") from exc
         with handle:
@@ -161,3 +202,17 @@ class WeightCache:
                 os.replace(self.model_dir(digest), target)
                 return target
         raise WeightsError(f"too many quarantined copies in {base}; inspect and remove them")
+
+
+def _open_lock(path: Path) -> int:
+    """The lock file, never through a link (which `open` would follow, creating the file it
+    names): a link planted there is removed and the lock made afresh."""
+    flags = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(path, flags, 0o644)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+    log.warning("%s was a symlink, not a lock a pull made; replaced it", path)
+    path.unlink()
+    return os.open(path, flags | os.O_EXCL, 0o644)

@@ -89,9 +89,10 @@ def pull_model(request: PullRequest, client: Any = None) -> PullResult:
     revision = resolve_revision(client, registry, request.name, request.revision)
     manifest, signature = read_revision(client, registry, request.name, revision)
     cache = WeightCache(request.cache)
+    cache.check_layout()
     _refuse_replaced_revision(request, cache, manifest)
     with cache.lock(manifest.digest), _cache_errors(cache.root):
-        quarantined = None
+        quarantined = cache.set_aside_foreign(manifest.digest)
         if cache.model_dir(manifest.digest).exists():
             statement = _check_cached_signature(request, manifest, signature)
             # NOTE: a signature without SHA-256s does not vouch for the manifest's, by which
@@ -294,9 +295,14 @@ def _start_job(
 
 
 def _discard_foreign(partial: Path) -> None:
-    """Start afresh when an interrupted pull's directory holds what no pull writes: a symlink
-    (planted at a path anyone can compute from the registry, it would redirect the pull's
-    writes outside the cache) or a special file. Nothing is followed; the links are removed."""
+    """Start afresh when an interrupted pull's directory is, or holds, what no pull writes: a
+    symlink (planted at a path anyone can compute from the registry, it would redirect the
+    pull's writes outside the cache) or a special file. Nothing is followed; the links are
+    removed."""
+    if partial.is_symlink() or (partial.exists() and not partial.is_dir()):
+        log.warning("%s is not what a pull writes; starting it afresh", partial)
+        partial.unlink()
+        return
     for directory, subdirs, files in os.walk(partial):
         for name in subdirs + files:
             path = Path(directory) / name
