@@ -269,3 +269,36 @@ def test_signing_refuses_a_private_key_others_can_read(
     with pytest.raises(WeightsError, match=r"loose\.priv.*chmod 600"):
         sign_model(signed_model, loose, signature=target)
     assert not target.exists()
+
+
+@pytest.mark.parametrize("spec", ["acme/tiny@", "@v1"], ids=["no-revision", "no-name"])
+def test_a_pull_of_an_empty_or_malformed_name_or_revision_is_a_usage_error(
+    signed_model: Path, keys: Keys, registry: str, tmp_path: Path, spec: str
+) -> None:
+    """`pull acme/tiny@$REV` with $REV unset pulled the newest revision, exit 0: a script that
+    pins a revision silently served whatever was pushed last. '@v1' (no name) read the bucket's
+    models/v1/ and said the manifest there described another model."""
+    url = RegistryUrl.parse(registry)
+    push_model(make_client(), signed_model, url, "acme/tiny", "v1")
+    push_model(make_client(), signed_model, url, "acme/tiny", "v2")
+    cache = tmp_path / "c"
+    argv = [sys.executable, "-m", "inhouse.cli.weights", "pull", spec, "--registry", registry,
+            "--cache", str(cache), "--public-key", str(keys.public)]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert repr(spec) in done.stderr and "NAME@REV" in done.stderr
+    assert not (cache / "by-name").exists()
+
+
+@pytest.mark.parametrize("value", ["five", "-1", "2.5"])
+def test_a_bad_aws_max_attempts_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    """`AWS_MAX_ATTEMPTS=five` (or -1, or 2.5) was an int() ValueError (or botocore's)
+    traceback from every registry command."""
+    for name, setting in {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s",
+                          "AWS_MAX_ATTEMPTS": value}.items():  # fmt: skip
+        monkeypatch.setenv(name, setting)
+    with pytest.raises(WeightsError, match=f"AWS_MAX_ATTEMPTS={value!r}.*whole number"):
+        make_client()

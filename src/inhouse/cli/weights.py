@@ -51,6 +51,25 @@ def _digest(text: str) -> str:
     return text
 
 
+def _model_spec(text: str) -> tuple[str, str | None]:
+    """An argparse type: NAME or NAME@REV, both valid, else a usage error. An empty revision
+    (`NAME@$REV` with $REV unset) is refused, not taken as the newest."""
+    from inhouse.errors import SpecError
+    from inhouse.spec.weights import check_model_name, check_revision
+
+    name, at, revision = text.partition("@")
+    if not name or (at and not revision):
+        missing = "model name" if not name else "revision after '@'"
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has no {missing}: give NAME@REV (e.g. acme/tiny@v1), or NAME alone for "
+            "the newest revision"
+        )
+    try:
+        return check_model_name(name), check_revision(revision) if at else None
+    except SpecError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME@REV: {exc}") from None
+
+
 def _trust_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--public-key", type=Path, help="PEM public key of the release key")
     parser.add_argument(
@@ -102,7 +121,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     push.add_argument("--license", help="default: the model catalog's licence for NAME")
 
     pull = sub.add_parser("pull", help="download and verify a model into the weight cache")
-    pull.add_argument("model", metavar="NAME[@REV]", help="default revision: the newest")
+    pull.add_argument(
+        "model", metavar="NAME[@REV]", type=_model_spec, help="default revision: the newest"
+    )
     pull.add_argument("--registry", required=True, help="s3://BUCKET/PREFIX")
     pull.add_argument(
         "--cache",
@@ -247,13 +268,13 @@ def _pull(args: argparse.Namespace) -> int:
     from inhouse.weights.pull import PullRequest, pull_model
     from inhouse.weights.s3 import RegistryUrl
 
-    name, _, revision = args.model.partition("@")
+    name, revision = args.model
     show = args.progress if args.progress is not None else sys.stderr.isatty()
     progress = PullProgress() if show else None
     request = PullRequest(
         RegistryUrl.parse(args.registry),
         name,
-        revision or None,
+        revision,
         args.cache or default_cache(),
         _trust(args),
         args.verify_cached,
