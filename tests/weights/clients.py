@@ -3,6 +3,7 @@ network that drops does."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 
@@ -18,7 +19,7 @@ class _Body:
     def read(self, amt: int | None = None) -> bytes:
         if self._client.fail_after_bytes is not None:
             if self._client.blob_bytes >= self._client.fail_after_bytes:
-                raise DroppedConnection("connection dropped (test)")
+                raise self._client.error()
             if amt is not None:
                 amt = min(amt, self._client.fail_after_bytes - self._client.blob_bytes)
         chunk: bytes = self._body.read(amt)
@@ -31,11 +32,17 @@ class _Body:
 
 class CountingClient:
     """Counts GETs and bytes of file blobs (`/blobs/` keys); with `fail_after_bytes`, every
-    blob read past that many bytes in total raises, like a dropped connection."""
+    blob read past that many bytes in total raises `error()`, like a dropped connection."""
 
-    def __init__(self, client: Any, fail_after_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        client: Any,
+        fail_after_bytes: int | None = None,
+        error: Callable[[], Exception] = lambda: DroppedConnection("connection dropped (test)"),
+    ) -> None:
         self._client = client
         self.fail_after_bytes = fail_after_bytes
+        self.error = error
         self.blob_gets = 0
         self.blob_bytes = 0
         self.keys: list[str] = []

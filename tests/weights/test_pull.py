@@ -8,12 +8,15 @@ import base64
 import dataclasses
 import errno
 import hashlib
+import itertools
 import json
 import os
 import shutil
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
+import botocore.exceptions
 import pytest
 from tests.weights.clients import CountingClient, DroppedConnection
 from tests.weights.conftest import SHARD, Keys, Tampering
@@ -377,3 +380,33 @@ def test_leftovers_of_a_crash_in_the_partial_directory_do_not_fail_the_next_pull
     result = pull_model(request(pushed, cache, keys.trust))
     assert result.verification is not None and result.verification.ok
     assert not partial.exists()
+
+
+@pytest.mark.parametrize(
+    "error",
+    [lambda: botocore.exceptions.ResponseStreamingError(error="Connection broken (test)"),
+     lambda: botocore.exceptions.ReadTimeoutError(endpoint_url="None")],
+    ids=["dropped", "stalled"],
+)  # fmt: skip
+def test_a_transfer_that_breaks_says_the_pull_resumes(
+    pushed: RegistryUrl, keys: Keys, tmp_path: Path, error: Callable[[], Exception]
+) -> None:
+    """A connection that drops or stalls mid-part (what botocore raises: the body's read fails)
+    ended the pull with 'S3 client error: An error occurred while reading from response
+    stream ...' or 'Read timeout on endpoint URL: "None"': nothing said the finished parts were
+    kept, nor to run the pull again."""
+    cache = tmp_path / "c"
+    breaking = CountingClient(make_client(), fail_after_bytes=3 * PART, error=error)
+    with pytest.raises(WeightsError) as broke:
+        pull_model(request(pushed, cache, keys.trust, workers=1), breaking)
+    message = str(broke.value)
+    assert f"{NAME}@v1" in message and os.environ["AWS_ENDPOINT_URL"] in message
+    assert "run the same command again to resume" in message
+    manifest, _ = read_revision(make_client(), pushed, NAME, "v1")
+    ends = itertools.accumulate(
+        p.num_bytes for p in plan_parts([(f, "") for f in manifest.files], PART)
+    )
+    kept = max(end for end in ends if end <= 3 * PART)  # one worker: the parts before the break
+    result = pull_model(request(pushed, cache, keys.trust, workers=1))
+    assert result.resumed_bytes == kept and result.fetched_bytes == result.total_bytes - kept
+    assert result.verification is not None and result.verification.ok

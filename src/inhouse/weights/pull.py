@@ -336,7 +336,11 @@ def _fetch_and_verify(
     hashes = FileHashes(job.model_dir, statement)
     fetcher = Fetcher(client, request.registry.bucket, job.model_dir, job.journal,
                       request.workers, rate, request.on_bytes, hashes.add)  # fmt: skip
-    with s3_errors(f"pull {manifest.name}@{manifest.revision}", request.registry):
+    resume = (
+        f". The parts already fetched are kept in {job.model_dir.parent}: run the same command "
+        "again to resume"
+    )
+    with s3_errors(f"pull {manifest.name}@{manifest.revision}", request.registry, resume):
         missing = [p for p in job.parts if p.index not in job.have]
         fetched, verification = _download(request, fetcher, hashes, list(manifest.files),
                                           missing, job.signature_path)  # fmt: skip

@@ -62,12 +62,18 @@ def make_client(max_connections: int = 16) -> Any:
             "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and "
             "AWS_ENDPOINT_URL, e.g. http://minio.storage:9000) to the registry's"
         )
+    attempts = os.environ.get("AWS_MAX_ATTEMPTS") or str(MAX_ATTEMPTS)
+    if not attempts.isdigit():
+        raise WeightsError(
+            f"AWS_MAX_ATTEMPTS={attempts!r} is not a whole number of attempts: set it to one "
+            f"(e.g. {MAX_ATTEMPTS}), or unset it for {MAX_ATTEMPTS}"
+        )
     config = botocore.config.Config(
         s3={"addressing_style": "path"},
         connect_timeout=CONNECT_TIMEOUT_S,
         read_timeout=READ_TIMEOUT_S,
         retries={
-            "max_attempts": int(os.environ.get("AWS_MAX_ATTEMPTS") or MAX_ATTEMPTS),
+            "max_attempts": int(attempts),
             "mode": "standard",
         },
         max_pool_connections=max_connections,
@@ -100,39 +106,53 @@ def is_not_found(exc: Exception) -> bool:
 
 
 @contextlib.contextmanager
-def s3_errors(what: str, registry: RegistryUrl) -> Iterator[None]:
-    """Turn boto3's exceptions into a WeightsError that says what to check."""
+def s3_errors(what: str, registry: RegistryUrl, advice: str = "") -> Iterator[None]:
+    """Turn boto3's exceptions into a WeightsError that says what to check; `advice` (what
+    the command keeps, how to go on) ends every one of them."""
     try:
         yield
-    except boto3.exceptions.S3UploadFailedError as exc:
+    except (boto3.exceptions.S3UploadFailedError, botocore.exceptions.BotoCoreError,
+            botocore.exceptions.ClientError) as exc:  # fmt: skip
+        error = _worded(what, registry, exc)
+        raise WeightsError(f"{error}{advice}") from exc
+
+
+def _worded(what: str, registry: RegistryUrl, exc: Exception) -> str:
+    if isinstance(exc, boto3.exceptions.S3UploadFailedError):
         # s3transfer wraps the server's answer; the ClientError is its context.
         cause = exc.__context__
         if isinstance(cause, botocore.exceptions.ClientError):
-            raise _client_error(what, registry, cause) from exc
-        raise WeightsError(f"{what}: upload failed: {exc}") from exc
-    except botocore.exceptions.EndpointConnectionError as exc:
-        raise WeightsError(
+            return _client_error(what, registry, cause)
+        return f"{what}: upload failed: {exc}"
+    if isinstance(exc, botocore.exceptions.EndpointConnectionError):
+        return (
             f"{what}: cannot reach the S3 server at {endpoint()}: is it up, and is "
             "AWS_ENDPOINT_URL right?"
-        ) from exc
-    except botocore.exceptions.ClientError as exc:
-        raise _client_error(what, registry, exc) from exc
-    except botocore.exceptions.BotoCoreError as exc:
-        raise WeightsError(f"{what}: S3 client error: {exc}") from exc
+        )
+    if isinstance(exc, botocore.exceptions.ClientError):
+        return _client_error(what, registry, exc)
+    if isinstance(exc, botocore.exceptions.ReadTimeoutError):
+        return (
+            f"{what}: the S3 server at {endpoint()} sent nothing for {READ_TIMEOUT_S} s "
+            "mid-transfer (overloaded, or the network stalled)"
+        )
+    if isinstance(
+        exc, botocore.exceptions.HTTPClientError | botocore.exceptions.IncompleteReadError
+    ):
+        return f"{what}: the connection to the S3 server at {endpoint()} broke mid-transfer ({exc})"
+    return f"{what}: S3 client error: {exc}"
 
 
-def _client_error(
-    what: str, registry: RegistryUrl, exc: botocore.exceptions.ClientError
-) -> WeightsError:
+def _client_error(what: str, registry: RegistryUrl, exc: botocore.exceptions.ClientError) -> str:
     code = error_code(exc)
     if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403"):
-        return WeightsError(
+        return (
             f"{what}: the S3 server refused our credentials ({code}): check "
             f"AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY and the bucket policy of {registry}"
         )
     if code == "NoSuchBucket":
-        return WeightsError(
+        return (
             f"{what}: bucket {registry.bucket!r} does not exist at {endpoint()}: create it or "
             "fix the registry URL"
         )
-    return WeightsError(f"{what}: S3 error {code}: {exc}")
+    return f"{what}: S3 error {code}: {exc}"
