@@ -9,9 +9,11 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.weights.clients import CountingClient, DroppedConnection
 from tests.weights.conftest import SHARD, Keys
 
 from inhouse.errors import InhouseError
+from inhouse.weights.download import plan_parts
 from inhouse.weights.pull import PullRequest, pull_model
 from inhouse.weights.registry import blob_key, push_model, read_revision, revision_key
 from inhouse.weights.s3 import RegistryUrl, make_client
@@ -90,3 +92,33 @@ def test_a_manifest_size_that_lies_never_quarantines_a_good_cached_copy(
     linked = json.loads(again.path.with_name(again.path.name + ".json").read_text())
     sizes = {f["path"]: f["size"] for f in linked["files"]}
     assert sizes[SHARD] == (signed_model / SHARD).stat().st_size
+
+
+def test_a_resumed_pull_whose_manifest_sizes_changed_starts_afresh(
+    signed_model: Path, registry: str, keys: Keys, tmp_path: Path
+) -> None:
+    """The part journal was keyed by the content digest and the part size, but the sizes are
+    in neither: a pull interrupted under one manifest and resumed under another (sizes changed)
+    took part numbers of one plan for parts of the other, and died with an IndexError
+    traceback once those numbers ran past the new plan's last part."""
+    url = RegistryUrl.parse(registry)
+    push_model(make_client(), signed_model, url, NAME, "v1")
+    client = make_client()
+    manifest, _ = read_revision(client, url, NAME, "v1")
+    parts = plan_parts([(f, "") for f in manifest.files], PART)
+    before_last = sum(p.num_bytes for p in parts[:-1])  # every part but the last one lands
+    request = PullRequest(url, NAME, "v1", tmp_path / "c", keys.trust, part_bytes=PART)
+    dropping = CountingClient(make_client(), fail_after_bytes=before_last)
+    with pytest.raises(DroppedConnection):
+        pull_model(dataclasses.replace(request, workers=1), dropping)
+    shrunk = "model-00001-of-00002.safetensors"
+    files = tuple(
+        f.model_copy(update={"size": f.size - 2 * PART}) if f.path == shrunk else f
+        for f in manifest.files
+    )
+    key = revision_key(url, NAME, "v1", "manifest.json")
+    lying = manifest.model_copy(update={"files": files}).model_dump_json().encode()
+    client.put_object(Bucket=url.bucket, Key=key, Body=lying)
+    with pytest.raises(InhouseError) as refused:
+        pull_model(request)
+    assert shrunk in str(refused.value) and "manifest" in str(refused.value)

@@ -285,13 +285,22 @@ def _start_job(
     _check_before_fetch(request, manifest, signature_path, signature)
     prepare_files(partial / "model", list(manifest.files))
     keyed = [(f, blob_key(request.registry, f.sha256)) for f in manifest.files]
-    journal = Journal(partial / JOURNAL, f"inhouse-pull {manifest.digest} {request.part_bytes}")
+    journal = Journal(partial / JOURNAL, _journal_header(manifest, request.part_bytes))
     have = journal.load()
     journal.reset(have)
     parts = plan_parts(keyed, request.part_bytes)
     job = _Job(partial / "model", signature_path, parts, journal, have)
     _check_space(partial, manifest.total_bytes - job.resumed_bytes)
     return job
+
+
+def _journal_header(manifest: RegistryManifest, part_bytes: int) -> str:
+    """What the journal's part numbers mean: the content, the part size and every file's size.
+    NOTE: sizes are in neither the digest nor the signature; a manifest that changed them (a
+    registry that lies, or one put right) numbers the parts differently, so it starts afresh."""
+    sizes = "".join(f"{f.size} {f.path}\n" for f in manifest.files)
+    plan = hashlib.sha256(sizes.encode("utf-8")).hexdigest()[:16]
+    return f"inhouse-pull {manifest.digest} {part_bytes} {plan}"
 
 
 def _discard_foreign(partial: Path) -> None:
