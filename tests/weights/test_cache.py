@@ -5,7 +5,10 @@ directory the engines load is never a link that can be re-pointed after it verif
 
 from __future__ import annotations
 
+import fcntl
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -121,3 +124,30 @@ def test_a_symlink_planted_as_a_cache_directory_is_refused_naming_it(
         pull_model(_request(url, cache, keys))
     assert type(refused.value).__name__ == "WeightsError"
     assert list(victim.iterdir()) == []
+
+
+def test_a_pull_waiting_for_another_says_so(
+    registry: str, keys: Keys, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Pulls of one model on one node take turns on a lock; the one waiting said nothing, so an
+    init container stuck behind a stalled pull looked hung, with no word of what it waited for
+    or where (`kubectl logs` showed an empty log)."""
+    url, digest = _pushed(registry, keys, tmp_path)
+    cache = WeightCache(tmp_path / "cache")
+    lock = cache.root / "locks" / f"{digest.partition(':')[2]}.lock"
+    lock.parent.mkdir(parents=True)
+    results: list[object] = []
+    with lock.open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        thread = threading.Thread(
+            target=lambda: results.append(pull_model(_request(url, cache.root, keys)))
+        )
+        thread.start()
+        deadline = time.monotonic() + 60
+        while "waiting" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not results  # it waits while another pull holds the lock
+        fcntl.flock(held, fcntl.LOCK_UN)
+    thread.join(60)
+    assert "another pull" in caplog.text and str(lock) in caplog.text
+    assert len(results) == 1

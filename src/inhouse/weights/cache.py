@@ -151,7 +151,16 @@ class WeightCache:
         except OSError as exc:
             raise WeightsError(f"cannot use weight cache {self.root}: {exc.strerror}") from exc
         with handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                log.warning(
+                    "another pull of %s on this node holds %s; waiting for it to finish (the "
+                    "lock goes with that process: if it hangs, find and stop it)",
+                    digest,
+                    path,
+                )
+                fcntl.flock(handle, fcntl.LOCK_EX)
             try:
                 yield
             finally:
