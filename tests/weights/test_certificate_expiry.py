@@ -27,7 +27,9 @@ from inhouse.weights.verify import check_signature, verify_model
 
 def _signed(tmp_path: Path, pki: Pki) -> Path:
     model = write_tiny_model(tmp_path / "m", num_shards=1, shard_bytes=4096)
-    sign_model(model, pki.key, certificate=pki.certificate, certificate_chain=(pki.ca,))
+    # as if signed the day the certificate became valid (sign refuses one out of it now)
+    sign_model(model, pki.key, certificate=pki.certificate, certificate_chain=(pki.ca,),
+               now=pki.leaf().not_valid_before_utc)  # fmt: skip
     return model
 
 
@@ -120,3 +122,24 @@ def test_a_pull_refuses_an_expired_certificate_before_any_download(
     )
     pulled = pull_model(dataclasses.replace(request, trust=_allowing(pki.trust)))
     assert pulled.verification is not None and pulled.verification.ok
+
+
+@pytest.mark.parametrize(
+    ("leaf_days", "ca_days", "said"),
+    [((-730, -1), (-3650, 3650), "CN=test release expired on"),
+     ((-300, 300), (-400, -2), r"its CA CN=test CA \(.*ca\.pem\) expired on"),
+     ((2, 400), (-3650, 3650), "CN=test release is not valid until")],
+    ids=["signing-certificate-expired", "ca-expired", "not-valid-yet"],
+)  # fmt: skip
+def test_signing_with_a_certificate_out_of_its_validity_is_refused(
+    tmp_path: Path, leaf_days: tuple[float, float], ca_days: tuple[float, float], said: str
+) -> None:
+    """Signing with an expired certificate (or CA) succeeded, and so did the push: every node
+    then refused the revision (`certificate out of its validity`), found at 3 a.m. by whoever
+    scaled the pool, not by the release owner who could sign again with a current one."""
+    pki = write_pki(tmp_path / "pki", leaf_days=leaf_days, ca_days=ca_days)
+    model = write_tiny_model(tmp_path / "m", num_shards=1, shard_bytes=4096)
+    with pytest.raises(WeightsError, match=said) as refused:
+        sign_model(model, pki.key, certificate=pki.certificate, certificate_chain=(pki.ca,))
+    assert "every verifier" in str(refused.value)
+    assert not default_signature_path(model).exists()

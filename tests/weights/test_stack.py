@@ -66,7 +66,8 @@ def test_the_stack_can_allow_expired_certificates(tmp_path: Path) -> None:
     it); without it an expired certificate is refused."""
     pki = write_pki(tmp_path / "pki", leaf_days=(-730, -1))
     model = write_tiny_model(tmp_path / "m", num_shards=1, shard_bytes=4096)
-    sign_model(model, pki.key, certificate=pki.certificate, certificate_chain=(pki.ca,))
+    sign_model(model, pki.key, certificate=pki.certificate, certificate_chain=(pki.ca,),
+               now=pki.leaf().not_valid_before_utc)  # fmt: skip
     weights = {"weights_dir": str(model), "certificate_chain": [str(pki.ca)]}
     with pytest.raises(VerificationFailed, match="expired on"):
         prepare_weights(_stack(weights), tmp_path, tmp_path / "c")  # type: ignore[arg-type]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import datetime
 import json
 import os
 from dataclasses import dataclass
@@ -157,13 +158,21 @@ def sign_model(
     certificate: Path | None = None,
     certificate_chain: tuple[Path, ...] = (),
     hash_algorithm: HashAlgorithm = "sha256",
+    now: datetime.datetime | None = None,
 ) -> Path:
     """Sign every file of `model_dir` (git metadata aside) and write the signature atomically
     (default `MODEL_DIR.sig`). With `certificate`, sign as that certificate (its chain is
-    embedded); else with the bare key. Returns the signature's path."""
+    embedded), refused when a certificate of it is out of its validity `now` (default: the
+    clock's); else with the bare key. Returns the signature's path."""
     if not model_dir.is_dir():
         raise WeightsError(f"{model_dir} is not a directory; sign the model's directory")
     _refuse_loose_key(private_key)
+    if certificate is not None:
+        from inhouse.weights.trust import signing_out_of_force
+
+        refused = signing_out_of_force(certificate, certificate_chain, now)
+        if refused:
+            raise WeightsError(f"cannot sign with {certificate}: {refused}")
     target = signature or default_signature_path(model_dir)
     config = new_signing()
     try:

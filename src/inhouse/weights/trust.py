@@ -113,6 +113,37 @@ def certificate_out_of_force(
     return None
 
 
+def signing_out_of_force(
+    certificate: Path, chain: tuple[Path, ...], now: datetime.datetime | None = None
+) -> str | None:
+    """Why a signature made `now` with `certificate` (its issuers in `chain`) would be refused
+    by every verifier, or None: a certificate among them is expired or not valid yet. A file
+    that is not PEM certificates is left to the library, which says so."""
+    now = now or datetime.datetime.now(datetime.UTC)
+    try:
+        loaded = [
+            (path, c) for path in (certificate, *chain)
+            for c in x509.load_pem_x509_certificates(path.read_bytes())
+        ]  # fmt: skip
+    except (ValueError, OSError):
+        return None
+    for path, found in loaded:
+        name = found.subject.rfc4514_string()
+        name = name if path == certificate else f"its CA {name} ({path})"
+        if now < found.not_valid_before_utc:
+            return (
+                f"{name} is not valid until {_when(found.not_valid_before_utc)} (it is "
+                f"{_when(now)} here), and every verifier would refuse this signature: check "
+                "this machine's clock, or the certificate's dates"
+            )
+        if now > found.not_valid_after_utc:
+            return (
+                f"{name} expired on {_when(found.not_valid_after_utc)}, and every verifier "
+                "would refuse this signature: have your CA issue a current one and sign with it"
+            )
+    return None
+
+
 def _verified_path(certificates: tuple[bytes, ...], trust: Trust) -> list[x509.Certificate]:
     """The certificates from the signing one up to a trusted CA, as model-signing checks them;
     empty when there is none (it then refuses the signature itself, saying why)."""
