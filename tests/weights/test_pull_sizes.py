@@ -59,7 +59,7 @@ def test_a_missing_blob_names_the_file(
     with pytest.raises(InhouseError) as refused:
         pull_model(request)
     assert f"{SHARD}: its content" in str(refused.value)
-    assert "push it again" in str(refused.value)
+    assert "push the signed original again, as a new revision" in str(refused.value)
 
 
 @pytest.mark.parametrize("verify_cached", [False, True], ids=["plain", "verify-cached"])

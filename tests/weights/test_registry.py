@@ -157,3 +157,29 @@ def test_manifests_that_do_not_add_up_are_refused() -> None:
 
 def test_shard_name_constant_matches_the_tiny_model(signed_model: Path) -> None:
     assert (signed_model / SHARD).is_file()
+
+
+def test_pushing_again_repairs_a_blob_altered_in_the_registry(
+    signed_model: Path, registry: str, keys: Keys, tmp_path: Path
+) -> None:
+    """Every pull refusal of an altered registry copy says to push again from the signed
+    original; but push reused any blob of the right size, so the altered bytes stayed and
+    every revision pushed after it (sharing them) was refused too. A reused blob is now
+    checked against its SHA-256, and one that fails is uploaded again: the repair reaches
+    every revision that shares it."""
+    from inhouse.weights.pull import PullRequest, pull_model
+    from inhouse.weights.registry import blob_key
+
+    url, client = RegistryUrl.parse(registry), make_client()
+    first = push_model(client, signed_model, url, "acme/tiny", "r1").manifest
+    entry = next(f for f in first.files if f.path == SHARD)
+    data = bytearray((signed_model / SHARD).read_bytes())
+    data[len(data) // 2] ^= 1  # same size, one bit flipped
+    client.put_object(Bucket=url.bucket, Key=blob_key(url, entry.sha256), Body=bytes(data))
+    again = push_model(client, signed_model, url, "acme/tiny", "r2")
+    assert again.uploaded_bytes == entry.size and again.repaired == (SHARD,)
+    assert again.reused_bytes == first.total_bytes - entry.size
+    for revision in ("r1", "r2"):
+        request = PullRequest(url, "acme/tiny", revision, tmp_path / revision, keys.trust)
+        result = pull_model(request)
+        assert result.verification is not None and result.verification.ok

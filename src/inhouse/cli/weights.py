@@ -254,6 +254,13 @@ def _push(args: argparse.Namespace) -> int:
         args.license,
     )
     manifest = result.manifest
+    for path in result.repaired:
+        print(
+            f"warning: the registry's copy of {path!r} was not its SHA-256 (altered or "
+            "corrupted in the bucket); uploaded it again, which repairs every revision that "
+            "shares it",
+            file=sys.stderr,
+        )
     print(
         f"pushed {manifest.name}@{manifest.revision} ({manifest.digest}) to {registry}: "
         f"{len(manifest.files)} files, {result.uploaded_bytes / 1e6:.1f} MB uploaded, "

@@ -23,7 +23,7 @@ import botocore.exceptions
 
 from inhouse.weights.errors import WeightsError
 from inhouse.weights.manifest import FileEntry
-from inhouse.weights.messages import shown
+from inhouse.weights.messages import REPUSH, shown
 from inhouse.weights.s3 import error_code, is_not_found
 
 DEFAULT_PART_BYTES = 16 * 2**20
@@ -179,8 +179,7 @@ class Fetcher:
             if is_not_found(exc):
                 raise WeightsError(
                     f"{shown(part.path)}: its content ({part.key}) is not in the registry: the "
-                    "revision is incomplete or its manifest was altered; ask the release owner "
-                    "to push it again"
+                    f"revision is incomplete or its manifest was altered; {REPUSH}"
                 ) from exc
             raise
         body = response["Body"]
@@ -224,6 +223,5 @@ class Fetcher:
 def _wrong_size(part: Part, found: str) -> str:
     return (
         f"{shown(part.path)}: the registry's manifest says {part.file_bytes:,} bytes, but its "
-        f"content ({part.key}) is {found}: the manifest (or the object) was altered; ask the "
-        "release owner to push the revision again"
+        f"content ({part.key}) is {found}: the manifest (or the object) was altered; {REPUSH}"
     )

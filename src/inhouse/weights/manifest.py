@@ -105,7 +105,8 @@ def parse_manifest(text: bytes | str, where: str) -> RegistryManifest:
         field = ".".join(str(p) for p in first["loc"])
         raise WeightsError(
             f"{where}: not a valid weights manifest ({field}: {first['msg']}); the registry "
-            "holds something inhouse did not push, or it was altered: push the revision again"
+            "holds something inhouse did not push, or it was altered: push the signed original "
+            "again, as a new revision"
         ) from exc
     if manifest.format != FORMAT:
         raise WeightsError(f"{where}: format {manifest.format!r} is not {FORMAT!r}")

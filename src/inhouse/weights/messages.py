@@ -11,6 +11,12 @@ from dataclasses import replace
 from inhouse.weights.verdict import Problem, Verification
 
 MAX_LISTED = 5
+# What repairs a registry's copy: a revision cannot be pushed over, a new one can, and its push
+# uploads again any file the bucket lacks or altered (files are shared by content).
+REPUSH = (
+    "ask the release owner to push the signed original again, as a new revision (a push "
+    "uploads again what the bucket lacks or altered, for every revision that shares it)"
+)
 
 
 def short(digest: str | None) -> str:
@@ -67,9 +73,8 @@ def advice(verification: Verification) -> list[str]:
     return [
         "Do not serve this copy. If it came from the registry, `inhouse weights pull NAME@REV",
         "--verify-cached` moves the bad copy aside and fetches a fresh one; if the fresh one is",
-        "refused too, the registry's copy was altered: ask the release owner to push again",
-        "from the signed original. If you changed these files on purpose, sign them again",
-        "(`inhouse weights sign`).",
+        f"refused too, the registry's copy was altered: {REPUSH}.",
+        "If you changed these files on purpose, sign them again (`inhouse weights sign`).",
     ]
 
 

@@ -4,7 +4,8 @@
     s3://BUCKET/PREFIX/models/<name>/<revision>/model.sig   the signature
     s3://BUCKET/PREFIX/models/<name>/<revision>/manifest.json
 
-Files are stored once by content, so a new revision uploads only the files that changed.
+Files are stored once by content, so a new revision uploads only the files that changed (a
+file already there is read back and uploaded again if its bytes are not its SHA-256).
 A revision is immutable and complete once its manifest exists: push uploads the blobs, then
 the signature, then the manifest, and refuses a revision that already has one.
 """
@@ -48,6 +49,7 @@ UPLOAD = TransferConfig(
     multipart_threshold=64 * 2**20, multipart_chunksize=64 * 2**20, max_concurrency=4
 )
 NUM_UPLOAD_FILES = 4  # files uploaded at once, each in up to max_concurrency parts
+READ_BYTES = 8 * 2**20  # a reused blob is read back in chunks this size
 
 
 def blob_key(registry: RegistryUrl, sha256: str) -> str:
@@ -63,6 +65,7 @@ class PushResult:
     manifest: RegistryManifest
     uploaded_bytes: int
     reused_bytes: int  # blobs already in the registry (an earlier revision had them)
+    repaired: tuple[str, ...] = ()  # files whose registry copy was altered: uploaded again
 
 
 def catalog_license(name: str) -> str:
@@ -136,7 +139,7 @@ def push_model(
                 f"{name}@{revision} is already in {registry}; revisions are immutable: push a "
                 "new revision"
             )
-        uploaded, reused = _upload_blobs(client, model_dir, registry, files)
+        uploaded, reused, repaired = _upload_blobs(client, model_dir, registry, files)
         signature_bytes = signature.read_bytes()
         manifest = new_manifest(name, revision, files, signature_bytes, license)
         key = revision_key(registry, name, revision, SIGNATURE)
@@ -147,7 +150,7 @@ def push_model(
             Body=manifest.model_dump_json(indent=1).encode(),
             ContentType="application/json",
         )
-    return PushResult(manifest, uploaded, reused)
+    return PushResult(manifest, uploaded, reused, repaired)
 
 
 def new_manifest(
@@ -176,19 +179,37 @@ def _exists(client: Any, bucket: str, key: str, size: int | None = None) -> bool
 
 def _upload_blobs(
     client: Any, model_dir: Path, registry: RegistryUrl, files: list[FileEntry]
-) -> tuple[int, int]:
+) -> tuple[int, int, tuple[str, ...]]:
+    """Upload the blobs the registry lacks; returns (bytes uploaded, bytes reused, files whose
+    registry copy was altered and was uploaded again)."""
     unique = {f.sha256: f for f in files}.values()
 
-    def upload(entry: FileEntry) -> tuple[int, int]:
+    def upload(entry: FileEntry) -> tuple[int, int, bool]:
         key = blob_key(registry, entry.sha256)
-        if _exists(client, registry.bucket, key, entry.size):
-            return 0, entry.size
+        exists = _exists(client, registry.bucket, key, entry.size)
+        # NOTE: a blob is reused only when its bytes are its name's SHA-256: one altered in
+        # the bucket (same size) would otherwise stay, in every revision that shares it.
+        if exists and _sha256_of(client, registry.bucket, key) == entry.sha256:
+            return 0, entry.size, False
         client.upload_file(str(model_dir / entry.path), registry.bucket, key, Config=UPLOAD)
-        return entry.size, 0
+        return entry.size, 0, exists
 
     with ThreadPoolExecutor(max_workers=NUM_UPLOAD_FILES) as pool:
         counts = list(pool.map(upload, unique))
-    return sum(c[0] for c in counts), sum(c[1] for c in counts)
+    repaired = tuple(sorted(e.path for e, c in zip(unique, counts, strict=True) if c[2]))
+    return sum(c[0] for c in counts), sum(c[1] for c in counts), repaired
+
+
+def _sha256_of(client: Any, bucket: str, key: str) -> str:
+    """The SHA-256 of an object's bytes, read back in chunks."""
+    digest = hashlib.sha256()
+    body = client.get_object(Bucket=bucket, Key=key)["Body"]
+    try:
+        for chunk in iter(lambda: body.read(READ_BYTES), b""):
+            digest.update(chunk)
+    finally:
+        body.close()
+    return digest.hexdigest()
 
 
 def list_revisions(
