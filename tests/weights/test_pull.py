@@ -410,3 +410,18 @@ def test_a_transfer_that_breaks_says_the_pull_resumes(
     result = pull_model(request(pushed, cache, keys.trust, workers=1))
     assert result.resumed_bytes == kept and result.fetched_bytes == result.total_bytes - kept
     assert result.verification is not None and result.verification.ok
+
+
+def test_a_refused_registry_copy_says_what_helps(
+    pushed: RegistryUrl, keys: Keys, tmp_path: Path, signed_model: Path, tampering: Tampering
+) -> None:
+    """A pull refused over the registry's own copy advised `pull --verify-cached` ('moves the
+    bad copy aside and fetches a fresh one'): nothing was cached, and that fresh copy was the
+    one just refused. It says nothing was installed, that a pull again fetches the refused
+    files afresh (a transfer can corrupt them), and what repairs the registry."""
+    _tamper_registry(pushed, tampering, signed_model)
+    with pytest.raises(VerificationFailed) as raised:
+        pull_model(request(pushed, tmp_path / "c", keys.trust))
+    message = str(raised.value)
+    assert "--verify-cached" not in message and "Nothing was installed" in message
+    assert "push the signed original again, as a new revision" in message

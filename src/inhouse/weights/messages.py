@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from inhouse.weights.verdict import Problem, Verification
+from inhouse.weights.verdict import FILE_KINDS, Problem, Verification
 
 MAX_LISTED = 5
 # What repairs a registry's copy: a revision cannot be pushed over, a new one can, and its push
@@ -78,8 +78,24 @@ def advice(verification: Verification) -> list[str]:
     ]
 
 
-def describe_failure(verification: Verification) -> str:
-    """A multi-line message: what was checked, the problems (up to MAX_LISTED), what to do."""
+def registry_advice(verification: Verification) -> list[str]:
+    """What to do when a pull refused the registry's copy: its files disagree with the
+    signature (nothing is cached yet, so `--verify-cached` has nothing to set aside); a
+    signature or certificate problem is advised as anywhere else."""
+    first = verification.first
+    assert first is not None, "advice is for failures"
+    if first.kind not in FILE_KINDS:
+        return advice(verification)
+    return [
+        "Nothing was installed: the registry's copy does not match its signature. Pull again:",
+        "refused files are fetched afresh (a transfer can corrupt them). Refused again, the",
+        f"registry's copy was altered: do not serve it; {REPUSH}.",
+    ]
+
+
+def describe_failure(verification: Verification, advised: list[str] | None = None) -> str:
+    """A multi-line message: what was checked, the problems (up to MAX_LISTED), what to do
+    (`advised`, else `advice`'s)."""
     problems = verification.problems
     lines = [
         f"{verification.model_dir} does not match its signature {verification.signature} "
@@ -88,7 +104,7 @@ def describe_failure(verification: Verification) -> str:
     lines += [f"  {describe_problem(p)}" for p in problems[:MAX_LISTED]]
     if len(problems) > MAX_LISTED:
         lines.append(f"  … and {len(problems) - MAX_LISTED} more")
-    lines += advice(verification)
+    lines += advice(verification) if advised is None else advised
     return "\n".join(lines)
 
 

@@ -41,7 +41,11 @@ from inhouse.weights.download import (
 )
 from inhouse.weights.errors import VerificationFailed, WeightsError
 from inhouse.weights.manifest import FileEntry, RegistryManifest
-from inhouse.weights.messages import describe_failure, describe_replaced_revision
+from inhouse.weights.messages import (
+    describe_failure,
+    describe_replaced_revision,
+    registry_advice,
+)
 from inhouse.weights.registry import blob_key, hash_files, read_revision, resolve_revision
 from inhouse.weights.s3 import RegistryUrl, make_client, s3_errors
 from inhouse.weights.signature import Statement, read_statement
@@ -257,7 +261,10 @@ def _check_before_fetch(
 
 
 def _refusal(manifest: RegistryManifest, verification: Verification) -> str:
-    return f"refusing {manifest.name}@{manifest.revision}: " + describe_failure(verification)
+    advised = registry_advice(verification)
+    return f"refusing {manifest.name}@{manifest.revision}: " + describe_failure(
+        verification, advised
+    )
 
 
 @dataclass(frozen=True)
