@@ -241,3 +241,16 @@ def test_precomputed_digests_are_used_only_for_exactly_the_files_there(
     os.symlink("config.json", signed_model / "link.json")
     (problem,) = verify_model(signed_model, keys.trust, precomputed=digests).problems
     assert problem.kind == "unreadable"
+
+
+def test_a_mistyped_model_directory_is_named_not_its_signature(tmp_path: Path, keys: Keys) -> None:
+    """`verify /srv/modles/tiny` (a typo) said 'bad signature: /srv/modles/tiny.sig: no such
+    file' and advised checking the release key: the signature's default path follows the
+    directory's, so the directory is what to fix."""
+    from inhouse.weights.messages import describe_failure
+
+    typo = tmp_path / "modles" / "tiny"
+    result = verify_model(typo, keys.trust)
+    assert [(p.kind, p.path) for p in result.problems] == [("unreadable", str(typo))]
+    assert "no such directory" in describe_failure(result)
+    assert "release key" not in describe_failure(result)

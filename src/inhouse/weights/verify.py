@@ -136,6 +136,10 @@ def verify_model(
     `precomputed`: the library's digests of the files, taken as they were written (pull)."""
     signature = signature or default_signature_path(model_dir)
     base = Verification(model_dir, signature, trust.describe())
+    real_dir = model_dir.resolve()
+    if not real_dir.is_dir():  # first: a mistyped directory is not a signature problem
+        detail = "not a directory" if real_dir.exists() else "no such directory"
+        return _with(base, Problem("unreadable", str(model_dir), detail))
     try:
         statement = read_statement(signature)
     except WeightsError as exc:
@@ -147,9 +151,6 @@ def verify_model(
         expired = certificate_out_of_force(statement.certificates, trust)
         if expired:
             return _with(base, Problem("expired", str(signature), expired))
-    real_dir = model_dir.resolve()
-    if not real_dir.is_dir():
-        return _with(base, Problem("unreadable", str(model_dir), "no such directory"))
     within = inside(signature, real_dir)
     hashes = _RecordingHashing(statement, precomputed)
     configure_hashing(hashes, statement, [within] if within else [])
