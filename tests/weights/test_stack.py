@@ -74,3 +74,24 @@ def test_the_stack_can_allow_expired_certificates(tmp_path: Path) -> None:
     allowing = {**weights, "allow_expired_certificate": True}
     ready = prepare_weights(_stack(allowing), tmp_path, tmp_path / "c")  # type: ignore[arg-type]
     assert ready["chat"].path == model.resolve()
+
+
+def test_a_pool_whose_weights_cannot_be_had_is_named(
+    signed_model: Path, keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stack's second pool with a mistyped key path, or a registry `up` cannot reach, failed
+    with 'cannot read keys/relase.pub: no such file' or 'cannot reach the S3 server': which of
+    the pools, `inhouse up` did not say (a VerificationFailed named it; a WeightsError not)."""
+    from inhouse.weights.errors import WeightsError
+
+    missing_key = {"weights_dir": str(signed_model), "public_key": "keys/relase.pub"}
+    with pytest.raises(WeightsError, match=r"^pool 'chat': cannot read .*relase\.pub"):
+        prepare_weights(_stack(missing_key), tmp_path, tmp_path / "c")  # type: ignore[arg-type]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "0")
+    unreachable = {"registry": "s3://models/prod", "name": "acme/tiny", "revision": "v1",
+                   "public_key": str(keys.public)}  # fmt: skip
+    with pytest.raises(WeightsError, match=r"^pool 'chat': .*cannot reach the S3 server"):
+        prepare_weights(_stack(unreachable), tmp_path, tmp_path / "c")  # type: ignore[arg-type]

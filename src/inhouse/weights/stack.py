@@ -19,7 +19,7 @@ from pathlib import Path
 from inhouse.spec.stack import PoolSpec, StackSpec
 from inhouse.spec.weights import WeightsSpec
 from inhouse.weights.cache import WeightCache
-from inhouse.weights.errors import VerificationFailed
+from inhouse.weights.errors import VerificationFailed, WeightsError
 from inhouse.weights.messages import describe_failure
 from inhouse.weights.pull import PullRequest, pull_model
 from inhouse.weights.s3 import RegistryUrl
@@ -95,9 +95,13 @@ def _refuse_unless_ok(pool: PoolSpec, result: Verification) -> None:
 def prepare_weights(
     stack: StackSpec, base_dir: Path, cache: Path, log: Callable[[str], None] = lambda s: None
 ) -> dict[str, PoolWeights]:
-    """Every pool's weights, in stack order; the first refusal raises."""
+    """Every pool's weights, in stack order; the first refusal raises, naming the pool."""
     ready = {}
     for pool in stack.pools:
-        if pool.weights is not None:
+        if pool.weights is None:
+            continue
+        try:
             ready[pool.name] = prepare_pool_weights(pool, base_dir, cache, log)
+        except WeightsError as exc:  # a key, the registry, the cache: say whose
+            raise WeightsError(f"pool {pool.name!r}: {exc}") from exc
     return ready
