@@ -14,6 +14,8 @@ from tests.weights.pki import write_pki
 from tests.weights.s3_server import SeaweedS3
 from tests.weights.tiny_model import write_tiny_model
 
+from inhouse.weights.signature import sign_model
+
 INHOUSE = [sys.executable, "-m", "inhouse.cli.main"]
 
 
@@ -76,7 +78,10 @@ def test_verify_refuses_an_expired_certificate_unless_allowed(tmp_path: Path) ->
     model = write_tiny_model(tmp_path / "m", shard_bytes=64 * 1024)
     signed = inhouse("weights", "sign", str(model), "--key", str(pki.key), "--certificate",
                      str(pki.certificate), "--chain", str(pki.ca))  # fmt: skip
-    assert signed.returncode == 0, signed.stderr
+    assert signed.returncode == 2 and "expired on" in signed.stderr, signed.stderr
+    # signed while the certificate was valid (sign refuses it now that it has expired)
+    sign_model(model, pki.key, certificate=pki.certificate, certificate_chain=(pki.ca,),
+               now=pki.leaf().not_valid_before_utc)  # fmt: skip
     chain = ["--certificate-chain", str(pki.ca)]
     refused = inhouse("weights", "verify", str(model), *chain)
     assert refused.returncode == 1 and "--allow-expired-certificate" in refused.stderr
