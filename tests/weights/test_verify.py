@@ -254,3 +254,29 @@ def test_a_mistyped_model_directory_is_named_not_its_signature(tmp_path: Path, k
     assert [(p.kind, p.path) for p in result.problems] == [("unreadable", str(typo))]
     assert "no such directory" in describe_failure(result)
     assert "release key" not in describe_failure(result)
+
+
+def test_trust_that_is_not_a_public_key_or_ca_is_a_usage_error(
+    signed_model: Path, keys: Keys, tmp_path: Path
+) -> None:
+    """`--public-key key.priv` (the release's private key, copied to a node) or a file that is
+    no key at all was 'bad signature: MODEL.sig: Valid PEM but no BEGIN PUBLIC KEY ...', exit
+    1, as if the signature were at fault; and nothing said a private key has no business on a
+    node. Certificates where a CA chain belongs, likewise."""
+    import subprocess
+    import sys
+
+    from inhouse.weights.errors import WeightsError
+    from inhouse.weights.trust import Trust
+
+    with pytest.raises(WeightsError, match=r"key\.priv is a private key.*key\.pub"):
+        Trust.from_args(keys.private)
+    with pytest.raises(WeightsError, match=r"config\.json is not a PEM public key"):
+        Trust.from_args(signed_model / "config.json")
+    with pytest.raises(WeightsError, match=r"key\.pub holds no PEM certificate"):
+        Trust.from_args(None, (keys.public,))
+    argv = [sys.executable, "-m", "inhouse.cli.weights", "verify", str(signed_model),
+            "--public-key", str(keys.private)]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "private key" in done.stderr, done.stderr
+    assert "bad signature" not in done.stderr and "Traceback" not in done.stderr

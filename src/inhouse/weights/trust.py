@@ -67,6 +67,7 @@ class Trust:
         for path in paths:
             if not path.is_file():
                 raise WeightsError(f"cannot read {path}: no such file")
+            _check_pem(path, is_key=public_key is not None)
         if public_key is not None:
             return cls(public_key=paths[0])
         return cls(certificate_chain=tuple(paths),
@@ -77,6 +78,38 @@ class Trust:
             return f"public key {self.public_key}"
         chain = "certificate chain " + ", ".join(str(p) for p in self.certificate_chain)
         return chain + (" (expired certificates allowed)" if self.allow_expired_certificate else "")
+
+
+def _check_pem(path: Path, is_key: bool) -> None:
+    """A trusted public key is a PEM public key, a CA file holds PEM certificates; anything
+    else is the wrong file (a WeightsError saying which), not a signature that fails."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise WeightsError(f"cannot read {path}: {exc.strerror}") from exc
+    if b"PRIVATE KEY-----" in data:
+        raise WeightsError(
+            f"{path} is a private key: verifiers need only its public half (`key.pub`, from "
+            "keygen). Whoever can read a private key signs weights your engines serve: remove "
+            "it from wherever verifiers run (and from the ConfigMap), and give key.pub"
+        )
+    try:
+        if is_key:
+            serialization.load_pem_public_key(data)
+        else:
+            x509.load_pem_x509_certificates(data)
+    except ValueError as exc:
+        if is_key:
+            hint = " (a certificate: give your CA's with --certificate-chain)" if (
+                b"BEGIN CERTIFICATE" in data) else ""  # fmt: skip
+            raise WeightsError(
+                f"{path} is not a PEM public key{hint}: --public-key (public_key) takes the "
+                "release key's public half, `key.pub` from keygen"
+            ) from exc
+        raise WeightsError(
+            f"{path} holds no PEM certificate: --certificate-chain (certificate_chain) takes "
+            "your CA's certificates (e.g. ca.pem); a bare key goes with --public-key"
+        ) from exc
 
 
 def _when(moment: datetime.datetime) -> str:
