@@ -302,3 +302,29 @@ def test_a_bad_aws_max_attempts_names_the_variable(
         monkeypatch.setenv(name, setting)
     with pytest.raises(WeightsError, match=f"AWS_MAX_ATTEMPTS={value!r}.*whole number"):
         make_client()
+
+
+def test_ls_never_prints_a_manifests_control_characters(
+    signed_model: Path, registry: str
+) -> None:
+    """A manifest's licence and push time are the registry's words (unsigned, unchecked):
+    `ls` printed them raw, so a newline wrote a row of its own ('acme/fixed@v9 ... Apache-2.0')
+    and escape sequences reached the operator's terminal (colours, a cleared screen, a title)."""
+    from inhouse.weights.registry import read_revision, revision_key
+
+    url = RegistryUrl.parse(registry)
+    push_model(make_client(), signed_model, url, "acme/tiny", "v1")
+    client = make_client()
+    manifest, _ = read_revision(client, url, "acme/tiny", "v1")
+    forged = "\n" + f"{'acme/fixed@v9':48} {'0.01 GB':>10} {7:5}  {'2099-01-01':20}  Apache-2.0"
+    hostile = manifest.model_copy(
+        update={"license": "MIT\x1b[2J\x1b]0;pwned\x07" + forged, "pushed_at": "2025\r\x1b[31m"}
+    )
+    key = revision_key(url, "acme/tiny", "v1", "manifest.json")
+    client.put_object(Bucket=url.bucket, Key=key, Body=hostile.model_dump_json().encode())
+    argv = [sys.executable, "-m", "inhouse.cli.weights", "ls", "--registry", registry]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "\x1b" not in done.stdout and "\r" not in done.stdout and "\x07" not in done.stdout
+    rows = done.stdout.splitlines()
+    assert len(rows) == 2 and rows[1].startswith("acme/tiny@v1")

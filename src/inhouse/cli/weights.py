@@ -341,6 +341,7 @@ def pull_json(result: Any) -> dict[str, Any]:
 
 
 def _ls(args: argparse.Namespace) -> int:
+    from inhouse.weights.messages import shown
     from inhouse.weights.registry import read_manifests
     from inhouse.weights.s3 import RegistryUrl, make_client
 
@@ -355,8 +356,11 @@ def _ls(args: argparse.Namespace) -> int:
     print(f"{'NAME@REVISION':48} {'SIZE':>10} {'FILES':>5}  {'PUSHED':20}  LICENCE")
     for m in sorted(manifests, key=lambda m: (m.name, m.pushed_at)):
         size = f"{m.total_bytes / 1e9:.2f} GB"
-        line = f"{m.name + '@' + m.revision:48} {size:>10} {len(m.files):5}  {m.pushed_at:20}"
-        print(f"{line}  {m.license}")
+        # NOTE: the push time and licence are the registry's words, unsigned: escaped, so a
+        # newline or an escape sequence cannot write rows or reach the terminal.
+        pushed_at = shown(m.pushed_at)
+        line = f"{m.name + '@' + m.revision:48} {size:>10} {len(m.files):5}  {pushed_at:20}"
+        print(f"{line}  {shown(m.license)}")
     return 0
 
 
