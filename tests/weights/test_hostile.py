@@ -304,9 +304,7 @@ def test_a_bad_aws_max_attempts_names_the_variable(
         make_client()
 
 
-def test_ls_never_prints_a_manifests_control_characters(
-    signed_model: Path, registry: str
-) -> None:
+def test_ls_never_prints_a_manifests_control_characters(signed_model: Path, registry: str) -> None:
     """A manifest's licence and push time are the registry's words (unsigned, unchecked):
     `ls` printed them raw, so a newline wrote a row of its own ('acme/fixed@v9 ... Apache-2.0')
     and escape sequences reached the operator's terminal (colours, a cleared screen, a title)."""

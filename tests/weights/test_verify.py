@@ -303,3 +303,23 @@ def test_a_file_the_signer_ignored_is_not_covered_by_its_signature(
     assert [(p.kind, p.path) for p in result.problems] == [("extra", "modeling_evil.py")]
     (model / "modeling_evil.py").unlink()
     assert verify_model(model, keys.trust).ok
+
+
+def test_a_symlink_the_signer_allowed_is_still_refused(tmp_path: Path, keys: Keys) -> None:
+    """A guard, not a defect found: a signature made with symlinks allowed (model-signing's
+    `--allow_symlinks`, e.g. over a Hugging Face snapshot, whose files are links into its blob
+    store) must not verify a model whose file is a link: re-pointed after the check, vLLM would
+    load what the link then named. Links inside a model are refused, as docs/weights.md says,
+    whatever the signer allowed."""
+    from inhouse.weights.signature import new_hashing, new_signing
+
+    model = write_tiny_model(tmp_path / "m", num_shards=1, shard_bytes=4096)
+    store = tmp_path / "blobs"
+    store.mkdir()
+    (model / "tokenizer.json").rename(store / "tokenizer.json")
+    (model / "tokenizer.json").symlink_to(store / "tokenizer.json")
+    hashes = new_hashing().use_file_serialization(allow_symlinks=True).set_allow_symlinks(True)
+    signing = new_signing().use_elliptic_key_signer(private_key=keys.private)
+    signing.set_hashing_config(hashes).sign(model, default_signature_path(model))
+    (problem,) = verify_model(model, keys.trust).problems
+    assert problem.kind == "unreadable" and "symlink" in problem.detail

@@ -132,9 +132,12 @@ def configure_hashing(
     """The library's hashing `config` set up as the signer's was (method, algorithm, symlinks,
     shard size), ignoring `ignored` paths relative to the model (the signature, if inside)."""
     args = statement.serialization
+    # NOTE: symlinks are refused whatever the signer allowed (a link re-pointed after the
+    # check hands the engine other files); the library's Config refuses them anyway unless
+    # its own flag is set, which this never does.
     common: dict[str, Any] = {
         "hashing_algorithm": _ALGORITHM_OF_DIGEST[str(args["hash_type"])],
-        "allow_symlinks": bool(args.get("allow_symlinks", False)),
+        "allow_symlinks": False,
     }
     if statement.method == "shards":
         config.use_shard_serialization(shard_size=int(args["shard_size"]), **common)
