@@ -5,10 +5,12 @@ and fetched again."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -220,3 +222,59 @@ def test_a_revision_named_inside_another_revisions_link_never_writes_into_its_mo
     pull_model(request(url, other, keys.trust, "v1"))
     with pytest.raises(InhouseError, match="directory of model acme/tiny's revisions"):
         pull_model(dataclasses.replace(outer, cache=other))
+
+
+def test_concurrent_pulls_of_one_revision_as_two_contents_never_relink_it(
+    registry: str, keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two pulls of acme/tiny@v2 into one node's cache at once, served two signed contents (a
+    registry replaying another revision to one pod, or two registries, staging and prod, on
+    one node): each checked that the revision was not linked yet, then both linked it, the
+    last one silently re-pointing what the first had verified. Only one of them links it; the
+    other is refused as a replaced revision. (Both are held between their check and their
+    link, so the race is certain, not a matter of timing.)"""
+    from inhouse.weights import cache as cache_module
+
+    url = RegistryUrl.parse(registry)
+    _push(tmp_path, keys, url, "v1", seed=1)
+    second = _push(tmp_path, keys, url, "v2", seed=2)
+    make_client().create_bucket(Bucket=f"{url.bucket}-b")
+    other = RegistryUrl(f"{url.bucket}-b", url.prefix)
+    try:
+        model = write_tiny_model(tmp_path / "other-v2", seed=3)
+        sign_model(model, keys.private)
+        first = push_model(make_client(), model, other, NAME, "v2").manifest.digest
+        both_checked = threading.Barrier(2, timeout=5)
+        install = cache_module.WeightCache.install
+
+        def held(self: WeightCache, partial: Path, manifest: object) -> Path:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                both_checked.wait()
+            return install(self, partial, manifest)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(cache_module.WeightCache, "install", held)
+        cache = tmp_path / "cache"
+        outcomes: dict[str, object] = {}
+
+        def pull(source: RegistryUrl) -> None:
+            try:
+                outcomes[str(source)] = pull_model(request(source, cache, keys.trust, "v2"))
+            except Exception as exc:  # the test reads it
+                outcomes[str(source)] = exc
+
+        threads = [threading.Thread(target=pull, args=(s,)) for s in (url, other)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        refused = [o for o in outcomes.values() if isinstance(o, VerificationFailed)]
+        pulled = [o for o in outcomes.values() if not isinstance(o, VerificationFailed)]
+        assert len(refused) == 1 and len(pulled) == 1, outcomes
+        linked = WeightCache(cache).linked_digest(NAME, "v2")
+        assert linked == pulled[0].digest and linked in (first, second)  # type: ignore[attr-defined]
+    finally:
+        client = make_client()
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=other.bucket):
+            for item in page.get("Contents", []):
+                client.delete_object(Bucket=other.bucket, Key=item["Key"])
+        client.delete_bucket(Bucket=other.bucket)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import logging
 import os
 import tempfile
@@ -144,7 +145,21 @@ class WeightCache:
     def lock(self, digest: str) -> Iterator[None]:
         """Exclusive for one model across processes; a second pull waits, then finds it
         cached."""
-        path = self.root / "locks" / f"{_hex(digest)}.lock"
+        with self._lock(self.root / "locks" / f"{_hex(digest)}.lock", digest):
+            yield
+
+    @contextlib.contextmanager
+    def name_lock(self, name: str, revision: str) -> Iterator[None]:
+        """Exclusive for one name and revision across processes, held from the check that it is
+        not linked to other content to its link (two pulls of other contents under one
+        revision each passed the check, then both linked it). Taken inside `lock`, never
+        around it."""
+        key = hashlib.sha256(f"{name}@{revision}".encode()).hexdigest()[:32]
+        with self._lock(self.root / "locks" / f"name-{key}.lock", f"{name}@{revision}"):
+            yield
+
+    @contextlib.contextmanager
+    def _lock(self, path: Path, what: str) -> Iterator[None]:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             handle = os.fdopen(_open_lock(path), "r")
@@ -157,7 +172,7 @@ class WeightCache:
                 log.warning(
                     "another pull of %s on this node holds %s; waiting for it to finish (the "
                     "lock goes with that process: if it hangs, find and stop it)",
-                    digest,
+                    what,
                     path,
                 )
                 fcntl.flock(handle, fcntl.LOCK_EX)

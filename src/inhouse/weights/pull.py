@@ -169,8 +169,9 @@ def _use_cached(
 ) -> PullResult | Path:
     """The cached copy, linked for this name and revision; or, when `verify` finds it
     altered, the place it was moved to."""
-    _refuse_replaced_revision(request, cache, manifest)  # again: another pull may have linked
-    link = cache.link(manifest, signature)
+    with cache.name_lock(manifest.name, manifest.revision):
+        _refuse_replaced_revision(request, cache, manifest)  # again: another pull may have linked
+        link = cache.link(manifest, signature)
     verification = None
     if verify:
         verification = verify_model(link, request.trust)
@@ -366,9 +367,10 @@ def _fetch_and_verify(
     if not verification.ok:
         _forget(job.journal, job.parts, {p.path for p in verification.file_problems})
         raise VerificationFailed(verification, _refusal(manifest, verification))
-    _refuse_replaced_revision(request, cache, manifest)  # again: another pull may have linked
-    cache.install(job.model_dir, manifest)
-    link = cache.link(manifest, signature)
+    with cache.name_lock(manifest.name, manifest.revision):
+        _refuse_replaced_revision(request, cache, manifest)  # again: another pull may have linked
+        cache.install(job.model_dir, manifest)
+        link = cache.link(manifest, signature)
     _remove_partial(job.model_dir.parent)
     return PullResult(
         manifest.name, manifest.revision, manifest.digest, link,
