@@ -8,11 +8,16 @@ verified."""
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from pathlib import Path
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from tests.weights.clients import CountingClient
-from tests.weights.pki import Pki, write_pki
+from tests.weights.pki import DAY, Pki, _usage, write_pki
 from tests.weights.tiny_model import write_tiny_model
 
 from inhouse.weights.errors import VerificationFailed, WeightsError
@@ -143,3 +148,46 @@ def test_signing_with_a_certificate_out_of_its_validity_is_refused(
         sign_model(model, pki.key, certificate=pki.certificate, certificate_chain=(pki.ca,))
     assert "every verifier" in str(refused.value)
     assert not default_signature_path(model).exists()
+
+
+def test_a_ca_renewed_with_its_key_keeps_its_signatures_in_force(tmp_path: Path) -> None:
+    """A CA renewed with the same key (same name, a new validity) vouches for the signing
+    certificates the old one issued. With both in the trust (the ConfigMap during the
+    rotation), the path was built as of the signing certificate's first day, through the old
+    CA, and refused as expired, though the renewed CA vouches for it now."""
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test CA")])
+
+    def ca(days: tuple[int, int]) -> x509.Certificate:
+        return (
+            x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now + days[0] * DAY).not_valid_after(now + days[1] * DAY)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(_usage(cert_sign=True), critical=True)
+            .sign(ca_key, hashes.SHA256())
+        )  # fmt: skip
+
+    old, renewed = ca((-400, -2)), ca((-1, 3650))
+    pki = write_pki(tmp_path / "pki", leaf_days=(-300, 300))  # its leaf, re-issued below
+    key = serialization.load_pem_private_key(pki.key.read_bytes(), None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey)
+    leaf = (
+        x509.CertificateBuilder().subject_name(pki.leaf().subject).issuer_name(name)
+        .public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - 300 * DAY).not_valid_after(now + 300 * DAY)
+    )  # fmt: skip
+    for extension in pki.leaf().extensions:
+        leaf = leaf.add_extension(extension.value, extension.critical)
+    pem = serialization.Encoding.PEM
+    pki.certificate.write_bytes(leaf.sign(ca_key, hashes.SHA256()).public_bytes(pem))
+    (tmp_path / "old.pem").write_bytes(old.public_bytes(pem))
+    (tmp_path / "trust.pem").write_bytes(old.public_bytes(pem) + renewed.public_bytes(pem))
+    model = write_tiny_model(tmp_path / "m", num_shards=1, shard_bytes=4096)
+    sign_model(model, pki.key, certificate=pki.certificate,
+               certificate_chain=(tmp_path / "old.pem",), now=now - 300 * DAY)  # fmt: skip
+    result = verify_model(model, Trust(certificate_chain=(tmp_path / "trust.pem",)))
+    assert result.ok, result.problems
+    (problem,) = verify_model(model, Trust(certificate_chain=(tmp_path / "old.pem",))).problems
+    assert problem.kind == "expired" and "CN=test CA" in problem.detail  # the old CA alone

@@ -120,13 +120,18 @@ def certificate_out_of_force(
     certificates: tuple[bytes, ...], trust: Trust, now: datetime.datetime | None = None
 ) -> str | None:
     """Why the signing certificate (DER `certificates[0]`, the bundle's others after it) may
-    not be used `now`, or None. Checked on the path that chains it to `trust`'s CA, as
-    model-signing builds it (as of the signing certificate's first valid day): every
-    certificate on it must be valid now; an expired one passes when the trust allows it. A
+    not be used `now`, or None. In force when a path to `trust`'s CA is valid now (a CA
+    renewed with its key included); else told on the path model-signing builds (as of the
+    signing certificate's first valid day): every certificate on it must be valid now; an
+    expired one passes when the trust allows it. A
     certificate that does not chain to the CA at all is left to the library, which refuses it
     as a bad signature (an expiry is only told of a certificate the CA issued)."""
     now = now or datetime.datetime.now(datetime.UTC)
-    path = _verified_path(certificates, trust)
+    if _verified_path(certificates, trust, now):
+        # NOTE: a path valid now is in force, though the library's, as of the signing
+        # certificate's first day, may run through a CA since renewed with the same key.
+        return None
+    path = _verified_path(certificates, trust, None)
     for position, certificate in enumerate(path):
         role = "the signing certificate" if position == 0 else "its CA certificate"
         name = f"{role} {certificate.subject.rfc4514_string()}"
@@ -177,9 +182,12 @@ def signing_out_of_force(
     return None
 
 
-def _verified_path(certificates: tuple[bytes, ...], trust: Trust) -> list[x509.Certificate]:
-    """The certificates from the signing one up to a trusted CA, as model-signing checks them;
-    empty when there is none (it then refuses the signature itself, saying why)."""
+def _verified_path(
+    certificates: tuple[bytes, ...], trust: Trust, at: datetime.datetime | None
+) -> list[x509.Certificate]:
+    """The certificates from the signing one up to a trusted CA, each valid `at`; as
+    model-signing checks them (as of the signing certificate's first day) when `at` is None.
+    Empty when there is none (the library then refuses the signature itself, saying why)."""
     try:
         signing, *others = (x509.load_der_x509_certificate(c) for c in certificates)
         trusted = x509.load_pem_x509_certificates(
@@ -190,7 +198,7 @@ def _verified_path(certificates: tuple[bytes, ...], trust: Trust) -> list[x509.C
     store = crypto.X509Store()
     for certificate in trusted:
         store.add_cert(crypto.X509.from_cryptography(certificate))
-    store.set_time(signing.not_valid_before_utc)
+    store.set_time(at or signing.not_valid_before_utc)
     context = crypto.X509StoreContext(
         store,
         crypto.X509.from_cryptography(signing),
