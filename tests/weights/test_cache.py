@@ -151,3 +151,22 @@ def test_a_pull_waiting_for_another_says_so(
     thread.join(60)
     assert "another pull" in caplog.text and str(lock) in caplog.text
     assert len(results) == 1
+
+
+@pytest.mark.parametrize("planted", ["modeling_evil.py", ".git/config"])
+def test_a_file_planted_in_a_partial_pull_is_never_installed_nor_blocks_it(
+    registry: str, keys: Keys, tmp_path: Path, planted: str
+) -> None:
+    """A file no pull writes, left in `partial/<digest>/model/`, stayed there: an extra file
+    made every later pull of the model fail verification ('extra', and 'pull again', which
+    failed again), and one under `.git/` (which verification skips) was installed inside the
+    verified model."""
+    url, digest = _pushed(registry, keys, tmp_path)
+    cache = tmp_path / "cache"
+    model = WeightCache(cache).partial_dir(digest) / "model"
+    (model / planted).parent.mkdir(parents=True)
+    (model / planted).write_text("planted\n")
+    result = pull_model(_request(url, cache, keys))
+    assert result.verification is not None and result.verification.ok
+    assert not (result.path / planted).exists()
+    assert not (result.path / planted.split("/")[0]).exists()

@@ -24,7 +24,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from inhouse.weights.cache import WeightCache, write_atomic
@@ -287,7 +287,7 @@ def _start_job(
     request: PullRequest, cache: WeightCache, manifest: RegistryManifest, signature: bytes
 ) -> _Job:
     partial = cache.partial_dir(manifest.digest)
-    _discard_foreign(partial)
+    _discard_foreign(partial, manifest.files)
     signature_path = partial / "model.sig"
     write_atomic(signature_path, signature)
     _check_before_fetch(request, manifest, signature_path, signature)
@@ -311,19 +311,27 @@ def _journal_header(manifest: RegistryManifest, part_bytes: int) -> str:
     return f"inhouse-pull {manifest.digest} {part_bytes} {plan}"
 
 
-def _discard_foreign(partial: Path) -> None:
+def _discard_foreign(partial: Path, files: tuple[FileEntry, ...]) -> None:
     """Start afresh when an interrupted pull's directory is, or holds, what no pull writes: a
     symlink (planted at a path anyone can compute from the registry, it would redirect the
-    pull's writes outside the cache) or a special file. Nothing is followed; the links are
-    removed."""
+    pull's writes outside the cache), a special file, or a model file the manifest does not
+    list (it would fail every verification as `extra`, or, under `.git/`, which verification
+    skips, be installed with the model). Nothing is followed; the links are removed."""
     if partial.is_symlink() or (partial.exists() and not partial.is_dir()):
         log.warning("%s is not what a pull writes; starting it afresh", partial)
         partial.unlink()
         return
-    for directory, subdirs, files in os.walk(partial):
-        for name in subdirs + files:
+    listed = {f.path for f in files}
+    parents = {str(parent) for f in files for parent in PurePosixPath(f.path).parents}
+    model = partial / "model"
+    for directory, subdirs, names in os.walk(partial):
+        for name in subdirs + names:
             path = Path(directory) / name
-            if path.is_symlink() or not (path.is_dir() or path.is_file()):
+            foreign = path.is_symlink() or not (path.is_dir() or path.is_file())
+            if not foreign and path.is_relative_to(model) and path != model:
+                relative = path.relative_to(model).as_posix()
+                foreign = relative not in (parents if path.is_dir() else listed)
+            if foreign:
                 log.warning("%s is not what a pull writes; starting %s afresh", path, partial)
                 shutil.rmtree(partial)
                 return
