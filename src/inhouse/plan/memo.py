@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from inhouse.plan.memo_availability import availability_lines, availability_summary
 from inhouse.plan.memo_failover import degraded_sentence, failover_lines, failover_risks
 from inhouse.plan.memo_format import METRIC_NAMES, _ms, _pct, _table, _usd
 from inhouse.plan.memo_notes import _break_units, _bucket_note, _length_models, _not_re_forecast
@@ -71,6 +72,7 @@ def _summary(r: Mapping[str, Any]) -> list[str]:
         "the cost arithmetic and what would invalidate it. All numbers come from `plan.json`.",
         "",
         *degraded_sentence(r),
+        *availability_summary(r),
     ]
 
 
@@ -258,7 +260,7 @@ def _capacity(r: Mapping[str, Any]) -> list[str]:
         "decode batch that law gives at the forecast step time.",
         "",
     ]
-    return [*lines, *failover_lines(r)]
+    return [*lines, *availability_lines(r), *failover_lines(r)]
 
 
 def _cost(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:

@@ -13,6 +13,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from inhouse.plan.availability import availability_report
 from inhouse.plan.commitments import commitments, requirements_echo
 from inhouse.plan.cost import (
     WorkloadCost,
@@ -69,6 +70,7 @@ def assemble_report(
         "requirements": requirements_echo(req),
         "degraded": degraded(plan),
         "degraded_mode": degraded_mode(plan),
+        "availability": availability_report(plan),
         "lora": lora_pools(plan),
         "cost": cost(plan, figures.costs),
         "sensitivity": figures.sensitivity,
@@ -382,7 +384,8 @@ def assumptions(plan: Plan) -> list[str]:
         f"Routing: {planning.routing_policy} in every pool, in the plan and in the simulator.",
         f"Headroom: analytic p95s at most {1 - planning.headroom:.0%} of each target; replica "
         f"utilization at most {planning.max_utilization:.0%}; KV cache at most 90% at p95.",
-        "Availability >= 99% means at least two replicas per pool (N+1).",
+        "Availability >= 99% means at least two replicas per pool (N+1), fallback pools "
+        "aside; what the replica counts give is section 5's availability table.",
         "Dominated options are not sized: a quantization whose weights are no smaller and GEMMs "
         "no faster than another allowed one (BF16 next to FP8 on an H100), a 16-bit KV cache "
         "next to an allowed FP8 one. Every allowed option is taken to meet the quality bar; the "

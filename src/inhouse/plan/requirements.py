@@ -400,6 +400,15 @@ class Planning(SpecModel):
         3.0,
     )
     seed: int = 0
+    # Availability arithmetic (`plan/availability.py`): assumptions, not measurements, until the
+    # operator states the fleet's own. A crash, a GPU fault, a driver or node update each take a
+    # replica down; hardware alone is far rarer (docs/plan.md, Availability).
+    replica_failures_per_month: float = Field(
+        default=1.0, ge=0, le=730, description="times a month one replica goes down (assumed)"
+    )
+    replica_mttr_min: float = Field(
+        default=60.0, gt=0, le=43800, description="minutes to bring a lost replica back (assumed)"
+    )
 
     @field_validator("verify_duration_s", "stress_duration_s")
     @classmethod
