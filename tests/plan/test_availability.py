@@ -20,9 +20,7 @@ from .plan_helpers import parse, small_requirements
 
 
 def test_a_replicas_down_share_is_mttr_over_mtbf_plus_mttr() -> None:
-    planning = parse(
-        small_requirements(replica_failures_per_month=2, replica_mttr_min=90)
-    ).planning
+    planning = parse(small_requirements(replica_failures_per_month=2, replica_mttr_min=90)).planning
     # 2 failures of 1.5 h in 730 h: MTBF 365 h, so 1.5 / (365 + 1.5).
     assert replica_down_share(planning) == pytest.approx(1.5 / 366.5)
 
@@ -64,9 +62,7 @@ def test_the_plan_states_each_pools_availability_and_flags_a_lone_fallback() -> 
     primary, fallback = pools["chat"], pools["chat-fallback"]
     n = primary["replicas"]
     assert n >= 2 and primary["tolerated_down"] == 1
-    assert primary["availability"] == pytest.approx(
-        (1 - u) ** n + n * u * (1 - u) ** (n - 1)
-    )
+    assert primary["availability"] == pytest.approx((1 - u) ** n + n * u * (1 - u) ** (n - 1))
     assert primary["meets"]
     # The fallback's one replica is down 1/731 of the time: 99.863%, short of 99.9%.
     assert fallback["replicas"] == 1 and fallback["tolerated_down"] == 0

@@ -13,6 +13,7 @@ from typing import Any
 from inhouse.plan.memo_availability import availability_lines, availability_summary
 from inhouse.plan.memo_failover import degraded_sentence, failover_lines, failover_risks
 from inhouse.plan.memo_format import METRIC_NAMES, _ms, _pct, _table, _usd
+from inhouse.plan.memo_long import long_prompt_note, metric_label
 from inhouse.plan.memo_notes import _break_units, _bucket_note, _length_models, _not_re_forecast
 from inhouse.plan.memo_verify import WITHIN_NOISE, any_marginal, interval_note, verification_cell
 from inhouse.spec.triggers import Trigger, describe
@@ -195,8 +196,16 @@ def _slo_table(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
     multiples = [k for k in checks if k.endswith("x")]
     rows = []
     for workload, targets in checks["targets"].items():
+        long = (checks.get("long_prompts") or {}).get(workload)
+        if long is not None:
+            targets = {**targets, "long_ttft": long["ttft"]}
         for metric, t in targets.items():
-            row = [workload, METRIC_NAMES[metric], f"< {_ms(t['target_ms'])}", _ms(t["alarm_ms"])]
+            row = [
+                workload,
+                metric_label(metric, long),
+                f"< {_ms(t['target_ms'])}",
+                _ms(t["alarm_ms"]),
+            ]
             one = checks.get("1x", {}).get("workloads", {}).get(workload, {}).get("metrics", {})
             row.append(_ms(one.get(metric, {}).get("analytic_p95_ms")))
             for m in multiples:
@@ -219,6 +228,7 @@ def _slo_table(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
         "stack stops meeting the SLOs; they are not commitments."
     )
     lines += interval_note(r)
+    lines += long_prompt_note(r)
     if "latency" in charts:
         lines += ["", f"![p95 latency against load]({charts['latency']})"]
     return [*lines, ""]

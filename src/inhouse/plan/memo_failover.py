@@ -13,8 +13,18 @@ from inhouse.plan.p95_interval import BLOCK_S, CONFIDENCE, Interval, difference
 METRICS = ("ttft", "itl", "tpot", "e2e")
 
 
+# TTFT by prompt length, where long prompts have a target of their own (`verify.check_key`):
+# the metric whose target each row is held to, and its name.
+LENGTH_ROWS = {
+    "p95_ttft_short_ms": ("ttft", "p95 TTFT, prompts up to the long-prompt length"),
+    "p95_ttft_long_ms": ("long_ttft", METRIC_NAMES["long_ttft"]),
+}
+
+
 def _metric(key: str) -> str:
-    """`p95_e2el_ms` -> `e2e`."""
+    """`p95_e2el_ms` -> `e2e`; `p95_ttft_long_ms` -> `long_ttft`."""
+    if key in LENGTH_ROWS:
+        return LENGTH_ROWS[key][0]
     return key.split("_")[1].replace("e2el", "e2e")
 
 
@@ -38,16 +48,17 @@ def _rows(d: Mapping[str, Any], base: Mapping[str, Any]) -> tuple[list[str], lis
         stated = (d["degraded_slo"] or {}).get(workload) or {}
         kept = (shed or {}).get("workloads_kept", {}).get(workload)
         normal = base.get(workload) or {}
+        by_length = any(key in LENGTH_ROWS for key in w["p95_ms"])
         for key, value in w["p95_ms"].items():
             metric = _metric(key)
-            if metric not in METRICS:
-                continue
+            if metric not in (*METRICS, "long_ttft") or (by_length and key == "p95_ttft_ms"):
+                continue  # with TTFT by prompt length, the all-prompts TTFT is judged by none
             target = stated.get(metric, {}).get("target_ms")
             first = _interval(normal, key)
             lost = _interval(w, key)
             row = [
                 workload,
-                METRIC_NAMES[metric],
+                LENGTH_ROWS[key][1] if key in LENGTH_ROWS else METRIC_NAMES[metric],
                 _with_interval((normal.get("p95_ms") or {}).get(key), first),
                 _with_interval(value, lost),
                 _compared(first, lost),

@@ -401,7 +401,9 @@ def _update_corrections(
             old = corrections.get(workload, {}).get(metric, 1.0)
             analytic = candidate.predictions.get(workload, {}).get(metric, 0.0)
             idle = candidate.floors.get(workload, {}).get(metric, 0.0)
-            simulated = float(summary[METRIC_KEYS[metric]])
+            # NOTE: a long-prompt TTFT (`long_ttft`) has no analytic figure of its own here,
+            # so its misses grow the pools (`grow`) without correcting the model.
+            simulated = float(summary[item.get("p95_key", METRIC_KEYS.get(metric, ""))])
             # The analytic load part was already scaled by `old`; find the factor that makes it
             # match the simulator, with a margin.
             load_part = (analytic - idle) / old

@@ -243,6 +243,15 @@ def slo_check(plan: Plan) -> dict[str, Any]:
             m: {"target_ms": t, "alarm_ms": req.slo.alarm_ms(m)}
             for m, t in req.slo.targets().items()
         }
+        if req.slo.has_long_ttft:
+            # Apart from `targets`, whose keys are the four metrics every reader knows.
+            out.setdefault("long_prompts", {})[req.name] = {
+                "above_tokens": req.slo.long_prompt_tokens,
+                "ttft": {
+                    "target_ms": req.slo.long_ttft_p95_ms,
+                    "alarm_ms": req.slo.long_alarm_ms(),
+                },
+            }
     return out
 
 

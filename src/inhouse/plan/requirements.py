@@ -146,6 +146,12 @@ class Slo(SpecModel):
     ttft_cold_p95_ms: float | None = Field(default=None, gt=0)
     ttft_cold_alarm_ms: float | None = Field(default=None, gt=0)
     availability: float = Field(default=0.999, gt=0, lt=1)
+    # Long prompts on a pool of their own with a looser TTFT (the seeds' "dedicated pool with a
+    # higher TTFT SLO": a 24K-token prompt cannot meet a chat TTFT). Null: one TTFT target for
+    # every prompt. `long_prompt_tokens` is stated in `slo` only; `degraded_slo` may loosen
+    # `long_ttft_p95_ms` (default: the normal one).
+    long_prompt_tokens: int | None = Field(default=None, gt=0)
+    long_ttft_p95_ms: float | None = Field(default=None, gt=0)
 
     _availability_share = field_validator("availability", mode="before")(_share_not_percent)
 
@@ -168,7 +174,34 @@ class Slo(SpecModel):
                     f"{metric}_alarm_ms ({alarm:g}) is below {metric}_p95_ms ({target:g}): the "
                     "alarm would page while the target still holds; set it at or above the target"
                 )
+        if self.long_ttft_p95_ms is not None:
+            if self.ttft_p95_ms is None:
+                raise ValueError(
+                    f"long_ttft_p95_ms ({self.long_ttft_p95_ms:g}) loosens ttft_p95_ms for long "
+                    "prompts, and there is no ttft_p95_ms: state the TTFT target for the others"
+                )
+            if self.long_ttft_p95_ms < self.ttft_p95_ms:
+                raise ValueError(
+                    f"long_ttft_p95_ms ({self.long_ttft_p95_ms:g}) is below ttft_p95_ms "
+                    f"({self.ttft_p95_ms:g}): long prompts take longer to prefill, so their "
+                    "target is the looser one; set it at or above ttft_p95_ms"
+                )
         return self
+
+    @property
+    def has_long_ttft(self) -> bool:
+        return self.long_prompt_tokens is not None and self.long_ttft_p95_ms is not None
+
+    def long_alarm_ms(self) -> float:
+        assert self.long_ttft_p95_ms is not None, "no long-prompt TTFT target"
+        return round(1.25 * self.long_ttft_p95_ms, 1)
+
+    def for_long_prompts(self, long_ttft_ms: float) -> Slo:
+        """This SLO as the long-context pool is held to it: `long_ttft_ms` for TTFT (its alarm
+        1.25x), every other target as it is."""
+        return self.model_copy(
+            update={"ttft_p95_ms": long_ttft_ms, "ttft_alarm_ms": round(1.25 * long_ttft_ms, 1)}
+        )
 
     def targets(self) -> dict[str, float]:
         """`{metric: target_ms}` for every metric with a target, in a fixed order."""
@@ -268,6 +301,7 @@ class WorkloadReq(SpecModel):
                 )
         if not self.slo.targets():
             raise ValueError("slo needs at least one p95 target (ttft, itl, tpot or e2e)")
+        self._long_prompts_stated()
         if self.output_tokens.p95 < 2:
             for slo in (self.slo, self.degraded_slo):
                 gaps = [m for m in ("itl", "tpot") if slo is not None and m in slo.targets()]
@@ -279,6 +313,67 @@ class WorkloadReq(SpecModel):
                         "output_tokens.p95 is 1: drop the target or state the output lengths"
                     )
         return self
+
+    def _long_prompts_stated(self) -> None:
+        """`slo.long_prompt_tokens` and `slo.long_ttft_p95_ms` come together, on a workload the
+        planner can split by prompt length, at a length some prompts exceed."""
+        slo, degraded = self.slo, self.degraded_slo
+        if degraded is not None and degraded.long_prompt_tokens is not None:
+            raise ValueError(
+                "degraded_slo.long_prompt_tokens: the long prompts are defined once, in slo; "
+                "degraded_slo may state only long_ttft_p95_ms"
+            )
+        if degraded is not None and degraded.long_ttft_p95_ms is not None and not slo.has_long_ttft:
+            raise ValueError(
+                "degraded_slo.long_ttft_p95_ms needs slo.long_prompt_tokens and "
+                "slo.long_ttft_p95_ms: state which prompts are long, and their normal target"
+            )
+        if (slo.long_prompt_tokens is None) != (slo.long_ttft_p95_ms is None):
+            given, missing = (
+                ("long_prompt_tokens", "long_ttft_p95_ms")
+                if slo.long_ttft_p95_ms is None
+                else ("long_ttft_p95_ms", "long_prompt_tokens")
+            )
+            raise ValueError(
+                f"slo.{given} needs slo.{missing}: long prompts (longer than "
+                "long_prompt_tokens) get their own p95 TTFT (long_ttft_p95_ms); state both"
+            )
+        if slo.long_prompt_tokens is None:
+            return
+        if self.kind in ("agent", "utility") or self.prompt_tokens is None:
+            raise ValueError(
+                f"slo.long_prompt_tokens is for longctx and shared-prefix workloads (their "
+                f"prompts are split between a standard and a long-context pool); a {self.kind} "
+                "workload is served by one pool: drop slo.long_prompt_tokens and "
+                "slo.long_ttft_p95_ms"
+            )
+        longest = self.max_prompt_tokens
+        if slo.long_prompt_tokens < self.prompt_tokens.p50:
+            raise ValueError(
+                f"slo.long_prompt_tokens ({slo.long_prompt_tokens}) is below prompt_tokens.p50 "
+                f"({self.prompt_tokens.p50}): more than half the prompts would be 'long'; raise "
+                "it to where the long tail starts (the p75 or p90 prompt, say)"
+            )
+        if longest is not None and slo.long_prompt_tokens >= longest:
+            raise ValueError(
+                f"slo.long_prompt_tokens ({slo.long_prompt_tokens}) is not below "
+                f"max_prompt_tokens ({longest}): no prompt would be long; lower it"
+            )
+
+    def judged_slo(self, *, degraded: bool = False) -> Slo:
+        """The SLO a simulator check holds the workload to: with one replica lost its
+        `degraded_slo` (if any), long prompts defined by `slo` and held to the degraded
+        long-prompt target or else the normal one."""
+        if not degraded or self.degraded_slo is None:
+            return self.slo
+        if not self.slo.has_long_ttft:
+            return self.degraded_slo
+        return self.degraded_slo.model_copy(
+            update={
+                "long_prompt_tokens": self.slo.long_prompt_tokens,
+                "long_ttft_p95_ms": self.degraded_slo.long_ttft_p95_ms or self.slo.long_ttft_p95_ms,
+            }
+        )
 
 
 class HardwareOffer(SpecModel):

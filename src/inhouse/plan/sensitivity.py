@@ -94,7 +94,12 @@ def breaches(
     """Every SLO the predictions break, worst first (`over_by`: predicted/target − 1)."""
     out: list[dict[str, object]] = []
     for req in requirements.workloads:
-        for metric, target in req.slo.targets().items():
+        targets = req.slo.targets()
+        if req.slo.long_ttft_p95_ms is not None and "long_ttft" in (predicted or {}).get(
+            req.name, {"long_ttft": 0.0}
+        ):
+            targets["long_ttft"] = req.slo.long_ttft_p95_ms
+        for metric, target in targets.items():
             value = float("inf") if predicted is None else predicted[req.name][metric]
             if value > target:
                 out.append(
