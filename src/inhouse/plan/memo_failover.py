@@ -34,10 +34,32 @@ def _verdict(value: Any, target: Any) -> str:
     return "ok" if value is not None and value <= target else "MISS"
 
 
-def _rows(d: Mapping[str, Any], base: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+def normal_targets(r: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """Each workload's normal p95 targets (ms) by metric, the long prompts' TTFT as
+    `long_ttft`: what a lost replica is held to where no degraded SLO is stated."""
+    checks = r.get("slo_check") or {}
+    out: dict[str, dict[str, float]] = {}
+    for workload, targets in (checks.get("targets") or {}).items():
+        out[workload] = {m: float(t["target_ms"]) for m, t in targets.items()}
+    for workload, item in (checks.get("long_prompts") or {}).items():
+        out.setdefault(workload, {})["long_ttft"] = float(item["ttft"]["target_ms"])
+    return out
+
+
+def _normal_verdict(value: Any, target: float) -> str:
+    return (
+        "within the normal SLO" if value is not None and value <= target else "over the normal SLO"
+    )
+
+
+def _rows(
+    d: Mapping[str, Any], base: Mapping[str, Any], targets: Mapping[str, Any]
+) -> tuple[list[str], list[list[str]]]:
     """One row per workload and metric: the p95 at 1x peak and with the replica lost, each with
     its interval, and whether the two differ by more than their intervals allow. `base`: the
-    1x check's workloads (`slo_check["1x"]`), or nothing."""
+    1x check's workloads (`slo_check["1x"]`), or nothing. A workload with no degraded SLO is
+    held to its normal `targets` (`normal_targets`): losing a replica for the time it takes to
+    replace it is no exemption from the SLO unless the requirements say so."""
     shed = d.get("shed")
     header = ["workload", "metric", "1x peak", "replica lost", "vs 1x"]
     if shed:
@@ -69,11 +91,39 @@ def _rows(d: Mapping[str, Any], base: Mapping[str, Any]) -> tuple[list[str], lis
                     if kept is None
                     else _with_interval(kept["p95_ms"][key], _interval(kept, key))
                 )
+            own = (targets.get(workload) or {}).get(metric)
+            if target is None and own is not None:
+                verdict = _normal_verdict(value, own)
+                if shed and kept is not None:
+                    verdict += f" / {_normal_verdict(kept['p95_ms'][key], own)} shed"
+                rows.append([*row, f"— (normal {_ms(own)})", verdict])
+                continue
             verdict = _verdict(value, target)
             if shed and kept is not None and target is not None:
                 verdict += f" / {_verdict(kept['p95_ms'][key], target)} shed"
             rows.append([*row, _ms(target), verdict])
     return header, rows
+
+
+def normal_misses(r: Mapping[str, Any]) -> dict[str, list[str]]:
+    """Per workload with no degraded SLO: the metrics (and pools lost) whose p95 with one
+    replica lost is over its normal target."""
+    normal = normal_targets(r)
+    out: dict[str, list[str]] = {}
+    for d in r.get("degraded") or []:
+        for workload, w in d["workloads"].items():
+            if ((d.get("degraded_slo") or {}).get(workload)) is not None:
+                continue
+            by_length = any(key in LENGTH_ROWS for key in w["p95_ms"])
+            for key, value in w["p95_ms"].items():
+                metric = _metric(key)
+                target = (normal.get(workload) or {}).get(metric)
+                if target is None or (by_length and key == "p95_ttft_ms"):
+                    continue
+                if value is None or value > target:
+                    label = LENGTH_ROWS[key][1] if key in LENGTH_ROWS else METRIC_NAMES[metric]
+                    out.setdefault(workload, []).append(f"{label}, pool {d['pool']}")
+    return out
 
 
 def _interval(row: Mapping[str, Any], key: str) -> Interval | None:
@@ -99,9 +149,10 @@ def failover_lines(r: Mapping[str, Any]) -> list[str]:
             "overlap.",
             "",
         ]
+    normal = normal_targets(r)
     for d in r["degraded"]:
         lines += [f"**{d['pool']}**: {d['failover']}.", ""]
-        header, rows = _rows(d, base)
+        header, rows = _rows(d, base, normal)
         lines += _table(header, rows)
         shed = d.get("shed")
         if shed:
@@ -121,7 +172,11 @@ def failover_lines(r: Mapping[str, Any]) -> list[str]:
 def _mode_lines(mode: Mapping[str, Any]) -> list[str]:
     """How the plan treats the degraded SLO, and the price of the other choice."""
     if not mode.get("stated"):
-        return ["No workload states a degraded SLO; the rows above are for information."]
+        return [
+            "No workload states a degraded SLO (`degraded_slo`), so a lost replica is held to "
+            "the normal SLO until it is replaced: a row 'over the normal SLO' is a miss for that "
+            "long. State a degraded SLO to size for a looser one."
+        ]
     alt = mode.get("alternative") or {}
     if mode.get("enforced"):
         out = (
@@ -164,8 +219,16 @@ def _mode_lines(mode: Mapping[str, Any]) -> list[str]:
 def degraded_sentence(r: Mapping[str, Any]) -> list[str]:
     """One line for the summary."""
     mode = r.get("degraded_mode") or {}
+    missed = normal_misses(r)
+    normal = [
+        f"With one replica lost, {workload} misses its normal SLO ({'; '.join(what)}), and no "
+        "degraded SLO is stated (section 5)."
+        for workload, what in missed.items()
+    ]
+    if normal:
+        normal.append("")
     if not mode.get("stated"):
-        return []
+        return normal
     if mode.get("enforced"):
         return ["With one replica lost, every stated degraded SLO holds (section 5).", ""]
     return [
@@ -187,8 +250,15 @@ def failover_risks(r: Mapping[str, Any]) -> list[str]:
             if shed and shed["pass"]
             else "shed low-priority traffic"
         )
+        # NOTE: with no degraded SLO stated the check holds the lost replica to the normal
+        # one; "breaks the degraded SLO" named an SLO nobody stated.
+        which = (
+            "the degraded SLO"
+            if any((d.get("degraded_slo") or {}).values())
+            else "the normal SLO (no degraded SLO is stated)"
+        )
         out.append(
-            f"* Losing a {d['pool']} replica breaks the degraded SLO (section 5): replace it "
+            f"* Losing a {d['pool']} replica breaks {which} (section 5): replace it "
             f"fast (cold start dominated by weight load); {remedy}."
         )
     return out
