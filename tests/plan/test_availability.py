@@ -82,4 +82,6 @@ def test_the_memo_labels_default_failure_figures_as_assumptions() -> None:
     plan = make_plan(parse(small_requirements()))
     report = build_report(plan, sensitivity=False)
     assert report["availability"]["assumed"] is True
-    assert "assumed, not measured" in render_memo(report, {})
+    memo = render_memo(report, {})
+    assert "assumed, not measured" in memo
+    assert "Each replica fails once a month and is back in 60 min" in memo

@@ -14,6 +14,10 @@ def _share(value: float) -> str:
     return f"{100.0 * value:.3f}%"
 
 
+def _times(count: float) -> str:
+    return "once" if count == 1 else f"{count:g} times"
+
+
 def short_pools(r: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [p for p in (r.get("availability") or {}).get("pools", []) if not p["meets"]]
 
@@ -69,7 +73,7 @@ def availability_lines(r: Mapping[str, Any]) -> list[str]:
         rows,
     )
     lines += [
-        f"Each replica fails {a['replica_failures_per_month']:g} time(s) a month and is back in "
+        f"Each replica fails {_times(a['replica_failures_per_month'])} a month and is back in "
         f"{a['replica_mttr_min']:g} min (`planning.replica_failures_per_month`, "
         f"`planning.replica_mttr_min`; {source}), so it is down "
         f"{_share(a['replica_down_share'])} of the time, independently of the others. A pool "
