@@ -38,6 +38,7 @@ from inhouse.plan.triggers import (
     restream,
     tpot_triggers,
     traffic_triggers,
+    unseen_length_text,
 )
 from inhouse.spec.triggers import Trigger, describe
 
@@ -182,6 +183,8 @@ def run_sensitivity(
         ]
         out[-1]["triggers"] = [t.model_dump(mode="json") for t in found]
         out[-1]["trigger"] = "; ".join(describe(t) for t in found)
+        if not found and change.name.startswith(("prompt", "output")):
+            out[-1]["trigger"] = unseen_length_text(change.name.split("_")[0])
     out.append(no_fp8(requirements, candidate, profiles, corrections))
     return out
 
