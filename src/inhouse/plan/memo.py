@@ -399,6 +399,11 @@ def _sensitivity(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
                 f"{_ms(first['predicted_ms'])} vs {_ms(first['target_ms'])}"
                 + (f" (+{first['over_by']:.0%})" if first.get("over_by") is not None else "")
             )
+        elif (s.get("same_layout") or {}).get("fits") is False:
+            # NOTE: a layout that does not fit has no re-forecast and no breach; "holds" read
+            # as "BF16 would do on this layout" for the CRM node, which BF16 does not fit.
+            why = "; ".join(p.split(". ")[0] for p in s["same_layout"]["problems"])
+            broke = f"does not fit: {why}"
         else:
             broke = "holds"
         at = s.get("breaks_at_size")
