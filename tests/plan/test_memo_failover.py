@@ -117,7 +117,8 @@ def test_without_a_degraded_slo_a_lost_replica_is_held_to_the_normal_one() -> No
     r["degraded"][0]["pass"] = False
     assert failover_risks(r) == [
         "* Losing a chat replica breaks the normal SLO (no degraded SLO is stated) (section 5): "
-        "replace it fast (cold start dominated by weight load); shed low-priority traffic."
+        "replace it fast (cold start dominated by weight load); no lower tier shares the pool "
+        "to shed: state a `degraded_slo` to size for one replica lost, or add a replica."
     ]
     # Met with the replica lost: said so, and nothing for the summary.
     r["slo_check"]["targets"]["chat"]["ttft"]["target_ms"] = 10 * target_ms

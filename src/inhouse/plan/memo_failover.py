@@ -245,11 +245,17 @@ def failover_risks(r: Mapping[str, Any]) -> list[str]:
         if d["pass"]:
             continue
         shed = d.get("shed")
-        remedy = (
-            f"shedding the {shed['tier']} tier keeps the others within it"
-            if shed and shed["pass"]
-            else "shed low-priority traffic"
-        )
+        # NOTE: "shed low-priority traffic" was said of pools serving one tier, with nothing
+        # lower to shed (the code assistant's one workload).
+        if shed is None:
+            remedy = (
+                "no lower tier shares the pool to shed: state a `degraded_slo` to size for one "
+                "replica lost, or add a replica"
+            )
+        elif shed["pass"]:
+            remedy = f"shedding the {shed['tier']} tier keeps the others within it"
+        else:
+            remedy = f"even with the {shed['tier']} tier shed it misses: add a replica"
         # NOTE: with no degraded SLO stated the check holds the lost replica to the normal
         # one; "breaks the degraded SLO" named an SLO nobody stated.
         which = (
