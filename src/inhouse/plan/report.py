@@ -31,7 +31,7 @@ from inhouse.plan.search import Candidate, offers_by_gpu
 from inhouse.plan.sizing import Sized
 from inhouse.plan.stackgen import with_plan_facts, workload_specs
 from inhouse.plan.traffic import TrafficProfile
-from inhouse.plan.verify import METRIC_KEYS, bench_entry, simulate_command
+from inhouse.plan.verify import METRIC_KEYS, bench_entry, metric_words, simulate_command
 from inhouse.spec.catalog import GIB
 from inhouse.spec.stack import StackSpec
 from inhouse.spec.triggers import Trigger
@@ -333,7 +333,8 @@ def search_summary(plan: Plan) -> dict[str, Any]:
         | {
             "lost_because": f"in the simulator (held to {fraction:.1%} of each target): "
             + "; ".join(
-                f"{w} p95 {m} {i['p95_ms']:,.0f} ms vs {i['target_ms']:,.0f} ms target"
+                f"{w} p95 {metric_words(m)} {i['p95_ms']:,.0f} ms vs {i['target_ms']:,.0f} ms "
+                "target"
                 for w, s in v.check.workloads.items()
                 for m, i in s["checks"].items()
                 if i["p95_ms"] > fraction * i["target_ms"]
@@ -452,8 +453,9 @@ def forecast_gaps(
             if forecast is None or not measured > forecast * (1 + FORECAST_GAP):
                 continue
             out.append(
-                f"{workload} p95 {metric}: the analytic forecast ({forecast:,.0f} ms) sits "
-                f"{1 - forecast / measured:.0%} below the simulator's 1x p95 ({measured:,.0f} ms); "
+                f"{workload} p95 {metric_words(metric)}: the analytic forecast "
+                f"({forecast:,.0f} ms) sits {1 - forecast / measured:.0%} below the "
+                f"simulator's 1x p95 ({measured:,.0f} ms); "
                 "the re-forecasts of 'What would invalidate the plan' are optimistic by about "
                 "that much for it."
             )

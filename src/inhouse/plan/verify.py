@@ -180,6 +180,11 @@ def summarize(result: FleetResult, workload: str, warmup_s: float, slo: Slo) -> 
     }
 
 
+def metric_words(metric: str) -> str:
+    """A judged metric in the planner's messages: `long_ttft` is the long prompts' TTFT."""
+    return "ttft (long prompts)" if metric == "long_ttft" else metric
+
+
 def check_key(metric: str, long_tokens: int | None) -> str:
     """The summary key a check of `metric` reads: with long prompts of their own, TTFT is
     judged over the others (`p95_ttft_short_ms`) and `long_ttft` over the long ones."""
