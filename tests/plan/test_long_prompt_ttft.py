@@ -223,3 +223,22 @@ def test_a_split_workloads_standard_pool_gets_no_prompt_length_trigger() -> None
     for name in ("prompt_p95_1.7x", "output_p95_1.7x"):
         for trigger in rows[name]["triggers"]:
             assert trigger["threshold"] > trigger["planned"]
+
+
+def test_with_a_replica_lost_the_long_pool_is_sized_to_the_target_it_is_judged_by() -> None:
+    # A degraded SLO with no TTFT of its own: the simulator holds the long prompts to the
+    # normal long target (`judged_slo`), and the long pool's degraded sizing held them to none.
+    data = _long(long_prompt_tokens=6000, long_ttft_p95_ms=4000)
+    data["workloads"][0]["degraded_slo"] = {"itl_p95_ms": 80}
+    requirements = parse(data)
+    (split,) = [
+        lay
+        for lay in build_layouts(requirements, characterize(requirements))
+        if len(lay.needs) == 2
+    ]
+    long_degraded = split.needs[1].degraded_slos["chat"]
+    judged = requirements.workloads[0].judged_slo(degraded=True)
+    assert (
+        long_degraded is not None and long_degraded.ttft_p95_ms == judged.long_ttft_p95_ms == 4000
+    )
+    assert split.needs[0].degraded_slos["chat"].ttft_p95_ms is None  # the others: no TTFT

@@ -188,7 +188,9 @@ def _long_slos(req: WorkloadReq) -> tuple[Slo, Slo | None]:
     long_ttft = req.slo.long_ttft_p95_ms
     assert long_ttft is not None, "a workload stating long_ttft_p95_ms"
     degraded = req.degraded_slo
-    if degraded is not None and degraded.ttft_p95_ms is not None:
+    if degraded is not None:
+        # As the simulator judges them (`WorkloadReq.judged_slo`): the degraded long target,
+        # else the normal one, even where the degraded SLO states no TTFT of its own.
         degraded = degraded.for_long_prompts(degraded.long_ttft_p95_ms or long_ttft)
     return req.slo.for_long_prompts(long_ttft), degraded
 
