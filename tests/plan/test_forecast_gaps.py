@@ -30,3 +30,10 @@ def test_a_forecast_below_the_simulator_is_named_with_both_figures() -> None:
 def test_a_forecast_within_five_percent_is_not_flagged() -> None:
     predictions = {"code": {"ttft": 1100.0, "tpot": 35.5}}
     assert forecast_gaps(predictions, _checks(1139.5, 32.9)) == []
+
+
+def test_the_long_prompts_ttft_is_named_in_words() -> None:
+    # With long prompts on their own TTFT, the note read "code p95 long_ttft: ...", a key.
+    checks = {"code": {"checks": {"long_ttft": {"target_ms": 4000.0, "p95_ms": 3780.0}}}}
+    (gap,) = forecast_gaps({"code": {"long_ttft": 3178.0}}, checks)
+    assert gap.startswith("code p95 ttft (long prompts): the analytic forecast (3,178 ms)")

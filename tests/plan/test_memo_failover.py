@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inhouse.plan.memo_failover import failover_lines
+from inhouse.plan.memo_failover import degraded_sentence, failover_lines, failover_risks
 from inhouse.plan.p95_interval import DRAWS, p95_intervals
 
 
@@ -93,3 +93,34 @@ def test_without_an_interval_the_comparison_is_left_blank(missing: str) -> None:
     )
     where["p95_interval_ms"] = {}
     assert "| — |" in chat_row(failover_lines(r))
+
+
+def test_without_a_degraded_slo_a_lost_replica_is_held_to_the_normal_one() -> None:
+    # The code assistant states no degraded SLO: with one of its 7 replicas lost its p95 TTFT
+    # simulated at 1,310 ms against its 1,200 ms target, and the table said nothing ("for
+    # information"), nor did the summary.
+    base, lost = blocks(1, 100.0), blocks(7, 300.0)
+    target_ms = (p95(base) + p95(lost)) / 2  # met at 1x, missed with the replica lost
+    r = report(base, lost)
+    r["slo_check"]["targets"] = {"chat": {"ttft": {"target_ms": target_ms, "alarm_ms": 1.0}}}
+    lines = failover_lines(r)
+    row = chat_row(lines)
+    assert f"— (normal {target_ms:,.0f} ms)" in row
+    assert row.endswith("| over the normal SLO |")
+    text = "\n".join(lines)
+    assert "held to the normal SLO" in text
+    assert degraded_sentence(r) == [
+        "With one replica lost, chat misses its normal SLO (p95 TTFT, pool chat), and no "
+        "degraded SLO is stated (section 5).",
+        "",
+    ]
+    r["degraded"][0]["pass"] = False
+    assert failover_risks(r) == [
+        "* Losing a chat replica breaks the normal SLO (no degraded SLO is stated) (section 5): "
+        "replace it fast (cold start dominated by weight load); no lower tier shares the pool "
+        "to shed: state a `degraded_slo` to size for one replica lost, or add a replica."
+    ]
+    # Met with the replica lost: said so, and nothing for the summary.
+    r["slo_check"]["targets"]["chat"]["ttft"]["target_ms"] = 10 * target_ms
+    assert chat_row(failover_lines(r)).endswith("| within the normal SLO |")
+    assert degraded_sentence(r) == []

@@ -40,6 +40,9 @@ def _latency(report: Mapping[str, Any]) -> Any:
         return None
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
     for workload, targets in checks["targets"].items():
+        long = (checks.get("long_prompts") or {}).get(workload)
+        if long is not None:
+            targets = {**targets, "long_ttft": long["ttft"]}
         for metric, target in targets.items():
             xs, ys = [], []
             for m in multiples:
@@ -47,7 +50,8 @@ def _latency(report: Mapping[str, Any]) -> Any:
                 if item and item.get("p95_ms") is not None:
                     xs.append(float(m[:-1]))
                     ys.append(item["p95_ms"] / target["target_ms"])
-            ax.plot(xs, ys, marker="o", label=f"{workload} p95 {metric}")
+            name = "ttft (long prompts)" if metric == "long_ttft" else metric
+            ax.plot(xs, ys, marker="o", label=f"{workload} p95 {name}")
     ax.axhline(1.0, color="black", linewidth=1, linestyle="--", label="target")
     ax.set_yscale("log")
     ax.set_xlabel("load (x peak)")

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from inhouse.plan.analytic import Stream
-from inhouse.plan.requirements import Requirements, WorkloadReq
+from inhouse.plan.requirements import Requirements, Slo, WorkloadReq
 from inhouse.plan.sizing import PoolNeed
 from inhouse.plan.traffic import TrafficProfile
 from inhouse.spec.catalog import get_model
@@ -120,10 +120,16 @@ def _variants(
         return out
     prompt = profile.shapes.prompt
     p50, p95 = float(np.median(prompt)), float(np.quantile(prompt, 0.95))
-    if p95 < LONG_TAIL_MIN_P95_TOKENS or p95 < LONG_TAIL_MIN_RATIO * p50:
+    if req.slo.long_prompt_tokens is not None:
+        # The requirements define the long prompts (and their own TTFT): split there only.
+        thresholds = [req.slo.long_prompt_tokens]
+    elif p95 < LONG_TAIL_MIN_P95_TOKENS or p95 < LONG_TAIL_MIN_RATIO * p50:
         return out
-    for q in SPLIT_QUANTILES:
-        threshold = _round_up(float(np.quantile(prompt, q)))
+    else:
+        thresholds = [_round_up(float(np.quantile(prompt, q))) for q in SPLIT_QUANTILES]
+    for threshold in thresholds:
+        if not (prompt > threshold).any():
+            continue
         long = prompt > threshold
         # NOTE: by count and by tokens the long pool's share differ by far (a quarter of the
         # requests can carry half the prompt tokens); the description says both.
@@ -150,15 +156,24 @@ def _split(
         (req.name, "standard", short, share, threshold, STANDARD_EXCEED),
         (f"{req.name}-long", "long", ~short, 1.0 - share, profile.max_prompt_tokens, LONG_EXCEED),
     ):
+        slo, degraded = req.slo, req.degraded_slo
+        quantile = min(max(1.0 - budget / part_share, 0.5), 0.995)
+        if req.slo.has_long_ttft:
+            # NOTE: each part is its own commitment (p95 TTFT of the short prompts, of the long
+            # ones), so each keeps its p95 under its targets; the mixture's other p95s then
+            # hold too (each part has at most 5% above a target, so the mixture has).
+            quantile = 0.95
+            if role == "long":
+                slo, degraded = _long_slos(req)
         parts.append(
             PoolNeed(
                 name=name,
                 role=role,
                 streams=(Stream(profile, shapes.select(mask), part_share),),
                 models=models,
-                slos={req.name: req.slo},
-                degraded_slos={req.name: req.degraded_slo},
-                quantiles={req.name: min(max(1.0 - budget / part_share, 0.5), 0.995)},
+                slos={req.name: slo},
+                degraded_slos={req.name: degraded},
+                quantiles={req.name: quantile},
                 min_replicas=_min_replicas(req),
                 max_model_len=_max_model_len(profile, limit),
                 long_prompt_tokens=threshold if role == "standard" else None,
@@ -166,6 +181,18 @@ def _split(
             )
         )
     return parts
+
+
+def _long_slos(req: WorkloadReq) -> tuple[Slo, Slo | None]:
+    """The SLO and degraded SLO the long-context pool holds the workload's long prompts to."""
+    long_ttft = req.slo.long_ttft_p95_ms
+    assert long_ttft is not None, "a workload stating long_ttft_p95_ms"
+    degraded = req.degraded_slo
+    if degraded is not None:
+        # As the simulator judges them (`WorkloadReq.judged_slo`): the degraded long target,
+        # else the normal one, even where the degraded SLO states no TTFT of its own.
+        degraded = degraded.for_long_prompts(degraded.long_ttft_p95_ms or long_ttft)
+    return req.slo.for_long_prompts(long_ttft), degraded
 
 
 def _with_lora(
@@ -214,6 +241,7 @@ def fallback_need(
     lost: Stream,
     replicas: int,
     quantile: float,
+    slo: Slo | None = None,
 ) -> PoolNeed | None:
     """A pool for the workload's fallback model, sized for one lost replica of a pool of
     `replicas` serving `lost`, the workload's part there: that part's prompts (all of them on
@@ -228,7 +256,7 @@ def fallback_need(
         role="fallback",
         streams=(Stream(scaled, lost.shapes),),
         models=(model.name,),
-        slos={req.name: req.degraded_slo or req.slo},
+        slos={req.name: slo or req.degraded_slo or req.slo},
         degraded_slos={req.name: None},
         quantiles={req.name: quantile},
         min_replicas=1,

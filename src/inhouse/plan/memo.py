@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from inhouse.plan.memo_availability import availability_lines, availability_summary
 from inhouse.plan.memo_failover import degraded_sentence, failover_lines, failover_risks
 from inhouse.plan.memo_format import METRIC_NAMES, _ms, _pct, _table, _usd
+from inhouse.plan.memo_long import long_prompt_note, metric_label
 from inhouse.plan.memo_notes import _break_units, _bucket_note, _length_models, _not_re_forecast
 from inhouse.plan.memo_verify import WITHIN_NOISE, any_marginal, interval_note, verification_cell
 from inhouse.spec.triggers import Trigger, describe
@@ -71,6 +73,7 @@ def _summary(r: Mapping[str, Any]) -> list[str]:
         "the cost arithmetic and what would invalidate it. All numbers come from `plan.json`.",
         "",
         *degraded_sentence(r),
+        *availability_summary(r),
     ]
 
 
@@ -193,8 +196,16 @@ def _slo_table(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
     multiples = [k for k in checks if k.endswith("x")]
     rows = []
     for workload, targets in checks["targets"].items():
+        long = (checks.get("long_prompts") or {}).get(workload)
+        if long is not None:
+            targets = {**targets, "long_ttft": long["ttft"]}
         for metric, t in targets.items():
-            row = [workload, METRIC_NAMES[metric], f"< {_ms(t['target_ms'])}", _ms(t["alarm_ms"])]
+            row = [
+                workload,
+                metric_label(metric, long),
+                f"< {_ms(t['target_ms'])}",
+                _ms(t["alarm_ms"]),
+            ]
             one = checks.get("1x", {}).get("workloads", {}).get(workload, {}).get("metrics", {})
             row.append(_ms(one.get(metric, {}).get("analytic_p95_ms")))
             for m in multiples:
@@ -217,6 +228,7 @@ def _slo_table(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
         "stack stops meeting the SLOs; they are not commitments."
     )
     lines += interval_note(r)
+    lines += long_prompt_note(r)
     if "latency" in charts:
         lines += ["", f"![p95 latency against load]({charts['latency']})"]
     return [*lines, ""]
@@ -258,7 +270,7 @@ def _capacity(r: Mapping[str, Any]) -> list[str]:
         "decode batch that law gives at the forecast step time.",
         "",
     ]
-    return [*lines, *failover_lines(r)]
+    return [*lines, *availability_lines(r), *failover_lines(r)]
 
 
 def _cost(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
@@ -387,6 +399,11 @@ def _sensitivity(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
                 f"{_ms(first['predicted_ms'])} vs {_ms(first['target_ms'])}"
                 + (f" (+{first['over_by']:.0%})" if first.get("over_by") is not None else "")
             )
+        elif (s.get("same_layout") or {}).get("fits") is False:
+            # NOTE: a layout that does not fit has no re-forecast and no breach; "holds" read
+            # as "BF16 would do on this layout" for the CRM node, which BF16 does not fit.
+            why = "; ".join(p.split(". ")[0] for p in s["same_layout"]["problems"])
+            broke = f"does not fit: {why}"
         else:
             broke = "holds"
         at = s.get("breaks_at_size")

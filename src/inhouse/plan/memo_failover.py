@@ -13,8 +13,18 @@ from inhouse.plan.p95_interval import BLOCK_S, CONFIDENCE, Interval, difference
 METRICS = ("ttft", "itl", "tpot", "e2e")
 
 
+# TTFT by prompt length, where long prompts have a target of their own (`verify.check_key`):
+# the metric whose target each row is held to, and its name.
+LENGTH_ROWS = {
+    "p95_ttft_short_ms": ("ttft", "p95 TTFT, prompts up to the long-prompt length"),
+    "p95_ttft_long_ms": ("long_ttft", METRIC_NAMES["long_ttft"]),
+}
+
+
 def _metric(key: str) -> str:
-    """`p95_e2el_ms` -> `e2e`."""
+    """`p95_e2el_ms` -> `e2e`; `p95_ttft_long_ms` -> `long_ttft`."""
+    if key in LENGTH_ROWS:
+        return LENGTH_ROWS[key][0]
     return key.split("_")[1].replace("e2el", "e2e")
 
 
@@ -24,10 +34,32 @@ def _verdict(value: Any, target: Any) -> str:
     return "ok" if value is not None and value <= target else "MISS"
 
 
-def _rows(d: Mapping[str, Any], base: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+def normal_targets(r: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """Each workload's normal p95 targets (ms) by metric, the long prompts' TTFT as
+    `long_ttft`: what a lost replica is held to where no degraded SLO is stated."""
+    checks = r.get("slo_check") or {}
+    out: dict[str, dict[str, float]] = {}
+    for workload, targets in (checks.get("targets") or {}).items():
+        out[workload] = {m: float(t["target_ms"]) for m, t in targets.items()}
+    for workload, item in (checks.get("long_prompts") or {}).items():
+        out.setdefault(workload, {})["long_ttft"] = float(item["ttft"]["target_ms"])
+    return out
+
+
+def _normal_verdict(value: Any, target: float) -> str:
+    return (
+        "within the normal SLO" if value is not None and value <= target else "over the normal SLO"
+    )
+
+
+def _rows(
+    d: Mapping[str, Any], base: Mapping[str, Any], targets: Mapping[str, Any]
+) -> tuple[list[str], list[list[str]]]:
     """One row per workload and metric: the p95 at 1x peak and with the replica lost, each with
     its interval, and whether the two differ by more than their intervals allow. `base`: the
-    1x check's workloads (`slo_check["1x"]`), or nothing."""
+    1x check's workloads (`slo_check["1x"]`), or nothing. A workload with no degraded SLO is
+    held to its normal `targets` (`normal_targets`): losing a replica for the time it takes to
+    replace it is no exemption from the SLO unless the requirements say so."""
     shed = d.get("shed")
     header = ["workload", "metric", "1x peak", "replica lost", "vs 1x"]
     if shed:
@@ -38,16 +70,17 @@ def _rows(d: Mapping[str, Any], base: Mapping[str, Any]) -> tuple[list[str], lis
         stated = (d["degraded_slo"] or {}).get(workload) or {}
         kept = (shed or {}).get("workloads_kept", {}).get(workload)
         normal = base.get(workload) or {}
+        by_length = any(key in LENGTH_ROWS for key in w["p95_ms"])
         for key, value in w["p95_ms"].items():
             metric = _metric(key)
-            if metric not in METRICS:
-                continue
+            if metric not in (*METRICS, "long_ttft") or (by_length and key == "p95_ttft_ms"):
+                continue  # with TTFT by prompt length, the all-prompts TTFT is judged by none
             target = stated.get(metric, {}).get("target_ms")
             first = _interval(normal, key)
             lost = _interval(w, key)
             row = [
                 workload,
-                METRIC_NAMES[metric],
+                LENGTH_ROWS[key][1] if key in LENGTH_ROWS else METRIC_NAMES[metric],
                 _with_interval((normal.get("p95_ms") or {}).get(key), first),
                 _with_interval(value, lost),
                 _compared(first, lost),
@@ -58,11 +91,39 @@ def _rows(d: Mapping[str, Any], base: Mapping[str, Any]) -> tuple[list[str], lis
                     if kept is None
                     else _with_interval(kept["p95_ms"][key], _interval(kept, key))
                 )
+            own = (targets.get(workload) or {}).get(metric)
+            if target is None and own is not None:
+                verdict = _normal_verdict(value, own)
+                if shed and kept is not None:
+                    verdict += f" / {_normal_verdict(kept['p95_ms'][key], own)} shed"
+                rows.append([*row, f"— (normal {_ms(own)})", verdict])
+                continue
             verdict = _verdict(value, target)
             if shed and kept is not None and target is not None:
                 verdict += f" / {_verdict(kept['p95_ms'][key], target)} shed"
             rows.append([*row, _ms(target), verdict])
     return header, rows
+
+
+def normal_misses(r: Mapping[str, Any]) -> dict[str, list[str]]:
+    """Per workload with no degraded SLO: the metrics (and pools lost) whose p95 with one
+    replica lost is over its normal target."""
+    normal = normal_targets(r)
+    out: dict[str, list[str]] = {}
+    for d in r.get("degraded") or []:
+        for workload, w in d["workloads"].items():
+            if ((d.get("degraded_slo") or {}).get(workload)) is not None:
+                continue
+            by_length = any(key in LENGTH_ROWS for key in w["p95_ms"])
+            for key, value in w["p95_ms"].items():
+                metric = _metric(key)
+                target = (normal.get(workload) or {}).get(metric)
+                if target is None or (by_length and key == "p95_ttft_ms"):
+                    continue
+                if value is None or value > target:
+                    label = LENGTH_ROWS[key][1] if key in LENGTH_ROWS else METRIC_NAMES[metric]
+                    out.setdefault(workload, []).append(f"{label}, pool {d['pool']}")
+    return out
 
 
 def _interval(row: Mapping[str, Any], key: str) -> Interval | None:
@@ -88,9 +149,10 @@ def failover_lines(r: Mapping[str, Any]) -> list[str]:
             "overlap.",
             "",
         ]
+    normal = normal_targets(r)
     for d in r["degraded"]:
         lines += [f"**{d['pool']}**: {d['failover']}.", ""]
-        header, rows = _rows(d, base)
+        header, rows = _rows(d, base, normal)
         lines += _table(header, rows)
         shed = d.get("shed")
         if shed:
@@ -110,7 +172,11 @@ def failover_lines(r: Mapping[str, Any]) -> list[str]:
 def _mode_lines(mode: Mapping[str, Any]) -> list[str]:
     """How the plan treats the degraded SLO, and the price of the other choice."""
     if not mode.get("stated"):
-        return ["No workload states a degraded SLO; the rows above are for information."]
+        return [
+            "No workload states a degraded SLO (`degraded_slo`), so a lost replica is held to "
+            "the normal SLO until it is replaced: a row 'over the normal SLO' is a miss for that "
+            "long. State a degraded SLO to size for a looser one."
+        ]
     alt = mode.get("alternative") or {}
     if mode.get("enforced"):
         out = (
@@ -153,8 +219,16 @@ def _mode_lines(mode: Mapping[str, Any]) -> list[str]:
 def degraded_sentence(r: Mapping[str, Any]) -> list[str]:
     """One line for the summary."""
     mode = r.get("degraded_mode") or {}
+    missed = normal_misses(r)
+    normal = [
+        f"With one replica lost, {workload} misses its normal SLO ({'; '.join(what)}), and no "
+        "degraded SLO is stated (section 5)."
+        for workload, what in missed.items()
+    ]
+    if normal:
+        normal.append("")
     if not mode.get("stated"):
-        return []
+        return normal
     if mode.get("enforced"):
         return ["With one replica lost, every stated degraded SLO holds (section 5).", ""]
     return [
@@ -171,13 +245,26 @@ def failover_risks(r: Mapping[str, Any]) -> list[str]:
         if d["pass"]:
             continue
         shed = d.get("shed")
-        remedy = (
-            f"shedding the {shed['tier']} tier keeps the others within it"
-            if shed and shed["pass"]
-            else "shed low-priority traffic"
+        # NOTE: "shed low-priority traffic" was said of pools serving one tier, with nothing
+        # lower to shed (the code assistant's one workload).
+        if shed is None:
+            remedy = (
+                "no lower tier shares the pool to shed: state a `degraded_slo` to size for one "
+                "replica lost, or add a replica"
+            )
+        elif shed["pass"]:
+            remedy = f"shedding the {shed['tier']} tier keeps the others within it"
+        else:
+            remedy = f"even with the {shed['tier']} tier shed it misses: add a replica"
+        # NOTE: with no degraded SLO stated the check holds the lost replica to the normal
+        # one; "breaks the degraded SLO" named an SLO nobody stated.
+        which = (
+            "the degraded SLO"
+            if any((d.get("degraded_slo") or {}).values())
+            else "the normal SLO (no degraded SLO is stated)"
         )
         out.append(
-            f"* Losing a {d['pool']} replica breaks the degraded SLO (section 5): replace it "
+            f"* Losing a {d['pool']} replica breaks {which} (section 5): replace it "
             f"fast (cold start dominated by weight load); {remedy}."
         )
     return out

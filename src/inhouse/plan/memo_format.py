@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-METRIC_NAMES = {"ttft": "p95 TTFT", "itl": "p95 ITL", "tpot": "p95 TPOT", "e2e": "p95 e2e"}
+METRIC_NAMES = {
+    "ttft": "p95 TTFT",
+    "itl": "p95 ITL",
+    "tpot": "p95 TPOT",
+    "e2e": "p95 e2e",
+    "long_ttft": "p95 TTFT (long prompts)",
+}
 
 
 def _ms(value: Any) -> str:

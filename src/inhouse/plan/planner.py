@@ -33,7 +33,7 @@ from inhouse.plan.requirements import Requirements, Slo, WorkloadReq
 from inhouse.plan.search import Candidate, SearchResult, grow, search
 from inhouse.plan.stackgen import build_stack
 from inhouse.plan.traffic import TrafficProfile, profile_workload
-from inhouse.plan.verify import METRIC_KEYS, SimCheck, run_check
+from inhouse.plan.verify import METRIC_KEYS, SimCheck, metric_words, run_check
 from inhouse.spec.catalog import get_model
 from inhouse.spec.stack import StackSpec
 
@@ -336,7 +336,8 @@ def _degraded_why(
             for metric, item in summary["checks"].items():
                 if not item["pass"]:
                     parts.append(
-                        f"with one {pool} replica lost, {name} p95 {metric} simulates at "
+                        f"with one {pool} replica lost, {name} p95 {metric_words(metric)} "
+                        "simulates at "
                         f"{item['p95_ms']:,.0f} ms against its degraded target "
                         f"{item['target_ms']:,.0f} ms ({candidate.label})"
                     )
@@ -401,7 +402,9 @@ def _update_corrections(
             old = corrections.get(workload, {}).get(metric, 1.0)
             analytic = candidate.predictions.get(workload, {}).get(metric, 0.0)
             idle = candidate.floors.get(workload, {}).get(metric, 0.0)
-            simulated = float(summary[METRIC_KEYS[metric]])
+            # NOTE: a long-prompt TTFT (`long_ttft`) has no analytic figure of its own here,
+            # so its misses grow the pools (`grow`) without correcting the model.
+            simulated = float(summary[item.get("p95_key", METRIC_KEYS.get(metric, ""))])
             # The analytic load part was already scaled by `old`; find the factor that makes it
             # match the simulator, with a margin.
             load_part = (analytic - idle) / old
@@ -459,7 +462,8 @@ def infeasible_message(
             for metric, item in checks.items():
                 if item["p95_ms"] > (1.0 - requirements.planning.headroom / 2) * item["target_ms"]:
                     lines.append(
-                        f"  binding constraint: {workload} p95 {metric} — the best analytic plan "
+                        f"  binding constraint: {workload} p95 {metric_words(metric)} — the best "
+                        "analytic plan "
                         f"({last.candidate.label}) simulates at {item['p95_ms']:,.0f} ms against "
                         f"the {item['target_ms']:,.0f} ms target (less "
                         f"{requirements.planning.headroom / 2:.0%} headroom in simulation)."

@@ -13,6 +13,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from inhouse.plan.availability import availability_report
 from inhouse.plan.commitments import commitments, requirements_echo
 from inhouse.plan.cost import (
     WorkloadCost,
@@ -30,7 +31,7 @@ from inhouse.plan.search import Candidate, offers_by_gpu
 from inhouse.plan.sizing import Sized
 from inhouse.plan.stackgen import with_plan_facts, workload_specs
 from inhouse.plan.traffic import TrafficProfile
-from inhouse.plan.verify import METRIC_KEYS, bench_entry, simulate_command
+from inhouse.plan.verify import METRIC_KEYS, bench_entry, metric_words, simulate_command
 from inhouse.spec.catalog import GIB
 from inhouse.spec.stack import StackSpec
 from inhouse.spec.triggers import Trigger
@@ -69,6 +70,7 @@ def assemble_report(
         "requirements": requirements_echo(req),
         "degraded": degraded(plan),
         "degraded_mode": degraded_mode(plan),
+        "availability": availability_report(plan),
         "lora": lora_pools(plan),
         "cost": cost(plan, figures.costs),
         "sensitivity": figures.sensitivity,
@@ -241,6 +243,15 @@ def slo_check(plan: Plan) -> dict[str, Any]:
             m: {"target_ms": t, "alarm_ms": req.slo.alarm_ms(m)}
             for m, t in req.slo.targets().items()
         }
+        if req.slo.has_long_ttft:
+            # Apart from `targets`, whose keys are the four metrics every reader knows.
+            out.setdefault("long_prompts", {})[req.name] = {
+                "above_tokens": req.slo.long_prompt_tokens,
+                "ttft": {
+                    "target_ms": req.slo.long_ttft_p95_ms,
+                    "alarm_ms": req.slo.long_alarm_ms(),
+                },
+            }
     return out
 
 
@@ -322,7 +333,8 @@ def search_summary(plan: Plan) -> dict[str, Any]:
         | {
             "lost_because": f"in the simulator (held to {fraction:.1%} of each target): "
             + "; ".join(
-                f"{w} p95 {m} {i['p95_ms']:,.0f} ms vs {i['target_ms']:,.0f} ms target"
+                f"{w} p95 {metric_words(m)} {i['p95_ms']:,.0f} ms vs {i['target_ms']:,.0f} ms "
+                "target"
                 for w, s in v.check.workloads.items()
                 for m, i in s["checks"].items()
                 if i["p95_ms"] > fraction * i["target_ms"]
@@ -382,7 +394,8 @@ def assumptions(plan: Plan) -> list[str]:
         f"Routing: {planning.routing_policy} in every pool, in the plan and in the simulator.",
         f"Headroom: analytic p95s at most {1 - planning.headroom:.0%} of each target; replica "
         f"utilization at most {planning.max_utilization:.0%}; KV cache at most 90% at p95.",
-        "Availability >= 99% means at least two replicas per pool (N+1).",
+        "Availability >= 99% means at least two replicas per pool (N+1), fallback pools "
+        "aside; what the replica counts give is section 5's availability table.",
         "Dominated options are not sized: a quantization whose weights are no smaller and GEMMs "
         "no faster than another allowed one (BF16 next to FP8 on an H100), a 16-bit KV cache "
         "next to an allowed FP8 one. Every allowed option is taken to meet the quality bar; the "
@@ -440,8 +453,9 @@ def forecast_gaps(
             if forecast is None or not measured > forecast * (1 + FORECAST_GAP):
                 continue
             out.append(
-                f"{workload} p95 {metric}: the analytic forecast ({forecast:,.0f} ms) sits "
-                f"{1 - forecast / measured:.0%} below the simulator's 1x p95 ({measured:,.0f} ms); "
+                f"{workload} p95 {metric_words(metric)}: the analytic forecast "
+                f"({forecast:,.0f} ms) sits {1 - forecast / measured:.0%} below the "
+                f"simulator's 1x p95 ({measured:,.0f} ms); "
                 "the re-forecasts of 'What would invalidate the plan' are optimistic by about "
                 "that much for it."
             )

@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from inhouse.plan.planner import Plan
-from inhouse.plan.verify import METRIC_KEYS, SimCheck
+from inhouse.plan.verify import LONG_TTFT_KEY, METRIC_KEYS, SHORT_TTFT_KEY, SimCheck
+
+LENGTH_KEYS = (SHORT_TTFT_KEY, LONG_TTFT_KEY)
 
 
 def check_rows(
@@ -28,14 +30,26 @@ def check_rows(
                 metric: {
                     **item,
                     "analytic_p95_ms": (analytic or {}).get(workload, {}).get(metric),
-                    **_noise(item, intervals.get(METRIC_KEYS[metric]), verification),
+                    **_noise(
+                        item,
+                        intervals.get(item.get("p95_key", METRIC_KEYS.get(metric))),
+                        verification,
+                    ),
                 }
                 for metric, item in checks.items()
             },
-            "p95_ms": {k: summary[k] for k in METRIC_KEYS.values()},
+            "p95_ms": {
+                k: summary[k] for k in (*METRIC_KEYS.values(), *LENGTH_KEYS) if k in summary
+            },
             "p95_interval_ms": summary.get("p95_interval_ms") or {},
         }
     return rows
+
+
+def _key(item: dict[str, Any], metric: str) -> str:
+    """The summary key the check read (TTFT by prompt length where long prompts have their
+    own target: `verify.check_key`)."""
+    return str(item.get("p95_key") or METRIC_KEYS[metric])
 
 
 def _noise(
@@ -64,6 +78,12 @@ def degraded(plan: Plan) -> list[dict[str, Any]]:
                 if slo
                 else None
             )
+            judged = req.judged_slo(degraded=True)
+            if slo and judged.has_long_ttft:
+                stated[req.name]["long_ttft"] = {
+                    "target_ms": judged.long_ttft_p95_ms,
+                    "alarm_ms": judged.long_alarm_ms(),
+                }
         analytic = None
         if sized.degraded is not None:
             analytic = {

@@ -31,7 +31,7 @@ MAX_PREFIX_GROUPS = 100_000
 # stated peak (2x, 3x). Past 10x the question is a new plan for a new peak, not this plan's
 # headroom, and each check simulates `multiple` times the traffic: 300x took two minutes and
 # 1e6 hung. An hour of simulated arrivals per check is plenty for a steady-state p95 (the
-# defaults are 90 s and 60 s) and bounds what a stray digit costs.
+# defaults are 360 s and 60 s) and bounds what a stray digit costs.
 MAX_LOAD_MULTIPLE = 10.0
 MAX_CHECK_DURATION_S = 3600.0
 
@@ -146,6 +146,12 @@ class Slo(SpecModel):
     ttft_cold_p95_ms: float | None = Field(default=None, gt=0)
     ttft_cold_alarm_ms: float | None = Field(default=None, gt=0)
     availability: float = Field(default=0.999, gt=0, lt=1)
+    # Long prompts on a pool of their own with a looser TTFT (the seeds' "dedicated pool with a
+    # higher TTFT SLO": a 24K-token prompt cannot meet a chat TTFT). Null: one TTFT target for
+    # every prompt. `long_prompt_tokens` is stated in `slo` only; `degraded_slo` may loosen
+    # `long_ttft_p95_ms` (default: the normal one).
+    long_prompt_tokens: int | None = Field(default=None, gt=0)
+    long_ttft_p95_ms: float | None = Field(default=None, gt=0)
 
     _availability_share = field_validator("availability", mode="before")(_share_not_percent)
 
@@ -168,7 +174,34 @@ class Slo(SpecModel):
                     f"{metric}_alarm_ms ({alarm:g}) is below {metric}_p95_ms ({target:g}): the "
                     "alarm would page while the target still holds; set it at or above the target"
                 )
+        if self.long_ttft_p95_ms is not None:
+            if self.ttft_p95_ms is None:
+                raise ValueError(
+                    f"long_ttft_p95_ms ({self.long_ttft_p95_ms:g}) loosens ttft_p95_ms for long "
+                    "prompts, and there is no ttft_p95_ms: state the TTFT target for the others"
+                )
+            if self.long_ttft_p95_ms < self.ttft_p95_ms:
+                raise ValueError(
+                    f"long_ttft_p95_ms ({self.long_ttft_p95_ms:g}) is below ttft_p95_ms "
+                    f"({self.ttft_p95_ms:g}): long prompts take longer to prefill, so their "
+                    "target is the looser one; set it at or above ttft_p95_ms"
+                )
         return self
+
+    @property
+    def has_long_ttft(self) -> bool:
+        return self.long_prompt_tokens is not None and self.long_ttft_p95_ms is not None
+
+    def long_alarm_ms(self) -> float:
+        assert self.long_ttft_p95_ms is not None, "no long-prompt TTFT target"
+        return round(1.25 * self.long_ttft_p95_ms, 1)
+
+    def for_long_prompts(self, long_ttft_ms: float) -> Slo:
+        """This SLO as the long-context pool is held to it: `long_ttft_ms` for TTFT (its alarm
+        1.25x), every other target as it is."""
+        return self.model_copy(
+            update={"ttft_p95_ms": long_ttft_ms, "ttft_alarm_ms": round(1.25 * long_ttft_ms, 1)}
+        )
 
     def targets(self) -> dict[str, float]:
         """`{metric: target_ms}` for every metric with a target, in a fixed order."""
@@ -268,6 +301,7 @@ class WorkloadReq(SpecModel):
                 )
         if not self.slo.targets():
             raise ValueError("slo needs at least one p95 target (ttft, itl, tpot or e2e)")
+        self._long_prompts_stated()
         if self.output_tokens.p95 < 2:
             for slo in (self.slo, self.degraded_slo):
                 gaps = [m for m in ("itl", "tpot") if slo is not None and m in slo.targets()]
@@ -279,6 +313,67 @@ class WorkloadReq(SpecModel):
                         "output_tokens.p95 is 1: drop the target or state the output lengths"
                     )
         return self
+
+    def _long_prompts_stated(self) -> None:
+        """`slo.long_prompt_tokens` and `slo.long_ttft_p95_ms` come together, on a workload the
+        planner can split by prompt length, at a length some prompts exceed."""
+        slo, degraded = self.slo, self.degraded_slo
+        if degraded is not None and degraded.long_prompt_tokens is not None:
+            raise ValueError(
+                "degraded_slo.long_prompt_tokens: the long prompts are defined once, in slo; "
+                "degraded_slo may state only long_ttft_p95_ms"
+            )
+        if degraded is not None and degraded.long_ttft_p95_ms is not None and not slo.has_long_ttft:
+            raise ValueError(
+                "degraded_slo.long_ttft_p95_ms needs slo.long_prompt_tokens and "
+                "slo.long_ttft_p95_ms: state which prompts are long, and their normal target"
+            )
+        if (slo.long_prompt_tokens is None) != (slo.long_ttft_p95_ms is None):
+            given, missing = (
+                ("long_prompt_tokens", "long_ttft_p95_ms")
+                if slo.long_ttft_p95_ms is None
+                else ("long_ttft_p95_ms", "long_prompt_tokens")
+            )
+            raise ValueError(
+                f"slo.{given} needs slo.{missing}: long prompts (longer than "
+                "long_prompt_tokens) get their own p95 TTFT (long_ttft_p95_ms); state both"
+            )
+        if slo.long_prompt_tokens is None:
+            return
+        if self.kind in ("agent", "utility") or self.prompt_tokens is None:
+            raise ValueError(
+                f"slo.long_prompt_tokens is for longctx and shared-prefix workloads (their "
+                f"prompts are split between a standard and a long-context pool); a {self.kind} "
+                "workload is served by one pool: drop slo.long_prompt_tokens and "
+                "slo.long_ttft_p95_ms"
+            )
+        longest = self.max_prompt_tokens
+        if slo.long_prompt_tokens < self.prompt_tokens.p50:
+            raise ValueError(
+                f"slo.long_prompt_tokens ({slo.long_prompt_tokens}) is below prompt_tokens.p50 "
+                f"({self.prompt_tokens.p50}): more than half the prompts would be 'long'; raise "
+                "it to where the long tail starts (the p75 or p90 prompt, say)"
+            )
+        if longest is not None and slo.long_prompt_tokens >= longest:
+            raise ValueError(
+                f"slo.long_prompt_tokens ({slo.long_prompt_tokens}) is not below "
+                f"max_prompt_tokens ({longest}): no prompt would be long; lower it"
+            )
+
+    def judged_slo(self, *, degraded: bool = False) -> Slo:
+        """The SLO a simulator check holds the workload to: with one replica lost its
+        `degraded_slo` (if any), long prompts defined by `slo` and held to the degraded
+        long-prompt target or else the normal one."""
+        if not degraded or self.degraded_slo is None:
+            return self.slo
+        if not self.slo.has_long_ttft:
+            return self.degraded_slo
+        return self.degraded_slo.model_copy(
+            update={
+                "long_prompt_tokens": self.slo.long_prompt_tokens,
+                "long_ttft_p95_ms": self.degraded_slo.long_ttft_p95_ms or self.slo.long_ttft_p95_ms,
+            }
+        )
 
 
 class HardwareOffer(SpecModel):
@@ -389,7 +484,13 @@ class Planning(SpecModel):
         default=3, ge=0, description="simulator rounds at 1x peak before giving up (0: none)"
     )
     verify_duration_s: float = Field(
-        default=90.0, gt=0, description="simulated seconds of arrivals per check at 1x peak"
+        # NOTE: 90 s (14 five-second blocks after the warm-up) let the seed decide the code
+        # assistant's 1x TTFT: 954-1,282 ms over five seeds against 1,200 ms, and rejected a
+        # stack $12/h cheaper on noise. 360 s (66 blocks) read 1,018-1,107 ms for that stack,
+        # for 2-4 s more CPU per plan of the examples (docs/plan.md, step 6).
+        default=360.0,
+        gt=0,
+        description="simulated seconds of arrivals per check at 1x peak",
     )
     stress_duration_s: float = Field(
         default=60.0, gt=0, description="simulated seconds per 2x/3x and one-replica-lost check"
@@ -400,6 +501,15 @@ class Planning(SpecModel):
         3.0,
     )
     seed: int = 0
+    # Availability arithmetic (`plan/availability.py`): assumptions, not measurements, until the
+    # operator states the fleet's own. A crash, a GPU fault, a driver or node update each take a
+    # replica down; hardware alone is far rarer (docs/plan.md, Availability).
+    replica_failures_per_month: float = Field(
+        default=1.0, ge=0, le=730, description="times a month one replica goes down (assumed)"
+    )
+    replica_mttr_min: float = Field(
+        default=60.0, gt=0, le=43800, description="minutes to bring a lost replica back (assumed)"
+    )
 
     @field_validator("verify_duration_s", "stress_duration_s")
     @classmethod
@@ -408,7 +518,7 @@ class Planning(SpecModel):
             raise ValueError(
                 f"{seconds:g} s is more than the {MAX_CHECK_DURATION_S:g} s (an hour) of "
                 "simulated arrivals a check may run; a steady-state p95 settles in minutes: "
-                f"use at most {MAX_CHECK_DURATION_S:g} (the defaults: 90 s at 1x, 60 s for the "
+                f"use at most {MAX_CHECK_DURATION_S:g} (the defaults: 360 s at 1x, 60 s for the "
                 "others)"
             )
         return seconds

@@ -287,7 +287,12 @@ def _with_fallbacks(
             for stream in pool.need.streams:
                 if stream.name == req.name:
                     quantile = pool.need.quantiles[req.name]
-                    need = fallback_need(req, profiles[req.name], stream, pool.replicas, quantile)
+                    # The lost part's own SLO: a long-context pool's loss sends long prompts,
+                    # held to the long-prompt TTFT.
+                    slo = pool.need.degraded_slos[req.name] or pool.need.slos[req.name]
+                    need = fallback_need(
+                        req, profiles[req.name], stream, pool.replicas, quantile, slo
+                    )
                     assert need is not None, "a workload naming a fallback model"
                     losses.append(need)
         chosen = _serving_every_loss(losses, size, size_as)
@@ -429,18 +434,34 @@ def predict_workloads(
     for workload, items in parts.items():
         metrics: dict[str, float] = {}
         for metric in ("ttft", "itl", "tpot", "e2e"):
-            idle = mix([(getattr(p.floor.streams[workload], metric), s) for p, s in items])
-            idle_ms = 1000.0 * idle.quantile(0.95)
-            if floor:
-                metrics[metric] = idle_ms
-                continue
-            dist = mix(
-                [(getattr(p.forecast.streams[workload], metric), share) for p, share in items]
-            )
-            value = 1000.0 * dist.quantile(0.95)
-            metrics[metric] = corrected_ms(value, idle_ms, corrections, workload, metric)
+            metrics[metric] = _mixed_p95(items, workload, metric, corrections, floor)
+        if any(p.need.slos[workload].has_long_ttft for p, _ in items):
+            # Long prompts have a TTFT of their own: each TTFT is over its own pool's prompts.
+            for metric, role_is_long in (("ttft", False), ("long_ttft", True)):
+                part = [(p, s) for p, s in items if (p.need.role == "long") == role_is_long]
+                if part:
+                    metrics[metric] = _mixed_p95(part, workload, "ttft", corrections, floor, metric)
         out[workload] = metrics
     return out
+
+
+def _mixed_p95(
+    items: Sequence[tuple[Sized, float]],
+    workload: str,
+    metric: str,
+    corrections: Corrections | None,
+    floor: bool,
+    correction: str | None = None,
+) -> float:
+    """The p95 (ms) of `metric` over the pools serving the workload, mixed by share, corrected
+    by the simulator's factor for `correction` (default: the metric's own)."""
+    idle = mix([(getattr(p.floor.streams[workload], metric), s) for p, s in items])
+    idle_ms = 1000.0 * idle.quantile(0.95)
+    if floor:
+        return idle_ms
+    dist = mix([(getattr(p.forecast.streams[workload], metric), share) for p, share in items])
+    value = 1000.0 * dist.quantile(0.95)
+    return corrected_ms(value, idle_ms, corrections, workload, correction or metric)
 
 
 def _margin(candidate: Candidate, requirements: Requirements, planning: Planning) -> float:

@@ -38,6 +38,7 @@ from inhouse.plan.triggers import (
     restream,
     tpot_triggers,
     traffic_triggers,
+    unseen_length_text,
 )
 from inhouse.spec.triggers import Trigger, describe
 
@@ -94,7 +95,12 @@ def breaches(
     """Every SLO the predictions break, worst first (`over_by`: predicted/target − 1)."""
     out: list[dict[str, object]] = []
     for req in requirements.workloads:
-        for metric, target in req.slo.targets().items():
+        targets = req.slo.targets()
+        if req.slo.long_ttft_p95_ms is not None and "long_ttft" in (predicted or {}).get(
+            req.name, {"long_ttft": 0.0}
+        ):
+            targets["long_ttft"] = req.slo.long_ttft_p95_ms
+        for metric, target in targets.items():
             value = float("inf") if predicted is None else predicted[req.name][metric]
             if value > target:
                 out.append(
@@ -177,6 +183,8 @@ def run_sensitivity(
         ]
         out[-1]["triggers"] = [t.model_dump(mode="json") for t in found]
         out[-1]["trigger"] = "; ".join(describe(t) for t in found)
+        if not found and change.name.startswith(("prompt", "output")):
+            out[-1]["trigger"] = unseen_length_text(change.name.split("_")[0])
     out.append(no_fp8(requirements, candidate, profiles, corrections))
     return out
 

@@ -165,6 +165,14 @@ def corrected_ms(
     return floor_ms + factor * max(value_ms - floor_ms, 0.0)
 
 
+def correction_key(need: PoolNeed, workload: str, metric: str) -> str:
+    """The simulator's correction a forecast takes: a long-context pool's TTFT, where long
+    prompts have a target of their own, is corrected by what the long prompts measured."""
+    if metric == "ttft" and need.role == "long" and need.slos[workload].has_long_ttft:
+        return "long_ttft"
+    return metric
+
+
 def check(
     forecast: PoolForecast,
     need: PoolNeed,
@@ -188,7 +196,8 @@ def check(
             value = stream.p95_ms(metric, q)
             if floor is not None and corrections:
                 base = floor.streams[workload].p95_ms(metric, q)
-                value = corrected_ms(value, base, corrections, workload, metric)
+                key = correction_key(need, workload, metric)
+                value = corrected_ms(value, base, corrections, workload, key)
             limit = target * (1.0 - headroom)
             if value > limit:
                 out.append(Violation(f"{workload} p95 {metric}", value, limit))

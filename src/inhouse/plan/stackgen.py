@@ -48,6 +48,8 @@ def pool_slo(pool: Sized, requirements: Requirements) -> PoolSlo:
     for name in pool.need.slos:
         req = requirements.workload(name)
         slo: Slo = (req.degraded_slo or req.slo) if pool.need.role == "fallback" else req.slo
+        if pool.need.role == "long":
+            slo = pool.need.slos[name]  # the long prompts' own TTFT, where they have one
         availability = max(availability, slo.availability)
         values = _strictest(values, slo)
     return PoolSlo(availability=availability, prefix_hit_rate_min=None, **values)
@@ -68,7 +70,14 @@ def workload_specs(requirements: Requirements, check: SimCheck | None) -> tuple[
     simulator measured for it at 1x peak."""
     out = []
     for req in requirements.workloads:
-        slo = LatencySlo(availability=req.slo.availability, **_strictest({}, req.slo))
+        stated = req.slo
+        if stated.long_ttft_p95_ms is not None and stated.has_long_ttft:
+            # NOTE: render alerts a workload's TTFT on the gateway's series of all its prompts;
+            # held to the short prompts' target, the long ones (on their own looser target)
+            # paged a healthy stack (`verify.gateway_targets`). Each pool's own target is in
+            # `pools[].slo`.
+            stated = stated.for_long_prompts(stated.long_ttft_p95_ms)
+        slo = LatencySlo(availability=req.slo.availability, **_strictest({}, stated))
         planned = PlannedP95()
         if check is not None and req.name in check.workloads:
             row = check.workloads[req.name]

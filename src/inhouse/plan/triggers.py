@@ -114,19 +114,41 @@ def length_triggers(
     signal: TriggerSignal = "output_tokens_p95" if field == "output" else "prompt_tokens_p95"
     out = []
     for pool in serving_pools(candidate):
+        if field == "prompt" and pool.need.long_prompt_tokens is not None:
+            # NOTE: the standard part of a split workload serves prompts up to the split
+            # only: its p95 cannot follow a longer tail (it fell as the code assistant's grew,
+            # the longer prompts going to the long pool), so a level on it fired on noise.
+            continue
         planned = round(tokens_p95(pool, pool.need.streams, field))
-        later = tuple(restream(s, pool, changed) for s in pool.need.streams)
+        later = round(
+            tokens_p95(pool, tuple(restream(s, pool, changed) for s in pool.need.streams), field)
+        )
+        if later <= planned:
+            # The change does not raise what this pool's histogram reads (a long pool taking
+            # in shorter prompts as the split moves through the tail): no level on it would
+            # send the operator back before the break.
+            continue
         out.append(
             Trigger(
                 **_base(pool, *base),  # type: ignore[arg-type]
                 signal=signal,
                 planned=planned,
-                threshold=max(planned + 1, round(tokens_p95(pool, later, field))),
+                threshold=later,
                 window="1d",
                 hold="1h",
             )
         )
     return out
+
+
+def unseen_length_text(field: str) -> str:
+    """A length row's words where no pool's histogram shows the change before it breaks."""
+    what = "output" if field == "output" else "prompt"
+    return (
+        f"none on vLLM's {what}-length histograms: halfway to the break, no pool's p95 {what} "
+        "rises (a split workload's pools each hold one range of prompt lengths); measure the "
+        f"{what} lengths at the gateway, or plan with more margin"
+    )
 
 
 def hit_triggers(
