@@ -18,7 +18,9 @@ def test_the_summary_records_the_soak_s_day_length(
     """`--soak-day-s` shortened the soak's days and only the soak's check text said so: the
     summary, which `inhouse report` reads for how the drills ran, did not."""
 
-    async def no_drills(options: runner.Options, say: object) -> list[DrillResult]:
+    async def no_drills(
+        options: runner.Options, prepared: runner.Prepared, say: object
+    ) -> list[DrillResult]:
         return []
 
     monkeypatch.setattr(runner, "_run_all", no_drills)
