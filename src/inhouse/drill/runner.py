@@ -142,6 +142,10 @@ async def run_one(
     return result
 
 
+# Drills that take the pool's last replica out and judge the others serving meanwhile.
+TAKE_A_REPLICA_OUT = ("kill-replica", "load-not-ready")
+
+
 @dataclass(frozen=True)
 class Prepared:
     """A run's stack, checked: the drill tenants added (`keys`: tenant -> key), `desc` for the
@@ -154,10 +158,21 @@ class Prepared:
 
 def prepare(options: Options) -> Prepared:
     """Everything a run can be refused for, checked before any file is written (a refused run
-    leaves no `--out`): the time scale, the stack file, its engines, the plan.json beside it."""
+    leaves no `--out`): the time scale, the stack file, the plan.json beside it, a pool of one
+    replica for a drill that takes one out, its engines."""
     check_factor(options.time_scale)
     base, desc = _stack(options)
     load_profile(base.pools[0], options.stack_path)
+    pool = base.pools[0]  # the pool every drill acts on
+    lone = [n for n in options.names if n in TAKE_A_REPLICA_OUT]
+    if pool.replicas < 2 and lone:
+        raise SpecError(
+            f"pool {pool.name} has {pool.replicas} replica: {', '.join(lone)} "
+            f"{'takes' if len(lone) == 1 else 'take'} a replica out and judge"
+            f"{'s' if len(lone) == 1 else ''} the others serving its traffic. Give the pool 2 "
+            "or more replicas in a copy of the stack file, or leave "
+            f"{'it' if len(lone) == 1 else 'them'} out"
+        )
     check_simulated(base)
     stack, keys = drill_stack(base, options.flood_limits)
     return Prepared(stack, keys, desc)
