@@ -545,7 +545,7 @@ def test_on_several_nodes_kill_replica_names_the_victim_and_its_replacement() ->
     assert "--sort-by=.metadata.creationTimestamp" in back.shell
     assert 'echo "replacement: pod $NEW_POD at $NEW_IP"' in back.shell
     for ip, words in (("$VICTIM_IP", "left: http://"), ("$NEW_IP", "http://")):
-        reading = next(s for s in steps if f'grep -F "{ip}"' in s.shell)
+        reading = next(s for s in steps if f'grep -F -e "//{ip}:" -e "//[{ip}]:"' in s.shell)
         logs = next(a for a in reading.kubectl if verb_of(a) == "logs")
         assert _selects(logs[logs.index("-l") + 1], gateway_labels), logs
         assert any("replica chat/" in c and words in c for c in reading.checks), reading.checks

@@ -287,8 +287,11 @@ def _scaled_kill(
     slot = f"replica {pool.name}/N"
 
     def grep(var: str) -> str:
+        # The address as the gateway's URL writes it (IPv6 in brackets): 10.0.0.3 is not
+        # 10.0.0.30.
         return (
-            f'{_k(logs)} | grep -F "${var}" || echo "no line of the gateway\'s log names ${var} '
+            f'{_k(logs)} | grep -F -e "//${var}:" -e "//[${var}]:" '
+            f"|| echo \"no line of the gateway's log names ${var} "
             f'yet (it looks its pods up every {interval:g} s): run this line again"'
         )
 
