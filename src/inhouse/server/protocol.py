@@ -238,10 +238,10 @@ class ChatCompletionRequest(_SamplingRequest):
     @classmethod
     def checked_raw(cls, data: dict[str, Any]) -> dict[str, Any]:
         """vLLM's chat checks before validation: it walks `messages` first (a value that
-        cannot be walked is Python's TypeError, as a plain 400), refuses both generation
-        flags as sent, then checks the logprobs and the
-        shared checks, then lists each message's `tool_calls` (a string or an object becomes
-        a list of its characters or keys; a number cannot be listed)."""
+        cannot be walked is Python's TypeError, as a plain 400), refuses both generation flags
+        as sent, checks the logprobs and the shared checks, then lists each message's
+        `tool_calls` (a string or an object becomes a list of its characters or keys; a
+        number cannot be listed: Python's TypeError again)."""
         try:
             iter(data.get("messages", []))
         except TypeError as exc:
