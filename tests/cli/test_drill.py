@@ -99,3 +99,35 @@ def test_a_bad_plan_json_beside_the_stack_is_named_before_anything_starts(
     err = capsys.readouterr().err
     assert f"{tmp_path / 'plan.json'}: not a plan.json" in err, err
     assert not (tmp_path / "out" / "_run").exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--time-scale", "0"], "--time-scale 0"),
+        (["--time-scale", "nan"], "--time-scale nan"),
+        (["--stack", "/nonexistent/stack.yaml"], "/nonexistent/stack.yaml"),
+        (["--stack", "STACK", "--soak-day-s", "inf"], "--soak-day-s inf"),
+        (["--stack", "VLLM"], "drill this stack in production with `inhouse drill plan`"),
+        (["--stack", "STACK", "--plan", "{"], "not a plan.json"),
+    ],
+)
+def test_a_refused_run_leaves_no_out_behind(
+    flags: list[str], said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run refused for its flags, its stack file, its engines or the plan.json beside it
+    left an empty `--out`; `--soak-day-s inf` was taken (a day that never ends: the drill
+    started). Everything is checked before the directory is made."""
+    stack = tmp_path / "stack.yaml"
+    stack.write_text(EXAMPLE.read_text())
+    vllm = tmp_path / "vllm.yaml"
+    vllm.write_text(EXAMPLE.read_text().replace("engine: simulated", "engine: vllm"))
+    if "--plan" in flags:
+        at = flags.index("--plan")
+        (tmp_path / "plan.json").write_text(flags[at + 1])
+        flags = flags[:at]
+    argv = [{"STACK": str(stack), "VLLM": str(vllm)}.get(f, f) for f in flags]
+    out = tmp_path / "evidence"
+    assert main(["drill", "run", "soak", *argv, "--out", str(out)]) == 2
+    assert said in capsys.readouterr().err
+    assert not out.exists()

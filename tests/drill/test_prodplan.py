@@ -2,10 +2,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -492,3 +494,69 @@ def test_drills_that_restart_a_replica_first_check_it_has_room_under_the_flappin
         assert f'pod="{pod}"' in expr and f"[{FLAP_WINDOW}]" in expr, expr
         allowed = FLAP_RESTARTS - 1 - restarts
         assert any(f"at most {allowed}" in c and FLAPPING in c for c in room.checks), room.checks
+
+
+def _scaled_stack() -> Any:
+    from inhouse.spec.stack import parse_stack
+
+    return parse_stack({
+        "name": "scaled",
+        "nodes": [{"gpu": "h100_sxm", "gpus_per_node": 8, "count": 2}],
+        "pools": [{"name": "chat", "model": "Qwen2.5-7B", "replicas": 2}],
+    })  # fmt: skip
+
+
+def _commands(shell: str) -> list[list[str]]:
+    """The kubectl argument lists a step's shell runs, `$(...)` ones included, with the
+    script's variables as the argument lists spell them (`"$POD"` is `POD`)."""
+    found = []
+    for match in re.finditer(r"(?:^|\$\(|\|\| |&& )kubectl ([^)|;&\n]*)", shell, re.MULTILINE):
+        words = shlex.split(match.group(1))
+        found.append([w.replace("$POD", "POD").replace("$NEW_POD", "NEW_POD") for w in words])
+    return found
+
+
+def test_on_several_nodes_kill_replica_names_the_victim_and_its_replacement() -> None:
+    """On several nodes the gateway gives the replacement pod whichever slot its discovery
+    finds free, so kill-replica's routing query shows every slot, and its checks spoke of "the
+    chosen pod's replica slot" without saying which that was. The script now prints the victim
+    (its pod and address) before the kill and, once the pool is Ready again, the replacement
+    (the pool's newest pod, its address), each with the gateway's log line for that address,
+    which names its slot; the checks read the query by those slots. Every kubectl command is
+    one the step lists (and so validates offline)."""
+    from inhouse.drill.prodsteps import default_agent_load, drill_steps
+    from inhouse.render import render_stack
+
+    stack = _scaled_stack()
+    docs = yaml.safe_load_all(render_stack(stack).files["k8s/gateway.yaml"])
+    (gateway,) = [d for d in docs if d and d["kind"] == "Deployment"]
+    gateway_labels = gateway["spec"]["template"]["metadata"]["labels"]
+    steps = drill_steps("kill-replica", stack, "ns", default_agent_load())
+    text = "\n".join(f"{s.shell}\n{' '.join(s.checks)}" for s in steps)
+    assert "the chosen pod's replica slot" not in text
+    kill = next(s for s in steps if any("--force" in a for a in s.kubectl))
+    before_kill = kill.shell.split("delete pod")[0]
+    assert (
+        "VICTIM_IP=$(kubectl -n ns get pod \"$POD\" -o 'jsonpath={.status.podIP}')" in before_kill
+    )
+    assert 'echo "drill victim: pod $POD"' in before_kill
+    assert 'echo "drill victim\'s address: $VICTIM_IP"' in before_kill
+    back = next(s for s in steps if any(verb_of(a) == "wait" for a in s.kubectl))
+    assert "--sort-by=.metadata.creationTimestamp" in back.shell
+    assert 'echo "replacement: pod $NEW_POD at $NEW_IP"' in back.shell
+    for ip, words in (("$VICTIM_IP", "left: http://"), ("$NEW_IP", "http://")):
+        reading = next(s for s in steps if f'grep -F -e "//{ip}:" -e "//[{ip}]:"' in s.shell)
+        logs = next(a for a in reading.kubectl if verb_of(a) == "logs")
+        assert _selects(logs[logs.index("-l") + 1], gateway_labels), logs
+        assert any("replica chat/" in c and words in c for c in reading.checks), reading.checks
+        assert any("inhouse_gateway_routing_decisions_total" in c for c in reading.checks)
+    for step in steps:
+        for argv in _commands(step.shell):
+            assert argv in step.kubectl, (step.title, argv)
+    if find_kubectl() is not None:
+        for step in steps:
+            for argv in step.kubectl:
+                assert check_command(argv).ok, argv
+    # One node: the replica has a name and an index of its own; nothing to look up.
+    static = drill_steps("kill-replica", load_stack(EXAMPLE), "ns", default_agent_load())
+    assert not any("VICTIM_IP" in s.shell for s in static)

@@ -9,6 +9,7 @@ import pytest
 
 from inhouse.drill import runner
 from inhouse.drill.evidence import DrillResult
+from inhouse.errors import SpecError
 
 
 @pytest.mark.parametrize("day_s", [900.0, None])
@@ -18,7 +19,9 @@ def test_the_summary_records_the_soak_s_day_length(
     """`--soak-day-s` shortened the soak's days and only the soak's check text said so: the
     summary, which `inhouse report` reads for how the drills ran, did not."""
 
-    async def no_drills(options: runner.Options, say: object) -> list[DrillResult]:
+    async def no_drills(
+        options: runner.Options, prepared: runner.Prepared, say: object
+    ) -> list[DrillResult]:
         return []
 
     monkeypatch.setattr(runner, "_run_all", no_drills)
@@ -26,3 +29,23 @@ def test_the_summary_records_the_soak_s_day_length(
     runner.run_drills(options, say=lambda _: None)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert "soak_day_s" in summary and summary["soak_day_s"] == day_s
+
+
+@pytest.mark.parametrize("name", ["kill-replica", "load-not-ready"])
+def test_a_drill_that_takes_a_replica_out_refuses_a_pool_of_one(name: str, tmp_path: Path) -> None:
+    """kill-replica and load-not-ready take the drilled pool's last replica out and judge the
+    others serving its traffic; with one replica they ran for minutes and failed on checks
+    that could not hold ("no failure before the first token"). They are refused up front,
+    naming the pool, before any file is written; the other drills still run on such a pool."""
+    example = Path(__file__).resolve().parents[2] / "examples/crm-copilot/stack.yaml"
+    stack = tmp_path / "stack.yaml"
+    stack.write_text(
+        example.read_text()
+        .replace("replicas: 2", "replicas: 1")
+        .replace("gpu_ids: [[0, 1, 2, 3], [4, 5, 6, 7]]", "gpu_ids: [[0, 1, 2, 3]]")
+    )
+    options = runner.Options([name, "kv-fill"], tmp_path / "out", stack_path=stack)
+    with pytest.raises(SpecError, match=f"pool chat has 1 replica: {name} takes"):
+        runner.prepare(options)
+    assert not (tmp_path / "out").exists()
+    runner.prepare(runner.Options(["kv-fill"], tmp_path / "out", stack_path=stack))

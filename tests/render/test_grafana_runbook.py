@@ -5,10 +5,13 @@ import re
 from pathlib import Path
 
 import yaml
+from tests.render.conftest import PlannedCrm
 
 from inhouse.render import Rendered, render_stack
+from inhouse.render.alerts_triggers import NAMES, rule_threshold
 from inhouse.render.dashboard_guide import DASHBOARDS, FIRST_LOOK, dashboard_title
 from inhouse.spec.stack import parse_stack
+from inhouse.spec.triggers import TOKEN_HISTOGRAMS
 
 BOARDS = ("fleet", "slo", "latency", "engine", "kv-cache", "hardware", "cost", "tenants")
 
@@ -129,3 +132,39 @@ def test_each_board_of_a_long_named_stack_keeps_its_own_uid() -> None:
         assert all(len(uid) <= 40 for uid in uids), uids
     # Two such stacks in one Grafana do not take each other's boards.
     assert not set(board_uids("a" * 39 + "b")) & set(board_uids("a" * 39 + "c"))
+
+
+def test_the_token_length_panels_draw_the_plans_re_plan_triggers(
+    crm_plan: PlannedCrm, crm: Rendered
+) -> None:
+    """No panel showed output length, though InhouseReplanOutputsLonger watches its p95. The
+    KV cache board shows prompt and output length side by side (p50, p95, p99 of vLLM's
+    histograms), each with a line at the level of each of the plan's triggers on that p95 (the
+    rule's number), and the two re-plan tickets name them as the panels to look at first."""
+    model = json.loads(render_stack(crm_plan.stack).files["grafana/kv-cache.json"])
+    titles = [p["title"] for p in model["panels"]]
+    assert titles[titles.index("Prompt length") + 1] == "Output length"
+    for title, signal in (
+        ("Prompt length", "prompt_tokens_p95"),
+        ("Output length", "output_tokens_p95"),
+    ):
+        panel = model["panels"][titles.index(title)]
+        exprs = [t["expr"] for t in panel["targets"]]
+        histogram = TOKEN_HISTOGRAMS[signal][0]
+        assert sum(f"rate({histogram}_bucket{{" in e for e in exprs) == 3, exprs
+        triggers = [t for t in crm_plan.stack.triggers if t.signal == signal]
+        assert triggers, signal
+        lines = {
+            t["legendFormat"]: t["expr"]
+            for t in panel["targets"]
+            if t["expr"].startswith("vector(")
+        }
+        assert lines == {
+            f"{t.model} re-plan trigger": f"vector({rule_threshold(t):.10g})" for t in triggers
+        }
+        assert FIRST_LOOK[NAMES[signal]].dashboard == "kv-cache"
+        assert FIRST_LOOK[NAMES[signal]].panel == title
+    # A stack without triggers (the hand-written examples): the lengths, no line.
+    plain = json.loads(crm.files["grafana/kv-cache.json"])
+    panel = next(p for p in plain["panels"] if p["title"] == "Output length")
+    assert panel["targets"] and not any(t["expr"].startswith("vector(") for t in panel["targets"])

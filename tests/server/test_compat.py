@@ -1086,3 +1086,162 @@ def test_an_unknown_role_and_a_tool_message_without_its_id_are_accepted(engine_u
         assert post(engine_url, "/v1/chat/completions", _chat(messages=messages)).status_code == 200
         tokenize = post(engine_url, "/tokenize", {"model": "tiny", "messages": messages})
         assert tokenize.status_code == 200
+
+
+def _tool_call_errors(index: int, shown: str) -> str:
+    """The two errors a tool call that is not an object gets, as vLLM's chat route words them
+    once it has listed a message's tool calls: each tool-call class, located by the call's
+    index alone (not the message's)."""
+    return "\n".join(
+        f"  {{'type': 'dict_type', 'loc': 'body.{index}.{cls}', 'msg': 'Input should be a "
+        f"valid dictionary', 'input': '{shown}'}}"
+        for cls in (
+            "ChatCompletionMessageFunctionToolCallParam",
+            "ChatCompletionMessageCustomToolCallParam",
+        )
+    )
+
+
+def test_tool_calls_are_listed_before_the_message_classes_check_them(engine_url: str) -> None:
+    """vLLM's chat request lists each message's `tool_calls` (`list(...)`) before any field is
+    validated: one that is not iterable is a plain 400 in Python's words, ahead of every other
+    error in the body (a bad message, an unknown model); a string or an object becomes a list
+    of its characters or keys. After validation it lists them again, and a call that is not an
+    object is a validation error located by the call's index. (The simulated engine gave the
+    eleven message-class errors, or the parts' lazy-iterator text.)"""
+    hi = {"role": "user", "content": "hi"}
+    for value, kind in ((5, "int"), (True, "bool"), (5.5, "float")):
+        for messages, extra in (
+            ([hi, {"role": "assistant", "tool_calls": value}], {}),
+            ([hi, {"role": "wizard", "tool_calls": value, "content": [5]}], {}),
+            ([{"content": "x"}, {"role": "assistant", "tool_calls": value}], {}),
+            ([hi, {"role": "assistant", "tool_calls": value}], {"model": "nope"}),
+            ([hi, {"role": "assistant", "tool_calls": value}], {"max_tokens": "abc"}),
+        ):
+            got = _refusal(engine_url, "/v1/chat/completions", _chat(messages=messages, **extra))
+            assert got == _bad(f"'{kind}' object is not iterable"), (messages, extra)
+    for value, shown, index in (([5], "5", 0), ("ab", "a", 0), ({"a": 1}, "a", 0)):
+        messages = [hi, {"role": "assistant", "tool_calls": value, "content": [5]}]
+        got = _refusal(engine_url, "/v1/chat/completions", _chat(messages=messages, model="nope"))
+        assert got == {
+            "message": f"2 validation errors:\n{_tool_call_errors(index, shown)}",
+            "type": "Bad Request",
+            "param": f"body.{index}.ChatCompletionMessageFunctionToolCallParam",
+            "code": 400,
+        }
+    call = {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    messages = [hi, {"role": "assistant", "tool_calls": [call, 5]}]
+    assert _refusal(engine_url, "/v1/chat/completions", _chat(messages=messages))["message"] == (
+        f"2 validation errors:\n{_tool_call_errors(1, '5')}"
+    )
+    for value in ("", {}, []):
+        messages = [hi, {"role": "assistant", "tool_calls": value}]
+        assert post(engine_url, "/v1/chat/completions", _chat(messages=messages)).status_code == 200
+    # A call without its function's arguments: vLLM's list of internal loc markers holds
+    # "arguments", so the location stops at `function`.
+    del call["function"]["arguments"]  # type: ignore[attr-defined]
+    got = _refusal(
+        engine_url,
+        "/v1/chat/completions",
+        _chat(messages=[hi, {"role": "assistant", "tool_calls": [call]}]),
+    )
+    assert got["param"] == "body.0.ChatCompletionMessageFunctionToolCallParam.function"
+    assert got["message"].startswith(
+        "3 validation errors:\n  {'type': 'missing', 'loc': "
+        "'body.0.ChatCompletionMessageFunctionToolCallParam.function', 'msg': 'Field required', "
+        "'input': '<dict of 1 items>'}"
+    )
+
+
+def test_messages_that_are_not_a_list_of_anything(engine_url: str) -> None:
+    """vLLM's chat request walks `messages` (looking for system messages) before anything else
+    is checked: a value that cannot be walked is a plain 400 in Python's words."""
+    for value, kind in ((None, "NoneType"), (5, "int"), (True, "bool")):
+        got = _refusal(engine_url, "/v1/chat/completions", _chat(messages=value, top_logprobs=3))
+        assert got == _bad(f"'{kind}' object is not iterable")
+
+
+def test_content_parts_are_read_when_the_conversation_is_rendered(engine_url: str) -> None:
+    """vLLM reads a message's content parts only as it renders the conversation: after the
+    request's fields, the model and the output length are checked, before the sampling
+    parameters, message by message (a media part in an earlier message is refused first).
+    The simulated engine read them while validating, so every other refusal lost to them."""
+    bad = {"role": "user", "content": [5]}
+    image = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x"}}]}
+    for path, body, param in (
+        ("/v1/chat/completions", _chat(messages=[bad], max_tokens="abc"), "body.max_tokens"),
+        (
+            "/v1/chat/completions",
+            _chat(messages=[bad, {"content": "x"}]),
+            "body.messages.1.ChatCompletionDeveloperMessageParam.role",
+        ),
+        ("/v1/chat/completions", _chat(messages=[bad], model="nope"), "model"),
+        ("/v1/chat/completions", _chat(messages=[bad], max_tokens=100000), "max_tokens"),
+        (
+            "/v1/chat/completions",
+            _chat(messages=[bad], max_completion_tokens=100000),
+            "max_completion_tokens",
+        ),
+        ("/v1/chat/completions", _chat(messages=[image, bad]), None),
+        ("/tokenize", {"model": "nope", "messages": [bad]}, "model"),
+        (
+            "/tokenize",
+            {"model": "tiny", "messages": [bad], "add_special_tokens": "abc"},
+            "body.prompt",
+        ),
+    ):
+        response = post(engine_url, path, body)
+        got = error_of(response)
+        assert "ValidatorIterator" not in got["message"], (path, body)
+        if param is not None:
+            assert got["param"] == param, (path, body)
+    got = _refusal(engine_url, "/v1/chat/completions", _chat(messages=[image, bad]))
+    assert got == _bad("tiny is not a multimodal model")
+    for extra in ({"temperature": -1}, {"n": 0}, {"max_tokens": 0}):
+        got = _refusal(engine_url, "/v1/chat/completions", _chat(messages=[bad], **extra))
+        assert got["message"].startswith("4 validation errors for ValidatorIterator\n"), extra
+
+
+def test_the_output_length_is_checked_before_anything_else_of_the_request(
+    engine_url: str,
+) -> None:
+    """vLLM refuses `max_tokens` over `max_model_len` right after the model, ahead of an
+    empty conversation, the generation-prompt flags and the sampling parameters."""
+    big = _bad(
+        "max_tokens=100000 cannot be greater than max_model_len=512. Please request fewer "
+        "output tokens. (parameter=max_tokens, value=100000)",
+        "max_tokens",
+    )
+    for path, body in (
+        ("/v1/chat/completions", _chat(messages=[], max_tokens=100000)),
+        ("/v1/chat/completions", _chat(max_tokens=100000, continue_final_message=True)),
+        ("/v1/chat/completions", _chat(max_tokens=100000, temperature=-1)),
+        ("/v1/chat/completions", _chat(max_tokens=100000, n=0)),
+        ("/v1/completions", _cmpl(max_tokens=100000, temperature=-1)),
+    ):
+        assert _refusal(engine_url, path, body) == big, (path, body)
+
+
+def test_stream_options_are_checked_before_the_response_format(engine_url: str) -> None:
+    got = _refusal(
+        engine_url,
+        "/v1/chat/completions",
+        _chat(stream_options={"include_usage": True}, response_format={"type": "json_schema"}),
+    )
+    assert got["param"] == "stream_options"
+
+
+def test_both_generation_flags_sent_are_refused_before_the_conversation_is_read(
+    engine_url: str,
+) -> None:
+    """Sent both, `continue_final_message` and `add_generation_prompt` are refused by a check
+    of the raw body, ahead of the content parts; with the generation prompt left to its
+    default, by the renderer, after them."""
+    bad = {"role": "user", "content": [5]}
+    both = _chat(messages=[bad], continue_final_message=True, add_generation_prompt=True)
+    assert _refusal(engine_url, "/v1/chat/completions", both) == _bad(
+        "Cannot set both `continue_final_message` and `add_generation_prompt` to True."
+    )
+    default = _chat(messages=[bad], continue_final_message=True)
+    got = _refusal(engine_url, "/v1/chat/completions", default)
+    assert got["message"].startswith("4 validation errors for ValidatorIterator\n")

@@ -74,10 +74,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, names: list[str]) -> int:
-    from inhouse.drill.runner import DEFAULT_TIME_SCALE, Options, resolve_names, run_drills
+    from inhouse.drill.runner import (
+        DEFAULT_TIME_SCALE,
+        Options,
+        prepare,
+        resolve_names,
+        run_drills,
+    )
 
-    if args.soak_day_s is not None and not args.soak_day_s > 0:
-        raise SpecError(f"--soak-day-s {args.soak_day_s:g}: a day must be longer than 0 s")
+    if args.soak_day_s is not None and not 0 < args.soak_day_s < math.inf:
+        raise SpecError(
+            f"--soak-day-s {args.soak_day_s:g}: a simulated day's length in seconds, more than "
+            "0 and finite (leave it out for 24 h days)"
+        )
     if args.duration is not None and not 0 < args.duration < math.inf:
         raise SpecError(
             f"--duration {args.duration:g}: the live soak's length in seconds, more than 0 "
@@ -98,8 +107,9 @@ def _run(args: argparse.Namespace, names: list[str]) -> int:
         soak_duration_s=args.duration,
         soak_day_s=args.soak_day_s,
     )
+    prepared = prepare(options)  # a refused run leaves no --out behind
     make_out_dir(args.out)
-    results = run_drills(options)
+    results = run_drills(options, prepared=prepared)
     passed = sum(1 for r in results if r.verdict == "pass")
     print(
         f"inhouse drill: {passed} of {len(results)} passed; evidence in {args.out}/ "

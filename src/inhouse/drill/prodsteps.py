@@ -11,7 +11,7 @@ from typing import Any
 from inhouse.drill.context import SEEDS_DEGRADED_TTFT_MS, ttft_slo_ms
 from inhouse.drill.drills.long_prompt_dos import huge_tokens
 from inhouse.drill.remediation import ecc_remediation
-from inhouse.drill.victim import Victim, last_victim
+from inhouse.drill.victim import NEW_POD, POD, Victim, last_victim
 from inhouse.metric_names import replica_label
 from inhouse.render.alerts import Case, Series, render_rule_tests
 from inhouse.render.alerts_gpu import gpu_rules
@@ -22,6 +22,7 @@ from inhouse.render.alerts_replicas import (
     REPLICA_DOWN,
     REPLICA_DOWN_SEVERITY,
 )
+from inhouse.render.k8s_engine import labels
 from inhouse.render.layout import (
     engine_layout,
     model_dir,
@@ -29,6 +30,7 @@ from inhouse.render.layout import (
     replica_pod,
 )
 from inhouse.render.options import RenderOptions
+from inhouse.spec.gateway import parse_gateway
 from inhouse.spec.stack import PoolSpec, StackSpec
 from inhouse.workload.agent import AgentWorkload
 
@@ -134,12 +136,6 @@ def _chosen(victim: Victim, argv: list[str]) -> str:
     return "\n".join(line for line in (victim.choose_shell(), _k(argv)) if line)
 
 
-def _replica_words(victim: Victim) -> str:
-    if victim.index is not None:
-        return f"replica {victim.index}"
-    return "the chosen pod's replica slot"
-
-
 def _restart_room(victim: Victim, pool: PoolSpec, ns: str, steps: list[Step]) -> list[Step]:
     """`steps`, after a first one that reads how often the victim restarted in the last
     FLAP_WINDOW: with the restarts `steps` make (their `delete pod` of it), FLAP_RESTARTS page
@@ -186,64 +182,174 @@ def _kill_steps(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -> l
     sel, model = victim.selector, pool.client_model_name
     kill = ["-n", ns, "delete", "pod", "-l", sel, "--grace-period=0", "--force"]
     drain = ["-n", ns, "delete", "pod", "-l", sel, "--wait=false"]
-    # A static replica's pod comes back under its name; a scaled pool's replacement is a new
-    # pod of the Deployment, without the drill's label: wait for all of the pool's.
-    back = sel if victim.index is not None else victim.pods
-    ready = ["-n", ns, "wait", "--for=condition=Ready", "pod", "-l", back, "--timeout=900s"]
-    scaled = victim.index is None
     up = f'up{{namespace="{ns}", job="{pool.name}-engine"}}'
     p95 = f'inhouse:time_to_first_token_seconds:p95_5m{{model_name="{model}"}}'
     decisions = f'inhouse_gateway_routing_decisions_total{{pool="{pool.name}"}}'
     routed = f"sum by (replica) (rate({decisions}[1m]))"
     errors = 'sum(increase(inhouse_gateway_requests_total{code=~"5.."}[10m]))'
+    if victim.index is None:
+        sigkill, rejoin = _scaled_kill(stack, pool, ns, victim, kill, (up, routed))
+    else:
+        # A static replica's pod comes back under its name, in its slot.
+        ready = ["-n", ns, "wait", "--for=condition=Ready", "pod", "-l", sel, "--timeout=900s"]
+        sigkill = [
+            Step(
+                "SIGKILL one replica (force delete)",
+                _k(kill),
+                [
+                    *_kill_pages(pool),
+                    f"routing to replica {victim.index} stops within the gateway's health "
+                    "window: " + _q(routed),
+                    STREAMS_CUT,
+                ],
+                kubectl=[kill],
+                promql=[up, routed],
+            )
+        ]
+        rejoin = Step(
+            "the replacement rejoins only when ready",
+            _k(ready),
+            [
+                f"its pod is Ready before the gateway routes to replica {victim.index}: "
+                + _q(routed)
+            ],
+            kubectl=[ready],
+        )
+    degraded = Step(
+        "degraded mode: p95 TTFT with one replica fewer",
+        _q(p95),
+        [
+            f"p95 TTFT within the degraded SLO ({SEEDS_DEGRADED_TTFT_MS:g} ms unless the plan "
+            "says otherwise)"
+        ],
+        promql=[p95],
+    )
     return [
         Step(
             f"agent load at {at}",
             _bench("kill-replica", pool, load.workload(sessions) + " --duration 1800"),
             ["the bench runs; note its start time"],
         ),
-        Step(
-            "SIGKILL one replica (force delete)"
-            + (": one running pod of the Deployment, labelled for the drill" if scaled else ""),
-            _chosen(victim, kill),
-            [
-                f"{REPLICA_DOWN} reaches Alertmanager within ~2 minutes as a "
-                f"{REPLICA_DOWN_SEVERITY} (one replica lost is the degraded mode the pool was "
-                "sized for): " + _am(REPLICA_DOWN),
-                f"nothing pages for pool {pool.name} while the other replicas serve: "
-                f'amtool --alertmanager.url="$AM" alert query severity=page pool={pool.name}',
-                f"routing to {_replica_words(victim)} stops within the gateway's health window: "
-                + _q(routed),
-                "streams in flight end with an error event; nothing that had not streamed fails",
-            ],
-            kubectl=[*victim.choose, kill],
-            promql=[up, routed],
-        ),
-        Step(
-            "degraded mode: p95 TTFT with one replica fewer",
-            _q(p95),
-            [
-                f"p95 TTFT within the degraded SLO ({SEEDS_DEGRADED_TTFT_MS:g} ms unless the plan "
-                "says otherwise)"
-            ],
-            promql=[p95],
-        ),
-        Step(
-            "the replacement rejoins only when ready"
-            + (" (the pool's pods all Ready)" if scaled else ""),
-            _k(ready),
-            ["its pod is Ready before the gateway routes to it: " + _q(routed)],
-            kubectl=[ready],
-        ),
+        *sigkill,
+        degraded,
+        rejoin,
         Step(
             "SIGTERM (graceful drain) of "
-            + ("one running pod, chosen and labelled again" if scaled else "the same replica"),
+            + (
+                "one running pod, chosen and labelled again"
+                if victim.index is None
+                else "the same replica"
+            ),
             _chosen(victim, drain),
             ["in-flight requests complete; no 5xx: " + _q(errors)],
             kubectl=[*victim.choose, drain],
             promql=[errors],
         ),
     ]
+
+
+STREAMS_CUT = "streams in flight end with an error event; nothing that had not streamed fails"
+
+
+def _kill_pages(pool: PoolSpec) -> list[str]:
+    return [
+        f"{REPLICA_DOWN} reaches Alertmanager within ~2 minutes as a {REPLICA_DOWN_SEVERITY} "
+        "(one replica lost is the degraded mode the pool was sized for): " + _am(REPLICA_DOWN),
+        f"nothing pages for pool {pool.name} while the other replicas serve: "
+        f'amtool --alertmanager.url="$AM" alert query severity=page pool={pool.name}',
+    ]
+
+
+def _scaled_kill(
+    stack: StackSpec,
+    pool: PoolSpec,
+    ns: str,
+    victim: Victim,
+    kill: list[str],
+    queries: tuple[str, str],
+) -> tuple[list[Step], Step]:
+    """kill-replica's SIGKILL steps and its rejoin step for a scaled pool (the degraded-mode
+    step goes between them); `queries`: the pool's `up` and its routing by slot. Its pods have
+    no index, and the gateway gives each address whichever slot its discovery finds free (the
+    lowest), so the routing query's `replica` is a slot, not a pod: the script prints the
+    victim's pod and address before the kill, the replacement's (the pool's newest pod) once
+    the pool is Ready, and for each the gateway's log line for that address, which names its
+    slot."""
+    up, routed = queries
+    ip = ["-n", ns, "get", "pod", POD, "-o", "jsonpath={.status.podIP}"]
+    newest = ["-n", ns, "get", "pods", "-l", victim.pods, "--sort-by=.metadata.creationTimestamp",
+              "-o", "jsonpath={.items[-1:].metadata.name}"]  # fmt: skip
+    new_ip = ["-n", ns, "get", "pod", NEW_POD, "-o", "jsonpath={.status.podIP}"]
+    ready = ["-n", ns, "wait", "--for=condition=Ready", "pod", "-l", victim.pods, "--timeout=900s"]
+    gateway = ",".join(f"{k}={v}" for k, v in labels(stack, "gateway").items())
+    logs = ["-n", ns, "logs", "-l", gateway, "--since=30m", "--prefix"]
+    interval = parse_gateway(stack.gateway).discovery.interval_s
+    slot = f"replica {pool.name}/N"
+
+    def grep(var: str) -> str:
+        # The address as the gateway's URL writes it (IPv6 in brackets): 10.0.0.3 is not
+        # 10.0.0.30.
+        return (
+            f'{_k(logs)} | grep -F -e "//${var}:" -e "//[${var}]:" '
+            f"|| echo \"no line of the gateway's log names ${var} "
+            f'yet (it looks its pods up every {interval:g} s): run this line again"'
+        )
+
+    sigkill = [
+        Step(
+            "SIGKILL one replica (force delete): one running pod of the Deployment, labelled "
+            "for the drill, its address noted",
+            "\n".join(
+                [
+                    victim.choose_shell(),
+                    f"VICTIM_IP=$({_pod(ip)})",
+                    'echo "drill victim\'s address: $VICTIM_IP"',
+                    _k(kill),
+                ]
+            ),
+            [*_kill_pages(pool), STREAMS_CUT],
+            kubectl=[*victim.choose, ip, kill],
+            promql=[up, routed],
+        ),
+        Step(
+            "the victim's slot at the gateway: its log line for the victim's address",
+            grep("VICTIM_IP"),
+            [
+                f"'{slot} left: http://$VICTIM_IP:<port> no longer in DNS': slot N was the "
+                "victim's, and its rate falls to 0 within the gateway's health window of the kill: "
+                + _q(routed)
+            ],
+            kubectl=[logs],
+            promql=[routed],
+        ),
+    ]
+    rejoin = Step(
+        "the replacement rejoins only when ready (the pool's pods all Ready); its pod, "
+        "address and slot",
+        "\n".join(
+            [
+                _k(ready),
+                f"NEW_POD=$({_k(newest)})",
+                f"NEW_IP=$({_pod(new_ip)})",
+                'echo "replacement: pod $NEW_POD at $NEW_IP"',
+                grep("NEW_IP"),
+            ]
+        ),
+        [
+            "the replacement is the pool's newest pod (unless the autoscaler added one "
+            f"meanwhile); '{slot.replace('/N', '/M')}: http://$NEW_IP:<port> from DNS, probing' "
+            "names its slot M (the lowest free one: the victim's, unless a lower one was "
+            "vacant), which gets requests only once the pod is Ready: " + _q(routed)
+        ],
+        kubectl=[ready, newest, new_ip, logs],
+        promql=[routed],
+    )
+    return sigkill, rejoin
+
+
+def _pod(argv: list[str]) -> str:
+    """`argv`'s shell line, the chosen pods' names as the script's variables."""
+    return _k(argv).replace(f" {POD} ", ' "$POD" ').replace(f" {NEW_POD} ", ' "$NEW_POD" ')
 
 
 def _kv_fill(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -> list[Step]:

@@ -26,7 +26,7 @@ from inhouse.drill.context import DrillContext, load_profile
 from inhouse.drill.evidence import DrillResult
 from inhouse.drill.judge import Judge
 from inhouse.drill.report import write_drill, write_summary
-from inhouse.drill.stack import LiveStack, drill_stack
+from inhouse.drill.stack import LiveStack, check_simulated, drill_stack
 from inhouse.drill.timescale import check_factor, scale_rules
 from inhouse.errors import SpecError
 from inhouse.launch.demo import demo_stack
@@ -142,10 +142,46 @@ async def run_one(
     return result
 
 
-async def _run_all(options: Options, say: Callable[[str], None]) -> list[DrillResult]:
-    base, stack_desc = _stack(options)
-    load_profile(base.pools[0], options.stack_path)  # a bad plan.json beside it: say so now
+# Drills that take the pool's last replica out and judge the others serving meanwhile.
+TAKE_A_REPLICA_OUT = ("kill-replica", "load-not-ready")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A run's stack, checked: the drill tenants added (`keys`: tenant -> key), `desc` for the
+    evidence."""
+
+    stack: StackSpec
+    keys: dict[str, str]
+    desc: str
+
+
+def prepare(options: Options) -> Prepared:
+    """Everything a run can be refused for, checked before any file is written (a refused run
+    leaves no `--out`): the time scale, the stack file, the plan.json beside it, a pool of one
+    replica for a drill that takes one out, its engines."""
+    check_factor(options.time_scale)
+    base, desc = _stack(options)
+    load_profile(base.pools[0], options.stack_path)
+    pool = base.pools[0]  # the pool every drill acts on
+    lone = [n for n in options.names if n in TAKE_A_REPLICA_OUT]
+    if pool.replicas < 2 and lone:
+        raise SpecError(
+            f"pool {pool.name} has {pool.replicas} replica: {', '.join(lone)} "
+            f"{'takes' if len(lone) == 1 else 'take'} a replica out and judge"
+            f"{'s' if len(lone) == 1 else ''} the others serving its traffic. Give the pool 2 "
+            "or more replicas in a copy of the stack file, or leave "
+            f"{'it' if len(lone) == 1 else 'them'} out"
+        )
+    check_simulated(base)
     stack, keys = drill_stack(base, options.flood_limits)
+    return Prepared(stack, keys, desc)
+
+
+async def _run_all(
+    options: Options, prepared: Prepared, say: Callable[[str], None]
+) -> list[DrillResult]:
+    stack, keys, stack_desc = prepared.stack, prepared.keys, prepared.desc
     work = options.out_dir / "_run"
     live = LiveStack(stack, keys, work)
     say(
@@ -182,12 +218,15 @@ async def _run_all(options: Options, say: Callable[[str], None]) -> list[DrillRe
     return results
 
 
-def run_drills(options: Options, say: Callable[[str], None] = print) -> list[DrillResult]:
-    check_factor(options.time_scale)
+def run_drills(
+    options: Options, say: Callable[[str], None] = print, prepared: Prepared | None = None
+) -> list[DrillResult]:
+    """Runs the drills; `prepared`: `prepare(options)`, if the caller made it already."""
+    prepared = prepared or prepare(options)
     options.out_dir.mkdir(parents=True, exist_ok=True)
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     t0 = time.perf_counter()
-    results = asyncio.run(_run_all(options, say))
+    results = asyncio.run(_run_all(options, prepared, say))
     meta = {
         "started": started,
         "duration_s": round(time.perf_counter() - t0, 1),

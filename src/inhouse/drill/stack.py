@@ -111,6 +111,22 @@ def _spawn(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[
         )
 
 
+def check_simulated(stack: StackSpec) -> None:
+    """Drills start simulated engines: a pool of another engine kind is refused, saying what
+    to do instead."""
+    for pool in stack.pools:
+        kind = stack.engine_of(pool)
+        if kind != "simulated":
+            # NOTE: not "use --attach": that flag is refused in this build.
+            how = "is attached, not launched" if kind in ATTACHED_KINDS else "is not simulated"
+            raise StackError(
+                f"pool {pool.name}: engine {kind} {how}; drills start simulated engines "
+                "(their fault port is what drills break them with). Set `engine: simulated` "
+                "in a copy of the stack file, or drill this stack in production with "
+                "`inhouse drill plan`"
+            )
+
+
 class LiveStack:
     """A launched drill stack: replicas, gateway, DCGM exporter; all children of this process."""
 
@@ -128,17 +144,8 @@ class LiveStack:
         self._others: list[subprocess.Popen[bytes]] = []
         self.gateway_proc: subprocess.Popen[bytes] | None = None
         next_gpu = 0
+        check_simulated(stack)
         for pool in stack.pools:
-            kind = stack.engine_of(pool)
-            if kind != "simulated":
-                # NOTE: not "use --attach": that flag is refused in this build.
-                how = "is attached, not launched" if kind in ATTACHED_KINDS else "is not simulated"
-                raise StackError(
-                    f"pool {pool.name}: engine {kind} {how}; drills start simulated engines "
-                    "(their fault port is what drills break them with). Set `engine: simulated` "
-                    "in a copy of the stack file, or drill this stack in production with "
-                    "`inhouse drill plan`"
-                )
             for index in range(pool.replicas):
                 gpus = _gpus_of(pool, index, next_gpu)
                 next_gpu = max(next_gpu, max(gpus) + 1)

@@ -19,6 +19,7 @@ from inhouse.spec.stack import PoolSpec, StackSpec
 
 DRILL_VICTIM_LABEL = "inhouse.dev/drill-victim"
 POD = "POD"  # the chosen pod's name in the kubectl argument lists; the script's $POD
+NEW_POD = "NEW_POD"  # a scaled pool's replacement pod, found after the kill; $NEW_POD
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +51,8 @@ class Victim:
             f"{kubectl} {clear} || true\n"
             f"POD=$({kubectl} {find})\n"
             f'test -n "$POD" || {{ echo "no running pod of the pool" >&2; exit 1; }}\n'
-            f"{kubectl} {mark}"
+            f"{kubectl} {mark}\n"
+            'echo "drill victim: pod $POD"'
         )
 
 

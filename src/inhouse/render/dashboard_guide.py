@@ -34,8 +34,9 @@ DASHBOARDS: tuple[DashboardUse, ...] = (
     DashboardUse("engine", "Engine internals", "vLLM's scheduler: running, waiting, KV usage, "
                  "prefix hits, preemptions, finish reasons, tokens/s, step size"),
     DashboardUse("kv-cache", "KV cache", "KV blocks used and free per replica, cache size, "
-                 "prefix hit rate, preemptions (vLLM counts no evictions), the router's prefix "
-                 "index and routing decisions"),
+                 "prefix hit rate, preemptions (vLLM counts no evictions), prompt and output "
+                 "length against the plan's re-plan triggers, the router's prefix index and "
+                 "routing decisions"),
     DashboardUse("hardware", "Hardware health (DCGM)", "ECC (double and single bit), XID, "
                  "temperature, power, throttling, SM/tensor/HBM activity, HBM bandwidth "
                  "against expected, clocks, HBM used, NVLink; node CPU, memory, disk, network"),
@@ -77,6 +78,12 @@ FIRST_LOOK: dict[str, FirstLook] = {
         "which replica preempts, next to its KV usage"),
     "InhousePrefixHitRateLow": FirstLook("kv-cache", "Prefix hit rate per replica",
         "uneven rates (the router splits sessions) or all low (the prompt shape changed)"),
+    "InhouseReplanPromptsLonger": FirstLook("kv-cache", "Prompt length",
+        "how long p95 has been above the trigger's line, and whether p50 rose with it (every "
+        "prompt grew) or stayed (a longer tail)"),
+    "InhouseReplanOutputsLonger": FirstLook("kv-cache", "Output length",
+        "how long p95 has been above the trigger's line, and whether p50 rose with it (every "
+        "answer grew) or stayed (a longer tail); then KV usage, which longer answers hold longer"),
     "InhouseQueueBacklog": FirstLook("engine", "Waiting requests",
         "a growing queue on every replica: capacity; on one: routing"),
     "InhouseGPUTemperatureHigh": FirstLook("hardware", "GPU temperature",

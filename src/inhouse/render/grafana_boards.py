@@ -7,6 +7,7 @@ recording rules of prometheus/rules.yaml; a test checks it.
 from __future__ import annotations
 
 from inhouse.render.alerts_gpu import hbm_expected_share
+from inhouse.render.alerts_triggers import NAMES, rule_threshold
 from inhouse.render.grafana import (
     RATE,
     Board,
@@ -24,6 +25,7 @@ from inhouse.render.grafana_tenants import tenant_board
 from inhouse.render.layout import EngineLayout, nvml_name, slo_of
 from inhouse.spec.catalog import get_gpu
 from inhouse.spec.stack import PoolSpec, StackSpec
+from inhouse.spec.triggers import TOKEN_HISTOGRAMS
 
 MODEL = 'model_name=~"$model_name"'
 TENANT = 'tenant=~"$tenant"'
@@ -148,8 +150,19 @@ def engine_board(stack: StackSpec, engines: EngineLayout) -> Board:
     return board
 
 
+def token_length_panel(stack: StackSpec, title: str, what: str, signal: str) -> Panel:
+    """p50/p95/p99 of one of vLLM's token-count histograms, with a line at the level of each
+    of the plan's re-plan triggers on its p95 (the number in the trigger's rule)."""
+    histogram = TOKEN_HISTOGRAMS[signal][0]
+    triggers = [t for t in stack.triggers if t.signal == signal]
+    lines = tuple(
+        (f"vector({rule_threshold(t):.10g})", f"{t.model} re-plan trigger") for t in triggers
+    )
+    drawn = f"; line: {NAMES[signal]} files a ticket above it on p95" if triggers else ""
+    return Panel(title, f"{what}{drawn}.", (*quantiles(histogram, MODEL), *lines))
+
+
 def kv_board(stack: StackSpec, engines: EngineLayout) -> Board:
-    del stack
     board = Board(
         "kv-cache",
         "KV cache",
@@ -188,8 +201,10 @@ def kv_board(stack: StackSpec, engines: EngineLayout) -> Board:
                       "high is what evictions look like.",
                       (rate_sum("vllm:num_preemptions_total", MODEL, "pod"), "{{pod}} preempted"),
                       unit="ops"),
-                Panel("Prompt length", "Prompt tokens per request.",
-                      quantiles("vllm:request_prompt_tokens", MODEL)),
+                token_length_panel(stack, "Prompt length", "Prompt tokens per request",
+                                   "prompt_tokens_p95"),
+                token_length_panel(stack, "Output length", "Generated tokens per request",
+                                   "output_tokens_p95"),
             ],
         )
     )  # fmt: skip

@@ -9,13 +9,16 @@ field order and types of those classes (read from the installed vLLM 0.32 and op
 so pydantic finds the same errors in the same order; a message that fits one is then read as the
 plain `ChatMessage` the engine uses, extra keys and all.
 
-OpenAI's classes take content parts as an `Iterable`, which pydantic checks lazily: a list
-whose parts fit no part type passes the union, and fails only when the parts are read, as
-"N validation errors for ValidatorIterator" in a plain 400 `BadRequestError` with no `param`
-(vLLM's words for it, odd as they are). `checked_message` reads them at once and says the same.
+OpenAI's classes take content parts and tool calls as an `Iterable`, which pydantic checks
+lazily: a list whose items fit no type passes the union, and fails only when the items are read.
+vLLM reads content parts as it renders the conversation, after the request's other checks, and
+answers "N validation errors for ValidatorIterator" in a plain 400 `BadRequestError` with no
+`param` (its words, odd as they are); its chat route lists tool calls right after validation
+(`protocol.ChatCompletionRequest`). `checked_message` keeps the unread items on the message for
+`read_items` to read when vLLM would.
 
-NOTE: a message that fits one of vLLM's classes but not `ChatMessage` (a string as a content
-part of a custom role, a harmony-shaped message with no `role`) gets the engine's own error.
+NOTE: a message that fits one of vLLM's classes but not `ChatMessage` (a harmony-shaped
+message with no `role`) gets the engine's own error.
 """
 
 from __future__ import annotations
@@ -24,11 +27,18 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Required
 
-from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, WrapValidator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    PrivateAttr,
+    TypeAdapter,
+    ValidationError,
+    WrapValidator,
+)
 from pydantic_core.core_schema import ValidatorFunctionWrapHandler
 from typing_extensions import TypedDict
 
-from inhouse.openai_errors import ApiError, invalid
+from inhouse.openai_errors import invalid
 
 
 class PromptCacheBreakpoint(TypedDict, total=False):
@@ -304,36 +314,53 @@ _VLLM_MESSAGE: TypeAdapter[Any] = TypeAdapter(
 
 class ChatMessage(BaseModel):
     """A chat message as the engine reads it: a role (any string, as vLLM's custom message type
-    allows) and content that is text, a list of content parts, or null."""
+    allows) and content that is text, a list of content parts, or null. Parts and tool calls
+    vLLM checks lazily stay unread (`read_items`) until vLLM would read them."""
 
     model_config = ConfigDict(extra="allow")
     role: str
-    content: str | list[dict[str, Any]] | None = None
+    content: str | list[Any] | dict[str, Any] | None = None  # parts unread: any items
+    _unread: dict[str, Iterable[Any]] = PrivateAttr(default_factory=dict)
 
 
-class MessageContentError(ValueError):
-    """Content parts that fit no part type, found as they are read: vLLM's plain 400."""
+def read_items(message: ChatMessage, name: str) -> ValidationError | None:
+    """Reads the lazily checked items of the message's field `name`, once: the error an item
+    that fits no type raises, or None (none failed, or nothing left unread)."""
+    items = message._unread.pop(name, None)
+    if items is None:
+        return None
+    try:
+        list(items)
+    except ValidationError as exc:
+        return exc
+    return None
 
-    def __init__(self, exc: ValidationError) -> None:
-        super().__init__(str(exc))
-        self.error: ApiError = invalid(str(exc))
+
+def read_message(message: ChatMessage) -> dict[str, Any]:
+    """The message as the client sent it, for the chat template, its unread items read first
+    in the order of its class's fields, as vLLM's renderer reads them: vLLM's plain 400 if one
+    fits no type."""
+    for name in list(message._unread):
+        if (exc := read_items(message, name)) is not None:
+            raise invalid(str(exc))
+    return message.model_dump(exclude_unset=True)
+
+
+def _is_lazy(item: object) -> bool:
+    return isinstance(item, Iterable) and not isinstance(item, str | bytes | dict | list)
 
 
 def checked_message(value: Any, handler: ValidatorFunctionWrapHandler) -> ChatMessage:
     """`value` checked against vLLM's message classes (their errors if it fits none; FastAPI
-    validates with `from_attributes`, hence harmony's `model_attributes_type`), its lazily
-    checked parts read, then taken as a `ChatMessage`."""
+    validates with `from_attributes`, hence harmony's `model_attributes_type`), then taken as
+    a `ChatMessage` that keeps the fields pydantic checks lazily, unread."""
     if isinstance(value, ChatMessage):
         return value
     checked = _VLLM_MESSAGE.validate_python(value, from_attributes=True)
+    message = ChatMessage.model_validate(value)
     if isinstance(checked, dict):
-        for item in checked.values():
-            if isinstance(item, Iterable) and not isinstance(item, str | bytes | dict | list):
-                try:
-                    list(item)
-                except ValidationError as exc:
-                    raise MessageContentError(exc) from None
-    return ChatMessage.model_validate(value)
+        message._unread = {name: item for name, item in checked.items() if _is_lazy(item)}
+    return message
 
 
 VllmChatMessage = Annotated[ChatMessage, WrapValidator(checked_message)]

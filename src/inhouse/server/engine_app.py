@@ -21,6 +21,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from inhouse.openai_errors import ENGINE_DEAD_MESSAGE, ApiError, invalid, text_only_message
+from inhouse.server.chat_messages import ChatMessage, read_message
 from inhouse.server.generation import output_text
 from inhouse.server.http_metrics import HttpMetricsMiddleware
 from inhouse.server.metrics import CONTENT_TYPE
@@ -37,7 +38,6 @@ from inhouse.server.protocol import (
     check_sampling,
     check_token_ids,
     completion_body,
-    message_dicts,
     parse_body,
     stop_list,
 )
@@ -100,6 +100,7 @@ async def completions(state: EngineState, request: Request) -> Response:
     if isinstance(prompt, list) and not prompt:  # `[[]]`: vLLM's words
         raise ApiError(400, "The decoder prompt cannot be empty")
     is_text = isinstance(prompt, str)
+    state.check_max_tokens(body.max_tokens)
     tokenizer = state.tokenizer
     if isinstance(prompt, str):
         ids = tokenizer.encode(prompt)
@@ -158,12 +159,18 @@ FINAL_MESSAGE_AND_GENERATION_PROMPT = (
 )
 
 
-def refuse_media(model: str, messages: list[dict[str, Any]]) -> None:
-    """The simulated engine serves a text-only model and refuses an image, audio, video or
-    file part as vLLM refuses one (400, its message, no `param`), never counting it as
-    nothing. The gateway names the part; this is vLLM's answer, for fidelity."""
-    if first_media_part(messages) is not None:
-        raise ApiError(400, text_only_message(model))
+def rendered_messages(model: str, messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    """The messages read as vLLM's renderer reads them, one after the other: the parts of each
+    (vLLM's plain 400 for one that fits no part type), then its media. The simulated engine
+    serves a text-only model and refuses an image, audio, video or file part as vLLM refuses
+    one (400, its message, no `param`), never counting it as nothing. The gateway names the
+    part; this is vLLM's answer, for fidelity."""
+    dicts = []
+    for message in messages:
+        dicts.append(read_message(message))
+        if first_media_part(dicts[-1:]) is not None:
+            raise ApiError(400, text_only_message(model))
+    return dicts
 
 
 async def chat_completions(state: EngineState, request: Request) -> Response:
@@ -173,22 +180,22 @@ async def chat_completions(state: EngineState, request: Request) -> Response:
         await request.body(), request.headers.get("content-type", ""), ChatCompletionRequest
     )
     model = state.resolve_model(body.model)
-    extra = dict(body.model_extra or {})
-    if body.tools is not None:  # as sent: the prompt renders the client's own JSON
-        extra["tools"] = [tool.model_dump(exclude_unset=True) for tool in body.tools]
-    messages = message_dicts(body.messages)
-    if not messages:
-        raise ApiError(400, EMPTY_CONVERSATION)
-    if body.continue_final_message and body.add_generation_prompt:
-        raise ApiError(400, FINAL_MESSAGE_AND_GENERATION_PROMPT)
-    refuse_media(model, messages)
-    text = tools_prompt(extra) + render_chat(messages, body.add_generation_prompt)
-    ids = state.tokenizer.encode(text)
     # `max_completion_tokens` wins when given, 0 included (and the errors name it).
     max_tokens = body.max_tokens
     max_tokens_param = "max_tokens"
     if body.max_completion_tokens is not None:
         max_tokens, max_tokens_param = body.max_completion_tokens, "max_completion_tokens"
+    state.check_max_tokens(max_tokens, max_tokens_param)
+    extra = dict(body.model_extra or {})
+    if body.tools is not None:  # as sent: the prompt renders the client's own JSON
+        extra["tools"] = [tool.model_dump(exclude_unset=True) for tool in body.tools]
+    if not body.messages:
+        raise ApiError(400, EMPTY_CONVERSATION)
+    messages = rendered_messages(model, body.messages)
+    if body.continue_final_message and body.add_generation_prompt:
+        raise ApiError(400, FINAL_MESSAGE_AND_GENERATION_PROMPT)
+    text = tools_prompt(extra) + render_chat(messages, body.add_generation_prompt)
+    ids = state.tokenizer.encode(text)
     vocab_size = state.tokenizer.vocab_size
     check_sampling(body, max_tokens, vocab_size)
     if body.stream and (refused := _token_ids_refusal(body, vocab_size)):
@@ -337,8 +344,7 @@ async def tokenize(state: EngineState, request: Request) -> Response:
             raise ApiError(400, EMPTY_CONVERSATION)
         # The tools too, as the chat renders them (vLLM's /tokenize does): a gateway counts
         # prompts here, for its long-prompt gate and token limits.
-        messages = message_dicts(body.messages)
-        refuse_media(state.model_name, messages)
+        messages = rendered_messages(state.model_name, body.messages)
         text = tools_prompt(dict(body.model_extra or {})) + render_chat(
             messages, body.add_generation_prompt
         )

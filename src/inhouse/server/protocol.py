@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError, model_validator
 
 from inhouse.openai_errors import ApiError, invalid
-from inhouse.server.chat_messages import ChatMessage, MessageContentError, VllmChatMessage
+from inhouse.server.chat_messages import ChatMessage, VllmChatMessage, read_items, read_message
 
 _M = TypeVar("_M", bound=BaseModel)
 
@@ -49,6 +49,15 @@ class FieldError(ValueError):
         super().__init__(message)
         self.error = invalid(message, param=param, value=value)
         self.param = param
+
+
+class RequestRefused(ValueError):
+    """A refusal found in a model validator that is sent as it is (a validation error list
+    found after the fields were validated)."""
+
+    def __init__(self, error: ApiError) -> None:
+        super().__init__(error.message)
+        self.error = error
 
 
 class StreamOptions(BaseModel):
@@ -133,17 +142,18 @@ class _SamplingRequest(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _stream_options_need_stream(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("stream_options") and not data.get("stream"):
+    def _vllm_request_checks(cls, data: Any) -> Any:
+        return cls.checked_raw(data) if isinstance(data, dict) else data
+
+    @classmethod
+    def checked_raw(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """vLLM's checks of the raw body before its fields are validated (its "before" model
+        validators), in the order vLLM makes them; returns the body as vLLM goes on with it."""
+        if data.get("stream_options") and not data.get("stream"):
             raise FieldError(
                 "Stream options can only be defined when `stream=True`.", "stream_options"
             )
-        return data
-
-    @model_validator(mode="before")
-    @classmethod
-    def _json_schema_needs_its_field(cls, data: Any) -> Any:
-        rf = data.get("response_format") if isinstance(data, dict) else None
+        rf = data.get("response_format")
         if (
             isinstance(rf, dict)
             and rf.get("type") == "json_schema"
@@ -195,8 +205,9 @@ class CompletionRequest(_SamplingRequest):
 
 
 def message_dicts(messages: list[ChatMessage]) -> list[dict[str, Any]]:
-    """The messages as the client sent them, for the chat template."""
-    return [message.model_dump(exclude_unset=True) for message in messages]
+    """The messages as the client sent them, for the chat template (each one's lazily checked
+    items read first: `read_message`)."""
+    return [read_message(message) for message in messages]
 
 
 class FunctionDefinition(BaseModel):
@@ -224,11 +235,22 @@ class ChatCompletionRequest(_SamplingRequest):
     logprobs: bool | None = False
     top_logprobs: int | None = 0
 
-    @model_validator(mode="before")
     @classmethod
-    def _logprobs(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            return data
+    def checked_raw(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """vLLM's chat checks before validation: it walks `messages` first (a value that
+        cannot be walked is Python's TypeError, as a plain 400), refuses both generation flags
+        as sent, checks the logprobs and the shared checks, then lists each message's
+        `tool_calls` (a string or an object becomes a list of its characters or keys; a
+        number cannot be listed: Python's TypeError again)."""
+        try:
+            iter(data.get("messages", []))
+        except TypeError as exc:
+            raise invalid(str(exc)) from None
+        if data.get("continue_final_message") and data.get("add_generation_prompt"):
+            # Both as sent; the default generation prompt is the renderer's to refuse.
+            raise invalid(
+                "Cannot set both `continue_final_message` and `add_generation_prompt` to True."
+            )
         for name in ("prompt_logprobs", "top_logprobs"):
             _check_logprobs_value(data, name)
         top = data.get("top_logprobs")
@@ -236,7 +258,32 @@ class ChatCompletionRequest(_SamplingRequest):
             raise FieldError(
                 "when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs"
             )
+        return _listed_tool_calls(super().checked_raw(data))
+
+    @model_validator(mode="after")
+    def _read_tool_calls(self) -> ChatCompletionRequest:
+        """vLLM's chat route reads each message's tool calls once the fields are valid: a call
+        that fits no tool-call type is a validation error located by the call's index."""
+        for message in self.messages:
+            if (exc := read_items(message, "tool_calls")) is not None:
+                raise RequestRefused(validation_error(fastapi_errors(exc)))
+        return self
+
+
+def _listed_tool_calls(data: dict[str, Any]) -> dict[str, Any]:
+    messages = data.get("messages")
+    if not isinstance(messages, list):
         return data
+    listed: list[Any] = []
+    for message in messages:
+        calls = message.get("tool_calls") if isinstance(message, dict) else None
+        if calls is not None and not isinstance(calls, list):
+            try:
+                message = {**message, "tool_calls": list(calls)}
+            except TypeError as exc:
+                raise invalid(str(exc)) from None
+        listed.append(message)
+    return {**data, "messages": listed}
 
 
 class TokenizeRequest(BaseModel):
@@ -250,13 +297,29 @@ class TokenizeRequest(BaseModel):
 
 
 class TokenizePromptShape(BaseModel):
+    """vLLM's `TokenizeCompletionRequest`: its typed fields, in its order."""
+
     model_config = ConfigDict(extra="allow")
+    model: str | None = None
     prompt: str
+    add_special_tokens: bool = True
+    return_token_strs: bool | None = False
 
 
 class TokenizeChatShape(BaseModel):
+    """vLLM's `TokenizeChatRequest`: its typed fields, in its order."""
+
     model_config = ConfigDict(extra="allow")
+    model: str | None = None
     messages: list[VllmChatMessage]
+    add_generation_prompt: bool = True
+    return_token_strs: bool | None = False
+    continue_final_message: bool = False
+    add_special_tokens: bool = False
+    chat_template: str | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    media_io_kwargs: dict[str, dict[str, Any]] | None = None
+    mm_processor_kwargs: dict[str, Any] | None = None
     tools: list[ChatCompletionTool] | None = None  # rendered into the prompt: typed, as in vLLM
 
 
@@ -310,21 +373,28 @@ def parse_body(raw: bytes, content_type: str, model: type[_M]) -> _M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        errors: list[dict[str, Any]] = []
         for err in exc.errors(include_url=False):
             cause = (err.get("ctx") or {}).get("error")
-            if isinstance(cause, FieldError | MessageContentError):
+            if isinstance(cause, FieldError | RequestRefused):
                 raise cause.error from None
-            item: dict[str, Any] = {
-                "type": err["type"],
-                "loc": ("body", *err["loc"]),
-                "msg": err["msg"],
-                "input": err.get("input"),
-            }
-            if err.get("ctx"):
-                item["ctx"] = {k: _ctx_value(v) for k, v in err["ctx"].items()}
-            errors.append(item)
-        raise validation_error(errors) from None
+        raise validation_error(fastapi_errors(exc)) from None
+
+
+def fastapi_errors(exc: ValidationError) -> list[dict[str, Any]]:
+    """pydantic's errors as FastAPI lists a body's: located under `body`, context values as
+    text."""
+    errors: list[dict[str, Any]] = []
+    for err in exc.errors(include_url=False):
+        item: dict[str, Any] = {
+            "type": err["type"],
+            "loc": ("body", *err["loc"]),
+            "msg": err["msg"],
+            "input": err.get("input"),
+        }
+        if err.get("ctx"):
+            item["ctx"] = {k: _ctx_value(v) for k, v in err["ctx"].items()}
+        errors.append(item)
+    return errors
 
 
 def _missing(loc: tuple[str, ...], value: object) -> dict[str, Any]:
@@ -368,19 +438,40 @@ def validation_error(errors: list[dict[str, Any]], param: str | None = None) -> 
     return ApiError(400, message, param=param, error_type="Bad Request")
 
 
+# pydantic-core's schema kinds that vLLM drops from an error's location (its
+# `_INTERNAL_LOC_MARKERS`, vllm/entrypoints/serve/exception_handling/handlers/validation.py):
+# a field named like one ("arguments" of a tool call's function) is dropped too.
 _INTERNAL_LOC = {
     "function-wrap",
     "function-after",
     "function-before",
+    "function-plain",
+    "json-or-python",
+    "lax-or-strict",
+    "chain",
+    "default",
+    "nullable",
+    "tagged-union",
     "union",
+    "call",
+    "arguments",
+    "is-instance",
+    "is-subclass",
+    "callable",
     "str",
     "int",
+    "float",
+    "bool",
+    "bytes",
+    "bytearray",
     "list",
+    "tuple",
     "dict",
-    "nullable",
-    "default",
-    "tagged-union",
-    "lax-or-strict",
+    "set",
+    "frozenset",
+    "complex",
+    "none",
+    "nonetype",
 }
 
 

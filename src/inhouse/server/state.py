@@ -222,6 +222,16 @@ class EngineState:
         output_ids = output_token_ids(self.tokenizer, plan, num_output)
         return hash_token_blocks(prompt_ids + output_ids, self.block_size, salt)
 
+    def check_max_tokens(self, requested: int | None, param: str = "max_tokens") -> None:
+        """vLLM's refusal of an output longer than the context, which it makes right after
+        the model check, before the prompt is read or the sampling parameters checked."""
+        if requested is not None and requested > self.max_model_len:
+            raise invalid(
+                max_tokens_over_context(requested, self.max_model_len, param),
+                param=param,
+                value=requested,
+            )
+
     def admit(
         self,
         prompt_ids: list[int],
@@ -242,12 +252,7 @@ class EngineState:
         output fixed in advance (a forced tool call); `max_tokens_param` the field the limit
         came from, which the error names."""
         max_len = self.max_model_len
-        if requested_max_tokens is not None and requested_max_tokens > max_len:
-            raise invalid(
-                max_tokens_over_context(requested_max_tokens, max_len, max_tokens_param),
-                param=max_tokens_param,
-                value=requested_max_tokens,
-            )
+        self.check_max_tokens(requested_max_tokens, max_tokens_param)
         num_prompt = len(prompt_ids)
         if num_prompt > max_len:
             # vLLM tokenizes text prompts only up to max_model_len + 1 tokens.

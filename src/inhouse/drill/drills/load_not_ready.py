@@ -19,7 +19,7 @@ import yaml
 from inhouse.drill.context import DrillContext
 from inhouse.drill.drills.kill_replica import health_window_s
 from inhouse.drill.load import BEFORE, Load, count, samples
-from inhouse.drill.probes import engine_value, health_code
+from inhouse.drill.probes import engine_value, health_code, loaded_at
 from inhouse.drill.stack import LOAD_TENANT
 from inhouse.drill.watch import RouteWatch
 from inhouse.perf.memory import weight_bytes
@@ -56,7 +56,7 @@ async def run(ctx: DrillContext) -> None:
         load = Load(ctx.gateway, ctx.key(LOAD_TENANT), "agent", params, 3600, model=p.model)
         load.start()
         ctx.event(f"traffic starts ({TRAFFIC_AFTER_S:g} s after the replica's start)")
-        t_ready, seen_loading = await _watch_loading(victim.url, load_time + 60.0)
+        t_ready, seen_loading = await _watch_loading(victim.url, victim.admin_url, load_time + 60.0)
         ctx.event(f"{victim.name} /health 200")
         await ctx.sleep(AFTER_READY_S)
     finally:
@@ -103,14 +103,18 @@ async def run(ctx: DrillContext) -> None:
     )
 
 
-async def _watch_loading(url: str, timeout_s: float) -> tuple[float | None, float]:
-    """Poll the loading replica: when /health first answers 200, and the prompt tokens its
-    engine had counted up to then."""
+async def _watch_loading(url: str, admin_url: str, timeout_s: float) -> tuple[float | None, float]:
+    """Poll the loading replica: when its /health turned 200, and the prompt tokens its engine
+    had counted up to then. The time is the replica's own (its fault port's /loaded), as
+    kill-replica reads it: under load this probe sees the 200 late, and the gateway, probing
+    on its own, rightly routes there first (the probe's time if the replica does not say)."""
     deadline = time.perf_counter() + timeout_s
     seen = 0.0
     while time.perf_counter() < deadline:
         if await health_code(url) == 200:
-            return time.perf_counter(), seen
+            probed = time.perf_counter()
+            at = await loaded_at(admin_url)
+            return (probed if at is None else min(at, probed)), seen
         seen = max(seen, await engine_value(url, "vllm:prompt_tokens_total") or 0.0)
         await asyncio.sleep(0.2)
     return None, seen
