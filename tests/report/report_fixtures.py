@@ -42,10 +42,11 @@ def write_plan(out: Path, *, compare: dict[str, Any] | None = None) -> Path:
 
 
 def chat_rows(rng: np.random.Generator, sessions: int, cold: int) -> list[dict[str, Any]]:
-    """Agent requests: `cold` of them with nothing cached, the rest warm."""
+    """Agent requests: `cold` of them with nothing cached, spread over the run, the rest warm."""
     rows = []
+    every = max(1, sessions * 4 // cold)
     for i in range(sessions * 4):
-        is_cold = i < cold
+        is_cold = i % every == 0 and i // every < cold
         rows.append(
             {
                 "request_id": f"r{i}",

@@ -67,6 +67,12 @@ def _summary(ctx: Context) -> list[str]:
     measured = sum(1 for r in ctx.rows if r.measured.figure is not None)
     wishes = [f"{r.workload} {r.metric}" for r in ctx.rows if r.measured.figure is None]
     missed = [f"{r.workload} {r.metric}" for r in ctx.rows if r.verdict is False]
+    # A measured row without a target is not within it: nothing judged it.
+    unjudged = [
+        f"{r.workload} {r.metric}"
+        for r in ctx.rows
+        if r.measured.figure is not None and r.verdict is None
+    ]
     drills = ctx.inputs.drills
     verdicts = {
         name: (run.evidence.get("verdict") if run else None)
@@ -85,10 +91,12 @@ def _summary(ctx: Context) -> list[str]:
         + f". SLO rows measured: {measured} of {len(ctx.rows)}"
         + (f" (**not measured: {'; '.join(wishes)}**)" if wishes and measured else "")
         + (
-            f"; **{len(missed)} miss their target** ({'; '.join(missed)})"
+            f"; **{len(missed)} {'misses its' if len(missed) == 1 else 'miss their'} target** "
+            f"({'; '.join(missed)})"
             if missed
-            else (", every measured one within its target" if measured else "")
+            else (", every measured one within its target" if measured and not unjudged else "")
         )
+        + (f"; no target to judge: {'; '.join(unjudged)}" if unjudged else "")
         + f". Drills passed: {passed} of {len(verdicts)}"
         + (f"; **not passed: {', '.join(failed)}**" if failed else "")
         + (f"; **not run: {', '.join(not_run)}**" if drills and not_run else "")

@@ -31,7 +31,8 @@ def _measured(ctx: Context, row: SloRow) -> str:
     reading = row.measured
     if reading.figure is None:
         count = "" if ctx.public or not reading.samples else f" ({reading.samples} here)"
-        return f"not measured: {reading.why}{count}"
+        how = f"; {reading.how}" if reading.how else ""
+        return f"not measured: {reading.why}{count}{how}"
     verdict = {True: " ok", False: " MISS", None: ""}[row.verdict]
     return ctx.show(reading.figure) + verdict
 
@@ -57,6 +58,7 @@ def slo(ctx: Context, chart: str | None) -> list[str]:
     lines += table(["workload", "metric", "target", "alarm at", "measured", "source"], rows)
     wishes = [r for r in ctx.rows if r.measured.figure is None]
     missed = [r for r in ctx.rows if r.verdict is False]
+    unjudged = [r for r in ctx.rows if r.measured.figure is not None and r.verdict is None]
     lines.append(
         f"{len(ctx.rows) - len(wishes)} of {len(ctx.rows)} rows are measured; "
         f"{len(wishes)} without a measured number "
@@ -68,6 +70,15 @@ def slo(ctx: Context, chart: str | None) -> list[str]:
             + "."
             if missed
             else "Every measured row meets its target."
+            if not unjudged
+            else ""
+        )
+        + (
+            f" {len(unjudged)} measured row(s) have no target to judge them by: "
+            + "; ".join(f"{r.workload} {r.metric}" for r in unjudged)
+            + "."
+            if unjudged
+            else ""
         )
     )
     lines.append("")

@@ -11,7 +11,7 @@ from inhouse.report.figures import Figure, Source
 from inhouse.report.inputs import PathPart
 from inhouse.report.load import at_peak
 from inhouse.report.mermaid import deployment_diagram
-from inhouse.report.slo import BENCH_KEY, METRIC
+from inhouse.report.slo import BENCH_KEY, METRIC, NO_DRILL_MEASURES
 
 SGLANG_TRADE = (
     "SGLang's RadixAttention keeps a token-level radix tree of every cached prefix and often "
@@ -312,7 +312,7 @@ def _degraded_slo(ctx: Context, i: int, pool: str, workload: str, metric: str, l
         if verdicts and verdicts[0] is not None:
             measured += " — held" if verdicts[0] else " — **missed**"
     else:
-        measured = "not measured (the kill-replica drill measures p95 TTFT only)"
+        measured = f"not measured ({NO_DRILL_MEASURES})"
     return (
         f"The degraded SLO, named: **{workload} {label} at most {target} while one {pool} "
         f"replica is lost**, restored when the replica is replaced. Simulated by the planner: "

@@ -33,6 +33,32 @@ BENCH_KEY = {
     "tpot": "p95_tpot_ms",
     "e2e": "p95_e2el_ms",
 }
+# What measures a row the runs given did not: the command, as docs/report.md gives it.
+KILL_REPLICA_HOW = (
+    "the kill-replica drill measures it: `inhouse drill run kill-replica --stack "
+    "PLAN_DIR/stack.yaml --out DRILLS`, then `inhouse report --drills DRILLS`"
+)
+NO_DRILL_MEASURES = (
+    "no drill measures it: the kill-replica drill (`inhouse drill run kill-replica`) measures "
+    "p95 TTFT only; section 5 gives the planner's simulation"
+)
+
+
+def cold_probe_how(workload: str, probed: bool) -> str:
+    """How to measure a workload's cold-prefix TTFT: its probe, or a longer one."""
+    if probed:
+        return (
+            f"the cold-prefix probe ({workload}-cold) served too few after its warm-up: run it "
+            "longer, or with more sessions (COLD_SESSIONS)"
+        )
+    return (
+        "the cold-prefix probe measures it: `inhouse bench --target GATEWAY ... $(python "
+        f"scripts/plan_bench_args.py PLAN_DIR/plan.json {workload} --cold) --out "
+        f"BENCH/{workload}-cold` (it sets `--label {workload}-cold`) alongside the {workload} "
+        "run, then `inhouse report --bench` with its directory"
+    )
+
+
 ALERT = {
     "ttft": "InhouseTTFTP95OverSLO",
     "itl": "InhouseITLP95OverSLO",
@@ -116,7 +142,7 @@ def latency_rows(inputs: ReportInputs, alerts: list[Alert], workload: str) -> li
             rows.append(SloRow(workload, "p95 TTFT warm", Bound("<", target), alarm, warm))
             rows.append(_cold_row(inputs, workload))
             continue
-        reading = _at_peak_reading(inputs, runs, measure.worst, BENCH_KEY[metric], unit="ms")
+        reading = _at_peak_reading(inputs, runs, measure.worst_p95, metric)
         rows.append(SloRow(workload, METRIC[metric], Bound("<", target), alarm, reading))
     return rows
 
@@ -132,8 +158,19 @@ def _cold_row(inputs: ReportInputs, workload: str) -> SloRow:
         "p95 TTFT cold",
         Bound("<", target, note),
         Bound(">", alarm, "bench check: vLLM's TTFT histogram does not tell cold from warm"),
-        _at_peak_reading(inputs, runs, measure.ttft_cold),
+        _with_how(
+            _at_peak_reading(inputs, runs, measure.ttft_cold),
+            cold_probe_how(workload, any(run.is_cold_probe for run in runs)),
+        ),
     )
+
+
+def _with_how(reading: Reading, how: str) -> Reading:
+    """`reading`, its why followed by what would measure the row, where the runs were missing
+    or too few (not where they failed: that is the stack's to fix, not the bench's)."""
+    if reading.figure is not None or not reading.why.startswith(("fewer than", "no bench run")):
+        return reading
+    return Reading(None, reading.why, reading.samples, how)
 
 
 def traffic_rows(inputs: ReportInputs, workload: str) -> list[SloRow]:
@@ -258,8 +295,11 @@ def degraded_rows(inputs: ReportInputs) -> list[SloRow]:
                     reading, _ = measure.drill_check(
                         inputs.drills, "kill-replica", "degraded", "ttft"
                     )
+                    drilled = inputs.drills is not None and inputs.drills.run("kill-replica")
+                    if reading.figure is None and not drilled:
+                        reading = Reading(None, reading.why, how=KILL_REPLICA_HOW)
                 else:
-                    reading = Reading(None, "the kill-replica drill measures p95 TTFT only")
+                    reading = Reading(None, NO_DRILL_MEASURES)
                 rows.append(
                     SloRow(
                         workload,
