@@ -248,3 +248,48 @@ def test_a_request_whose_cache_use_is_unknown_is_neither_warm_nor_cold(
         reading = got[name].measured
         assert reading.figure is None, name
         assert "--enable-prompt-tokens-details" in reading.why, name
+
+
+def _windowed(source: Path, out: Path, window: list[float] | None) -> Path:
+    """The run at `source`, its engines' counters read over `window` (Unix seconds)."""
+    result = json.loads((source / "result.json").read_text())
+    result["run"] = {**result["run"], "counters_window_unix_s": window}
+    rows = [json.loads(x) for x in (source / "requests.jsonl").read_text().splitlines()]
+    return rewrite_run(out, result, rows)
+
+
+def test_a_hit_rate_from_counters_another_run_shared_is_not_printed_as_its_own(
+    report_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """The cold probe runs alongside the chat run on the same engines: the engines' counters
+    over the chat run counted the probe's cold requests too, and the report printed that as
+    the chat workload's measured hit rate."""
+    inputs = make_inputs(report_dirs)  # the fixture's chat and chat-cold windows overlap
+    chat = inputs.runs_for("chat")[0]
+    row = _rows(inputs)["chat prefix-cache hit rate"]
+    figure = row.measured.figure
+    assert figure is not None
+    assert figure.value == chat.result.get("prefix_cache_hit_rate_client")
+    assert figure.source.path == "prefix_cache_hit_rate_client"
+    assert "chat-cold" in row.measured.note and "same time" in row.measured.note
+    text = build_document(inputs).markdown
+    table = text.split("## 4. SLO commitments")[1].split("\n## ")[0]
+    line = next(x for x in table.splitlines() if "| prefix-cache hit rate |" in x)
+    assert "clients' count" in line and "chat-cold" in line, line
+    section1 = text.split("## 1. ")[1].split("\n## ")[0]
+    assert "chat-cold" in section1
+
+    # Apart in time, each run's counters are its own.
+    start = chat.result.get("run", "counters_window_unix_s")[1] + 100.0
+    apart = _windowed(report_dirs["cold"], tmp_path / "cold", [start, start + 20.0])
+    alone = _rows(make_inputs({**report_dirs, "cold": apart}))["chat prefix-cache hit rate"]
+    assert alone.measured.figure is not None
+    assert alone.measured.figure.source.path == "prefix_cache_hit_rate_server"
+    assert alone.measured.note == ""
+
+    # A run that records no window cannot rule another's traffic out.
+    unknown = _windowed(report_dirs["cold"], tmp_path / "unknown", None)
+    got = _rows(make_inputs({**report_dirs, "cold": unknown}))["chat prefix-cache hit rate"]
+    assert got.measured.figure is not None
+    assert got.measured.figure.source.path == "prefix_cache_hit_rate_client"
+    assert "records no counters window" in got.measured.note

@@ -72,6 +72,9 @@ def build_result(run: BenchRun) -> dict[str, Any]:
         "rate": spec.rate,
         "concurrency": spec.concurrency,
         "rate_scale": spec.rate_scale,
+        # the arrivals' length asked for: `inhouse report` leaves the planner's warm-up (a
+        # share of it) out of its p95s
+        "duration_s": spec.effective_duration_s,
         "seed": spec.seed,
         "block_size": spec.block_size,
         "theoretical_hit_rate_all_requests": run.theoretical_hit_rate_all,
@@ -87,6 +90,7 @@ def build_result(run: BenchRun) -> dict[str, Any]:
         "client_stack": run.meta.get("client"),
         "inhouse_version": inhouse.__version__,
         "command": shlex.join(redact_argv(sys.argv)),
+        "counters_window_unix_s": list(run.window_unix_s) if run.window_unix_s else None,
     }
     if run.simulated is not None:
         out["simulated"] = run.simulated

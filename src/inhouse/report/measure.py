@@ -44,6 +44,7 @@ class Reading:
     why: str = ""
     samples: int | None = None
     how: str = ""
+    note: str = ""  # what the reader must know of a figure that is there
 
 
 def worst(
@@ -89,15 +90,24 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
+def run_warmup_s(run: BenchRun) -> float:
+    """The run's warm-up, as the planner's check takes its own: of the run's recorded length
+    (`workload.duration_s`), else of its scheduled arrivals' span."""
+    sched = [t for r in run.requests if (t := _number(r.get("t_sched_s"))) is not None]
+    duration = _number(run.result.get("workload", "duration_s"))
+    if duration is None:
+        duration = max(sched) - min(sched) if sched else 0.0
+    return warmup_s(duration)
+
+
 def counted_rows(run: BenchRun) -> list[Mapping[str, Any]]:
-    """The run's rows scheduled after its warm-up, as the planner's check counts them: the
-    warm-up of the run's recorded length (`workload.duration_s`), else of its arrivals' span."""
+    """The run's rows scheduled after its warm-up (`run_warmup_s`), as the planner's check
+    counts them."""
     sched = [t for r in run.requests if (t := _number(r.get("t_sched_s"))) is not None]
     if not sched:
         return list(run.requests)
     start = min(sched)
-    duration = _number(run.result.get("workload", "duration_s"))
-    warmup = warmup_s(duration if duration is not None else max(sched) - start)
+    warmup = run_warmup_s(run)
     return [
         r for r in run.requests if (t := _number(r.get("t_sched_s"))) is None or t - start >= warmup
     ]
@@ -265,12 +275,64 @@ def gauge(runs: Sequence[BenchRun], name: str, stat: str) -> Reading:
     return reading
 
 
-def prefix_hit_rate(runs: Sequence[BenchRun]) -> Reading:
-    """Server-side (the engines' counters) where scraped, else what clients were told."""
-    server = worst(runs, "prefix_cache_hit_rate_server", unit="pct", higher_is_worse=False)
-    if server.figure is not None:
-        return server
-    return worst(runs, "prefix_cache_hit_rate_client", unit="pct", higher_is_worse=False)
+def counters_window(run: BenchRun) -> tuple[float, float] | None:
+    """When the run read the engines' counters (Unix seconds), where result.json says."""
+    window = run.result.get("run", "counters_window_unix_s")
+    if not isinstance(window, list) or len(window) != 2:
+        return None
+    start, end = (_number(t) for t in window)
+    return None if start is None or end is None else (start, end)
+
+
+def shared_counters(run: BenchRun, others: Sequence[BenchRun]) -> str:
+    """Why the engines' counters over `run` may hold other traffic than its own, or "" when
+    they hold only its own as far as the runs given tell: another run's window overlaps
+    its own (the cold probe runs alongside its workload's run, on the same engines), or a
+    window is not recorded, so an overlap cannot be ruled out."""
+    others = [o for o in others if o is not run]
+    if not others:
+        return ""
+    mine = counters_window(run)
+    if mine is None:
+        return (
+            "its result.json records no counters window (run.counters_window_unix_s), so "
+            "another run's traffic on the engines cannot be ruled out"
+        )
+    windows = [(o.name, counters_window(o)) for o in others]
+    overlapping = [n for n, w in windows if w is not None and w[0] < mine[1] and mine[0] < w[1]]
+    if overlapping:
+        return (
+            "the engines' counters over this run also counted the requests of "
+            f"{', '.join(overlapping)}, which ran at the same time"
+        )
+    unknown = [n for n, w in windows if w is None]
+    if unknown:
+        return (
+            f"{', '.join(unknown)} records no counters window (run.counters_window_unix_s), "
+            "so its traffic on the engines cannot be ruled out"
+        )
+    return ""
+
+
+def prefix_hit_rate(runs: Sequence[BenchRun], every_run: Sequence[BenchRun] = ()) -> Reading:
+    """Server-side (the engines' counters) where scraped and the run's own, else what clients
+    were told (`cached_tokens`), saying why the counters were set aside; the lowest over the
+    runs. `every_run`: all the runs given, whose windows may overlap these."""
+    readings = []
+    for run in runs:
+        shared = shared_counters(run, every_run)
+        server = worst([run], "prefix_cache_hit_rate_server", unit="pct", higher_is_worse=False)
+        if server.figure is not None and not shared:
+            readings.append(server)
+            continue
+        client = worst([run], "prefix_cache_hit_rate_client", unit="pct", higher_is_worse=False)
+        if client.figure is None:
+            continue
+        note = f"the clients' count: {shared}" if server.figure is not None else ""
+        readings.append(Reading(client.figure, note=note))
+    if not readings:
+        return worst(runs, "prefix_cache_hit_rate_client", unit="pct", higher_is_worse=False)
+    return min(readings, key=lambda r: r.figure.value if r.figure else 0.0)
 
 
 _NUMBER = re.compile(r"(-?\d[\d,]*\.?\d*)\s*(ms|s\b|%)?")

@@ -34,7 +34,8 @@ def _measured(ctx: Context, row: SloRow) -> str:
         how = f"; {reading.how}" if reading.how else ""
         return f"not measured: {reading.why}{count}{how}"
     verdict = {True: " ok", False: " MISS", None: ""}[row.verdict]
-    return ctx.show(reading.figure) + verdict
+    note = f" ({reading.note})" if reading.note else ""
+    return ctx.show(reading.figure) + verdict + note
 
 
 def _source(row: SloRow) -> str:

@@ -38,20 +38,23 @@ def workloads(ctx: Context) -> list[str]:
             peak = ctx.plan(*base, "traffic", "peak_per_s", **per_min)  # type: ignore[arg-type]
             traffic = f"{avg} avg / {peak} peak req/min"
         runs, lighter = at_peak(ctx.inputs, ctx.inputs.runs_for(name))
-        hit = measure.Reading(None, lighter) if lighter else measure.prefix_hit_rate(runs)
-        rows.append(
-            [
-                name,
-                w.get("kind", ""),
-                traffic,
-                f"{ctx.plan(*base, 'prompt_tokens', 'mean', kind='workload')} / "
-                f"{ctx.plan(*base, 'prompt_tokens', 'p95', kind='workload')}",
-                f"{ctx.plan(*base, 'output_tokens', 'mean', kind='workload')} / "
-                f"{ctx.plan(*base, 'output_tokens', 'p95', kind='workload')}",
-                ctx.plan(*base, "planned_prefix_hit_rate", kind="workload", unit="pct"),
-                ctx.show(hit.figure, f"not measured ({hit.why})"),
-            ]
+        hit = (
+            measure.Reading(None, lighter)
+            if lighter
+            else measure.prefix_hit_rate(runs, ctx.inputs.benches)
         )
+        row = [
+            name,
+            w.get("kind", ""),
+            traffic,
+            f"{ctx.plan(*base, 'prompt_tokens', 'mean', kind='workload')} / "
+            f"{ctx.plan(*base, 'prompt_tokens', 'p95', kind='workload')}",
+            f"{ctx.plan(*base, 'output_tokens', 'mean', kind='workload')} / "
+            f"{ctx.plan(*base, 'output_tokens', 'p95', kind='workload')}",
+            ctx.plan(*base, "planned_prefix_hit_rate", kind="workload", unit="pct"),
+        ]
+        shown = ctx.show(hit.figure, f"not measured ({hit.why})")
+        rows.append([*row, f"{shown} ({hit.note})" if hit.note else shown])
     lines += [
         "Each workload is defined by the generator the planner and the simulator replay: what "
         "arrives, how big, how often, and how much of each prompt repeats an earlier one.",

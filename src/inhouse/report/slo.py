@@ -256,7 +256,9 @@ def cluster_rows(inputs: ReportInputs, alerts: list[Alert]) -> list[SloRow]:
                 "prefix-cache hit rate",
                 Bound("≥", target, note),
                 Bound("<", alert_threshold(alert), alert.name if alert else "no alert"),
-                _at_peak_reading(inputs, inputs.runs_for(workload), measure.prefix_hit_rate),
+                _at_peak_reading(
+                    inputs, inputs.runs_for(workload), measure.prefix_hit_rate, inputs.benches
+                ),
             )
         )
     return rows
