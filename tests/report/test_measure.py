@@ -293,3 +293,19 @@ def test_a_hit_rate_from_counters_another_run_shared_is_not_printed_as_its_own(
     assert got.measured.figure is not None
     assert got.measured.figure.source.path == "prefix_cache_hit_rate_client"
     assert "records no counters window" in got.measured.note
+
+
+def test_shared_counters_and_no_client_count_say_both(
+    report_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """Counters shared with the probe, and clients told no `cached_tokens`: the row said the
+    figure was "not in result.json", as if the file were short."""
+    chat = report_dirs["chat"]
+    result = json.loads((chat / "result.json").read_text())
+    result["prefix_cache_hit_rate_client"] = None
+    rows = [json.loads(x) for x in (chat / "requests.jsonl").read_text().splitlines()]
+    run = rewrite_run(tmp_path / "chat", result, rows)
+    got = _rows(make_inputs({**report_dirs, "chat": run}))["chat prefix-cache hit rate"]
+    assert got.measured.figure is None
+    assert "also counted the requests of chat-cold" in got.measured.why
+    assert "no cached_tokens" in got.measured.why

@@ -319,6 +319,7 @@ def prefix_hit_rate(runs: Sequence[BenchRun], every_run: Sequence[BenchRun] = ()
     were told (`cached_tokens`), saying why the counters were set aside; the lowest over the
     runs. `every_run`: all the runs given, whose windows may overlap these."""
     readings = []
+    set_aside = ""
     for run in runs:
         shared = shared_counters(run, every_run)
         server = worst([run], "prefix_cache_hit_rate_server", unit="pct", higher_is_worse=False)
@@ -327,9 +328,13 @@ def prefix_hit_rate(runs: Sequence[BenchRun], every_run: Sequence[BenchRun] = ()
             continue
         client = worst([run], "prefix_cache_hit_rate_client", unit="pct", higher_is_worse=False)
         if client.figure is None:
+            if server.figure is not None:
+                set_aside = f"{shared}, and its clients were told no cached_tokens"
             continue
         note = f"the clients' count: {shared}" if server.figure is not None else ""
         readings.append(Reading(client.figure, note=note))
+    if not readings and set_aside:
+        return Reading(None, set_aside)
     if not readings:
         return worst(runs, "prefix_cache_hit_rate_client", unit="pct", higher_is_worse=False)
     return min(readings, key=lambda r: r.figure.value if r.figure else 0.0)
