@@ -354,3 +354,21 @@ def test_an_unmeasured_row_names_what_measures_it_and_never_reads_as_a_pass(
     assert "every measured one within its target" not in summary
     assert "no target to judge: chat p95 TTFT cold" in summary
     assert "Every measured row meets its target" not in text
+
+
+def test_the_planner_s_p95s_stand_beside_the_table_counted_the_same_way(
+    inputs: ReportInputs,
+) -> None:
+    """Section 4 quoted measured p95s against targets; the plan's own simulated p95s (after
+    its warm-up) were nowhere in the document to set them beside, nor what each counted."""
+    from inhouse.report.figures import format_value
+
+    text = build_document(inputs).markdown
+    section = text.split("## 4. SLO commitments")[1].split("\n## ")[0]
+    check = inputs.plan.get("slo_check", "1x", "workloads")
+    for workload, result in check.items():
+        for metric, row in result["metrics"].items():
+            shown = format_value(row["p95_ms"], "ms")
+            label = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "e2e": "e2e"}[metric]
+            assert f"{workload} p95 {label} {shown}" in section, (workload, metric)
+    assert "after its warm-up, as the measured rows are" in section

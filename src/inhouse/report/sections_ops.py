@@ -8,7 +8,7 @@ from typing import Any
 from inhouse.report.context import Context, table
 from inhouse.report.inputs import DRILLS, DrillRun, Drills
 from inhouse.report.rendered import threshold_text
-from inhouse.report.slo import Bound, SloRow
+from inhouse.report.slo import METRIC, Bound, SloRow
 
 POST_MORTEM = [
     "* **Timeline** (UTC): fault injected / detected (first alert) / mitigated / recovered.",
@@ -83,9 +83,37 @@ def slo(ctx: Context, chart: str | None) -> list[str]:
         )
     )
     lines.append("")
+    lines += _planned_p95s(ctx)
     if chart:
         lines += [f"![measured against target, per SLO row]({chart})", ""]
     return lines
+
+
+def _planned_p95s(ctx: Context) -> list[str]:
+    """The planner's simulated p95s at 1x peak (plan.json `slo_check["1x"]`), counted over the
+    requests after its warm-up as the measured rows are: what the table's figures were planned
+    to be."""
+    plan = ctx.inputs.plan
+    base = ("slo_check", "1x", "workloads")
+    parts = []
+    for workload, result in (plan.get(*base) or {}).items():
+        for metric in result.get("metrics") or {}:
+            figure = plan.figure(
+                *base, workload, "metrics", metric, "p95_ms", kind="estimate", unit="ms"
+            )
+            if figure is not None and metric in METRIC:
+                parts.append(f"{workload} {METRIC[metric]} {ctx.show(figure)}")
+    if not parts:
+        return []
+    length = plan.figure("slo_check", "1x", "simulated_s", kind="config", unit="s", digits=0)
+    over = f"{ctx.show(length)} of arrivals, " if length is not None else ""
+    return [
+        f'Planned: the planner\'s simulation at 1x peak ({over}plan.json `slo_check["1x"]`), '
+        "over the requests scheduled after its warm-up, as the measured rows are: "
+        + "; ".join(parts)
+        + ". Its TTFT counts every request, warm or cold, where the measured rows split them.",
+        "",
+    ]
 
 
 def observability(ctx: Context) -> list[str]:
