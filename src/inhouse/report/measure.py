@@ -371,7 +371,7 @@ def drill_check(
     """The first check of `drill` whose name holds every word (case-insensitive), as a figure
     in ms (or as given), with the check itself."""
     if drills is None:
-        return Reading(None, "no drill evidence (inhouse report --drills DIR)"), None
+        return Reading(None, "no drill evidence given (`inhouse report --drills DIR`)"), None
     run = drills.run(drill)
     if run is None:
         return Reading(None, f"drill {drill} not in {drills.directory}"), None

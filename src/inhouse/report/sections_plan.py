@@ -305,17 +305,20 @@ def _degraded_slo(ctx: Context, i: int, pool: str, workload: str, metric: str, l
     )
     if metric == "ttft":
         reading, _ = measure.drill_check(ctx.inputs.drills, "kill-replica", "degraded", "ttft")
-        measured = "measured by the kill-replica drill: " + ctx.show(
-            reading.figure, f"not measured ({reading.why})"
+        name = f"{label}, one {pool} replica lost"
+        row = next((r for r in ctx.rows if r.workload == workload and r.metric == name), None)
+        how = f"; {row.measured.how}" if row is not None and row.measured.how else ""
+        measured = (
+            "measured by the kill-replica drill: " + ctx.show(reading.figure)
+            if reading.figure is not None
+            else f"not measured by the kill-replica drill: {reading.why}{how}"
         )
         # The SLO table's verdict on the same figure (one verdict per figure in the document;
         # the drill's own check may bound it differently).
-        name = f"{label}, one {pool} replica lost"
-        verdicts = [r.verdict for r in ctx.rows if r.workload == workload and r.metric == name]
-        if verdicts and verdicts[0] is not None:
-            measured += " — held" if verdicts[0] else " — **missed**"
+        if row is not None and row.verdict is not None:
+            measured += " — held" if row.verdict else " — **missed**"
     else:
-        measured = f"not measured ({NO_DRILL_MEASURES})"
+        measured = f"not measured: {NO_DRILL_MEASURES}"
     return (
         f"The degraded SLO, named: **{workload} {label} at most {target} while one {pool} "
         f"replica is lost**, restored when the replica is replaced. Simulated by the planner: "
