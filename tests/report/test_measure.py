@@ -309,3 +309,25 @@ def test_shared_counters_and_no_client_count_say_both(
     assert got.measured.figure is None
     assert "also counted the requests of chat-cold" in got.measured.why
     assert "no cached_tokens" in got.measured.why
+
+
+def test_a_latency_from_a_run_whose_client_was_the_bottleneck_says_so(
+    report_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """The bench report said the client was a bottleneck in the chat run (its latencies
+    include client delay); section 4 quoted the same run's p95s against the SLOs without a
+    word of it."""
+    chat = report_dirs["chat"]
+    result = json.loads((chat / "result.json").read_text())
+    result["client_bottleneck"] = True
+    result["client"] = {"client_bottleneck": True, "reasons": ["main: event-loop lag p99 38.7 ms"]}
+    rows = [json.loads(x) for x in (chat / "requests.jsonl").read_text().splitlines()]
+    run = rewrite_run(tmp_path / "chat", result, rows)
+    inputs = make_inputs({**report_dirs, "chat": run})
+    got = _rows(inputs)
+    for name in ("chat p95 TTFT warm", "chat p95 TTFT cold", "chat p95 ITL"):
+        assert "the client was a bottleneck in chat" in got[name].measured.note, name
+    assert got["utility p95 e2e"].measured.note == ""
+    table = build_document(inputs).markdown.split("## 4. SLO")[1].split("\n## ")[0]
+    line = next(x for x in table.splitlines() if "| p95 ITL |" in x)
+    assert "the client was a bottleneck in chat" in line, line

@@ -110,6 +110,29 @@ def _at_peak_reading(
     return Reading(None, why) if why else read(kept, *args, **kwargs)
 
 
+def _client_note(reading: Reading, runs: list[BenchRun]) -> Reading:
+    """`reading`, noting the runs behind its figure whose client was a bottleneck (result.json
+    `client_bottleneck`): their latencies include client delay, a miss may be the client's."""
+    figure = reading.figure
+    if figure is None:
+        return reading
+    files = set(figure.source.file.split(" + "))  # a pooled figure cites each run's file
+    names = [
+        run.name
+        for run in runs
+        if run.result.get("client_bottleneck") is True
+        and (run.requests_file in files or run.result.name in files)
+    ]
+    if not names:
+        return reading
+    note = (
+        f"the client was a bottleneck in {', '.join(names)}: its latencies include client "
+        "delay (bench report)"
+    )
+    note = f"{reading.note}; {note}" if reading.note else note
+    return Reading(figure, reading.why, reading.samples, reading.how, note)
+
+
 def _pool_of(inputs: ReportInputs, workload: str) -> str | None:
     for pool in inputs.plan.get("pools") or []:
         if workload in (pool.get("serves") or []):
@@ -140,11 +163,11 @@ def latency_rows(inputs: ReportInputs, alerts: list[Alert], workload: str) -> li
         )
         alarm = _alarm(inputs, alerts, workload, metric)
         if metric == "ttft" and kind == "agent":
-            warm = _at_peak_reading(inputs, runs, measure.ttft_warm)
+            warm = _client_note(_at_peak_reading(inputs, runs, measure.ttft_warm), runs)
             rows.append(SloRow(workload, "p95 TTFT warm", Bound("<", target), alarm, warm))
             rows.append(_cold_row(inputs, workload))
             continue
-        reading = _at_peak_reading(inputs, runs, measure.worst_p95, metric)
+        reading = _client_note(_at_peak_reading(inputs, runs, measure.worst_p95, metric), runs)
         rows.append(SloRow(workload, METRIC[metric], Bound("<", target), alarm, reading))
     return rows
 
@@ -160,9 +183,12 @@ def _cold_row(inputs: ReportInputs, workload: str) -> SloRow:
         "p95 TTFT cold",
         Bound("<", target, note),
         Bound(">", alarm, "bench check: vLLM's TTFT histogram does not tell cold from warm"),
-        _with_how(
-            _at_peak_reading(inputs, runs, measure.ttft_cold),
-            cold_probe_how(workload, any(run.is_cold_probe for run in runs)),
+        _client_note(
+            _with_how(
+                _at_peak_reading(inputs, runs, measure.ttft_cold),
+                cold_probe_how(workload, any(run.is_cold_probe for run in runs)),
+            ),
+            runs,
         ),
     )
 
@@ -204,7 +230,7 @@ def traffic_rows(inputs: ReportInputs, workload: str) -> list[SloRow]:
     target = Figure(
         peak.value, "rate", "workload", Source(peak.source.file, f"{peak.source.path} x 60")
     )
-    reading = _at_peak_reading(inputs, runs, measure.completion_rate)
+    reading = _client_note(_at_peak_reading(inputs, runs, measure.completion_rate), runs)
     tolerance = 1.0 / reading.samples if reading.samples else 0.0
     return [
         SloRow(
