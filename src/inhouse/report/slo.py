@@ -126,8 +126,8 @@ def _client_note(reading: Reading, runs: list[BenchRun]) -> Reading:
     if not names:
         return reading
     note = (
-        f"the client was a bottleneck in {', '.join(names)}: its latencies include client "
-        "delay (bench report)"
+        f"the client was a bottleneck in {', '.join(names)}, whose latencies include client "
+        "delay: see the bench report"
     )
     note = f"{reading.note}; {note}" if reading.note else note
     return Reading(figure, reading.why, reading.samples, reading.how, note)
