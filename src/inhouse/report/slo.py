@@ -112,7 +112,8 @@ def _at_peak_reading(
 
 def _client_note(reading: Reading, runs: list[BenchRun]) -> Reading:
     """`reading`, noting the runs behind its figure whose client was a bottleneck (result.json
-    `client_bottleneck`): their latencies include client delay, a miss may be the client's."""
+    `client_bottleneck`): their latencies and rates include client delay, a miss may be the
+    client's."""
     figure = reading.figure
     if figure is None:
         return reading
@@ -126,7 +127,7 @@ def _client_note(reading: Reading, runs: list[BenchRun]) -> Reading:
     if not names:
         return reading
     note = (
-        f"the client was a bottleneck in {', '.join(names)}, whose latencies include client "
+        f"the client was a bottleneck in {', '.join(names)}, whose figures include client "
         "delay: see the bench report"
     )
     note = f"{reading.note}; {note}" if reading.note else note
