@@ -331,3 +331,5 @@ def test_a_latency_from_a_run_whose_client_was_the_bottleneck_says_so(
     table = build_document(inputs).markdown.split("## 4. SLO")[1].split("\n## ")[0]
     line = next(x for x in table.splitlines() if "| p95 ITL |" in x)
     assert "the client was a bottleneck in chat" in line, line
+    summary = build_document(inputs).markdown.split("## Summary")[1].split("\n## ")[0]
+    assert "the client was a bottleneck in chat" in summary

@@ -16,6 +16,7 @@ from inhouse.report.alternative import alternative
 from inhouse.report.context import Context, table
 from inhouse.report.figures import Ledger
 from inhouse.report.inputs import DRILLS, ReportInputs
+from inhouse.report.measure import cited_runs
 from inhouse.report.sections_ops import drill_conditions
 
 DELIVERABLES = (
@@ -73,6 +74,15 @@ def _summary(ctx: Context) -> list[str]:
         for r in ctx.rows
         if r.measured.figure is not None and r.verdict is None
     ]
+    # The runs behind section 4's figures whose client was a bottleneck (their rows say so).
+    cited = {
+        run.name
+        for r in ctx.rows
+        if r.measured.figure is not None
+        for run in cited_runs(r.measured.figure, ctx.inputs.benches)
+        if run.result.get("client_bottleneck") is True
+    }
+    bottlenecked = [run.name for run in ctx.inputs.benches if run.name in cited]
     drills = ctx.inputs.drills
     verdicts = {
         name: (run.evidence.get("verdict") if run else None)
@@ -97,6 +107,12 @@ def _summary(ctx: Context) -> list[str]:
             else (", every measured one within its target" if measured and not unjudged else "")
         )
         + (f"; no target to judge: {'; '.join(unjudged)}" if unjudged else "")
+        + (
+            f"; the client was a bottleneck in {', '.join(bottlenecked)}, whose figures include "
+            "client delay"
+            if bottlenecked
+            else ""
+        )
         + f". Drills passed: {passed} of {len(verdicts)}"
         + (f"; **not passed: {', '.join(failed)}**" if failed else "")
         + (f"; **not run: {', '.join(not_run)}**" if drills and not_run else "")

@@ -275,6 +275,13 @@ def gauge(runs: Sequence[BenchRun], name: str, stat: str) -> Reading:
     return reading
 
 
+def cited_runs(figure: Figure, runs: Sequence[BenchRun]) -> list[BenchRun]:
+    """The runs whose result.json or requests.jsonl `figure` cites (a pooled figure cites
+    each run's file, joined by " + ")."""
+    files = set(figure.source.file.split(" + "))
+    return [run for run in runs if run.requests_file in files or run.result.name in files]
+
+
 def counters_window(run: BenchRun) -> tuple[float, float] | None:
     """When the run read the engines' counters (Unix seconds), where result.json says."""
     window = run.result.get("run", "counters_window_unix_s")

@@ -117,12 +117,10 @@ def _client_note(reading: Reading, runs: list[BenchRun]) -> Reading:
     figure = reading.figure
     if figure is None:
         return reading
-    files = set(figure.source.file.split(" + "))  # a pooled figure cites each run's file
     names = [
         run.name
-        for run in runs
+        for run in measure.cited_runs(figure, runs)
         if run.result.get("client_bottleneck") is True
-        and (run.requests_file in files or run.result.name in files)
     ]
     if not names:
         return reading
