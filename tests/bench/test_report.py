@@ -86,3 +86,18 @@ def test_result_json_records_the_run_s_length_and_its_counters_window() -> None:
     assert result["run"]["counters_window_unix_s"] == [1_800_000_000.25, 1_800_000_046.5]
     unknown = build_result(BenchRun(BenchSpec(workload="utility", target="x", rate=1.0), done, 1))
     assert unknown["run"]["counters_window_unix_s"] is None
+
+
+def test_report_md_says_its_percentiles_count_the_warm_up() -> None:
+    """report.md's latency table counts every request, its first seconds included, as vLLM's
+    does; `bench --plan`'s verdict and `inhouse report` leave the warm-up out. The table did
+    not say which, beside a verdict that quoted other p95s for the same run."""
+    from inhouse.bench.config import BenchSpec
+    from inhouse.bench.driver import BenchRun
+    from inhouse.bench.metrics import Outcome, RequestResult
+    from inhouse.bench.report import build_result, render_markdown
+
+    spec = BenchSpec(workload="utility", target="http://x", rate=1.0, duration_s=45.0)
+    done = [RequestResult(Outcome(0, 0.0, success=True, ttft_s=0.1, latency_s=0.2), "r0", 9)]
+    text = render_markdown(build_result(BenchRun(spec, done, 45.5)), [])
+    assert "every request of the run, its warm-up included" in text

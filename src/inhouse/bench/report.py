@@ -223,7 +223,15 @@ def render_markdown(result: dict[str, Any], images: list[str]) -> str:
 def _latency_table(result: dict[str, Any]) -> list[str]:
     pcts = [percentile_key(p) for p in result["run"]["percentiles"]]
     head = "| metric (ms) | mean | median | std | " + " | ".join(f"p{p}" for p in pcts) + " |"
-    lines = ["## Latency (vLLM definitions)", "", head, "|---" * (4 + len(pcts)) + "|"]
+    lines = [
+        "## Latency (vLLM definitions)",
+        "",
+        "Over every request of the run, its warm-up included, as `vllm bench serve` counts; "
+        "`--plan`'s verdict and `inhouse report` leave the first 20% (at most 30 s) out.",
+        "",
+        head,
+        "|---" * (4 + len(pcts)) + "|",
+    ]
 
     def row(name: str) -> str | None:
         if f"mean_{name}_ms" not in result:
