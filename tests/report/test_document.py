@@ -382,3 +382,24 @@ def test_section_5_words_an_unmeasured_degraded_slo_plainly(report_dirs: dict[st
     assert "((" not in section5 and "))" not in section5.replace("`))", "")
     assert "not measured by the kill-replica drill: no drill evidence" in section5
     assert "inhouse drill run kill-replica --stack PLAN_DIR/stack.yaml" in section5
+
+
+def _depth(text: str) -> int:
+    """The deepest nesting of parentheses outside code spans."""
+    deepest = depth = 0
+    for i, part in enumerate(text.split("`")):
+        if i % 2:
+            continue  # a code span
+        for char in part:
+            depth += {"(": 1, ")": -1}.get(char, 0)
+            deepest = max(deepest, depth)
+    return deepest
+
+
+def test_section_4_nests_no_parentheses(report_dirs: dict[str, Path]) -> None:
+    """ "< 2.0% (of the sessions, at the planned peak (section 1))": a reader loses which
+    parenthesis closes what, in the table a customer signs."""
+    for inputs in (make_inputs(report_dirs), make_inputs(report_dirs, drills=False)):
+        table = build_document(inputs).markdown.split("## 4. SLO")[1].split("\n## ")[0]
+        for line in table.splitlines():
+            assert _depth(line) <= 1, line

@@ -212,7 +212,7 @@ def traffic_rows(inputs: ReportInputs, workload: str) -> list[SloRow]:
             SloRow(
                 workload,
                 "concurrent sessions held: share with a failure",
-                Bound("<", drop, "of the sessions, at the planned peak (section 1)"),
+                Bound("<", drop, "of the sessions, at section 1's planned peak"),
                 Bound(">", drop),
                 dropped,
             )
