@@ -101,3 +101,20 @@ def test_report_md_says_its_percentiles_count_the_warm_up() -> None:
     done = [RequestResult(Outcome(0, 0.0, success=True, ttft_s=0.1, latency_s=0.2), "r0", 9)]
     text = render_markdown(build_result(BenchRun(spec, done, 45.5)), [])
     assert "every request of the run, its warm-up included" in text
+
+
+def test_report_md_says_the_server_hit_rate_counts_every_client() -> None:
+    """The engines' counters count every request they serve: a cold probe beside the run, or
+    any other client, is in the server-side rate, which report.md gave as the run's own."""
+    from inhouse.bench.config import BenchSpec
+    from inhouse.bench.driver import BenchRun
+    from inhouse.bench.metrics import Outcome, RequestResult
+    from inhouse.bench.report import build_result, render_markdown
+
+    spec = BenchSpec(workload="utility", target="http://x", rate=1.0, duration_s=45.0)
+    done = [RequestResult(Outcome(0, 0.0, success=True, ttft_s=0.1, latency_s=0.2), "r0", 9)]
+    text = render_markdown(build_result(BenchRun(spec, done, 45.5)), [])
+    assert (
+        "| server (/metrics delta: every client of the engines meanwhile, not only this run) |"
+        in text
+    )

@@ -203,7 +203,8 @@ def render_markdown(result: dict[str, Any], images: list[str]) -> str:
         "| measure | hit rate |",
         "|---|---|",
         f"| client (Σ cached / Σ prompt tokens) | {_pct(result['prefix_cache_hit_rate_client'])} |",
-        f"| server (/metrics delta) | {_pct(result['prefix_cache_hit_rate_server'])} |",
+        "| server (/metrics delta: every client of the engines meanwhile, not only this run) | "
+        f"{_pct(result['prefix_cache_hit_rate_server'])} |",
         f"| workload's theoretical best | {_pct(result['theoretical_hit_rate'])} |",
         f"| client / theoretical | {_fmt(result['hit_rate_efficiency_client'], 3)} |",
         f"| server / theoretical | {_fmt(result['hit_rate_efficiency_server'], 3)} |",
