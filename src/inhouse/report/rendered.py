@@ -61,7 +61,8 @@ def summary_text(summary: str, labels: dict[str, Any], expr: str) -> str:
     fixes (its own label, or an `X="v"` matcher in its expression), else `X` as a code span,
     the label a page will name; two placeholders in a row (`{{ $labels.Hostname }}{{
     $labels.hostname }}`, one per exporter) read as one."""
-    fixed = {**dict(_MATCHER.findall(expr)), **{str(k): str(v) for k, v in labels.items()}}
+    fixed: dict[str, str] = {str(k): str(v) for k, v in _MATCHER.findall(expr)}
+    fixed.update({str(k): str(v) for k, v in labels.items()})
 
     def word(match: re.Match[str]) -> str:
         name = match.group(1)
