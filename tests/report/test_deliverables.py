@@ -90,13 +90,13 @@ def test_the_bench_report_states_each_latency_s_window(inputs: ReportInputs) -> 
     which, beside a section 4 that quoted other numbers for the same run."""
     import numpy as np
 
-    from inhouse.plan.verify import warmup_s
+    from inhouse.plan.verify import warmup_for
     from inhouse.report.measure import SAMPLES, counted_rows
 
     runs = _bench_report(inputs)
     run = next(r for r in inputs.benches if r.name == "utility")
     rows = [r["t_sched_s"] for r in run.requests]
-    warmup = warmup_s(max(rows) - min(rows))
+    warmup = warmup_for(max(rows) - min(rows))
     text = runs["utility"]
     assert "every request of the run, its warm-up included" in text
     assert f"after its {format_value(warmup, 's')} warm-up" in text

@@ -35,7 +35,7 @@ WARMUP_FRACTION = 0.2
 MAX_WARMUP_S = 30.0
 
 
-def warmup_s(duration_s: float) -> float:
+def warmup_for(duration_s: float) -> float:
     """The warm-up left out of a run of `duration_s` seconds of arrivals: its first 20%, at
     most 30 s. One rule for the planner's checks, `bench --plan`'s verdict and the report's
     measured p95s, so a simulated and a measured p95 count the same requests."""
@@ -135,14 +135,14 @@ def run_check(
             "planning.load_multiples, verify_duration_s or stress_duration_s, or plan with "
             "--no-verify."
         ) from None
-    warmup = warmup_s(duration)
+    warmup_s = warmup_for(duration)
     out: dict[str, dict[str, Any]] = {}
     for req in requirements.workloads:
         if req.name in shed:
             continue
         slo = (req.degraded_slo or req.slo) if degraded else req.slo
-        out[req.name] = summarize(result, req.name, warmup, slo)
-    signals = observed_signals(stack, result, warmup, duration)
+        out[req.name] = summarize(result, req.name, warmup_s, slo)
+    signals = observed_signals(stack, result, warmup_s, duration)
     return SimCheck(multiple, dict(down or {}), duration, out, tuple(sorted(shed)), signals)
 
 
@@ -269,5 +269,5 @@ def bench_entry(requirements: Requirements, workload: str, model_name: str) -> d
         "model": model_name,
         "slo_p95_ms": req.slo.targets(),
         "duration_s": duration,
-        "warmup_s": warmup_s(duration),
+        "warmup_s": warmup_for(duration),
     }

@@ -4,7 +4,7 @@ Run-level figures (throughput, gauges, hit rates) come straight from `result.jso
 over several runs of a workload, so a commitment is never quoted from the luckiest run).
 Latency p95s are computed here from `requests.jsonl`, as the planner's check computes its own:
 over the requests scheduled after the run's warm-up (its first 20%, at most 30 s:
-`plan.verify.warmup_s` on the run's `workload.duration_s`, else on its arrivals' span), so the
+`plan.verify.warmup_for` on the run's `workload.duration_s`, else on its arrivals' span), so the
 measured p95 set beside the simulated one counts the same requests. They cite the file with
 the selection and statistic used:
 
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from inhouse.plan.verify import warmup_s
+from inhouse.plan.verify import warmup_for
 from inhouse.report.figures import Figure, Kind, Source, Unit
 from inhouse.report.inputs import BenchRun, Drills, PathPart
 
@@ -97,7 +97,7 @@ def run_warmup_s(run: BenchRun) -> float:
     duration = _number(run.result.get("workload", "duration_s"))
     if duration is None:
         duration = max(sched) - min(sched) if sched else 0.0
-    return warmup_s(duration)
+    return warmup_for(duration)
 
 
 def counted_rows(run: BenchRun) -> list[Mapping[str, Any]]:
