@@ -77,3 +77,12 @@ def test_the_console_names_the_server_side_hit_rate_and_how_to_get_it() -> None:
     gateway = {"server_metrics": [{"url": "gw/metrics", "error": "no vllm counters"}],
                "prefix_cache_hit_rate_server": None, "errors": {}, "failed": 0}  # fmt: skip
     assert "--plan DIR to scrape the plan's engines" in console_lines(gateway)[0]
+
+
+def test_a_run_s_warm_up_is_the_planner_s_rule_on_its_own_length() -> None:
+    """The verdict scaled the plan's warm-up by the run's share of the plan's check: a 60 s
+    run of a plan checked over 300 s left 6 s out where the planner (its first 20%, at most
+    30 s) leaves 12 s, so `bench --plan` and `inhouse report` counted other requests."""
+    plan = PlanWorkload(Path("plan"), "utility", "utility", {}, "utility", {"e2e": 2e3}, 300, 30)
+    verdict = judge([result(t, 1.0) for t in range(60)], plan, duration_s=60.0)
+    assert verdict["warmup_s"] == pytest.approx(0.2 * 60.0) and verdict["counted"] == 48

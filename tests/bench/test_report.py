@@ -67,3 +67,54 @@ def test_failures_that_differ_only_in_their_numbers_are_one_reason() -> None:
     errors = build_result(BenchRun(spec, results, 1.0))["errors"]
     # The first of each, word for word, with its count.
     assert errors == {results[0].outcome.error: 3, "timed out after 600 s": 1}
+
+
+def test_result_json_records_the_run_s_length_and_its_counters_window() -> None:
+    """`inhouse report` leaves the planner's warm-up (a share of the run's length) out of its
+    p95s and must tell runs that shared the engines' counters in time: result.json recorded
+    neither the length asked for nor when the counters were read."""
+    from inhouse.bench.config import BenchSpec
+    from inhouse.bench.driver import BenchRun
+    from inhouse.bench.metrics import Outcome, RequestResult
+    from inhouse.bench.report import build_result
+
+    spec = BenchSpec(workload="utility", target="http://x", rate=1.0, duration_s=45.0)
+    done = [RequestResult(Outcome(0, 0.0, success=True, ttft_s=0.1, latency_s=0.2), "r0", 9)]
+    run = BenchRun(spec, done, 45.5, window_unix_s=(1_800_000_000.25, 1_800_000_046.5))
+    result = build_result(run)
+    assert result["workload"]["duration_s"] == 45.0
+    assert result["run"]["counters_window_unix_s"] == [1_800_000_000.25, 1_800_000_046.5]
+    unknown = build_result(BenchRun(BenchSpec(workload="utility", target="x", rate=1.0), done, 1))
+    assert unknown["run"]["counters_window_unix_s"] is None
+
+
+def test_report_md_says_its_percentiles_count_the_warm_up() -> None:
+    """report.md's latency table counts every request, its first seconds included, as vLLM's
+    does; `bench --plan`'s verdict and `inhouse report` leave the warm-up out. The table did
+    not say which, beside a verdict that quoted other p95s for the same run."""
+    from inhouse.bench.config import BenchSpec
+    from inhouse.bench.driver import BenchRun
+    from inhouse.bench.metrics import Outcome, RequestResult
+    from inhouse.bench.report import build_result, render_markdown
+
+    spec = BenchSpec(workload="utility", target="http://x", rate=1.0, duration_s=45.0)
+    done = [RequestResult(Outcome(0, 0.0, success=True, ttft_s=0.1, latency_s=0.2), "r0", 9)]
+    text = render_markdown(build_result(BenchRun(spec, done, 45.5)), [])
+    assert "every request of the run, its warm-up included" in text
+
+
+def test_report_md_says_the_server_hit_rate_counts_every_client() -> None:
+    """The engines' counters count every request they serve: a cold probe beside the run, or
+    any other client, is in the server-side rate, which report.md gave as the run's own."""
+    from inhouse.bench.config import BenchSpec
+    from inhouse.bench.driver import BenchRun
+    from inhouse.bench.metrics import Outcome, RequestResult
+    from inhouse.bench.report import build_result, render_markdown
+
+    spec = BenchSpec(workload="utility", target="http://x", rate=1.0, duration_s=45.0)
+    done = [RequestResult(Outcome(0, 0.0, success=True, ttft_s=0.1, latency_s=0.2), "r0", 9)]
+    text = render_markdown(build_result(BenchRun(spec, done, 45.5)), [])
+    assert (
+        "| server (/metrics delta: every client of the engines meanwhile, not only this run) |"
+        in text
+    )

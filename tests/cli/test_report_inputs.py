@@ -50,6 +50,15 @@ def test_a_well_formed_run_loads(tmp_path: Path) -> None:
             {"workload": {"name": "agent", "params": {"sessions": "many"}}},
             "`workload.params.sessions` is 'many'",
         ),
+        (
+            {"workload": {"name": "agent", "params": {}, "duration_s": -40}},
+            "`workload.duration_s` is -40",
+        ),
+        (
+            {"run": {"counters_window_unix_s": [20.0, 10.0]}},
+            "`run.counters_window_unix_s` is [20.0, 10.0]",
+        ),
+        ({"run": {"counters_window_unix_s": "today"}}, "`run.counters_window_unix_s` is 'today'"),
     ],
 )
 def test_a_tampered_result_figure_is_named(
@@ -101,6 +110,12 @@ def test_nan_or_infinity_in_result_json_is_refused(tmp_path: Path, constant: str
         ({"cached_tokens": "x"}, "`cached_tokens` is 'x'"),
         ({"t_sched_s": "x"}, "`t_sched_s` is 'x'"),
         ({"success": "yes"}, "`success` is 'yes', not true or false"),
+        # The latency rows' p95s are computed from the rows (after the warm-up).
+        ({"e2el_ms": None}, "`e2el_ms` is None"),
+        ({"e2el_ms": -3.0}, "`e2el_ms` is -3.0"),
+        ({"output_len": "x"}, "`output_len` is 'x'"),
+        ({"itl_ms": "x"}, "`itl_ms` is 'x', not a list of non-negative numbers"),
+        ({"itl_ms": [1.0, -2.0]}, "`itl_ms` is [1.0, -2.0], not a list of non-negative numbers"),
     ],
 )
 def test_a_tampered_request_row_is_named(tmp_path: Path, row: dict[str, Any], field: str) -> None:
@@ -118,7 +133,7 @@ def test_a_failed_request_may_have_no_ttft(tmp_path: Path) -> None:
 
 def test_a_request_row_that_is_not_an_object_is_named(tmp_path: Path) -> None:
     path = _bench(tmp_path)
-    (path / "requests.jsonl").write_text('{"success": true, "ttft_ms": 1}\n[1, 2]\n')
+    (path / "requests.jsonl").write_text('{"success": true, "ttft_ms": 1, "e2el_ms": 2}\n[1, 2]\n')
     with pytest.raises(SpecError, match=r"requests.jsonl:2: not a request row"):
         load_bench(path)
 

@@ -73,3 +73,34 @@ def test_a_rate_run_states_its_offered_rate(report_dirs: dict[str, Path], tmp_pa
         f"Load: {format_value(90.0, 'rate')} req/min offered (the plan's peak: "
         f"{format_value(peak, 'rate')} req/min). **Below the planned peak**"
     ) in _bench_report(inputs)["slow"]
+
+
+def test_a_run_s_server_hit_rate_shared_with_another_run_says_so(inputs: ReportInputs) -> None:
+    """The chat run's engine counters also counted its cold probe's requests (the two ran at
+    the same time): the bench report printed that figure as the chat run's own."""
+    chat = _bench_report(inputs)["chat"]
+    line = next(x for x in chat.splitlines() if x.startswith("| prefix hit (server) |"))
+    assert "not this run's own" in line and "chat-cold" in line, line
+    assert "| prefix hit (server) |" in _bench_report(inputs)["utility"]  # ran alone
+
+
+def test_the_bench_report_states_each_latency_s_window(inputs: ReportInputs) -> None:
+    """result.json's percentiles count every request, warm-up included (vLLM's); section 4 and
+    the planner leave each run's warm-up out. The bench report set them down without saying
+    which, beside a section 4 that quoted other numbers for the same run."""
+    import numpy as np
+
+    from inhouse.plan.verify import warmup_for
+    from inhouse.report.measure import SAMPLES, counted_rows
+
+    runs = _bench_report(inputs)
+    run = next(r for r in inputs.benches if r.name == "utility")
+    rows = [r["t_sched_s"] for r in run.requests]
+    warmup = warmup_for(max(rows) - min(rows))
+    text = runs["utility"]
+    assert "every request of the run, its warm-up included" in text
+    assert f"after its {format_value(warmup, 's')} warm-up" in text
+    kept = [r for r in counted_rows(run) if r["success"]]
+    sample, _ = SAMPLES["e2e"]
+    p95 = float(np.percentile([v for r in kept for v in sample(r)], 95))
+    assert f"| p95 e2e after the warm-up | {format_value(p95, 'ms')} |" in text

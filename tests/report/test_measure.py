@@ -177,3 +177,159 @@ def test_the_steady_kv_target_is_the_planner_s_cap(
     monkeypatch.setattr(analytic, "MAX_KV_UTILIZATION", 0.8)
     row = _rows(inputs)["cluster KV use, steady (p50)"]
     assert row.target.figure is not None and row.target.figure.value == 0.8
+
+
+def _chat_with_a_slow_warm_up(report_dirs: dict[str, Path], out: Path) -> Path:
+    """The fixture's chat run (400 requests scheduled 0.1 s apart, 40 s asked for), its first
+    8 s (the planner's warm-up: 20% of 40 s) slow as empty caches and ramping sessions are."""
+    chat = report_dirs["chat"]
+    rows = [json.loads(x) for x in (chat / "requests.jsonl").read_text().splitlines()]
+    slow = {"ttft_ms": 5000.0, "e2el_ms": 60000.0, "itl_ms": [500.0, 400.0]}
+    rows = [{**r, **slow} if r["t_sched_s"] < 8.0 else r for r in rows]
+    result = json.loads((chat / "result.json").read_text())
+    result["workload"] = {"name": "agent", "params": {"sessions": "100"}, "duration_s": 40.0}
+    return rewrite_run(out, result, rows)
+
+
+def test_latency_rows_leave_the_warm_up_out_as_the_planner_does(
+    report_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """The planner's check and `bench --plan` leave a run's first 20% (at most 30 s) out; the
+    report's p95s counted the warm-up's requests, so the measured p95 set beside the planner's
+    was not measured the same way."""
+    from inhouse.plan.verify import MAX_WARMUP_S, WARMUP_FRACTION
+
+    run = _chat_with_a_slow_warm_up(report_dirs, tmp_path / "chat")
+    got = _rows(make_inputs({**report_dirs, "slow": run}, benches=("slow",)))
+    rows = [json.loads(x) for x in (run / "requests.jsonl").read_text().splitlines()]
+    warmup = min(MAX_WARMUP_S, WARMUP_FRACTION * 40.0)
+    kept = [r for r in rows if r["success"] and r["t_sched_s"] >= warmup]
+    warm = got["chat p95 TTFT warm"].measured.figure
+    assert warm is not None
+    assert warm.value == np.percentile([r["ttft_ms"] for r in kept if r["cached_tokens"] > 0], 95)
+    assert "after the run's warm-up" in warm.source.path
+    itl = got["chat p95 ITL"].measured.figure
+    assert itl is not None
+    assert itl.value == np.percentile([g for r in kept for g in r["itl_ms"]], 95)
+    assert itl.source.file.endswith("requests.jsonl")
+    assert "after the run's warm-up" in itl.source.path
+
+
+def test_without_a_recorded_duration_the_warm_up_is_a_share_of_the_arrivals(
+    report_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """An older result.json records no `workload.duration_s`: the run's scheduled arrivals'
+    span stands for it."""
+    from inhouse.plan.verify import MAX_WARMUP_S, WARMUP_FRACTION
+
+    utility = report_dirs["utility"]
+    rows = [json.loads(x) for x in (utility / "requests.jsonl").read_text().splitlines()]
+    rows = [{**r, "e2el_ms": 90000.0} if i < 150 else r for i, r in enumerate(rows)]
+    run = rewrite_run(tmp_path / "u", json.loads((utility / "result.json").read_text()), rows)
+    got = _rows(make_inputs({**report_dirs, "u": run}, benches=("u",)))
+    span = rows[-1]["t_sched_s"] - rows[0]["t_sched_s"]
+    warmup = min(MAX_WARMUP_S, WARMUP_FRACTION * span)
+    kept = [r["e2el_ms"] for r in rows if r["t_sched_s"] - rows[0]["t_sched_s"] >= warmup]
+    e2e = got["utility p95 e2e"].measured.figure
+    assert e2e is not None and e2e.value == np.percentile(kept, 95)
+
+
+def test_a_request_whose_cache_use_is_unknown_is_neither_warm_nor_cold(
+    report_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """A server that reports no `cached_tokens` (vLLM without --enable-prompt-tokens-details)
+    left every row's `cached_tokens` null: the cold row counted every request as cold."""
+    chat = report_dirs["chat"]
+    rows = [json.loads(x) for x in (chat / "requests.jsonl").read_text().splitlines()]
+    rows = [{**r, "cached_tokens": None} for r in rows]
+    run = rewrite_run(tmp_path / "chat", json.loads((chat / "result.json").read_text()), rows)
+    got = _rows(make_inputs({**report_dirs, "unknown": run}, benches=("unknown",)))
+    for name in ("chat p95 TTFT warm", "chat p95 TTFT cold"):
+        reading = got[name].measured
+        assert reading.figure is None, name
+        assert "--enable-prompt-tokens-details" in reading.why, name
+
+
+def _windowed(source: Path, out: Path, window: list[float] | None) -> Path:
+    """The run at `source`, its engines' counters read over `window` (Unix seconds)."""
+    result = json.loads((source / "result.json").read_text())
+    result["run"] = {**result["run"], "counters_window_unix_s": window}
+    rows = [json.loads(x) for x in (source / "requests.jsonl").read_text().splitlines()]
+    return rewrite_run(out, result, rows)
+
+
+def test_a_hit_rate_from_counters_another_run_shared_is_not_printed_as_its_own(
+    report_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """The cold probe runs alongside the chat run on the same engines: the engines' counters
+    over the chat run counted the probe's cold requests too, and the report printed that as
+    the chat workload's measured hit rate."""
+    inputs = make_inputs(report_dirs)  # the fixture's chat and chat-cold windows overlap
+    chat = inputs.runs_for("chat")[0]
+    row = _rows(inputs)["chat prefix-cache hit rate"]
+    figure = row.measured.figure
+    assert figure is not None
+    assert figure.value == chat.result.get("prefix_cache_hit_rate_client")
+    assert figure.source.path == "prefix_cache_hit_rate_client"
+    assert "chat-cold" in row.measured.note and "same time" in row.measured.note
+    text = build_document(inputs).markdown
+    table = text.split("## 4. SLO commitments")[1].split("\n## ")[0]
+    line = next(x for x in table.splitlines() if "| prefix-cache hit rate |" in x)
+    assert "clients' count" in line and "chat-cold" in line, line
+    section1 = text.split("## 1. ")[1].split("\n## ")[0]
+    assert "chat-cold" in section1
+
+    # Apart in time, each run's counters are its own.
+    start = chat.result.get("run", "counters_window_unix_s")[1] + 100.0
+    apart = _windowed(report_dirs["cold"], tmp_path / "cold", [start, start + 20.0])
+    alone = _rows(make_inputs({**report_dirs, "cold": apart}))["chat prefix-cache hit rate"]
+    assert alone.measured.figure is not None
+    assert alone.measured.figure.source.path == "prefix_cache_hit_rate_server"
+    assert alone.measured.note == ""
+
+    # A run that records no window cannot rule another's traffic out.
+    unknown = _windowed(report_dirs["cold"], tmp_path / "unknown", None)
+    got = _rows(make_inputs({**report_dirs, "cold": unknown}))["chat prefix-cache hit rate"]
+    assert got.measured.figure is not None
+    assert got.measured.figure.source.path == "prefix_cache_hit_rate_client"
+    assert "records no counters window" in got.measured.note
+
+
+def test_shared_counters_and_no_client_count_say_both(
+    report_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """Counters shared with the probe, and clients told no `cached_tokens`: the row said the
+    figure was "not in result.json", as if the file were short."""
+    chat = report_dirs["chat"]
+    result = json.loads((chat / "result.json").read_text())
+    result["prefix_cache_hit_rate_client"] = None
+    rows = [json.loads(x) for x in (chat / "requests.jsonl").read_text().splitlines()]
+    run = rewrite_run(tmp_path / "chat", result, rows)
+    got = _rows(make_inputs({**report_dirs, "chat": run}))["chat prefix-cache hit rate"]
+    assert got.measured.figure is None
+    assert "also counted the requests of chat-cold" in got.measured.why
+    assert "no cached_tokens" in got.measured.why
+
+
+def test_a_latency_from_a_run_whose_client_was_the_bottleneck_says_so(
+    report_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """The bench report said the client was a bottleneck in the chat run (its latencies
+    include client delay); section 4 quoted the same run's p95s against the SLOs without a
+    word of it."""
+    chat = report_dirs["chat"]
+    result = json.loads((chat / "result.json").read_text())
+    result["client_bottleneck"] = True
+    result["client"] = {"client_bottleneck": True, "reasons": ["main: event-loop lag p99 38.7 ms"]}
+    rows = [json.loads(x) for x in (chat / "requests.jsonl").read_text().splitlines()]
+    run = rewrite_run(tmp_path / "chat", result, rows)
+    inputs = make_inputs({**report_dirs, "chat": run})
+    got = _rows(inputs)
+    for name in ("chat p95 TTFT warm", "chat p95 TTFT cold", "chat p95 ITL"):
+        assert "the client was a bottleneck in chat" in got[name].measured.note, name
+    assert got["utility p95 e2e"].measured.note == ""
+    table = build_document(inputs).markdown.split("## 4. SLO")[1].split("\n## ")[0]
+    line = next(x for x in table.splitlines() if "| p95 ITL |" in x)
+    assert "the client was a bottleneck in chat" in line, line
+    summary = build_document(inputs).markdown.split("## Summary")[1].split("\n## ")[0]
+    assert "the client was a bottleneck in chat" in summary

@@ -39,3 +39,12 @@ def test_the_playbooks_inhouse_commands_parse(inputs: ReportInputs) -> None:
         parsed += 1
     assert parsed >= 4  # check topology, render, weights pull and verify
     assert "inhouse weights pull meta-llama/Llama-3.3-70B-Instruct@REV" in text
+
+
+def test_the_bench_step_says_what_shares_the_engines_counters(inputs: ReportInputs) -> None:
+    """The playbook had the cold probe run beside the chat run without saying that the
+    engines' counters then count both, nor that other traffic on the stack counts too."""
+    text = build_playbook(Context.build(inputs, public=False), None)
+    bench = text.split("## 6. Bench")[1].split("\n## ")[0]
+    assert "Nothing else may use the stack while the runs go" in bench
+    assert "the chat run's hit rate from its clients' `cached_tokens`" in bench

@@ -22,6 +22,7 @@ from inhouse.report.build import build_outputs
 from inhouse.report.document import build_document
 from inhouse.report.figures import SANITIZED_KINDS, Figure, Source, format_range
 from inhouse.report.inputs import ReportInputs
+from inhouse.report.slo import SloRow
 from inhouse.spec.load import load_stack
 
 from .conftest import make_inputs
@@ -294,6 +295,19 @@ def test_a_row_too_thin_for_a_p95_names_its_count_inside_only(
     inputs = make_inputs(report_dirs, drills=False, benches=("chat",))
     internal = build_document(inputs).markdown
     public = build_document(inputs, public=True).markdown
-    thin = "fewer than the 20 successful requests with cached_tokens == 0 a p95 needs"
-    assert f"not measured: {thin} (7 here)" in internal
-    assert f"not measured: {thin} |" in public and "7 here" not in public
+    thin = (
+        "fewer than the 20 successful requests with cached_tokens == 0, after the warm-up, "
+        "a p95 needs"
+    )
+    count = _rows_by_name(inputs)["chat p95 TTFT cold"].measured.samples
+    assert count  # the chat run's own cold requests after its warm-up
+    assert f"not measured: {thin} ({count} here); the cold-prefix probe" in internal
+    assert f"not measured: {thin}; the cold-prefix probe" in public
+    assert f"{count} here" not in public
+
+
+def _rows_by_name(inputs: ReportInputs) -> dict[str, SloRow]:
+    from inhouse.report.rendered import read_alerts
+    from inhouse.report.slo import slo_rows
+
+    return {f"{r.workload} {r.metric}": r for r in slo_rows(inputs, read_alerts(inputs.render))}

@@ -23,3 +23,26 @@ def test_the_month_s_cost_per_token_counts_the_idle_hours(inputs: ReportInputs) 
         f"Over the month, idle hours included: {format_value(effective, 'usd', 3)} per 1M "
         "tokens, every workload blended" in section
     )
+
+
+def test_each_workload_has_its_month_s_cost_per_token_against_each_api(
+    inputs: ReportInputs,
+) -> None:
+    """The seeds ask $ per 1M tokens per workload, and against API prices; the month's figure
+    (idle hours included) was given blended over every workload only, and the APIs per month
+    for the whole stack: a chat workload's tokens and a utility's priced alike."""
+    cost = inputs.plan.get("cost")
+    section = build_document(inputs).markdown.split("## 7. Cost model")[1].split("\n## ")[0]
+    table = section.split("| workload | $/1M over the month |")[1].split("\n\n")[0]
+    for name, w in cost["workloads"].items():
+        line = next(x for x in table.splitlines() if x.startswith(f"| {name} |"))
+        month = w["usd_per_million_tokens_with_idle_hours"]
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[1] == format_value(month, "usd", 3), line
+        tokens = w["per_month"]["input_tokens"] + w["per_month"]["output_tokens"]
+        for i, (api, spend) in enumerate(w["api_usd_per_month"].items()):
+            per_million = spend / tokens * 1e6
+            multiple = spend / (w["usd_per_hour"] * cost["hours_per_month"])
+            assert cells[2 + i] == (
+                f"{format_value(per_million, 'usd', 3)} ({format_value(multiple, 'x')} the stack's)"
+            ), (api, line)

@@ -111,3 +111,15 @@ def test_an_absent_over_anything_else_names_the_series() -> None:
     alert = Alert("A", "page", "5m", expr, "chat", "", None, None, Source("r", "p"))
     shown = threshold_text(alert)
     assert shown.startswith("—") and 'inhouse:gateway_ttft_seconds:p95_5m{pool="chat"}' in shown
+
+
+def test_alert_summaries_read_as_words_not_templates(inputs: ReportInputs) -> None:
+    """Section 6 printed each alert's summary template as written ("p95 time to first token
+    of {{ $labels.model_name }} above ..."): Prometheus syntax in the document a customer
+    signs, and two rows of one alert (one per workload) that read the same."""
+    rows = _alert_rows(inputs)
+    for name, cells in rows.items():
+        assert "{{" not in cells[5], (name, cells[5])
+    assert rows["InhouseTTFTP95OverSLO"][5].startswith("p95 time to first token of chat above")
+    # a label the rule does not fix stays a named placeholder
+    assert "`pod`" in rows["InhouseEngineReplicaDown"][5]

@@ -63,6 +63,10 @@ class BenchRun:
     theoretical_hit_rate_all: float | None = None
     simulated: dict[str, Any] | None = None
     t0: float | None = None  # the origin of requests.jsonl's times (min t_sched when None)
+    # Wall-clock (Unix) seconds from just before the engines' counters were first read to just
+    # after the last read: what another run's window must not overlap for the server-side hit
+    # rate to be this run's own (`inhouse report`).
+    window_unix_s: tuple[float, float] | None = None
 
 
 def make_source(spec: BenchSpec, run: WorkloadRun) -> tuple[Source, float | None]:
@@ -270,6 +274,7 @@ async def run_live(
         stream=spec.stream,
     )
     metrics_urls = spec.metrics_urls or (f"{target.base_url}/metrics",)
+    window_start = time.time()
     before = await scrape_all(metrics_urls)
     driver_box: list[Driver] = []
 
@@ -303,6 +308,7 @@ async def run_live(
         if journal is not None:
             journal.close()  # what it holds is on disk, whatever happened
     after = await scrape_all(metrics_urls)
+    window = (window_start, time.time())
     meta = {
         "model_id": model,
         "target": target.base_url,
@@ -329,6 +335,7 @@ async def run_live(
         requested_rate,
         theoretical,
         t0=driver.t0,
+        window_unix_s=window,
     )
 
 

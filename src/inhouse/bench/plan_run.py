@@ -98,11 +98,12 @@ def judge(
     results: Sequence[RequestResult], workload: PlanWorkload, duration_s: float | None = None
 ) -> dict[str, Any]:
     """The p95s (ms) of the requests scheduled after the warm-up against the plan's targets;
-    any failed request fails the run, as in the plan's check. The warm-up is the plan's, or
-    the same share of a shorter run (`duration_s`)."""
-    warmup_s = workload.warmup_s
-    if duration_s is not None and duration_s < workload.duration_s:
-        warmup_s *= duration_s / workload.duration_s
+    any failed request fails the run, as in the plan's check. The warm-up is the planner's
+    rule applied to this run's `duration_s` (the plan's check's length when not given): its
+    first 20%, at most 30 s (`plan.verify.warmup_for`, which `inhouse report` applies too)."""
+    from inhouse.plan.verify import warmup_for  # the planner: 0.35 s to import
+
+    warmup_s = warmup_for(workload.duration_s if duration_s is None else duration_s)
     start = min((r.outcome.t_sched for r in results), default=0.0)
     counted = [r for r in results if r.outcome.t_sched - start >= warmup_s]
     done = [r for r in counted if r.success]

@@ -111,13 +111,26 @@ def _check_request(row: dict[str, Any], where: str, hint: str) -> None:
     non-negative numbers, `success` a boolean."""
     if not isinstance(row.get("success"), bool):
         raise SpecError(f"{where}: `success` is {row.get('success')!r}, not true or false; {hint}")
-    fields = {"cached_tokens": False, "t_sched_s": False, "ttft_ms": row["success"]}
+    ok = row["success"]
+    fields = {
+        "cached_tokens": False,
+        "t_sched_s": False,
+        "ttft_ms": ok,
+        # a successful row's e2e, output length and chunk gaps give the report's p95s
+        "e2el_ms": ok,
+        "output_len": False,
+    }
     for key, required in fields.items():
         value = row.get(key)
         if value is None and not required:
             continue
         if not _is_non_negative(value):
             raise SpecError(f"{where}: `{key}` is {value!r}, not a non-negative number; {hint}")
+    gaps = row.get("itl_ms")
+    if gaps is not None and not (isinstance(gaps, list) and all(_is_non_negative(g) for g in gaps)):
+        raise SpecError(
+            f"{where}: `itl_ms` is {gaps!r}, not a list of non-negative numbers; {hint}"
+        )
 
 
 # The result.json figures the report reads: each a non-negative number or null.
@@ -131,6 +144,7 @@ RESULT_FIGURES = (
     ("prefix_cache_hit_rate_client",),
     ("server_gauges", "kv_cache_usage_perc", "p50"),
     ("server_gauges", "kv_cache_usage_perc", "max"),
+    ("workload", "duration_s"),
 )
 
 
@@ -153,6 +167,18 @@ def _check_result(result: dict[str, Any], path: Path, hint: str) -> None:
     sessions = (params or {}).get("sessions")
     if sessions is not None and not str(sessions).isdigit():
         raise SpecError(f"{path}: `workload.params.sessions` is {sessions!r}, not a count; {hint}")
+    run = result.get("run")
+    window = run.get("counters_window_unix_s") if isinstance(run, dict) else None
+    if window is not None and not (
+        isinstance(window, list)
+        and len(window) == 2
+        and all(_is_non_negative(t) for t in window)
+        and window[0] <= window[1]
+    ):
+        raise SpecError(
+            f"{path}: `run.counters_window_unix_s` is {window!r}, not a [start, end] pair of "
+            f"Unix seconds, start first; {hint}"
+        )
 
 
 # What `inhouse bench --out DIR` writes beside result.json: a directory holding one of these is

@@ -33,6 +33,15 @@ from inhouse.workload import Arrivals, Lengths
 
 WARMUP_FRACTION = 0.2
 MAX_WARMUP_S = 30.0
+
+
+def warmup_for(duration_s: float) -> float:
+    """The warm-up left out of a run of `duration_s` seconds of arrivals: its first 20%, at
+    most 30 s. One rule for the planner's checks, `bench --plan`'s verdict and the report's
+    measured p95s, so a simulated and a measured p95 count the same requests."""
+    return min(MAX_WARMUP_S, WARMUP_FRACTION * max(duration_s, 0.0))
+
+
 METRIC_KEYS = {
     "ttft": "p95_ttft_ms",
     "itl": "p95_itl_ms",
@@ -129,7 +138,7 @@ def run_check(
             "planning.load_multiples, verify_duration_s or stress_duration_s, or plan with "
             "--no-verify."
         ) from None
-    warmup_s = min(MAX_WARMUP_S, WARMUP_FRACTION * duration)
+    warmup_s = warmup_for(duration)
     out: dict[str, dict[str, Any]] = {}
     for req in requirements.workloads:
         if req.name in shed:
@@ -330,5 +339,5 @@ def bench_entry(requirements: Requirements, workload: str, model_name: str) -> d
         "model": model_name,
         "slo_p95_ms": gateway_targets(req.slo),
         "duration_s": duration,
-        "warmup_s": min(MAX_WARMUP_S, WARMUP_FRACTION * duration),
+        "warmup_s": warmup_for(duration),
     }

@@ -3,8 +3,10 @@
 All inputs sit in one block at the top (prices, power, duty cycle, each workload's traffic and
 its share of replica time from the planner, API prices); every figure below is a formula over
 them: node $/h (capex amortized + power x PUE + ops), stack $/h and $/month, per workload $/h,
-$/1M tokens blended, input and output, $/request, API $/month, break-even months and the
-API ÷ stack multiple. A customer types their own duty cycle and prices and the rest recomputes.
+$/1M tokens blended, input and output, $/request, $/1M over the month (idle hours included),
+API $/month and $/1M for its tokens and the multiple of its stack share; API $/month,
+break-even months and the API ÷ stack multiple. A customer types their own duty cycle and
+prices and the rest recomputes.
 
 Each row is built as an `X`: its value and its formula together, from the same operations, so
 the CSV (values) and the XLSX (formulas) cannot disagree. `plan/cost.py` documents the model.
@@ -204,7 +206,13 @@ def _workloads(
             "$",
             key=f"cost.workloads.{name}.usd_per_request_with_idle_hours",
         )
-        out[name] = {"in": tin, "cached": tcached, "out": tout}
+        sheet.calc(
+            "$/1M tokens with idle hours",
+            usd * HOURS_PER_MONTH / ((tin + tout) * 3600.0 * active_h) * 1e6,
+            "$/1M",
+            key=f"cost.workloads.{name}.usd_per_million_tokens_with_idle_hours",
+        )
+        out[name] = {"in": tin, "cached": tcached, "out": tout, "usd_h": usd}
     return out
 
 
@@ -247,9 +255,25 @@ def build_sheet(plan: Mapping[str, Any], *, blank_prices: bool = False) -> Sheet
         pout = sheet.input("output", zero(api["output_usd_per_million"]), "$/1M", src)
         sheet.heading(f"Against API {api['name']}")
         spend = X(0.0, "0")
-        for t in tokens.values():
+        for name, t in tokens.items():
             per_s = (t["in"] - t["cached"]) * pin + t["cached"] * pc + t["out"] * pout
-            spend = spend + per_s * 3600.0 * active / 1e6
+            mine = sheet.calc(
+                f"{name}: API spend per month",
+                per_s * 3600.0 * active / 1e6,
+                "$/month",
+                key=f"cost.workloads.{name}.api_usd_per_month.{api['name']}",
+            )
+            sheet.calc(
+                f"{name}: API $/1M tokens (the same tokens)",
+                mine / ((t["in"] + t["out"]) * 3600.0 * active) * 1e6,
+                "$/1M",
+            )
+            sheet.calc(
+                f"{name}: API / its stack share per month",
+                mine / (t["usd_h"] * HOURS_PER_MONTH),
+                "x",
+            )
+            spend = spend + mine
         api_m = sheet.calc(
             "API spend per month", spend, "$/month", key=f"cost.api_usd_per_month.{api['name']}"
         )

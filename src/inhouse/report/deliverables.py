@@ -5,7 +5,9 @@ own)."""
 from __future__ import annotations
 
 from inhouse.errors import SpecError
+from inhouse.report import measure
 from inhouse.report.context import Context, table
+from inhouse.report.figures import Figure, Source
 from inhouse.report.inputs import BenchRun
 from inhouse.report.load import run_load
 from inhouse.report.sections_ops import drills
@@ -96,13 +98,41 @@ def license_memo(ctx: Context) -> str:
 
 def _run_table(ctx: Context, run: BenchRun) -> list[str]:
     rows = []
+    shared = measure.shared_counters(run, ctx.inputs.benches)
     for key, label, unit in BENCH_ROWS:
         if run.is_cold_probe and key == "prefix_cache_hit_rate_server":
             continue  # the engines' counters over the probe count the run beside it
         figure = run.result.figure(key, kind="measured", unit=unit)  # type: ignore[arg-type]
         if figure is not None:
-            rows.append([label, ctx.show(figure), f"`{run.result.name}` → `{key}`"])
-    return table(["metric", "value", "source"], rows)
+            shown = ctx.show(figure)
+            if key == "prefix_cache_hit_rate_server" and shared:
+                shown += f" — not this run's own: {shared}"
+            rows.append([label, shown, f"`{run.result.name}` → `{key}`"])
+    for metric, label in (("ttft", "TTFT"), ("itl", "ITL"), ("tpot", "TPOT"), ("e2e", "e2e")):
+        reading = measure.worst_p95([run], metric)
+        if reading.figure is not None:
+            source = reading.figure.source
+            rows.append(
+                [
+                    f"p95 {label} after the warm-up",
+                    ctx.show(reading.figure),
+                    f"`{source.file}` → `{source.path}`",
+                ]
+            )
+    warmup = Figure(
+        measure.run_warmup_s(run),
+        "s",
+        "config",
+        Source(run.result.name, "20% of workload.duration_s (else of the arrivals' span), ≤ 30 s"),
+    )
+    return [
+        "Percentiles from result.json count every request of the run, its warm-up included "
+        "(`vllm bench serve`'s definitions); section 4, as the planner's check, counts the "
+        f"requests scheduled after its {ctx.show(warmup)} warm-up (the first 20% of the run, "
+        'at most 30 s), and so do the rows marked "after the warm-up".',
+        "",
+        *table(["metric", "value", "source"], rows),
+    ]
 
 
 def _load(ctx: Context, run: BenchRun) -> list[str]:

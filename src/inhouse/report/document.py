@@ -16,6 +16,7 @@ from inhouse.report.alternative import alternative
 from inhouse.report.context import Context, table
 from inhouse.report.figures import Ledger
 from inhouse.report.inputs import DRILLS, ReportInputs
+from inhouse.report.measure import cited_runs
 from inhouse.report.sections_ops import drill_conditions
 
 DELIVERABLES = (
@@ -67,6 +68,21 @@ def _summary(ctx: Context) -> list[str]:
     measured = sum(1 for r in ctx.rows if r.measured.figure is not None)
     wishes = [f"{r.workload} {r.metric}" for r in ctx.rows if r.measured.figure is None]
     missed = [f"{r.workload} {r.metric}" for r in ctx.rows if r.verdict is False]
+    # A measured row without a target is not within it: nothing judged it.
+    unjudged = [
+        f"{r.workload} {r.metric}"
+        for r in ctx.rows
+        if r.measured.figure is not None and r.verdict is None
+    ]
+    # The runs behind section 4's figures whose client was a bottleneck (their rows say so).
+    cited = {
+        run.name
+        for r in ctx.rows
+        if r.measured.figure is not None
+        for run in cited_runs(r.measured.figure, ctx.inputs.benches)
+        if run.result.get("client_bottleneck") is True
+    }
+    bottlenecked = [run.name for run in ctx.inputs.benches if run.name in cited]
     drills = ctx.inputs.drills
     verdicts = {
         name: (run.evidence.get("verdict") if run else None)
@@ -85,9 +101,17 @@ def _summary(ctx: Context) -> list[str]:
         + f". SLO rows measured: {measured} of {len(ctx.rows)}"
         + (f" (**not measured: {'; '.join(wishes)}**)" if wishes and measured else "")
         + (
-            f"; **{len(missed)} miss their target** ({'; '.join(missed)})"
+            f"; **{len(missed)} {'misses its' if len(missed) == 1 else 'miss their'} target** "
+            f"({'; '.join(missed)})"
             if missed
-            else (", every measured one within its target" if measured else "")
+            else (", every measured one within its target" if measured and not unjudged else "")
+        )
+        + (f"; no target to judge: {'; '.join(unjudged)}" if unjudged else "")
+        + (
+            f"; the client was a bottleneck in {', '.join(bottlenecked)}, whose figures include "
+            "client delay"
+            if bottlenecked
+            else ""
         )
         + f". Drills passed: {passed} of {len(verdicts)}"
         + (f"; **not passed: {', '.join(failed)}**" if failed else "")

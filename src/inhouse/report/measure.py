@@ -1,14 +1,22 @@
 """Measured figures: what the bench runs and the drills saw, each citing its file and path.
 
-Run-level figures come straight from `result.json` (the worst over several runs of a workload, so
-a commitment is never quoted from the luckiest run). Figures the runs do not report themselves
-are computed here from `requests.jsonl` and cite it with the selection and statistic used:
+Run-level figures (throughput, gauges, hit rates) come straight from `result.json` (the worst
+over several runs of a workload, so a commitment is never quoted from the luckiest run).
+Latency p95s are computed here from `requests.jsonl`, as the planner's check computes its own:
+over the requests scheduled after the run's warm-up (its first 20%, at most 30 s:
+`plan.verify.warmup_for` on the run's `workload.duration_s`, else on its arrivals' span), so the
+measured p95 set beside the simulated one counts the same requests. They cite the file with
+the selection and statistic used:
 
 * TTFT warm: p95 `ttft_ms` of successful requests with `cached_tokens > 0` (the prefix cache
-  held part of the prompt); TTFT cold: those with `cached_tokens == 0`. A p95 needs at least
-  `MIN_SAMPLES` requests; fewer, and the row is reported as not measured, saying why.
+  held part of the prompt); TTFT cold: those with `cached_tokens == 0`; a request whose server
+  reported no `cached_tokens` is neither. A p95 needs at least `MIN_SAMPLES` requests; fewer,
+  and the row is reported as not measured, saying why.
+* ITL, TPOT, e2e: vLLM's definitions (pooled chunk gaps; `(e2el - ttft) / (N_out - 1)` per
+  request; `e2el_ms`), the worst run's p95.
 * Sessions held: the run's concurrent sessions (`workload.params.sessions`) and the share of
-  sessions with a failed request.
+  sessions with a failed request, over the whole run (a failure in the warm-up is one a user
+  saw).
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from inhouse.plan.verify import warmup_for
 from inhouse.report.figures import Figure, Kind, Source, Unit
 from inhouse.report.inputs import BenchRun, Drills, PathPart
 
@@ -28,11 +37,14 @@ MIN_SAMPLES = 20
 
 @dataclass(frozen=True, slots=True)
 class Reading:
-    """A measured figure, or why there is none (`why`), and how many samples it rests on."""
+    """A measured figure, or why there is none (`why`) and what would measure it (`how`), and
+    how many samples it rests on."""
 
     figure: Figure | None
     why: str = ""
     samples: int | None = None
+    how: str = ""
+    note: str = ""  # what the reader must know of a figure that is there
 
 
 def worst(
@@ -65,11 +77,47 @@ def _why_none(runs: Sequence[BenchRun]) -> str:
     return "not in result.json"
 
 
+AFTER_WARMUP = "scheduled after the run's warm-up (its first 20%, at most 30 s)"
+NO_CACHE_REPORT = (
+    "the server reported no cached_tokens, so no request tells warm from cold (vLLM: "
+    "--enable-prompt-tokens-details, which `inhouse render` sets)"
+)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def run_warmup_s(run: BenchRun) -> float:
+    """The run's warm-up, as the planner's check takes its own: of the run's recorded length
+    (`workload.duration_s`), else of its scheduled arrivals' span."""
+    sched = [t for r in run.requests if (t := _number(r.get("t_sched_s"))) is not None]
+    duration = _number(run.result.get("workload", "duration_s"))
+    if duration is None:
+        duration = max(sched) - min(sched) if sched else 0.0
+    return warmup_for(duration)
+
+
+def counted_rows(run: BenchRun) -> list[Mapping[str, Any]]:
+    """The run's rows scheduled after its warm-up (`run_warmup_s`), as the planner's check
+    counts them."""
+    sched = [t for r in run.requests if (t := _number(r.get("t_sched_s"))) is not None]
+    if not sched:
+        return list(run.requests)
+    start = min(sched)
+    warmup = run_warmup_s(run)
+    return [
+        r for r in run.requests if (t := _number(r.get("t_sched_s"))) is None or t - start >= warmup
+    ]
+
+
 def _p95(runs: Sequence[BenchRun], keep: Callable[[Mapping[str, Any]], bool], what: str) -> Reading:
     values: list[float] = []
     files: list[str] = []
     for run in runs:
-        picked = [float(r["ttft_ms"]) for r in run.requests if r.get("success") and keep(r)]
+        picked = [float(r["ttft_ms"]) for r in counted_rows(run) if r.get("success") and keep(r)]
         if picked:
             values += picked
             files.append(run.requests_file)
@@ -78,19 +126,73 @@ def _p95(runs: Sequence[BenchRun], keep: Callable[[Mapping[str, Any]], bool], wh
         if why == "not in result.json":  # requests succeeded, too few of them matched
             # The count rides in `samples` (the internal version prints it; the public one,
             # which prints no exact measured figure, does not).
-            why = f"fewer than the {MIN_SAMPLES} successful requests with {what} a p95 needs"
+            why = (
+                NO_CACHE_REPORT
+                if _no_cache_report(runs)
+                else f"fewer than the {MIN_SAMPLES} successful requests with {what}, "
+                "after the warm-up, a p95 needs"
+            )
         return Reading(None, why, len(values))
     value = float(np.percentile(np.asarray(values), 95))
-    source = Source(" + ".join(files), f"p95 of ttft_ms over successful rows where {what}")
+    path = f"p95 of ttft_ms over successful rows where {what}, {AFTER_WARMUP}"
+    source = Source(" + ".join(files), path)
     return Reading(Figure(value, "ms", "measured", source), samples=len(values))
 
 
+def _no_cache_report(runs: Sequence[BenchRun]) -> bool:
+    return all(r.get("cached_tokens") is None for run in runs for r in run.requests)
+
+
 def ttft_warm(runs: Sequence[BenchRun]) -> Reading:
-    return _p95(runs, lambda r: (r.get("cached_tokens") or 0) > 0, "cached_tokens > 0")
+    return _p95(runs, lambda r: _cached(r) > 0, "cached_tokens > 0")
 
 
 def ttft_cold(runs: Sequence[BenchRun]) -> Reading:
-    return _p95(runs, lambda r: (r.get("cached_tokens") or 0) == 0, "cached_tokens == 0")
+    return _p95(runs, lambda r: _cached(r) == 0, "cached_tokens == 0")
+
+
+def _cached(row: Mapping[str, Any]) -> float:
+    """The row's cached tokens; -1 where the server did not say (neither warm nor cold)."""
+    value = _number(row.get("cached_tokens"))
+    return -1.0 if value is None else value
+
+
+# Per metric: the samples one successful row gives (vLLM's definitions), and how they are cited.
+SAMPLES: dict[str, tuple[Callable[[Mapping[str, Any]], list[float]], str]] = {
+    "ttft": (lambda r: [float(r["ttft_ms"])], "ttft_ms"),
+    "itl": (lambda r: [float(g) for g in r.get("itl_ms") or []], "itl_ms gaps, pooled"),
+    "tpot": (
+        lambda r: (
+            [(float(r["e2el_ms"]) - float(r["ttft_ms"])) / (int(r["output_len"]) - 1)]
+            if int(r.get("output_len") or 0) > 1
+            else []
+        ),
+        "(e2el_ms - ttft_ms) / (output_len - 1) where output_len > 1",
+    ),
+    "e2e": (lambda r: [float(r["e2el_ms"])], "e2el_ms"),
+}
+
+
+def worst_p95(runs: Sequence[BenchRun], metric: str) -> Reading:
+    """The worst run's p95 of `metric` (a `SAMPLES` key) over its successful requests after
+    the warm-up; a run with fewer than `MIN_SAMPLES` of them gives none."""
+    sample, what = SAMPLES[metric]
+    best: Reading | None = None
+    for run in runs:
+        done = [r for r in counted_rows(run) if r.get("success")]
+        values = [v for r in done for v in sample(r)]
+        if len(done) < MIN_SAMPLES or not values:
+            continue
+        value = float(np.percentile(np.asarray(values), 95))
+        source = Source(run.requests_file, f"p95 of {what} over successful rows {AFTER_WARMUP}")
+        if best is None or best.figure is None or value > best.figure.value:
+            best = Reading(Figure(value, "ms", "measured", source), samples=len(done))
+    if best is not None:
+        return best
+    why = _why_none(runs)
+    if why == "not in result.json":
+        why = f"fewer than the {MIN_SAMPLES} successful requests after the warm-up a p95 needs"
+    return Reading(None, why)
 
 
 def sessions_held(runs: Sequence[BenchRun]) -> tuple[Reading, Reading]:
@@ -173,12 +275,76 @@ def gauge(runs: Sequence[BenchRun], name: str, stat: str) -> Reading:
     return reading
 
 
-def prefix_hit_rate(runs: Sequence[BenchRun]) -> Reading:
-    """Server-side (the engines' counters) where scraped, else what clients were told."""
-    server = worst(runs, "prefix_cache_hit_rate_server", unit="pct", higher_is_worse=False)
-    if server.figure is not None:
-        return server
-    return worst(runs, "prefix_cache_hit_rate_client", unit="pct", higher_is_worse=False)
+def cited_runs(figure: Figure, runs: Sequence[BenchRun]) -> list[BenchRun]:
+    """The runs whose result.json or requests.jsonl `figure` cites (a pooled figure cites
+    each run's file, joined by " + ")."""
+    files = set(figure.source.file.split(" + "))
+    return [run for run in runs if run.requests_file in files or run.result.name in files]
+
+
+def counters_window(run: BenchRun) -> tuple[float, float] | None:
+    """When the run read the engines' counters (Unix seconds), where result.json says."""
+    window = run.result.get("run", "counters_window_unix_s")
+    if not isinstance(window, list) or len(window) != 2:
+        return None
+    start, end = (_number(t) for t in window)
+    return None if start is None or end is None else (start, end)
+
+
+def shared_counters(run: BenchRun, others: Sequence[BenchRun]) -> str:
+    """Why the engines' counters over `run` may hold other traffic than its own, or "" when
+    they hold only its own as far as the runs given tell: another run's window overlaps
+    its own (the cold probe runs alongside its workload's run, on the same engines), or a
+    window is not recorded, so an overlap cannot be ruled out."""
+    others = [o for o in others if o is not run]
+    if not others:
+        return ""
+    mine = counters_window(run)
+    if mine is None:
+        return (
+            "its result.json records no counters window (run.counters_window_unix_s), so "
+            "another run's traffic on the engines cannot be ruled out"
+        )
+    windows = [(o.name, counters_window(o)) for o in others]
+    overlapping = [n for n, w in windows if w is not None and w[0] < mine[1] and mine[0] < w[1]]
+    if overlapping:
+        return (
+            "the engines' counters over this run also counted the requests of "
+            f"{', '.join(overlapping)}, which ran at the same time"
+        )
+    unknown = [n for n, w in windows if w is None]
+    if unknown:
+        return (
+            f"{', '.join(unknown)} records no counters window (run.counters_window_unix_s), "
+            "so its traffic on the engines cannot be ruled out"
+        )
+    return ""
+
+
+def prefix_hit_rate(runs: Sequence[BenchRun], every_run: Sequence[BenchRun] = ()) -> Reading:
+    """Server-side (the engines' counters) where scraped and the run's own, else what clients
+    were told (`cached_tokens`), saying why the counters were set aside; the lowest over the
+    runs. `every_run`: all the runs given, whose windows may overlap these."""
+    readings = []
+    set_aside = ""
+    for run in runs:
+        shared = shared_counters(run, every_run)
+        server = worst([run], "prefix_cache_hit_rate_server", unit="pct", higher_is_worse=False)
+        if server.figure is not None and not shared:
+            readings.append(server)
+            continue
+        client = worst([run], "prefix_cache_hit_rate_client", unit="pct", higher_is_worse=False)
+        if client.figure is None:
+            if server.figure is not None:
+                set_aside = f"{shared}, and its clients were told no cached_tokens"
+            continue
+        note = f"the clients' count: {shared}" if server.figure is not None else ""
+        readings.append(Reading(client.figure, note=note))
+    if not readings and set_aside:
+        return Reading(None, set_aside)
+    if not readings:
+        return worst(runs, "prefix_cache_hit_rate_client", unit="pct", higher_is_worse=False)
+    return min(readings, key=lambda r: r.figure.value if r.figure else 0.0)
 
 
 _NUMBER = re.compile(r"(-?\d[\d,]*\.?\d*)\s*(ms|s\b|%)?")
@@ -212,7 +378,7 @@ def drill_check(
     """The first check of `drill` whose name holds every word (case-insensitive), as a figure
     in ms (or as given), with the check itself."""
     if drills is None:
-        return Reading(None, "no drill evidence (inhouse report --drills DIR)"), None
+        return Reading(None, "no drill evidence given (`inhouse report --drills DIR`)"), None
     run = drills.run(drill)
     if run is None:
         return Reading(None, f"drill {drill} not in {drills.directory}"), None

@@ -203,6 +203,13 @@ PLAN_FIELDS: tuple[Field, ...] = (
     ),
     _f("slo_check", "object"),
     _f("slo_check.targets", "object"),
+    _f("slo_check.1x", "object", optional=True),
+    _f("slo_check.1x.simulated_s", "number", optional=True),
+    _f("slo_check.1x.workloads", "object", optional=True),
+    _f("slo_check.1x.workloads.*", "object"),
+    _f("slo_check.1x.workloads.*.metrics", "object", optional=True),
+    _f("slo_check.1x.workloads.*.metrics.*", "object"),
+    _f("slo_check.1x.workloads.*.metrics.*.p95_ms", "number", optional=True, nullable=True),
     _f("slo_check.targets.*", "metrics"),
     _f("slo_check.targets.*.*", "object"),
     _f("slo_check.targets.*.*.target_ms", "number"),
@@ -256,6 +263,12 @@ PLAN_FIELDS: tuple[Field, ...] = (
             "requests_per_s",
         )
     ),
+    _f("cost.hours_per_month", "number", optional=True),
+    _f(f"{_C}.usd_per_million_tokens_with_idle_hours", "number", optional=True, nullable=True),
+    _f(f"{_C}.per_month", "object", optional=True),
+    *(_f(f"{_C}.per_month.{k}", "number") for k in ("input_tokens", "output_tokens")),
+    _f(f"{_C}.api_usd_per_month", "object", optional=True),
+    _f(f"{_C}.api_usd_per_month.*", "number"),
     _f(f"{_C}.usd_per_million_tokens", "object"),
     *(
         _f(f"{_C}.usd_per_million_tokens.{k}", "number", nullable=True)

@@ -155,7 +155,10 @@ def _serve_steps(ctx: Context) -> list[str]:
     lines += [
         "Each run drives the workload the plan sized (its own generator, from plan.json); run "
         "the `-cold` probe at the same time as the chat run. `--metrics-url` names each "
-        "engine's /metrics (the gateway's has no vLLM series). Expect: every SLO of the bench "
+        "engine's /metrics (the gateway's has no vLLM series). Nothing else may use the stack "
+        "while the runs go: the engines' prefix-cache counters count every request they serve "
+        "(the probe shares the chat run's, so section 4 takes the chat run's hit rate from its "
+        "clients' `cached_tokens`). Expect: every SLO of the bench "
         "report met at planned peak; section 4 of the reference architecture quotes these "
         "runs (`inhouse report --bench bench/`).",
         "",

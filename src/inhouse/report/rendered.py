@@ -52,6 +52,26 @@ def _threshold(expr: str) -> tuple[str | None, float | None]:
     return match.group(1), float(match.group(2))
 
 
+_TEMPLATE_LABEL = re.compile(r"\{\{\s*\$labels\.(\w+)\s*\}\}")
+_MATCHER = re.compile(r'(\w+)="([^"]*)"')
+
+
+def summary_text(summary: str, labels: dict[str, Any], expr: str) -> str:
+    """An alert's summary template in words: `{{ $labels.X }}` becomes the value the rule
+    fixes (its own label, or an `X="v"` matcher in its expression), else `X` as a code span,
+    the label a page will name; two placeholders in a row (`{{ $labels.Hostname }}{{
+    $labels.hostname }}`, one per exporter) read as one."""
+    fixed: dict[str, str] = {str(k): str(v) for k, v in _MATCHER.findall(expr)}
+    fixed.update({str(k): str(v) for k, v in labels.items()})
+
+    def word(match: re.Match[str]) -> str:
+        name = match.group(1)
+        return fixed.get(name, f"`{name}`")
+
+    text = _TEMPLATE_LABEL.sub(word, summary)
+    return re.sub(r"(`\w+`)(`\w+`)", lambda m: m.group(1), text)
+
+
 def read_alerts(render: RenderOutput | None) -> list[Alert]:
     if render is None or RULES_FILE not in render.files:
         return []
@@ -71,7 +91,11 @@ def read_alerts(render: RenderOutput | None) -> list[Alert]:
                     hold=str(rule.get("for") or "at once"),
                     expr=" ".join(str(rule.get("expr", "")).split()),
                     pool=labels.get("pool"),
-                    summary=str((rule.get("annotations") or {}).get("summary", "")),
+                    summary=summary_text(
+                        str((rule.get("annotations") or {}).get("summary", "")),
+                        labels,
+                        str(rule.get("expr", "")),
+                    ),
                     comparator=comparator,
                     threshold=threshold,
                     source=Source(name, f"groups[{g}].rules[{r}].expr"),

@@ -142,9 +142,10 @@ def cost(ctx: Context) -> list[str]:
             f"Over the month, idle hours included: {effective} per 1M tokens, every workload "
             "blended (the stack's $/month over the month's tokens: it is paid for every hour, "
             f"traffic flows {active} of them). That is the figure to set beside an API's price "
-            "per token; the rates above hold only while traffic flows.",
+            "per token; the rates above hold only while traffic flows. Per workload:",
             "",
         ]
+    lines += _per_workload_month(ctx)
     api_rows = []
     for api, multiple in multiples(ctx):
         months = ctx.inputs.plan.figure(
@@ -183,3 +184,73 @@ def cost(ctx: Context) -> list[str]:
         "",
     ]
     return lines
+
+
+def _per_workload_month(ctx: Context) -> list[str]:
+    """Per workload, its $/1M over the month (its $/h share x 730 h over its month's tokens)
+    and each API's $/1M for the same tokens (cached input at the cached price), with the
+    multiple API ÷ stack: a workload's tokens priced as its own, not at the stack's blend."""
+    plan = ctx.inputs.plan
+    apis = list(plan.get("cost", "api_usd_per_month") or {})
+    rows = []
+    for name in plan.get("cost", "workloads") or {}:
+        w = ("cost", "workloads", name)
+        month = plan.figure(
+            *w,
+            "usd_per_million_tokens_with_idle_hours",
+            kind="price",
+            unit="usd",
+            digits=3,
+            label=f"{name} $/1M over the month",
+        )
+        row = [name, ctx.show(month)]
+        for api in apis:
+            row.append(_api_per_million(ctx, name, api))
+        rows.append(row)
+    if not rows or not any(c != "—" for row in rows for c in row[1:]):
+        return []
+    return [
+        "| workload | $/1M over the month | "
+        + " | ".join(f"{api} $/1M, same tokens" for api in apis)
+        + " |",
+        "|" + "---|" * (2 + len(apis)),
+        *("| " + " | ".join(row) + " |" for row in rows),
+        "",
+    ]
+
+
+def _api_per_million(ctx: Context, workload: str, api: str) -> str:
+    """The API's price of a month of the workload's tokens per 1M, and its multiple of the
+    stack's cost of the same month (the workload's $/h share x 730 h)."""
+    plan = ctx.inputs.plan
+    w = ("cost", "workloads", workload)
+    spend = plan.figure(*w, "api_usd_per_month", api, kind="price", unit="usd_m")
+    tokens = [plan.get(*w, "per_month", k) for k in ("input_tokens", "output_tokens")]
+    share = plan.figure(*w, "usd_per_hour", kind="price", unit="usd_h")
+    hours = plan.get("cost", "hours_per_month")
+    numbers = [t for t in tokens if isinstance(t, int | float) and not isinstance(t, bool)]
+    if spend is None or len(numbers) != 2 or sum(numbers) <= 0:
+        return "—"
+    base = f"cost.workloads.{workload}"
+    per_million = Figure(
+        spend.value / sum(numbers) * 1e6,
+        "usd",
+        "price",
+        Source(
+            plan.name,
+            f"{spend.source.path} / ({base}.per_month.input_tokens + "
+            f"{base}.per_month.output_tokens) x 10^6",
+        ),
+        f"{api} $/1M, {workload}",
+        3,
+    )
+    shown = ctx.show(per_million)
+    if share is None or not isinstance(hours, int | float) or share.value * hours <= 0:
+        return shown
+    multiple = Figure(
+        spend.value / (share.value * float(hours)),
+        "x",
+        "estimate",
+        Source(plan.name, f"{spend.source.path} / ({share.source.path} x cost.hours_per_month)"),
+    )
+    return f"{shown} ({ctx.show(multiple)} the stack's)"

@@ -8,7 +8,7 @@ from typing import Any
 from inhouse.report.context import Context, table
 from inhouse.report.inputs import DRILLS, DrillRun, Drills
 from inhouse.report.rendered import threshold_text
-from inhouse.report.slo import Bound, SloRow
+from inhouse.report.slo import METRIC, Bound, SloRow
 
 POST_MORTEM = [
     "* **Timeline** (UTC): fault injected / detected (first alert) / mitigated / recovered.",
@@ -31,9 +31,11 @@ def _measured(ctx: Context, row: SloRow) -> str:
     reading = row.measured
     if reading.figure is None:
         count = "" if ctx.public or not reading.samples else f" ({reading.samples} here)"
-        return f"not measured: {reading.why}{count}"
+        how = f"; {reading.how}" if reading.how else ""
+        return f"not measured: {reading.why}{count}{how}"
     verdict = {True: " ok", False: " MISS", None: ""}[row.verdict]
-    return ctx.show(reading.figure) + verdict
+    note = f" ({reading.note})" if reading.note else ""
+    return ctx.show(reading.figure) + verdict + note
 
 
 def _source(row: SloRow) -> str:
@@ -57,6 +59,7 @@ def slo(ctx: Context, chart: str | None) -> list[str]:
     lines += table(["workload", "metric", "target", "alarm at", "measured", "source"], rows)
     wishes = [r for r in ctx.rows if r.measured.figure is None]
     missed = [r for r in ctx.rows if r.verdict is False]
+    unjudged = [r for r in ctx.rows if r.measured.figure is not None and r.verdict is None]
     lines.append(
         f"{len(ctx.rows) - len(wishes)} of {len(ctx.rows)} rows are measured; "
         f"{len(wishes)} without a measured number "
@@ -68,12 +71,49 @@ def slo(ctx: Context, chart: str | None) -> list[str]:
             + "."
             if missed
             else "Every measured row meets its target."
+            if not unjudged
+            else ""
+        )
+        + (
+            f" {len(unjudged)} measured row(s) have no target to judge them by: "
+            + "; ".join(f"{r.workload} {r.metric}" for r in unjudged)
+            + "."
+            if unjudged
+            else ""
         )
     )
     lines.append("")
+    lines += _planned_p95s(ctx)
     if chart:
         lines += [f"![measured against target, per SLO row]({chart})", ""]
     return lines
+
+
+def _planned_p95s(ctx: Context) -> list[str]:
+    """The planner's simulated p95s at 1x peak (plan.json `slo_check["1x"]`), counted over the
+    requests after its warm-up as the measured rows are: what the table's figures were planned
+    to be."""
+    plan = ctx.inputs.plan
+    base = ("slo_check", "1x", "workloads")
+    parts = []
+    for workload, result in (plan.get(*base) or {}).items():
+        for metric in result.get("metrics") or {}:
+            figure = plan.figure(
+                *base, workload, "metrics", metric, "p95_ms", kind="estimate", unit="ms"
+            )
+            if figure is not None and metric in METRIC:
+                parts.append(f"{workload} {METRIC[metric]} {ctx.show(figure)}")
+    if not parts:
+        return []
+    length = plan.figure("slo_check", "1x", "simulated_s", kind="config", unit="s", digits=0)
+    over = f"{ctx.show(length)} of arrivals, " if length is not None else ""
+    return [
+        f'Planned: the planner\'s simulation at 1x peak ({over}plan.json `slo_check["1x"]`), '
+        "over the requests scheduled after its warm-up, as the measured rows are: "
+        + "; ".join(parts)
+        + ". Its TTFT counts every request, warm or cold, where the measured rows split them.",
+        "",
+    ]
 
 
 def observability(ctx: Context) -> list[str]:

@@ -11,7 +11,7 @@ from inhouse.report.figures import Figure, Source
 from inhouse.report.inputs import PathPart
 from inhouse.report.load import at_peak
 from inhouse.report.mermaid import deployment_diagram
-from inhouse.report.slo import BENCH_KEY, METRIC
+from inhouse.report.slo import BENCH_KEY, METRIC, NO_DRILL_MEASURES
 
 SGLANG_TRADE = (
     "SGLang's RadixAttention keeps a token-level radix tree of every cached prefix and often "
@@ -38,20 +38,23 @@ def workloads(ctx: Context) -> list[str]:
             peak = ctx.plan(*base, "traffic", "peak_per_s", **per_min)  # type: ignore[arg-type]
             traffic = f"{avg} avg / {peak} peak req/min"
         runs, lighter = at_peak(ctx.inputs, ctx.inputs.runs_for(name))
-        hit = measure.Reading(None, lighter) if lighter else measure.prefix_hit_rate(runs)
-        rows.append(
-            [
-                name,
-                w.get("kind", ""),
-                traffic,
-                f"{ctx.plan(*base, 'prompt_tokens', 'mean', kind='workload')} / "
-                f"{ctx.plan(*base, 'prompt_tokens', 'p95', kind='workload')}",
-                f"{ctx.plan(*base, 'output_tokens', 'mean', kind='workload')} / "
-                f"{ctx.plan(*base, 'output_tokens', 'p95', kind='workload')}",
-                ctx.plan(*base, "planned_prefix_hit_rate", kind="workload", unit="pct"),
-                ctx.show(hit.figure, f"not measured ({hit.why})"),
-            ]
+        hit = (
+            measure.Reading(None, lighter)
+            if lighter
+            else measure.prefix_hit_rate(runs, ctx.inputs.benches)
         )
+        row = [
+            name,
+            w.get("kind", ""),
+            traffic,
+            f"{ctx.plan(*base, 'prompt_tokens', 'mean', kind='workload')} / "
+            f"{ctx.plan(*base, 'prompt_tokens', 'p95', kind='workload')}",
+            f"{ctx.plan(*base, 'output_tokens', 'mean', kind='workload')} / "
+            f"{ctx.plan(*base, 'output_tokens', 'p95', kind='workload')}",
+            ctx.plan(*base, "planned_prefix_hit_rate", kind="workload", unit="pct"),
+        ]
+        shown = ctx.show(hit.figure, f"not measured ({hit.why})")
+        rows.append([*row, f"{shown} ({hit.note})" if hit.note else shown])
     lines += [
         "Each workload is defined by the generator the planner and the simulator replay: what "
         "arrives, how big, how often, and how much of each prompt repeats an earlier one.",
@@ -302,17 +305,20 @@ def _degraded_slo(ctx: Context, i: int, pool: str, workload: str, metric: str, l
     )
     if metric == "ttft":
         reading, _ = measure.drill_check(ctx.inputs.drills, "kill-replica", "degraded", "ttft")
-        measured = "measured by the kill-replica drill: " + ctx.show(
-            reading.figure, f"not measured ({reading.why})"
+        name = f"{label}, one {pool} replica lost"
+        row = next((r for r in ctx.rows if r.workload == workload and r.metric == name), None)
+        how = f"; {row.measured.how}" if row is not None and row.measured.how else ""
+        measured = (
+            "measured by the kill-replica drill: " + ctx.show(reading.figure)
+            if reading.figure is not None
+            else f"not measured by the kill-replica drill: {reading.why}{how}"
         )
         # The SLO table's verdict on the same figure (one verdict per figure in the document;
         # the drill's own check may bound it differently).
-        name = f"{label}, one {pool} replica lost"
-        verdicts = [r.verdict for r in ctx.rows if r.workload == workload and r.metric == name]
-        if verdicts and verdicts[0] is not None:
-            measured += " — held" if verdicts[0] else " — **missed**"
+        if row is not None and row.verdict is not None:
+            measured += " — held" if row.verdict else " — **missed**"
     else:
-        measured = "not measured (the kill-replica drill measures p95 TTFT only)"
+        measured = f"not measured: {NO_DRILL_MEASURES}"
     return (
         f"The degraded SLO, named: **{workload} {label} at most {target} while one {pool} "
         f"replica is lost**, restored when the replica is replaced. Simulated by the planner: "

@@ -33,6 +33,34 @@ BENCH_KEY = {
     "tpot": "p95_tpot_ms",
     "e2e": "p95_e2el_ms",
 }
+# What measures a row the runs given did not: the command, as docs/report.md gives it.
+KILL_REPLICA_HOW = (
+    "the kill-replica drill measures it: `inhouse drill run kill-replica --stack "
+    "PLAN_DIR/stack.yaml --out DRILLS`, then `inhouse report --drills DRILLS`"
+)
+# NOTE: "the kill-replica drill measures p95 TTFT only" is what tests/report/test_reference_run
+# tells a row that no run of the documented sequence measures by.
+NO_DRILL_MEASURES = (
+    "no drill measures it: the kill-replica drill measures p95 TTFT only "
+    "(`inhouse drill run kill-replica`)"
+)
+
+
+def cold_probe_how(workload: str, probed: bool) -> str:
+    """How to measure a workload's cold-prefix TTFT: its probe, or a longer one."""
+    if probed:
+        return (
+            f"the cold-prefix probe ({workload}-cold) served too few after its warm-up: run it "
+            "longer, or with more sessions (COLD_SESSIONS)"
+        )
+    return (
+        "the cold-prefix probe measures it: `inhouse bench --target GATEWAY ... $(python "
+        f"scripts/plan_bench_args.py PLAN_DIR/plan.json {workload} --cold) --out "
+        f"BENCH/{workload}-cold` (it sets `--label {workload}-cold`) alongside the {workload} "
+        "run, then `inhouse report --bench` with its directory"
+    )
+
+
 ALERT = {
     "ttft": "InhouseTTFTP95OverSLO",
     "itl": "InhouseITLP95OverSLO",
@@ -82,6 +110,28 @@ def _at_peak_reading(
     return Reading(None, why) if why else read(kept, *args, **kwargs)
 
 
+def _client_note(reading: Reading, runs: list[BenchRun]) -> Reading:
+    """`reading`, noting the runs behind its figure whose client was a bottleneck (result.json
+    `client_bottleneck`): their latencies and rates include client delay, a miss may be the
+    client's."""
+    figure = reading.figure
+    if figure is None:
+        return reading
+    names = [
+        run.name
+        for run in measure.cited_runs(figure, runs)
+        if run.result.get("client_bottleneck") is True
+    ]
+    if not names:
+        return reading
+    note = (
+        f"the client was a bottleneck in {', '.join(names)}, whose figures include client "
+        "delay: see the bench report"
+    )
+    note = f"{reading.note}; {note}" if reading.note else note
+    return Reading(figure, reading.why, reading.samples, reading.how, note)
+
+
 def _pool_of(inputs: ReportInputs, workload: str) -> str | None:
     for pool in inputs.plan.get("pools") or []:
         if workload in (pool.get("serves") or []):
@@ -112,11 +162,11 @@ def latency_rows(inputs: ReportInputs, alerts: list[Alert], workload: str) -> li
         )
         alarm = _alarm(inputs, alerts, workload, metric)
         if metric == "ttft" and kind == "agent":
-            warm = _at_peak_reading(inputs, runs, measure.ttft_warm)
+            warm = _client_note(_at_peak_reading(inputs, runs, measure.ttft_warm), runs)
             rows.append(SloRow(workload, "p95 TTFT warm", Bound("<", target), alarm, warm))
             rows.append(_cold_row(inputs, workload))
             continue
-        reading = _at_peak_reading(inputs, runs, measure.worst, BENCH_KEY[metric], unit="ms")
+        reading = _client_note(_at_peak_reading(inputs, runs, measure.worst_p95, metric), runs)
         rows.append(SloRow(workload, METRIC[metric], Bound("<", target), alarm, reading))
     return rows
 
@@ -132,8 +182,22 @@ def _cold_row(inputs: ReportInputs, workload: str) -> SloRow:
         "p95 TTFT cold",
         Bound("<", target, note),
         Bound(">", alarm, "bench check: vLLM's TTFT histogram does not tell cold from warm"),
-        _at_peak_reading(inputs, runs, measure.ttft_cold),
+        _client_note(
+            _with_how(
+                _at_peak_reading(inputs, runs, measure.ttft_cold),
+                cold_probe_how(workload, any(run.is_cold_probe for run in runs)),
+            ),
+            runs,
+        ),
     )
+
+
+def _with_how(reading: Reading, how: str) -> Reading:
+    """`reading`, its why followed by what would measure the row, where the runs were missing
+    or too few (not where they failed: that is the stack's to fix, not the bench's)."""
+    if reading.figure is not None or not reading.why.startswith(("fewer than", "no bench run")):
+        return reading
+    return Reading(None, reading.why, reading.samples, how)
 
 
 def traffic_rows(inputs: ReportInputs, workload: str) -> list[SloRow]:
@@ -148,7 +212,7 @@ def traffic_rows(inputs: ReportInputs, workload: str) -> list[SloRow]:
             SloRow(
                 workload,
                 "concurrent sessions held: share with a failure",
-                Bound("<", drop, "of the sessions, at the planned peak (section 1)"),
+                Bound("<", drop, "of the sessions, at section 1's planned peak"),
                 Bound(">", drop),
                 dropped,
             )
@@ -165,7 +229,7 @@ def traffic_rows(inputs: ReportInputs, workload: str) -> list[SloRow]:
     target = Figure(
         peak.value, "rate", "workload", Source(peak.source.file, f"{peak.source.path} x 60")
     )
-    reading = _at_peak_reading(inputs, runs, measure.completion_rate)
+    reading = _client_note(_at_peak_reading(inputs, runs, measure.completion_rate), runs)
     tolerance = 1.0 / reading.samples if reading.samples else 0.0
     return [
         SloRow(
@@ -219,7 +283,9 @@ def cluster_rows(inputs: ReportInputs, alerts: list[Alert]) -> list[SloRow]:
                 "prefix-cache hit rate",
                 Bound("≥", target, note),
                 Bound("<", alert_threshold(alert), alert.name if alert else "no alert"),
-                _at_peak_reading(inputs, inputs.runs_for(workload), measure.prefix_hit_rate),
+                _at_peak_reading(
+                    inputs, inputs.runs_for(workload), measure.prefix_hit_rate, inputs.benches
+                ),
             )
         )
     return rows
@@ -258,8 +324,13 @@ def degraded_rows(inputs: ReportInputs) -> list[SloRow]:
                     reading, _ = measure.drill_check(
                         inputs.drills, "kill-replica", "degraded", "ttft"
                     )
+                    drilled = inputs.drills is not None and inputs.drills.run("kill-replica")
+                    if reading.figure is None and not drilled:
+                        reading = Reading(None, reading.why, how=KILL_REPLICA_HOW)
                 else:
-                    reading = Reading(None, "the kill-replica drill measures p95 TTFT only")
+                    reading = Reading(
+                        None, f"{NO_DRILL_MEASURES}; section 5 gives the planner's simulation"
+                    )
                 rows.append(
                     SloRow(
                         workload,
