@@ -138,8 +138,21 @@ def main() -> int:
         help="clients enter the measurement de-phased (BenchmarkProtocol.dephased_start)",
     )
     parser.add_argument("--engines", type=Path, help="in-sample constants (default: shipped)")
+    parser.add_argument(
+        "--corpus-protocol",
+        choices=("aiperf", "harness"),
+        default="aiperf",
+        help="every row under aiperf's protocol (as the shipped constants were fitted) or "
+        "under its own harness's (with constants fitted so: see docs/perf-model.md)",
+    )
     args = parser.parse_args()
     protocol = replace(AIPERF_SILICON, dephased_start=args.dephased_start)
+
+    def protocol_of(r: CorpusRow) -> BenchmarkProtocol:
+        if args.corpus_protocol == "harness":
+            return replace(r.protocol, dephased_start=protocol.dephased_start)
+        return protocol
+
     shipped = load_engine_table(args.engines.read_text("utf-8")) if args.engines else None
 
     def constants_of(backend: str) -> EngineConstants:
@@ -150,7 +163,7 @@ def main() -> int:
     unseen = _read(args.unseen).usable[:: 4 if args.quick else 1] if args.unseen.is_file() else []
     started = time.perf_counter()
     with ProcessPoolExecutor(args.workers) as pool:
-        tasks = [(r, constants_of(r.backend), protocol) for r in rows]
+        tasks = [(r, constants_of(r.backend), protocol_of(r)) for r in rows]
         in_sample = list(pool.map(_predict, tasks, chunksize=2))
         held_out: list[Scored] = []
         for gpu in sorted({r.gpu for r in rows}):
@@ -158,9 +171,9 @@ def main() -> int:
             if not path.is_file():
                 continue
             table = load_engine_table(path.read_text("utf-8"))
-            tasks = [(r, table[r.backend], protocol) for r in rows if r.gpu == gpu]
+            tasks = [(r, table[r.backend], protocol_of(r)) for r in rows if r.gpu == gpu]
             held_out += list(pool.map(_predict, tasks, chunksize=2))
-        tasks = [(r, constants_of(r.backend), protocol) for r in unseen]
+        tasks = [(r, constants_of(r.backend), protocol_of(r)) for r in unseen]
         never = list(pool.map(_predict, tasks, chunksize=2))
     wall_s = time.perf_counter() - started
     which = f"constants of {args.engines}" if args.engines else "shipped constants"
@@ -171,7 +184,7 @@ def main() -> int:
     else:
         print(f"\nno held-out fits in {args.holdout_dir}: leave-one-GPU-out not reported")
     if never:
-        print_table(f"GPUs no fit has seen ({args.unseen.name}, shipped constants):", never)
+        print_table(f"GPUs no fit has seen ({args.unseen.name}, {which}):", never)
     print_worst(in_sample, args.worst)
     print(f"\npredicted {len(in_sample) + len(held_out) + len(never)} runs in {wall_s:.0f} s wall")
     print(f"\nreproduce: {COMMAND}{' --quick' if args.quick else ''}")
