@@ -101,10 +101,10 @@ def print_worst(scored: list[Scored], count: int) -> None:
             )
 
 
-def _read(path: Path) -> Screening:
+def _read(path: Path, harness: bool = False) -> Screening:
     """A corpus file read and screened as the fit does, what was left out printed."""
     with path.open(newline="", encoding="utf-8") as handle:
-        corpus = prepare(list(csv.DictReader(handle)))
+        corpus = prepare(list(csv.DictReader(handle)), harness=harness)
     screened = screen(corpus.rows)
     print(
         f"{path.name}: {len(corpus.rows)} runs after dropping {len(corpus.duplicates)} "
@@ -149,18 +149,21 @@ def main() -> int:
     protocol = replace(AIPERF_SILICON, dephased_start=args.dephased_start)
 
     def protocol_of(r: CorpusRow) -> BenchmarkProtocol:
-        if args.corpus_protocol == "harness":
-            return replace(r.protocol, dephased_start=protocol.dephased_start)
-        return protocol
+        return replace(r.protocol, dephased_start=protocol.dephased_start)
 
     shipped = load_engine_table(args.engines.read_text("utf-8")) if args.engines else None
 
     def constants_of(backend: str) -> EngineConstants:
         return shipped[backend] if shipped else get_engine_constants(backend)
 
-    screened = _read(args.csv)
+    harness = args.corpus_protocol == "harness"
+    screened = _read(args.csv, harness)
     rows = screened.usable[:: 4 if args.quick else 1]
-    unseen = _read(args.unseen).usable[:: 4 if args.quick else 1] if args.unseen.is_file() else []
+    unseen = (
+        _read(args.unseen, harness).usable[:: 4 if args.quick else 1]
+        if args.unseen.is_file()
+        else []
+    )
     started = time.perf_counter()
     with ProcessPoolExecutor(args.workers) as pool:
         tasks = [(r, constants_of(r.backend), protocol_of(r)) for r in rows]

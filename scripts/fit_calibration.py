@@ -74,17 +74,10 @@ def _predict(task: Task) -> tuple[float, float]:
     return result.mean_ttft_ms, result.mean_tpot_ms
 
 
-# `--corpus-protocol`: each row's harness (`CorpusRow.protocol`) or aiperf's for every row.
-CORPUS_PROTOCOL = ["aiperf"]
-
-
 def for_row(protocol: BenchmarkProtocol, row: CorpusRow) -> BenchmarkProtocol:
-    """The protocol `row` is simulated under: its harness's with `--corpus-protocol
-    harness`, else `protocol` (AIPERF_SILICON, the reading the shipped constants were
-    fitted under); de-phased if `protocol` is."""
-    if CORPUS_PROTOCOL[0] == "harness":
-        return replace(row.protocol, dephased_start=protocol.dephased_start)
-    return protocol
+    """The protocol `row` is simulated under: the one the corpus read it with (its harness's
+    with `--corpus-protocol harness`, else AIPERF_SILICON), de-phased if `protocol` is."""
+    return replace(row.protocol, dephased_start=protocol.dephased_start)
 
 
 def robust_cost(residuals: np.ndarray) -> float:
@@ -250,17 +243,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--corpus-protocol",
         choices=("aiperf", "harness"),
-        default=CORPUS_PROTOCOL[0],
+        default="aiperf",
         help="simulate every row under aiperf's protocol (20 waves, exact lengths: how the "
         "shipped constants were fitted) or under its own harness's (InferenceX's sweeps: "
         "10 waves, lengths on [0.8 L, L]; see inhouse.calibration.corpus)",
     )
     args = parser.parse_args(argv)
-    CORPUS_PROTOCOL[0] = args.corpus_protocol
     protocol = replace(AIPERF_SILICON, dephased_start=args.dephased_start)
 
     with args.csv.open(newline="", encoding="utf-8") as handle:
-        corpus = prepare(list(csv.DictReader(handle)))
+        corpus = prepare(list(csv.DictReader(handle)), harness=args.corpus_protocol == "harness")
     screened = screen(corpus.rows)
     print(
         f"{len(corpus.rows)} runs ({len(corpus.duplicates)} duplicate rows dropped, "

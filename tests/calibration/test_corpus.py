@@ -102,7 +102,8 @@ def test_each_row_carries_its_harness_protocol() -> None:
             "2026_04_06_dsr1_gb200_sglang_fp4_agg_1024x1024_c4_tp4_ep4_1,DeepSeek-R1,gb200,sglang,,fp4,nvfp4,nvfp4,4,1,1,1,4,1024,1024,4,90.0,8.0",
             "qwen3_32b_qwen3_32b_h100_sxm_vllm_agg_4000x1000_c_tp8_0_epnone_1,Qwen3-32B,h100_sxm,vllm,,bf16,,,8,1,1,8,1,4000,1000,8,120.0,9.0",
             "kimi_k2_5_gap_analysis_kimi_k2_5_gap_analysis_b200_sxm_vllm_fp4_agg_1024x1024_c4_tp8_ep1_1,Kimi-K2.5,b200_sxm,vllm,,fp4,nvfp4,nvfp4,8,1,1,8,1,1024,1024,4,75.0,7.1",
-        )
+        ),
+        harness=True,
     )
     protocols = [(r.protocol.waves, r.protocol.min_length_ratio) for r in corpus.rows]
     assert protocols == [(10, 0.8), (10, 0.8), (5, 0.8), (20, 1.0), (20, 1.0)]
@@ -122,7 +123,8 @@ def test_inferencex_rows_get_inferencex_launch_knobs() -> None:
             "2026_04_06_dsr1_b200_sglang_fp4_agg_1024x1024_c4_tp4_ep4_4,DeepSeek-R1,b200_sxm,sglang,0.5.9,fp4,nvfp4,nvfp4,4,1,1,1,4,1024,1024,4,90.0,8.0",
             "2026_04_06_qwen3_5_b200_sglang_bf16_agg_1024x1024_c4_tp8_ep1_5,Qwen3.5-397B-A17B,b200_sxm,sglang,nightly-dev,bf16,,,8,1,1,8,1,1024,1024,4,90.0,8.0",
             "qwen3_5_397b_gap_analysis_b200_sxm_sglang_bf16_agg_1024x1024_c4_tp8_ep1_1,Qwen3.5-397B-A17B,b200_sxm,sglang,,bf16,,,8,1,1,8,1,1024,1024,4,91.0,8.1",
-        )
+        ),
+        harness=True,
     )
     llama, minimax, dsr1_fp8, dsr1_fp4, qwen, gap = (r.spec.knobs for r in corpus.rows)
     assert (llama.max_num_batched_tokens, llama.kv_cache_dtype) == (8192, "fp8")
@@ -134,3 +136,12 @@ def test_inferencex_rows_get_inferencex_launch_knobs() -> None:
     assert (qwen.max_num_batched_tokens, qwen.kv_cache_dtype) == (32768, "auto")
     assert not gap.enable_chunked_prefill
     assert gap.max_num_batched_tokens == 1024 + HARNESS_HEADROOM_TOKENS
+
+
+def test_without_the_harness_every_row_is_read_as_aiconfigurators_generator_runs() -> None:
+    """The reading the shipped constants were fitted under: aiperf's protocol and the
+    generator's engine rules for every row, whatever its id."""
+    line = "2026_04_06_llama_3_1_70b_h100_sxm_vllm_fp8_agg_1024x1024_c4_tp8_ep1_1,Llama-3.1-70B,h100_sxm,vllm,,fp8,,,8,1,1,8,1,1024,1024,4,70.0,9.0"  # noqa: E501
+    (row,) = prepare(rows(line)).rows
+    assert row.protocol == AIPERF_SILICON
+    assert row.spec.knobs.max_num_batched_tokens == 4 + 1024 + HARNESS_HEADROOM_TOKENS

@@ -36,7 +36,8 @@ rows are read here once, by rules that are the same for every row and are each r
   TP4) or C (GLM-5), and `--kv-cache-dtype fp8_e4m3` (all but Qwen3.5 BF16 and GLM-5
   FP4). These are facts of the protocol, not fitted (`inferencex_knobs`).
 
-* **The benchmark protocol of each run's harness** (`corpus_protocol`). The rows come from
+* **The benchmark protocol of each run's harness** (`corpus_protocol`; read so, with the
+  launch knobs below, by `prepare(..., harness=True)`, `--corpus-protocol harness`). The rows come from
   two harnesses. Most are SemiAnalysis InferenceX sweeps (the ids that start with a date or
   end in `_cfgN`, matching InferenceX's database dump): `INFERENCEX_SWEEP`, ten waves from
   an idle server, every prompt and output length uniform on [0.8 L, L]. Its GB200 rows ran
@@ -216,7 +217,7 @@ def _kv_dtype(model: str, precision: str, gemm_quant: str) -> str:
     return "fp8" if (model, precision) in FP8_KV_CHECKPOINTS else "auto"
 
 
-def _spec(row: dict[str, str], layout: dict[str, int]) -> ReplicaSpec:
+def _spec(row: dict[str, str], layout: dict[str, int], harness: bool) -> ReplicaSpec:
     model = get_model(row["model"].strip()).name
     backend = row["backend"].strip().lower()
     precision = row["precision"].strip()
@@ -233,7 +234,7 @@ def _spec(row: dict[str, str], layout: dict[str, int]) -> ReplicaSpec:
         knobs["max_num_batched_tokens"] = isl + HARNESS_HEADROOM_TOKENS
         knobs["enable_chunked_prefill"] = False
     row_id = (row.get("id") or "").strip()
-    if corpus_protocol(row_id, row["system"].strip()) is not AIPERF_SILICON:
+    if harness and corpus_protocol(row_id, row["system"].strip()) is not AIPERF_SILICON:
         version = (row.get("backend_version") or "").strip()
         knobs.update(inferencex_knobs(model, row["system"].strip(), backend, precision, version,
                                       layout["tp"], isl, conc))  # fmt: skip
@@ -260,23 +261,29 @@ def _arch(model: str) -> str:
     return repr(sorted(dump.items()))
 
 
-def _read(index: int, row: dict[str, str]) -> tuple[CorpusRow, tuple[object, ...], bool]:
+def _read(
+    index: int, row: dict[str, str], harness: bool
+) -> tuple[CorpusRow, tuple[object, ...], bool]:
     """A row resolved, its duplicate key, and whether its id names its layout."""
     row_id = (row.get("id") or f"row{index + 2}").strip()
     layout, note = _layout(row)
-    spec = _spec(row, layout)
+    spec = _spec(row, layout, harness)
     isl, osl, conc = (_int(row, n, 0) for n in ("isl", "osl", "concurrency"))
     ttft, tpot = float(row["ttft_ms"]), float(row["tpot_ms"])
     key = (_arch(spec.model), spec.gpu, spec.backend, spec.quant, isl, osl, conc, ttft, tpot)
     family = FAMILIES.get(spec.model, spec.model.lower())
     notes = (note,) if note else ()
-    protocol = corpus_protocol(row_id, spec.gpu)
+    protocol = corpus_protocol(row_id, spec.gpu) if harness else AIPERF_SILICON
     resolved = CorpusRow(row_id, spec, isl, osl, conc, ttft, tpot, family, notes, protocol)
     return resolved, key, _ID_LAYOUT.search(row_id) is not None
 
 
-def prepare(raw: list[dict[str, str]]) -> Corpus:
+def prepare(raw: list[dict[str, str]], harness: bool = False) -> Corpus:
     """Resolve, correct and de-duplicate the corpus's rows (see the module docstring).
+
+    `harness`: read each row as its harness ran it (`corpus_protocol`, `inferencex_knobs`);
+    without it every row is read as aiconfigurator's generator runs (`AIPERF_SILICON` and
+    its engine rules), the reading the shipped constants were fitted under.
 
     Of the copies of one run, the first whose id names its layout is kept (else the first).
     """
@@ -284,7 +291,7 @@ def prepare(raw: list[dict[str, str]]) -> Corpus:
     groups: dict[tuple[object, ...], list[tuple[CorpusRow, bool]]] = {}
     for index, row in enumerate(raw):
         try:
-            resolved, key, named = _read(index, row)
+            resolved, key, named = _read(index, row, harness)
         except (SpecError, ValueError, KeyError, AttributeError) as exc:
             corpus.unreadable.append(((row.get("id") or f"row{index + 2}"), str(exc)))
             continue
