@@ -14,12 +14,19 @@ fit has seen; models it never saw too, Llama-3.1-8B and Qwen3-235B-A22B). Prints
 absolute relative error of mean TTFT and mean TPOT by backend, and within each backend by
 model family, GPU and concurrency regime; the worst rows; and the wall time. `--quick`
 predicts every fourth row.
+
+`--corpus-protocol harness` reads each row as its harness ran it (`inhouse.calibration.corpus`:
+InferenceX's ten waves with lengths on [0.8 L, L] and its launch knobs); give it constants
+fitted that way (`--engines data/calibration_harness/engines.yaml --holdout-dir
+data/calibration_harness`). The default reads every row as aiperf's protocol, as the shipped
+constants were fitted.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import shlex
 import statistics
 import sys
 import time
@@ -190,7 +197,7 @@ def main() -> int:
         print_table(f"GPUs no fit has seen ({args.unseen.name}, {which}):", never)
     print_worst(in_sample, args.worst)
     print(f"\npredicted {len(in_sample) + len(held_out) + len(never)} runs in {wall_s:.0f} s wall")
-    print(f"\nreproduce: {COMMAND}{' --quick' if args.quick else ''}")
+    print(f"\nreproduce: {' '.join([COMMAND, *(shlex.quote(a) for a in sys.argv[1:])])}")
     return 0
 
 
