@@ -14,12 +14,19 @@ fit has seen; models it never saw too, Llama-3.1-8B and Qwen3-235B-A22B). Prints
 absolute relative error of mean TTFT and mean TPOT by backend, and within each backend by
 model family, GPU and concurrency regime; the worst rows; and the wall time. `--quick`
 predicts every fourth row.
+
+`--corpus-protocol harness` reads each row as its harness ran it (`inhouse.calibration.corpus`:
+InferenceX's ten waves with lengths on [0.8 L, L] and its launch knobs); give it constants
+fitted that way (`--engines data/calibration_harness/engines.yaml --holdout-dir
+data/calibration_harness`). The default reads every row as aiperf's protocol, as the shipped
+constants were fitted.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import shlex
 import statistics
 import sys
 import time
@@ -101,10 +108,10 @@ def print_worst(scored: list[Scored], count: int) -> None:
             )
 
 
-def _read(path: Path) -> Screening:
+def _read(path: Path, harness: bool = False) -> Screening:
     """A corpus file read and screened as the fit does, what was left out printed."""
     with path.open(newline="", encoding="utf-8") as handle:
-        corpus = prepare(list(csv.DictReader(handle)))
+        corpus = prepare(list(csv.DictReader(handle)), harness=harness)
     screened = screen(corpus.rows)
     print(
         f"{path.name}: {len(corpus.rows)} runs after dropping {len(corpus.duplicates)} "
@@ -138,19 +145,35 @@ def main() -> int:
         help="clients enter the measurement de-phased (BenchmarkProtocol.dephased_start)",
     )
     parser.add_argument("--engines", type=Path, help="in-sample constants (default: shipped)")
+    parser.add_argument(
+        "--corpus-protocol",
+        choices=("aiperf", "harness"),
+        default="aiperf",
+        help="every row under aiperf's protocol (as the shipped constants were fitted) or "
+        "under its own harness's (with constants fitted so: see docs/perf-model.md)",
+    )
     args = parser.parse_args()
     protocol = replace(AIPERF_SILICON, dephased_start=args.dephased_start)
+
+    def protocol_of(r: CorpusRow) -> BenchmarkProtocol:
+        return replace(r.protocol, dephased_start=protocol.dephased_start)
+
     shipped = load_engine_table(args.engines.read_text("utf-8")) if args.engines else None
 
     def constants_of(backend: str) -> EngineConstants:
         return shipped[backend] if shipped else get_engine_constants(backend)
 
-    screened = _read(args.csv)
+    harness = args.corpus_protocol == "harness"
+    screened = _read(args.csv, harness)
     rows = screened.usable[:: 4 if args.quick else 1]
-    unseen = _read(args.unseen).usable[:: 4 if args.quick else 1] if args.unseen.is_file() else []
+    unseen = (
+        _read(args.unseen, harness).usable[:: 4 if args.quick else 1]
+        if args.unseen.is_file()
+        else []
+    )
     started = time.perf_counter()
     with ProcessPoolExecutor(args.workers) as pool:
-        tasks = [(r, constants_of(r.backend), protocol) for r in rows]
+        tasks = [(r, constants_of(r.backend), protocol_of(r)) for r in rows]
         in_sample = list(pool.map(_predict, tasks, chunksize=2))
         held_out: list[Scored] = []
         for gpu in sorted({r.gpu for r in rows}):
@@ -158,9 +181,9 @@ def main() -> int:
             if not path.is_file():
                 continue
             table = load_engine_table(path.read_text("utf-8"))
-            tasks = [(r, table[r.backend], protocol) for r in rows if r.gpu == gpu]
+            tasks = [(r, table[r.backend], protocol_of(r)) for r in rows if r.gpu == gpu]
             held_out += list(pool.map(_predict, tasks, chunksize=2))
-        tasks = [(r, constants_of(r.backend), protocol) for r in unseen]
+        tasks = [(r, constants_of(r.backend), protocol_of(r)) for r in unseen]
         never = list(pool.map(_predict, tasks, chunksize=2))
     wall_s = time.perf_counter() - started
     which = f"constants of {args.engines}" if args.engines else "shipped constants"
@@ -171,10 +194,10 @@ def main() -> int:
     else:
         print(f"\nno held-out fits in {args.holdout_dir}: leave-one-GPU-out not reported")
     if never:
-        print_table(f"GPUs no fit has seen ({args.unseen.name}, shipped constants):", never)
+        print_table(f"GPUs no fit has seen ({args.unseen.name}, {which}):", never)
     print_worst(in_sample, args.worst)
     print(f"\npredicted {len(in_sample) + len(held_out) + len(never)} runs in {wall_s:.0f} s wall")
-    print(f"\nreproduce: {COMMAND}{' --quick' if args.quick else ''}")
+    print(f"\nreproduce: {' '.join([COMMAND, *(shlex.quote(a) for a in sys.argv[1:])])}")
     return 0
 
 

@@ -74,6 +74,12 @@ def _predict(task: Task) -> tuple[float, float]:
     return result.mean_ttft_ms, result.mean_tpot_ms
 
 
+def for_row(protocol: BenchmarkProtocol, row: CorpusRow) -> BenchmarkProtocol:
+    """The protocol `row` is simulated under: the one the corpus read it with (its harness's
+    with `--corpus-protocol harness`, else AIPERF_SILICON), de-phased if `protocol` is."""
+    return replace(row.protocol, dephased_start=protocol.dephased_start)
+
+
 def robust_cost(residuals: np.ndarray) -> float:
     z = (residuals / F_SCALE) ** 2
     return float(np.sum(F_SCALE**2 * 2 * (np.sqrt(1 + z) - 1)))
@@ -108,7 +114,14 @@ def host_jacobian(
         nudged[j] += HOST_STEP
         table = space.constants(nudged)
         rows = [i for i, r in enumerate(recordings) if param.applies_to(r.row.backend)]
-        tasks = [(recordings[i].row, table[recordings[i].row.backend], protocol) for i in rows]
+        tasks = [
+            (
+                recordings[i].row,
+                table[recordings[i].row.backend],
+                for_row(protocol, recordings[i].row),
+            )
+            for i in rows
+        ]
         for i, (ttft, tpot) in zip(rows, pool.map(_predict, tasks, chunksize=2), strict=True):
             jac[2 * i, j] = (math.log(ttft) - base[2 * i]) / HOST_STEP
             jac[2 * i + 1, j] = (math.log(tpot) - base[2 * i + 1]) / HOST_STEP
@@ -149,7 +162,7 @@ def fit(
         for k in range(rounds + 1):
             started = time.perf_counter()
             table = space.constants(x)
-            tasks = [(r, table[r.backend], protocol) for r in rows]
+            tasks = [(r, table[r.backend], for_row(protocol, r)) for r in rows]
             recordings = [r for r in pool.map(_record, tasks, chunksize=2) if r is not None]
             replicas = [build_replica(r.row.spec, table[r.row.backend]) for r in recordings]
             no_host = np.zeros((2 * len(recordings), len(x)))
@@ -227,11 +240,19 @@ def main(argv: list[str] | None = None) -> int:
         help="simulate the corpus's clients entering the measurement de-phased "
         "(BenchmarkProtocol.dephased_start; default: the corpus protocol's)",
     )
+    parser.add_argument(
+        "--corpus-protocol",
+        choices=("aiperf", "harness"),
+        default="aiperf",
+        help="simulate every row under aiperf's protocol (20 waves, exact lengths: how the "
+        "shipped constants were fitted) or under its own harness's (InferenceX's sweeps: "
+        "10 waves, lengths on [0.8 L, L]; see inhouse.calibration.corpus)",
+    )
     args = parser.parse_args(argv)
     protocol = replace(AIPERF_SILICON, dephased_start=args.dephased_start)
 
     with args.csv.open(newline="", encoding="utf-8") as handle:
-        corpus = prepare(list(csv.DictReader(handle)))
+        corpus = prepare(list(csv.DictReader(handle)), harness=args.corpus_protocol == "harness")
     screened = screen(corpus.rows)
     print(
         f"{len(corpus.rows)} runs ({len(corpus.duplicates)} duplicate rows dropped, "

@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 
 from inhouse.engine.build import Replica, ReplicaSpec, build_replica
+from inhouse.errors import SpecError
 from inhouse.predict import (
     AIPERF_SILICON,
     VLLM_BENCH,
@@ -116,3 +117,45 @@ def test_wave_weights_sum_to_one_and_stand_in_for_unsimulated_requests() -> None
     assert sum(weights) == pytest.approx(1.0)
     assert weights[0] == pytest.approx(1 / 200) and weights[-1] == pytest.approx(180 / 20 / 200)
     assert wave_weights(10, 10, 10) == [0.1] * 10
+
+
+def test_a_length_range_draws_every_length_uniformly_below_the_shape() -> None:
+    """InferenceX's `--random-range-ratio 0.8`: prompts and outputs on [int(0.8 L), L]."""
+    protocol = BenchmarkProtocol(waves=6, min_length_ratio=0.8, seed=2)
+    loop = ClosedLoop(REPLICA, 1000, 100, 8, protocol, 48)
+    done = loop.run()
+    isls = {r.num_prompt_tokens for r in done}
+    osls = {r.output_len for r in done}
+    assert min(isls) >= 800 and max(isls) <= 1000 and len(isls) > 20
+    assert min(osls) >= 80 and max(osls) <= 100 and len(osls) > 10
+
+
+def test_a_length_range_parts_clients_that_start_in_step() -> None:
+    """With exact lengths the 8 clients of the first wave's burst stay in step for ever and
+    keep queueing for prefill; outputs of different lengths finish at different times, so
+    every later wave queues less (the first wave is the same burst)."""
+    fixed = BenchmarkProtocol(waves=8)
+    ranged = replace(fixed, min_length_ratio=0.8)
+    a = ClosedLoop(REPLICA, 4096, 256, 8, fixed, 64).run()
+    b = ClosedLoop(REPLICA, 4096, 256, 8, ranged, 64).run()
+
+    def later_ttft(done: list) -> float:
+        return sum(r.first_token_s - r.arrival_s for r in done[16:]) / len(done[16:])
+
+    assert later_ttft(b) < 0.8 * later_ttft(a)
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"min_length_ratio": 0.0}, "min_length_ratio 0.0"),
+        ({"min_length_ratio": 1.5}, "min_length_ratio 1.5"),
+        ({"min_length_ratio": float("nan")}, "min_length_ratio nan"),
+        ({"min_length_ratio": 0.8, "osl_std": 10.0}, "give one length spread"),
+    ],
+)
+def test_a_length_range_outside_zero_to_one_is_refused_by_name(
+    fields: dict[str, float], named: str
+) -> None:
+    with pytest.raises(SpecError, match=named):
+        BenchmarkProtocol(**fields).check()  # type: ignore[arg-type]

@@ -47,6 +47,11 @@ class BenchmarkProtocol:
       is the head of one continuous run.
     * `isl_std`, `osl_std`: standard deviation of the prompt and output lengths (normal,
       rounded, at least one token), drawn from `seed`.
+    * `min_length_ratio`: below 1, every prompt and output length is instead drawn uniformly
+      from the integers `[int(ratio * L), L]` (L the shape's length), independently: the
+      `random` dataset of the `benchmark_serving.py` that InferenceX runs with
+      `--random-range-ratio 0.8` (newer `vllm bench serve` reads that flag as
+      `[L * (1 - r), L * (1 + r)]`, a different spread).
     * `server_cap`: requests the server holds at once (an API-server or gateway limit); the
       rest wait at its door with their clock running. None: no cap beyond the engine's.
     * `think_time_s`: mean pause of a client between receiving a response and sending its
@@ -73,6 +78,7 @@ class BenchmarkProtocol:
     think_time_s: float = 0.0
     dephased_start: bool = False
     seed: int = 0
+    min_length_ratio: float = 1.0
 
     def measured(self, concurrency: int) -> int:
         return self.num_requests or self.waves * concurrency
@@ -88,6 +94,18 @@ class BenchmarkProtocol:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise SpecError(f"{name} {value}: a spread or pause is a finite number >= 0")
+        ratio = self.min_length_ratio
+        if not (math.isfinite(ratio) and 0 < ratio <= 1):
+            raise SpecError(
+                f"min_length_ratio {ratio}: the shortest length as a share of the shape's, "
+                "above 0 and at most 1 (1: every length exact)"
+            )
+        if ratio < 1 and (self.isl_std or self.osl_std):
+            raise SpecError(
+                f"min_length_ratio {ratio} with isl_std {self.isl_std}, osl_std "
+                f"{self.osl_std}: give one length spread, a uniform range or a standard "
+                "deviation"
+            )
         if self.server_cap is not None and self.server_cap <= 0:
             raise SpecError(
                 f"server_cap {self.server_cap}: a server holds at least 1 request at once; "
@@ -106,6 +124,12 @@ VLLM_BENCH = BenchmarkProtocol(waves=10)
 # NVIDIA aiconfigurator's silicon runs (aiperf `--concurrency C --request-count 20C` with a
 # warm-up of C to 2C requests it waits out, fixed lengths): the calibration corpus's protocol.
 AIPERF_SILICON = BenchmarkProtocol(waves=20, warmup_requests=1, warmup_drains=True)
+# SemiAnalysis InferenceX's sweeps, where most of the corpus comes from (its
+# benchmarks/benchmark_lib.sh and workflow template): its fork of vLLM's benchmark_serving.py
+# with `--num-prompts 10C --max-concurrency C --request-rate inf --ignore-eos
+# --random-range-ratio 0.8 --num-warmups 2C`, a warm-up it waits out, on a fresh server per
+# point: ten waves from an idle server, every length uniform on [0.8 L, L].
+INFERENCEX_SWEEP = BenchmarkProtocol(waves=10, warmup_drains=True, min_length_ratio=0.8)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +241,9 @@ class ClosedLoop:
         self.done: list[Request] = []
 
     def _length(self, mean: int, std: float) -> int:
+        ratio = self.protocol.min_length_ratio
+        if ratio < 1:
+            return self.rng.randint(max(1, int(mean * ratio)), mean)
         if std <= 0:
             return mean
         return max(1, round(self.rng.gauss(mean, std)))

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from inhouse.calibration.corpus import HARNESS_HEADROOM_TOKENS, prepare, regime
+from inhouse.calibration.corpus import HARNESS_HEADROOM_TOKENS, SA_BENCH, prepare, regime
+from inhouse.predict import AIPERF_SILICON, INFERENCEX_SWEEP
 
 HEADER = "id,model,system,backend,backend_version,precision,gemm_quant,moe_quant,tp,pp,attention_dp,moe_tp,moe_ep,isl,osl,concurrency,ttft_ms,tpot_ms"  # noqa: E501
 
@@ -89,3 +90,58 @@ def test_regimes() -> None:
     assert [regime(c) for c in (4, 16, 32, 128, 256, 8192)] == [
         "c<=16", "c<=16", "c32-128", "c32-128", "c>=256", "c>=256",
     ]  # fmt: skip
+
+
+def test_each_row_carries_its_harness_protocol() -> None:
+    """InferenceX sweeps (dated or `_cfgN` ids): ten waves, lengths on [0.8 L, L]; its GB200
+    runs (sa-bench): five; aiconfigurator's gap analysis: aiperf's twenty, exact lengths."""
+    corpus = prepare(
+        rows(
+            "2026_04_06_llama_3_1_70b_h100_sxm_vllm_fp8_agg_8192x1024_c4_tp8_ep1_828,Llama-3.1-70B,h100_sxm,vllm,,fp8,,,8,1,1,8,1,8192,1024,4,300.0,10.0",
+            "kimik2_5_b200_vllm_fp4_agg_1024x1024_c4_cfg636,Kimi-K2.5,b200_sxm,vllm,,fp4,nvfp4,nvfp4,8,1,1,8,1,1024,1024,4,74.0,7.0",
+            "2026_04_06_dsr1_gb200_sglang_fp4_agg_1024x1024_c4_tp4_ep4_1,DeepSeek-R1,gb200,sglang,,fp4,nvfp4,nvfp4,4,1,1,1,4,1024,1024,4,90.0,8.0",
+            "qwen3_32b_qwen3_32b_h100_sxm_vllm_agg_4000x1000_c_tp8_0_epnone_1,Qwen3-32B,h100_sxm,vllm,,bf16,,,8,1,1,8,1,4000,1000,8,120.0,9.0",
+            "kimi_k2_5_gap_analysis_kimi_k2_5_gap_analysis_b200_sxm_vllm_fp4_agg_1024x1024_c4_tp8_ep1_1,Kimi-K2.5,b200_sxm,vllm,,fp4,nvfp4,nvfp4,8,1,1,8,1,1024,1024,4,75.0,7.1",
+        ),
+        harness=True,
+    )
+    protocols = [(r.protocol.waves, r.protocol.min_length_ratio) for r in corpus.rows]
+    assert protocols == [(10, 0.8), (10, 0.8), (5, 0.8), (20, 1.0), (20, 1.0)]
+    assert corpus.rows[0].protocol == INFERENCEX_SWEEP
+    assert corpus.rows[2].protocol == SA_BENCH and corpus.rows[3].protocol == AIPERF_SILICON
+
+
+def test_inferencex_rows_get_inferencex_launch_knobs() -> None:
+    """InferenceX's launch scripts, not aiconfigurator's generator: vLLM's 8192-token budget
+    (2 x ISL for MiniMax on 0.19) and its FP8 caches; SGLang's chunked prefill, running cap
+    and fp8_e4m3 cache. A row of aiconfigurator's own keeps the generator's rules."""
+    corpus = prepare(
+        rows(
+            "2026_04_06_llama_3_1_70b_h100_sxm_vllm_fp8_agg_1024x1024_c4_tp8_ep1_1,Llama-3.1-70B,h100_sxm,vllm,,fp8,,,8,1,1,8,1,1024,1024,4,70.0,9.0",
+            "2026_04_06_minimax_b200_vllm_fp8_agg_8192x1024_c8_tp4_ep1_2,MiniMax-M2.5,b200_sxm,vllm,0.19.0,fp8,fp8,fp8,4,1,1,4,1,8192,1024,8,200.0,9.0",
+            "2026_04_06_dsr1_b200_sglang_fp8_agg_1024x1024_c4_tp8_ep1_3,DeepSeek-R1,b200_sxm,sglang,0.5.9,fp8,fp8,fp8,8,1,1,8,1,1024,1024,4,90.0,8.0",
+            "2026_04_06_dsr1_b200_sglang_fp4_agg_1024x1024_c4_tp4_ep4_4,DeepSeek-R1,b200_sxm,sglang,0.5.9,fp4,nvfp4,nvfp4,4,1,1,1,4,1024,1024,4,90.0,8.0",
+            "2026_04_06_qwen3_5_b200_sglang_bf16_agg_1024x1024_c4_tp8_ep1_5,Qwen3.5-397B-A17B,b200_sxm,sglang,nightly-dev,bf16,,,8,1,1,8,1,1024,1024,4,90.0,8.0",
+            "qwen3_5_397b_gap_analysis_b200_sxm_sglang_bf16_agg_1024x1024_c4_tp8_ep1_1,Qwen3.5-397B-A17B,b200_sxm,sglang,,bf16,,,8,1,1,8,1,1024,1024,4,91.0,8.1",
+        ),
+        harness=True,
+    )
+    llama, minimax, dsr1_fp8, dsr1_fp4, qwen, gap = (r.spec.knobs for r in corpus.rows)
+    assert (llama.max_num_batched_tokens, llama.kv_cache_dtype) == (8192, "fp8")
+    assert (minimax.max_num_batched_tokens, minimax.max_num_seqs) == (2 * 8192, 1024)
+    assert minimax.kv_cache_dtype == "fp8"
+    assert dsr1_fp8.enable_chunked_prefill and dsr1_fp8.max_num_batched_tokens == 32768
+    assert (dsr1_fp8.max_num_seqs, dsr1_fp8.kv_cache_dtype) == (128, "fp8")
+    assert (dsr1_fp4.max_num_batched_tokens, dsr1_fp4.max_num_seqs) == (16384, 256)
+    assert (qwen.max_num_batched_tokens, qwen.kv_cache_dtype) == (32768, "auto")
+    assert not gap.enable_chunked_prefill
+    assert gap.max_num_batched_tokens == 1024 + HARNESS_HEADROOM_TOKENS
+
+
+def test_without_the_harness_every_row_is_read_as_aiconfigurators_generator_runs() -> None:
+    """The reading the shipped constants were fitted under: aiperf's protocol and the
+    generator's engine rules for every row, whatever its id."""
+    line = "2026_04_06_llama_3_1_70b_h100_sxm_vllm_fp8_agg_1024x1024_c4_tp8_ep1_1,Llama-3.1-70B,h100_sxm,vllm,,fp8,,,8,1,1,8,1,1024,1024,4,70.0,9.0"  # noqa: E501
+    (row,) = prepare(rows(line)).rows
+    assert row.protocol == AIPERF_SILICON
+    assert row.spec.knobs.max_num_batched_tokens == 4 + 1024 + HARNESS_HEADROOM_TOKENS

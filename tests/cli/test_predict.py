@@ -109,6 +109,21 @@ def test_single_form_takes_a_protocol(capsys: pytest.CaptureFixture[str]) -> Non
     assert twenty["mean_ttft_ms"] < ten["mean_ttft_ms"]  # the first wave weighs half as much
 
 
+def test_the_inferencex_protocol_draws_lengths_from_a_range(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Ten waves after a drained warm-up with lengths on [0.8 L, L]: shorter prompts and
+    clients that drift apart, so less queueing than aiperf's exact lengths; a ratio of 1
+    is the exact-length run."""
+    base = ["predict", "--model", "Llama-3.1-8B", "--isl", "4096", "--osl", "256",
+            "--concurrency", "16", "--json"]  # fmt: skip
+    main([*base, "--protocol", "inferencex"])
+    ranged = json.loads(capsys.readouterr().out)
+    main([*base, "--protocol", "inferencex", "--min-length-ratio", "1"])
+    exact = json.loads(capsys.readouterr().out)
+    assert ranged["mean_ttft_ms"] < 0.9 * exact["mean_ttft_ms"]
+
+
 def test_single_form_takes_a_dephased_start(capsys: pytest.CaptureFixture[str]) -> None:
     base = ["predict", "--model", "Llama-3.1-8B", "--isl", "2048", "--osl", "32",
             "--concurrency", "32", "--json"]  # fmt: skip
@@ -132,6 +147,8 @@ SHAPE = ["predict", "--model", "Llama-3.1-8B", "--gpu", "h100_sxm", "--isl", "10
         (["--isl-std", "-1"], "isl_std -1.0: a spread or pause is a finite number >= 0"),
         (["--osl-std", "nan"], "osl_std nan: a spread or pause is a finite number >= 0"),
         (["--num-requests", "0"], "num_requests 0: give at least 1 measured request"),
+        (["--min-length-ratio", "0"], "min_length_ratio 0.0: the shortest length as a share"),
+        (["--protocol", "inferencex", "--osl-std", "5"], "give one length spread"),
         (["--concurrency", "100000000"], "concurrency 100000000: at most 65,536 clients"),
     ],
 )

@@ -23,7 +23,28 @@ rows are read here once, by rules that are the same for every row and are each r
   its generator's rules (generator/rule_plugin/benchmark/*.rule): vLLM gets
   `--max-num-seqs C`, `--max-num-batched-tokens C + ISL + 1500` and `--max-model-len
   ISL + OSL + 1500`; SGLang gets `--max-running-requests C`, `--max-prefill-tokens
-  ISL + 1500` and no chunked prefill. These are facts of the protocol, not fitted.
+  ISL + 1500` and no chunked prefill. Those rules hold for its gap-analysis rows. The
+  InferenceX rows ran InferenceX's own launch scripts (`benchmarks/single_node/*.sh` in
+  SemiAnalysisAI/InferenceX, matched to each row's image): vLLM with a token budget of
+  8192 (passed, or vLLM's default for the API server on a GPU of 70 GiB or more; 2 x ISL for
+  MiniMax-M2.5 on vLLM 0.19), its scripts' `--max-num-seqs` (C; 512 for Llama and gpt-oss
+  on B200; 256 for MiniMax on H100; vLLM's 1,024 for MiniMax on B200) and an FP8 KV cache
+  where they pass `--kv-cache-dtype fp8` (Llama; gpt-oss on B200 from 0.15.1; MiniMax FP8
+  on B200 from 0.19); SGLang with chunked prefill of 16,384 tokens (DeepSeek FP4) or 32,768
+  (DeepSeek FP8, Qwen3.5, GLM-5 FP8; 8,192 for DeepSeek FP8 at TP4; 131,072 for GLM-5
+  FP4), `--max-running-requests` 256 (DeepSeek FP4), 128 (DeepSeek FP8, Qwen3.5; 32 at
+  TP4) or C (GLM-5), and `--kv-cache-dtype fp8_e4m3` (all but Qwen3.5 BF16 and GLM-5
+  FP4). These are facts of the protocol, not fitted (`inferencex_knobs`).
+
+* **The benchmark protocol of each run's harness** (`corpus_protocol`; read so, with the
+  launch knobs below, by `prepare(..., harness=True)`, `--corpus-protocol harness`). The
+  rows come from two harnesses. Most are SemiAnalysis InferenceX sweeps (the ids that start with a date or
+  end in `_cfgN`, matching InferenceX's database dump): `INFERENCEX_SWEEP`, ten waves from
+  an idle server, every prompt and output length uniform on [0.8 L, L]. Its GB200 rows ran
+  through srt-slurm's sa-bench (five waves, the same length range). The `gap_analysis` and
+  Qwen3-32B rows come from aiconfigurator's own gap analysis, whose harness is not public;
+  they keep `AIPERF_SILICON` (aiconfigurator's generator: aiperf, twenty waves after a
+  drained warm-up, exact lengths), as does any other id.
 
 `prepare` is pure: the caller reads the CSV.
 """
@@ -35,11 +56,14 @@ from dataclasses import dataclass, field
 
 from inhouse.engine.build import ReplicaSpec
 from inhouse.errors import SpecError
+from inhouse.predict import AIPERF_SILICON, INFERENCEX_SWEEP, BenchmarkProtocol
 from inhouse.spec.catalog import get_model
 from inhouse.spec.knobs import VLLM_SERVE_DEFAULTS
 
 # Headroom the generator adds to the prompt for the token budget and the context.
 HARNESS_HEADROOM_TOKENS = 1500
+# InferenceX's rows: ids that start with a date (its dumps' file names) or end in its config id.
+_INFERENCEX_ID = re.compile(r"^\d{4}_\d{2}_\d{2}_|_cfg\d+$")
 _ID_LAYOUT = re.compile(r"_tp(\d+)(?:_0)?_ep(\d+|none)(?:_0)?_")
 # Checkpoints that declare an FP8 KV cache: (model, precision) -> evidence.
 FP8_KV_CHECKPOINTS = {
@@ -56,6 +80,58 @@ FAMILIES = {
     "GLM-5": "glm",
     "Qwen3.5-397B-A17B": "qwen3.5",
 }
+
+
+# srt-slurm's sa-bench (InferenceX's GB200 runs): `num_prompts = 5C`, the same length range.
+SA_BENCH = BenchmarkProtocol(waves=5, warmup_drains=True, min_length_ratio=0.8)
+
+
+def corpus_protocol(row_id: str, gpu: str) -> BenchmarkProtocol:
+    """The protocol of the harness that measured a row (see the module docstring)."""
+    if not _INFERENCEX_ID.search(row_id):
+        return AIPERF_SILICON
+    if gpu == "gb200":
+        return SA_BENCH
+    return INFERENCEX_SWEEP
+
+
+def inferencex_knobs(
+    model: str, gpu: str, backend: str, precision: str, version: str, tp: int, isl: int, conc: int
+) -> dict[str, object]:
+    """The engine knobs InferenceX's launch scripts gave a run (see the module docstring)."""
+    if backend == "vllm":
+        seqs = {("Llama-3.1-70B", "b200_sxm"): 512, ("gpt-oss-120b", "b200_sxm"): 512,
+                ("MiniMax-M2.5", "h100_sxm"): 256, ("MiniMax-M2.5", "b200_sxm"): 1024}  # fmt: skip
+        minimax_019 = model == "MiniMax-M2.5" and gpu == "b200_sxm" and version == "0.19.0"
+        knobs: dict[str, object] = {
+            "max_num_batched_tokens": 2 * isl if minimax_019 else 8192,
+            "max_num_seqs": seqs.get((model, gpu), conc),
+        }
+        if (
+            model == "Llama-3.1-70B"
+            or (model == "gpt-oss-120b" and gpu == "b200_sxm" and version == "0.15.1")
+            or (minimax_019 and precision == "fp8")
+        ):
+            knobs["kv_cache_dtype"] = "fp8"
+        return knobs
+    deepseek = model in ("DeepSeek-R1", "DeepSeek-V3")
+    if deepseek and precision == "fp4":
+        chunk, running = 16384, 256
+    elif deepseek:
+        chunk, running = (8192, 32) if tp == 4 else (32768, 128)
+    elif model == "Qwen3.5-397B-A17B":
+        chunk, running = 32768, 128
+    else:  # GLM-5
+        chunk, running = (131072 if precision == "fp4" else 32768), conc
+    bf16_kv = (model == "Qwen3.5-397B-A17B" and precision == "bf16") or (
+        model == "GLM-5" and precision == "fp4"
+    )
+    return {
+        "enable_chunked_prefill": True,
+        "max_num_batched_tokens": chunk,
+        "max_num_seqs": running,
+        "kv_cache_dtype": "auto" if bf16_kv else "fp8",
+    }
 
 
 def regime(concurrency: int) -> str:
@@ -80,6 +156,7 @@ class CorpusRow:
     tpot_ms: float
     family: str
     notes: tuple[str, ...] = ()
+    protocol: BenchmarkProtocol = INFERENCEX_SWEEP
 
     @property
     def backend(self) -> str:
@@ -140,7 +217,7 @@ def _kv_dtype(model: str, precision: str, gemm_quant: str) -> str:
     return "fp8" if (model, precision) in FP8_KV_CHECKPOINTS else "auto"
 
 
-def _spec(row: dict[str, str], layout: dict[str, int]) -> ReplicaSpec:
+def _spec(row: dict[str, str], layout: dict[str, int], harness: bool) -> ReplicaSpec:
     model = get_model(row["model"].strip()).name
     backend = row["backend"].strip().lower()
     precision = row["precision"].strip()
@@ -156,6 +233,11 @@ def _spec(row: dict[str, str], layout: dict[str, int]) -> ReplicaSpec:
     else:
         knobs["max_num_batched_tokens"] = isl + HARNESS_HEADROOM_TOKENS
         knobs["enable_chunked_prefill"] = False
+    row_id = (row.get("id") or "").strip()
+    if harness and corpus_protocol(row_id, row["system"].strip()) is not AIPERF_SILICON:
+        version = (row.get("backend_version") or "").strip()
+        knobs.update(inferencex_knobs(model, row["system"].strip(), backend, precision, version,
+                                      layout["tp"], isl, conc))  # fmt: skip
     return ReplicaSpec(
         model,
         row["system"].strip(),
@@ -179,22 +261,29 @@ def _arch(model: str) -> str:
     return repr(sorted(dump.items()))
 
 
-def _read(index: int, row: dict[str, str]) -> tuple[CorpusRow, tuple[object, ...], bool]:
+def _read(
+    index: int, row: dict[str, str], harness: bool
+) -> tuple[CorpusRow, tuple[object, ...], bool]:
     """A row resolved, its duplicate key, and whether its id names its layout."""
     row_id = (row.get("id") or f"row{index + 2}").strip()
     layout, note = _layout(row)
-    spec = _spec(row, layout)
+    spec = _spec(row, layout, harness)
     isl, osl, conc = (_int(row, n, 0) for n in ("isl", "osl", "concurrency"))
     ttft, tpot = float(row["ttft_ms"]), float(row["tpot_ms"])
     key = (_arch(spec.model), spec.gpu, spec.backend, spec.quant, isl, osl, conc, ttft, tpot)
     family = FAMILIES.get(spec.model, spec.model.lower())
     notes = (note,) if note else ()
-    resolved = CorpusRow(row_id, spec, isl, osl, conc, ttft, tpot, family, notes)
+    protocol = corpus_protocol(row_id, spec.gpu) if harness else AIPERF_SILICON
+    resolved = CorpusRow(row_id, spec, isl, osl, conc, ttft, tpot, family, notes, protocol)
     return resolved, key, _ID_LAYOUT.search(row_id) is not None
 
 
-def prepare(raw: list[dict[str, str]]) -> Corpus:
+def prepare(raw: list[dict[str, str]], harness: bool = False) -> Corpus:
     """Resolve, correct and de-duplicate the corpus's rows (see the module docstring).
+
+    `harness`: read each row as its harness ran it (`corpus_protocol`, `inferencex_knobs`);
+    without it every row is read as aiconfigurator's generator runs (`AIPERF_SILICON` and
+    its engine rules), the reading the shipped constants were fitted under.
 
     Of the copies of one run, the first whose id names its layout is kept (else the first).
     """
@@ -202,7 +291,7 @@ def prepare(raw: list[dict[str, str]]) -> Corpus:
     groups: dict[tuple[object, ...], list[tuple[CorpusRow, bool]]] = {}
     for index, row in enumerate(raw):
         try:
-            resolved, key, named = _read(index, row)
+            resolved, key, named = _read(index, row, harness)
         except (SpecError, ValueError, KeyError, AttributeError) as exc:
             corpus.unreadable.append(((row.get("id") or f"row{index + 2}"), str(exc)))
             continue

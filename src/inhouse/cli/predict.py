@@ -19,7 +19,13 @@ from pathlib import Path
 
 from inhouse.engine.build import ReplicaSpec, build_replica
 from inhouse.errors import DoesNotFitError, SpecError
-from inhouse.predict import AIPERF_SILICON, VLLM_BENCH, BenchmarkProtocol, run_closed_loop
+from inhouse.predict import (
+    AIPERF_SILICON,
+    INFERENCEX_SWEEP,
+    VLLM_BENCH,
+    BenchmarkProtocol,
+    run_closed_loop,
+)
 from inhouse.spec.knobs import VLLM_SERVE_DEFAULTS, EngineKnobs
 from inhouse.spec.load import resolve_local_models
 
@@ -29,7 +35,7 @@ REQUIRED_COLUMNS = ("model", "system", "backend", "precision", "tp", "isl", "osl
 # Optional columns: a row without them (or with them empty) is plain TP, uniformly quantized.
 LAYOUT_COLUMNS = ("pp", "attention_dp", "moe_tp", "moe_ep")
 QUANT_COLUMNS = ("gemm_quant", "moe_quant")
-PROTOCOLS = {"vllm-bench": VLLM_BENCH, "aiperf": AIPERF_SILICON}
+PROTOCOLS = {"vllm-bench": VLLM_BENCH, "aiperf": AIPERF_SILICON, "inferencex": INFERENCEX_SWEEP}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,12 +56,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--protocol",
         choices=sorted(PROTOCOLS),
         default="vllm-bench",
-        help="benchmark protocol: vllm-bench (10 waves, first wave counted) or aiperf "
-        "(20 waves after a drained warm-up, as NVIDIA's silicon runs)",
+        help="benchmark protocol: vllm-bench (10 waves, first wave counted), aiperf "
+        "(20 waves after a drained warm-up, exact lengths) or inferencex (10 waves after a "
+        "drained warm-up, lengths uniform on [0.8 L, L]: SemiAnalysis InferenceX's sweeps)",
     )
     parser.add_argument("--num-requests", type=int, help="measured requests (default: waves x C)")
     parser.add_argument("--isl-std", type=float, default=0.0, help="spread of prompt lengths")
     parser.add_argument("--osl-std", type=float, default=0.0, help="spread of output lengths")
+    parser.add_argument(
+        "--min-length-ratio",
+        type=float,
+        help="draw every prompt and output length uniformly from [int(R x L), L] "
+        "(benchmark_serving.py's --random-range-ratio as InferenceX runs it; default: the "
+        "protocol's)",
+    )
     parser.add_argument("--server-cap", type=int, help="requests the server holds at once")
     parser.add_argument(
         "--dephased-start",
@@ -66,8 +80,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _protocol(args: argparse.Namespace) -> BenchmarkProtocol:
+    base = PROTOCOLS[args.protocol]
+    ratio = base.min_length_ratio if args.min_length_ratio is None else args.min_length_ratio
     return replace(
-        PROTOCOLS[args.protocol],
+        base,
+        min_length_ratio=ratio,
         num_requests=args.num_requests,
         isl_std=args.isl_std,
         osl_std=args.osl_std,
