@@ -37,14 +37,14 @@ rows are read here once, by rules that are the same for every row and are each r
   FP4). These are facts of the protocol, not fitted (`inferencex_knobs`).
 
 * **The benchmark protocol of each run's harness** (`corpus_protocol`; read so, with the
-  launch knobs below, by `prepare(..., harness=True)`, `--corpus-protocol harness`). The
-  rows come from two harnesses. Most are SemiAnalysis InferenceX sweeps (the ids that start with a date or
-  end in `_cfgN`, matching InferenceX's database dump): `INFERENCEX_SWEEP`, ten waves from
-  an idle server, every prompt and output length uniform on [0.8 L, L]. Its GB200 rows ran
-  through srt-slurm's sa-bench (five waves, the same length range). The `gap_analysis` and
+  launch knobs below, by `prepare(..., harness=True)`, `--corpus-protocol harness`). The rows
+  come from two harnesses. Most are SemiAnalysis InferenceX sweeps (the ids that start with a
+  date or end in `_cfgN`, matching InferenceX's database dump): `INFERENCEX_SWEEP`, ten waves
+  from an idle server, every prompt and output length uniform on [0.8 L, L]. Its GB200 rows
+  ran through srt-slurm's sa-bench (five waves, the same length range). The `gap_analysis` and
   Qwen3-32B rows come from aiconfigurator's own gap analysis, whose harness is not public;
-  they keep `AIPERF_SILICON` (aiconfigurator's generator: aiperf, twenty waves after a
-  drained warm-up, exact lengths), as does any other id.
+  they keep `AIPERF_SILICON` (aiconfigurator's generator: aiperf, twenty waves after a drained
+  warm-up, exact lengths), as does any other id.
 
 `prepare` is pure: the caller reads the CSV.
 """
