@@ -41,6 +41,23 @@ def _usage(cert_sign: bool) -> x509.KeyUsage:
     )  # fmt: skip
 
 
+def ca_certificate(
+    key: ec.EllipticCurvePrivateKey,
+    name: x509.Name,
+    now: datetime.datetime,
+    days: tuple[float, float],
+) -> x509.Certificate:
+    """A self-signed CA certificate for `key`, valid from `now + days[0]` to `now + days[1]`."""
+    return (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name)
+        .public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now + days[0] * DAY).not_valid_after(now + days[1] * DAY)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(_usage(cert_sign=True), critical=True)
+        .sign(key, hashes.SHA256())
+    )  # fmt: skip
+
+
 def write_pki(
     out: Path,
     leaf_days: tuple[float, float] = (-1, 365),
@@ -51,14 +68,7 @@ def write_pki(
     now = datetime.datetime.now(datetime.UTC)
     ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test CA")])
-    ca = (
-        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
-        .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now + ca_days[0] * DAY).not_valid_after(now + ca_days[1] * DAY)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(_usage(cert_sign=True), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )  # fmt: skip
+    ca = ca_certificate(ca_key, ca_name, now, ca_days)
     leaf = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test release")]))

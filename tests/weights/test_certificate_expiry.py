@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from tests.weights.clients import CountingClient
-from tests.weights.pki import DAY, Pki, _usage, write_pki
+from tests.weights.pki import DAY, Pki, ca_certificate, write_pki
 from tests.weights.tiny_model import write_tiny_model
 
 from inhouse.weights.errors import VerificationFailed, WeightsError
@@ -159,17 +159,8 @@ def test_a_ca_renewed_with_its_key_keeps_its_signatures_in_force(tmp_path: Path)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test CA")])
 
-    def ca(days: tuple[int, int]) -> x509.Certificate:
-        return (
-            x509.CertificateBuilder().subject_name(name).issuer_name(name)
-            .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now + days[0] * DAY).not_valid_after(now + days[1] * DAY)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(_usage(cert_sign=True), critical=True)
-            .sign(ca_key, hashes.SHA256())
-        )  # fmt: skip
-
-    old, renewed = ca((-400, -2)), ca((-1, 3650))
+    old = ca_certificate(ca_key, name, now, (-400, -2))
+    renewed = ca_certificate(ca_key, name, now, (-1, 3650))
     pki = write_pki(tmp_path / "pki", leaf_days=(-300, 300))  # its leaf, re-issued below
     key = serialization.load_pem_private_key(pki.key.read_bytes(), None)
     assert isinstance(key, ec.EllipticCurvePrivateKey)
