@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from inhouse.calibration.corpus import HARNESS_HEADROOM_TOKENS, SA_BENCH, prepare, regime
+from inhouse.calibration.corpus import (
+    HARNESS_HEADROOM_TOKENS,
+    SA_BENCH,
+    CorpusRow,
+    prepare,
+    regime,
+)
 from inhouse.predict import AIPERF_SILICON, INFERENCEX_SWEEP
 
 HEADER = "id,model,system,backend,backend_version,precision,gemm_quant,moe_quant,tp,pp,attention_dp,moe_tp,moe_ep,isl,osl,concurrency,ttft_ms,tpot_ms"  # noqa: E501
@@ -145,3 +151,30 @@ def test_without_the_harness_every_row_is_read_as_aiconfigurators_generator_runs
     (row,) = prepare(rows(line)).rows
     assert row.protocol == AIPERF_SILICON
     assert row.spec.knobs.max_num_batched_tokens == 4 + 1024 + HARNESS_HEADROOM_TOKENS
+
+
+def test_a_row_built_without_a_protocol_is_read_as_the_shipped_reading() -> None:
+    """`prepare` without the harness reads every row as aiperf runs; a CorpusRow built without
+    a protocol defaulted to InferenceX's, so a caller that built rows itself (a test, a
+    script) simulated them under another protocol than the shipped constants' reading."""
+    (row,) = prepare(
+        rows(
+            "2026_04_06_llama_3_1_70b_h100_sxm_vllm_fp8_agg_1024x1024_c4_tp8_ep1_1,Llama-3.1-70B,h100_sxm,vllm,,fp8,,,8,1,1,8,1,1024,1024,4,70.0,9.0"
+        )
+    ).rows
+    bare = CorpusRow(row.row_id, row.spec, row.isl, row.osl, row.concurrency, row.ttft_ms,
+                     row.tpot_ms, row.family)  # fmt: skip
+    assert bare.protocol == AIPERF_SILICON
+
+
+def test_gb200_rows_do_not_get_the_single_node_launch_scripts_knobs() -> None:
+    """InferenceX's GB200 rows ran a multi-node disaggregated recipe that is not matched (the
+    knobs the module docstring states are its single-node scripts'); the harness reading gave
+    them the B200 DeepSeek FP8 script's running cap of 128 at 5,632 clients. They keep the
+    generator's rules, as a row whose launch is unknown does."""
+    line = "2026_04_06_deepseek_r1_gb200_sglang_fp8_agg_1024x1024_c5632_tp72_ep1_43,DeepSeek-R1,gb200,sglang,,fp8,fp8,fp8,8,1,9,1,72,1024,1024,5632,900.0,40.0"  # noqa: E501
+    (harness,) = prepare(rows(line), harness=True).rows
+    (plain,) = prepare(rows(line)).rows
+    assert harness.protocol == SA_BENCH
+    assert harness.spec.knobs == plain.spec.knobs
+    assert harness.spec.knobs.max_num_seqs == 5632

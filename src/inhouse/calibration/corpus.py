@@ -24,7 +24,7 @@ rows are read here once, by rules that are the same for every row and are each r
   `--max-num-seqs C`, `--max-num-batched-tokens C + ISL + 1500` and `--max-model-len
   ISL + OSL + 1500`; SGLang gets `--max-running-requests C`, `--max-prefill-tokens
   ISL + 1500` and no chunked prefill. Those rules hold for its gap-analysis rows. The
-  InferenceX rows ran InferenceX's own launch scripts (`benchmarks/single_node/*.sh` in
+  single-node InferenceX rows ran its launch scripts (`benchmarks/single_node/*.sh` in
   SemiAnalysisAI/InferenceX, matched to each row's image): vLLM with a token budget of
   8192 (passed, or vLLM's default for the API server on a GPU of 70 GiB or more; 2 x ISL for
   MiniMax-M2.5 on vLLM 0.19), its scripts' `--max-num-seqs` (C; 512 for Llama and gpt-oss
@@ -34,7 +34,9 @@ rows are read here once, by rules that are the same for every row and are each r
   (DeepSeek FP8, Qwen3.5, GLM-5 FP8; 8,192 for DeepSeek FP8 at TP4; 131,072 for GLM-5
   FP4), `--max-running-requests` 256 (DeepSeek FP4), 128 (DeepSeek FP8, Qwen3.5; 32 at
   TP4) or C (GLM-5), and `--kv-cache-dtype fp8_e4m3` (all but Qwen3.5 BF16 and GLM-5
-  FP4). These are facts of the protocol, not fitted (`inferencex_knobs`).
+  FP4). These are facts of the protocol, not fitted (`inferencex_knobs`). InferenceX's
+  GB200 rows ran a multi-node disaggregated recipe that is not matched; they keep the
+  generator's rules.
 
 * **The benchmark protocol of each run's harness** (`corpus_protocol`; read so, with the
   launch knobs below, by `prepare(..., harness=True)`, `--corpus-protocol harness`). The rows
@@ -156,7 +158,7 @@ class CorpusRow:
     tpot_ms: float
     family: str
     notes: tuple[str, ...] = ()
-    protocol: BenchmarkProtocol = INFERENCEX_SWEEP
+    protocol: BenchmarkProtocol = AIPERF_SILICON
 
     @property
     def backend(self) -> str:
@@ -234,7 +236,9 @@ def _spec(row: dict[str, str], layout: dict[str, int], harness: bool) -> Replica
         knobs["max_num_batched_tokens"] = isl + HARNESS_HEADROOM_TOKENS
         knobs["enable_chunked_prefill"] = False
     row_id = (row.get("id") or "").strip()
-    if harness and corpus_protocol(row_id, row["system"].strip()) is not AIPERF_SILICON:
+    # The launch knobs are InferenceX's single-node scripts'; its GB200 runs (sa-bench, a
+    # multi-node recipe not matched) keep the generator's rules, as any unknown launch does.
+    if harness and corpus_protocol(row_id, row["system"].strip()) is INFERENCEX_SWEEP:
         version = (row.get("backend_version") or "").strip()
         knobs.update(inferencex_knobs(model, row["system"].strip(), backend, precision, version,
                                       layout["tp"], isl, conc))  # fmt: skip
