@@ -103,8 +103,9 @@ class BenchmarkProtocol:
         if ratio < 1 and (self.isl_std or self.osl_std):
             raise SpecError(
                 f"min_length_ratio {ratio} with isl_std {self.isl_std}, osl_std "
-                f"{self.osl_std}: give one length spread, a uniform range or a standard "
-                "deviation"
+                f"{self.osl_std}: give one length spread, a uniform range (min_length_ratio "
+                "below 1) or a normal one (isl_std, osl_std) with min_length_ratio 1 "
+                "(--min-length-ratio 1)"
             )
         if self.server_cap is not None and self.server_cap <= 0:
             raise SpecError(

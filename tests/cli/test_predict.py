@@ -148,7 +148,10 @@ SHAPE = ["predict", "--model", "Llama-3.1-8B", "--gpu", "h100_sxm", "--isl", "10
         (["--osl-std", "nan"], "osl_std nan: a spread or pause is a finite number >= 0"),
         (["--num-requests", "0"], "num_requests 0: give at least 1 measured request"),
         (["--min-length-ratio", "0"], "min_length_ratio 0.0: the shortest length as a share"),
-        (["--protocol", "inferencex", "--osl-std", "5"], "give one length spread"),
+        (
+            ["--protocol", "inferencex", "--osl-std", "5"],
+            "a normal one (isl_std, osl_std) with min_length_ratio 1 (--min-length-ratio 1)",
+        ),
         (["--concurrency", "100000000"], "concurrency 100000000: at most 65,536 clients"),
     ],
 )
