@@ -219,7 +219,7 @@ def _kv_dtype(model: str, precision: str, gemm_quant: str) -> str:
     return "fp8" if (model, precision) in FP8_KV_CHECKPOINTS else "auto"
 
 
-def _spec(row: dict[str, str], layout: dict[str, int], harness: bool) -> ReplicaSpec:
+def _spec(row: dict[str, str], layout: dict[str, int], protocol: BenchmarkProtocol) -> ReplicaSpec:
     model = get_model(row["model"].strip()).name
     backend = row["backend"].strip().lower()
     precision = row["precision"].strip()
@@ -235,10 +235,9 @@ def _spec(row: dict[str, str], layout: dict[str, int], harness: bool) -> Replica
     else:
         knobs["max_num_batched_tokens"] = isl + HARNESS_HEADROOM_TOKENS
         knobs["enable_chunked_prefill"] = False
-    row_id = (row.get("id") or "").strip()
     # The launch knobs are InferenceX's single-node scripts'; its GB200 runs (sa-bench, a
     # multi-node recipe not matched) keep the generator's rules, as any unknown launch does.
-    if harness and corpus_protocol(row_id, row["system"].strip()) is INFERENCEX_SWEEP:
+    if protocol is INFERENCEX_SWEEP:
         version = (row.get("backend_version") or "").strip()
         knobs.update(inferencex_knobs(model, row["system"].strip(), backend, precision, version,
                                       layout["tp"], isl, conc))  # fmt: skip
@@ -271,13 +270,13 @@ def _read(
     """A row resolved, its duplicate key, and whether its id names its layout."""
     row_id = (row.get("id") or f"row{index + 2}").strip()
     layout, note = _layout(row)
-    spec = _spec(row, layout, harness)
+    protocol = corpus_protocol(row_id, row["system"].strip()) if harness else AIPERF_SILICON
+    spec = _spec(row, layout, protocol)
     isl, osl, conc = (_int(row, n, 0) for n in ("isl", "osl", "concurrency"))
     ttft, tpot = float(row["ttft_ms"]), float(row["tpot_ms"])
     key = (_arch(spec.model), spec.gpu, spec.backend, spec.quant, isl, osl, conc, ttft, tpot)
     family = FAMILIES.get(spec.model, spec.model.lower())
     notes = (note,) if note else ()
-    protocol = corpus_protocol(row_id, spec.gpu) if harness else AIPERF_SILICON
     resolved = CorpusRow(row_id, spec, isl, osl, conc, ttft, tpot, family, notes, protocol)
     return resolved, key, _ID_LAYOUT.search(row_id) is not None
 
