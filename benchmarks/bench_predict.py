@@ -33,7 +33,6 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 
 from inhouse.calibration.corpus import CorpusRow, prepare
@@ -153,11 +152,6 @@ def main() -> int:
         "under its own harness's (with constants fitted so: see docs/perf-model.md)",
     )
     args = parser.parse_args()
-    protocol = replace(AIPERF_SILICON, dephased_start=args.dephased_start)
-
-    def protocol_of(r: CorpusRow) -> BenchmarkProtocol:
-        return replace(r.protocol, dephased_start=protocol.dephased_start)
-
     shipped = load_engine_table(args.engines.read_text("utf-8")) if args.engines else None
 
     def constants_of(backend: str) -> EngineConstants:
@@ -173,7 +167,9 @@ def main() -> int:
     )
     started = time.perf_counter()
     with ProcessPoolExecutor(args.workers) as pool:
-        tasks = [(r, constants_of(r.backend), protocol_of(r)) for r in rows]
+        tasks = [
+            (r, constants_of(r.backend), r.simulated_protocol(args.dephased_start)) for r in rows
+        ]
         in_sample = list(pool.map(_predict, tasks, chunksize=2))
         held_out: list[Scored] = []
         for gpu in sorted({r.gpu for r in rows}):
@@ -181,9 +177,15 @@ def main() -> int:
             if not path.is_file():
                 continue
             table = load_engine_table(path.read_text("utf-8"))
-            tasks = [(r, table[r.backend], protocol_of(r)) for r in rows if r.gpu == gpu]
+            tasks = [
+                (r, table[r.backend], r.simulated_protocol(args.dephased_start))
+                for r in rows
+                if r.gpu == gpu
+            ]
             held_out += list(pool.map(_predict, tasks, chunksize=2))
-        tasks = [(r, constants_of(r.backend), protocol_of(r)) for r in unseen]
+        tasks = [
+            (r, constants_of(r.backend), r.simulated_protocol(args.dephased_start)) for r in unseen
+        ]
         never = list(pool.map(_predict, tasks, chunksize=2))
     wall_s = time.perf_counter() - started
     which = f"constants of {args.engines}" if args.engines else "shipped constants"

@@ -28,7 +28,6 @@ import math
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -74,12 +73,6 @@ def _predict(task: Task) -> tuple[float, float]:
     return result.mean_ttft_ms, result.mean_tpot_ms
 
 
-def for_row(protocol: BenchmarkProtocol, row: CorpusRow) -> BenchmarkProtocol:
-    """The protocol `row` is simulated under: the one the corpus read it with (its harness's
-    with `--corpus-protocol harness`, else AIPERF_SILICON), de-phased if `protocol` is."""
-    return replace(row.protocol, dephased_start=protocol.dephased_start)
-
-
 def robust_cost(residuals: np.ndarray) -> float:
     z = (residuals / F_SCALE) ** 2
     return float(np.sum(F_SCALE**2 * 2 * (np.sqrt(1 + z) - 1)))
@@ -103,7 +96,7 @@ def host_jacobian(
     x: np.ndarray,
     recordings: list[Recording],
     pool: ProcessPoolExecutor,
-    protocol: BenchmarkProtocol,
+    dephased_start: bool,
 ) -> np.ndarray:
     """d log prediction / d log host constant, by re-simulating with each one nudged."""
     jac = np.zeros((2 * len(recordings), len(space.params)))
@@ -115,12 +108,8 @@ def host_jacobian(
         table = space.constants(nudged)
         rows = [i for i, r in enumerate(recordings) if param.applies_to(r.row.backend)]
         tasks = [
-            (
-                recordings[i].row,
-                table[recordings[i].row.backend],
-                for_row(protocol, recordings[i].row),
-            )
-            for i in rows
+            (row, table[row.backend], row.simulated_protocol(dephased_start))
+            for row in (recordings[i].row for i in rows)
         ]
         for i, (ttft, tpot) in zip(rows, pool.map(_predict, tasks, chunksize=2), strict=True):
             jac[2 * i, j] = (math.log(ttft) - base[2 * i]) / HOST_STEP
@@ -151,7 +140,7 @@ def fit(
     rounds: int,
     workers: int,
     trace: Path | None = None,
-    protocol: BenchmarkProtocol = AIPERF_SILICON,
+    dephased_start: bool = False,
 ):
     space = Space.over(base, prior)
     low, high = space.bounds()
@@ -162,7 +151,7 @@ def fit(
         for k in range(rounds + 1):
             started = time.perf_counter()
             table = space.constants(x)
-            tasks = [(r, table[r.backend], for_row(protocol, r)) for r in rows]
+            tasks = [(r, table[r.backend], r.simulated_protocol(dephased_start)) for r in rows]
             recordings = [r for r in pool.map(_record, tasks, chunksize=2) if r is not None]
             replicas = [build_replica(r.row.spec, table[r.row.backend]) for r in recordings]
             no_host = np.zeros((2 * len(recordings), len(x)))
@@ -178,7 +167,7 @@ def fit(
             if k == rounds:
                 break
             if jac_host is None or k % HOST_EVERY == 0:
-                jac_host = host_jacobian(space, x, recordings, pool, protocol)
+                jac_host = host_jacobian(space, x, recordings, pool, dephased_start)
             lin.host_jacobian = jac_host
             result = least_squares(
                 lin.residuals,
@@ -249,7 +238,6 @@ def main(argv: list[str] | None = None) -> int:
         "10 waves, lengths on [0.8 L, L]; see inhouse.calibration.corpus)",
     )
     args = parser.parse_args(argv)
-    protocol = replace(AIPERF_SILICON, dephased_start=args.dephased_start)
 
     with args.csv.open(newline="", encoding="utf-8") as handle:
         corpus = prepare(list(csv.DictReader(handle)), harness=args.corpus_protocol == "harness")
@@ -263,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [r for r in screened.usable if r.gpu != args.holdout]
     base = load_engine_table(args.start.read_text("utf-8"))
     prior = load_engine_table(args.prior.read_text("utf-8"))
-    fitted = fit(rows, base, prior, args.rounds, args.workers, args.trace, protocol)
+    fitted = fit(rows, base, prior, args.rounds, args.workers, args.trace, args.dephased_start)
     space, (_cost, x, recordings) = fitted
     table = space.constants(x)
     where = f"without {args.holdout} " if args.holdout else ""

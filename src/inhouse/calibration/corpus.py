@@ -54,7 +54,7 @@ rows are read here once, by rules that are the same for every row and are each r
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from inhouse.engine.build import ReplicaSpec
 from inhouse.errors import SpecError
@@ -159,6 +159,11 @@ class CorpusRow:
     family: str
     notes: tuple[str, ...] = ()
     protocol: BenchmarkProtocol = AIPERF_SILICON
+
+    def simulated_protocol(self, dephased_start: bool = False) -> BenchmarkProtocol:
+        """The protocol the row is simulated under: the one it was read with, its clients
+        entering de-phased if `dephased_start`."""
+        return replace(self.protocol, dephased_start=dephased_start)
 
     @property
     def backend(self) -> str:
