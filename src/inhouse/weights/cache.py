@@ -46,6 +46,12 @@ def _hex(digest: str) -> str:
     return value
 
 
+def not_a_directory(path: Path) -> bool:
+    """Whether something is at `path` that is a link (to anything) or not a directory: never
+    what inhouse makes where it makes a directory."""
+    return path.is_symlink() or (path.exists() and not path.is_dir())
+
+
 def write_atomic(path: Path, data: bytes) -> None:
     """Write `path` whole or not at all. NOTE: the temporary file is created afresh under a
     random name (never through a link someone planted at a name they could guess), and
@@ -73,7 +79,7 @@ class WeightCache:
         cache's root itself may be a link (a mount moved elsewhere)."""
         for name in SUBDIRS:
             path = self.root / name
-            if path.is_symlink() or (path.exists() and not path.is_dir()):
+            if not_a_directory(path):
                 kind = "a symlink" if path.is_symlink() else "not a directory"
                 raise WeightsError(
                     f"{path} is {kind}; inhouse makes it a directory, and a pull would write (or "
@@ -85,7 +91,7 @@ class WeightCache:
         """Move `sha256/<digest>` aside when it is not a directory (a link planted there could
         be re-pointed after it verified, at files nobody verified); where it went, or None."""
         path = self.model_dir(digest)
-        if not path.is_symlink() and (path.is_dir() or not path.exists()):
+        if not not_a_directory(path):
             return None
         moved = self.quarantine(digest)
         log.warning("%s was not a directory a pull made (a link?); moved it to %s", path, moved)

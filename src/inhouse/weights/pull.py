@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from inhouse.weights.cache import WeightCache, write_atomic
+from inhouse.weights.cache import WeightCache, not_a_directory, write_atomic
 from inhouse.weights.download import (
     DEFAULT_PART_BYTES,
     DEFAULT_WORKERS,
@@ -317,7 +317,7 @@ def _discard_foreign(partial: Path, files: tuple[FileEntry, ...]) -> None:
     pull's writes outside the cache), a special file, or a model file the manifest does not
     list (it would fail every verification as `extra`, or, under `.git/`, which verification
     skips, be installed with the model). Nothing is followed; the links are removed."""
-    if partial.is_symlink() or (partial.exists() and not partial.is_dir()):
+    if not_a_directory(partial):
         log.warning("%s is not what a pull writes; starting it afresh", partial)
         partial.unlink()
         return

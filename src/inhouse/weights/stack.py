@@ -6,8 +6,9 @@
 For each pool with `weights:`, either pull `name@revision` from the registry into the cache
 (free when cached, the cached copy re-hashed; one that fails is moved aside and fetched again)
 or verify the local `weights_dir`. Any failure raises before anything starts: a
-`VerificationFailed` whose message names the pool and the file, or a `WeightsError` (registry
-unreachable, credentials refused). Relative paths in the stack are relative to its directory.
+`VerificationFailed` whose message names the pool and the file, or a `WeightsError` naming the
+pool (a key unreadable, the registry unreachable, credentials refused). Relative paths in the
+stack are relative to its directory.
 """
 
 from __future__ import annotations
@@ -55,6 +56,17 @@ def prepare_pool_weights(
     pool: PoolSpec, base_dir: Path, cache: Path, log: Callable[[str], None] = lambda s: None
 ) -> PoolWeights:
     """Pull and verify, or verify, one pool's weights; raises naming the pool when refused."""
+    try:
+        return _prepare(pool, base_dir, cache, log)
+    except VerificationFailed as exc:
+        raise VerificationFailed(exc.verification, f"pool {pool.name!r}: {exc}") from exc
+    except WeightsError as exc:  # a key, the registry, the cache: say whose
+        raise WeightsError(f"pool {pool.name!r}: {exc}") from exc
+
+
+def _prepare(
+    pool: PoolSpec, base_dir: Path, cache: Path, log: Callable[[str], None]
+) -> PoolWeights:
     weights = pool.weights
     assert weights is not None, f"pool {pool.name} names no weights"
     trust = trust_of(weights, base_dir)
@@ -66,19 +78,16 @@ def prepare_pool_weights(
         # re-pointed in between, at weights nobody verified.
         real_dir = model_dir.resolve()
         result = verify_model(real_dir, trust, signature or default_signature_path(model_dir))
-        _refuse_unless_ok(pool, result)
+        _refuse_unless_ok(result)
         return PoolWeights(pool.name, real_dir, result, str(model_dir))
     assert weights.registry is not None and weights.name is not None, "checked by the spec"
     registry = RegistryUrl.parse(weights.registry)
     log(f"pool {pool.name}: pulling {weights.name}@{weights.revision or 'newest'} from {registry}")
-    try:
-        request = PullRequest(registry, weights.name, weights.revision, cache, trust,
-                              verify_cached=True, digest=weights.digest)  # fmt: skip
-        pulled = pull_model(request)
-    except VerificationFailed as exc:
-        raise VerificationFailed(exc.verification, f"pool {pool.name!r}: {exc}") from exc
+    request = PullRequest(registry, weights.name, weights.revision, cache, trust,
+                          verify_cached=True, digest=weights.digest)  # fmt: skip
+    pulled = pull_model(request)
     assert pulled.verification is not None, "verify_cached: always verified"
-    _refuse_unless_ok(pool, pulled.verification)
+    _refuse_unless_ok(pulled.verification)
     source = f"{pulled.name}@{pulled.revision} from {registry}"
     # NOTE: the content-addressed directory, not the by-name link, which can be re-pointed.
     content_dir = WeightCache(cache).model_dir(pulled.digest).resolve()
@@ -86,10 +95,9 @@ def prepare_pool_weights(
                        pulled.fetched_bytes, pulled.quarantined)  # fmt: skip
 
 
-def _refuse_unless_ok(pool: PoolSpec, result: Verification) -> None:
+def _refuse_unless_ok(result: Verification) -> None:
     if not result.ok:
-        message = f"pool {pool.name!r}: refusing to start it: {describe_failure(result)}"
-        raise VerificationFailed(result, message)
+        raise VerificationFailed(result, f"refusing to start it: {describe_failure(result)}")
 
 
 def prepare_weights(
@@ -98,10 +106,6 @@ def prepare_weights(
     """Every pool's weights, in stack order; the first refusal raises, naming the pool."""
     ready = {}
     for pool in stack.pools:
-        if pool.weights is None:
-            continue
-        try:
+        if pool.weights is not None:
             ready[pool.name] = prepare_pool_weights(pool, base_dir, cache, log)
-        except WeightsError as exc:  # a key, the registry, the cache: say whose
-            raise WeightsError(f"pool {pool.name!r}: {exc}") from exc
     return ready
