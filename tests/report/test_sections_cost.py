@@ -3,9 +3,12 @@ for, idle hours included, and the rate while traffic flows is labelled as such."
 
 from __future__ import annotations
 
+import copy
+from dataclasses import replace
+
 from inhouse.report.document import build_document
 from inhouse.report.figures import format_value
-from inhouse.report.inputs import ReportInputs
+from inhouse.report.inputs import Doc, ReportInputs
 
 
 def test_the_month_s_cost_per_token_counts_the_idle_hours(inputs: ReportInputs) -> None:
@@ -46,3 +49,22 @@ def test_each_workload_has_its_month_s_cost_per_token_against_each_api(
             assert cells[2 + i] == (
                 f"{format_value(per_million, 'usd', 3)} ({format_value(multiple, 'x')} the stack's)"
             ), (api, line)
+
+
+def test_the_per_workload_month_table_without_an_api_has_as_many_header_cells_as_columns(
+    inputs: ReportInputs,
+) -> None:
+    """A plan priced against no API: the table is the workload and its month's $/1M, its
+    header as wide as its delimiter row (GitHub's Markdown renders no table where they
+    differ)."""
+    plan = copy.deepcopy(inputs.plan.data)
+    plan["cost"].pop("api_usd_per_month", None)
+    for w in plan["cost"]["workloads"].values():
+        w.pop("api_usd_per_month", None)
+    changed = replace(inputs, plan=Doc(inputs.plan.name, plan))
+    section = build_document(changed).markdown.split("## 7. Cost model")[1].split("\n## ")[0]
+    lines = section.splitlines()
+    at = next(i for i, x in enumerate(lines) if x.startswith("| workload | $/1M over the month |"))
+    header, separator = lines[at], lines[at + 1]
+    assert header == "| workload | $/1M over the month |"
+    assert separator == "|---|---|"

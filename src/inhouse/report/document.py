@@ -16,7 +16,7 @@ from inhouse.report.alternative import alternative
 from inhouse.report.context import Context, table
 from inhouse.report.figures import Ledger
 from inhouse.report.inputs import DRILLS, ReportInputs
-from inhouse.report.measure import cited_runs
+from inhouse.report.measure import client_bottlenecked
 from inhouse.report.sections_ops import drill_conditions
 
 DELIVERABLES = (
@@ -79,8 +79,7 @@ def _summary(ctx: Context) -> list[str]:
         run.name
         for r in ctx.rows
         if r.measured.figure is not None
-        for run in cited_runs(r.measured.figure, ctx.inputs.benches)
-        if run.result.get("client_bottleneck") is True
+        for run in client_bottlenecked(r.measured.figure, ctx.inputs.benches)
     }
     bottlenecked = [run.name for run in ctx.inputs.benches if run.name in cited]
     drills = ctx.inputs.drills

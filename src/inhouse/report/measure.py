@@ -90,12 +90,18 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
-def run_warmup_s(run: BenchRun) -> float:
+def _sched(run: BenchRun) -> list[float]:
+    """The rows' scheduled times (`t_sched_s`), where recorded."""
+    return [t for r in run.requests if (t := _number(r.get("t_sched_s"))) is not None]
+
+
+def run_warmup_s(run: BenchRun, sched: Sequence[float] | None = None) -> float:
     """The run's warm-up, as the planner's check takes its own: of the run's recorded length
-    (`workload.duration_s`), else of its scheduled arrivals' span."""
-    sched = [t for r in run.requests if (t := _number(r.get("t_sched_s"))) is not None]
+    (`workload.duration_s`), else of its scheduled arrivals' span (`sched`, when the caller
+    has it)."""
     duration = _number(run.result.get("workload", "duration_s"))
     if duration is None:
+        sched = _sched(run) if sched is None else sched
         duration = max(sched) - min(sched) if sched else 0.0
     return warmup_for(duration)
 
@@ -103,11 +109,11 @@ def run_warmup_s(run: BenchRun) -> float:
 def counted_rows(run: BenchRun) -> list[Mapping[str, Any]]:
     """The run's rows scheduled after its warm-up (`run_warmup_s`), as the planner's check
     counts them."""
-    sched = [t for r in run.requests if (t := _number(r.get("t_sched_s"))) is not None]
+    sched = _sched(run)
     if not sched:
         return list(run.requests)
     start = min(sched)
-    warmup = run_warmup_s(run)
+    warmup = run_warmup_s(run, sched)
     return [
         r for r in run.requests if (t := _number(r.get("t_sched_s"))) is None or t - start >= warmup
     ]
@@ -280,6 +286,12 @@ def cited_runs(figure: Figure, runs: Sequence[BenchRun]) -> list[BenchRun]:
     each run's file, joined by " + ")."""
     files = set(figure.source.file.split(" + "))
     return [run for run in runs if run.requests_file in files or run.result.name in files]
+
+
+def client_bottlenecked(figure: Figure, runs: Sequence[BenchRun]) -> list[BenchRun]:
+    """The runs behind `figure` (`cited_runs`) whose client was a bottleneck (result.json
+    `client_bottleneck`): their latencies and rates include client delay."""
+    return [run for run in cited_runs(figure, runs) if run.result.get("client_bottleneck") is True]
 
 
 def counters_window(run: BenchRun) -> tuple[float, float] | None:

@@ -209,14 +209,9 @@ def _per_workload_month(ctx: Context) -> list[str]:
         rows.append(row)
     if not rows or not any(c != "—" for row in rows for c in row[1:]):
         return []
-    return [
-        "| workload | $/1M over the month | "
-        + " | ".join(f"{api} $/1M, same tokens" for api in apis)
-        + " |",
-        "|" + "---|" * (2 + len(apis)),
-        *("| " + " | ".join(row) + " |" for row in rows),
-        "",
-    ]
+    return table(
+        ["workload", "$/1M over the month", *(f"{api} $/1M, same tokens" for api in apis)], rows
+    )
 
 
 def _api_per_million(ctx: Context, workload: str, api: str) -> str:

@@ -304,10 +304,15 @@ def _degraded_slo(ctx: Context, i: int, pool: str, workload: str, metric: str, l
         *base, "workloads", workload, "p95_ms", BENCH_KEY[metric], kind="estimate", unit="ms"
     )
     if metric == "ttft":
-        reading, _ = measure.drill_check(ctx.inputs.drills, "kill-replica", "degraded", "ttft")
+        # The SLO table's row on the same figure (`slo.degraded_rows`), else the drill's own.
         name = f"{label}, one {pool} replica lost"
         row = next((r for r in ctx.rows if r.workload == workload and r.metric == name), None)
-        how = f"; {row.measured.how}" if row is not None and row.measured.how else ""
+        reading = (
+            row.measured
+            if row is not None
+            else measure.drill_check(ctx.inputs.drills, "kill-replica", "degraded", "ttft")[0]
+        )
+        how = f"; {reading.how}" if reading.how else ""
         measured = (
             "measured by the kill-replica drill: " + ctx.show(reading.figure)
             if reading.figure is not None

@@ -117,11 +117,7 @@ def _client_note(reading: Reading, runs: list[BenchRun]) -> Reading:
     figure = reading.figure
     if figure is None:
         return reading
-    names = [
-        run.name
-        for run in measure.cited_runs(figure, runs)
-        if run.result.get("client_bottleneck") is True
-    ]
+    names = [run.name for run in measure.client_bottlenecked(figure, runs)]
     if not names:
         return reading
     note = (
