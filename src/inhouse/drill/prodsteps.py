@@ -88,7 +88,10 @@ def default_agent_load(why: str = "no plan.json beside the stack") -> AgentLoad:
 
 
 def _k(argv: list[str]) -> str:
-    return "kubectl " + shlex.join(argv).replace(f"'{NODE}'", '"$NODE"').replace(NODE, '"$NODE"')
+    """`argv`'s shell line, the script's variables put in for the placeholders: the node under
+    drill, and the chosen pods' names (whole words)."""
+    line = "kubectl " + shlex.join(argv).replace(f"'{NODE}'", '"$NODE"').replace(NODE, '"$NODE"')
+    return line.replace(f" {POD} ", ' "$POD" ').replace(f" {NEW_POD} ", ' "$NEW_POD" ')
 
 
 def _apply_on_node(ns: str, manifest: str) -> str:
@@ -302,7 +305,7 @@ def _scaled_kill(
             "\n".join(
                 [
                     victim.choose_shell(),
-                    f"VICTIM_IP=$({_pod(ip)})",
+                    f"VICTIM_IP=$({_k(ip)})",
                     'echo "drill victim\'s address: $VICTIM_IP"',
                     _k(kill),
                 ]
@@ -330,7 +333,7 @@ def _scaled_kill(
             [
                 _k(ready),
                 f"NEW_POD=$({_k(newest)})",
-                f"NEW_IP=$({_pod(new_ip)})",
+                f"NEW_IP=$({_k(new_ip)})",
                 'echo "replacement: pod $NEW_POD at $NEW_IP"',
                 grep("NEW_IP"),
             ]
@@ -345,11 +348,6 @@ def _scaled_kill(
         promql=[routed],
     )
     return sigkill, rejoin
-
-
-def _pod(argv: list[str]) -> str:
-    """`argv`'s shell line, the chosen pods' names as the script's variables."""
-    return _k(argv).replace(f" {POD} ", ' "$POD" ').replace(f" {NEW_POD} ", ' "$NEW_POD" ')
 
 
 def _kv_fill(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -> list[Step]:

@@ -215,7 +215,6 @@ async def chat_completions(state: EngineState, request: Request) -> Response:
         "chatcmpl",
         arrival_s,
         forced_text=call.raw_text if call else structured_text(body.response_format_dict(), seed),
-        max_tokens_param=max_tokens_param,
     )
     options = body.stream_options
     if body.stream:

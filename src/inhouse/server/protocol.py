@@ -51,15 +51,6 @@ class FieldError(ValueError):
         self.param = param
 
 
-class RequestRefused(ValueError):
-    """A refusal found in a model validator that is sent as it is (a validation error list
-    found after the fields were validated)."""
-
-    def __init__(self, error: ApiError) -> None:
-        super().__init__(error.message)
-        self.error = error
-
-
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="allow")
     include_usage: bool | None = False
@@ -263,10 +254,11 @@ class ChatCompletionRequest(_SamplingRequest):
     @model_validator(mode="after")
     def _read_tool_calls(self) -> ChatCompletionRequest:
         """vLLM's chat route reads each message's tool calls once the fields are valid: a call
-        that fits no tool-call type is a validation error located by the call's index."""
+        that fits no tool-call type is a validation error located by the call's index (an
+        `ApiError`, not a `ValueError`: pydantic lets it through as it is)."""
         for message in self.messages:
             if (exc := read_items(message, "tool_calls")) is not None:
-                raise RequestRefused(validation_error(fastapi_errors(exc)))
+                raise validation_error(fastapi_errors(exc))
         return self
 
 
@@ -375,7 +367,7 @@ def parse_body(raw: bytes, content_type: str, model: type[_M]) -> _M:
     except ValidationError as exc:
         for err in exc.errors(include_url=False):
             cause = (err.get("ctx") or {}).get("error")
-            if isinstance(cause, FieldError | RequestRefused):
+            if isinstance(cause, FieldError):
                 raise cause.error from None
         raise validation_error(fastapi_errors(exc)) from None
 

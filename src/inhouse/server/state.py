@@ -245,14 +245,12 @@ class EngineState:
         prefix: str,
         arrival_s: float,
         forced_text: str | None = None,
-        max_tokens_param: str = "max_tokens",
     ) -> Stream:
         """Check lengths, plan the output, and queue the request; raises vLLM's errors.
-        `arrival_s` is when the handler started on it (the engine's clock); `forced_text` an
-        output fixed in advance (a forced tool call); `max_tokens_param` the field the limit
-        came from, which the error names."""
+        `requested_max_tokens` was checked against the context already (`check_max_tokens`,
+        which vLLM makes far earlier); `arrival_s` is when the handler started on it (the
+        engine's clock); `forced_text` an output fixed in advance (a forced tool call)."""
         max_len = self.max_model_len
-        self.check_max_tokens(requested_max_tokens, max_tokens_param)
         num_prompt = len(prompt_ids)
         if num_prompt > max_len:
             # vLLM tokenizes text prompts only up to max_model_len + 1 tokens.
