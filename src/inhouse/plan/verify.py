@@ -9,6 +9,7 @@ left out; the rest give vLLM bench's p95s per workload, compared with the target
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -202,6 +203,12 @@ def check_key(metric: str, long_tokens: int | None) -> str:
     if metric == "ttft" and long_tokens is not None:
         return SHORT_TTFT_KEY
     return METRIC_KEYS[metric]
+
+
+def checked_key(item: Mapping[str, Any], metric: str) -> str:
+    """The summary key a `checks[metric]` item was read from: its `p95_key` where it has one
+    (`check_key`), else the metric's own."""
+    return str(item.get("p95_key") or METRIC_KEYS[metric])
 
 
 def _p95(values: list[float] | np.ndarray) -> float:
