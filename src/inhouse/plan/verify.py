@@ -155,7 +155,8 @@ def summarize(result: FleetResult, workload: str, warmup_s: float, slo: Slo) -> 
     counted = [r for r in mine if r.arrival_s >= warmup_s]
     done = [r for r in counted if r.ok]
     long_tokens = slo.long_prompt_tokens if slo.has_long_ttft else None
-    metrics = {**_p95s(result, done), **_ttft_by_length(done, long_tokens)}
+    by_length = {k: _p95(v) for k, v in _ttft_by_length(done, long_tokens).items()}
+    metrics = {**_p95s(result, done), **by_length}
     prompt = sum(r.num_prompt_tokens for r in done)
     checks: dict[str, dict[str, Any]] = {}
     for metric, target in slo.targets().items():
@@ -216,27 +217,27 @@ def _p95(values: list[float] | np.ndarray) -> float:
     return float(np.percentile(data, 95)) if data.size else float("nan")
 
 
-def _ttft_by_length(done: list[RequestRecord], long_tokens: int | None) -> dict[str, float]:
-    """p95 TTFT (ms) of the prompts up to `long_tokens` and of the longer ones (the router's
-    length rule: longer than `long_prompt_tokens` goes to the long pool)."""
+def _ttft_by_length(records: list[RequestRecord], long_tokens: int | None) -> dict[str, np.ndarray]:
+    """TTFTs (ms) of the prompts up to `long_tokens` and of the longer ones (the router's
+    length rule: longer than `long_prompt_tokens` goes to the long pool); none without it."""
     if long_tokens is None:
         return {}
+    ms = 1000.0
     return {
-        SHORT_TTFT_KEY: _p95(
-            [1000.0 * r.ttft_s for r in done if r.num_prompt_tokens <= long_tokens]
-        ),
-        LONG_TTFT_KEY: _p95([1000.0 * r.ttft_s for r in done if r.num_prompt_tokens > long_tokens]),
+        SHORT_TTFT_KEY: ms
+        * np.array([r.ttft_s for r in records if r.num_prompt_tokens <= long_tokens]),
+        LONG_TTFT_KEY: ms
+        * np.array([r.ttft_s for r in records if r.num_prompt_tokens > long_tokens]),
     }
 
 
 def _p95s(result: FleetResult, done: list[RequestRecord]) -> dict[str, float]:
-    p95 = _p95
     ms = 1000.0
     return {
-        "p95_ttft_ms": p95([ms * r.ttft_s for r in done]),
-        "p95_itl_ms": p95(ms * result.itl_s(done)),
-        "p95_tpot_ms": p95([ms * r.tpot_s for r in done if r.num_output_tokens > 1]),
-        "p95_e2el_ms": p95([ms * r.e2el_s for r in done]),
+        "p95_ttft_ms": _p95([ms * r.ttft_s for r in done]),
+        "p95_itl_ms": _p95(ms * result.itl_s(done)),
+        "p95_tpot_ms": _p95([ms * r.tpot_s for r in done if r.num_output_tokens > 1]),
+        "p95_e2el_ms": _p95([ms * r.e2el_s for r in done]),
     }
 
 
@@ -264,16 +265,8 @@ def _p95_inputs(
     result: FleetResult, records: list[RequestRecord], long_tokens: int | None
 ) -> dict[str, np.ndarray]:
     ms = 1000.0
-    by_length: dict[str, np.ndarray] = {}
-    if long_tokens is not None:
-        by_length = {
-            SHORT_TTFT_KEY: ms
-            * np.array([r.ttft_s for r in records if r.num_prompt_tokens <= long_tokens]),
-            LONG_TTFT_KEY: ms
-            * np.array([r.ttft_s for r in records if r.num_prompt_tokens > long_tokens]),
-        }
     return {
-        **by_length,
+        **_ttft_by_length(records, long_tokens),
         "p95_ttft_ms": ms * np.array([r.ttft_s for r in records]),
         "p95_itl_ms": ms * result.itl_s(records),
         "p95_tpot_ms": ms * np.array([r.tpot_s for r in records if r.num_output_tokens > 1]),
