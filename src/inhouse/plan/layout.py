@@ -128,9 +128,9 @@ def _variants(
     else:
         thresholds = [_round_up(float(np.quantile(prompt, q))) for q in SPLIT_QUANTILES]
     for threshold in thresholds:
-        if not (prompt > threshold).any():
-            continue
         long = prompt > threshold
+        if not long.any():
+            continue
         # NOTE: by count and by tokens the long pool's share differ by far (a quarter of the
         # requests can carry half the prompt tokens); the description says both.
         requests = float(np.mean(long))
