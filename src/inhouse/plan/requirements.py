@@ -203,6 +203,15 @@ class Slo(SpecModel):
             update={"ttft_p95_ms": long_ttft_ms, "ttft_alarm_ms": round(1.25 * long_ttft_ms, 1)}
         )
 
+    def for_all_prompts(self) -> Slo:
+        """The SLO a series of all the workload's prompts (the gateway's, a bench's) can be
+        held to. With long prompts on their own looser TTFT, that is the long-prompt target:
+        the mixture's p95 is at most the larger of its parts' p95s, and the short prompts'
+        target would fail (and page) a stack that meets both."""
+        if self.long_ttft_p95_ms is not None and self.has_long_ttft:
+            return self.for_long_prompts(self.long_ttft_p95_ms)
+        return self
+
     def targets(self) -> dict[str, float]:
         """`{metric: target_ms}` for every metric with a target, in a fixed order."""
         out: dict[str, float] = {}

@@ -282,16 +282,6 @@ def _routes(done: list[RequestRecord]) -> dict[str, int]:
     return routes
 
 
-def gateway_targets(slo: Slo) -> dict[str, float]:
-    """The p95 targets a series of all the workload's prompts (the gateway's, a bench's) can be
-    held to. With long prompts on their own looser TTFT, that is the long-prompt target: the
-    mixture's p95 is at most the larger of its parts' p95s, and the short prompts' target
-    would fail a stack that meets both."""
-    if slo.long_ttft_p95_ms is not None and slo.has_long_ttft:
-        return slo.for_long_prompts(slo.long_ttft_p95_ms).targets()
-    return slo.targets()
-
-
 def generator_params(req_workload: Any, model_name: str) -> tuple[str, dict[str, str]]:
     """The plan's generator for one workload as `inhouse simulate -W` / `inhouse bench -p`
     parameters: (workload name, {parameter: text})."""
@@ -337,7 +327,7 @@ def bench_entry(requirements: Requirements, workload: str, model_name: str) -> d
         "workload": name,
         "params": params,
         "model": model_name,
-        "slo_p95_ms": gateway_targets(req.slo),
+        "slo_p95_ms": req.slo.for_all_prompts().targets(),
         "duration_s": duration,
         "warmup_s": warmup_for(duration),
     }
