@@ -402,8 +402,10 @@ def _update_corrections(
             old = corrections.get(workload, {}).get(metric, 1.0)
             analytic = candidate.predictions.get(workload, {}).get(metric, 0.0)
             idle = candidate.floors.get(workload, {}).get(metric, 0.0)
-            # NOTE: a long-prompt TTFT (`long_ttft`) has no analytic figure of its own here,
-            # so its misses grow the pools (`grow`) without correcting the model.
+            # NOTE: a long-prompt TTFT (`long_ttft`) gets a factor of its own, which the long
+            # pools' TTFT forecasts take (`sizing.correction_key`); on a layout with no long
+            # pool it has no analytic figure (0 here), so its misses grow the pools (`grow`)
+            # without correcting the model.
             simulated = float(summary[checked_key(item, metric)])
             # The analytic load part was already scaled by `old`; find the factor that makes it
             # match the simulator, with a margin.
