@@ -15,7 +15,7 @@ from inhouse.plan.memo_notes import _not_re_forecast
 from inhouse.plan.p95_interval import BLOCK_S, p95_intervals
 from inhouse.plan.report_degraded import check_rows
 from inhouse.plan.requirements import Planning
-from inhouse.plan.verify import MAX_WARMUP_S, METRIC_KEYS, WARMUP_FRACTION, SimCheck
+from inhouse.plan.verify import METRIC_KEYS, SimCheck, warmup_for
 
 NOISE = "passed by less than the simulator's noise"
 
@@ -118,7 +118,7 @@ def test_the_default_1x_check_rests_on_enough_blocks_to_settle_a_near_pass() -> 
     # assistant's TTFT: 954-1,282 ms over seeds 0-4 against a 1,200 ms target, one a miss; a
     # 360-s run (66 blocks) read 1,018-1,107 ms for the same stack, for 2-4 s more CPU a plan.
     planning = Planning()
-    warmup_s = min(MAX_WARMUP_S, WARMUP_FRACTION * planning.verify_duration_s)
+    warmup_s = warmup_for(planning.verify_duration_s)  # the rule the check applies
     assert (planning.verify_duration_s - warmup_s) // BLOCK_S >= 60
     # The interval narrows with the blocks: the synthetic run's, 14 blocks against 66.
     short = p95_intervals(run_ttfts(num_blocks=14))["p95_ttft_ms"]

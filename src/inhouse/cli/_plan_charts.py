@@ -11,6 +11,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from inhouse.plan.verify import metric_words
+
 DPI = 110
 
 
@@ -50,8 +52,7 @@ def _latency(report: Mapping[str, Any]) -> Any:
                 if item and item.get("p95_ms") is not None:
                     xs.append(float(m[:-1]))
                     ys.append(item["p95_ms"] / target["target_ms"])
-            name = "ttft (long prompts)" if metric == "long_ttft" else metric
-            ax.plot(xs, ys, marker="o", label=f"{workload} p95 {name}")
+            ax.plot(xs, ys, marker="o", label=f"{workload} p95 {metric_words(metric)}")
     ax.axhline(1.0, color="black", linewidth=1, linestyle="--", label="target")
     ax.set_yscale("log")
     ax.set_xlabel("load (x peak)")

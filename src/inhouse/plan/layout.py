@@ -128,9 +128,9 @@ def _variants(
     else:
         thresholds = [_round_up(float(np.quantile(prompt, q))) for q in SPLIT_QUANTILES]
     for threshold in thresholds:
-        if not (prompt > threshold).any():
-            continue
         long = prompt > threshold
+        if not long.any():
+            continue
         # NOTE: by count and by tokens the long pool's share differ by far (a quarter of the
         # requests can carry half the prompt tokens); the description says both.
         requests = float(np.mean(long))
@@ -241,12 +241,13 @@ def fallback_need(
     lost: Stream,
     replicas: int,
     quantile: float,
-    slo: Slo | None = None,
+    slo: Slo,
 ) -> PoolNeed | None:
     """A pool for the workload's fallback model, sized for one lost replica of a pool of
     `replicas` serving `lost`, the workload's part there: that part's prompts (all of them on
     one pool; the long ones from a long-context pool) at its share over the replicas, held to
-    the degraded SLO (or the normal one) at `quantile`, the pool's for the workload."""
+    `slo` (the lost pool's degraded SLO for the workload, or its normal one) at `quantile`, the
+    pool's for the workload."""
     if req.models.fallback is None:
         return None
     model = get_model(req.models.fallback)
@@ -256,7 +257,7 @@ def fallback_need(
         role="fallback",
         streams=(Stream(scaled, lost.shapes),),
         models=(model.name,),
-        slos={req.name: slo or req.degraded_slo or req.slo},
+        slos={req.name: slo},
         degraded_slos={req.name: None},
         quantiles={req.name: quantile},
         min_replicas=1,

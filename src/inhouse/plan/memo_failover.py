@@ -70,17 +70,13 @@ def _rows(
         stated = (d["degraded_slo"] or {}).get(workload) or {}
         kept = (shed or {}).get("workloads_kept", {}).get(workload)
         normal = base.get(workload) or {}
-        by_length = any(key in LENGTH_ROWS for key in w["p95_ms"])
-        for key, value in w["p95_ms"].items():
-            metric = _metric(key)
-            if metric not in (*METRICS, "long_ttft") or (by_length and key == "p95_ttft_ms"):
-                continue  # with TTFT by prompt length, the all-prompts TTFT is judged by none
+        for key, value, metric, label in _judged(w["p95_ms"]):
             target = stated.get(metric, {}).get("target_ms")
             first = _interval(normal, key)
             lost = _interval(w, key)
             row = [
                 workload,
-                LENGTH_ROWS[key][1] if key in LENGTH_ROWS else METRIC_NAMES[metric],
+                label,
                 _with_interval((normal.get("p95_ms") or {}).get(key), first),
                 _with_interval(value, lost),
                 _compared(first, lost),
@@ -93,16 +89,28 @@ def _rows(
                 )
             own = (targets.get(workload) or {}).get(metric)
             if target is None and own is not None:
-                verdict = _normal_verdict(value, own)
-                if shed and kept is not None:
-                    verdict += f" / {_normal_verdict(kept['p95_ms'][key], own)} shed"
-                rows.append([*row, f"— (normal {_ms(own)})", verdict])
-                continue
-            verdict = _verdict(value, target)
-            if shed and kept is not None and target is not None:
-                verdict += f" / {_verdict(kept['p95_ms'][key], target)} shed"
-            rows.append([*row, _ms(target), verdict])
+                column, judge, against = f"— (normal {_ms(own)})", _normal_verdict, own
+            else:
+                column, judge, against = _ms(target), _verdict, target
+            verdict = judge(value, against)
+            if shed and kept is not None and against is not None:
+                verdict += f" / {judge(kept['p95_ms'][key], against)} shed"
+            rows.append([*row, column, verdict])
     return header, rows
+
+
+def _judged(p95_ms: Mapping[str, Any]) -> list[tuple[str, Any, str, str]]:
+    """(key, p95, metric, name) of each p95 a lost replica is judged on: with TTFT by prompt
+    length, each length's TTFT and not the all-prompts one, which no target holds."""
+    by_length = any(key in LENGTH_ROWS for key in p95_ms)
+    out = []
+    for key, value in p95_ms.items():
+        metric = _metric(key)
+        if metric not in (*METRICS, "long_ttft") or (by_length and key == "p95_ttft_ms"):
+            continue
+        name = LENGTH_ROWS[key][1] if key in LENGTH_ROWS else METRIC_NAMES[metric]
+        out.append((key, value, metric, name))
+    return out
 
 
 def normal_misses(r: Mapping[str, Any]) -> dict[str, list[str]]:
@@ -114,15 +122,10 @@ def normal_misses(r: Mapping[str, Any]) -> dict[str, list[str]]:
         for workload, w in d["workloads"].items():
             if ((d.get("degraded_slo") or {}).get(workload)) is not None:
                 continue
-            by_length = any(key in LENGTH_ROWS for key in w["p95_ms"])
-            for key, value in w["p95_ms"].items():
-                metric = _metric(key)
+            for _, value, metric, name in _judged(w["p95_ms"]):
                 target = (normal.get(workload) or {}).get(metric)
-                if target is None or (by_length and key == "p95_ttft_ms"):
-                    continue
-                if value is None or value > target:
-                    label = LENGTH_ROWS[key][1] if key in LENGTH_ROWS else METRIC_NAMES[metric]
-                    out.setdefault(workload, []).append(f"{label}, pool {d['pool']}")
+                if target is not None and (value is None or value > target):
+                    out.setdefault(workload, []).append(f"{name}, pool {d['pool']}")
     return out
 
 

@@ -33,7 +33,7 @@ from inhouse.plan.requirements import Requirements, Slo, WorkloadReq
 from inhouse.plan.search import Candidate, SearchResult, grow, search
 from inhouse.plan.stackgen import build_stack
 from inhouse.plan.traffic import TrafficProfile, profile_workload
-from inhouse.plan.verify import METRIC_KEYS, SimCheck, metric_words, run_check
+from inhouse.plan.verify import SimCheck, checked_key, metric_words, run_check
 from inhouse.spec.catalog import get_model
 from inhouse.spec.stack import StackSpec
 
@@ -402,9 +402,11 @@ def _update_corrections(
             old = corrections.get(workload, {}).get(metric, 1.0)
             analytic = candidate.predictions.get(workload, {}).get(metric, 0.0)
             idle = candidate.floors.get(workload, {}).get(metric, 0.0)
-            # NOTE: a long-prompt TTFT (`long_ttft`) has no analytic figure of its own here,
-            # so its misses grow the pools (`grow`) without correcting the model.
-            simulated = float(summary[item.get("p95_key", METRIC_KEYS.get(metric, ""))])
+            # NOTE: a long-prompt TTFT (`long_ttft`) gets a factor of its own, which the long
+            # pools' TTFT forecasts take (`sizing.correction_key`); on a layout with no long
+            # pool it has no analytic figure (0 here), so its misses grow the pools (`grow`)
+            # without correcting the model.
+            simulated = float(summary[checked_key(item, metric)])
             # The analytic load part was already scaled by `old`; find the factor that makes it
             # match the simulator, with a margin.
             load_part = (analytic - idle) / old

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from inhouse.plan.planner import Plan
-from inhouse.plan.verify import LONG_TTFT_KEY, METRIC_KEYS, SHORT_TTFT_KEY, SimCheck
+from inhouse.plan.verify import LONG_TTFT_KEY, METRIC_KEYS, SHORT_TTFT_KEY, SimCheck, checked_key
 
 LENGTH_KEYS = (SHORT_TTFT_KEY, LONG_TTFT_KEY)
 
@@ -30,11 +30,7 @@ def check_rows(
                 metric: {
                     **item,
                     "analytic_p95_ms": (analytic or {}).get(workload, {}).get(metric),
-                    **_noise(
-                        item,
-                        intervals.get(item.get("p95_key", METRIC_KEYS.get(metric))),
-                        verification,
-                    ),
+                    **_noise(item, intervals.get(checked_key(item, metric)), verification),
                 }
                 for metric, item in checks.items()
             },
@@ -44,12 +40,6 @@ def check_rows(
             "p95_interval_ms": summary.get("p95_interval_ms") or {},
         }
     return rows
-
-
-def _key(item: dict[str, Any], metric: str) -> str:
-    """The summary key the check read (TTFT by prompt length where long prompts have their
-    own target: `verify.check_key`)."""
-    return str(item.get("p95_key") or METRIC_KEYS[metric])
 
 
 def _noise(

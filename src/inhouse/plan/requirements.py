@@ -129,6 +129,11 @@ class MultiTurn(SpecModel):
         return self
 
 
+def default_alarm_ms(target_ms: float) -> float:
+    """The p95 that pages where the SLO states none: 1.25x the target."""
+    return round(1.25 * float(target_ms), 1)
+
+
 class Slo(SpecModel):
     """p95 targets in ms (null: no target) and the p95 that should page (default: 1.25x the
     target), plus availability: the share of requests answered without an error."""
@@ -194,14 +199,23 @@ class Slo(SpecModel):
 
     def long_alarm_ms(self) -> float:
         assert self.long_ttft_p95_ms is not None, "no long-prompt TTFT target"
-        return round(1.25 * self.long_ttft_p95_ms, 1)
+        return default_alarm_ms(self.long_ttft_p95_ms)
 
     def for_long_prompts(self, long_ttft_ms: float) -> Slo:
         """This SLO as the long-context pool is held to it: `long_ttft_ms` for TTFT (its alarm
         1.25x), every other target as it is."""
         return self.model_copy(
-            update={"ttft_p95_ms": long_ttft_ms, "ttft_alarm_ms": round(1.25 * long_ttft_ms, 1)}
+            update={"ttft_p95_ms": long_ttft_ms, "ttft_alarm_ms": default_alarm_ms(long_ttft_ms)}
         )
+
+    def for_all_prompts(self) -> Slo:
+        """The SLO a series of all the workload's prompts (the gateway's, a bench's) can be
+        held to. With long prompts on their own looser TTFT, that is the long-prompt target:
+        the mixture's p95 is at most the larger of its parts' p95s, and the short prompts'
+        target would fail (and page) a stack that meets both."""
+        if self.long_ttft_p95_ms is not None and self.has_long_ttft:
+            return self.for_long_prompts(self.long_ttft_p95_ms)
+        return self
 
     def targets(self) -> dict[str, float]:
         """`{metric: target_ms}` for every metric with a target, in a fixed order."""
@@ -216,7 +230,7 @@ class Slo(SpecModel):
         alarm = getattr(self, f"{metric}_alarm_ms")
         target = getattr(self, f"{metric}_p95_ms")
         assert target is not None, f"{metric} has no target"
-        return float(alarm) if alarm is not None else round(1.25 * float(target), 1)
+        return float(alarm) if alarm is not None else default_alarm_ms(target)
 
 
 METRICS = ("ttft", "itl", "tpot", "e2e")

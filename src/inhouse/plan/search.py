@@ -432,15 +432,19 @@ def predict_workloads(
             parts.setdefault(stream.name, []).append((pool, stream.share))
     out: dict[str, dict[str, float]] = {}
     for workload, items in parts.items():
+        # Long prompts with a TTFT of their own: each TTFT is over its own pools' prompts.
+        by_length = any(p.need.slos[workload].has_long_ttft for p, _ in items)
+        long = [(p, s) for p, s in items if p.need.role == "long"] if by_length else []
         metrics: dict[str, float] = {}
         for metric in ("ttft", "itl", "tpot", "e2e"):
-            metrics[metric] = _mixed_p95(items, workload, metric, corrections, floor)
-        if any(p.need.slos[workload].has_long_ttft for p, _ in items):
-            # Long prompts have a TTFT of their own: each TTFT is over its own pool's prompts.
-            for metric, role_is_long in (("ttft", False), ("long_ttft", True)):
-                part = [(p, s) for p, s in items if (p.need.role == "long") == role_is_long]
-                if part:
-                    metrics[metric] = _mixed_p95(part, workload, "ttft", corrections, floor, metric)
+            part = items
+            if metric == "ttft" and long:
+                part = [(p, s) for p, s in items if p.need.role != "long"] or items
+            metrics[metric] = _mixed_p95(part, workload, metric, corrections, floor)
+        if long:
+            metrics["long_ttft"] = _mixed_p95(
+                long, workload, "ttft", corrections, floor, "long_ttft"
+            )
         out[workload] = metrics
     return out
 

@@ -70,13 +70,10 @@ def workload_specs(requirements: Requirements, check: SimCheck | None) -> tuple[
     simulator measured for it at 1x peak."""
     out = []
     for req in requirements.workloads:
-        stated = req.slo
-        if stated.long_ttft_p95_ms is not None and stated.has_long_ttft:
-            # NOTE: render alerts a workload's TTFT on the gateway's series of all its prompts;
-            # held to the short prompts' target, the long ones (on their own looser target)
-            # paged a healthy stack (`verify.gateway_targets`). Each pool's own target is in
-            # `pools[].slo`.
-            stated = stated.for_long_prompts(stated.long_ttft_p95_ms)
+        # NOTE: render alerts a workload's TTFT on the gateway's series of all its prompts;
+        # held to the short prompts' target, the long ones (on their own looser target) paged a
+        # healthy stack (`Slo.for_all_prompts`). Each pool's own target is in `pools[].slo`.
+        stated = req.slo.for_all_prompts()
         slo = LatencySlo(availability=req.slo.availability, **_strictest({}, stated))
         planned = PlannedP95()
         if check is not None and req.name in check.workloads:

@@ -9,6 +9,7 @@ left out; the rest give vLLM bench's p95s per workload, compared with the target
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -199,6 +200,12 @@ def check_key(metric: str, long_tokens: int | None) -> str:
     return METRIC_KEYS[metric]
 
 
+def checked_key(item: Mapping[str, Any], metric: str) -> str:
+    """The summary key a `checks[metric]` item was read from: its `p95_key` where it has one
+    (`check_key`), else the metric's own."""
+    return str(item.get("p95_key") or METRIC_KEYS[metric])
+
+
 def _p95(values: list[float] | np.ndarray) -> float:
     data = np.asarray(values, dtype=np.float64)
     return float(np.percentile(data, 95)) if data.size else float("nan")
@@ -269,16 +276,6 @@ def _routes(done: list[RequestRecord]) -> dict[str, int]:
     return routes
 
 
-def gateway_targets(slo: Slo) -> dict[str, float]:
-    """The p95 targets a series of all the workload's prompts (the gateway's, a bench's) can be
-    held to. With long prompts on their own looser TTFT, that is the long-prompt target: the
-    mixture's p95 is at most the larger of its parts' p95s, and the short prompts' target
-    would fail a stack that meets both."""
-    if slo.long_ttft_p95_ms is not None and slo.has_long_ttft:
-        return slo.for_long_prompts(slo.long_ttft_p95_ms).targets()
-    return slo.targets()
-
-
 def generator_params(req_workload: Any, model_name: str) -> tuple[str, dict[str, str]]:
     """The plan's generator for one workload as `inhouse simulate -W` / `inhouse bench -p`
     parameters: (workload name, {parameter: text})."""
@@ -324,7 +321,7 @@ def bench_entry(requirements: Requirements, workload: str, model_name: str) -> d
         "workload": name,
         "params": params,
         "model": model_name,
-        "slo_p95_ms": gateway_targets(req.slo),
+        "slo_p95_ms": req.slo.for_all_prompts().targets(),
         "duration_s": duration,
         "warmup_s": warmup_for(duration),
     }
