@@ -29,7 +29,7 @@ import yaml
 from inhouse.errors import SpecError
 from inhouse.fleet import Fleet, RequestRecord
 from inhouse.plan.requirements import Requirements, parse_requirements
-from inhouse.plan.verify import MAX_WARMUP_S, WARMUP_FRACTION, mixed_workload
+from inhouse.plan.verify import mixed_workload, warmup_for
 from inhouse.spec.stack import StackSpec
 
 DAY_S = 86_400.0
@@ -173,7 +173,7 @@ def _run_days(
     out: list[DayStats] = []
     for day in range(days):
         wall = time.perf_counter()
-        acc = _Day(min(MAX_WARMUP_S, WARMUP_FRACTION * day_s) if day == 0 else 0.0)
+        acc = _Day(warmup_for(day_s) if day == 0 else 0.0)
         t = day * day_s
         while t < (day + 1) * day_s:
             t += min(CHUNK_S, day_s)
