@@ -291,12 +291,13 @@ def test_a_pull_of_an_empty_or_malformed_name_or_revision_is_a_usage_error(
     assert not (cache / "by-name").exists()
 
 
-@pytest.mark.parametrize("value", ["five", "-1", "2.5"])
+@pytest.mark.parametrize("value", ["five", "-1", "2.5", "\u00b2", "\u0663"])
 def test_a_bad_aws_max_attempts_names_the_variable(
     monkeypatch: pytest.MonkeyPatch, value: str
 ) -> None:
     """`AWS_MAX_ATTEMPTS=five` (or -1, or 2.5) was an int() ValueError (or botocore's)
-    traceback from every registry command."""
+    traceback from every registry command; a superscript two passed `isdigit()` and was the
+    same traceback, and an Arabic-Indic three was taken as 3 where AWS's tools refuse it."""
     for name, setting in {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s",
                           "AWS_MAX_ATTEMPTS": value}.items():  # fmt: skip
         monkeypatch.setenv(name, setting)

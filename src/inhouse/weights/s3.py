@@ -63,7 +63,7 @@ def make_client(max_connections: int = 16) -> Any:
             "AWS_ENDPOINT_URL, e.g. http://minio.storage:9000) to the registry's"
         )
     attempts = os.environ.get("AWS_MAX_ATTEMPTS") or str(MAX_ATTEMPTS)
-    if not attempts.isdigit():
+    if not (attempts.isascii() and attempts.isdigit()):
         raise WeightsError(
             f"AWS_MAX_ATTEMPTS={attempts!r} is not a whole number of attempts: set it to one "
             f"(e.g. {MAX_ATTEMPTS}), or unset it for {MAX_ATTEMPTS}"
