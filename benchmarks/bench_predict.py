@@ -118,6 +118,7 @@ def _read(path: Path, harness: bool = False) -> Screening:
     )
     for label, items in (
         ("unreadable", [(None, f"{i}: {w}") for i, w in corpus.unreadable]),
+        ("not what its label says", [(None, f"{i}: {w}") for i, w in corpus.excluded]),
         ("invalid layout", screened.invalid),
         ("does not fit", screened.unfit),
         ("faster than the hardware allows", screened.implausible),

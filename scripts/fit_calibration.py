@@ -244,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     screened = screen(corpus.rows)
     print(
         f"{len(corpus.rows)} runs ({len(corpus.duplicates)} duplicate rows dropped, "
-        f"{len(corpus.corrected)} layouts corrected); left out: {len(screened.invalid)} "
+        f"{len(corpus.corrected)} layouts corrected); left out: {len(corpus.excluded)} "
+        f"not what their label says, {len(screened.invalid)} "
         f"invalid, {len(screened.unfit)} do not fit, {len(screened.implausible)} implausible, "
         f"{len(screened.queued)} queued in front of the engine"
     )

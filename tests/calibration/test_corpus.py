@@ -125,7 +125,7 @@ def test_inferencex_rows_get_inferencex_launch_knobs() -> None:
         rows(
             "2026_04_06_llama_3_1_70b_h100_sxm_vllm_fp8_agg_1024x1024_c4_tp8_ep1_1,Llama-3.1-70B,h100_sxm,vllm,,fp8,,,8,1,1,8,1,1024,1024,4,70.0,9.0",
             "2026_04_06_minimax_b200_vllm_fp8_agg_8192x1024_c8_tp4_ep1_2,MiniMax-M2.5,b200_sxm,vllm,0.19.0,fp8,fp8,fp8,4,1,1,4,1,8192,1024,8,200.0,9.0",
-            "2026_04_06_dsr1_b200_sglang_fp8_agg_1024x1024_c4_tp8_ep1_3,DeepSeek-R1,b200_sxm,sglang,0.5.9,fp8,fp8,fp8,8,1,1,8,1,1024,1024,4,90.0,8.0",
+            "dsr1_b200_sglang_fp8_agg_1024x1024_c4_cfg87,DeepSeek-R1,b200_sxm,sglang,0.5.9,fp8,fp8,fp8,8,1,1,8,1,1024,1024,4,90.0,8.0",
             "2026_04_06_dsr1_b200_sglang_fp4_agg_1024x1024_c4_tp4_ep4_4,DeepSeek-R1,b200_sxm,sglang,0.5.9,fp4,nvfp4,nvfp4,4,1,1,1,4,1024,1024,4,90.0,8.0",
             "2026_04_06_qwen3_5_b200_sglang_bf16_agg_1024x1024_c4_tp8_ep1_5,Qwen3.5-397B-A17B,b200_sxm,sglang,nightly-dev,bf16,,,8,1,1,8,1,1024,1024,4,90.0,8.0",
             "qwen3_5_397b_gap_analysis_b200_sxm_sglang_bf16_agg_1024x1024_c4_tp8_ep1_1,Qwen3.5-397B-A17B,b200_sxm,sglang,,bf16,,,8,1,1,8,1,1024,1024,4,91.0,8.1",
@@ -178,3 +178,89 @@ def test_gb200_rows_do_not_get_the_single_node_launch_scripts_knobs() -> None:
     assert harness.protocol == SA_BENCH
     assert harness.spec.knobs == plain.spec.knobs
     assert harness.spec.knobs.max_num_seqs == 5632
+
+
+QWEN_FP8 = "Qwen3.5-397B-A17B,b200_sxm,sglang,0.5.9,fp8,fp8,fp8"
+
+
+def test_a_copy_written_to_fewer_digits_is_the_same_run_and_inferencexs_copy_is_kept() -> None:
+    # aiconfigurator's gap-analysis dump repeats InferenceX's runs rounded to 0.01 ms, with
+    # trailing zeros (338.336 -> 338.340); a run 0.014 ms away is another run.
+    lines = rows(
+        f"q_gap_analysis_b200_sxm_sglang_fp8_agg_1024x1024_c4_tp4_ep4_1,{QWEN_FP8},"
+        "4,1,1,1,4,1024,1024,4,338.340,6.3300",
+        f"2026_03_25_q_sglang_fp8_agg_1024x1024_c4_tp4_0_ep4_0_7,{QWEN_FP8},"
+        "4,1,1,1,4,1024,1024,4,338.336,6.3327",
+        f"2026_03_25_q_sglang_fp8_agg_1024x1024_c4_tp4_0_ep4_0_8,{QWEN_FP8},"
+        "4,1,1,1,4,1024,1024,4,338.350,6.3327",
+    )
+    for harness in (False, True):
+        corpus = prepare(lines, harness=harness)
+        kept = [r.row_id for r in corpus.rows]
+        assert kept == [lines[1]["id"], lines[2]["id"]]
+        assert corpus.duplicates == [(lines[0]["id"], lines[1]["id"])]
+    assert prepare(lines, harness=True).rows[0].protocol is INFERENCEX_SWEEP
+
+
+def test_inferencexs_speculative_decoding_runs_are_left_out_with_the_reason() -> None:
+    deepseek = "DeepSeek-R1,b200_sxm,sglang,{},fp8,fp8,fp8,8,1,1,8,1,1024,1024"
+    lines = rows(
+        # Qwen3.5 FP8 at TP4 without EP: only InferenceX's MTP configuration ran it.
+        f"2026_03_25_q_sglang_fp8_agg_1024x1024_c4_tp4_0_ep1_0_1,{QWEN_FP8},"
+        "4,1,1,4,1,1024,1024,4,338.336,6.3327",
+        f"2026_03_25_q_sglang_fp8_agg_1024x1024_c4_tp4_0_ep4_0_2,{QWEN_FP8},"
+        "4,1,1,1,4,1024,1024,4,297.438,9.9442",
+        # DeepSeek FP8 TP8 on 0.5.9: the plain configuration's runs are its export's.
+        f"2026_03_25_d_sglang_fp8_agg_1024x1024_c4_tp8_0_ep1_0_3,{deepseek.format('0.5.9')}"
+        ",4,183.180,8.7600",
+        f"dsr1_b200_sglang_fp8_agg_1024x1024_c4_cfg87,{deepseek.format('0.5.9')},4,183.180,8.7600",
+        f"2026_03_25_d_sglang_fp8_agg_1024x1024_c4_tp8_0_ep1_0_4,{deepseek.format('0.5.9')}"
+        ",4,206.715,6.7032",
+        f"2026_03_25_d_sglang_fp8_agg_1024x1024_c8_tp8_0_ep1_0_5,{deepseek.format('0.5.6')}"
+        ",8,226.624,10.8070",
+    )
+    corpus = prepare(lines, harness=True)
+    assert [r.row_id for r in corpus.rows] == [lines[i]["id"] for i in (1, 2, 5)]
+    assert [i for i, _ in corpus.excluded] == [lines[0]["id"], lines[4]["id"]]
+    assert all("speculative decoding" in why for _, why in corpus.excluded)
+    # Read as aiperf's generator runs (the shipped reading), nothing is left out.
+    assert prepare(lines).excluded == [] and len(prepare(lines).rows) == 5
+
+
+def test_the_layout_inferencexs_script_ran_replaces_the_label() -> None:
+    lines = rows(
+        "2026_03_25_k_vllm_fp4_agg_1024x1024_c4_tp4_0_ep4_0_1,Kimi-K2.5,b200_sxm,vllm,0.17.0"
+        ",fp4,nvfp4,nvfp4,4,1,1,1,4,1024,1024,4,74.1,7.06",
+        "2026_03_25_m_vllm_fp8_agg_1024x1024_c4_tp2_0_ep1_0_2,MiniMax-M2.5,b200_sxm,vllm,0.17.0"
+        ",fp8,fp8,fp8,2,1,1,2,1,1024,1024,4,60.0,5.0",
+        "2026_04_06_d_sglang_fp4_agg_1024x1024_c4_tp8_ep1_3,DeepSeek-R1,b200_sxm,sglang,"
+        ",fp4,nvfp4,nvfp4,8,1,1,8,1,1024,1024,4,150.0,8.0",
+        "2026_03_25_m_vllm_fp8_agg_1024x1024_c4_tp2_0_ep1_0_4,MiniMax-M2.5,b200_sxm,vllm,0.19.0"
+        ",fp8,fp8,fp8,2,1,1,2,1,1024,1024,4,61.0,5.1",
+    )
+    ran = prepare(lines, harness=True)
+    assert [(r.spec.moe_tp, r.spec.moe_ep) for r in ran.rows] == [(4, 1), (1, 2), (1, 8), (2, 1)]
+    assert [i for i, _ in ran.corrected] == [lines[i]["id"] for i in range(3)]
+    assert "InferenceX" in ran.corrected[0][1]
+    labelled = prepare(lines)
+    assert [(r.spec.moe_tp, r.spec.moe_ep) for r in labelled.rows] == [
+        (1, 4), (2, 1), (8, 1), (2, 1),
+    ]  # fmt: skip
+
+
+def test_the_multiplying_dumps_vllm_encoding_is_read_under_an_id_that_does_not_name_it() -> None:
+    # Its named copy (`..._tp2_ep2_1384`) shows the encoding: tp 2, attention DP 2, ep 4 is
+    # TP2 with experts over the two ranks, on two GPUs.
+    corpus = prepare(
+        rows(
+            "minimaxm2_5_b200_vllm_fp8_agg_1024x1024_c4_cfg690,MiniMax-M2.5,b200_sxm,vllm,0.19.0"
+            ",fp8,fp8,fp8,2,1,2,1,4,1024,1024,4,74.273,9.5753",
+            "minimaxm2_5_b200_vllm_fp8_agg_1024x1024_c16_cfg691,MiniMax-M2.5,b200_sxm,vllm,0.19.0"
+            ",fp8,fp8,fp8,4,1,4,1,16,1024,1024,16,76.343,10.6180",
+            # SGLang's attention DP is real: left as labelled.
+            "dsr1_cfg5,DeepSeek-R1,b200_sxm,sglang,0.5.9,fp4,nvfp4,nvfp4,4,1,2,1,8,1024,1024,4,9,8",
+        )
+    )
+    layouts = [(r.spec.tp, r.spec.attention_dp, r.spec.moe_tp, r.spec.moe_ep) for r in corpus.rows]
+    assert layouts == [(2, 1, 1, 2), (4, 1, 1, 4), (4, 2, 1, 8)]
+    assert len(corpus.corrected) == 2

@@ -66,6 +66,7 @@ from inhouse.spec.knobs import VLLM_SERVE_DEFAULTS
 HARNESS_HEADROOM_TOKENS = 1500
 # InferenceX's rows: ids that start with a date (its dumps' file names) or end in its config id.
 _INFERENCEX_ID = re.compile(r"^\d{4}_\d{2}_\d{2}_|_cfg\d+$")
+_CONFIG_EXPORT = re.compile(r"_cfg\d+$")
 _ID_LAYOUT = re.compile(r"_tp(\d+)(?:_0)?_ep(\d+|none)(?:_0)?_")
 # Checkpoints that declare an FP8 KV cache: (model, precision) -> evidence.
 FP8_KV_CHECKPOINTS = {
@@ -186,6 +187,7 @@ class Corpus:
     duplicates: list[tuple[str, str]] = field(default_factory=list)  # (dropped, kept)
     corrected: list[tuple[str, str]] = field(default_factory=list)  # (id, what)
     unreadable: list[tuple[str, str]] = field(default_factory=list)  # (id, why)
+    excluded: list[tuple[str, str]] = field(default_factory=list)  # (id, why): not what it says
 
 
 def _int(row: dict[str, str], name: str, default: int) -> int:
@@ -204,8 +206,16 @@ def _layout(row: dict[str, str]) -> tuple[dict[str, int], str]:
         "pp": _int(row, "pp", 1),
     }
     match = _ID_LAYOUT.search(row.get("id", ""))
+    dp, ep = fields["attention_dp"], fields["moe_ep"]
     if match is None:
-        return fields, ""
+        vllm = (row.get("backend") or "").strip().lower() == "vllm"
+        if not (vllm and dp > 1 and fields["moe_tp"] == 1 and ep == tp * dp and tp % dp == 0):
+            return fields, ""
+        # The multiplying dump's vLLM encoding of `tpT_epE` (attention DP E, ep T x E),
+        # under an id that does not name it: its named copies show the encoding.
+        corrected = {"tp": tp, "attention_dp": 1, "moe_tp": tp // dp, "moe_ep": dp}
+        note = f"layout tp{tp}/dp{dp}/moe_tp1/ep{ep} read as tp{tp}/ep{dp}, the dump's encoding"
+        return {**corrected, "pp": fields["pp"]}, note
     id_tp = int(match.group(1))
     id_ep = 1 if match.group(2) == "none" else int(match.group(2))
     if tp * fields["attention_dp"] == id_tp:
@@ -269,44 +279,156 @@ def _arch(model: str) -> str:
     return repr(sorted(dump.items()))
 
 
+def _decimals(text: str) -> int:
+    """Digits after the point, trailing zeros not counted: the gap-analysis dumps write
+    InferenceX's 338.336 ms as 338.340."""
+    text = text.strip()
+    return len(text.rstrip("0")) - text.index(".") - 1 if "." in text else 0
+
+
+def _same_measurement(a: tuple[str, str], b: tuple[str, str]) -> bool:
+    """Whether two (TTFT, TPOT) texts are one measurement written to different precisions."""
+    for x, y in zip(a, b, strict=True):
+        tolerance = 0.5 * 10.0 ** -min(_decimals(x), _decimals(y)) + 1e-9
+        if abs(float(x) - float(y)) > tolerance:
+            return False
+    return True
+
+
+def _inferencex_layout(row: dict[str, str], layout: dict[str, int]) -> tuple[dict[str, int], str]:
+    """The layout InferenceX's launch script ran where its label says otherwise (module
+    docstring), with a note; the label's layout and "" elsewhere."""
+    model, backend = row["model"].strip(), row["backend"].strip().lower()
+    precision, version = row["precision"].strip(), (row.get("backend_version") or "").strip()
+    gpu, tp = row["system"].strip(), layout["tp"]
+    why = ""
+    if (model, backend, precision) == ("Kimi-K2.5", "vllm", "fp4") and layout["moe_ep"] > 1:
+        why = "its script ignores EP_SIZE (no --enable-expert-parallel): plain TP"
+        fixed = {**layout, "moe_tp": tp, "moe_ep": 1}
+    elif (model, gpu, backend, precision, version) == (
+        "MiniMax-M2.5",
+        "b200_sxm",
+        "vllm",
+        "fp8",
+        "0.17.0",
+    ) and layout["moe_ep"] < tp:
+        why = "its script passes --enable-expert-parallel whenever EP_SIZE >= 1"
+        fixed = {**layout, "moe_tp": 1, "moe_ep": tp}
+    elif (
+        model in ("DeepSeek-R1", "DeepSeek-V3")
+        and (gpu, backend, precision, version) == ("b200_sxm", "sglang", "fp4", "")
+        and layout["moe_ep"] < tp
+    ):
+        why = "SGLang 0.5.3's script passes --enable-ep-moe: experts over all TP ranks"
+        fixed = {**layout, "moe_tp": 1, "moe_ep": tp}
+    if not why:
+        return layout, ""
+    note = f"layout ep{layout['moe_ep']} run as ep{fixed['moe_ep']} (InferenceX: {why})"
+    return fixed, note
+
+
 def _read(
     index: int, row: dict[str, str], harness: bool
-) -> tuple[CorpusRow, tuple[object, ...], bool]:
-    """A row resolved, its duplicate key, and whether its id names its layout."""
+) -> tuple[CorpusRow, tuple[object, ...], tuple[str, str]]:
+    """A row resolved, the key of the runs it may repeat, and its measurement as written."""
     row_id = (row.get("id") or f"row{index + 2}").strip()
     layout, note = _layout(row)
     protocol = corpus_protocol(row_id, row["system"].strip()) if harness else AIPERF_SILICON
+    notes = [note] if note else []
+    if protocol is INFERENCEX_SWEEP:
+        layout, run_note = _inferencex_layout(row, layout)
+        notes += [run_note] if run_note else []
     spec = _spec(row, layout, protocol)
     isl, osl, conc = (_int(row, n, 0) for n in ("isl", "osl", "concurrency"))
-    ttft, tpot = float(row["ttft_ms"]), float(row["tpot_ms"])
-    key = (_arch(spec.model), spec.gpu, spec.backend, spec.quant, isl, osl, conc, ttft, tpot)
+    written = (row["ttft_ms"].strip(), row["tpot_ms"].strip())
+    ttft, tpot = float(written[0]), float(written[1])
+    key = (_arch(spec.model), spec.gpu, spec.backend, spec.quant, isl, osl, conc)
     family = FAMILIES.get(spec.model, spec.model.lower())
-    notes = (note,) if note else ()
-    resolved = CorpusRow(row_id, spec, isl, osl, conc, ttft, tpot, family, notes, protocol)
-    return resolved, key, _ID_LAYOUT.search(row_id) is not None
+    resolved = CorpusRow(row_id, spec, isl, osl, conc, ttft, tpot, family, tuple(notes), protocol)
+    return resolved, key, written
+
+
+def _preference(member: tuple[CorpusRow, tuple[str, str]]) -> tuple[bool, bool, int]:
+    """Which copy of a run is kept: one whose id names its layout, then InferenceX's own
+    (the others are its copies), then the most digits."""
+    row, written = member
+    return (
+        _ID_LAYOUT.search(row.row_id) is not None,
+        _INFERENCEX_ID.search(row.row_id) is not None,
+        sum(_decimals(text) for text in written),
+    )
+
+
+def speculative_decoding(row: CorpusRow, version: str, copies: list[str]) -> str:
+    """Why a run labelled plain serving was InferenceX's speculative-decoding (MTP)
+    configuration, or "" (module docstring). `version`: the engine's, as the row gives it;
+    `copies`: the ids of every copy of the run."""
+    spec = row.spec
+    if row.protocol is not INFERENCEX_SWEEP or spec.backend != "sglang" or spec.quant != "fp8":
+        return ""
+    if spec.model == "Qwen3.5-397B-A17B" and spec.tp == 4 and spec.moe_ep == 1:
+        return (
+            "speculative decoding: InferenceX ran Qwen3.5 FP8 at TP4 without expert "
+            "parallelism only as qwen3.5-fp8-b200-sglang-mtp (EAGLE, 3 steps)"
+        )
+    deepseek = spec.model in ("DeepSeek-R1", "DeepSeek-V3")
+    mtp_era = version == "0.5.9"  # the MTP configuration ran from 0.5.8; the rows say 0.5.9
+    if (
+        deepseek
+        and mtp_era
+        and (spec.gpu, spec.tp, spec.moe_ep) == ("b200_sxm", 8, 1)
+        and not any(_CONFIG_EXPORT.search(c) for c in copies)
+    ):
+        return (
+            "speculative decoding or not told apart from it: the dated dumps mix "
+            "dsr1-fp8-b200-sglang-mtp's runs into TP8 EP1 (two series per point, C 128 "
+            "to 512 only in MTP); the plain configuration's runs are those its `_cfgN` "
+            "export lists"
+        )
+    return ""
 
 
 def prepare(raw: list[dict[str, str]], harness: bool = False) -> Corpus:
     """Resolve, correct and de-duplicate the corpus's rows (see the module docstring).
 
-    `harness`: read each row as its harness ran it (`corpus_protocol`, `inferencex_knobs`);
-    without it every row is read as aiconfigurator's generator runs (`AIPERF_SILICON` and
-    its engine rules), the reading the shipped constants were fitted under.
+    `harness`: read each row as its harness ran it (`corpus_protocol`, `inferencex_knobs`,
+    the layouts its scripts ran, its speculative-decoding runs left out); without it every
+    row is read as aiconfigurator's generator runs (`AIPERF_SILICON` and its engine rules),
+    the reading the shipped constants were fitted under.
 
-    Of the copies of one run, the first whose id names its layout is kept (else the first).
+    Copies of one run (the same shape and the same TTFT and TPOT to the precision each copy
+    was written with) are kept once: `_preference`'s copy.
     """
     corpus = Corpus(rows=[])
-    groups: dict[tuple[object, ...], list[tuple[CorpusRow, bool]]] = {}
+    groups: dict[tuple[object, ...], list[list[tuple[CorpusRow, tuple[str, str]]]]] = {}
+    versions: dict[str, str] = {}
+    order: dict[str, int] = {}
     for index, row in enumerate(raw):
         try:
-            resolved, key, named = _read(index, row, harness)
+            resolved, key, written = _read(index, row, harness)
+            versions[resolved.row_id] = (row.get("backend_version") or "").strip()
+            order.setdefault(resolved.row_id, index)
         except (SpecError, ValueError, KeyError, AttributeError) as exc:
             corpus.unreadable.append(((row.get("id") or f"row{index + 2}"), str(exc)))
             continue
-        groups.setdefault(key, []).append((resolved, named))
-    for members in groups.values():
-        kept = next((m for m, named in members if named), members[0][0])
-        corpus.rows.append(kept)
-        corpus.corrected.extend((kept.row_id, note) for note in kept.notes)
-        corpus.duplicates.extend((m.row_id, kept.row_id) for m, _ in members if m is not kept)
+        runs = groups.setdefault(key, [])
+        run = next((r for r in runs if _same_measurement(r[0][1], written)), None)
+        if run is None:
+            runs.append([(resolved, written)])
+        else:
+            run.append((resolved, written))
+    kept_at: dict[str, int] = {}
+    for runs in groups.values():
+        for members in runs:
+            kept = max(members, key=_preference)[0]
+            corpus.duplicates.extend((m.row_id, kept.row_id) for m, _ in members if m is not kept)
+            version = versions[kept.row_id]
+            why = speculative_decoding(kept, version, [m.row_id for m, _ in members])
+            if why:
+                corpus.excluded.append((kept.row_id, why))
+                continue
+            corpus.rows.append(kept)
+            kept_at[kept.row_id] = order[members[0][0].row_id]
+    corpus.rows.sort(key=lambda r: kept_at[r.row_id])  # the order of each run's first copy
+    corpus.corrected = [(r.row_id, note) for r in corpus.rows for note in r.notes]
     return corpus
