@@ -202,7 +202,7 @@ def test_a_copy_written_to_fewer_digits_is_the_same_run_and_inferencexs_copy_is_
     assert prepare(lines, harness=True).rows[0].protocol is INFERENCEX_SWEEP
 
 
-def test_inferencexs_speculative_decoding_runs_are_left_out_with_the_reason() -> None:
+def test_inferencexs_speculative_decoding_and_cold_runs_are_left_out_with_the_reason() -> None:
     deepseek = "DeepSeek-R1,b200_sxm,sglang,{},fp8,fp8,fp8,8,1,1,8,1,1024,1024"
     lines = rows(
         # Qwen3.5 FP8 at TP4 without EP: only InferenceX's MTP configuration ran it.
@@ -218,13 +218,17 @@ def test_inferencexs_speculative_decoding_runs_are_left_out_with_the_reason() ->
         ",4,206.715,6.7032",
         f"2026_03_25_d_sglang_fp8_agg_1024x1024_c8_tp8_0_ep1_0_5,{deepseek.format('0.5.6')}"
         ",8,226.624,10.8070",
+        # DeepSeek on SGLang images before 0.5.6 (no version): no warm-up, measured cold.
+        f"2026_04_06_d_sglang_fp8_agg_1024x1024_c8_tp8_ep1_6,{deepseek.format('')}"
+        ",8,9188.185,14.8234",
     )
     corpus = prepare(lines, harness=True)
     assert [r.row_id for r in corpus.rows] == [lines[i]["id"] for i in (1, 2, 5)]
-    assert [i for i, _ in corpus.excluded] == [lines[0]["id"], lines[4]["id"]]
-    assert all("speculative decoding" in why for _, why in corpus.excluded)
+    assert [i for i, _ in corpus.excluded] == [lines[i]["id"] for i in (0, 4, 6)]
+    assert ["speculative decoding" in why for _, why in corpus.excluded] == [True, True, False]
+    assert "no warm-up" in corpus.excluded[2][1]
     # Read as aiperf's generator runs (the shipped reading), nothing is left out.
-    assert prepare(lines).excluded == [] and len(prepare(lines).rows) == 5
+    assert prepare(lines).excluded == [] and len(prepare(lines).rows) == 6
 
 
 def test_the_layout_inferencexs_script_ran_replaces_the_label() -> None:
@@ -233,18 +237,16 @@ def test_the_layout_inferencexs_script_ran_replaces_the_label() -> None:
         ",fp4,nvfp4,nvfp4,4,1,1,1,4,1024,1024,4,74.1,7.06",
         "2026_03_25_m_vllm_fp8_agg_1024x1024_c4_tp2_0_ep1_0_2,MiniMax-M2.5,b200_sxm,vllm,0.17.0"
         ",fp8,fp8,fp8,2,1,1,2,1,1024,1024,4,60.0,5.0",
-        "2026_04_06_d_sglang_fp4_agg_1024x1024_c4_tp8_ep1_3,DeepSeek-R1,b200_sxm,sglang,"
-        ",fp4,nvfp4,nvfp4,8,1,1,8,1,1024,1024,4,150.0,8.0",
         "2026_03_25_m_vllm_fp8_agg_1024x1024_c4_tp2_0_ep1_0_4,MiniMax-M2.5,b200_sxm,vllm,0.19.0"
         ",fp8,fp8,fp8,2,1,1,2,1,1024,1024,4,61.0,5.1",
     )
     ran = prepare(lines, harness=True)
-    assert [(r.spec.moe_tp, r.spec.moe_ep) for r in ran.rows] == [(4, 1), (1, 2), (1, 8), (2, 1)]
-    assert [i for i, _ in ran.corrected] == [lines[i]["id"] for i in range(3)]
+    assert [(r.spec.moe_tp, r.spec.moe_ep) for r in ran.rows] == [(4, 1), (1, 2), (2, 1)]
+    assert [i for i, _ in ran.corrected] == [lines[i]["id"] for i in range(2)]
     assert "InferenceX" in ran.corrected[0][1]
     labelled = prepare(lines)
     assert [(r.spec.moe_tp, r.spec.moe_ep) for r in labelled.rows] == [
-        (1, 4), (2, 1), (8, 1), (2, 1),
+        (1, 4), (2, 1), (2, 1),
     ]  # fmt: skip
 
 

@@ -11,10 +11,14 @@ rows are read here once, by rules that are the same for every row and are each r
   `moe_ep = M`. One dump of the corpus multiplies tp by ep in its labels (tp16 for a tp4_ep4
   run; for vLLM it writes ep as attention DP), which the same measurement, listed again under
   the other dump's label, contradicts. A label whose GPU count differs from the id's is
-  corrected to the id's.
+  corrected to the id's. Under an id that names no layout (`..._cfgN`), that dump's vLLM
+  encoding (tp T, attention DP E, ep T x E, as its named copies show) is read as `tpT_epE`.
 * **One run, one row.** Rows with the same architecture, GPU, engine, precision, shape and
-  the same TTFT and TPOT to the last digit are one run listed several times (DeepSeek-V3 and
-  DeepSeek-R1 share an architecture; some runs appear in three dumps); one is kept.
+  the same TTFT and TPOT to the precision each copy is written with are one run listed
+  several times (DeepSeek-V3 and DeepSeek-R1 share an architecture; some runs appear in
+  three dumps). The Kimi-K2.5 and Qwen3.5 `gap_analysis` rows are all such copies of
+  InferenceX's runs, rounded to 0.01 ms (338.336 written 338.340). One is kept: a copy
+  whose id names its layout, then InferenceX's own, then the one with the most digits.
 * **KV cache dtype from the checkpoint.** NVIDIA's ModelOpt checkpoints declare an FP8 KV
   cache (`kv_cache_quant_algo: FP8` in hf_quant_config.json): every NVFP4 release and the FP8
   Llama-3.1-70B (nvidia/Llama-3.1-70B-Instruct-FP8); the runs use it. Everyone else's
@@ -47,6 +51,19 @@ rows are read here once, by rules that are the same for every row and are each r
   Qwen3-32B rows come from aiconfigurator's own gap analysis, whose harness is not public;
   they keep `AIPERF_SILICON` (aiconfigurator's generator: aiperf, twenty waves after a drained
   warm-up, exact lengths), as does any other id.
+* **What InferenceX's scripts ran where the label says otherwise** (the harness reading;
+  each row's note says which): Kimi-K2.5 FP4 "ep4" ran plain TP (its script ignores
+  EP_SIZE); MiniMax-M2.5 FP8 on vLLM 0.17 "ep1" ran expert parallel (passed whenever
+  EP_SIZE >= 1).
+  Runs of its speculative-decoding (MTP) configurations labelled plain serving are left out
+  (`Corpus.excluded`), since the model has no speculative decoding: Qwen3.5 FP8 at TP4
+  without EP (only `qwen3.5-fp8-b200-sglang-mtp` ran it) and DeepSeek FP8 at TP8 on SGLang
+  0.5.9, whose dated dumps hold two series per point (C 128 to 512 only in
+  `dsr1-fp8-b200-sglang-mtp`), except the runs the plain configuration's `_cfgN` export
+  lists. So are the DeepSeek runs on SGLang images before 0.5.6 (the rows give no version;
+  the FP4 ones "ep1" also ran `--enable-ep-moe`): InferenceX's client sent no warm-up before
+  2026-01-21, and their TTFTs carry a one-time cost of several seconds that the same
+  configurations, warmed up on 0.5.9, do not show.
 
 `prepare` is pure: the caller reads the CSV.
 """
@@ -314,13 +331,6 @@ def _inferencex_layout(row: dict[str, str], layout: dict[str, int]) -> tuple[dic
     ) and layout["moe_ep"] < tp:
         why = "its script passes --enable-expert-parallel whenever EP_SIZE >= 1"
         fixed = {**layout, "moe_tp": 1, "moe_ep": tp}
-    elif (
-        model in ("DeepSeek-R1", "DeepSeek-V3")
-        and (gpu, backend, precision, version) == ("b200_sxm", "sglang", "fp4", "")
-        and layout["moe_ep"] < tp
-    ):
-        why = "SGLang 0.5.3's script passes --enable-ep-moe: experts over all TP ranks"
-        fixed = {**layout, "moe_tp": 1, "moe_ep": tp}
     if not why:
         return layout, ""
     note = f"layout ep{layout['moe_ep']} run as ep{fixed['moe_ep']} (InferenceX: {why})"
@@ -359,22 +369,33 @@ def _preference(member: tuple[CorpusRow, tuple[str, str]]) -> tuple[bool, bool, 
     )
 
 
-def speculative_decoding(row: CorpusRow, version: str, copies: list[str]) -> str:
-    """Why a run labelled plain serving was InferenceX's speculative-decoding (MTP)
-    configuration, or "" (module docstring). `version`: the engine's, as the row gives it;
-    `copies`: the ids of every copy of the run."""
+def not_serving(row: CorpusRow, version: str, copies: list[str]) -> str:
+    """Why an InferenceX run does not measure what its label says the model serves, or "":
+    a run of a speculative-decoding (MTP) configuration labelled plain, or a cold server
+    (module docstring). `version`: the engine's, as the row gives it; `copies`: the ids of
+    every copy of the run."""
     spec = row.spec
-    if row.protocol is not INFERENCEX_SWEEP or spec.backend != "sglang" or spec.quant != "fp8":
+    if row.protocol is not INFERENCEX_SWEEP or spec.backend != "sglang":
         return ""
-    if spec.model == "Qwen3.5-397B-A17B" and spec.tp == 4 and spec.moe_ep == 1:
+    fp8 = spec.quant == "fp8"
+    if fp8 and spec.model == "Qwen3.5-397B-A17B" and spec.tp == 4 and spec.moe_ep == 1:
         return (
             "speculative decoding: InferenceX ran Qwen3.5 FP8 at TP4 without expert "
             "parallelism only as qwen3.5-fp8-b200-sglang-mtp (EAGLE, 3 steps)"
         )
     deepseek = spec.model in ("DeepSeek-R1", "DeepSeek-V3")
+    if deepseek and not version:
+        return (
+            "measured cold: SGLang 0.5.3 and 0.5.5 images (the rows give no version), run by "
+            "InferenceX's client before 2026-01-21, which sent no warm-up; the one-time costs "
+            "a warm-up absorbs are in the means (TTFT 5 to 9 s from 32 clients, or from 4 at "
+            "8k prompts, where the same configurations on 0.5.9, warmed up, take 0.2 to 2.6 s), "
+            "a cost of starting the server, not of serving"
+        )
     mtp_era = version == "0.5.9"  # the MTP configuration ran from 0.5.8; the rows say 0.5.9
     if (
         deepseek
+        and fp8
         and mtp_era
         and (spec.gpu, spec.tp, spec.moe_ep) == ("b200_sxm", 8, 1)
         and not any(_CONFIG_EXPORT.search(c) for c in copies)
@@ -423,7 +444,7 @@ def prepare(raw: list[dict[str, str]], harness: bool = False) -> Corpus:
             kept = max(members, key=_preference)[0]
             corpus.duplicates.extend((m.row_id, kept.row_id) for m, _ in members if m is not kept)
             version = versions[kept.row_id]
-            why = speculative_decoding(kept, version, [m.row_id for m, _ in members])
+            why = not_serving(kept, version, [m.row_id for m, _ in members])
             if why:
                 corpus.excluded.append((kept.row_id, why))
                 continue
