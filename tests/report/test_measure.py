@@ -10,8 +10,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from inhouse.report import slo
 from inhouse.report.document import build_document
 from inhouse.report.inputs import ReportInputs
+from inhouse.report.measure import Gap, Reading
 from inhouse.report.rendered import read_alerts
 from inhouse.report.slo import SloRow, slo_rows
 
@@ -333,3 +335,31 @@ def test_a_latency_from_a_run_whose_client_was_the_bottleneck_says_so(
     assert "the client was a bottleneck in chat" in line, line
     summary = build_document(inputs).markdown.split("## Summary")[1].split("\n## ")[0]
     assert "the client was a bottleneck in chat" in summary
+
+
+def test_a_missing_reading_is_told_from_a_failed_one_by_its_gap_not_its_words() -> None:
+    """The cold row says what would measure it only where runs were missing or too few; it told
+    them apart by the reason's first words ("fewer than", "no bench run"), so a failure worded
+    "fewer than half ..." was sent to run the probe again, and a missing run worded otherwise
+    was not."""
+    how = slo.cold_probe_how("chat", probed=False)
+    failed = Reading(None, "fewer than half of the requests succeeded", gap=Gap.FAILED)
+    assert slo._with_how(failed, how).how == ""
+    missing = Reading(None, "the probe's directory was not given", gap=Gap.MISSING)
+    assert slo._with_how(missing, how).how == how
+
+
+def test_the_readings_of_runs_that_failed_and_of_no_run_have_their_gaps(
+    report_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    chat = report_dirs["chat"]
+    rows = _all_failed([json.loads(x) for x in (chat / "requests.jsonl").read_text().splitlines()])
+    run = rewrite_run(tmp_path / "chat", json.loads((chat / "result.json").read_text()), rows)
+    failed = _rows(make_inputs({**report_dirs, "failed": run}, benches=("failed",)))
+    for name in ("chat p95 TTFT warm", "chat p95 TTFT cold", "chat p95 ITL"):
+        assert failed[name].measured.gap is Gap.FAILED, name
+    assert failed["chat p95 TTFT cold"].measured.how == ""
+    none = _rows(make_inputs(report_dirs, benches=()))
+    for name in ("chat p95 TTFT warm", "chat p95 TTFT cold", "chat p95 ITL"):
+        assert none[name].measured.gap is Gap.MISSING, name
+    assert none["chat p95 TTFT cold"].measured.how == slo.cold_probe_how("chat", probed=False)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -220,18 +220,17 @@ def _with_lora(
         quantiles[guest.name] = 0.95
         max_len = max(max_len, _max_model_len(profile, profile.max_prompt_tokens))
     hosts = [requirements.workload(w) for w in need.slos]
-    return PoolNeed(
-        name=need.name,
-        role=need.role,
+    # NOTE: `replace`, not a new PoolNeed: the host's other fields (a split's prompt range,
+    # which the sensitivity re-forecast reads) stay as they were.
+    return replace(
+        need,
         streams=tuple(streams),
-        models=need.models,
         slos=slos,
         degraded_slos=degraded,
         quantiles=quantiles,
         min_replicas=_min_replicas(*hosts, *guests),
         max_model_len=max_len,
         lora_adapters=tuple(g.name for g in guests),
-        long_prompt_tokens=need.long_prompt_tokens,
     )
 
 

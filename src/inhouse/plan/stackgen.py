@@ -16,7 +16,6 @@ from inhouse.plan.traffic import TrafficProfile
 from inhouse.plan.verify import SimCheck
 from inhouse.spec.catalog import get_model
 from inhouse.spec.observability import ObservabilitySpec
-from inhouse.spec.slo import LatencySlo
 from inhouse.spec.stack import (
     NodeSpec,
     PoolSlo,
@@ -25,7 +24,7 @@ from inhouse.spec.stack import (
     StackSpec,
 )
 from inhouse.spec.triggers import Trigger
-from inhouse.spec.workloads import PlannedP95, WorkloadSpec
+from inhouse.spec.workloads import PlannedP95, WorkloadSlo, WorkloadSpec
 
 MIN_MAX_NUM_SEQS = 32
 MAX_MAX_NUM_SEQS = 512
@@ -70,11 +69,15 @@ def workload_specs(requirements: Requirements, check: SimCheck | None) -> tuple[
     simulator measured for it at 1x peak."""
     out = []
     for req in requirements.workloads:
-        # NOTE: render alerts a workload's TTFT on the gateway's series of all its prompts;
-        # held to the short prompts' target, the long ones (on their own looser target) paged a
-        # healthy stack (`Slo.for_all_prompts`). Each pool's own target is in `pools[].slo`.
-        stated = req.slo.for_all_prompts()
-        slo = LatencySlo(availability=req.slo.availability, **_strictest({}, stated))
+        # NOTE: long prompts with a TTFT of their own keep both targets: render alerts each
+        # pool's share of the workload's first tokens at the target of the prompts it serves,
+        # and a series of all of them (one pool) at the long one.
+        targets = _strictest({}, req.slo)
+        if req.slo.has_long_ttft:
+            assert req.slo.long_ttft_p95_ms is not None, "has_long_ttft"
+            targets["long_ttft_p95_ms"] = req.slo.long_ttft_p95_ms
+            targets["long_ttft_alarm_ms"] = req.slo.long_alarm_ms()
+        slo = WorkloadSlo(availability=req.slo.availability, **targets)
         planned = PlannedP95()
         if check is not None and req.name in check.workloads:
             row = check.workloads[req.name]

@@ -7,6 +7,10 @@ Each workload's SLO is alerted on the series that carry that workload alone:
 * TTFT and e2e from the gateway's histograms by `model`, the name the client sent (a pool's
   served name, alias or LoRA adapter): a utility workload served as adapters on the chat pool
   is held to its own 2 s e2e, and the chat turns, which run for seconds by design, are not.
+  A workload whose long prompts have a TTFT of their own (`workloads[].slo.long_ttft_p95_ms`)
+  and whose pool sends them to a `long_pool` gets one TTFT alert per pool, on the gateway's
+  series by `model` and `pool`: its pool's share at `ttft_*`, the long pool's at `long_ttft_*`.
+  Without a long pool its one series of all prompts is held to the long target.
 * ITL from vLLM's histogram by `model_name`, the pool's served name: vLLM does not split its
   series by adapter, and need not here, since a decode step serves every running sequence of
   the pool, so every workload on a pool sees the same inter-token gaps. One ITL alert per
@@ -103,6 +107,16 @@ def latency_recordings(stack: StackSpec) -> list[Recording]:
             )
             for metric, _ in GATEWAY_LATENCIES.values()
         ]
+        if any(long_pool_of(stack, w) for w in stack.workloads):
+            metric, _ = GATEWAY_LATENCIES["ttft"]
+            out.append(
+                Recording(
+                    p95_record(metric, "model_pool"),
+                    GROUP,
+                    "histogram_quantile(0.95, sum by (le, model, pool) "
+                    f"(rate({metric}_bucket[5m])))",
+                )
+            )
     elif attached_pools(stack):
         out += [
             Recording(
@@ -123,7 +137,7 @@ class LatencyTarget:
     metric: str
     record: str  # the recording of its p95 (`p95_record`)
     buckets: tuple[float, ...]
-    select: Mapping[str, str]  # the label the recording keeps, and its value
+    select: Mapping[str, str]  # the labels the recording keeps, and their values
     series_labels: Mapping[str, str]  # a scraped series of that metric, for the cases
     labels: Mapping[str, str]  # the alert's own labels
     scope: str  # "pool chat", "workload utility (model utility)"
@@ -196,17 +210,21 @@ def latency_alert(target: LatencyTarget) -> Alert | None:
         return None
     target_ms = target.slo.target_ms(target.key)
     alarm_s = alarm_ms / 1000
-    ((label, value),) = target.select.items()
+    label, *others = target.select
+    matchers = ",".join(f'{k}="{v}"' for k, v in target.select.items())
+    on = "".join(f" on {k} {{{{ $labels.{k} }}}}" for k in others)
     what = WHAT[target.key]
     stated = f"target {target_ms:g} ms, " if target_ms is not None else ""
     return Alert(
         name=ALERT_NAMES.get(target.key, "InhouseE2EP95OverSLO"),
         group=GROUP,
-        expr=f'{target.record}{{{label}="{value}"}} > {alarm_s:g}',
+        expr=f"{target.record}{{{matchers}}} > {alarm_s:g}",
         hold="5m",
         severity="page",
         labels=dict(target.labels),
-        summary=f"p95 {what} of {{{{ $labels.{label} }}}} above {alarm_ms:g} ms for 5 minutes",
+        summary=(
+            f"p95 {what} of {{{{ $labels.{label} }}}}{on} above {alarm_ms:g} ms for 5 minutes"
+        ),
         description=(
             f"{target.scope[0].upper()}{target.scope[1:]}: SLO {stated}alarm {alarm_ms:g} ms. "
             "Its users see slow responses now."
@@ -271,8 +289,25 @@ def pool_targets(pool: PoolSpec) -> list[LatencyTarget]:
     ]
 
 
+def long_pool_of(stack: StackSpec, workload: WorkloadSpec) -> PoolSpec | None:
+    """The pool the length rule sends the workload's long prompts to, where they have a TTFT
+    target of their own (None: one TTFT series for all its prompts)."""
+    pool = stack.pool_of_workload(workload)
+    if workload.slo.long_ttft_p95_ms is None or pool.long_pool is None:
+        return None
+    return stack.pool(pool.long_pool)
+
+
 def workload_targets(workload: WorkloadSpec, pool: PoolSpec) -> list[LatencyTarget]:
-    """TTFT and e2e of one workload, on the gateway's series for its model name."""
+    """TTFT and e2e of one workload, on the gateway's series for its model name. Its long
+    prompts' own TTFT target, with no long pool to tell them apart, holds the series of all
+    prompts (the short target would page on the long prompts a healthy stack serves)."""
+    slos: dict[LatencyMetric, tuple[LatencySlo, str]] = {
+        "ttft": (workload.slo, "ttft_alarm_ms"),
+        "e2e": (workload.slo, "e2e_alarm_ms"),
+    }
+    if workload.slo.long_ttft_p95_ms is not None:
+        slos["ttft"] = (workload.slo.for_long_prompts(), "long_ttft_alarm_ms")
     return [
         LatencyTarget(
             key,
@@ -283,12 +318,49 @@ def workload_targets(workload: WorkloadSpec, pool: PoolSpec) -> list[LatencyTarg
             gateway_labels(pool, workload.model),
             {"pool": pool.name, "workload": workload.name},
             f"workload {workload.name} (model {workload.model}, pool {pool.name})",
-            workload.slo,
-            f"stack workloads[{workload.name}].slo.{key}_alarm_ms, written by `inhouse plan` "
-            f"from the requirements' {workload.name} slo",
+            slos[key][0],
+            _workload_source(workload, slos[key][1]),
         )
         for key, (metric, buckets) in GATEWAY_LATENCIES.items()
     ]
+
+
+def _workload_source(workload: WorkloadSpec, field: str) -> str:
+    return (
+        f"stack workloads[{workload.name}].slo.{field}, written by `inhouse plan` from the "
+        f"requirements' {workload.name} slo"
+    )
+
+
+def split_ttft_targets(
+    workload: WorkloadSpec, pool: PoolSpec, long_pool: PoolSpec
+) -> list[LatencyTarget]:
+    """A workload split by its pool's length rule: each pool's share of its first tokens, on
+    the gateway's series by model and pool, at the target of the prompts that pool serves."""
+    metric, buckets = GATEWAY_LATENCIES["ttft"]
+    threshold = f"{pool.long_prompt_tokens:,}"
+    out = []
+    for serving, slo, field, prompts in (
+        (pool, workload.slo, "ttft_alarm_ms", f"prompts up to {threshold} tokens"),
+        (long_pool, workload.slo.for_long_prompts(), "long_ttft_alarm_ms",
+         f"prompts above {threshold} tokens"),
+    ):  # fmt: skip
+        out.append(
+            LatencyTarget(
+                "ttft",
+                metric,
+                p95_record(metric, "model_pool"),
+                buckets,
+                {"model": workload.model, "pool": serving.name},
+                gateway_labels(serving, workload.model),
+                {"pool": serving.name, "workload": workload.name},
+                f"workload {workload.name}, its {prompts} (model {workload.model}, pool "
+                f"{serving.name})",
+                slo,
+                _workload_source(workload, field),
+            )
+        )
+    return out
 
 
 def attached_pool_targets(pool: PoolSpec) -> list[LatencyTarget]:
@@ -344,7 +416,13 @@ def latency_alerts(stack: StackSpec, engines: EngineLayout) -> list[Alert]:
             targets += attached_pool_targets(pool)
     else:
         for workload in stack.workloads:
-            targets += workload_targets(workload, stack.pool_of_workload(workload))
+            pool = stack.pool_of_workload(workload)
+            mine = workload_targets(workload, pool)
+            long_pool = long_pool_of(stack, workload)
+            if long_pool is not None:
+                mine = [t for t in mine if t.key != "ttft"]
+                mine += split_ttft_targets(workload, pool, long_pool)
+            targets += mine
         for pool in engines.pools:
             itl = pool_itl_target(stack, pool)
             if itl is not None:

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from enum import Enum
 from typing import Any
 
 import numpy as np
@@ -35,16 +36,25 @@ from inhouse.report.inputs import BenchRun, Drills, PathPart
 MIN_SAMPLES = 20
 
 
+class Gap(Enum):
+    """What kind of reason a reading without a figure has, for what the report says next."""
+
+    MISSING = "missing"  # no run, or too few requests: more of the bench would measure it
+    FAILED = "failed"  # the runs' requests failed: the stack's to fix, not the bench's
+
+
 @dataclass(frozen=True, slots=True)
 class Reading:
-    """A measured figure, or why there is none (`why`) and what would measure it (`how`), and
-    how many samples it rests on."""
+    """A measured figure, or why there is none (`why`, of kind `gap` where it is one of
+    `Gap`'s; None for any other, e.g. a lighter load or a server setting) and what would
+    measure it (`how`), and how many samples it rests on."""
 
     figure: Figure | None
     why: str = ""
     samples: int | None = None
     how: str = ""
     note: str = ""  # what the reader must know of a figure that is there
+    gap: Gap | None = None
 
 
 def worst(
@@ -61,20 +71,34 @@ def worst(
         if (f := run.result.figure(*parts, kind="measured", unit=unit, scale=scale)) is not None
     ]
     if not figures:
-        return Reading(None, _why_none(runs))
+        return _none(runs)
     pick = max if higher_is_worse else min
     return Reading(pick(figures, key=lambda f: f.value))
 
 
-def _why_none(runs: Sequence[BenchRun]) -> str:
-    """Why the runs give no latency: none, none that served a request, or a file without it."""
+NO_RUN = "no bench run of this workload"
+
+
+def _none(runs: Sequence[BenchRun]) -> Reading:
+    """Why the runs give no latency: none (missing), none that served a request (failed), or
+    a file without it (no gap: some requests succeeded)."""
     if not runs:
-        return "no bench run of this workload"
+        return Reading(None, NO_RUN, gap=Gap.MISSING)
     if not any(r.get("success") for run in runs for r in run.requests):
         # NOTE: no count here: the text stands as is in the public version, which prints no
         # exact measured figure.
-        return "no request succeeded: every request of the runs failed"
-    return "not in result.json"
+        return Reading(
+            None, "no request succeeded: every request of the runs failed", gap=Gap.FAILED
+        )
+    return Reading(None, "not in result.json")
+
+
+def _too_few(what: str) -> Reading:
+    return Reading(
+        None,
+        f"fewer than the {MIN_SAMPLES} successful requests {what} a p95 needs",
+        gap=Gap.MISSING,
+    )
 
 
 AFTER_WARMUP = "scheduled after the run's warm-up (its first 20%, at most 30 s)"
@@ -128,17 +152,16 @@ def _p95(runs: Sequence[BenchRun], keep: Callable[[Mapping[str, Any]], bool], wh
             values += picked
             files.append(run.requests_file)
     if len(values) < MIN_SAMPLES:
-        why = _why_none(runs)
-        if why == "not in result.json":  # requests succeeded, too few of them matched
-            # The count rides in `samples` (the internal version prints it; the public one,
-            # which prints no exact measured figure, does not).
-            why = (
-                NO_CACHE_REPORT
+        none = _none(runs)
+        if none.gap is None:  # requests succeeded, too few of them matched
+            none = (
+                Reading(None, NO_CACHE_REPORT)
                 if _no_cache_report(runs)
-                else f"fewer than the {MIN_SAMPLES} successful requests with {what}, "
-                "after the warm-up, a p95 needs"
+                else _too_few(f"with {what}, after the warm-up,")
             )
-        return Reading(None, why, len(values))
+        # The count rides in `samples` (the internal version prints it; the public one, which
+        # prints no exact measured figure, does not).
+        return replace(none, samples=len(values))
     value = float(np.percentile(np.asarray(values), 95))
     path = f"p95 of ttft_ms over successful rows where {what}, {AFTER_WARMUP}"
     source = Source(" + ".join(files), path)
@@ -195,10 +218,8 @@ def worst_p95(runs: Sequence[BenchRun], metric: str) -> Reading:
             best = Reading(Figure(value, "ms", "measured", source), samples=len(done))
     if best is not None:
         return best
-    why = _why_none(runs)
-    if why == "not in result.json":
-        why = f"fewer than the {MIN_SAMPLES} successful requests after the warm-up a p95 needs"
-    return Reading(None, why)
+    none = _none(runs)
+    return _too_few("after the warm-up") if none.gap is None else none
 
 
 def sessions_held(runs: Sequence[BenchRun]) -> tuple[Reading, Reading]:
@@ -236,13 +257,9 @@ def sessions_held(runs: Sequence[BenchRun]) -> tuple[Reading, Reading]:
             worst_pair = pair
     if worst_pair is not None:
         return worst_pair
-    why = (
-        "no bench run of this workload"
-        if not runs
-        else "requests.jsonl is empty"
-        if empty
-        else "runs name no session count"
-    )
+    if not runs:
+        return Reading(None, NO_RUN, gap=Gap.MISSING), Reading(None, NO_RUN, gap=Gap.MISSING)
+    why = "requests.jsonl is empty" if empty else "runs name no session count"
     return Reading(None, why), Reading(None, why)
 
 
@@ -269,8 +286,7 @@ def completion_rate(runs: Sequence[BenchRun]) -> Reading:
         if best is None or best.figure is None or rate < best.figure.value:
             best = reading
     if best is None:
-        why = "no bench run of this workload" if not runs else "too few requests"
-        return Reading(None, why)
+        return Reading(None, NO_RUN if not runs else "too few requests", gap=Gap.MISSING)
     return best
 
 

@@ -12,7 +12,7 @@ those rows.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from inhouse.plan import analytic
@@ -20,7 +20,7 @@ from inhouse.report import measure
 from inhouse.report.figures import Figure, Source
 from inhouse.report.inputs import BenchRun, ReportInputs
 from inhouse.report.load import at_peak
-from inhouse.report.measure import Reading
+from inhouse.report.measure import Gap, Reading
 from inhouse.report.rendered import Alert, alert_threshold, find_alert
 
 SESSION_DROP_ALARM = 0.02  # the seeds' "drops > 2%"
@@ -125,7 +125,7 @@ def _client_note(reading: Reading, runs: list[BenchRun]) -> Reading:
         "delay: see the bench report"
     )
     note = f"{reading.note}; {note}" if reading.note else note
-    return Reading(figure, reading.why, reading.samples, reading.how, note)
+    return replace(reading, note=note)
 
 
 def _pool_of(inputs: ReportInputs, workload: str) -> str | None:
@@ -191,9 +191,9 @@ def _cold_row(inputs: ReportInputs, workload: str) -> SloRow:
 def _with_how(reading: Reading, how: str) -> Reading:
     """`reading`, its why followed by what would measure the row, where the runs were missing
     or too few (not where they failed: that is the stack's to fix, not the bench's)."""
-    if reading.figure is not None or not reading.why.startswith(("fewer than", "no bench run")):
+    if reading.figure is not None or reading.gap is not Gap.MISSING:
         return reading
-    return Reading(None, reading.why, reading.samples, how)
+    return replace(reading, how=how)
 
 
 def traffic_rows(inputs: ReportInputs, workload: str) -> list[SloRow]:
@@ -322,7 +322,7 @@ def degraded_rows(inputs: ReportInputs) -> list[SloRow]:
                     )
                     drilled = inputs.drills is not None and inputs.drills.run("kill-replica")
                     if reading.figure is None and not drilled:
-                        reading = Reading(None, reading.why, how=KILL_REPLICA_HOW)
+                        reading = replace(reading, samples=None, how=KILL_REPLICA_HOW)
                 else:
                     reading = Reading(
                         None, f"{NO_DRILL_MEASURES}; section 5 gives the planner's simulation"
