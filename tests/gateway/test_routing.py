@@ -194,7 +194,8 @@ def test_queue_timeout_and_full_queue_are_503_with_retry_after() -> None:
 
 def test_the_quick_pool_choice_is_the_simulators_choice_on_random_states() -> None:
     """`Dispatcher.choose_pool` answers the common case from the replicas' counts without
-    building views; on random health, load, scrapes, prompt lengths and fallbacks it chooses
+    building views; on random health, load, scrapes, prompt lengths, fallbacks and a LoRA
+    guest (which takes no length rule) it chooses
     as `routing.pools.choose_pool` over the live views does."""
     import random
     import time
@@ -208,7 +209,8 @@ def test_the_quick_pool_choice_is_the_simulators_choice_on_random_states() -> No
     for trial in range(40):
         fallback = rng.choice([None, "small"])
         long_rule = rng.choice([{}, {"long_prompt_tokens": 50, "long_pool": "small"}])
-        data = two_pools(saturation_waiting=rng.randint(1, 4), fallback=fallback, **long_rule)
+        data = two_pools(saturation_waiting=rng.randint(1, 4), fallback=fallback,
+                         lora_adapters=["support"], **long_rule)  # fmt: skip
         data["pools"][0]["replicas"] = rng.randint(1, 3)
         stack = parse_stack(data)
         urls = {p.name: [f"http://127.0.0.1:{9000 + i}" for i in range(p.replicas)]
@@ -224,7 +226,7 @@ def test_the_quick_pool_choice_is_the_simulators_choice_on_random_states() -> No
                     replica.running_capacity = rng.randint(1, 20)
                     replica.scraped_waiting = rng.randint(0, 6)
                     replica.scraped_at = now - rng.choice([0.0, 1e6])
-            model = rng.choice([None, "tiny", "small"])
+            model = rng.choice([None, "tiny", "small", "support"])
             tokens = rng.choice([10, 60, 500])
             quick = dispatcher.choose_pool(model, tokens)
             full = choose_pool(stack, model, tokens, dispatcher.views)  # type: ignore[arg-type]
@@ -346,5 +348,39 @@ def test_a_short_prompt_whose_max_tokens_overflow_its_pool_goes_to_the_long_pool
             r = await client.post("/v1/chat/completions", json=chat(max_tokens=5000))
             assert r.status_code == 400
             assert "max_model_len=512" in r.json()["error"]["message"]
+
+    asyncio.run(main())
+
+
+def test_a_lora_guests_long_prompt_stays_on_the_pool_that_carries_its_adapter() -> None:
+    # The plan puts a LoRA guest on a split workload's standard pool with all its prompts
+    # (`plan.layout._with_lora`); the long pool has no adapter for it. The length rule sent the
+    # guest's long prompts there anyway, renamed to the long pool's base model: answered 200
+    # without the adapter. And a prompt too long for its pool's context was sent on there too.
+    data = two_pools(long_prompt_tokens=50, long_pool="small", lora_adapters=["support"])
+
+    async def main() -> None:
+        async with (
+            engines(1, lora_modules=("support",)) as live,
+            engines(1, max_model_len=4096, served_model_names=("small",)) as small,
+        ):
+            urls = {"chat": [live[0].url], "small": [small[0].url]}
+            async with gateway_for(data, urls) as (_, client):
+                prompt = "word " * 120  # above the rule's 50 tokens, inside chat's 512
+                r = await client.post(
+                    "/v1/chat/completions", json=chat(prompt, model="support", max_tokens=1)
+                )
+                assert r.status_code == 200, r.text
+                assert r.headers["x-inhouse-pool"] == "chat"
+                assert r.json()["model"] == "support"
+                # The base model's long prompts still take the rule.
+                r = await client.post("/v1/chat/completions", json=chat(prompt, max_tokens=1))
+                assert r.headers["x-inhouse-pool"] == "small"
+                # Past the guest's pool's context: that pool's refusal, not the long pool.
+                r = await client.post(
+                    "/v1/chat/completions", json=chat(prompt, model="support", max_tokens=1000)
+                )
+                assert r.status_code == 400, r.text
+                assert "max_model_len=512" in r.json()["error"]["message"]
 
     asyncio.run(main())

@@ -59,3 +59,15 @@ def test_long_prompts_fall_back_when_the_long_pool_is_down() -> None:
     pools["fallback"] = [ReplicaView(i, 0, 0, 0.0, False) for i in range(2)]
     choice = choose_pool(STACK, "code-70b", 30_000, pools.__getitem__)
     assert (choice.pool, choice.reason) == (None, "pool_down")
+
+
+def test_a_lora_guest_takes_no_length_rule() -> None:
+    # The long pool has no adapter for it (a name is served by one pool only): the guest's long
+    # prompts stay on the pool that carries its adapter, where the plan sized them.
+    data = STACK.model_dump(mode="json")
+    data["pools"][0]["lora_adapters"] = ["review"]
+    stack = type(STACK).model_validate(data)
+    assert stack.pools[0].name == "standard"
+    choice = primary_pool(stack, "review", 30_000)
+    assert (choice.pool, choice.reason) == ("standard", "model")
+    assert primary_pool(stack, "code-70b", 30_000).pool == "long"

@@ -184,6 +184,7 @@ class Dispatcher:
             pool.long_pool is None
             or pool.long_prompt_tokens is None
             or num_prompt_tokens <= pool.long_prompt_tokens
+            or model in pool.lora_adapters  # a LoRA guest takes no length rule
         ):
             age = self.scrape_max_age_s
             limit = pool.saturation_waiting

@@ -2,7 +2,9 @@
 
 In order: the pool serving the requested model name (the stack's first pool when the request
 names none); then the length rule — a prompt longer than the pool's `long_prompt_tokens` goes to
-its `long_pool`; then the fallback — when the pool has no healthy replica, or every healthy
+its `long_pool`, unless the name is one of the pool's `lora_adapters` (the long pool has no
+adapter for it: a guest's prompts, long ones too, stay on the pool that carries its adapter, as
+the plan sizes them); then the fallback — when the pool has no healthy replica, or every healthy
 replica has `saturation_waiting` or more requests queued, its traffic goes to its `fallback`
 pool, if that one is up and not saturated itself.
 """
@@ -42,6 +44,8 @@ def primary_pool(stack: StackSpec, model: str | None, num_prompt_tokens: int) ->
     if pool is None:
         return PoolChoice(None, "unknown_model")
     reason = "model"
+    if model is not None and model in pool.lora_adapters:
+        return PoolChoice(pool.name, reason)  # a LoRA guest: no length rule (module docstring)
     seen = {pool.name}
     while (
         pool.long_pool is not None
