@@ -70,7 +70,7 @@ def truth(alert: Alert, stack: StackSpec, seen: Replay) -> dict[str, str] | None
         return {"model": workload.model} if seen.p95_ms[workload.name][key] > alarm else None
     if alert.name == "InhouseITLP95OverSLO":
         pool = stack.pool(labels["pool"])
-        alarms = [w.slo.alarm_ms("itl") for w in stack.workloads_on(pool)]
+        alarms = [w.slo.alarm_ms("itl") for w in stack.workloads_served_by(pool)]
         alarm = min(a for a in alarms if a is not None)
         fires = seen.p95_ms[f"pool:{pool.name}"]["itl"] > alarm
         return {"model_name": pool.client_model_name} if fires else None

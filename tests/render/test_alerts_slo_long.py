@@ -28,10 +28,11 @@ from inhouse.render import render_stack
 from inhouse.render.alerts import Alert
 from inhouse.render.prometheus import stack_rules
 from inhouse.spec.stack import StackSpec
-from inhouse.spec.vllm_buckets import TTFT_BUCKETS_S
+from inhouse.spec.vllm_buckets import ITL_BUCKETS_S, TTFT_BUCKETS_S
 
 METRIC = "inhouse_gateway_ttft_seconds"
 TTFT = "InhouseTTFTP95OverSLO"
+ITL = "InhouseITLP95OverSLO"
 
 
 def _requirements() -> Requirements:
@@ -155,3 +156,46 @@ def test_the_rendered_rule_tests_pass_with_a_split_workload(tmp_path: Path) -> N
         (tmp_path / name).write_text(rendered.files[f"prometheus/{name}"])
     done = promtool(tmp_path, "test", "rules", "rules_test.yaml")
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _engine_itl(pool: str, bucket_s: float) -> list[tuple[str, str]]:
+    """A pool's inter-token gaps as its engines report them (vLLM's histogram, by its served
+    name), all within (previous bucket, bucket_s]."""
+    labels = {
+        "model_name": pool,
+        "engine": "0",
+        "namespace": "demo",
+        "job": f"{pool}-engine",
+        "instance": "10.0.0.1:8000",
+        "pod": f"{pool}-0",
+    }
+    metric = "vllm:inter_token_latency_seconds_bucket"
+    lower = max(b for b in ITL_BUCKETS_S if b < bucket_s)
+    rising = "0+50x60"
+    return [
+        (selector(metric, {**labels, "le": str(lower)}), "0x60"),
+        (selector(metric, {**labels, "le": str(bucket_s)}), rising),
+        (selector(metric, {**labels, "le": "+Inf"}), rising),
+    ]
+
+
+@needs_promtool
+def test_the_long_pool_pages_when_its_itl_passes_the_workloads_alarm(tmp_path: Path) -> None:
+    # No workload names the long pool's model (clients send `chat`; the length rule moves the
+    # long prompts): ITL, alerted per pool for the workloads naming its model, had no alert
+    # there, so the long prompts' decode could slow to any pace unpaged.
+    requirements = _requirements()
+    stack = _planned_stack(requirements, split=True)
+    alarm_ms = requirements.workloads[0].slo.alarm_ms("itl")
+    assert alarm_ms is not None
+    _, alerts = stack_rules(stack, "demo")
+    itl = {a.labels["pool"]: a for a in alerts if a.name == ITL}
+    assert set(itl) == {"chat", "chat-long"}, "an ITL alert for each pool of the workload"
+    alert = itl["chat-long"]
+    slow = next(b for lower, b in pairwise(ITL_BUCKETS_S) if lower >= alarm_ms / 1000)
+    fine = max(b for b in ITL_BUCKETS_S if b <= alarm_ms / 1000 / 2)
+    keeps = {"model_name": "chat-long"}
+    series = _engine_itl("chat", fine) + _engine_itl("chat-long", slow)
+    assert _verdict(tmp_path, stack, "long pool's ITL slow", series, alert, keeps) == ""
+    series = _engine_itl("chat", fine) + _engine_itl("chat-long", fine)
+    assert _verdict(tmp_path, stack, "long pool's ITL fine", series, alert, None) == ""

@@ -116,3 +116,19 @@ def test_missing_file_and_bad_yaml_are_clear(tmp_path: Path) -> None:
     bad.write_text("pools: [", encoding="utf-8")
     with pytest.raises(SpecError, match="not valid YAML"):
         load_stack(bad)
+
+
+def test_a_long_pool_serves_the_workloads_whose_long_prompts_it_takes_not_lora_guests() -> None:
+    data = minimal(long_prompt_tokens=8000, long_pool="long", lora_adapters=["summarize"])
+    data["pools"].append(  # type: ignore[attr-defined]
+        {"name": "long", "model": "Llama-3.1-8B", "served_model_name": "chat-long"}
+    )
+    data["workloads"] = [{"name": "chat", "model": "Llama-3.1-8B"},
+                         {"name": "utility", "model": "summarize"}]  # fmt: skip
+    stack = parse_stack(data)
+    chat, long = stack.pool("chat"), stack.pool("long")
+    assert [p.name for p in stack.pools_of_model("Llama-3.1-8B")] == ["chat", "long"]
+    assert [p.name for p in stack.pools_of_model("summarize")] == ["chat"]
+    assert [w.name for w in stack.workloads_served_by(chat)] == ["chat", "utility"]
+    assert [w.name for w in stack.workloads_served_by(long)] == ["chat"]
+    assert stack.workloads_on(long) == []  # by model name alone: none

@@ -14,7 +14,8 @@ Each workload's SLO is alerted on the series that carry that workload alone:
 * ITL from vLLM's histogram by `model_name`, the pool's served name: vLLM does not split its
   series by adapter, and need not here, since a decode step serves every running sequence of
   the pool, so every workload on a pool sees the same inter-token gaps. One ITL alert per
-  pool, at the tightest ITL alarm of the workloads on it.
+  pool, at the tightest ITL alarm of the workloads it serves: those naming its model and
+  those whose long prompts it takes (a long-context pool, which no workload names).
 
 A stack without `workloads` keeps the per-pool alerts on vLLM's histograms (`pools[].slo`);
 its attached (`url`) pools, whose engines render does not scrape, get TTFT and e2e alerts on the
@@ -385,8 +386,10 @@ def attached_pool_targets(pool: PoolSpec) -> list[LatencyTarget]:
 
 
 def pool_itl_target(stack: StackSpec, pool: PoolSpec) -> LatencyTarget | None:
-    """The pool's ITL at the tightest ITL alarm of its workloads (a pool property)."""
-    mine = [w for w in stack.workloads_on(pool) if w.slo.alarm_ms("itl") is not None]
+    """The pool's ITL at the tightest ITL alarm of the workloads it serves, a long-context
+    pool's included (no workload names its model: the length rule sends it their long
+    prompts)."""
+    mine = [w for w in stack.workloads_served_by(pool) if w.slo.alarm_ms("itl") is not None]
     if not mine:
         return None
     tightest = min(mine, key=lambda w: w.slo.alarm_ms("itl") or 0.0)

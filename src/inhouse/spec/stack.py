@@ -239,6 +239,28 @@ class StackSpec(SpecModel):
         """The workloads whose model name this pool serves."""
         return [w for w in self.workloads if w.model in pool.model_names]
 
+    def pools_of_model(self, model: str) -> list[PoolSpec]:
+        """Every pool that serves requests naming `model` by the length rule: the pool serving
+        the name, then each `long_pool` its longer prompts go on to; none for a LoRA adapter,
+        which the long pool does not carry (`inhouse.routing.pools.primary_pool`)."""
+        pool = self.pool_for_model(model)
+        if pool is None:
+            return []
+        out = [pool]
+        if model in pool.lora_adapters:
+            return out
+        while pool.long_pool is not None and pool.long_pool not in {p.name for p in out}:
+            pool = self.pool(pool.long_pool)
+            out.append(pool)
+        return out
+
+    def workloads_served_by(self, pool: PoolSpec) -> list[WorkloadSpec]:
+        """The workloads whose requests this pool serves (fallback aside): those naming its
+        model, and those whose long prompts its pool's length rule sends here."""
+        return [
+            w for w in self.workloads if pool.name in {p.name for p in self.pools_of_model(w.model)}
+        ]
+
     def pool_for_model(self, model: str) -> PoolSpec | None:
         for pool in self.pools:
             if model in pool.model_names:
