@@ -199,3 +199,39 @@ def test_the_long_pool_pages_when_its_itl_passes_the_workloads_alarm(tmp_path: P
     assert _verdict(tmp_path, stack, "long pool's ITL slow", series, alert, keeps) == ""
     series = _engine_itl("chat", fine) + _engine_itl("chat-long", fine)
     assert _verdict(tmp_path, stack, "long pool's ITL fine", series, alert, None) == ""
+
+
+def _with_fallback(stack: StackSpec) -> StackSpec:
+    """The split stack with a fallback pool for both of the workload's pools, as `inhouse plan`
+    writes one for a workload naming a fallback model (`plan.search._with_fallbacks`)."""
+    data = stack.model_dump(mode="json", exclude_defaults=True)
+    standard = next(p for p in data["pools"] if p["name"] == "chat")
+    spare = {**standard, "name": "chat-fallback", "served_model_name": "chat-fallback",
+             "role": "fallback", "gpu_ids": [[4], [5]]}  # fmt: skip
+    for field in ("long_prompt_tokens", "long_pool"):
+        spare.pop(field)
+    for pool in data["pools"]:
+        pool["fallback"] = "chat-fallback"
+    data["pools"].append(spare)
+    return StackSpec.model_validate(data)
+
+
+@needs_promtool
+def test_the_workloads_requests_on_its_fallback_pool_page_when_slow(tmp_path: Path) -> None:
+    # The gateway labels a request by the pool that served it: during a failover the split
+    # workload's requests are on the fallback pool, in neither of its two pools' TTFT alerts.
+    # (A workload on one pool is alerted by model alone, its fallback's answers included.)
+    requirements = _requirements()
+    stack = _with_fallback(_planned_stack(requirements, split=True))
+    short_s, long_s = _alarms_s(requirements)
+    alerts = _ttft_alerts(stack)
+    assert set(alerts) == {"chat", "chat-long", "chat-fallback"}, "the fallback's share too"
+    alert = alerts["chat-fallback"]
+    keeps = {"model": "chat", "pool": "chat-fallback"}
+    series = _series("chat-fallback", _above(long_s), 10)
+    assert _verdict(tmp_path, stack, "fallback slow", series, alert, keeps) == ""
+    # Short and long prompts mixed there, as on one pool: held to the long target.
+    between = _above(short_s)
+    assert between < long_s
+    series = _series("chat-fallback", between, 10)
+    assert _verdict(tmp_path, stack, "fallback within the long target", series, alert, None) == ""

@@ -9,7 +9,8 @@ Each workload's SLO is alerted on the series that carry that workload alone:
   is held to its own 2 s e2e, and the chat turns, which run for seconds by design, are not.
   A workload whose long prompts have a TTFT of their own (`workloads[].slo.long_ttft_p95_ms`)
   and whose pool sends them to a `long_pool` gets one TTFT alert per pool, on the gateway's
-  series by `model` and `pool`: its pool's share at `ttft_*`, the long pool's at `long_ttft_*`.
+  series by `model` and `pool`: its pool's share at `ttft_*`, the long pool's at `long_ttft_*`,
+  and a fallback pool's (both lengths during a failover) at `long_ttft_*`.
   Without a long pool its one series of all prompts is held to the long target.
 * ITL from vLLM's histogram by `model_name`, the pool's served name: vLLM does not split its
   series by adapter, and need not here, since a decode step serves every running sequence of
@@ -334,18 +335,25 @@ def _workload_source(workload: WorkloadSpec, field: str) -> str:
 
 
 def split_ttft_targets(
-    workload: WorkloadSpec, pool: PoolSpec, long_pool: PoolSpec
+    stack: StackSpec, workload: WorkloadSpec, pool: PoolSpec, long_pool: PoolSpec
 ) -> list[LatencyTarget]:
     """A workload split by its pool's length rule: each pool's share of its first tokens, on
-    the gateway's series by model and pool, at the target of the prompts that pool serves."""
+    the gateway's series by model and pool, at the target of the prompts that pool serves. A
+    `fallback` of either pool serves both lengths during a failover, which the gateway does not
+    tell apart there: its share is held to the long target, as one pool for all prompts is."""
     metric, buckets = GATEWAY_LATENCIES["ttft"]
     threshold = f"{pool.long_prompt_tokens:,}"
-    out = []
-    for serving, slo, field, prompts in (
+    long_slo = workload.slo.for_long_prompts()
+    parts = [
         (pool, workload.slo, "ttft_alarm_ms", f"prompts up to {threshold} tokens"),
-        (long_pool, workload.slo.for_long_prompts(), "long_ttft_alarm_ms",
-         f"prompts above {threshold} tokens"),
-    ):  # fmt: skip
+        (long_pool, long_slo, "long_ttft_alarm_ms", f"prompts above {threshold} tokens"),
+    ]
+    for name in dict.fromkeys(p.fallback for p in (pool, long_pool) if p.fallback is not None):
+        if name not in (pool.name, long_pool.name):
+            parts.append((stack.pool(name), long_slo, "long_ttft_alarm_ms",
+                          "prompts of either length on a fallback pool"))  # fmt: skip
+    out = []
+    for serving, slo, field, prompts in parts:
         out.append(
             LatencyTarget(
                 "ttft",
@@ -424,7 +432,7 @@ def latency_alerts(stack: StackSpec, engines: EngineLayout) -> list[Alert]:
             long_pool = long_pool_of(stack, workload)
             if long_pool is not None:
                 mine = [t for t in mine if t.key != "ttft"]
-                mine += split_ttft_targets(workload, pool, long_pool)
+                mine += split_ttft_targets(stack, workload, pool, long_pool)
             targets += mine
         for pool in engines.pools:
             itl = pool_itl_target(stack, pool)
