@@ -266,3 +266,17 @@ def test_the_multiplying_dumps_vllm_encoding_is_read_under_an_id_that_does_not_n
     layouts = [(r.spec.tp, r.spec.attention_dp, r.spec.moe_tp, r.spec.moe_ep) for r in corpus.rows]
     assert layouts == [(2, 1, 1, 2), (4, 1, 1, 4), (4, 2, 1, 8)]
     assert len(corpus.corrected) == 2
+
+
+def test_inferencexs_sglang_runs_get_the_static_memory_fraction_its_scripts_pass() -> None:
+    lines = rows(
+        "2026_04_06_g_sglang_fp4_agg_1024x1024_c16_tp8_ep1_1,GLM-5,b200_sxm,sglang,nightly"
+        ",fp4,nvfp4,nvfp4,8,1,1,8,1,1024,1024,16,300.0,20.0",
+        "dsr1_b200_sglang_fp8_agg_8192x1024_c4_cfg271,DeepSeek-R1,b200_sxm,sglang,0.5.9"
+        ",fp8,fp8,fp8,4,1,1,4,1,8192,1024,4,585.918,11.5353",
+        "2026_04_06_l_vllm_fp8_agg_1024x1024_c4_tp8_ep1_3,Llama-3.1-70B,h100_sxm,vllm,,fp8,,,8,1"
+        ",1,8,1,1024,1024,4,70.0,9.0",
+    )
+    harness = [r.spec.mem_fraction_static for r in prepare(lines, harness=True).rows]
+    assert harness == [0.80, 0.95, None]
+    assert [r.spec.mem_fraction_static for r in prepare(lines).rows] == [None] * 3

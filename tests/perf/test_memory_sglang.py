@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from inhouse.calibration.corpus import HARNESS_HEADROOM_TOKENS
@@ -112,3 +114,26 @@ def test_a_reserve_that_takes_the_whole_gpu_is_refused_with_the_fix() -> None:
     quant = resolve_weight_quants("fp8", False)
     with pytest.raises(DoesNotFitError, match="lower the prefill budget"):
         plan_memory(get_model("Llama-3.1-8B"), small, 1, quant, mem_fraction_static=fraction)
+
+
+def test_a_static_fraction_the_launch_passed_replaces_sglangs_rule() -> None:
+    """InferenceX passes `--mem-fraction-static 0.80` for GLM-5 FP4 with a 131K-token prefill
+    chunk, whose reserve SGLang's own rule makes larger than the GPU."""
+    knobs = VLLM_SERVE_DEFAULTS.model_copy(
+        update={"max_num_seqs": 64, "max_num_batched_tokens": 131072}
+    )
+    spec = ReplicaSpec("GLM-5", "b200_sxm", 8, "fp4", "sglang", knobs, moe_tp=8, moe_ep=1,
+                       gemm_quant="nvfp4", moe_quant="nvfp4")  # fmt: skip
+    with pytest.raises(DoesNotFitError, match="lower the prefill budget"):
+        build_replica(spec)
+    passed = build_replica(replace(spec, mem_fraction_static=0.80))
+    free = B200.hbm_bytes - CUDA_CONTEXT_BYTES - NCCL_RESERVE_BYTES
+    weights = passed.memory.weight_bytes_per_gpu
+    assert passed.memory.kv_bytes_per_gpu == pytest.approx(free * 0.80 - weights)
+    # vLLM's rule takes no notice of it.
+    vllm = replace(
+        spec, backend="vllm", knobs=knobs.model_copy(update={"max_num_batched_tokens": 8192})
+    )
+    assert (
+        build_replica(replace(vllm, mem_fraction_static=0.5)).memory == build_replica(vllm).memory
+    )

@@ -37,10 +37,12 @@ rows are read here once, by rules that are the same for every row and are each r
   on B200 from 0.19); SGLang with chunked prefill of 16,384 tokens (DeepSeek FP4) or 32,768
   (DeepSeek FP8, Qwen3.5, GLM-5 FP8; 8,192 for DeepSeek FP8 at TP4; 131,072 for GLM-5
   FP4), `--max-running-requests` 256 (DeepSeek FP4), 128 (DeepSeek FP8, Qwen3.5; 32 at
-  TP4) or C (GLM-5), and `--kv-cache-dtype fp8_e4m3` (all but Qwen3.5 BF16 and GLM-5
-  FP4). These are facts of the protocol, not fitted (`inferencex_knobs`). InferenceX's
-  GB200 rows ran a multi-node disaggregated recipe that is not matched; they keep the
-  generator's rules.
+  TP4) or C (GLM-5), `--kv-cache-dtype fp8_e4m3` (all but Qwen3.5 BF16 and GLM-5
+  FP4) and `--mem-fraction-static` 0.85 (DeepSeek FP4, GLM-5 FP8), 0.82 (DeepSeek FP8,
+  Qwen3.5; 0.95 for DeepSeek FP8 at TP4) or 0.80 (GLM-5 FP4), where the model otherwise
+  derives SGLang's own (`inferencex_mem_fraction`). These are facts of the protocol, not
+  fitted (`inferencex_knobs`). InferenceX's GB200 rows ran a multi-node disaggregated
+  recipe that is not matched; they keep the generator's rules.
 
 * **The benchmark protocol of each run's harness** (`corpus_protocol`; read so, with the
   launch knobs below, by `prepare(..., harness=True)`, `--corpus-protocol harness`). The rows
@@ -152,6 +154,15 @@ def inferencex_knobs(
         "max_num_seqs": running,
         "kv_cache_dtype": "auto" if bf16_kv else "fp8",
     }
+
+
+def inferencex_mem_fraction(model: str, precision: str, tp: int) -> float:
+    """The `--mem-fraction-static` InferenceX's SGLang scripts pass (module docstring)."""
+    if model in ("DeepSeek-R1", "DeepSeek-V3"):
+        return 0.85 if precision == "fp4" else (0.95 if tp == 4 else 0.82)
+    if model == "GLM-5":
+        return 0.80 if precision == "fp4" else 0.85
+    return 0.82  # Qwen3.5-397B-A17B, FP8 and BF16
 
 
 def regime(concurrency: int) -> str:
@@ -269,10 +280,13 @@ def _spec(row: dict[str, str], layout: dict[str, int], protocol: BenchmarkProtoc
         knobs["enable_chunked_prefill"] = False
     # The launch knobs are InferenceX's single-node scripts'; its GB200 runs (sa-bench, a
     # multi-node recipe not matched) keep the generator's rules, as any unknown launch does.
+    mem_fraction = None
     if protocol is INFERENCEX_SWEEP:
         version = (row.get("backend_version") or "").strip()
         knobs.update(inferencex_knobs(model, row["system"].strip(), backend, precision, version,
                                       layout["tp"], isl, conc))  # fmt: skip
+        if backend == "sglang":
+            mem_fraction = inferencex_mem_fraction(model, precision, layout["tp"])
     return ReplicaSpec(
         model,
         row["system"].strip(),
@@ -286,6 +300,7 @@ def _spec(row: dict[str, str], layout: dict[str, int], protocol: BenchmarkProtoc
         pp=layout["pp"],
         gemm_quant=gemm_quant,
         moe_quant=(row.get("moe_quant") or "").strip(),
+        mem_fraction_static=mem_fraction,
     )
 
 

@@ -37,6 +37,9 @@ class ReplicaSpec:
     # Per-part quantization modes as the calibration corpus names them ("" = `quant`).
     gemm_quant: str = ""
     moe_quant: str = ""
+    # SGLang's `--mem-fraction-static` where the launch passed one; None: SGLang's own rule
+    # (`inhouse.perf.memory.sglang_mem_fraction_static`). Ignored by vLLM's memory rule.
+    mem_fraction_static: float | None = None
 
     def layout_for(self, model: ModelSpec) -> ParallelLayout:
         """The layout; a dense model's expert fields are meaningless and ignored."""
@@ -81,7 +84,9 @@ def build_replica(spec: ReplicaSpec, constants: EngineConstants | None = None) -
     if consts.memory_rule == "mem_fraction_static":
         # NOTE: CUDA graphs are taken as captured up to the running cap (the calibration
         # harness passes --cuda-graph-bs 1..C), the prefill as one budget's worth of tokens.
-        static_fraction = sglang_mem_fraction_static(gpu, layout, max_batched, max_num_seqs)
+        static_fraction = spec.mem_fraction_static or sglang_mem_fraction_static(
+            gpu, layout, max_batched, max_num_seqs
+        )
     max_num_seqs *= layout.attention_dp
     max_batched *= layout.attention_dp
     memory = plan_memory(
