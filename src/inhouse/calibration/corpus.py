@@ -27,8 +27,11 @@ rows are read here once, by rules that are the same for every row and are each r
   its generator's rules (generator/rule_plugin/benchmark/*.rule): vLLM gets
   `--max-num-seqs C`, `--max-num-batched-tokens C + ISL + 1500` and `--max-model-len
   ISL + OSL + 1500`; SGLang gets `--max-running-requests C`, `--max-prefill-tokens
-  ISL + 1500` and no chunked prefill. Those rules hold for its gap-analysis rows. The
-  single-node InferenceX rows ran its launch scripts (`benchmarks/single_node/*.sh` in
+  ISL + 1500`, its default chunked prefill (8K tokens and more on these GPUs, longer than
+  every such prompt, so read as none) and `--enable-mixed-chunk`, which the model does not
+  apply (its SGLang batches prefill apart from decode: `mixed_batches`). Those rules are
+  read for the gap-analysis rows, whose own harness is not public. The single-node
+  InferenceX rows ran its launch scripts (`benchmarks/single_node/*.sh` in
   SemiAnalysisAI/InferenceX, matched to each row's image): vLLM with a token budget of
   8192 (passed, or vLLM's default for the API server on a GPU of 70 GiB or more; 2 x ISL for
   MiniMax-M2.5 on vLLM 0.19), its scripts' `--max-num-seqs` (C; 512 for Llama and gpt-oss
