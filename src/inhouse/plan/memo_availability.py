@@ -18,6 +18,17 @@ def _times(count: float) -> str:
     return "once" if count == 1 else f"{count:g} times"
 
 
+def _limit(p: Mapping[str, Any]) -> str:
+    """The failure domain that limits the pool: the smallest failure that is an outage."""
+    if p["smallest_outage"] == "one replica":
+        return "one replica: its failure or its node's is an outage"
+    if p["smallest_outage"] == "one node" and p["nodes"] == 1:
+        return "all replicas on one node: a node failure is an outage"
+    if p["smallest_outage"] == "one node":
+        return f"{max(p['replicas_per_node'])} replicas on one node: its failure is an outage"
+    return "one replica a node: an outage takes two failures at once"
+
+
 def short_pools(r: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [p for p in (r.get("availability") or {}).get("pools", []) if not p["meets"]]
 
@@ -41,8 +52,7 @@ def availability_lines(r: Mapping[str, Any]) -> list[str]:
     for p in a["pools"]:
         tolerated = "one" if p["tolerated_down"] == 1 else "none"
         verdict = "ok" if p["meets"] else "SHORT: cannot meet it on its own"
-        if p["replicas"] >= 2 and p["nodes"] == 1:
-            verdict += "; all replicas on one node (a node failure takes the pool)"
+        verdict += f"; {_limit(p)}"
         rows.append(
             [
                 p["pool"],
@@ -55,7 +65,7 @@ def availability_lines(r: Mapping[str, Any]) -> list[str]:
             ]
         )
     source = (
-        "assumed, not measured: replace both with your fleet's figures"
+        "assumed, not measured: replace them with your fleet's figures"
         if a["assumed"]
         else "as the requirements state them"
     )
@@ -73,14 +83,17 @@ def availability_lines(r: Mapping[str, Any]) -> list[str]:
         rows,
     )
     lines += [
-        f"Each replica fails {_times(a['replica_failures_per_month'])} a month and is back in "
+        f"Each replica fails {_times(a['replica_failures_per_month'])} a month and each node "
+        f"{_times(a['node_failures_per_month'])} a month, each back in "
         f"{a['replica_mttr_min']:g} min (`planning.replica_failures_per_month`, "
-        f"`planning.replica_mttr_min`; {source}), so it is down "
-        f"{_share(a['replica_down_share'])} of the time, independently of the others. A pool "
-        "counts as available while no more replicas are down than it was checked without: one "
-        "of two or more (the failover check below), none of one. Failures that take several "
-        "replicas at once (a node, a switch, a bad rollout) are not in the figure. The target "
-        "is the highest `slo.availability` of the workloads the pool serves.",
+        f"`planning.node_failures_per_month`, `planning.replica_mttr_min`; {source}), so a "
+        f"replica is down {_share(a['replica_down_share'])} of the time on its own and a node "
+        f"{_share(a['node_down_share'])}, taking every replica on it. A pool counts as "
+        "available while no more replicas are down than it was checked without: one of two or "
+        "more (the failover check below), none of one; so a node holding more replicas than "
+        "that is an outage when it fails. Failures that take several nodes at once (a switch, "
+        "a bad rollout) are not in the figure. The target is the highest `slo.availability` of "
+        "the workloads the pool serves.",
         "",
     ]
     for p in short_pools(r):

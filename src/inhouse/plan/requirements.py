@@ -516,13 +516,23 @@ class Planning(SpecModel):
     )
     seed: int = 0
     # Availability arithmetic (`plan/availability.py`): assumptions, not measurements, until the
-    # operator states the fleet's own. A crash, a GPU fault, a driver or node update each take a
-    # replica down; hardware alone is far rarer (docs/plan.md, Availability).
+    # operator states the fleet's own. An engine crash, a GPU fault or an engine update takes a
+    # replica down; a host reboot (driver, kernel, firmware) or a power supply, NVSwitch or board
+    # fault takes its node and every replica on it (docs/plan.md, Availability).
     replica_failures_per_month: float = Field(
         default=1.0, ge=0, le=730, description="times a month one replica goes down (assumed)"
     )
+    node_failures_per_month: float = Field(
+        default=0.5,
+        ge=0,
+        le=730,
+        description="times a month one node goes down with its replicas (assumed)",
+    )
     replica_mttr_min: float = Field(
-        default=60.0, gt=0, le=43800, description="minutes to bring a lost replica back (assumed)"
+        default=60.0,
+        gt=0,
+        le=43800,
+        description="minutes to bring a lost replica or node back (assumed)",
     )
 
     @field_validator("verify_duration_s", "stress_duration_s")
