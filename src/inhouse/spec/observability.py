@@ -2,7 +2,7 @@
 need to know that the pools do not say. Optional and additive to stack schema v1.
 
     observability:
-      usd_per_hour: 4.60        # the stack's all-in cost per hour (`inhouse plan` writes it)
+      usd_per_hour: 15.38       # the stack's all-in cost per hour (`inhouse plan` writes it)
       log_retention_days: 90    # Loki keeps the gateway's and engines' logs this long
       trace_retention_days: 14  # Tempo keeps traces this long
       tracing:
