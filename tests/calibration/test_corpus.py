@@ -280,3 +280,13 @@ def test_inferencexs_sglang_runs_get_the_static_memory_fraction_its_scripts_pass
     harness = [r.spec.mem_fraction_static for r in prepare(lines, harness=True).rows]
     assert harness == [0.80, 0.95, None]
     assert [r.spec.mem_fraction_static for r in prepare(lines).rows] == [None] * 3
+
+
+def test_the_speculative_decoding_rule_holds_only_where_its_configurations_were_read() -> None:
+    """InferenceX's B200 configurations were matched; a B300 run at TP4 without EP stays."""
+    line = (
+        "qwen3_5_b300_sglang_fp8_agg_8192x1024_c4_cfg716,Qwen3.5-397B-A17B,b300_sxm,sglang,0.5.9"
+        ",fp8,fp8,fp8,4,1,1,4,1,8192,1024,4,500.0,6.0"
+    )
+    corpus = prepare(rows(line), harness=True)
+    assert len(corpus.rows) == 1 and corpus.excluded == []

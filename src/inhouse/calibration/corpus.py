@@ -396,7 +396,9 @@ def not_serving(row: CorpusRow, version: str, copies: list[str]) -> str:
     if row.protocol is not INFERENCEX_SWEEP or spec.backend != "sglang":
         return ""
     fp8 = spec.quant == "fp8"
-    if fp8 and spec.model == "Qwen3.5-397B-A17B" and spec.tp == 4 and spec.moe_ep == 1:
+    # Matched to the B200 configurations only; other GPUs' configurations were not read.
+    b200 = spec.gpu == "b200_sxm"
+    if fp8 and b200 and spec.model == "Qwen3.5-397B-A17B" and (spec.tp, spec.moe_ep) == (4, 1):
         return (
             "speculative decoding: InferenceX ran Qwen3.5 FP8 at TP4 without expert "
             "parallelism only as qwen3.5-fp8-b200-sglang-mtp (EAGLE, 3 steps)"
@@ -415,7 +417,8 @@ def not_serving(row: CorpusRow, version: str, copies: list[str]) -> str:
         deepseek
         and fp8
         and mtp_era
-        and (spec.gpu, spec.tp, spec.moe_ep) == ("b200_sxm", 8, 1)
+        and b200
+        and (spec.tp, spec.moe_ep) == (8, 1)
         and not any(_CONFIG_EXPORT.search(c) for c in copies)
     ):
         return (
