@@ -29,3 +29,15 @@ def test_sglang_keeps_its_budget_and_runs_a_longer_prompt_alone() -> None:
     assert replica.config.max_model_len > 4096
     result = run_closed_loop(replica, 6000, 16, 2)
     assert result.num_requests > 0 and result.mean_ttft_ms > 0
+
+
+@pytest.mark.parametrize("fraction", [0.0, -0.1, 1.5])
+def test_a_static_memory_fraction_outside_0_1_is_refused_naming_the_field(
+    fraction: float,
+) -> None:
+    """A passed `mem_fraction_static` of 0 was taken as "none passed" (SGLang's own rule
+    ran instead), and one above 1 was blamed on the prefill budget."""
+    spec = ReplicaSpec("Llama-3.1-8B", "h100_sxm", 1, "fp8", "sglang", VLLM_SERVE_DEFAULTS,
+                       mem_fraction_static=fraction)  # fmt: skip
+    with pytest.raises(SpecError, match=r"mem_fraction_static=.*\(0, 1\].*None"):
+        build_replica(spec)

@@ -73,6 +73,12 @@ def build_replica(spec: ReplicaSpec, constants: EngineConstants | None = None) -
     quant = resolve_weight_quants(spec.quant, model.is_moe, spec.gemm_quant, spec.moe_quant)
     layout = spec.layout_for(model)
     check_layout(layout, model)
+    passed = spec.mem_fraction_static
+    if passed is not None and not 0 < passed <= 1:
+        raise SpecError(
+            f"mem_fraction_static={passed}: SGLang's --mem-fraction-static is a fraction of "
+            "the GPU's memory in (0, 1]; pass the launch's value, or None for SGLang's own rule"
+        )
     consts = constants or get_engine_constants(spec.backend)
     knobs = spec.knobs
     max_num_seqs = knobs.max_num_seqs or consts.max_num_seqs
@@ -84,9 +90,9 @@ def build_replica(spec: ReplicaSpec, constants: EngineConstants | None = None) -
     if consts.memory_rule == "mem_fraction_static":
         # NOTE: CUDA graphs are taken as captured up to the running cap (the calibration
         # harness passes --cuda-graph-bs 1..C), the prefill as one budget's worth of tokens.
-        static_fraction = spec.mem_fraction_static or sglang_mem_fraction_static(
-            gpu, layout, max_batched, max_num_seqs
-        )
+        static_fraction = spec.mem_fraction_static
+        if static_fraction is None:
+            static_fraction = sglang_mem_fraction_static(gpu, layout, max_batched, max_num_seqs)
     max_num_seqs *= layout.attention_dp
     max_batched *= layout.attention_dp
     memory = plan_memory(
