@@ -290,3 +290,22 @@ def test_the_speculative_decoding_rule_holds_only_where_its_configurations_were_
     )
     corpus = prepare(rows(line), harness=True)
     assert len(corpus.rows) == 1 and corpus.excluded == []
+
+
+def test_a_value_ending_in_zeros_is_not_read_as_a_coarser_measurement() -> None:
+    # "45.000" is written to 0.001 ms like its dump's other values; read as 45 to the ms,
+    # it made two runs of one point 0.3 ms apart (different layouts) one run. No dump of
+    # the corpus writes coarser than 0.01 ms (the gap analysis's), so no copy is further
+    # apart than 0.005 ms.
+    minimax = "MiniMax-M2.5,b200_sxm,vllm,0.19.0,fp4,nvfp4,nvfp4"
+    lines = rows(
+        f"2026_03_25_m_vllm_fp4_agg_1024x1024_c4_tp2_0_ep1_0_1,{minimax},2,1,1,2,1,1024,1024,4"
+        ",45.000,5.9000",
+        f"2026_03_25_m_vllm_fp4_agg_1024x1024_c4_tp4_0_ep1_0_2,{minimax},4,1,1,4,1,1024,1024,4"
+        ",45.300,5.9300",
+        f"m_gap_analysis_b200_sxm_vllm_fp4_agg_1024x1024_c4_tp2_ep1_3,{minimax},2,1,1,2,1,1024"
+        ",1024,4,45.00,5.90",
+    )
+    corpus = prepare(lines)
+    assert [r.spec.tp for r in corpus.rows] == [2, 4]
+    assert corpus.duplicates == [(lines[2]["id"], lines[0]["id"])]

@@ -17,7 +17,8 @@ rows are read here once, by rules that are the same for every row and are each r
   the same TTFT and TPOT to the precision each copy is written with are one run listed
   several times (DeepSeek-V3 and DeepSeek-R1 share an architecture; some runs appear in
   three dumps). The Kimi-K2.5 and Qwen3.5 `gap_analysis` rows are all such copies of
-  InferenceX's runs, rounded to 0.01 ms (338.336 written 338.340). One is kept: a copy
+  InferenceX's runs, rounded to 0.01 ms (338.336 written 338.340); no dump is coarser, so
+  a value written "45.000" is taken to 0.01 ms, not to the ms. One is kept: a copy
   whose id names its layout, then InferenceX's own, then the one with the most digits.
 * **KV cache dtype from the checkpoint.** NVIDIA's ModelOpt checkpoints declare an FP8 KV
   cache (`kv_cache_quant_algo: FP8` in hf_quant_config.json): every NVFP4 release and the FP8
@@ -321,10 +322,17 @@ def _decimals(text: str) -> int:
     return len(text.rstrip("0")) - text.index(".") - 1 if "." in text else 0
 
 
+# The coarsest any dump of the corpus writes a time (the gap analysis's 0.01 ms). A value
+# whose last written digits are zeros ("45.000") is no coarser than that: its zeros are
+# digits, not padding, wherever they are not the gap-analysis dump's.
+_COARSEST_DECIMALS = 2
+
+
 def _same_measurement(a: tuple[str, str], b: tuple[str, str]) -> bool:
     """Whether two (TTFT, TPOT) texts are one measurement written to different precisions."""
     for x, y in zip(a, b, strict=True):
-        tolerance = 0.5 * 10.0 ** -min(_decimals(x), _decimals(y)) + 1e-9
+        decimals = max(_COARSEST_DECIMALS, min(_decimals(x), _decimals(y)))
+        tolerance = 0.5 * 10.0**-decimals + 1e-9
         if abs(float(x) - float(y)) > tolerance:
             return False
     return True
