@@ -309,3 +309,18 @@ def test_a_value_ending_in_zeros_is_not_read_as_a_coarser_measurement() -> None:
     corpus = prepare(lines)
     assert [r.spec.tp for r in corpus.rows] == [2, 4]
     assert corpus.duplicates == [(lines[2]["id"], lines[0]["id"])]
+
+
+def test_kimis_plain_tp_reading_holds_only_for_the_scripts_that_ignored_ep_size() -> None:
+    """The B200 (and B300) scripts run with vLLM 0.17.0 passed no --enable-expert-parallel;
+    InferenceX's later Kimi scripts do (a TP/TEP sweep), and H200's were not read."""
+    kimi = "Kimi-K2.5,{},vllm,{},fp4,nvfp4,nvfp4,4,1,1,1,4,1024,1024,4,{},7.06"
+    run = "2026_03_25_k_vllm_fp4_agg_1024x1024_c4_tp4_0_ep4_0_{},"
+    lines = rows(
+        run.format(1) + kimi.format("b200_sxm", "0.17.0", 74.1),
+        run.format(2) + kimi.format("b300_sxm", "0.17.0", 70.2),
+        run.format(3) + kimi.format("b200_sxm", "0.21.0", 71.3),
+        run.format(4) + kimi.format("h200_sxm", "0.17.0", 90.4),
+    )
+    ran = prepare(lines, harness=True)
+    assert [(r.spec.moe_tp, r.spec.moe_ep) for r in ran.rows] == [(4, 1), (4, 1), (1, 4), (1, 4)]

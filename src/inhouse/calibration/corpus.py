@@ -58,9 +58,9 @@ rows are read here once, by rules that are the same for every row and are each r
   they keep `AIPERF_SILICON` (aiconfigurator's generator: aiperf, twenty waves after a drained
   warm-up, exact lengths), as does any other id.
 * **What InferenceX's scripts ran where the label says otherwise** (the harness reading;
-  each row's note says which): Kimi-K2.5 FP4 "ep4" ran plain TP (its script ignores
-  EP_SIZE); MiniMax-M2.5 FP8 on vLLM 0.17 "ep1" ran expert parallel (passed whenever
-  EP_SIZE >= 1).
+  each row's note says which): Kimi-K2.5 FP4 "ep4" on vLLM 0.17.0 (B200, B300) ran plain
+  TP (those scripts ignore EP_SIZE; later ones pass it); MiniMax-M2.5 FP8 on vLLM 0.17 "ep1"
+  on B200 ran expert parallel (passed whenever EP_SIZE >= 1).
   Runs of its speculative-decoding (MTP) configurations labelled plain serving are left out
   (`Corpus.excluded`), since the model has no speculative decoding: Qwen3.5 FP8 at TP4
   without EP (only `qwen3.5-fp8-b200-sglang-mtp` ran it) and DeepSeek FP8 at TP8 on SGLang
@@ -345,7 +345,11 @@ def _inferencex_layout(row: dict[str, str], layout: dict[str, int]) -> tuple[dic
     precision, version = row["precision"].strip(), (row.get("backend_version") or "").strip()
     gpu, tp = row["system"].strip(), layout["tp"]
     why = ""
-    if (model, backend, precision) == ("Kimi-K2.5", "vllm", "fp4") and layout["moe_ep"] > 1:
+    # Read: kimik2.5_fp4_b200.sh on vLLM 0.17.0 and kimik2.5_fp4_b300.sh (its copy, 0.17.0
+    # and 0.19.0 until 2026-06-03); InferenceX's later Kimi scripts pass the flag for EP > 1.
+    kimi_read = gpu in ("b200_sxm", "b300_sxm") and version == "0.17.0"
+    kimi = (model, backend, precision) == ("Kimi-K2.5", "vllm", "fp4") and kimi_read
+    if kimi and layout["moe_ep"] > 1:
         why = "its script ignores EP_SIZE (no --enable-expert-parallel): plain TP"
         fixed = {**layout, "moe_tp": tp, "moe_ep": 1}
     elif (model, gpu, backend, precision, version) == (
