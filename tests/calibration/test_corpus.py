@@ -324,3 +324,18 @@ def test_kimis_plain_tp_reading_holds_only_for_the_scripts_that_ignored_ep_size(
     )
     ran = prepare(lines, harness=True)
     assert [(r.spec.moe_tp, r.spec.moe_ep) for r in ran.rows] == [(4, 1), (4, 1), (1, 4), (1, 4)]
+
+
+def test_the_cold_run_rule_holds_only_where_its_images_were_matched() -> None:
+    """A B200 DeepSeek row without a version ran SGLang 0.5.3 or 0.5.5 (before InferenceX's
+    client warmed up); on a GPU whose scripts and images were not matched, no version says
+    nothing about the date."""
+    deepseek = "DeepSeek-R1,{},sglang,,fp8,fp8,fp8,8,1,1,8,1,1024,1024,8,{},14.8"
+    run = "2026_04_06_d_sglang_fp8_agg_1024x1024_c8_tp8_ep1_{},"
+    lines = rows(
+        run.format(1) + deepseek.format("b200_sxm", "9188.185"),
+        run.format(2) + deepseek.format("h200_sxm", "9000.0"),
+    )
+    corpus = prepare(lines, harness=True)
+    assert [i for i, _ in corpus.excluded] == [lines[0]["id"]]
+    assert [r.row_id for r in corpus.rows] == [lines[1]["id"]]

@@ -66,7 +66,7 @@ rows are read here once, by rules that are the same for every row and are each r
   without EP (only `qwen3.5-fp8-b200-sglang-mtp` ran it) and DeepSeek FP8 at TP8 on SGLang
   0.5.9, whose dated dumps hold two series per point (C 128 to 512 only in
   `dsr1-fp8-b200-sglang-mtp`), except the runs the plain configuration's `_cfgN` export
-  lists. So are the DeepSeek runs on SGLang images before 0.5.6 (the rows give no version;
+  lists. So are the B200 DeepSeek runs on SGLang images before 0.5.6 (the rows give no version;
   the FP4 ones "ep1" also ran `--enable-ep-moe`): InferenceX's client sent no warm-up before
   2026-01-21, and their TTFTs carry a one-time cost of several seconds that the same
   configurations, warmed up on 0.5.9, do not show.
@@ -408,7 +408,7 @@ def not_serving(row: CorpusRow, version: str, copies: list[str]) -> str:
     if row.protocol is not INFERENCEX_SWEEP or spec.backend != "sglang":
         return ""
     fp8 = spec.quant == "fp8"
-    # Matched to the B200 configurations only; other GPUs' configurations were not read.
+    # Matched to the B200 configurations and images only; other GPUs' were not read.
     b200 = spec.gpu == "b200_sxm"
     if fp8 and b200 and spec.model == "Qwen3.5-397B-A17B" and (spec.tp, spec.moe_ep) == (4, 1):
         return (
@@ -416,7 +416,7 @@ def not_serving(row: CorpusRow, version: str, copies: list[str]) -> str:
             "parallelism only as qwen3.5-fp8-b200-sglang-mtp (EAGLE, 3 steps)"
         )
     deepseek = spec.model in ("DeepSeek-R1", "DeepSeek-V3")
-    if deepseek and not version:
+    if deepseek and b200 and not version:
         return (
             "measured cold: SGLang 0.5.3 and 0.5.5 images (the rows give no version), run by "
             "InferenceX's client before 2026-01-21, which sent no warm-up; the one-time costs "
