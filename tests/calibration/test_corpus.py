@@ -49,11 +49,11 @@ def test_one_run_listed_twice_is_kept_once_with_the_id_named_layout() -> None:
         rows(
             "dsr1_b200_sglang_fp4_agg_1024x1024_c8_cfg1,DeepSeek-V3,b200_sxm,sglang,"
             ",fp4,nvfp4,nvfp4,16,1,1,4,4,1024,1024,8,208.4,9.0",
-            "2026_x_sglang_fp4_agg_1024x1024_c8_tp4_ep4_9,DeepSeek-R1,b200_sxm,sglang,"
+            "2026_04_06_x_sglang_fp4_agg_1024x1024_c8_tp4_ep4_9,DeepSeek-R1,b200_sxm,sglang,"
             ",fp4,nvfp4,nvfp4,16,1,1,4,4,1024,1024,8,208.4,9.0",
         )
     )
-    assert [r.row_id for r in corpus.rows] == ["2026_x_sglang_fp4_agg_1024x1024_c8_tp4_ep4_9"]
+    assert [r.row_id for r in corpus.rows] == ["2026_04_06_x_sglang_fp4_agg_1024x1024_c8_tp4_ep4_9"]
     assert corpus.duplicates == [
         ("dsr1_b200_sglang_fp4_agg_1024x1024_c8_cfg1", corpus.rows[0].row_id)
     ]
@@ -339,3 +339,24 @@ def test_the_cold_run_rule_holds_only_where_its_images_were_matched() -> None:
     corpus = prepare(lines, harness=True)
     assert [i for i, _ in corpus.excluded] == [lines[0]["id"]]
     assert [r.row_id for r in corpus.rows] == [lines[1]["id"]]
+
+
+def test_inferencexs_copy_is_kept_over_a_gap_analysis_copy_that_names_its_layout() -> None:
+    """InferenceX's own copy is kept even where only the gap-analysis copy's id names the
+    layout (its harness is InferenceX's); the layout is then the named copy's, not the
+    multiplying dump's label (tp16 for tp4_ep4)."""
+    lines = rows(
+        f"q_gap_analysis_b200_sxm_sglang_fp8_agg_1024x1024_c4_tp4_ep4_1,{QWEN_FP8},"
+        "4,1,1,1,4,1024,1024,4,297.440,9.9400",
+        f"qwen3_5_b200_sglang_fp8_agg_1024x1024_c4_cfg615,{QWEN_FP8},"
+        "16,1,1,4,4,1024,1024,4,297.438,9.9442",
+    )
+    for harness in (False, True):
+        corpus = prepare(lines, harness=harness)
+        assert [r.row_id for r in corpus.rows] == [lines[1]["id"]]
+        spec = corpus.rows[0].spec
+        assert (spec.tp, spec.attention_dp, spec.moe_tp, spec.moe_ep) == (4, 1, 1, 4)
+        assert len(corpus.corrected) == 1 and lines[0]["id"] in corpus.corrected[0][1]
+    harness_row = prepare(lines, harness=True).rows[0]
+    assert harness_row.protocol is INFERENCEX_SWEEP
+    assert harness_row.spec.mem_fraction_static == 0.82

@@ -18,8 +18,9 @@ rows are read here once, by rules that are the same for every row and are each r
   several times (DeepSeek-V3 and DeepSeek-R1 share an architecture; some runs appear in
   three dumps). The Kimi-K2.5 and Qwen3.5 `gap_analysis` rows are all such copies of
   InferenceX's runs, rounded to 0.01 ms (338.336 written 338.340); no dump is coarser, so
-  a value written "45.000" is taken to 0.01 ms, not to the ms. One is kept: a copy
-  whose id names its layout, then InferenceX's own, then the one with the most digits.
+  a value written "45.000" is taken to 0.01 ms, not to the ms. One is kept: InferenceX's
+  own (its harness ran it), then a copy whose id names its layout, then the one with the
+  most digits; where the kept copy's id names no layout, a copy's that does gives it.
 * **KV cache dtype from the checkpoint.** NVIDIA's ModelOpt checkpoints declare an FP8 KV
   cache (`kv_cache_quant_algo: FP8` in hf_quant_config.json): every NVFP4 release and the FP8
   Llama-3.1-70B (nvidia/Llama-3.1-70B-Instruct-FP8); the runs use it. Everyone else's
@@ -389,13 +390,35 @@ def _read(
 
 
 def _preference(member: tuple[CorpusRow, tuple[str, str]]) -> tuple[bool, bool, int]:
-    """Which copy of a run is kept: one whose id names its layout, then InferenceX's own
-    (the others are its copies), then the most digits."""
+    """Which copy of a run is kept: InferenceX's own (the others are its copies, and its
+    harness ran it), then one whose id names its layout, then the most digits."""
     row, written = member
     return (
-        _ID_LAYOUT.search(row.row_id) is not None,
         _INFERENCEX_ID.search(row.row_id) is not None,
+        _ID_LAYOUT.search(row.row_id) is not None,
         sum(_decimals(text) for text in written),
+    )
+
+
+def _with_named_layout(
+    kept: CorpusRow, members: list[CorpusRow], raw: list[dict[str, str]], at: dict[str, int],
+    harness: bool,
+) -> CorpusRow:  # fmt: skip
+    """The kept copy read with the layout of a copy whose id names it, where its own id
+    does not (the multiplying dump's labels are not the run's GPUs)."""
+    named = next((m for m in members if _ID_LAYOUT.search(m.row_id)), None)
+    if named is None or _ID_LAYOUT.search(kept.row_id):
+        return kept
+    fields, _ = _layout(raw[at[named.row_id]])
+    row = {**raw[at[kept.row_id]], **{name: str(value) for name, value in fields.items()}}
+    resolved = _read(at[kept.row_id], row, harness)[0]
+    before = (kept.spec.tp, kept.spec.attention_dp, kept.spec.moe_tp, kept.spec.moe_ep)
+    after = (fields["tp"], fields["attention_dp"], fields["moe_tp"], fields["moe_ep"])
+    if before == after:
+        return kept
+    note = "layout tp{}/dp{}/moe_tp{}/ep{} read as tp{}/dp{}/moe_tp{}/ep{}".format(*before, *after)
+    return replace(
+        resolved, notes=(f"{note}, as its copy {named.row_id} names it", *resolved.notes)
     )
 
 
@@ -451,7 +474,8 @@ def prepare(raw: list[dict[str, str]], harness: bool = False) -> Corpus:
     the reading the shipped constants were fitted under.
 
     Copies of one run (the same shape and the same TTFT and TPOT to the precision each copy
-    was written with) are kept once: `_preference`'s copy.
+    was written with) are kept once: `_preference`'s copy, with the layout a copy's id names
+    where its own does not.
     """
     corpus = Corpus(rows=[])
     groups: dict[tuple[object, ...], list[list[tuple[CorpusRow, tuple[str, str]]]]] = {}
@@ -475,7 +499,11 @@ def prepare(raw: list[dict[str, str]], harness: bool = False) -> Corpus:
     for runs in groups.values():
         for members in runs:
             kept = max(members, key=_preference)[0]
-            corpus.duplicates.extend((m.row_id, kept.row_id) for m, _ in members if m is not kept)
+            copies = [m for m, _ in members]
+            kept = _with_named_layout(kept, copies, raw, order, harness)
+            corpus.duplicates.extend(
+                (m.row_id, kept.row_id) for m in copies if m.row_id != kept.row_id
+            )
             version = versions[kept.row_id]
             why = not_serving(kept, version, [m.row_id for m, _ in members])
             if why:
