@@ -69,8 +69,9 @@ rows are read here once, by rules that are the same for every row and are each r
   `dsr1-fp8-b200-sglang-mtp`), except the runs the plain configuration's `_cfgN` export
   lists. So are the B200 DeepSeek runs on SGLang images before 0.5.6 (the rows give no version;
   the FP4 ones "ep1" also ran `--enable-ep-moe`): InferenceX's client sent no warm-up before
-  2026-01-21, and their TTFTs carry a one-time cost of several seconds that the same
-  configurations, warmed up on 0.5.9, do not show.
+  2026-01-21, and the FP4 ones' TTFTs carry a one-time cost of several seconds that the
+  same configurations, warmed up on 0.5.9, do not show (the FP8 ones, TP8 EP8, were not
+  rerun warmed up; they are left out on the same fact).
 
 `prepare` is pure: the caller reads the CSV.
 """
@@ -443,9 +444,10 @@ def not_serving(row: CorpusRow, version: str, copies: list[str]) -> str:
         return (
             "measured cold: SGLang 0.5.3 and 0.5.5 images (the rows give no version), run by "
             "InferenceX's client before 2026-01-21, which sent no warm-up; the one-time costs "
-            "a warm-up absorbs are in the means (TTFT 5 to 9 s from 32 clients, or from 4 at "
-            "8k prompts, where the same configurations on 0.5.9, warmed up, take 0.2 to 2.6 s), "
-            "a cost of starting the server, not of serving"
+            "a warm-up absorbs are in the means (FP4: TTFT mostly 5 to 9 s from 32 clients, or "
+            "from 4 at 8k prompts, where the same configurations on 0.5.9, warmed up, take 0.2 "
+            "to 2.6 s; FP8 TP8 EP8, not rerun warmed up: 1.6 to 3.7 s at 64 clients or 8k "
+            "prompts), a cost of starting the server, not of serving"
         )
     mtp_era = version == "0.5.9"  # the MTP configuration ran from 0.5.8; the rows say 0.5.9
     if (
