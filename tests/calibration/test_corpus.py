@@ -360,3 +360,20 @@ def test_inferencexs_copy_is_kept_over_a_gap_analysis_copy_that_names_its_layout
     harness_row = prepare(lines, harness=True).rows[0]
     assert harness_row.protocol is INFERENCEX_SWEEP
     assert harness_row.spec.mem_fraction_static == 0.82
+
+
+def test_inferencexs_vllm_dp_attention_configuration_is_read_as_attention_dp() -> None:
+    """InferenceX's MiniMax-M2.5 FP4 B200 entry `{tp: 2, ep: 2, dp-attn: true}` (1k/1k, C 512
+    from 2026-04-08, C 256-1024 from 04-21; config 707 in the export) launches
+    `--tensor-parallel-size 1 --data-parallel-size 2 --enable-expert-parallel`; the dump
+    labels it as its plain `tp: 2, ep: 2` entry (config 706), which is TP2 with EP2."""
+    minimax = "MiniMax-M2.5,b200_sxm,vllm,0.19.0,fp4,nvfp4,nvfp4,2,1,2,1,4,1024,1024"
+    corpus = prepare(
+        rows(
+            f"minimaxm2_5_b200_vllm_fp4_agg_1024x1024_c512_cfg707,{minimax},512,451.190,32.0109",
+            f"minimaxm2_5_b200_vllm_fp4_agg_1024x1024_c256_cfg706,{minimax},256,300.0,24.0",
+        )
+    )
+    layouts = [(r.spec.tp, r.spec.attention_dp, r.spec.moe_tp, r.spec.moe_ep) for r in corpus.rows]
+    assert layouts == [(1, 2, 1, 2), (2, 1, 1, 2)]
+    assert "dp-attn" in corpus.corrected[0][1]

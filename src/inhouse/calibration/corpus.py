@@ -12,7 +12,9 @@ rows are read here once, by rules that are the same for every row and are each r
   run; for vLLM it writes ep as attention DP), which the same measurement, listed again under
   the other dump's label, contradicts. A label whose GPU count differs from the id's is
   corrected to the id's. Under an id that names no layout (`..._cfgN`), that dump's vLLM
-  encoding (tp T, attention DP E, ep T x E, as its named copies show) is read as `tpT_epE`.
+  encoding (tp T, attention DP E, ep T x E, as its named copies show) is read as `tpT_epE`,
+  but for InferenceX's configurations run with attention DP (`dp-attn: true`, which that
+  encoding does not tell apart: `VLLM_DP_ATTENTION_CONFIGS`), read as attention DP T, EP T.
 * **One run, one row.** Rows with the same architecture, GPU, engine, precision, shape and
   the same TTFT and TPOT to the precision each copy is written with are one run listed
   several times (DeepSeek-V3 and DeepSeek-R1 share an architecture; some runs appear in
@@ -93,6 +95,11 @@ HARNESS_HEADROOM_TOKENS = 1500
 _INFERENCEX_ID = re.compile(r"^\d{4}_\d{2}_\d{2}_|_cfg\d+$")
 _CONFIG_EXPORT = re.compile(r"_cfg\d+$")
 _ID_LAYOUT = re.compile(r"_tp(\d+)(?:_0)?_ep(\d+|none)(?:_0)?_")
+# InferenceX's vLLM configurations with `dp-attn: true` in its export, (model, precision, GPU,
+# config id): the dump labels them as their `tp: T, ep: E` twin. minimaxm2.5-fp4-b200-vllm's
+# 1k/1k `{tp: 2, ep: 2, dp-attn: true}` (C 512 from 2026-04-08, C 256-1024 from 04-21) is
+# config 707, the only one of C 512 and 1024 at 1k/1k (its plain twin, 706: C 128-256).
+VLLM_DP_ATTENTION_CONFIGS = {("MiniMax-M2.5", "fp4", "b200_sxm", "707")}
 # Checkpoints that declare an FP8 KV cache: (model, precision) -> evidence.
 FP8_KV_CHECKPOINTS = {
     ("Llama-3.1-70B", "fp8"): "nvidia/Llama-3.1-70B-Instruct-FP8: kv_cache_quant_algo FP8",
@@ -243,6 +250,22 @@ def _layout(row: dict[str, str]) -> tuple[dict[str, int], str]:
     dp, ep = fields["attention_dp"], fields["moe_ep"]
     if match is None:
         vllm = (row.get("backend") or "").strip().lower() == "vllm"
+        config = _CONFIG_EXPORT.search(row.get("id", ""))
+        dp_attention = config is not None and (
+            (row.get("model") or "").strip(), (row.get("precision") or "").strip(),
+            (row.get("system") or "").strip(), config.group(0)[len("_cfg"):],
+        ) in VLLM_DP_ATTENTION_CONFIGS  # fmt: skip
+        if vllm and dp_attention and ep == tp * dp:
+            # `--tensor-parallel-size 1 --data-parallel-size T --enable-expert-parallel`.
+            note = (f"layout tp{tp}/dp{dp}/moe_tp1/ep{ep} read as attention DP {tp} with EP "
+                    f"{tp}: InferenceX's `dp-attn: true` configuration")  # fmt: skip
+            return {
+                "tp": 1,
+                "attention_dp": tp,
+                "moe_tp": 1,
+                "moe_ep": tp,
+                "pp": fields["pp"],
+            }, note
         if not (vllm and dp > 1 and fields["moe_tp"] == 1 and ep == tp * dp and tp % dp == 0):
             return fields, ""
         # The multiplying dump's vLLM encoding of `tpT_epE` (attention DP E, ep T x E),
