@@ -377,3 +377,19 @@ def test_inferencexs_vllm_dp_attention_configuration_is_read_as_attention_dp() -
     layouts = [(r.spec.tp, r.spec.attention_dp, r.spec.moe_tp, r.spec.moe_ep) for r in corpus.rows]
     assert layouts == [(1, 2, 1, 2), (2, 1, 1, 2)]
     assert "dp-attn" in corpus.corrected[0][1]
+
+
+def test_a_batch_per_attention_dp_rank_is_read_as_the_runs_concurrency() -> None:
+    """The unseen-GPU dump writes aiconfigurator's `batch_size`, InferenceX's concurrency
+    over the attention-DP label (its adapter: `concurrency // (replicas * attention_dp)`);
+    the id keeps the run's own (`_c512_`)."""
+    minimax = "MiniMax-M2.5,b300_sxm,vllm,0.19.0,fp8,fp8,fp8,4,1,4,1,16,1024,1024"
+    lines = rows(
+        f"minimaxm2_5_b300_vllm_fp8_agg_1024x1024_c512_cfg734,{minimax},128,727.8426,31.7445",
+        f"minimaxm2_5_b300_vllm_fp8_agg_1024x1024_c64_cfg733,{minimax},64,300.0,20.0",
+    )
+    for harness in (False, True):
+        corpus = prepare(lines, harness=harness)
+        assert [r.concurrency for r in corpus.rows] == [512, 64]
+        assert corpus.rows[0].spec.knobs.max_num_seqs == 512
+    assert any("concurrency 128" in why for _, why in prepare(lines).corrected)

@@ -94,6 +94,7 @@ HARNESS_HEADROOM_TOKENS = 1500
 # InferenceX's rows: ids that start with a date (its dumps' file names) or end in its config id.
 _INFERENCEX_ID = re.compile(r"^\d{4}_\d{2}_\d{2}_|_cfg\d+$")
 _CONFIG_EXPORT = re.compile(r"_cfg\d+$")
+_ID_CONCURRENCY = re.compile(r"_c(\d+)_")
 _ID_LAYOUT = re.compile(r"_tp(\d+)(?:_0)?_ep(\d+|none)(?:_0)?_")
 # InferenceX's vLLM configurations with `dp-attn: true` in its export, (model, precision, GPU,
 # config id): the dump labels them as their `tp: T, ep: E` twin. minimaxm2.5-fp4-b200-vllm's
@@ -392,14 +393,28 @@ def _inferencex_layout(row: dict[str, str], layout: dict[str, int]) -> tuple[dic
     return fixed, note
 
 
+def _concurrency(row: dict[str, str]) -> tuple[dict[str, str], str]:
+    """The row with the run's concurrency where the dump wrote aiconfigurator's batch per
+    attention-DP rank (its InferenceX adapter: `concurrency // (replicas * attention_dp)`),
+    which the id's `_cN_` and the attention-DP label give back; with a note, or "" and the
+    row as it is."""
+    match = _ID_CONCURRENCY.search(row.get("id") or "")
+    column, dp = _int(row, "concurrency", 0), _int(row, "attention_dp", 1)
+    if match is None or dp <= 1 or column * dp != int(match.group(1)):
+        return row, ""
+    note = f"concurrency {column} read as {match.group(1)} from its id (the batch per DP rank)"
+    return {**row, "concurrency": match.group(1)}, note
+
+
 def _read(
     index: int, row: dict[str, str], harness: bool
 ) -> tuple[CorpusRow, tuple[object, ...], tuple[str, str]]:
     """A row resolved, the key of the runs it may repeat, and its measurement as written."""
     row_id = (row.get("id") or f"row{index + 2}").strip()
+    row, conc_note = _concurrency(row)
     layout, note = _layout(row)
     protocol = corpus_protocol(row_id, row["system"].strip()) if harness else AIPERF_SILICON
-    notes = [note] if note else []
+    notes = [n for n in (conc_note, note) if n]
     if protocol is INFERENCEX_SWEEP:
         layout, run_note = _inferencex_layout(row, layout)
         notes += [run_note] if run_note else []
@@ -433,9 +448,12 @@ def _with_named_layout(
     named = next((m for m in members if _ID_LAYOUT.search(m.row_id)), None)
     if named is None or _ID_LAYOUT.search(kept.row_id):
         return kept
-    fields, _ = _layout(raw[at[named.row_id]])
-    row = {**raw[at[kept.row_id]], **{name: str(value) for name, value in fields.items()}}
+    fields, _ = _layout(_concurrency(raw[at[named.row_id]])[0])
+    own, conc_note = _concurrency(raw[at[kept.row_id]])
+    row = {**own, **{name: str(value) for name, value in fields.items()}}
     resolved = _read(at[kept.row_id], row, harness)[0]
+    if conc_note:
+        resolved = replace(resolved, notes=(conc_note, *resolved.notes))
     before = (kept.spec.tp, kept.spec.attention_dp, kept.spec.moe_tp, kept.spec.moe_ep)
     after = (fields["tp"], fields["attention_dp"], fields["moe_tp"], fields["moe_ep"])
     if before == after:
