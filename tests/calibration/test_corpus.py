@@ -393,3 +393,19 @@ def test_a_batch_per_attention_dp_rank_is_read_as_the_runs_concurrency() -> None
         assert [r.concurrency for r in corpus.rows] == [512, 64]
         assert corpus.rows[0].spec.knobs.max_num_seqs == 512
     assert any("concurrency 128" in why for _, why in prepare(lines).corrected)
+
+
+def test_two_runs_within_one_rounded_copys_reach_stay_two_runs() -> None:
+    # 338.336 and 338.339 both round to 338.34: the rounded copy is one of them, but the two,
+    # written to 0.001 ms, are two runs whichever row comes first.
+    lines = rows(
+        f"q_gap_analysis_b200_sxm_sglang_fp8_agg_1024x1024_c4_tp4_ep4_1,{QWEN_FP8},"
+        "4,1,1,1,4,1024,1024,4,338.340,6.3300",
+        f"2026_03_25_q_sglang_fp8_agg_1024x1024_c4_tp4_0_ep4_0_7,{QWEN_FP8},"
+        "4,1,1,1,4,1024,1024,4,338.336,6.3327",
+        f"2026_03_25_q_sglang_fp8_agg_1024x1024_c4_tp4_0_ep4_0_8,{QWEN_FP8},"
+        "4,1,1,1,4,1024,1024,4,338.339,6.3327",
+    )
+    corpus = prepare(lines)
+    assert [r.row_id for r in corpus.rows] == [lines[1]["id"], lines[2]["id"]]
+    assert len(corpus.duplicates) == 1

@@ -533,7 +533,9 @@ def prepare(raw: list[dict[str, str]], harness: bool = False) -> Corpus:
             corpus.unreadable.append(((row.get("id") or f"row{index + 2}"), str(exc)))
             continue
         runs = groups.setdefault(key, [])
-        run = next((r for r in runs if _same_measurement(r[0][1], written)), None)
+        # One run's copies are each other's: a rounded copy within reach of two runs
+        # written finer joins one of them and does not merge them.
+        run = next((r for r in runs if all(_same_measurement(m[1], written) for m in r)), None)
         if run is None:
             runs.append([(resolved, written)])
         else:
