@@ -409,3 +409,19 @@ def test_two_runs_within_one_rounded_copys_reach_stay_two_runs() -> None:
     corpus = prepare(lines)
     assert [r.row_id for r in corpus.rows] == [lines[1]["id"], lines[2]["id"]]
     assert len(corpus.duplicates) == 1
+
+
+def test_qwen35_fp4_gets_the_fraction_its_own_script_passes() -> None:
+    """qwen3.5_fp4_b200.sh (image nightly-dev-20260402-d7256eb6) passes 0.85; the FP8 and
+    BF16 scripts 0.82."""
+    qwen = "Qwen3.5-397B-A17B,b200_sxm,sglang,nightly-dev-20260402-d7256eb6,{},{},{},{},1,1,{},1"
+    lines = rows(
+        "qwen3_5_b200_sglang_fp4_agg_1024x1024_c4_cfg708,"
+        + qwen.format("fp4", "nvfp4", "nvfp4", 4, 4)
+        + ",1024,1024,4,279.545,6.8239",
+        "2026_03_25_q_sglang_fp8_agg_1024x1024_c4_tp8_0_ep1_0_2,"
+        + qwen.format("fp8", "fp8", "fp8", 8, 8)
+        + ",1024,1024,4,304.654,8.3350",
+    )
+    fractions = [r.spec.mem_fraction_static for r in prepare(lines, harness=True).rows]
+    assert fractions == [0.85, 0.82]

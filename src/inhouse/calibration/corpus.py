@@ -45,10 +45,10 @@ rows are read here once, by rules that are the same for every row and are each r
   (DeepSeek FP8, Qwen3.5, GLM-5 FP8; 8,192 for DeepSeek FP8 at TP4; 131,072 for GLM-5
   FP4), `--max-running-requests` 256 (DeepSeek FP4), 128 (DeepSeek FP8, Qwen3.5; 32 at
   TP4) or C (GLM-5), `--kv-cache-dtype fp8_e4m3` (all but Qwen3.5 BF16 and GLM-5
-  FP4) and `--mem-fraction-static` 0.85 (DeepSeek FP4, GLM-5 FP8), 0.82 (DeepSeek FP8,
-  Qwen3.5; 0.95 for DeepSeek FP8 at TP4) or 0.80 (GLM-5 FP4), where the model otherwise
-  derives SGLang's own (`inferencex_mem_fraction`). These are facts of the protocol, not
-  fitted (`inferencex_knobs`). InferenceX's GB200 rows ran a multi-node disaggregated
+  FP4) and `--mem-fraction-static` 0.85 (DeepSeek FP4, GLM-5 FP8, Qwen3.5 FP4), 0.82
+  (DeepSeek FP8, Qwen3.5 FP8 and BF16; 0.95 for DeepSeek FP8 at TP4) or 0.80 (GLM-5 FP4),
+  where the model otherwise derives SGLang's own (`inferencex_mem_fraction`). These are
+  facts of the protocol, not fitted (`inferencex_knobs`). InferenceX's GB200 rows ran a multi-node disaggregated
   recipe that is not matched; they keep the generator's rules.
 
 * **The benchmark protocol of each run's harness** (`corpus_protocol`; read so, with the
@@ -176,7 +176,8 @@ def inferencex_mem_fraction(model: str, precision: str, tp: int) -> float:
         return 0.85 if precision == "fp4" else (0.95 if tp == 4 else 0.82)
     if model == "GLM-5":
         return 0.80 if precision == "fp4" else 0.85
-    return 0.82  # Qwen3.5-397B-A17B, FP8 and BF16
+    # Qwen3.5-397B-A17B: qwen3.5_fp4_b200.sh passes 0.85; the FP8 and BF16 scripts 0.82.
+    return 0.85 if precision == "fp4" else 0.82
 
 
 def regime(concurrency: int) -> str:
