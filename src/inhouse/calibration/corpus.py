@@ -48,8 +48,8 @@ rows are read here once, by rules that are the same for every row and are each r
   FP4) and `--mem-fraction-static` 0.85 (DeepSeek FP4, GLM-5 FP8, Qwen3.5 FP4), 0.82
   (DeepSeek FP8, Qwen3.5 FP8 and BF16; 0.95 for DeepSeek FP8 at TP4) or 0.80 (GLM-5 FP4),
   where the model otherwise derives SGLang's own (`inferencex_mem_fraction`). These are
-  facts of the protocol, not fitted (`inferencex_knobs`). InferenceX's GB200 rows ran a multi-node disaggregated
-  recipe that is not matched; they keep the generator's rules.
+  facts of the protocol, not fitted (`inferencex_knobs`). InferenceX's GB200 rows ran a
+  multi-node disaggregated recipe that is not matched; they keep the generator's rules.
 
 * **The benchmark protocol of each run's harness** (`corpus_protocol`; read so, with the
   launch knobs below, by `prepare(..., harness=True)`, `--corpus-protocol harness`). The rows
