@@ -113,8 +113,9 @@ def _read(path: Path, harness: bool = False) -> Screening:
         corpus = prepare(list(csv.DictReader(handle)), harness=harness)
     screened = screen(corpus.rows)
     print(
-        f"{path.name}: {len(corpus.rows)} runs after dropping {len(corpus.duplicates)} "
-        f"duplicate rows; {len(corpus.corrected)} layouts corrected from run ids"
+        f"{path.name}: {len(corpus.rows)} runs ({len(corpus.duplicates)} rows are copies of "
+        f"another's run, {len(corpus.excluded)} runs not what their label says, "
+        f"{len(corpus.unreadable)} unreadable); {len(corpus.corrected)} layouts corrected"
     )
     for label, items in (
         ("unreadable", [(None, f"{i}: {w}") for i, w in corpus.unreadable]),

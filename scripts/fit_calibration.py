@@ -243,9 +243,9 @@ def main(argv: list[str] | None = None) -> int:
         corpus = prepare(list(csv.DictReader(handle)), harness=args.corpus_protocol == "harness")
     screened = screen(corpus.rows)
     print(
-        f"{len(corpus.rows)} runs ({len(corpus.duplicates)} duplicate rows dropped, "
-        f"{len(corpus.corrected)} layouts corrected); left out: {len(corpus.excluded)} "
-        f"not what their label says, {len(screened.invalid)} "
+        f"{len(corpus.rows)} runs ({len(corpus.duplicates)} rows are copies of another's run, "
+        f"{len(corpus.excluded)} runs not what their label says, {len(corpus.corrected)} "
+        f"layouts corrected); left out of them: {len(screened.invalid)} "
         f"invalid, {len(screened.unfit)} do not fit, {len(screened.implausible)} implausible, "
         f"{len(screened.queued)} queued in front of the engine"
     )
