@@ -6,6 +6,7 @@ prompt was held to one `ttft_p95_ms`, long ones included."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,7 @@ from inhouse.plan.layout import build_layouts
 from inhouse.plan.memo import render_memo
 from inhouse.plan.planner import PlanInfeasibleError, characterize, make_plan
 from inhouse.plan.report import build_report
-from inhouse.plan.stackgen import workload_specs
+from inhouse.plan.stackgen import with_plan_facts, workload_specs
 from inhouse.plan.verify import bench_entry, summarize
 
 from .plan_helpers import parse, small_requirements
@@ -151,6 +152,9 @@ def test_the_check_judges_each_prompt_length_against_its_own_target() -> None:
     assert checks["ttft"]["target_ms"] == 1000 and checks["ttft"]["pass"]
     assert checks["long_ttft"]["p95_ms"] == pytest.approx(expected_long)
     assert checks["long_ttft"]["target_ms"] == 4000 and checks["long_ttft"]["pass"]
+    # Their end-to-end latency too: the long pool's drain waits for it (stackgen).
+    long_e2e = float(np.percentile([1000 * (r.finish_s - r.arrival_s) for r in long], 95))
+    assert summary["p95_e2el_long_ms"] == pytest.approx(long_e2e)
     # Held to one target, the long prompts' TTFTs miss it.
     one = summarize(result, "chat", 0.0, parse(_long()).workloads[0].slo)
     assert not one["checks"]["ttft"]["pass"] and "long_ttft" not in one["checks"]
@@ -208,6 +212,20 @@ def test_the_stack_keeps_the_workloads_short_and_long_ttft_targets() -> None:
     )
     pools = {pool.name: pool for pool in plan.stack.pools}
     assert pools["chat"].slo.ttft_p95_ms == 130 and pools["chat-long"].slo.ttft_p95_ms == 4000
+    # The long pool drains for its long prompts' p95 e2e, which the stack keeps.
+    long_e2e = check.workloads["chat"]["p95_e2el_long_ms"]
+    assert workload.planned_p95.long_e2e_ms == round(long_e2e, 1)
+    stack = with_plan_facts(plan.stack, (workload,), ())
+    assert stack.pool("chat-long").knobs.shutdown_timeout_s >= math.ceil(long_e2e / 1000)
+    # Long prompts slower than the 30 s drain: the long pool's drain, not the standard's, waits.
+    e2e = workload.planned_p95.model_copy(update={"long_e2e_ms": 45_200.0})
+    slow = workload.model_copy(update={"planned_p95": e2e})
+    stack = with_plan_facts(plan.stack, (slow,), ())
+    assert stack.pool("chat-long").knobs.shutdown_timeout_s == 46
+    assert (
+        stack.pool("chat").knobs.shutdown_timeout_s
+        == plan.stack.pool("chat").knobs.shutdown_timeout_s
+    )
 
 
 def test_a_bench_of_all_the_workloads_prompts_is_held_to_the_long_target() -> None:

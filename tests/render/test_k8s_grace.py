@@ -116,3 +116,45 @@ def test_the_edge_outlasts_the_streams_it_carries() -> None:
     assert inflight == 46  # the plan's p95 e2e, 45.2 s, rounded up
     assert prestop(edge) == RenderOptions().prestop_sleep_s + inflight
     assert grace(edge) == prestop(edge) + TEARDOWN_MARGIN_S
+
+
+def split(planned: dict[str, float], max_model_len: int = 32_768) -> StackSpec:
+    """A standard pool whose prompts above 6000 tokens go to a long-context pool; clients name
+    the standard pool's model only."""
+    return parse_stack(
+        {
+            "name": "split",
+            "nodes": [{"count": 1}],
+            "pools": [
+                {"name": "chat", "model": "Llama-3.1-8B", "served_model_name": "chat",
+                 "long_prompt_tokens": 6000, "long_pool": "chat-long"},
+                {"name": "chat-long", "model": "Llama-3.1-8B", "role": "long",
+                 "served_model_name": "chat-long", "knobs": {"max_model_len": max_model_len}},
+            ],
+            "workloads": [
+                {"name": "chat", "model": "chat", "planned_p95": planned,
+                 "slo": {"ttft_p95_ms": 2000, "itl_p95_ms": 50, "long_ttft_p95_ms": 8000}}
+            ],
+        }
+    )  # fmt: skip
+
+
+def test_the_long_pool_drains_its_long_prompts_p95_e2e() -> None:
+    prestop = RenderOptions().prestop_sleep_s
+    stack = split({"e2e_ms": 20_000.0, "long_e2e_ms": 90_400.0})
+    assert grace(docs(stack, "chat-long")) == prestop + 91 + TEARDOWN_MARGIN_S
+    assert grace(docs(stack, "gateway")) == prestop + 91 + TEARDOWN_MARGIN_S  # it streams them
+    # The standard pool: the workload's p95 e2e (20 s) is under the 30 s drain.
+    assert grace(docs(stack, "chat")) == prestop + 30 + TEARDOWN_MARGIN_S
+    notes = render_stack(stack).notes
+    assert any("pool chat-long: knobs.shutdown_timeout_s 30 s is below" in n for n in notes)
+
+
+def test_without_the_long_prompts_e2e_the_long_pool_drains_its_longest_request() -> None:
+    """An older plan's stack: the long pool's longest request (a prompt just over the length
+    rule, output up to max_model_len) at the long TTFT target and the ITL target."""
+    prestop = RenderOptions().prestop_sleep_s
+    stack = split({"e2e_ms": 20_000.0}, max_model_len=16_384)
+    bound_s = math.ceil(8 + (16_384 - 6000) * 0.050)
+    assert grace(docs(stack, "chat-long")) == prestop + bound_s + TEARDOWN_MARGIN_S
+    assert grace(docs(stack, "chat")) == prestop + 30 + TEARDOWN_MARGIN_S

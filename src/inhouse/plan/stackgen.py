@@ -13,7 +13,7 @@ from inhouse.plan.requirements import Requirements, Slo
 from inhouse.plan.search import Candidate, offers_by_gpu
 from inhouse.plan.sizing import Sized
 from inhouse.plan.traffic import TrafficProfile
-from inhouse.plan.verify import SimCheck
+from inhouse.plan.verify import LONG_E2E_KEY, SimCheck
 from inhouse.spec.catalog import get_model
 from inhouse.spec.observability import ObservabilitySpec
 from inhouse.spec.stack import (
@@ -85,6 +85,7 @@ def workload_specs(requirements: Requirements, check: SimCheck | None) -> tuple[
                 ttft_ms=_finite(row.get("p95_ttft_ms")),
                 itl_ms=_finite(row.get("p95_itl_ms")),
                 e2e_ms=_finite(row.get("p95_e2el_ms")),
+                long_e2e_ms=_finite(row.get(LONG_E2E_KEY)),
             )
         out.append(WorkloadSpec(name=req.name, model=req.name, slo=slo, planned_p95=planned))
     return tuple(out)
@@ -101,21 +102,16 @@ def with_plan_facts(
 ) -> StackSpec:
     """The stack with its workloads and re-plan triggers, which `inhouse render` alerts on,
     and each pool's drain (`knobs.shutdown_timeout_s`) at least the p95 e2e the plan
-    simulated for its workloads: a replica told to stop finishes what it has in flight."""
+    simulated for the requests it serves (`StackSpec.planned_e2e_ms`: on a long pool, the long
+    prompts'): a replica told to stop finishes what it has in flight."""
     data = stack.model_dump()
     data["workloads"], data["triggers"] = workloads, triggers
     planned = StackSpec.model_validate(data)
     for pool in data["pools"]:
-        e2e = [
-            w.planned_p95.e2e_ms
-            for w in planned.workloads_on(planned.pool(pool["name"]))
-            if w.planned_p95.e2e_ms is not None
-        ]
-        if e2e:
+        e2e = planned.planned_e2e_ms(planned.pool(pool["name"]))
+        if e2e is not None:
             knobs = pool["knobs"]
-            knobs["shutdown_timeout_s"] = max(
-                knobs["shutdown_timeout_s"], math.ceil(max(e2e) / 1000)
-            )
+            knobs["shutdown_timeout_s"] = max(knobs["shutdown_timeout_s"], math.ceil(e2e / 1000))
     return StackSpec.model_validate(data)
 
 

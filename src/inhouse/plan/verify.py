@@ -52,6 +52,8 @@ METRIC_KEYS = {
 # With long prompts of their own (`slo.long_prompt_tokens`): TTFT by prompt length.
 SHORT_TTFT_KEY = "p95_ttft_short_ms"
 LONG_TTFT_KEY = "p95_ttft_long_ms"
+# Their end-to-end latency: what the long pool's drain waits for (`stackgen.with_plan_facts`).
+LONG_E2E_KEY = "p95_e2el_long_ms"
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +159,10 @@ def summarize(result: FleetResult, workload: str, warmup_s: float, slo: Slo) -> 
     long_tokens = slo.long_prompt_tokens if slo.has_long_ttft else None
     by_length = {k: _p95(v) for k, v in _ttft_by_length(done, long_tokens).items()}
     metrics = {**_p95s(result, done), **by_length}
+    if long_tokens is not None:
+        metrics[LONG_E2E_KEY] = _p95(
+            [1000.0 * r.e2el_s for r in done if r.num_prompt_tokens > long_tokens]
+        )
     prompt = sum(r.num_prompt_tokens for r in done)
     targets = dict(slo.targets())
     if long_tokens is not None:

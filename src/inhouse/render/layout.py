@@ -266,10 +266,11 @@ def rollout_allowance_s(
 
 
 def planned_e2e_s(stack: StackSpec, pool: PoolSpec | None = None) -> float | None:
-    """The longest p95 end-to-end latency the plan simulated for the workloads on `pool` (every
-    workload when None), in seconds; None when the stack states none (hand-written)."""
-    workloads = stack.workloads if pool is None else stack.workloads_on(pool)
-    found = [w.planned_p95.e2e_ms for w in workloads if w.planned_p95.e2e_ms is not None]
+    """The longest p95 end-to-end latency the plan simulated for the requests `pool` serves
+    (every pool's when None), in seconds, long prompts on a long pool included
+    (`StackSpec.planned_e2e_ms`); None when the stack states none (hand-written)."""
+    pools = stack.pools if pool is None else (pool,)
+    found = [e2e for p in pools if (e2e := stack.planned_e2e_ms(p)) is not None]
     return max(found) / 1000 if found else None
 
 

@@ -261,6 +261,38 @@ class StackSpec(SpecModel):
             w for w in self.workloads if pool.name in {p.name for p in self.pools_of_model(w.model)}
         ]
 
+    def planned_e2e_ms(self, pool: PoolSpec) -> float | None:
+        """The longest p95 end-to-end latency (ms) the plan simulated for the requests `pool`
+        serves, what its drain must wait for; None when no workload it serves states one
+        (hand-written). On a workload's own pool, its `planned_p95.e2e_ms`; on a long pool its
+        long prompts reach, their `long_e2e_ms`, else (a stack of an older plan) a bound on the
+        pool's longest request: a prompt just over the length rule and output up to the pool's
+        `knobs.max_model_len`, at the long prompts' TTFT target and the ITL target, at least
+        `e2e_ms`."""
+        found = []
+        for workload in self.workloads_served_by(pool):
+            planned = workload.planned_p95
+            if planned.e2e_ms is None:
+                continue
+            if self.pool_of_workload(workload).name == pool.name:
+                found.append(planned.e2e_ms)
+            elif planned.long_e2e_ms is not None:  # its long prompts
+                found.append(planned.long_e2e_ms)
+            else:
+                found.append(max(planned.e2e_ms, self._long_bound_ms(workload, pool) or 0.0))
+        return max(found, default=None)
+
+    def _long_bound_ms(self, workload: WorkloadSpec, pool: PoolSpec) -> float | None:
+        """The long prompts' longest e2e on `pool` (`planned_e2e_ms`); None when the pool has
+        no max_model_len or the workload no ITL target."""
+        chain = self.pools_of_model(workload.model)
+        before = chain[[p.name for p in chain].index(pool.name) - 1]
+        slo, max_len = workload.slo, pool.knobs.max_model_len
+        ttft_ms = slo.long_ttft_p95_ms or slo.ttft_p95_ms or 0.0
+        if max_len is None or slo.itl_p95_ms is None or before.long_prompt_tokens is None:
+            return None
+        return ttft_ms + max(0, max_len - before.long_prompt_tokens) * slo.itl_p95_ms
+
     def pool_for_model(self, model: str) -> PoolSpec | None:
         for pool in self.pools:
             if model in pool.model_names:

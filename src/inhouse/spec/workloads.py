@@ -26,6 +26,8 @@ class PlannedP95(SpecModel):
     ttft_ms: float | None = Field(default=None, ge=0)
     itl_ms: float | None = Field(default=None, ge=0)
     e2e_ms: float | None = Field(default=None, ge=0)
+    # The long prompts' own (those the length rule sends to a long pool): they run longest.
+    long_e2e_ms: float | None = Field(default=None, ge=0)
 
 
 class WorkloadSlo(LatencySlo):
