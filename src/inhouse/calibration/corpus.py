@@ -408,12 +408,13 @@ def _concurrency(row: dict[str, str]) -> tuple[dict[str, str], str]:
 
 
 def _read(
-    index: int, row: dict[str, str], harness: bool
+    index: int, row: dict[str, str], harness: bool, named: dict[str, int] | None = None
 ) -> tuple[CorpusRow, tuple[object, ...], tuple[str, str]]:
-    """A row resolved, the key of the runs it may repeat, and its measurement as written."""
+    """A row resolved, the key of the runs it may repeat, and its measurement as written;
+    `named`: the layout a copy's id names, in place of the row's own labels."""
     row_id = (row.get("id") or f"row{index + 2}").strip()
     row, conc_note = _concurrency(row)
-    layout, note = _layout(row)
+    layout, note = _layout(row) if named is None else (named, "")
     protocol = corpus_protocol(row_id, row["system"].strip()) if harness else AIPERF_SILICON
     notes = [n for n in (conc_note, note) if n]
     if protocol is INFERENCEX_SWEEP:
@@ -450,11 +451,7 @@ def _with_named_layout(
     if named is None or _ID_LAYOUT.search(kept.row_id):
         return kept
     fields, _ = _layout(_concurrency(raw[at[named.row_id]])[0])
-    own, conc_note = _concurrency(raw[at[kept.row_id]])
-    row = {**own, **{name: str(value) for name, value in fields.items()}}
-    resolved = _read(at[kept.row_id], row, harness)[0]
-    if conc_note:
-        resolved = replace(resolved, notes=(conc_note, *resolved.notes))
+    resolved = _read(at[kept.row_id], raw[at[kept.row_id]], harness, fields)[0]
     before = (kept.spec.tp, kept.spec.attention_dp, kept.spec.moe_tp, kept.spec.moe_ep)
     after = (fields["tp"], fields["attention_dp"], fields["moe_tp"], fields["moe_ep"])
     if before == after:
@@ -523,12 +520,10 @@ def prepare(raw: list[dict[str, str]], harness: bool = False) -> Corpus:
     """
     corpus = Corpus(rows=[])
     groups: dict[tuple[object, ...], list[list[tuple[CorpusRow, tuple[str, str]]]]] = {}
-    versions: dict[str, str] = {}
     order: dict[str, int] = {}
     for index, row in enumerate(raw):
         try:
             resolved, key, written = _read(index, row, harness)
-            versions[resolved.row_id] = (row.get("backend_version") or "").strip()
             order.setdefault(resolved.row_id, index)
         except (SpecError, ValueError, KeyError, AttributeError) as exc:
             corpus.unreadable.append(((row.get("id") or f"row{index + 2}"), str(exc)))
@@ -550,8 +545,8 @@ def prepare(raw: list[dict[str, str]], harness: bool = False) -> Corpus:
             corpus.duplicates.extend(
                 (m.row_id, kept.row_id) for m in copies if m.row_id != kept.row_id
             )
-            version = versions[kept.row_id]
-            why = not_serving(kept, version, [m.row_id for m, _ in members])
+            version = (raw[order[kept.row_id]].get("backend_version") or "").strip()
+            why = not_serving(kept, version, [m.row_id for m in copies])
             if why:
                 corpus.excluded.append((kept.row_id, why))
                 continue
