@@ -44,18 +44,11 @@ def primary_pool(stack: StackSpec, model: str | None, num_prompt_tokens: int) ->
     if pool is None:
         return PoolChoice(None, "unknown_model")
     reason = "model"
-    if model is not None and model in pool.lora_adapters:
-        return PoolChoice(pool.name, reason)  # a LoRA guest: no length rule (module docstring)
-    seen = {pool.name}
-    while (
-        pool.long_pool is not None
-        and pool.long_prompt_tokens is not None
-        and num_prompt_tokens > pool.long_prompt_tokens
-        and pool.long_pool not in seen
-    ):
-        pool = stack.pool(pool.long_pool)
-        seen.add(pool.name)
-        reason = "long_prompt"
+    # A LoRA guest's chain is its pool alone (module docstring).
+    for longer in stack.length_chain(pool, model)[1:]:
+        if pool.long_prompt_tokens is None or num_prompt_tokens <= pool.long_prompt_tokens:
+            break
+        pool, reason = longer, "long_prompt"
     return PoolChoice(pool.name, reason)
 
 

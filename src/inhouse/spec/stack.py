@@ -239,20 +239,23 @@ class StackSpec(SpecModel):
         """The workloads whose model name this pool serves."""
         return [w for w in self.workloads if w.model in pool.model_names]
 
-    def pools_of_model(self, model: str) -> list[PoolSpec]:
-        """Every pool that serves requests naming `model` by the length rule: the pool serving
-        the name, then each `long_pool` its longer prompts go on to; none for a LoRA adapter,
-        which the long pool does not carry (`inhouse.routing.pools.primary_pool`)."""
-        pool = self.pool_for_model(model)
-        if pool is None:
-            return []
+    def length_chain(self, pool: PoolSpec, model: str | None = None) -> list[PoolSpec]:
+        """`pool`, then each `long_pool` its longer prompts go on to (each pool once): the
+        pools the length rule can send a request for `model` to; `pool` alone for one of its
+        LoRA adapters, which the long pool does not carry (`inhouse.routing.pools`)."""
         out = [pool]
-        if model in pool.lora_adapters:
+        if model is not None and model in pool.lora_adapters:
             return out
         while pool.long_pool is not None and pool.long_pool not in {p.name for p in out}:
             pool = self.pool(pool.long_pool)
             out.append(pool)
         return out
+
+    def pools_of_model(self, model: str) -> list[PoolSpec]:
+        """Every pool that serves requests naming `model` by the length rule (`length_chain`
+        from the pool serving the name); none for a name no pool serves."""
+        pool = self.pool_for_model(model)
+        return [] if pool is None else self.length_chain(pool, model)
 
     def workloads_served_by(self, pool: PoolSpec) -> list[WorkloadSpec]:
         """The workloads whose requests this pool serves (fallback aside): those naming its
