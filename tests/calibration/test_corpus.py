@@ -425,3 +425,14 @@ def test_qwen35_fp4_gets_the_fraction_its_own_script_passes() -> None:
     )
     fractions = [r.spec.mem_fraction_static for r in prepare(lines, harness=True).rows]
     assert fractions == [0.85, 0.82]
+
+
+def test_a_time_that_is_not_a_positive_number_is_unreadable_and_swallows_no_run() -> None:
+    """A NaN matched every run as its copy (a NaN difference is never over the tolerance),
+    so the real run beside it was dropped as a duplicate of it."""
+    good = "b,Llama-3.1-70B,h100_sxm,vllm,,fp8,,,8,1,1,8,1,1024,1024,4,70.0,9.0"
+    for ttft, tpot in (("nan", "9.0"), ("-5", "9.0"), ("inf", "9.0"), ("70.0", "0")):
+        bad = f"a,Llama-3.1-70B,h100_sxm,vllm,,fp8,,,8,1,1,8,1,1024,1024,4,{ttft},{tpot}"
+        corpus = prepare(rows(bad, good))
+        assert [r.row_id for r in corpus.rows] == ["b"] and corpus.duplicates == []
+        assert corpus.unreadable[0][0] == "a" and "positive number of ms" in corpus.unreadable[0][1]

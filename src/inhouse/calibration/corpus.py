@@ -80,6 +80,7 @@ rows are read here once, by rules that are the same for every row and are each r
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, replace
 
@@ -424,6 +425,10 @@ def _read(
     isl, osl, conc = (_int(row, n, 0) for n in ("isl", "osl", "concurrency"))
     written = (row["ttft_ms"].strip(), row["tpot_ms"].strip())
     ttft, tpot = float(written[0]), float(written[1])
+    for name, value in (("ttft_ms", ttft), ("tpot_ms", tpot)):
+        if not (math.isfinite(value) and value > 0):
+            # NaN would match every run as its copy; the rest cannot be a measured time.
+            raise ValueError(f"{name}={value}: a measured time is a positive number of ms")
     key = (_arch(spec.model), spec.gpu, spec.backend, spec.quant, isl, osl, conc)
     family = FAMILIES.get(spec.model, spec.model.lower())
     resolved = CorpusRow(row_id, spec, isl, osl, conc, ttft, tpot, family, tuple(notes), protocol)
