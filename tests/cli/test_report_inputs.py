@@ -108,6 +108,8 @@ def test_nan_or_infinity_in_result_json_is_refused(tmp_path: Path, constant: str
         ({"ttft_ms": "abc"}, "`ttft_ms` is 'abc'"),
         ({"ttft_ms": None}, "`ttft_ms` is None"),
         ({"cached_tokens": "x"}, "`cached_tokens` is 'x'"),
+        # A failed row's kind, warm or cold, where no cached tokens came back (report.measure).
+        ({"ideal_cached_tokens": -1}, "`ideal_cached_tokens` is -1"),
         ({"t_sched_s": "x"}, "`t_sched_s` is 'x'"),
         ({"success": "yes"}, "`success` is 'yes', not true or false"),
         # The latency rows' p95s are computed from the rows (after the warm-up).

@@ -114,6 +114,8 @@ def _check_request(row: dict[str, Any], where: str, hint: str) -> None:
     ok = row["success"]
     fields = {
         "cached_tokens": False,
+        # a failed row's kind (warm or cold) where its server reported no cached tokens
+        "ideal_cached_tokens": False,
         "t_sched_s": False,
         "ttft_ms": ok,
         # a successful row's e2e, output length and chunk gaps give the report's p95s
