@@ -13,7 +13,7 @@ import pytest
 from inhouse.report import slo
 from inhouse.report.document import build_document
 from inhouse.report.inputs import ReportInputs
-from inhouse.report.measure import Gap, Reading
+from inhouse.report.measure import MIN_SAMPLES, Gap, Reading, counted_rows
 from inhouse.report.rendered import read_alerts
 from inhouse.report.slo import SloRow, slo_rows
 
@@ -363,3 +363,134 @@ def test_the_readings_of_runs_that_failed_and_of_no_run_have_their_gaps(
     for name in ("chat p95 TTFT warm", "chat p95 TTFT cold", "chat p95 ITL"):
         assert none[name].measured.gap is Gap.MISSING, name
     assert none["chat p95 TTFT cold"].measured.how == slo.cold_probe_how("chat", probed=False)
+
+
+def _read_rows(run: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in (run / "requests.jsonl").read_text().splitlines()]
+
+
+def _failed(row: dict[str, Any]) -> dict[str, Any]:
+    """`row` as the bench writes a failed request: no TTFT, no chunks, and no usage back, so no
+    `cached_tokens` (its `ideal_cached_tokens` is the client's own)."""
+    return {
+        **row,
+        "success": False,
+        "error": "HTTP 503",
+        "ttft_ms": None,
+        "cached_tokens": None,
+        "itl_ms": [],
+    }
+
+
+def _all_but(rows: list[dict[str, Any]], num_ok: int) -> list[dict[str, Any]]:
+    """`rows`, all failed but the last `num_ok` (scheduled after any warm-up)."""
+    cut = len(rows) - num_ok
+    return [_failed(r) for r in rows[:cut]] + [{**r, "success": True} for r in rows[cut:]]
+
+
+def _section4_line(text: str, metric: str) -> str:
+    table = text.split("## 4. SLO")[1].split("\n## ")[0]
+    return next(x for x in table.splitlines() if f"| {metric} |" in x)
+
+
+def test_a_run_that_failed_most_requests_is_the_stack_s_to_fix(
+    report_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """5 of some 400 requests succeeded: the rows said "fewer than the 20 successful requests ... a
+    p95 needs" as if the bench had run too short (and the cold row said to run the probe
+    longer); the runs sent plenty, the stack failed them."""
+    chat = report_dirs["chat"]
+    warm = [r for r in _read_rows(chat) if r["cached_tokens"]]
+    rows = _all_but(warm, 5)
+    run = rewrite_run(tmp_path / "chat", json.loads((chat / "result.json").read_text()), rows)
+    probe = report_dirs["cold"]
+    # The probe's prompts are new to any cache: nothing an infinite one could hold.
+    cold = [{**r, "cached_tokens": 0, "ideal_cached_tokens": 0} for r in _read_rows(probe)]
+    probe_run = rewrite_run(
+        tmp_path / "chat-cold", json.loads((probe / "result.json").read_text()), _all_but(cold, 5)
+    )
+    dirs = {**report_dirs, "chat": run, "cold": probe_run}
+    inputs = make_inputs(dirs, benches=("chat", "cold"))
+    got = _rows(inputs)
+    for name in ("chat p95 TTFT warm", "chat p95 TTFT cold", "chat p95 ITL"):
+        reading = got[name].measured
+        assert reading.figure is None, name
+        assert reading.gap is Gap.FAILED, name
+        assert reading.why.startswith("fewer than the 20 successful requests"), name
+        assert "enough were sent, too many of them failed" in reading.why, name
+    assert got["chat p95 TTFT cold"].measured.how == ""  # not "run it longer"
+    assert got["chat p95 TTFT cold"].measured.samples == 5
+    internal = _section4_line(build_document(inputs).markdown, "p95 TTFT cold")
+    public = _section4_line(build_document(inputs, public=True).markdown, "p95 TTFT cold")
+    for line in (internal, public):
+        assert "too many of them failed (the stack's to fix" in line, line
+        assert "cold-prefix probe" not in line, line
+    assert "(5 here)" in internal and " here)" not in public
+
+    # The chat run's failed requests were meant warm (its prompts' prefixes were sent before):
+    # they say nothing of the cold row, which the probe measures.
+    alone = _rows(make_inputs(dirs, benches=("chat",)))["chat p95 TTFT cold"].measured
+    assert alone.gap is Gap.MISSING
+    assert alone.how == slo.cold_probe_how("chat", probed=False)
+
+
+def test_a_short_run_that_failed_nothing_still_reads_missing(
+    report_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    chat = report_dirs["chat"]
+    rows = [{**r, "success": True, "error": None} for r in _read_rows(chat)[:20]]
+    run = rewrite_run(tmp_path / "chat", json.loads((chat / "result.json").read_text()), rows)
+    got = _rows(make_inputs({**report_dirs, "chat": run}, benches=("chat",)))
+    for name in ("chat p95 TTFT warm", "chat p95 TTFT cold", "chat p95 ITL"):
+        reading = got[name].measured
+        assert reading.figure is None, name
+        assert reading.gap is Gap.MISSING, name
+        assert "failed" not in reading.why, name
+    assert got["chat p95 TTFT cold"].measured.how == slo.cold_probe_how("chat", probed=False)
+
+
+def _timed(rows: list[dict[str, Any]], num_sent: int, num_failed: int) -> list[dict[str, Any]]:
+    """Five failed requests in a 2-s warm-up (of a 10-s run), then `num_sent`, the first
+    `num_failed` of them failed."""
+    warmup = [{**_failed(r), "t_sched_s": 0.0, "t_send_s": 0.0} for r in rows[:5]]
+    sent = [
+        {**(_failed(r) if i < num_failed else r), "t_sched_s": 2.0 + i * 0.1, "t_send_s": 2.0}
+        for i, r in enumerate(rows[5 : 5 + num_sent])
+    ]
+    assert len(sent) == num_sent
+    return warmup + sent
+
+
+@pytest.mark.parametrize(
+    ("workload", "metric"), [("chat", "p95 TTFT warm"), ("utility", "p95 e2e")]
+)
+@pytest.mark.parametrize(
+    ("num_sent", "num_failed", "gap"),
+    [
+        (MIN_SAMPLES, 1, Gap.FAILED),  # one success short: it failed
+        (MIN_SAMPLES - 1, 1, Gap.MISSING),  # too few sent, failure or not
+        (MIN_SAMPLES - 1, 0, Gap.MISSING),
+        (MIN_SAMPLES, 0, None),  # measured
+    ],
+)
+def test_a_failure_is_the_reason_only_where_enough_were_sent(
+    report_dirs: dict[str, Path],
+    tmp_path: Path,
+    workload: str,
+    metric: str,
+    num_sent: int,
+    num_failed: int,
+    gap: Gap | None,
+) -> None:
+    """Failures in the warm-up are not counted, as the figure does not count their requests."""
+    source = report_dirs[workload]
+    result = json.loads((source / "result.json").read_text())
+    result["workload"] = {**result["workload"], "duration_s": 10.0}
+    rows = [r for r in _read_rows(source) if r["success"] and r["cached_tokens"]]
+    run = rewrite_run(tmp_path / workload, result, _timed(rows, num_sent, num_failed))
+    inputs = make_inputs({**report_dirs, workload: run}, benches=(workload,))
+    assert len(counted_rows(inputs.runs_for(workload)[0])) == num_sent
+    reading = _rows(inputs)[f"{workload} {metric}"].measured
+    assert (reading.figure is None) == (gap is not None)
+    assert reading.gap is gap
+    assert ("too many of them failed" in reading.why) == (gap is Gap.FAILED)

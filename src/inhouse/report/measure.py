@@ -11,7 +11,9 @@ the selection and statistic used:
 * TTFT warm: p95 `ttft_ms` of successful requests with `cached_tokens > 0` (the prefix cache
   held part of the prompt); TTFT cold: those with `cached_tokens == 0`; a request whose server
   reported no `cached_tokens` is neither. A p95 needs at least `MIN_SAMPLES` requests; fewer,
-  and the row is reported as not measured, saying why.
+  and the row is reported as not measured, saying why: the stack's failure (`Gap.FAILED`) where
+  the runs sent enough requests of the kind and too many failed, else too few sent
+  (`Gap.MISSING`).
 * ITL, TPOT, e2e: vLLM's definitions (pooled chunk gaps; `(e2el - ttft) / (N_out - 1)` per
   request; `e2el_ms`), the worst run's p95.
 * Sessions held: the run's concurrent sessions (`workload.params.sessions`) and the share of
@@ -39,8 +41,10 @@ MIN_SAMPLES = 20
 class Gap(Enum):
     """What kind of reason a reading without a figure has, for what the report says next."""
 
-    MISSING = "missing"  # no run, or too few requests: more of the bench would measure it
-    FAILED = "failed"  # the runs' requests failed: the stack's to fix, not the bench's
+    MISSING = "missing"  # no run, or too few requests sent: more of the bench would measure it
+    # the runs' requests failed (all, or enough that too few succeeded for a figure though
+    # enough were sent): the stack's to fix, not the bench's
+    FAILED = "failed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,12 +97,19 @@ def _none(runs: Sequence[BenchRun]) -> Reading:
     return Reading(None, "not in result.json")
 
 
-def _too_few(what: str) -> Reading:
-    return Reading(
-        None,
-        f"fewer than the {MIN_SAMPLES} successful requests {what} a p95 needs",
-        gap=Gap.MISSING,
-    )
+def _too_few(what: str, *, failed: bool) -> Reading:
+    """Too few successful requests `what` for a p95: the stack's (`failed`: the runs sent at
+    least `MIN_SAMPLES` of them, too many failed), else the bench's (too few were sent)."""
+    why = f"fewer than the {MIN_SAMPLES} successful requests {what} a p95 needs"
+    if failed:
+        # NOTE: no count here, as in `_none`: the public version prints the reason as is.
+        return Reading(
+            None,
+            f"{why}: enough were sent, too many of them failed (the stack's to fix, not the "
+            "bench's: see the runs' errors)",
+            gap=Gap.FAILED,
+        )
+    return Reading(None, why, gap=Gap.MISSING)
 
 
 AFTER_WARMUP = "scheduled after the run's warm-up (its first 20%, at most 30 s)"
@@ -143,11 +154,18 @@ def counted_rows(run: BenchRun) -> list[Mapping[str, Any]]:
     ]
 
 
-def _p95(runs: Sequence[BenchRun], keep: Callable[[Mapping[str, Any]], bool], what: str) -> Reading:
+def _p95(runs: Sequence[BenchRun], keep: Callable[[float], bool], what: str) -> Reading:
+    """The pooled p95 TTFT of the successful requests after the warm-up whose cached tokens
+    (`_cached`) `keep` takes."""
     values: list[float] = []
     files: list[str] = []
+    num_sent = 0  # the requests of this kind after the warm-up, failed ones included
     for run in runs:
-        picked = [float(r["ttft_ms"]) for r in counted_rows(run) if r.get("success") and keep(r)]
+        rows = counted_rows(run)
+        picked = [float(r["ttft_ms"]) for r in rows if r.get("success") and keep(_cached(r))]
+        num_sent += len(picked) + sum(
+            1 for r in rows if not r.get("success") and keep(_meant_cached(r))
+        )
         if picked:
             values += picked
             files.append(run.requests_file)
@@ -157,7 +175,7 @@ def _p95(runs: Sequence[BenchRun], keep: Callable[[Mapping[str, Any]], bool], wh
             none = (
                 Reading(None, NO_CACHE_REPORT)
                 if _no_cache_report(runs)
-                else _too_few(f"with {what}, after the warm-up,")
+                else _too_few(f"with {what}, after the warm-up,", failed=num_sent >= MIN_SAMPLES)
             )
         # The count rides in `samples` (the internal version prints it; the public one, which
         # prints no exact measured figure, does not).
@@ -173,17 +191,30 @@ def _no_cache_report(runs: Sequence[BenchRun]) -> bool:
 
 
 def ttft_warm(runs: Sequence[BenchRun]) -> Reading:
-    return _p95(runs, lambda r: _cached(r) > 0, "cached_tokens > 0")
+    return _p95(runs, lambda cached: cached > 0, "cached_tokens > 0")
 
 
 def ttft_cold(runs: Sequence[BenchRun]) -> Reading:
-    return _p95(runs, lambda r: _cached(r) == 0, "cached_tokens == 0")
+    return _p95(runs, lambda cached: cached == 0, "cached_tokens == 0")
 
 
 def _cached(row: Mapping[str, Any]) -> float:
     """The row's cached tokens; -1 where the server did not say (neither warm nor cold)."""
     value = _number(row.get("cached_tokens"))
     return -1.0 if value is None else value
+
+
+def _meant_cached(row: Mapping[str, Any]) -> float:
+    """The cached tokens a failed row would have had: the server's count where it gave one,
+    else what an infinite cache would have held (`ideal_cached_tokens`); -1 where neither is
+    known. NOTE: a failed request gets no usage back, so this is how a run that failed tells
+    whether it sent enough warm or cold requests. None held means cold for certain (the cold
+    probe's new prompts); some held, warm as planned (an eviction could have made it cold)."""
+    cached = _cached(row)
+    if cached >= 0:
+        return cached
+    ideal = _number(row.get("ideal_cached_tokens"))
+    return -1.0 if ideal is None else ideal
 
 
 # Per metric: the samples one successful row gives (vLLM's definitions), and how they are cited.
@@ -204,13 +235,19 @@ SAMPLES: dict[str, tuple[Callable[[Mapping[str, Any]], list[float]], str]] = {
 
 def worst_p95(runs: Sequence[BenchRun], metric: str) -> Reading:
     """The worst run's p95 of `metric` (a `SAMPLES` key) over its successful requests after
-    the warm-up; a run with fewer than `MIN_SAMPLES` of them gives none."""
+    the warm-up; a run with fewer than `MIN_SAMPLES` of them gives none (the stack's failure
+    where it sent that many and too many failed)."""
     sample, what = SAMPLES[metric]
     best: Reading | None = None
+    failed = False  # a run sent enough requests after its warm-up, too few succeeded
     for run in runs:
-        done = [r for r in counted_rows(run) if r.get("success")]
+        rows = counted_rows(run)
+        done = [r for r in rows if r.get("success")]
         values = [v for r in done for v in sample(r)]
-        if len(done) < MIN_SAMPLES or not values:
+        if len(done) < MIN_SAMPLES:
+            failed = failed or len(rows) >= MIN_SAMPLES
+            continue
+        if not values:
             continue
         value = float(np.percentile(np.asarray(values), 95))
         source = Source(run.requests_file, f"p95 of {what} over successful rows {AFTER_WARMUP}")
@@ -219,7 +256,7 @@ def worst_p95(runs: Sequence[BenchRun], metric: str) -> Reading:
     if best is not None:
         return best
     none = _none(runs)
-    return _too_few("after the warm-up") if none.gap is None else none
+    return _too_few("after the warm-up", failed=failed) if none.gap is None else none
 
 
 def sessions_held(runs: Sequence[BenchRun]) -> tuple[Reading, Reading]:
