@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inhouse.report import slo
+from inhouse.report import measure, slo
 from inhouse.report.document import build_document
 from inhouse.report.inputs import ReportInputs
 from inhouse.report.measure import MIN_SAMPLES, Gap, Reading, counted_rows
@@ -494,3 +494,99 @@ def test_a_failure_is_the_reason_only_where_enough_were_sent(
     assert (reading.figure is None) == (gap is not None)
     assert reading.gap is gap
     assert ("too many of them failed" in reading.why) == (gap is Gap.FAILED)
+
+
+def _mostly_failed(source: Path, out: Path, num_ok: int) -> Path:
+    """The run at `source`, every request failed but its last `num_ok`."""
+    result = json.loads((source / "result.json").read_text())
+    return rewrite_run(out, result, _all_but(_read_rows(source), num_ok))
+
+
+@pytest.mark.parametrize(("workload", "metric"), [("chat", "p95 ITL"), ("utility", "p95 e2e")])
+def test_a_run_that_failed_most_requests_leaves_the_worst_run_s_p95_unknown(
+    report_dirs: dict[str, Path], tmp_path: Path, workload: str, metric: str
+) -> None:
+    """Two runs of a workload, one clean, one with 5 successes in hundreds: the row printed the
+    clean run's p95 as "the worst run's" and read ok; only the throughput row showed the
+    failures. The worst run is the failed one, and its p95 is not known."""
+    bad = _mostly_failed(report_dirs[workload], tmp_path / "b-bad", 5)
+    dirs = {**report_dirs, "a-clean": report_dirs[workload], "b-bad": bad}
+    inputs = make_inputs(dirs, benches=("a-clean", "b-bad"))
+    row = _rows(inputs)[f"{workload} {metric}"]
+    reading = row.measured
+    assert reading.figure is None and row.verdict is None
+    assert reading.gap is Gap.FAILED
+    assert "in b-bad: enough were sent, too many of them failed" in reading.why
+    assert "a-clean" not in reading.why
+    assert "the other runs' would flatter it" in reading.why
+    assert reading.samples == 5
+    internal = build_document(inputs).markdown
+    public = build_document(inputs, public=True).markdown
+    for text in (internal, public):
+        line = _section4_line(text, metric)
+        assert "not measured: fewer than the 20 successful requests" in line, line
+        assert " ok" not in line.split("|")[5], line
+        assert f"{workload} {metric}" in text.split("## 4. SLO")[1].split("a wish")[0]
+    assert "(5 here)" in _section4_line(internal, metric)
+    assert " here)" not in _section4_line(public, metric)
+
+    # Alone, the clean run measures the row; alone, the failed run reads failed, unnamed as
+    # "the other runs'" (there are none).
+    clean = _rows(make_inputs(dirs, benches=("a-clean",)))[f"{workload} {metric}"].measured
+    assert clean.figure is not None
+    alone = _rows(make_inputs(dirs, benches=("b-bad",)))[f"{workload} {metric}"].measured
+    assert alone.gap is Gap.FAILED and "other runs" not in alone.why
+
+
+def _one_token(row: dict[str, Any]) -> dict[str, Any]:
+    """`row` as a one-token answer: no chunk after the first, so no inter-token gap."""
+    return {**row, "output_len": 1, "itl_ms": [], "e2el_ms": row["ttft_ms"]}
+
+
+def test_one_token_answers_have_no_inter_token_gap_to_measure(
+    report_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """Hundreds of successful requests, every answer one token: the ITL row said "fewer than
+    the 20 successful requests ... a p95 needs" (more of the bench, which would answer the
+    same), and the TPOT reading likewise."""
+    chat = report_dirs["chat"]
+    rows = [_one_token(r) if r["success"] else r for r in _read_rows(chat)]
+    run = rewrite_run(tmp_path / "chat", json.loads((chat / "result.json").read_text()), rows)
+    inputs = make_inputs({**report_dirs, "chat": run}, benches=("chat",))
+    (kept,) = inputs.runs_for("chat")
+    assert sum(1 for r in counted_rows(kept) if r["success"]) >= MIN_SAMPLES
+    itl = _rows(inputs)["chat p95 ITL"].measured
+    tpot = measure.worst_p95([kept], "tpot")
+    for reading in (itl, tpot):
+        assert reading.figure is None
+        assert reading.gap is None  # neither more of the bench nor the stack's failure
+        assert "fewer than" not in reading.why
+        assert reading.why.startswith("no successful request after the warm-up had a second")
+        assert "no inter-token gap to measure" in reading.why
+        assert reading.how == "answers longer than one token would measure it"
+    line = _section4_line(build_document(inputs).markdown, "p95 ITL")
+    assert "no inter-token gap to measure" in line
+    assert "answers longer than one token would measure it" in line
+    # e2e needs no second token.
+    assert measure.worst_p95([kept], "e2e").figure is not None
+
+
+def test_a_short_worst_run_row_counts_its_successes_as_the_ttft_rows_do(
+    report_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """The internal version printed "(12 here)" beside a short TTFT row and nothing beside a
+    short ITL or e2e row, whose readings carried no count."""
+    utility = report_dirs["utility"]
+    result = json.loads((utility / "result.json").read_text())
+    result["workload"] = {**result["workload"], "duration_s": 10.0}
+    # One request in the 2-s warm-up (of a 10-s run), 12 after it.
+    first, *rest = _read_rows(utility)[:13]
+    rows = [{**first, "t_sched_s": 0.0}] + [
+        {**r, "t_sched_s": 2.0 + 0.1 * i} for i, r in enumerate(rest)
+    ]
+    run = rewrite_run(tmp_path / "utility", result, rows)
+    inputs = make_inputs({**report_dirs, "utility": run}, benches=("utility",))
+    reading = _rows(inputs)["utility p95 e2e"].measured
+    assert reading.gap is Gap.MISSING and reading.samples == 12
+    assert "(12 here)" in _section4_line(build_document(inputs).markdown, "p95 e2e")
+    assert " here)" not in _section4_line(build_document(inputs, public=True).markdown, "p95 e2e")

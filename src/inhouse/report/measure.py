@@ -15,7 +15,9 @@ the selection and statistic used:
   the runs sent enough requests of the kind and too many failed, else too few sent
   (`Gap.MISSING`).
 * ITL, TPOT, e2e: vLLM's definitions (pooled chunk gaps; `(e2el - ttft) / (N_out - 1)` per
-  request; `e2el_ms`), the worst run's p95.
+  request; `e2el_ms`), the worst run's p95. A run that sent enough requests and too few of
+  them succeeded leaves the worst run's p95 unknown (`Gap.FAILED`, naming it), whatever the
+  other runs gave; one-token answers give no ITL or TPOT sample, and the reading says so.
 * Sessions held: the run's concurrent sessions (`workload.params.sessions`) and the share of
   sessions with a failed request, over the whole run (a failure in the warm-up is one a user
   saw).
@@ -97,10 +99,11 @@ def _none(runs: Sequence[BenchRun]) -> Reading:
     return Reading(None, "not in result.json")
 
 
-def _too_few(what: str, *, failed: bool) -> Reading:
-    """Too few successful requests `what` for a p95: the stack's (`failed`: the runs sent at
-    least `MIN_SAMPLES` of them, too many failed), else the bench's (too few were sent)."""
-    why = f"fewer than the {MIN_SAMPLES} successful requests {what} a p95 needs"
+def _too_few(what: str, *, failed: bool, where: str = "") -> Reading:
+    """Too few successful requests `what` for a p95 (`where`: in which runs, when not all): the
+    stack's (`failed`: the runs sent at least `MIN_SAMPLES` of them, too many failed), else the
+    bench's (too few were sent)."""
+    why = f"fewer than the {MIN_SAMPLES} successful requests {what} a p95 needs{where}"
     if failed:
         # NOTE: no count here, as in `_none`: the public version prints the reason as is.
         return Reading(
@@ -233,30 +236,63 @@ SAMPLES: dict[str, tuple[Callable[[Mapping[str, Any]], list[float]], str]] = {
 }
 
 
+# Why a metric has no sample where requests succeeded (TTFT and e2e have one in each; NOTE:
+# one-token answers have no gap after their first token), and what would measure it.
+NO_SAMPLE = {
+    "itl": "no successful request after the warm-up had a second token streamed (every itl_ms "
+    "is empty): there is no inter-token gap to measure",
+    "tpot": "no successful request after the warm-up had a second token (every output_len is "
+    "1 or less): there is no inter-token gap to measure",
+}
+NO_SAMPLE_HOW = "answers longer than one token would measure it"
+
+
 def worst_p95(runs: Sequence[BenchRun], metric: str) -> Reading:
     """The worst run's p95 of `metric` (a `SAMPLES` key) over its successful requests after
-    the warm-up; a run with fewer than `MIN_SAMPLES` of them gives none (the stack's failure
-    where it sent that many and too many failed)."""
+    the warm-up. A run with fewer than `MIN_SAMPLES` gives none; where it sent that many and too
+    many failed, the worst run's p95 is unknown whatever the others gave (theirs would flatter
+    it). Without a figure, `samples` is the successes of the run that fell short (the fewest)."""
     sample, what = SAMPLES[metric]
     best: Reading | None = None
-    failed = False  # a run sent enough requests after its warm-up, too few succeeded
+    failed: dict[str, int] = {}  # a run that sent enough, too few succeeded: its successes
+    short: list[int] = []  # the successes of each run that sent too few
+    unsampled = False  # a run had enough successes, none with a sample of `metric`
     for run in runs:
         rows = counted_rows(run)
         done = [r for r in rows if r.get("success")]
         values = [v for r in done for v in sample(r)]
         if len(done) < MIN_SAMPLES:
-            failed = failed or len(rows) >= MIN_SAMPLES
-            continue
-        if not values:
-            continue
-        value = float(np.percentile(np.asarray(values), 95))
-        source = Source(run.requests_file, f"p95 of {what} over successful rows {AFTER_WARMUP}")
-        if best is None or best.figure is None or value > best.figure.value:
-            best = Reading(Figure(value, "ms", "measured", source), samples=len(done))
+            if len(rows) >= MIN_SAMPLES:
+                failed[run.name] = len(done)
+            else:
+                short.append(len(done))
+        elif not values:
+            unsampled = True
+        else:
+            value = float(np.percentile(np.asarray(values), 95))
+            path = f"p95 of {what} over successful rows {AFTER_WARMUP}"
+            if best is None or best.figure is None or value > best.figure.value:
+                figure = Figure(value, "ms", "measured", Source(run.requests_file, path))
+                best = Reading(figure, samples=len(done))
+    none = _none(runs)
+    if none.gap is not None:  # no run, or no request of any succeeded
+        return none
+    if failed:
+        return _failed_runs(failed, others_measured=best is not None)
     if best is not None:
         return best
-    none = _none(runs)
-    return _too_few("after the warm-up", failed=failed) if none.gap is None else none
+    if unsampled:
+        return Reading(None, NO_SAMPLE[metric], how=NO_SAMPLE_HOW)
+    return replace(_too_few("after the warm-up", failed=False), samples=min(short, default=None))
+
+
+def _failed_runs(failed: Mapping[str, int], *, others_measured: bool) -> Reading:
+    """The worst run's p95 where the runs in `failed` (name: successful requests after the
+    warm-up) sent enough requests and too many failed."""
+    reading = _too_few("after the warm-up", failed=True, where=f" in {', '.join(failed)}")
+    rest = "; the worst run's p95 is not known, the other runs' would flatter it"
+    why = reading.why + (rest if others_measured else "")
+    return replace(reading, why=why, samples=min(failed.values()))
 
 
 def sessions_held(runs: Sequence[BenchRun]) -> tuple[Reading, Reading]:
