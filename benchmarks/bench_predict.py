@@ -107,6 +107,56 @@ def print_worst(scored: list[Scored], count: int) -> None:
             )
 
 
+GROWTH_CONCURRENCY = (4, 128)
+
+
+def growth(scored: list[Scored]) -> dict[str, dict[str, float]]:
+    """How TTFT grows with the clients, measured and predicted, by backend: for each
+    configuration (one replica, shape and protocol) run at four or more concurrencies in
+    `GROWTH_CONCURRENCY`, TTFT at its highest concurrency over TTFT at its lowest, and the
+    same for TTFT / TPOT; the medians over configurations. A model whose TTFT grows less
+    than the measurements' misses queueing it should carry, whatever its median error."""
+    lo, hi = GROWTH_CONCURRENCY
+    configs: dict[tuple[str, str], dict[int, Scored]] = defaultdict(dict)
+    for s in scored:
+        r = s[0]
+        if lo <= r.concurrency <= hi:
+            key = (r.backend, repr((r.spec, r.isl, r.osl, r.protocol)))
+            configs[key].setdefault(r.concurrency, s)
+    ratios: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for (backend, _), runs in configs.items():
+        if len(runs) < 4:
+            continue
+        first, last = runs[min(runs)], runs[max(runs)]
+        mine = ratios[backend]
+        mine["measured TTFT"].append(last[0].ttft_ms / first[0].ttft_ms)
+        mine["predicted TTFT"].append(last[1] / first[1])
+        mine["measured TTFT/TPOT"].append(
+            (last[0].ttft_ms / last[0].tpot_ms) / (first[0].ttft_ms / first[0].tpot_ms)
+        )
+        mine["predicted TTFT/TPOT"].append((last[1] / last[2]) / (first[1] / first[2]))
+    return {
+        backend: {"configurations": float(len(mine["measured TTFT"]))}
+        | {name: statistics.median(values) for name, values in mine.items()}
+        for backend, mine in sorted(ratios.items())
+    }
+
+
+def print_growth(scored: list[Scored]) -> None:
+    lo, hi = GROWTH_CONCURRENCY
+    print(
+        f"\nTTFT growth from the lowest to the highest concurrency of each configuration run at "
+        f"four or more of c{lo}-c{hi} (median over configurations, in-sample):"
+    )
+    for backend, figures in growth(scored).items():
+        print(
+            f"  {backend:<6} {int(figures['configurations']):>3} configurations: TTFT x"
+            f"{figures['measured TTFT']:.2f} measured, x{figures['predicted TTFT']:.2f} "
+            f"predicted; TTFT/TPOT x{figures['measured TTFT/TPOT']:.2f} measured, "
+            f"x{figures['predicted TTFT/TPOT']:.2f} predicted"
+        )
+
+
 def _read(path: Path, harness: bool = False) -> Screening:
     """A corpus file read and screened as the fit does, what was left out printed."""
     with path.open(newline="", encoding="utf-8") as handle:
@@ -199,6 +249,7 @@ def main() -> int:
         print(f"\nno held-out fits in {args.holdout_dir}: leave-one-GPU-out not reported")
     if never:
         print_table(f"GPUs no fit has seen ({args.unseen.name}, {which}):", never)
+    print_growth(in_sample)
     print_worst(in_sample, args.worst)
     print(f"\npredicted {len(in_sample) + len(held_out) + len(never)} runs in {wall_s:.0f} s wall")
     print(f"\nreproduce: {' '.join([COMMAND, *(shlex.quote(a) for a in sys.argv[1:])])}")

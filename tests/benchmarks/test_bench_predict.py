@@ -1,0 +1,51 @@
+"""bench_predict's TTFT growth: per configuration, highest over lowest concurrency, measured
+against predicted (rows stand in for corpus rows: only the fields `growth` reads)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "bench_predict", ROOT / "benchmarks" / "bench_predict.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_predict"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _scored(config: str, c: int, ttft: float, tpot: float, p_ttft: float, p_tpot: float) -> Any:
+    row = SimpleNamespace(
+        backend="vllm", concurrency=c, spec=config, isl=1024, osl=1024, protocol=None,
+        ttft_ms=ttft, tpot_ms=tpot,
+    )  # fmt: skip
+    return (row, p_ttft, p_tpot)
+
+
+def test_growth_is_highest_over_lowest_concurrency_per_configuration() -> None:
+    bench = _bench()
+    scored = [
+        # a: TTFT x4 measured (100 -> 400), x2 predicted; TTFT/TPOT x2 and x1
+        *(_scored("a", c, 100 * c / 4, 10 * c / 8 if c > 4 else 10, 100, 10) for c in (4, 8, 16)),
+        _scored("a", 32, 800, 40, 200, 20),
+        _scored("a", 32, 1, 1, 1, 1),  # a second run at a concurrency: the first one counts
+        # b: only three concurrencies in range (c256 is out): not counted
+        *(_scored("b", c, 50, 5, 50, 5) for c in (4, 8, 16, 256)),
+    ]
+    figures = bench.growth(scored)["vllm"]
+    assert figures["configurations"] == 1
+    assert figures["measured TTFT"] == pytest.approx(8.0)
+    assert figures["predicted TTFT"] == pytest.approx(2.0)
+    assert figures["measured TTFT/TPOT"] == pytest.approx((800 / 40) / (100 / 10))
+    assert figures["predicted TTFT/TPOT"] == pytest.approx((200 / 20) / (100 / 10))
