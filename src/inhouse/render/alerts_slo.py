@@ -12,15 +12,8 @@ Each workload's SLO is alerted on the series that carry that workload alone:
   series by `model` and `pool`: its pool's share at `ttft_*`, the long pool's at `long_ttft_*`,
   and a fallback pool's (both lengths during a failover) at `long_ttft_*`.
   Without a long pool its one series of all prompts is held to the long target.
-* ITL from vLLM's histogram by `model_name`, the pool's served name: vLLM does not split its
-  series by adapter, and need not here, since a decode step serves every running sequence of
-  the pool, so every workload on a pool sees the same inter-token gaps. One ITL alert per
-  pool, at the tightest ITL alarm of the workloads it serves: those naming its model and
-  those whose long prompts it takes (a long-context pool, which no workload names). A pool
-  serving none that is another pool's `fallback` decodes for that pool's workloads during a
-  failover: it is alerted at the degraded-mode ITL alarm the stack records for it (a
-  `role: fallback` pool's `slo.itl_alarm_ms`, which `inhouse plan` writes from the workloads'
-  `degraded_slo`), else at the tightest ITL alarm of the workloads failing over onto it.
+* ITL from vLLM's histogram by `model_name`, one alert per pool (`alerts_itl`): a fallback
+  pool's during a failover too.
 
 A stack without `workloads` keeps the per-pool alerts on vLLM's histograms (`pools[].slo`);
 its attached (`url`) pools, whose engines render does not scrape, get TTFT and e2e alerts on the
@@ -410,96 +403,9 @@ def attached_pool_targets(pool: PoolSpec) -> list[LatencyTarget]:
     ]
 
 
-def pool_itl_target(stack: StackSpec, pool: PoolSpec) -> LatencyTarget | None:
-    """The pool's ITL at the tightest ITL alarm of the workloads it serves, a long-context
-    pool's included (no workload names its model: the length rule sends it their long
-    prompts); a pool serving none is alerted as a fallback (`fallback_itl_target`)."""
-    mine = _with_itl_alarm(stack.workloads_served_by(pool))
-    if not mine:
-        return fallback_itl_target(stack, pool)
-    tightest, names = _tightest_itl(mine)
-    return _itl_target(
-        pool,
-        names,
-        f"pool {pool.name} (every workload on it decodes in the same steps; ITL SLO of {names})",
-        tightest.slo,
-        f"stack workloads[{tightest.name}].slo.itl_alarm_ms, the tightest ITL alarm of the "
-        f"workloads on pool {pool.name}",
-    )
-
-
-def fallback_itl_target(stack: StackSpec, pool: PoolSpec) -> LatencyTarget | None:
-    """A pool no workload is served by, another pool's `fallback`: its ITL during a failover,
-    when it decodes for the workloads of the pools it stands in for (no workload names its
-    model, and outside a failover it serves nothing). At the degraded-mode ITL alarm the stack
-    records for it, a `role: fallback` pool's own `slo.itl_alarm_ms` (`inhouse plan` writes it
-    from the workloads' `degraded_slo`, else their `slo`), else at the tightest ITL alarm of
-    those workloads."""
-    taken = stack.workloads_failing_over_to(pool)
-    if not taken:
-        return None
-    primaries = [p.name for p in stack.pools if p.fallback == pool.name]
-    scope = (
-        f"fallback pool {pool.name} during a failover from pool{'s' * (len(primaries) > 1)} "
-        f"{', '.join(primaries)}"
-    )
-    stated = pool.slo if pool.role == "fallback" else None
-    if stated is not None and stated.alarm_ms("itl") is not None:
-        names = ",".join(w.name for w in taken)
-        return _itl_target(
-            pool,
-            names,
-            f"{scope} (it decodes for {names}; the pool's own ITL SLO for a failover)",
-            stated,
-            f"stack pools[{pool.name}].slo.itl_alarm_ms, the fallback pool's SLO during a "
-            "failover (`inhouse plan` writes it from the degraded_slo of the workloads that fail "
-            "over onto it where they state one, else their slo)",
-        )
-    alarmed = _with_itl_alarm(taken)
-    if not alarmed:
-        return None
-    tightest, names = _tightest_itl(alarmed)
-    return _itl_target(
-        pool,
-        names,
-        f"{scope} (it decodes for their workloads; ITL SLO of {names})",
-        tightest.slo,
-        f"stack workloads[{tightest.name}].slo.itl_alarm_ms, the tightest ITL alarm of the "
-        f"workloads that fail over onto pool {pool.name} (pools[{pool.name}] states no "
-        "degraded-mode slo.itl_alarm_ms)",
-    )
-
-
-def _with_itl_alarm(workloads: list[WorkloadSpec]) -> list[WorkloadSpec]:
-    return [w for w in workloads if w.slo.alarm_ms("itl") is not None]
-
-
-def _tightest_itl(workloads: list[WorkloadSpec]) -> tuple[WorkloadSpec, str]:
-    """The workload with the tightest ITL alarm, and the names of all at that alarm."""
-    tightest = min(workloads, key=lambda w: w.slo.alarm_ms("itl") or 0.0)
-    alarm = tightest.slo.alarm_ms("itl")
-    return tightest, ",".join(w.name for w in workloads if w.slo.alarm_ms("itl") == alarm)
-
-
-def _itl_target(
-    pool: PoolSpec, names: str, scope: str, slo: LatencySlo, source: str
-) -> LatencyTarget:
-    key, metric, buckets, _ = LATENCIES[1]
-    return LatencyTarget(
-        key,
-        metric,
-        p95_record(metric),
-        buckets,
-        {"model_name": pool.client_model_name},
-        engine_labels(pool),
-        {"pool": pool.name, "workload": names},
-        scope,
-        slo,
-        source,
-    )
-
-
 def latency_alerts(stack: StackSpec, engines: EngineLayout) -> list[Alert]:
+    """The pools' latency alerts, or the workloads' TTFT and e2e (their pools' ITL:
+    `alerts_itl.pool_itl_alerts`)."""
     targets: list[LatencyTarget] = []
     if not stack.workloads:
         for pool in engines.pools:
@@ -515,9 +421,5 @@ def latency_alerts(stack: StackSpec, engines: EngineLayout) -> list[Alert]:
                 mine = [t for t in mine if t.key != "ttft"]
                 mine += split_ttft_targets(stack, workload, pool, long_pool)
             targets += mine
-        for pool in engines.pools:
-            itl = pool_itl_target(stack, pool)
-            if itl is not None:
-                targets.append(itl)
     alerts = [latency_alert(t) for t in targets]
     return [a for a in alerts if a is not None]

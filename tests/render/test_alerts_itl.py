@@ -1,7 +1,7 @@
-"""A pool that is another pool's `fallback`: no workload names its model, so ITL, alerted per
-pool for the workloads it serves, had no alert there, and during a failover, loaded with its
-primary's traffic, its decode could slow to any pace unpaged. It pages at the ITL alarm of the
-workloads that fail over onto it, or at the degraded-mode alarm its own `slo` states."""
+"""`alerts_itl`, a pool that is another pool's `fallback`: no workload names its model, so ITL,
+alerted per pool for the workloads it serves, had no alert there, and during a failover, loaded
+with its primary's traffic, its decode could slow to any pace unpaged. It pages at the ITL
+alarm of the workloads that fail over onto it, or at the degraded-mode alarm its `slo` states."""
 
 from __future__ import annotations
 
@@ -140,6 +140,19 @@ def test_a_pool_nothing_fails_over_onto_has_no_itl_alert() -> None:
     for pool in data["pools"]:
         pool.pop("fallback", None)
     assert set(_itl_alerts(StackSpec.model_validate(data))) == {"chat", "code"}
+
+
+def test_a_fallback_with_workloads_of_its_own_keeps_their_alarm_or_none() -> None:
+    # Its one series cannot tell a failover from its own load: a failover's alarm there would
+    # page on its own workloads, which state no ITL target.
+    data = _stack().model_dump(mode="json", exclude_defaults=True)
+    data["workloads"].append({"name": "batch", "model": "spare-8b", "slo": {"e2e_p95_ms": 20000}})
+    assert set(_itl_alerts(StackSpec.model_validate(data))) == {"chat", "code"}
+    data["workloads"][-1]["slo"] = {"itl_p95_ms": 150, "itl_alarm_ms": 200}
+    stack = StackSpec.model_validate(data)
+    alert = _itl_alerts(stack)["spare"]
+    assert _threshold_s(alert) == (stack.workloads[-1].slo.alarm_ms("itl") or 0) / 1000
+    assert alert.labels["workload"] == "batch"
 
 
 @needs_promtool
