@@ -132,3 +132,24 @@ def test_a_long_pool_serves_the_workloads_whose_long_prompts_it_takes_not_lora_g
     assert [w.name for w in stack.workloads_served_by(chat)] == ["chat", "utility"]
     assert [w.name for w in stack.workloads_served_by(long)] == ["chat"]
     assert stack.workloads_on(long) == []  # by model name alone: none
+
+
+def test_a_fallback_pool_takes_the_workloads_of_the_pools_naming_it_one_hop() -> None:
+    data = minimal(long_prompt_tokens=8000, long_pool="long", lora_adapters=["summarize"])
+    data["pools"] += [  # type: ignore[operator]
+        {"name": "long", "model": "Llama-3.1-8B", "served_model_name": "chat-long",
+         "fallback": "spare"},
+        {"name": "other", "model": "Qwen2.5-7B", "fallback": "spare"},
+        {"name": "spare", "model": "Qwen2.5-7B", "served_model_name": "spare", "role": "fallback",
+         "fallback": "last"},
+        {"name": "last", "model": "Qwen2.5-7B", "served_model_name": "last", "role": "fallback"},
+    ]  # fmt: skip
+    data["workloads"] = [{"name": "chat", "model": "Llama-3.1-8B"},
+                         {"name": "utility", "model": "summarize"},
+                         {"name": "qa", "model": "Qwen2.5-7B"}]  # fmt: skip
+    stack = parse_stack(data)
+    # chat's long prompts fail over from its long pool; utility stays on chat, which names no
+    # fallback; a fallback's own fallback takes nothing (the gateway goes one hop).
+    assert [w.name for w in stack.workloads_failing_over_to(stack.pool("spare"))] == ["chat", "qa"]
+    assert stack.workloads_failing_over_to(stack.pool("last")) == []
+    assert stack.workloads_failing_over_to(stack.pool("chat")) == []

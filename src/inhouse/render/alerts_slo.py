@@ -12,11 +12,8 @@ Each workload's SLO is alerted on the series that carry that workload alone:
   series by `model` and `pool`: its pool's share at `ttft_*`, the long pool's at `long_ttft_*`,
   and a fallback pool's (both lengths during a failover) at `long_ttft_*`.
   Without a long pool its one series of all prompts is held to the long target.
-* ITL from vLLM's histogram by `model_name`, the pool's served name: vLLM does not split its
-  series by adapter, and need not here, since a decode step serves every running sequence of
-  the pool, so every workload on a pool sees the same inter-token gaps. One ITL alert per
-  pool, at the tightest ITL alarm of the workloads it serves: those naming its model and
-  those whose long prompts it takes (a long-context pool, which no workload names).
+* ITL from vLLM's histogram by `model_name`, one alert per pool (`alerts_itl`): a fallback
+  pool's during a failover too.
 
 A stack without `workloads` keeps the per-pool alerts on vLLM's histograms (`pools[].slo`);
 its attached (`url`) pools, whose engines render does not scrape, get TTFT and e2e alerts on the
@@ -245,6 +242,18 @@ def _latency_runbook(key: str, metric: str, what: str) -> RunbookEntry:
         "e2e": "long outputs, queueing or slow decode",
     }[key]
     by = "model" if metric.startswith("inhouse_gateway") else "pod"
+    failover = (
+        (
+            'A fallback pool (the description says "during a failover"): its primary pool is '
+            "down or saturated and the fallback decodes the primary's traffic "
+            '(`sum by (pool) (rate(inhouse_gateway_routing_decisions_total{reason="fallback"}'
+            "[5m]))`); bring the primary back (InhouseEnginePoolBelowDegraded, its waiting "
+            "requests), shed batch tenants at the gateway meanwhile, and tell the customer's "
+            "contact the degraded-mode SLO is in force.",
+        )
+        if key == "itl"
+        else ()
+    )
     return RunbookEntry(
         meaning=f"The 5-minute p95 {what} of a workload (or, in a stack without workloads, a "
         f"pool) has been above its alarm for 5 minutes. Usual causes: {causes}.",
@@ -257,6 +266,7 @@ def _latency_runbook(key: str, metric: str, what: str) -> RunbookEntry:
             "maxReplicaCount), or run the degraded-mode plan.",
             "Prefix hit rate dropped at the same time: see InhousePrefixHitRateLow.",
             "Preemptions rising: see InhousePreemptionsSustained (KV pressure).",
+            *failover,
         ),
         escalate="Not back under the alarm 30 minutes after mitigation, or a replica is lost "
         "with no spare GPUs: escalate to the platform owner and tell the customer's contact "
@@ -393,32 +403,9 @@ def attached_pool_targets(pool: PoolSpec) -> list[LatencyTarget]:
     ]
 
 
-def pool_itl_target(stack: StackSpec, pool: PoolSpec) -> LatencyTarget | None:
-    """The pool's ITL at the tightest ITL alarm of the workloads it serves, a long-context
-    pool's included (no workload names its model: the length rule sends it their long
-    prompts)."""
-    mine = [w for w in stack.workloads_served_by(pool) if w.slo.alarm_ms("itl") is not None]
-    if not mine:
-        return None
-    tightest = min(mine, key=lambda w: w.slo.alarm_ms("itl") or 0.0)
-    names = ",".join(w.name for w in mine if w.slo.alarm_ms("itl") == tightest.slo.alarm_ms("itl"))
-    key, metric, buckets, _ = LATENCIES[1]
-    return LatencyTarget(
-        key,
-        metric,
-        p95_record(metric),
-        buckets,
-        {"model_name": pool.client_model_name},
-        engine_labels(pool),
-        {"pool": pool.name, "workload": names},
-        f"pool {pool.name} (every workload on it decodes in the same steps; ITL SLO of {names})",
-        tightest.slo,
-        f"stack workloads[{tightest.name}].slo.itl_alarm_ms, the tightest ITL alarm of the "
-        f"workloads on pool {pool.name}",
-    )
-
-
 def latency_alerts(stack: StackSpec, engines: EngineLayout) -> list[Alert]:
+    """The pools' latency alerts, or the workloads' TTFT and e2e (their pools' ITL:
+    `alerts_itl.pool_itl_alerts`)."""
     targets: list[LatencyTarget] = []
     if not stack.workloads:
         for pool in engines.pools:
@@ -434,9 +421,5 @@ def latency_alerts(stack: StackSpec, engines: EngineLayout) -> list[Alert]:
                 mine = [t for t in mine if t.key != "ttft"]
                 mine += split_ttft_targets(stack, workload, pool, long_pool)
             targets += mine
-        for pool in engines.pools:
-            itl = pool_itl_target(stack, pool)
-            if itl is not None:
-                targets.append(itl)
     alerts = [latency_alert(t) for t in targets]
     return [a for a in alerts if a is not None]

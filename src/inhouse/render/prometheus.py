@@ -5,6 +5,7 @@ from __future__ import annotations
 from inhouse.render.alerts import Alert, Recording, render_rule_tests, render_rules
 from inhouse.render.alerts_burn import burn_recordings, stack_burn_alerts
 from inhouse.render.alerts_gpu import gpu_rules
+from inhouse.render.alerts_itl import pool_itl_alerts
 from inhouse.render.alerts_ops import engine_rules
 from inhouse.render.alerts_slo import latency_alerts, latency_recordings
 from inhouse.render.alerts_triggers import replan_alerts
@@ -26,7 +27,8 @@ def layout_rules(
     """The stack's recording rules and alerts, for the layout `render_stack` derived once;
     `options` as the manifests are rendered (the engines' grace periods), default if None."""
     recordings = latency_recordings(stack) + burn_recordings(stack)
-    alerts = latency_alerts(stack, engines) + stack_burn_alerts(stack)
+    alerts = latency_alerts(stack, engines) + pool_itl_alerts(stack, engines)
+    alerts += stack_burn_alerts(stack)
     alerts += engine_rules(stack, engines, namespace, options or RenderOptions())
     alerts += gpu_rules(engines)
     alerts += replan_alerts(stack)

@@ -264,6 +264,15 @@ class StackSpec(SpecModel):
             w for w in self.workloads if pool.name in {p.name for p in self.pools_of_model(w.model)}
         ]
 
+    def workloads_failing_over_to(self, pool: PoolSpec) -> list[WorkloadSpec]:
+        """The workloads whose requests come to this pool during a failover: those served by
+        the pools naming it their `fallback` (one hop: the gateway does not follow a fallback's
+        own `fallback`, `inhouse.routing.pools`)."""
+        primaries = {p.name for p in self.pools if p.fallback == pool.name and p is not pool}
+        return [
+            w for w in self.workloads if primaries & {p.name for p in self.pools_of_model(w.model)}
+        ]
+
     def planned_e2e_ms(self, pool: PoolSpec) -> float | None:
         """The longest p95 end-to-end latency (ms) the plan simulated for the requests `pool`
         serves, what its drain must wait for; None when no workload it serves states one
