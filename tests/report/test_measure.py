@@ -4,6 +4,7 @@ planned load. The document must say so, never print a figure that cannot be."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -590,3 +591,114 @@ def test_a_short_worst_run_row_counts_its_successes_as_the_ttft_rows_do(
     assert reading.gap is Gap.MISSING and reading.samples == 12
     assert "(12 here)" in _section4_line(build_document(inputs).markdown, "p95 e2e")
     assert " here)" not in _section4_line(build_document(inputs, public=True).markdown, "p95 e2e")
+
+
+def _count_free(text: str) -> bool:
+    """Whether `text` states no count of 5 (the "p95" in it is a name, not a count)."""
+    return re.search(r"\b5\b", text) is None
+
+
+def test_a_run_that_failed_most_warm_requests_leaves_the_pooled_ttft_unknown(
+    report_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """A clean run and a run with 5 successes in hundreds of warm requests: the warm row pooled
+    the 5 with the clean run's and printed a p95 that read ok, while one run of the workload
+    mostly failed. The bad run's p95 is not known, so neither is the row's."""
+    chat = report_dirs["chat"]
+    warm = [r for r in _read_rows(chat) if r["cached_tokens"]]
+    bad = rewrite_run(
+        tmp_path / "b-bad", json.loads((chat / "result.json").read_text()), _all_but(warm, 5)
+    )
+    dirs = {**report_dirs, "a-clean": chat, "b-bad": bad}
+    inputs = make_inputs(dirs, benches=("a-clean", "b-bad"))
+    got = _rows(inputs)
+    row = got["chat p95 TTFT warm"]
+    reading = row.measured
+    assert reading.figure is None and row.verdict is None
+    assert reading.gap is Gap.FAILED
+    assert reading.why.startswith("fewer than the 20 successful requests with cached_tokens > 0")
+    # It names the bad run, and it alone (the clean run is `chat`).
+    assert "a p95 needs in b-bad: enough were sent, too many of them failed" in reading.why
+    assert "the other runs' would flatter it" in reading.why
+    assert reading.samples == 5
+    assert _count_free(reading.why)
+    # The bad run sent no cold request (its failed ones were meant warm): the cold row is not
+    # the stack's failure.
+    assert got["chat p95 TTFT cold"].measured.gap is not Gap.FAILED
+
+    internal = _section4_line(build_document(inputs).markdown, "p95 TTFT warm")
+    public = _section4_line(build_document(inputs, public=True).markdown, "p95 TTFT warm")
+    for line in (internal, public):
+        assert "too many of them failed (the stack's to fix" in line, line
+        assert "the other runs' would flatter it" in line, line
+        assert "ok" not in line.split("|")[6], line  # the verdict
+    assert "(5 here)" in internal
+    assert " here)" not in public and _count_free(public.split("|")[5]), public
+
+    # Alone, the clean run measures the row; alone, the bad run reads failed, with no other runs
+    # to flatter it.
+    clean = _rows(make_inputs(dirs, benches=("a-clean",)))["chat p95 TTFT warm"].measured
+    assert clean.figure is not None
+    alone = _rows(make_inputs(dirs, benches=("b-bad",)))["chat p95 TTFT warm"].measured
+    assert alone.gap is Gap.FAILED and "in b-bad" in alone.why
+    assert "other runs" not in alone.why
+
+
+def test_a_cold_probe_that_failed_most_requests_leaves_the_cold_ttft_unknown(
+    report_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """The cold row pools the workload's run and its cold probes; a probe with 5 successes in
+    its cold requests was outweighed by a clean probe's, and the row read measured."""
+    probe = report_dirs["cold"]
+    # The probe's prompts are new to any cache: nothing an infinite one could hold.
+    cold = [{**r, "cached_tokens": 0, "ideal_cached_tokens": 0} for r in _read_rows(probe)]
+    result = json.loads((probe / "result.json").read_text())
+    bad = rewrite_run(tmp_path / "b-probe", result, _all_but(cold, 5))
+    dirs = {**report_dirs, "b-probe": bad}
+    clean = _rows(make_inputs(dirs, benches=("chat", "cold")))["chat p95 TTFT cold"].measured
+    assert clean.figure is not None  # the clean probe and the chat run alone give a figure
+    reading = _rows(make_inputs(dirs, benches=("chat", "cold", "b-probe")))
+    cold_row = reading["chat p95 TTFT cold"].measured
+    assert cold_row.figure is None and cold_row.gap is Gap.FAILED
+    assert "in b-probe: enough were sent, too many of them failed" in cold_row.why
+    assert "the other runs' would flatter it" in cold_row.why
+    assert cold_row.how == ""  # not "run the probe longer"
+    assert cold_row.samples == 5
+
+
+def _fewer(source: Path, out: Path, num_sent: int, num_failed: int) -> Path:
+    """The run at `source` cut to warm requests: five failed in a 2-s warm-up (of a 10-s run),
+    then `num_sent`, the first `num_failed` of them failed (`_timed`)."""
+    result = json.loads((source / "result.json").read_text())
+    result["workload"] = {**result["workload"], "duration_s": 10.0}
+    rows = [r for r in _read_rows(source) if r["success"] and r["cached_tokens"]]
+    return rewrite_run(out, result, _timed(rows, num_sent, num_failed))
+
+
+@pytest.mark.parametrize(
+    ("num_sent", "num_failed", "gap"),
+    [
+        (MIN_SAMPLES - 1, MIN_SAMPLES - 1, None),  # too few sent: the clean run's stand
+        (MIN_SAMPLES - 1, 1, None),
+        (MIN_SAMPLES, 1, Gap.FAILED),  # enough sent, one success short
+        (MIN_SAMPLES, 0, None),
+    ],
+)
+def test_only_a_run_that_sent_enough_of_the_kind_leaves_the_pooled_ttft_unknown(
+    report_dirs: dict[str, Path],
+    tmp_path: Path,
+    num_sent: int,
+    num_failed: int,
+    gap: Gap | None,
+) -> None:
+    chat = report_dirs["chat"]
+    short = _fewer(chat, tmp_path / "b-short", num_sent, num_failed)
+    dirs = {**report_dirs, "a-clean": chat, "b-short": short}
+    inputs = make_inputs(dirs, benches=("a-clean", "b-short"))
+    assert len(counted_rows(inputs.runs_for("chat")[1])) == num_sent
+    reading = _rows(inputs)["chat p95 TTFT warm"].measured
+    assert (reading.figure is None) == (gap is not None)
+    assert reading.gap is gap
+    assert ("in b-short: enough were sent, too many of them failed" in reading.why) == (
+        gap is Gap.FAILED
+    )

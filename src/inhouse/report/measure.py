@@ -10,10 +10,12 @@ the selection and statistic used:
 
 * TTFT warm: p95 `ttft_ms` of successful requests with `cached_tokens > 0` (the prefix cache
   held part of the prompt); TTFT cold: those with `cached_tokens == 0`; a request whose server
-  reported no `cached_tokens` is neither. A p95 needs at least `MIN_SAMPLES` requests; fewer,
-  and the row is reported as not measured, saying why: the stack's failure (`Gap.FAILED`) where
-  the runs sent enough requests of the kind and too many failed, else too few sent
-  (`Gap.MISSING`).
+  reported no `cached_tokens` is neither. Pooled over the runs. A p95 needs at least
+  `MIN_SAMPLES` requests; fewer, and the row is reported as not measured, saying why: the
+  stack's failure (`Gap.FAILED`) where the runs sent enough requests of the kind and too many
+  failed, else too few sent (`Gap.MISSING`). One run that sent enough of the kind and too few
+  of them succeeded leaves the p95 unknown (`Gap.FAILED`, naming it), as below, whatever the
+  other runs gave: their successes would flatter it.
 * ITL, TPOT, e2e: vLLM's definitions (pooled chunk gaps; `(e2el - ttft) / (N_out - 1)` per
   request; `e2el_ms`), the worst run's p95. A run that sent enough requests and too few of
   them succeeded leaves the worst run's p95 unknown (`Gap.FAILED`, naming it), whatever the
@@ -157,29 +159,45 @@ def counted_rows(run: BenchRun) -> list[Mapping[str, Any]]:
     ]
 
 
+def _short(num_sent: int, num_done: int) -> Gap | None:
+    """Why `num_done` successful requests of `num_sent` give no p95: None where they give one
+    (at least `MIN_SAMPLES`); the stack's failure (`Gap.FAILED`) where at least that many were
+    sent and too many failed; else the bench's, too few sent (`Gap.MISSING`)."""
+    if num_done >= MIN_SAMPLES:
+        return None
+    return Gap.FAILED if num_sent >= MIN_SAMPLES else Gap.MISSING
+
+
 def _p95(runs: Sequence[BenchRun], keep: Callable[[float], bool], what: str) -> Reading:
     """The pooled p95 TTFT of the successful requests after the warm-up whose cached tokens
-    (`_cached`) `keep` takes."""
+    (`_cached`) `keep` takes. A run that sent at least `MIN_SAMPLES` of them and had fewer
+    successes (`_short`) leaves it unknown, as it does the worst run's p95 (`worst_p95`)."""
     values: list[float] = []
     files: list[str] = []
     num_sent = 0  # the requests of this kind after the warm-up, failed ones included
+    failed: dict[str, int] = {}  # a run that sent enough of this kind, too few succeeded
     for run in runs:
         rows = counted_rows(run)
         picked = [float(r["ttft_ms"]) for r in rows if r.get("success") and keep(_cached(r))]
-        num_sent += len(picked) + sum(
-            1 for r in rows if not r.get("success") and keep(_meant_cached(r))
-        )
+        sent = len(picked) + sum(1 for r in rows if not r.get("success") and keep(_meant_cached(r)))
+        num_sent += sent
+        if _short(sent, len(picked)) is Gap.FAILED:
+            failed[run.name] = len(picked)
         if picked:
             values += picked
             files.append(run.requests_file)
-    if len(values) < MIN_SAMPLES:
+    if len(values) < MIN_SAMPLES or failed:
+        kind = f"with {what}, after the warm-up,"
         none = _none(runs)
-        if none.gap is None:  # requests succeeded, too few of them matched
-            none = (
-                Reading(None, NO_CACHE_REPORT)
-                if _no_cache_report(runs)
-                else _too_few(f"with {what}, after the warm-up,", failed=num_sent >= MIN_SAMPLES)
+        if none.gap is None and _no_cache_report(runs):
+            none = Reading(None, NO_CACHE_REPORT)
+        elif none.gap is None and failed:  # NOTE: as in `worst_p95`, one run's failure
+            others = len(values) - sum(failed.values())
+            return _failed_runs(
+                failed, kind, "the p95 over the runs", others_measured=others >= MIN_SAMPLES
             )
+        elif none.gap is None:  # requests succeeded, too few of them matched
+            none = _too_few(kind, failed=_short(num_sent, len(values)) is Gap.FAILED)
         # The count rides in `samples` (the internal version prints it; the public one, which
         # prints no exact measured figure, does not).
         return replace(none, samples=len(values))
@@ -261,11 +279,11 @@ def worst_p95(runs: Sequence[BenchRun], metric: str) -> Reading:
         rows = counted_rows(run)
         done = [r for r in rows if r.get("success")]
         values = [v for r in done for v in sample(r)]
-        if len(done) < MIN_SAMPLES:
-            if len(rows) >= MIN_SAMPLES:
-                failed[run.name] = len(done)
-            else:
-                short.append(len(done))
+        gap = _short(len(rows), len(done))
+        if gap is Gap.FAILED:
+            failed[run.name] = len(done)
+        elif gap is Gap.MISSING:
+            short.append(len(done))
         elif not values:
             unsampled = True
         else:
@@ -278,7 +296,9 @@ def worst_p95(runs: Sequence[BenchRun], metric: str) -> Reading:
     if none.gap is not None:  # no run, or no request of any succeeded
         return none
     if failed:
-        return _failed_runs(failed, others_measured=best is not None)
+        return _failed_runs(
+            failed, "after the warm-up", "the worst run's p95", others_measured=best is not None
+        )
     if best is not None:
         return best
     if unsampled:
@@ -286,11 +306,14 @@ def worst_p95(runs: Sequence[BenchRun], metric: str) -> Reading:
     return replace(_too_few("after the warm-up", failed=False), samples=min(short, default=None))
 
 
-def _failed_runs(failed: Mapping[str, int], *, others_measured: bool) -> Reading:
-    """The worst run's p95 where the runs in `failed` (name: successful requests after the
-    warm-up) sent enough requests and too many failed."""
-    reading = _too_few("after the warm-up", failed=True, where=f" in {', '.join(failed)}")
-    rest = "; the worst run's p95 is not known, the other runs' would flatter it"
+def _failed_runs(
+    failed: Mapping[str, int], what: str, unknown: str, *, others_measured: bool
+) -> Reading:
+    """No p95 (`unknown`, what the row would quote) where the runs in `failed` (name: their
+    successful requests `what`) sent enough requests and too many failed, whatever the other
+    runs gave (`others_measured`: they alone would give a figure, which would flatter it)."""
+    reading = _too_few(what, failed=True, where=f" in {', '.join(failed)}")
+    rest = f"; {unknown} is not known, the other runs' would flatter it"
     why = reading.why + (rest if others_measured else "")
     return replace(reading, why=why, samples=min(failed.values()))
 
