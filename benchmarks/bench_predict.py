@@ -33,6 +33,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 from inhouse.calibration.corpus import CorpusRow, prepare
@@ -112,16 +113,19 @@ GROWTH_CONCURRENCY = (4, 128)
 
 def growth(scored: list[Scored]) -> dict[str, dict[str, float]]:
     """How TTFT grows with the clients, measured and predicted, by backend: for each
-    configuration (one replica, shape and protocol) run at four or more concurrencies in
-    `GROWTH_CONCURRENCY`, TTFT at its highest concurrency over TTFT at its lowest, and the
-    same for TTFT / TPOT; the medians over configurations. A model whose TTFT grows less
-    than the measurements' misses queueing it should carry, whatever its median error."""
+    configuration (one replica but for its knobs, shape and protocol) run at four or more
+    concurrencies in `GROWTH_CONCURRENCY`, TTFT at its highest concurrency over TTFT at its
+    lowest, and the same for TTFT / TPOT; the medians over configurations. A model whose
+    TTFT grows less than the measurements' misses queueing it should carry, whatever its
+    median error."""
     lo, hi = GROWTH_CONCURRENCY
     configs: dict[tuple[str, str], dict[int, Scored]] = defaultdict(dict)
     for s in scored:
         r = s[0]
         if lo <= r.concurrency <= hi:
-            key = (r.backend, repr((r.spec, r.isl, r.osl, r.protocol)))
+            # The engine's knobs follow the concurrency in some dumps (max_num_seqs = C):
+            # a configuration is the replica without them.
+            key = (r.backend, repr((replace(r.spec, knobs=None), r.isl, r.osl, r.protocol)))
             configs[key].setdefault(r.concurrency, s)
     ratios: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for (backend, _), runs in configs.items():

@@ -11,6 +11,9 @@ from typing import Any
 
 import pytest
 
+from inhouse.engine.build import ReplicaSpec
+from inhouse.spec.knobs import EngineKnobs
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -26,8 +29,10 @@ def _bench() -> ModuleType:
 
 
 def _scored(config: str, c: int, ttft: float, tpot: float, p_ttft: float, p_tpot: float) -> Any:
+    # The knobs follow the concurrency, as in the corpus: the configuration is the rest.
+    spec = ReplicaSpec(model=config, gpu="h100_sxm", tp=1, knobs=EngineKnobs(max_num_seqs=c))
     row = SimpleNamespace(
-        backend="vllm", concurrency=c, spec=config, isl=1024, osl=1024, protocol=None,
+        backend="vllm", concurrency=c, spec=spec, isl=1024, osl=1024, protocol=None,
         ttft_ms=ttft, tpot_ms=tpot,
     )  # fmt: skip
     return (row, p_ttft, p_tpot)
