@@ -6,6 +6,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,15 @@ def test_a_script_without_the_api_key_stops_before_touching_the_cluster(tmp_path
     assert not (tmp_path / "ran.log").exists(), (tmp_path / "ran.log").read_text()
 
 
+def _bench_argv(line: str) -> list[str] | None:
+    """The arguments of a script line's `inhouse bench` (after `inhouse bench`, its
+    environment prefix aside), or None for another line."""
+    if not re.match(r'(?:[A-Z_]+="\$[A-Z_]+" )*inhouse bench ', line):
+        return None
+    words = shlex.split(line.removesuffix("&"))
+    return words[words.index("bench") + 1 :]
+
+
 @needs_tools
 def test_every_load_names_the_drilled_pools_model(tmp_path: Path) -> None:
     # Without --model, bench drives the first model of /v1/models: another pool's where the
@@ -85,10 +95,10 @@ def test_every_load_names_the_drilled_pools_model(tmp_path: Path) -> None:
     stack = load_stack(EXAMPLE)
     write_plan(stack, tmp_path)
     benches = [
-        line.split()
+        argv
         for script in sorted(tmp_path.glob("*.sh"))
         for line in script.read_text().splitlines()
-        if line.startswith("inhouse bench ")
+        if (argv := _bench_argv(line)) is not None
     ]
     # kill-replica, kv-fill (agent and long-context), long-prompt-dos (flood and interactive),
     # load-not-ready, soak
@@ -125,8 +135,7 @@ def _agent_workloads(plan_dir: Path) -> list[object]:
     found: list[object] = []
     for script in sorted(plan_dir.glob("*.sh")):
         for line in script.read_text().splitlines():
-            if line.startswith("inhouse bench "):
-                argv = shlex.split(line.removesuffix("&"))[2:]
+            if (argv := _bench_argv(line)) is not None:
                 workload = build_workload(spec_from_args(parser.parse_args(argv)))
                 if isinstance(workload, AgentWorkload):
                     found.append(workload)
@@ -188,9 +197,9 @@ def _agent_loads(plan_dir: Path) -> dict[str, list[int]]:
     loads: dict[str, list[int]] = {}
     for script in sorted(plan_dir.glob("*.sh")):
         for line in script.read_text().splitlines():
-            if not line.startswith("inhouse bench "):
+            argv = _bench_argv(line)
+            if argv is None:
                 continue
-            argv = shlex.split(line.removesuffix("&"))[2:]
             spec = spec_from_args(parser.parse_args(argv))
             workload = build_workload(spec)
             if isinstance(workload, AgentWorkload):
@@ -560,3 +569,55 @@ def test_on_several_nodes_kill_replica_names_the_victim_and_its_replacement() ->
     # One node: the replica has a name and an index of its own; nothing to look up.
     static = drill_steps("kill-replica", load_stack(EXAMPLE), "ns", default_agent_load())
     assert not any("VICTIM_IP" in s.shell for s in static)
+
+
+def _key_stubs(where: Path) -> Path:
+    """`inhouse`, `curl`, `kubectl`, `promtool`, `amtool` that log their arguments (and, for
+    `inhouse`, the key bench would read from its environment); `curl` logs the headers it
+    would read from a file given as `-H @FILE`, and prints the 400 the step expects."""
+    bin_dir = where / "bin"
+    bin_dir.mkdir()
+    log = where / "ran.log"
+    for tool in ("inhouse", "kubectl", "promtool", "amtool", "curl"):
+        body = f'echo "{tool} $*" >> "{log}"\n'
+        if tool == "inhouse":
+            body += f'echo "inhouse env INHOUSE_API_KEY=$INHOUSE_API_KEY" >> "{log}"\n'
+        if tool == "curl":
+            body += (
+                'prev=""\nfor a in "$@"; do\n'
+                f'  if [ "$prev" = -H ] && [ "${{a#@}}" != "$a" ]; then\n'
+                f'    echo "curl header-file $(cat "${{a#@}}")" >> "{log}"; fi\n'
+                '  prev="$a"\ndone\ncat > /dev/null\necho 400\n'
+            )
+        stub = bin_dir / tool
+        stub.write_text(f"#!/bin/bash\n{body}")
+        stub.chmod(0o755)
+    return bin_dir
+
+
+@needs_tools
+def test_no_script_puts_an_api_key_on_a_command_line(tmp_path: Path) -> None:
+    # `inhouse bench --api-key "$INHOUSE_API_KEY"` (and curl's `-H "Authorization: Bearer
+    # ..."`) put the tenants' keys in every process's argv, readable by any user of the host
+    # in `ps` for as long as the load ran (two weeks, for the soak). Bench reads the key from
+    # its environment; curl reads the header from a file descriptor.
+    write_plan(load_stack(EXAMPLE), tmp_path / "plan")
+    keys = {"INHOUSE_API_KEY": "sk-interactive-5f1e", "FLOOD_KEY": "sk-flood-9a3c"}
+    env = {"PATH": f"{_key_stubs(tmp_path)}:/usr/bin:/bin", "PROM": "http://127.0.0.1:9",
+           "AM": "http://127.0.0.1:9", "GATEWAY": "http://127.0.0.1:9", **keys}  # fmt: skip
+    done = subprocess.run(
+        ["bash", str(tmp_path / "plan" / "long-prompt-dos.sh")],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    log = tmp_path / "ran.log"
+    deadline = time.monotonic() + 20  # the two loads run in the background
+    while log.read_text().count("inhouse env") < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    lines = log.read_text().splitlines()
+    argv = [line for line in lines if not line.startswith(("inhouse env", "curl header-file"))]
+    assert argv and not [a for a in argv if any(k in a for k in keys.values())], lines
+    bench_keys = sorted(line.split("=", 1)[1] for line in lines if line.startswith("inhouse env"))
+    assert bench_keys == sorted(keys.values()), lines
+    headers = [line for line in lines if line.startswith("curl header-file")]
+    assert headers == [f"curl header-file Authorization: Bearer {keys['INHOUSE_API_KEY']}"]

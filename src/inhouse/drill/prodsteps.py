@@ -114,8 +114,10 @@ def _bench(out: str, pool: PoolSpec, args: str, key: str = "$INHOUSE_API_KEY") -
     first model of `/v1/models`, another pool's where the stack lists it first or the tenant
     may not use this one."""
     model = shlex.quote(pool.client_model_name)
+    # NOTE: the key goes in bench's environment, never its argv (`--api-key`), which any user
+    # of the host reads in `ps` for as long as the load runs (two weeks for the soak).
     return (
-        f'inhouse bench --target "$GATEWAY" --api-key "{key}" --model {model} {args} '
+        f'INHOUSE_API_KEY="{key}" inhouse bench --target "$GATEWAY" --model {model} {args} '
         f"--out drill-out/{out} &"
     )
 
@@ -390,7 +392,8 @@ def _long_prompt(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -> 
     huge = (
         f'python3 -c \'import json; print(json.dumps({{"model": "{model}", '
         f'"prompt": "word " * {words}, "max_tokens": 16}}))\' | curl -s -o /dev/null '
-        "-w '%{http_code}\\n' -H \"Authorization: Bearer $INHOUSE_API_KEY\" -H "
+        # NOTE: the header from a file descriptor, not argv, where `ps` shows the key to all.
+        "-w '%{http_code}\\n' -H @<(printf 'Authorization: Bearer %s\\n' \"$INHOUSE_API_KEY\") -H "
         "'content-type: application/json' --data-binary @- \"$GATEWAY/v1/completions\""
     )
     moved = f'sum(increase(vllm:prompt_tokens_total{{namespace="{ns}"}}[2m]))'
