@@ -327,3 +327,25 @@ def test_ls_never_prints_a_manifests_control_characters(signed_model: Path, regi
     assert "\x1b" not in done.stdout and "\r" not in done.stdout and "\x07" not in done.stdout
     rows = done.stdout.splitlines()
     assert len(rows) == 2 and rows[1].startswith("acme/tiny@v1")
+
+
+class _NoRegistry:
+    """An S3 client that fails the test on any call: a refusal must come before the upload."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"push reached the registry ({name}) before refusing")
+
+
+@pytest.mark.parametrize("algorithm", ["sha256", "blake2", "blake3"])
+def test_push_refuses_a_file_altered_after_signing_whatever_the_hash(
+    tmp_path: Path, keys: Keys, algorithm: HashAlgorithm, tampering: Tampering
+) -> None:
+    # With --hash blake2 or blake3 push compared only the file names: a shard altered after
+    # signing was uploaded, and every node then refused the revision, which cannot be pushed
+    # over. Push refuses it whatever the hash, naming the file, before any upload.
+    model = write_tiny_model(tmp_path / "m", num_shards=2, shard_bytes=4096)
+    sign_model(model, keys.private, hash_algorithm=algorithm)
+    tampering.apply(model)
+    url = RegistryUrl.parse("s3://models/prod")
+    with pytest.raises(WeightsError, match=f"{tampering.kind}: {tampering.path}"):
+        push_model(_NoRegistry(), model, url, "acme/tiny", "v1")
