@@ -165,7 +165,7 @@ def test_pushing_an_empty_directory_says_so(tmp_path: Path, keys: Keys, registry
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / ".gitattributes").write_text("*.safetensors filter=lfs\n")  # git metadata: not a file
-    sign_model(empty, keys.private)
+    sign_nothing(empty, keys)  # `sign_model` refuses it: signed by another tool
     with pytest.raises(WeightsError, match="holds no files"):
         push_model(make_client(), empty, RegistryUrl.parse(registry), "acme/m", "v1")
 
@@ -329,6 +329,17 @@ def test_ls_never_prints_a_manifests_control_characters(signed_model: Path, regi
     assert len(rows) == 2 and rows[1].startswith("acme/tiny@v1")
 
 
+def sign_nothing(empty: Path, keys: Keys) -> Path:
+    """A signature of an empty directory, as model-signing's own API makes one."""
+    from model_signing import hashing, signing
+
+    signature = default_signature_path(empty)
+    config = signing.Config().use_elliptic_key_signer(private_key=keys.private)  # type: ignore[no-untyped-call]
+    hashes = hashing.Config().use_file_serialization()  # type: ignore[no-untyped-call]
+    config.set_hashing_config(hashes).sign(empty, signature)
+    return signature
+
+
 class _NoRegistry:
     """An S3 client that fails the test on any call: a refusal must come before the upload."""
 
@@ -349,3 +360,27 @@ def test_push_refuses_a_file_altered_after_signing_whatever_the_hash(
     url = RegistryUrl.parse("s3://models/prod")
     with pytest.raises(WeightsError, match=f"{tampering.kind}: {tampering.path}"):
         push_model(_NoRegistry(), model, url, "acme/tiny", "v1")
+
+
+def test_signing_a_directory_with_no_files_is_refused(tmp_path: Path, keys: Keys) -> None:
+    # An empty directory (a mount point whose volume was not mounted) was signed, and its
+    # signature then verified any empty directory ("verified: 0 file(s)"), exit 0.
+    empty = tmp_path / "models" / "tiny"
+    (empty / ".git").mkdir(parents=True)
+    (empty / ".git" / "HEAD").write_text("ref: refs/heads/main\n")  # git metadata aside
+    with pytest.raises(WeightsError, match=r"no files .*is it the model's directory"):
+        sign_model(empty, keys.private)
+    assert not default_signature_path(empty).exists()
+    assert not list(empty.parent.glob(".*.tmp"))
+
+
+def test_a_signature_that_covers_no_files_verifies_nothing(tmp_path: Path, keys: Keys) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    signature = sign_nothing(empty, keys)
+    other = tmp_path / "other-empty"
+    other.mkdir()
+    result = verify_model(other, keys.trust, signature)
+    assert not result.ok
+    assert result.first is not None and result.first.kind == "signature"
+    assert "covers no files" in result.first.detail

@@ -195,6 +195,12 @@ def sign_model(
     temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
         config.set_hashing_config(hashes).sign(model_dir, temporary)
+        if not read_statement(temporary).resources:
+            # NOTE: a signature of nothing verifies every empty directory (an unmounted volume)
+            raise WeightsError(
+                f"{model_dir} holds no files (git metadata aside): nothing to sign; is it the "
+                "model's directory (a volume not mounted)?"
+            )
         os.replace(temporary, target)
     except (OSError, ValueError) as exc:
         raise WeightsError(f"cannot sign {model_dir}: {exc}") from exc
