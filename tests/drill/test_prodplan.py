@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import shlex
@@ -621,3 +622,111 @@ def test_no_script_puts_an_api_key_on_a_command_line(tmp_path: Path) -> None:
     assert bench_keys == sorted(keys.values()), lines
     headers = [line for line in lines if line.startswith("curl header-file")]
     assert headers == [f"curl header-file Authorization: Bearer {keys['INHOUSE_API_KEY']}"]
+
+
+REGISTRY_WEIGHTS = (
+    "    weights: {registry: s3://models/prod, name: meta-llama/Llama-3.3-70B-Instruct,\n"
+    "              revision: v1, public_key: key.pubDIGEST}\n"
+)
+
+
+def _run_bad_signature(tmp_path: Path, stack_text: str, models: Path) -> str:
+    """bad-signature.sh for `stack_text`, its `ssh NODE CMD` run here as on a node whose models
+    host path is `models` (after each: every file there, with its digest), kubectl stubbed;
+    what ran."""
+    (tmp_path / "stack.yaml").write_text(stack_text)
+    (tmp_path / "key.pub").write_text("")
+    write_plan(load_stack(tmp_path / "stack.yaml"), tmp_path / "plan")
+    bin_dir = _stubs(tmp_path)
+    log = tmp_path / "ran.log"
+    (bin_dir / "ssh").write_text(
+        "#!/bin/bash\nshift\n"
+        f'cmd=$(printf "%s" "$*" | sed "s|/mnt/nvme/models|{models}|g")\n'
+        f'echo "ssh $cmd" >> "{log}"\n'
+        'bash -c "$cmd"; rc=$?\n'
+        f'(cd "{models}" && find . -type f -exec sha256sum {{}} + | sort) >> "{log}"\n'
+        "exit $rc\n"
+    )
+    (bin_dir / "ssh").chmod(0o755)
+    (bin_dir / "kubectl").write_text(
+        f'#!/bin/bash\necho "kubectl $*" >> "{log}"\ncat > /dev/null\n'
+    )
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "NODE": "gpu-node-1"}
+    done = subprocess.run(
+        ["bash", str(tmp_path / "plan" / "bad-signature.sh")], env=env, cwd=tmp_path / "plan",
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    ran = log.read_text()
+    assert done.returncode == 0, done.stderr + ran
+    return ran
+
+
+def _shard(directory: Path) -> Path:
+    directory.mkdir(parents=True)
+    shard = directory / "model-00001-of-00001.safetensors"
+    shard.write_bytes(bytes(range(256)) * 8192)  # 2 MiB: the drill flips a byte at 1 MiB
+    return shard
+
+
+@needs_tools
+@pytest.mark.parametrize("pinned", [False, True], ids=["by-name", "digest"])
+def test_bad_signature_never_alters_the_verified_model_of_a_registry_pool(
+    tmp_path: Path, pinned: bool
+) -> None:
+    # A registry pool's weights sit behind a by-name link: `cp -a` copied the link, and the
+    # byte meant for the copy was flipped in the node's verified model (sha256/<hex>), which
+    # every engine of the pool loads. With a pinned digest the copy's signature was looked
+    # for at sha256/<hex>.sig, which no pull writes: the step failed and the intact check
+    # could not pass.
+    models = tmp_path / "node-models"
+    hex_ = "ab" * 32
+    shard = _shard(models / "registry" / "sha256" / hex_)
+    by_name = models / "registry" / "by-name" / "meta-llama" / "Llama-3.3-70B-Instruct"
+    by_name.mkdir(parents=True)
+    (by_name / "v1").symlink_to(Path("../../../sha256") / hex_)
+    (by_name / "v1.sig").write_text("{}")
+    before = hashlib.sha256(shard.read_bytes()).hexdigest()
+    digest = f", digest: 'sha256:{hex_}'" if pinned else ""
+    text = EXAMPLE.read_text().replace(
+        "    model: meta-llama/Llama-3.3-70B-Instruct\n",
+        "    model: meta-llama/Llama-3.3-70B-Instruct\n"
+        + REGISTRY_WEIGHTS.replace("DIGEST", digest),
+        1,
+    )
+    ran = _run_bad_signature(tmp_path, text, models)
+    assert hashlib.sha256(shard.read_bytes()).hexdigest() == before, ran
+    copies = [line for line in ran.splitlines() if "drill-copies/chat/model-00001" in line]
+    assert copies and all(before not in line for line in copies), ran  # the copy was altered
+    left = [p for p in models.rglob("*") if "drill" in str(p) and not p.is_dir()]
+    assert not left, "the trap removes the copy"
+    manifests = (tmp_path / "plan" / "bad-signature").glob("verify-*.yaml")
+    for manifest in manifests:  # each pod verifies a signature that is on the node
+        args = yaml.safe_load(manifest.read_text())["spec"]["containers"][0]["args"]
+        signature = args[args.index("--signature") + 1]
+        on_node = models / signature.removeprefix("/models/")
+        if "altered" in manifest.name:  # the copy's, made by the script
+            assert signature == args[2] + ".sig" and "drill" in signature, args
+        else:
+            assert on_node.is_file(), (signature, args)
+
+
+@needs_tools
+def test_bad_signature_quotes_a_model_path_from_the_stack(tmp_path: Path) -> None:
+    # The model's directory went into the script unquoted: a space made the copy, the flip and
+    # the trap's `rm -rf` act on other paths (`rm -rf .../Llama` for `Llama 3`), a quote or a
+    # newline (even in a CHECK comment) ran the rest of the name as commands.
+    name = "Llama 3'$(touch PWNED1)'x\ntouch PWNED2"
+    models = tmp_path / "node-models"
+    shard = _shard(models / name)
+    (models / f"{name}.sig").write_text("{}")
+    sibling = _shard(models / "Llama")  # what `rm -rf .../Llama 3-drill` removed
+    before = hashlib.sha256(shard.read_bytes()).hexdigest()
+    text = EXAMPLE.read_text().replace(
+        "model: meta-llama/Llama-3.3-70B-Instruct", f"model: {json.dumps('/srv/' + name)}", 1
+    )
+    ran = _run_bad_signature(tmp_path, text, models)
+    assert not list(tmp_path.rglob("PWNED*")), ran
+    assert hashlib.sha256(shard.read_bytes()).hexdigest() == before, ran
+    assert sibling.exists(), ran
+    copies = [line for line in ran.splitlines() if "-drill/model-00001" in line]
+    assert copies and all(before not in line for line in copies), ran  # the copy was altered
