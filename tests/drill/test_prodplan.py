@@ -730,3 +730,31 @@ def test_bad_signature_quotes_a_model_path_from_the_stack(tmp_path: Path) -> Non
     assert sibling.exists(), ran
     copies = [line for line in ran.splitlines() if "-drill/model-00001" in line]
     assert copies and all(before not in line for line in copies), ran  # the copy was altered
+
+
+@needs_tools
+def test_the_long_prompt_step_quotes_the_pools_model_name(tmp_path: Path) -> None:
+    # A pool without served_model_name is asked for by its directory's name, which went into
+    # the step's `python3 -c '…"model": "NAME"…'` unquoted: a quote in it ran the rest.
+    name = "Llama 3'$(touch PWNED)'x"
+    text = (
+        EXAMPLE.read_text()
+        .replace("    served_model_name: chat-70b\n", "")
+        .replace("model: meta-llama/Llama-3.3-70B-Instruct", f"model: {json.dumps('/srv/' + name)}")
+        .replace("model: chat-70b", f"model: {json.dumps(name)}")
+    )
+    (tmp_path / "stack.yaml").write_text(text)
+    write_plan(load_stack(tmp_path / "stack.yaml"), tmp_path / "plan")
+    bin_dir = _stubs(tmp_path)
+    body = tmp_path / "body.json"
+    (bin_dir / "curl").write_text(f'#!/bin/bash\ncat > "{body}"\necho 400\n')
+    (bin_dir / "curl").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "PROM": "http://127.0.0.1:9",
+           "GATEWAY": "http://127.0.0.1:9", "INHOUSE_API_KEY": "k", "FLOOD_KEY": "f"}  # fmt: skip
+    done = subprocess.run(
+        ["bash", str(tmp_path / "plan" / "long-prompt-dos.sh")], env=env, cwd=tmp_path,
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert not list(tmp_path.rglob("PWNED*"))
+    assert json.loads(body.read_text())["model"] == name

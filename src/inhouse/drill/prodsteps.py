@@ -4,6 +4,7 @@ by kubectl), PromQL (compiled by promtool), manifests (kubernetes-validate) and 
 from __future__ import annotations
 
 import dataclasses
+import json
 import shlex
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -393,9 +394,12 @@ def _long_prompt(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -> 
     model = pool.client_model_name
     # one token a word, past the pool's context in any case (`huge_tokens`)
     words = huge_tokens(pool)
+    # NOTE: the model name as a JSON (and Python) literal, the program quoted for the shell: a
+    # quote in a pool's directory name (its client name without served_model_name) ran the rest.
+    body = f'{{"model": {json.dumps(model)}, "prompt": "word " * {words}, "max_tokens": 16}}'
     huge = (
-        f'python3 -c \'import json; print(json.dumps({{"model": "{model}", '
-        f'"prompt": "word " * {words}, "max_tokens": 16}}))\' | curl -s -o /dev/null '
+        f"python3 -c {shlex.quote(f'import json; print(json.dumps({body}))')} "
+        "| curl -s -o /dev/null "
         # NOTE: the header from a file descriptor, not argv, where `ps` shows the key to all.
         "-w '%{http_code}\\n' -H @<(printf 'Authorization: Bearer %s\\n' \"$INHOUSE_API_KEY\") -H "
         "'content-type: application/json' --data-binary @- \"$GATEWAY/v1/completions\""
