@@ -384,3 +384,24 @@ def test_a_signature_that_covers_no_files_verifies_nothing(tmp_path: Path, keys:
     assert not result.ok
     assert result.first is not None and result.first.kind == "signature"
     assert "covers no files" in result.first.detail
+
+
+@pytest.mark.parametrize("planted", ["key.pub", "key.priv", "ca.pem", "signing.pem"])
+def test_keygen_never_writes_through_a_link_planted_where_a_key_goes(
+    tmp_path: Path, planted: str
+) -> None:
+    # keygen checked for existing keys with exists(), which follows links: a dangling link
+    # planted as key.pub (a keys directory others can write to) passed, and the public key
+    # (or a certificate) was written wherever the link pointed; one as key.priv died with a
+    # FileExistsError traceback after nothing was said.
+    from inhouse.weights.trust import keygen
+
+    out = tmp_path / "keys"
+    out.mkdir()
+    target = tmp_path / "elsewhere" / "planted"
+    target.parent.mkdir()
+    (out / planted).symlink_to(target)
+    with pytest.raises(WeightsError, match=f"{planted} already exists"):
+        keygen(out, with_certificate=True)
+    assert not target.exists()
+    assert sorted(p.name for p in out.iterdir()) == [planted]
