@@ -405,3 +405,17 @@ def test_keygen_never_writes_through_a_link_planted_where_a_key_goes(
         keygen(out, with_certificate=True)
     assert not target.exists()
     assert sorted(p.name for p in out.iterdir()) == [planted]
+
+
+def test_signing_never_writes_through_a_link_planted_at_its_temporary_file(
+    tmp_path: Path, keys: Keys
+) -> None:
+    # The signature was written first to `.MODEL.sig.<pid>.tmp` beside the model: a name anyone
+    # who can write there could guess, and a link planted at it had the signature written
+    # wherever it pointed (then replaced by the signature, the target kept what was written).
+    model = write_tiny_model(tmp_path / "tiny", num_shards=1, shard_bytes=4096)
+    target = tmp_path / "elsewhere"
+    (tmp_path / f".tiny.sig.{os.getpid()}.tmp").symlink_to(target)
+    signature = sign_model(model, keys.private)
+    assert not target.exists()
+    assert verify_model(model, keys.trust, signature).ok
