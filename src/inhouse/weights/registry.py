@@ -273,7 +273,7 @@ def read_revision(
         except Exception as exc:
             if not is_not_found(exc):
                 raise
-            known = [m.revision for m in read_manifests(client, registry, name)]
+            known = _known_revisions(client, registry, name)
             raise WeightsError(
                 f"{name}@{revision} is not in {registry}; revisions there: "
                 f"{', '.join(known) or 'none'}"
@@ -283,6 +283,15 @@ def read_revision(
     if (manifest.name, manifest.revision) != (name, revision):
         raise WeightsError(f"{where}/{MANIFEST} describes {manifest.name}@{manifest.revision}")
     return manifest, signature
+
+
+def _known_revisions(client: Any, registry: RegistryUrl, name: str) -> list[str]:
+    """A model's revisions, the newest pushed first; by name when a manifest cannot be read
+    (a broken one must not hide that the revision asked for is not there)."""
+    try:
+        return [m.revision for m in read_manifests(client, registry, name)]
+    except WeightsError:
+        return sorted(revision for _, revision in list_revisions(client, registry, name))
 
 
 def read_manifests(
