@@ -545,3 +545,22 @@ def test_two_evidence_files_of_one_drill_are_refused(tmp_path: Path) -> None:
         f"--drills {drills}: two evidence files for drill kill-replica "
         f"({drills / 'kill-replica' / 'evidence.json'}, {evidence})"
     )
+
+
+def test_evidence_an_earlier_drill_run_left_is_refused(tmp_path: Path) -> None:
+    """`drill run kill-replica --out drills/` over last month's `drill all`: the other six
+    drills' old evidence stayed beside this run's, and the report quoted their passes as this
+    run's. A drill whose evidence the run's summary.json does not list is refused, naming it,
+    and so is a run that did not finish (its summary says so)."""
+    drills = write_drills(tmp_path / "drills")
+    summary = json.loads((drills / "summary.json").read_text())
+    rerun = {**summary, "drills": summary["drills"][:1], "planned": ["kill-replica"]}
+    (drills / "summary.json").write_text(json.dumps({**rerun, "finished": True}))
+    with pytest.raises(SpecError, match=r"bad-signature, .*summary\.json does not list"):
+        load_drills(drills, {})
+    for name in [d["drill"] for d in summary["drills"][1:]]:
+        shutil.rmtree(drills / name)
+    assert [r.name for r in load_drills(drills, {}).runs] == ["kill-replica"]
+    (drills / "summary.json").write_text(json.dumps({**rerun, "finished": False}))
+    with pytest.raises(SpecError, match="did not finish"):
+        load_drills(drills, {})

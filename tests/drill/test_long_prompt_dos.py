@@ -48,3 +48,28 @@ def test_the_huge_prompt_is_past_the_pools_context() -> None:
     wide = stack.model_copy(update={"pools": [long, *stack.pools[1:]]})
     (first, _) = drill_steps("long-prompt-dos", wide, "ns", default_agent_load())
     assert '"word " * 327680' in first.shell
+
+
+def test_a_flood_request_cut_mid_stream_is_a_failure() -> None:
+    # "flood held by the tenant's limits" wants no failure but 429s: a flood request cut
+    # mid-stream (an engine that died under the flood) counted as admitted, not as a failure.
+    from inhouse.bench.metrics import Outcome, RequestResult
+    from inhouse.drill.drills.long_prompt_dos import _check_flood
+    from inhouse.drill.stack import drill_stack
+    from inhouse.launch.demo import demo_stack
+
+    def request(i: int, status: int, chunks: int, cut: bool = False) -> RequestResult:
+        outcome = Outcome(i, 0.0, t_send=float(i), success=status == 200 and not cut,
+                          status=status, num_chunks=chunks)  # fmt: skip
+        outcome.error = "error event: engine gone" if cut else ""
+        return RequestResult(outcome, f"r{i}", 32_000)
+
+    stack, _ = drill_stack(demo_stack(2))
+    for flooded, ok in (
+        ([request(0, 200, 5), request(1, 429, 0), request(2, 429, 0)], True),
+        ([request(0, 200, 5), request(1, 200, 2, cut=True), request(2, 429, 0)], False),
+    ):
+        result = DrillResult("long-prompt-dos", "now", "test")
+        ctx = SimpleNamespace(result=result, stack=SimpleNamespace(stack=stack))
+        _check_flood(ctx, flooded, (429, "5"), 60.0)  # type: ignore[arg-type]
+        assert result.checks[0].ok is ok, result.checks[0].observed

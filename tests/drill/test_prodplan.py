@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import shlex
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +80,15 @@ def test_a_script_without_the_api_key_stops_before_touching_the_cluster(tmp_path
     assert not (tmp_path / "ran.log").exists(), (tmp_path / "ran.log").read_text()
 
 
+def _bench_argv(line: str) -> list[str] | None:
+    """The arguments of a script line's `inhouse bench` (after `inhouse bench`, its
+    environment prefix aside), or None for another line."""
+    if not re.match(r'(?:[A-Z_]+="\$[A-Z_]+" )*inhouse bench ', line):
+        return None
+    words = shlex.split(line.removesuffix("&"))
+    return words[words.index("bench") + 1 :]
+
+
 @needs_tools
 def test_every_load_names_the_drilled_pools_model(tmp_path: Path) -> None:
     # Without --model, bench drives the first model of /v1/models: another pool's where the
@@ -85,10 +96,10 @@ def test_every_load_names_the_drilled_pools_model(tmp_path: Path) -> None:
     stack = load_stack(EXAMPLE)
     write_plan(stack, tmp_path)
     benches = [
-        line.split()
+        argv
         for script in sorted(tmp_path.glob("*.sh"))
         for line in script.read_text().splitlines()
-        if line.startswith("inhouse bench ")
+        if (argv := _bench_argv(line)) is not None
     ]
     # kill-replica, kv-fill (agent and long-context), long-prompt-dos (flood and interactive),
     # load-not-ready, soak
@@ -125,8 +136,7 @@ def _agent_workloads(plan_dir: Path) -> list[object]:
     found: list[object] = []
     for script in sorted(plan_dir.glob("*.sh")):
         for line in script.read_text().splitlines():
-            if line.startswith("inhouse bench "):
-                argv = shlex.split(line.removesuffix("&"))[2:]
+            if (argv := _bench_argv(line)) is not None:
                 workload = build_workload(spec_from_args(parser.parse_args(argv)))
                 if isinstance(workload, AgentWorkload):
                     found.append(workload)
@@ -188,9 +198,9 @@ def _agent_loads(plan_dir: Path) -> dict[str, list[int]]:
     loads: dict[str, list[int]] = {}
     for script in sorted(plan_dir.glob("*.sh")):
         for line in script.read_text().splitlines():
-            if not line.startswith("inhouse bench "):
+            argv = _bench_argv(line)
+            if argv is None:
                 continue
-            argv = shlex.split(line.removesuffix("&"))[2:]
             spec = spec_from_args(parser.parse_args(argv))
             workload = build_workload(spec)
             if isinstance(workload, AgentWorkload):
@@ -560,3 +570,191 @@ def test_on_several_nodes_kill_replica_names_the_victim_and_its_replacement() ->
     # One node: the replica has a name and an index of its own; nothing to look up.
     static = drill_steps("kill-replica", load_stack(EXAMPLE), "ns", default_agent_load())
     assert not any("VICTIM_IP" in s.shell for s in static)
+
+
+def _key_stubs(where: Path) -> Path:
+    """`inhouse`, `curl`, `kubectl`, `promtool`, `amtool` that log their arguments (and, for
+    `inhouse`, the key bench would read from its environment); `curl` logs the headers it
+    would read from a file given as `-H @FILE`, and prints the 400 the step expects."""
+    bin_dir = where / "bin"
+    bin_dir.mkdir()
+    log = where / "ran.log"
+    for tool in ("inhouse", "kubectl", "promtool", "amtool", "curl"):
+        body = f'echo "{tool} $*" >> "{log}"\n'
+        if tool == "inhouse":
+            body += f'echo "inhouse env INHOUSE_API_KEY=$INHOUSE_API_KEY" >> "{log}"\n'
+        if tool == "curl":
+            body += (
+                'prev=""\nfor a in "$@"; do\n'
+                f'  if [ "$prev" = -H ] && [ "${{a#@}}" != "$a" ]; then\n'
+                f'    echo "curl header-file $(cat "${{a#@}}")" >> "{log}"; fi\n'
+                '  prev="$a"\ndone\ncat > /dev/null\necho 400\n'
+            )
+        stub = bin_dir / tool
+        stub.write_text(f"#!/bin/bash\n{body}")
+        stub.chmod(0o755)
+    return bin_dir
+
+
+@needs_tools
+def test_no_script_puts_an_api_key_on_a_command_line(tmp_path: Path) -> None:
+    # `inhouse bench --api-key "$INHOUSE_API_KEY"` (and curl's `-H "Authorization: Bearer
+    # ..."`) put the tenants' keys in every process's argv, readable by any user of the host
+    # in `ps` for as long as the load ran (two weeks, for the soak). Bench reads the key from
+    # its environment; curl reads the header from a file descriptor.
+    write_plan(load_stack(EXAMPLE), tmp_path / "plan")
+    keys = {"INHOUSE_API_KEY": "sk-interactive-5f1e", "FLOOD_KEY": "sk-flood-9a3c"}
+    env = {"PATH": f"{_key_stubs(tmp_path)}:/usr/bin:/bin", "PROM": "http://127.0.0.1:9",
+           "AM": "http://127.0.0.1:9", "GATEWAY": "http://127.0.0.1:9", **keys}  # fmt: skip
+    done = subprocess.run(
+        ["bash", str(tmp_path / "plan" / "long-prompt-dos.sh")],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    log = tmp_path / "ran.log"
+    deadline = time.monotonic() + 20  # the two loads run in the background
+    while log.read_text().count("inhouse env") < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    lines = log.read_text().splitlines()
+    argv = [line for line in lines if not line.startswith(("inhouse env", "curl header-file"))]
+    assert argv and not [a for a in argv if any(k in a for k in keys.values())], lines
+    bench_keys = sorted(line.split("=", 1)[1] for line in lines if line.startswith("inhouse env"))
+    assert bench_keys == sorted(keys.values()), lines
+    headers = [line for line in lines if line.startswith("curl header-file")]
+    assert headers == [f"curl header-file Authorization: Bearer {keys['INHOUSE_API_KEY']}"]
+
+
+REGISTRY_WEIGHTS = (
+    "    weights: {registry: s3://models/prod, name: meta-llama/Llama-3.3-70B-Instruct,\n"
+    "              revision: v1, public_key: key.pubDIGEST}\n"
+)
+
+
+def _run_bad_signature(tmp_path: Path, stack_text: str, models: Path) -> str:
+    """bad-signature.sh for `stack_text`, its `ssh NODE CMD` run here as on a node whose models
+    host path is `models` (after each: every file there, with its digest), kubectl stubbed;
+    what ran."""
+    (tmp_path / "stack.yaml").write_text(stack_text)
+    (tmp_path / "key.pub").write_text("")
+    write_plan(load_stack(tmp_path / "stack.yaml"), tmp_path / "plan")
+    bin_dir = _stubs(tmp_path)
+    log = tmp_path / "ran.log"
+    (bin_dir / "ssh").write_text(
+        "#!/bin/bash\nshift\n"
+        f'cmd=$(printf "%s" "$*" | sed "s|/mnt/nvme/models|{models}|g")\n'
+        f'echo "ssh $cmd" >> "{log}"\n'
+        'bash -c "$cmd"; rc=$?\n'
+        f'(cd "{models}" && find . -type f -exec sha256sum {{}} + | sort) >> "{log}"\n'
+        "exit $rc\n"
+    )
+    (bin_dir / "ssh").chmod(0o755)
+    (bin_dir / "kubectl").write_text(
+        f'#!/bin/bash\necho "kubectl $*" >> "{log}"\ncat > /dev/null\n'
+    )
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "NODE": "gpu-node-1"}
+    done = subprocess.run(
+        ["bash", str(tmp_path / "plan" / "bad-signature.sh")], env=env, cwd=tmp_path / "plan",
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    ran = log.read_text()
+    assert done.returncode == 0, done.stderr + ran
+    return ran
+
+
+def _shard(directory: Path) -> Path:
+    directory.mkdir(parents=True)
+    shard = directory / "model-00001-of-00001.safetensors"
+    shard.write_bytes(bytes(range(256)) * 8192)  # 2 MiB: the drill flips a byte at 1 MiB
+    return shard
+
+
+@needs_tools
+@pytest.mark.parametrize("pinned", [False, True], ids=["by-name", "digest"])
+def test_bad_signature_never_alters_the_verified_model_of_a_registry_pool(
+    tmp_path: Path, pinned: bool
+) -> None:
+    # A registry pool's weights sit behind a by-name link: `cp -a` copied the link, and the
+    # byte meant for the copy was flipped in the node's verified model (sha256/<hex>), which
+    # every engine of the pool loads. With a pinned digest the copy's signature was looked
+    # for at sha256/<hex>.sig, which no pull writes: the step failed and the intact check
+    # could not pass.
+    models = tmp_path / "node-models"
+    hex_ = "ab" * 32
+    shard = _shard(models / "registry" / "sha256" / hex_)
+    by_name = models / "registry" / "by-name" / "meta-llama" / "Llama-3.3-70B-Instruct"
+    by_name.mkdir(parents=True)
+    (by_name / "v1").symlink_to(Path("../../../sha256") / hex_)
+    (by_name / "v1.sig").write_text("{}")
+    before = hashlib.sha256(shard.read_bytes()).hexdigest()
+    digest = f", digest: 'sha256:{hex_}'" if pinned else ""
+    text = EXAMPLE.read_text().replace(
+        "    model: meta-llama/Llama-3.3-70B-Instruct\n",
+        "    model: meta-llama/Llama-3.3-70B-Instruct\n"
+        + REGISTRY_WEIGHTS.replace("DIGEST", digest),
+        1,
+    )
+    ran = _run_bad_signature(tmp_path, text, models)
+    assert hashlib.sha256(shard.read_bytes()).hexdigest() == before, ran
+    copies = [line for line in ran.splitlines() if "drill-copies/chat/model-00001" in line]
+    assert copies and all(before not in line for line in copies), ran  # the copy was altered
+    left = [p for p in models.rglob("*") if "drill" in str(p) and not p.is_dir()]
+    assert not left, "the trap removes the copy"
+    manifests = (tmp_path / "plan" / "bad-signature").glob("verify-*.yaml")
+    for manifest in manifests:  # each pod verifies a signature that is on the node
+        args = yaml.safe_load(manifest.read_text())["spec"]["containers"][0]["args"]
+        signature = args[args.index("--signature") + 1]
+        on_node = models / signature.removeprefix("/models/")
+        if "altered" in manifest.name:  # the copy's, made by the script
+            assert signature == args[2] + ".sig" and "drill" in signature, args
+        else:
+            assert on_node.is_file(), (signature, args)
+
+
+@needs_tools
+def test_bad_signature_quotes_a_model_path_from_the_stack(tmp_path: Path) -> None:
+    # The model's directory went into the script unquoted: a space made the copy, the flip and
+    # the trap's `rm -rf` act on other paths (`rm -rf .../Llama` for `Llama 3`), a quote or a
+    # newline (even in a CHECK comment) ran the rest of the name as commands.
+    name = "Llama 3'$(touch PWNED1)'x\ntouch PWNED2"
+    models = tmp_path / "node-models"
+    shard = _shard(models / name)
+    (models / f"{name}.sig").write_text("{}")
+    sibling = _shard(models / "Llama")  # what `rm -rf .../Llama 3-drill` removed
+    before = hashlib.sha256(shard.read_bytes()).hexdigest()
+    text = EXAMPLE.read_text().replace(
+        "model: meta-llama/Llama-3.3-70B-Instruct", f"model: {json.dumps('/srv/' + name)}", 1
+    )
+    ran = _run_bad_signature(tmp_path, text, models)
+    assert not list(tmp_path.rglob("PWNED*")), ran
+    assert hashlib.sha256(shard.read_bytes()).hexdigest() == before, ran
+    assert sibling.exists(), ran
+    copies = [line for line in ran.splitlines() if "-drill/model-00001" in line]
+    assert copies and all(before not in line for line in copies), ran  # the copy was altered
+
+
+@needs_tools
+def test_the_long_prompt_step_quotes_the_pools_model_name(tmp_path: Path) -> None:
+    # A pool without served_model_name is asked for by its directory's name, which went into
+    # the step's `python3 -c '…"model": "NAME"…'` unquoted: a quote in it ran the rest.
+    name = "Llama 3'$(touch PWNED)'x"
+    text = (
+        EXAMPLE.read_text()
+        .replace("    served_model_name: chat-70b\n", "")
+        .replace("model: meta-llama/Llama-3.3-70B-Instruct", f"model: {json.dumps('/srv/' + name)}")
+        .replace("model: chat-70b", f"model: {json.dumps(name)}")
+    )
+    (tmp_path / "stack.yaml").write_text(text)
+    write_plan(load_stack(tmp_path / "stack.yaml"), tmp_path / "plan")
+    bin_dir = _stubs(tmp_path)
+    body = tmp_path / "body.json"
+    (bin_dir / "curl").write_text(f'#!/bin/bash\ncat > "{body}"\necho 400\n')
+    (bin_dir / "curl").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "PROM": "http://127.0.0.1:9",
+           "GATEWAY": "http://127.0.0.1:9", "INHOUSE_API_KEY": "k", "FLOOD_KEY": "f"}  # fmt: skip
+    done = subprocess.run(
+        ["bash", str(tmp_path / "plan" / "long-prompt-dos.sh")], env=env, cwd=tmp_path,
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert not list(tmp_path.rglob("PWNED*"))
+    assert json.loads(body.read_text())["model"] == name

@@ -90,3 +90,17 @@ def test_a_bad_digest_pin_names_the_field(weights: dict[str, Any], message: str)
     with pytest.raises(SpecError, match=r"pools\.0\.weights") as raised:
         stack_with(weights)
     assert message in str(raised.value)
+
+
+def test_no_name_or_revision_is_another_revisions_signature_or_manifest() -> None:
+    # A node's cache keeps a revision's signature and manifest beside its link, as REV.sig and
+    # REV.json: pulling acme/tiny@v1 after acme/tiny@v1.sig wrote v1's signature over
+    # v1.sig's link, and acme/tiny/v1.json@r would be made inside v1's manifest's place.
+    for bad in ("v1.sig", "v1.json", "2024-12-06.SIG"):
+        with pytest.raises(SpecError, match=r"\.sig or \.json"):
+            check_revision(bad)
+    for bad in ("acme/tiny/v1.sig", "acme/tiny/v1.json", "acme.sig/tiny"):
+        with pytest.raises(SpecError, match=r"\.sig or \.json"):
+            check_model_name(bad)
+    assert check_revision("v1.signed") == "v1.signed"
+    assert check_model_name("acme/tiny.jsonl") == "acme/tiny.jsonl"

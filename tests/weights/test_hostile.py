@@ -165,7 +165,7 @@ def test_pushing_an_empty_directory_says_so(tmp_path: Path, keys: Keys, registry
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / ".gitattributes").write_text("*.safetensors filter=lfs\n")  # git metadata: not a file
-    sign_model(empty, keys.private)
+    sign_nothing(empty, keys)  # `sign_model` refuses it: signed by another tool
     with pytest.raises(WeightsError, match="holds no files"):
         push_model(make_client(), empty, RegistryUrl.parse(registry), "acme/m", "v1")
 
@@ -327,3 +327,95 @@ def test_ls_never_prints_a_manifests_control_characters(signed_model: Path, regi
     assert "\x1b" not in done.stdout and "\r" not in done.stdout and "\x07" not in done.stdout
     rows = done.stdout.splitlines()
     assert len(rows) == 2 and rows[1].startswith("acme/tiny@v1")
+
+
+def sign_nothing(empty: Path, keys: Keys) -> Path:
+    """A signature of an empty directory, as model-signing's own API makes one."""
+    from model_signing import hashing, signing
+
+    signature = default_signature_path(empty)
+    config = signing.Config().use_elliptic_key_signer(private_key=keys.private)  # type: ignore[no-untyped-call]
+    hashes = hashing.Config().use_file_serialization()  # type: ignore[no-untyped-call]
+    config.set_hashing_config(hashes).sign(empty, signature)
+    return signature
+
+
+class _NoRegistry:
+    """An S3 client that fails the test on any call: a refusal must come before the upload."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"push reached the registry ({name}) before refusing")
+
+
+@pytest.mark.parametrize("algorithm", ["sha256", "blake2", "blake3"])
+def test_push_refuses_a_file_altered_after_signing_whatever_the_hash(
+    tmp_path: Path, keys: Keys, algorithm: HashAlgorithm, tampering: Tampering
+) -> None:
+    # With --hash blake2 or blake3 push compared only the file names: a shard altered after
+    # signing was uploaded, and every node then refused the revision, which cannot be pushed
+    # over. Push refuses it whatever the hash, naming the file, before any upload.
+    model = write_tiny_model(tmp_path / "m", num_shards=2, shard_bytes=4096)
+    sign_model(model, keys.private, hash_algorithm=algorithm)
+    tampering.apply(model)
+    url = RegistryUrl.parse("s3://models/prod")
+    with pytest.raises(WeightsError, match=f"{tampering.kind}: {tampering.path}"):
+        push_model(_NoRegistry(), model, url, "acme/tiny", "v1")
+
+
+def test_signing_a_directory_with_no_files_is_refused(tmp_path: Path, keys: Keys) -> None:
+    # An empty directory (a mount point whose volume was not mounted) was signed, and its
+    # signature then verified any empty directory ("verified: 0 file(s)"), exit 0.
+    empty = tmp_path / "models" / "tiny"
+    (empty / ".git").mkdir(parents=True)
+    (empty / ".git" / "HEAD").write_text("ref: refs/heads/main\n")  # git metadata aside
+    with pytest.raises(WeightsError, match=r"no files .*is it the model's directory"):
+        sign_model(empty, keys.private)
+    assert not default_signature_path(empty).exists()
+    assert not list(empty.parent.glob(".*.tmp"))
+
+
+def test_a_signature_that_covers_no_files_verifies_nothing(tmp_path: Path, keys: Keys) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    signature = sign_nothing(empty, keys)
+    other = tmp_path / "other-empty"
+    other.mkdir()
+    result = verify_model(other, keys.trust, signature)
+    assert not result.ok
+    assert result.first is not None and result.first.kind == "signature"
+    assert "covers no files" in result.first.detail
+
+
+@pytest.mark.parametrize("planted", ["key.pub", "key.priv", "ca.pem", "signing.pem"])
+def test_keygen_never_writes_through_a_link_planted_where_a_key_goes(
+    tmp_path: Path, planted: str
+) -> None:
+    # keygen checked for existing keys with exists(), which follows links: a dangling link
+    # planted as key.pub (a keys directory others can write to) passed, and the public key
+    # (or a certificate) was written wherever the link pointed; one as key.priv died with a
+    # FileExistsError traceback after nothing was said.
+    from inhouse.weights.trust import keygen
+
+    out = tmp_path / "keys"
+    out.mkdir()
+    target = tmp_path / "elsewhere" / "planted"
+    target.parent.mkdir()
+    (out / planted).symlink_to(target)
+    with pytest.raises(WeightsError, match=f"{planted} already exists"):
+        keygen(out, with_certificate=True)
+    assert not target.exists()
+    assert sorted(p.name for p in out.iterdir()) == [planted]
+
+
+def test_signing_never_writes_through_a_link_planted_at_its_temporary_file(
+    tmp_path: Path, keys: Keys
+) -> None:
+    # The signature was written first to `.MODEL.sig.<pid>.tmp` beside the model: a name anyone
+    # who can write there could guess, and a link planted at it had the signature written
+    # wherever it pointed (then replaced by the signature, the target kept what was written).
+    model = write_tiny_model(tmp_path / "tiny", num_shards=1, shard_bytes=4096)
+    target = tmp_path / "elsewhere"
+    (tmp_path / f".tiny.sig.{os.getpid()}.tmp").symlink_to(target)
+    signature = sign_model(model, keys.private)
+    assert not target.exists()
+    assert verify_model(model, keys.trust, signature).ok

@@ -129,6 +129,26 @@ def test_resumed_parts_that_did_not_survive_are_fetched_again(
     assert result.fetched_bytes == result.total_bytes - result.resumed_bytes
 
 
+def test_a_journal_line_past_the_last_part_is_ignored(
+    pushed: RegistryUrl, keys: Keys, tmp_path: Path
+) -> None:
+    """The journal is a file in a cache others may write to: a part number past the plan's
+    last (planted, or a torn append run into the next line) was an IndexError traceback once
+    a kept part had to be fetched again. It names no part: it is ignored."""
+    cache = tmp_path / "c"
+    dropping = CountingClient(make_client(), fail_after_bytes=10 * PART)
+    with pytest.raises(DroppedConnection):
+        pull_model(request(pushed, cache, keys.trust, workers=1), dropping)
+    partial = next((cache / "partial").iterdir()) / "model"
+    with (partial / "model-00001-of-00002.safetensors").open("r+b") as handle:
+        handle.seek(PART // 3)
+        handle.write(b"\0" * 64)  # lost bytes of a journaled part: it is fetched again
+    with (partial.parent / "parts.journal").open("a") as journal:
+        journal.write("999999\n")
+    result = pull_model(request(pushed, cache, keys.trust, workers=1))
+    assert result.verification is not None and result.verification.ok
+
+
 def _tamper_registry(url: RegistryUrl, tampering: Tampering, signed_model: Path) -> None:
     """What an attacker with write access to the bucket does, consistently: the manifest
     still adds up, only the signature disagrees."""

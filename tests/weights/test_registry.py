@@ -183,3 +183,17 @@ def test_pushing_again_repairs_a_blob_altered_in_the_registry(
         request = PullRequest(url, "acme/tiny", revision, tmp_path / revision, keys.trust)
         result = pull_model(request)
         assert result.verification is not None and result.verification.ok
+
+
+def test_an_unknown_revision_is_named_even_beside_a_broken_manifest(
+    signed_model: Path, registry: str
+) -> None:
+    """Asking for a revision that is not there listed the revisions that are by parsing every
+    manifest: one broken manifest beside it answered with that manifest's error ("not a valid
+    weights manifest" of v0), not that the revision asked for does not exist."""
+    url, client = RegistryUrl.parse(registry), make_client()
+    push_model(client, signed_model, url, "acme/tiny", "v1")
+    key = url.key("models", "acme/tiny", "v0", "manifest.json")
+    client.put_object(Bucket=url.bucket, Key=key, Body=b"{not json")
+    with pytest.raises(WeightsError, match=r"acme/tiny@v9 is not in .*revisions there: v0, v1"):
+        read_revision(client, url, "acme/tiny", "v9")

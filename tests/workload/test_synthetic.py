@@ -86,3 +86,19 @@ def test_workloads_by_name_with_string_parameters() -> None:
         make_workload("chat")
     with pytest.raises(SpecError, match="arrivals='closed'"):
         make_workload("utility", {"arrivals": "closed"})
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [("agent", "think_time_s"), ("agent", "ramp_s"), ("agent", "min_think_s"),
+     ("agent", "session_rate_per_s"), ("longctx", "questions_per_document")],
+)  # fmt: skip
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_a_time_or_rate_that_is_not_a_finite_number_from_0_is_refused(
+    name: str, key: str, value: str
+) -> None:
+    # `-p think_time_s=nan` (or a plan.json's reproduce.bench params, which `inhouse drill`
+    # drives) was taken: every session's next turn was due at NaN seconds, and the load
+    # silently sent far fewer requests than its sessions asked for.
+    with pytest.raises(SpecError, match=f"{key}='{value}' is not valid"):
+        make_workload(name, {key: value})

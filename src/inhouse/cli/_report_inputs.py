@@ -332,11 +332,36 @@ def load_drills(path: Path, images: dict[str, bytes]) -> Drills:
                 "of one `inhouse drill run` (move the other run's aside)"
             )
         seen[name] = run.evidence.name
-    return Drills(
-        str(path),
-        Doc(str(summary), _json(summary, hint)) if summary.exists() else None,
-        tuple(runs),
-    )
+    summary_doc = Doc(str(summary), _json(summary, hint)) if summary.exists() else None
+    if summary_doc is not None:
+        _check_one_run(path, summary_doc, seen)
+    return Drills(str(path), summary_doc, tuple(runs))
+
+
+def _check_one_run(path: Path, summary: Doc, evidence: dict[str, str]) -> None:
+    """The evidence is the run's that wrote summary.json, and that run finished: a drill run
+    over an earlier one's directory leaves the drills it did not run (or did not reach) with
+    their old evidence, which the report would quote as this run's."""
+    data = summary.data
+    if not isinstance(data, dict):
+        return
+    if data.get("finished") is False:
+        raise SpecError(
+            f"--drills {path}: the drill run did not finish ({summary.name} says so; it ran "
+            f"{len(data.get('drills') or [])} of {len(data.get('planned') or [])} drills); "
+            "run the drills again"
+        )
+    listed = data.get("drills")
+    if not isinstance(listed, list):
+        return
+    names = {str(d.get("drill")) for d in listed if isinstance(d, dict)}
+    stale = sorted(name for name in evidence if name not in names)
+    if stale:
+        raise SpecError(
+            f"--drills {path}: evidence of {', '.join(stale)}, but this run's summary.json does "
+            "not list them: an earlier run left them. Move them aside, or run those drills "
+            "again with the others"
+        )
 
 
 def _stack_name(path: Path) -> str | None:

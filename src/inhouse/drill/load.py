@@ -21,7 +21,7 @@ from inhouse.bench.config import BenchSpec
 from inhouse.bench.driver import BenchRun, Driver, run_live
 from inhouse.bench.metrics import RequestResult
 from inhouse.bench.schedule import INF, RanDry, Source
-from inhouse.drill.evidence import Sample
+from inhouse.drill.evidence import DrillResult, Sample
 from inhouse.workload import WorkRequest
 
 BEFORE, MID, REJECTED = "before-stream", "mid-stream", "rejected-4xx"
@@ -167,3 +167,17 @@ def cut_at(results: Iterable[RequestResult], t: float) -> list[RequestResult]:
 
 def count(results: Iterable[RequestResult], kind: str, start: float = 0.0) -> int:
     return sum(1 for r in results if r.outcome.t_send >= start and classify(r) == kind)
+
+
+def check_clients(res: DrillResult, results: list[RequestResult], name: str, expected: str) -> bool:
+    """The check that clients were unaffected: no request failed, before its first token or
+    mid-stream, and none was refused (4xx); and there were requests (a load the gateway refused
+    outright, or one cut mid-stream, passed as "0 failed" when only the first kind counted)."""
+    failed = count(results, BEFORE) + count(results, MID)
+    refused = count(results, REJECTED)
+    return res.check(
+        name,
+        expected,
+        f"{failed} failed, {refused} refused (4xx) of {len(results)}",
+        failed == 0 and refused == 0 and bool(results),
+    )

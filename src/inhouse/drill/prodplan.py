@@ -125,6 +125,12 @@ def script_variables(steps: list[Step]) -> list[str]:
     return [v for v in _FIRST if v in used] + sorted(used - set(_FIRST))
 
 
+def _comment(text: str) -> str:
+    """`text` for a comment line: escaped when it holds a newline (or another unprintable
+    character), which would end the comment and run the rest (a model path from the stack)."""
+    return text if text.isprintable() else repr(text)
+
+
 def _script(name: str, steps: list[Step], load: AgentLoad) -> str:
     # NOTE: every variable up front: `set -u` does not stop the script when the unset one is
     # in a background command (`inhouse bench ... &`): the load died and the drill went on to
@@ -133,14 +139,18 @@ def _script(name: str, steps: list[Step], load: AgentLoad) -> str:
     lines = [
         "#!/usr/bin/env bash",
         f"# inhouse drill plan: {name}. Run step by step; read each CHECK before going on.",
-        *([f"# Load: {load.source}."] if any(" bench " in s.shell for s in steps) else []),
+        *(
+            [f"# Load: {_comment(load.source)}."]
+            if any(" bench " in s.shell for s in steps)
+            else []
+        ),
         "set -euo pipefail",
         f": {guard}",
         "",
     ]
     for i, step in enumerate(steps, 1):
-        lines.append(f"# --- step {i}: {step.title}")
-        lines += [f"# CHECK: {c}" for c in step.checks]
+        lines.append(f"# --- step {i}: {_comment(step.title)}")
+        lines += [f"# CHECK: {_comment(c)}" for c in step.checks]
         lines += [step.shell, ""]
     return "\n".join(lines)
 

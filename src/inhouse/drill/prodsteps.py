@@ -4,8 +4,10 @@ by kubectl), PromQL (compiled by promtool), manifests (kubernetes-validate) and 
 from __future__ import annotations
 
 import dataclasses
+import json
 import shlex
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any
 
 from inhouse.drill.context import SEEDS_DEGRADED_TTFT_MS, ttft_slo_ms
@@ -24,6 +26,8 @@ from inhouse.render.alerts_replicas import (
 )
 from inhouse.render.k8s_engine import labels
 from inhouse.render.layout import (
+    MODELS_MOUNT,
+    REGISTRY_CACHE,
     engine_layout,
     model_dir,
     nvml_name,
@@ -32,6 +36,7 @@ from inhouse.render.layout import (
 from inhouse.render.options import RenderOptions
 from inhouse.spec.gateway import parse_gateway
 from inhouse.spec.stack import PoolSpec, StackSpec
+from inhouse.spec.weights import by_name_path
 from inhouse.workload.agent import AgentWorkload
 
 NODE = "NODE"  # the node under drill; the scripts read it from $NODE
@@ -114,8 +119,10 @@ def _bench(out: str, pool: PoolSpec, args: str, key: str = "$INHOUSE_API_KEY") -
     first model of `/v1/models`, another pool's where the stack lists it first or the tenant
     may not use this one."""
     model = shlex.quote(pool.client_model_name)
+    # NOTE: the key goes in bench's environment, never its argv (`--api-key`), which any user
+    # of the host reads in `ps` for as long as the load runs (two weeks for the soak).
     return (
-        f'inhouse bench --target "$GATEWAY" --api-key "{key}" --model {model} {args} '
+        f'INHOUSE_API_KEY="{key}" inhouse bench --target "$GATEWAY" --model {model} {args} '
         f"--out drill-out/{out} &"
     )
 
@@ -387,10 +394,14 @@ def _long_prompt(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -> 
     model = pool.client_model_name
     # one token a word, past the pool's context in any case (`huge_tokens`)
     words = huge_tokens(pool)
+    # NOTE: the model name as a JSON (and Python) literal, the program quoted for the shell: a
+    # quote in a pool's directory name (its client name without served_model_name) ran the rest.
+    body = f'{{"model": {json.dumps(model)}, "prompt": "word " * {words}, "max_tokens": 16}}'
     huge = (
-        f'python3 -c \'import json; print(json.dumps({{"model": "{model}", '
-        f'"prompt": "word " * {words}, "max_tokens": 16}}))\' | curl -s -o /dev/null '
-        "-w '%{http_code}\\n' -H \"Authorization: Bearer $INHOUSE_API_KEY\" -H "
+        f"python3 -c {shlex.quote(f'import json; print(json.dumps({body}))')} "
+        "| curl -s -o /dev/null "
+        # NOTE: the header from a file descriptor, not argv, where `ps` shows the key to all.
+        "-w '%{http_code}\\n' -H @<(printf 'Authorization: Bearer %s\\n' \"$INHOUSE_API_KEY\") -H "
         "'content-type: application/json' --data-binary @- \"$GATEWAY/v1/completions\""
     )
     moved = f'sum(increase(vllm:prompt_tokens_total{{namespace="{ns}"}}[2m]))'
@@ -427,17 +438,58 @@ def _long_prompt(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -> 
     ]
 
 
+# Flips one byte of the drill's copy, never of a file outside it (argv[1]: the copy).
+_FLIP_ONE_BYTE = "; ".join(
+    [
+        "import glob, os, sys",
+        "d = sys.argv[1]",
+        'p = sorted(glob.glob(os.path.join(glob.escape(d), "*.safetensors")))[0]',
+        "real = os.path.realpath(d) + os.sep",
+        "assert not os.path.islink(d) and os.path.realpath(p).startswith(real), p",
+        'f = open(p, "r+b")',
+        "f.seek(1 << 20)",
+        "b = f.read(1)",
+        "f.seek(1 << 20)",
+        "f.write(bytes([b[0] ^ 1]))",
+    ]
+)
+
+
+def drill_weights(pool: PoolSpec) -> tuple[str, str, str]:
+    """The bad-signature drill's paths under the models mount: (the pool's weights on the node,
+    their signature, the altered copy; its signature is the copy's path + `.sig`). A registry
+    pool's weights are the cache's verified model (`registry/sha256/<hex>`, or the by-name link
+    to it), its signature beside the by-name link; the copy goes outside the cache."""
+    source = model_dir(pool).removeprefix(f"{MODELS_MOUNT}/")
+    weights = pool.weights
+    if weights is not None and weights.registry is not None:
+        assert weights.name is not None and weights.revision is not None, "model_dir checked"
+        by_name = by_name_path(weights.name, weights.revision)
+        cache = REGISTRY_CACHE.removeprefix(f"{MODELS_MOUNT}/")
+        return source, f"{cache}/{by_name}.sig", f"drill-copies/{pool.name}"
+    return source, f"{source}.sig", f"{source}-drill"
+
+
 def _bad_signature(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -> list[Step]:
     options = RenderOptions()
     models = options.models_host_path
-    rel = model_dir(pool).removeprefix("/models/")
-    copy = (
-        f'ssh "$NODE" \'cp -a {models}/{rel} {models}/{rel}-drill && cp {models}/{rel}.sig '
-        f'{models}/{rel}-drill.sig && python3 -c "import glob; p = sorted(glob.glob('
-        f'\\"{models}/{rel}-drill/*.safetensors\\"))[0]; f = open(p, \\"r+b\\"); '
-        "f.seek(1 << 20); b = f.read(1); f.seek(1 << 20); f.write(bytes([b[0] ^ 1]))\"'"
+    source, signature, copy_rel = drill_weights(pool)
+    on_node = {k: f"{models}/{v}" for k, v in (("source", source), ("sig", signature),
+                                               ("copy", copy_rel))}  # fmt: skip
+    q = shlex.quote
+    drill_copy = on_node["copy"]
+    # NOTE: `cp -L`: a registry pool's weights are a link into the node's cache; `cp -a` copied
+    # the link, and the byte meant for the copy was flipped in the verified model itself.
+    remove = f"rm -rf {q(drill_copy)} {q(drill_copy + '.sig')}"  # an aborted run's, too
+    remote = (
+        f"{remove} && mkdir -p {q(str(PurePosixPath(drill_copy).parent))} && "
+        f"cp -RLp {q(on_node['source'])} {q(drill_copy)} && "
+        f"cp {q(on_node['sig'])} {q(drill_copy + '.sig')} && "
+        f"python3 -c {q(_FLIP_ONE_BYTE)} {q(drill_copy)}"
     )
-    altered, intact = _verify_pod(ns, f"{rel}-drill", "altered"), _verify_pod(ns, rel, "intact")
+    copy = f'ssh "$NODE" {q(remote)}'
+    altered = _verify_pod(ns, copy_rel, f"{copy_rel}.sig", "altered")
+    intact = _verify_pod(ns, source, signature, "intact")
     apply_a = ["-n", ns, "apply", "-f", "bad-signature/verify-altered.yaml"]
     apply_i = ["-n", ns, "apply", "-f", "bad-signature/verify-intact.yaml"]
     wait_a = [
@@ -459,13 +511,12 @@ def _bad_signature(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -
     logs = ["-n", ns, "logs", "pod/drill-verify-altered"]
     pods = ["drill-verify-altered", "drill-verify-intact"]
     delete = ["-n", ns, "delete", "pod", *pods, "--ignore-not-found"]
-    drill_copy = f"{models}/{rel}-drill"
     # NOTE: a trap, not a last step: under `set -e` a failed `kubectl wait` ended the script
     # before its clean-up, and the altered weights stayed on the node.
     clean_up = (
         "clean_up() {\n"
-        f"  ssh \"$NODE\" 'rm -rf {drill_copy} {drill_copy}.sig' "
-        f'|| echo "CLEAN UP BY HAND: rm -rf {drill_copy} {drill_copy}.sig on $NODE" >&2\n'
+        f'  ssh "$NODE" {q(remove)} '
+        f'|| echo {q("CLEAN UP BY HAND: " + remove + " on")} "$NODE" >&2\n'
         f"  {_k(delete)} || true\n"
         "}\n"
         "trap clean_up EXIT"
@@ -495,9 +546,9 @@ def _bad_signature(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -
     ]
 
 
-def _verify_pod(ns: str, rel: str, which: str) -> dict[str, Any]:
+def _verify_pod(ns: str, rel: str, signature: str, which: str) -> dict[str, Any]:
     options = RenderOptions()
-    path = f"/models/{rel}"
+    path = f"{MODELS_MOUNT}/{rel}"
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -518,7 +569,7 @@ def _verify_pod(ns: str, rel: str, which: str) -> dict[str, Any]:
                         "key",
                         path,
                         "--signature",
-                        f"{path}.sig",
+                        f"{MODELS_MOUNT}/{signature}",
                         "--public_key",
                         "/keys/key.pub",
                     ],

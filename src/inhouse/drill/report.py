@@ -217,8 +217,12 @@ def write_summary(results: Sequence[DrillResult], out_dir: Path, meta: dict[str,
     passed = sum(1 for r in results if r.verdict == "pass")
     summary = {**meta, "passed": passed, "failed": len(results) - passed, "drills": drills}
     write_json(out_dir / "summary.json", summary)
+    title = f"{passed} of {len(results)} passed"
+    if not meta.get("finished", True):
+        planned = meta.get("planned") or []
+        title = f"run not finished: {len(results)} of {len(planned)} drills ended, {passed} passed"
     lines = [
-        f"# Drills: {passed} of {len(results)} passed",
+        f"# Drills: {title}",
         "",
         f"Stack {meta.get('stack')}, started {meta.get('started')}, "
         f"{meta.get('duration_s', 0):.0f} s; time scale {meta.get('time_scale')}.",

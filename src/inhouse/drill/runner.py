@@ -179,8 +179,12 @@ def prepare(options: Options) -> Prepared:
 
 
 async def _run_all(
-    options: Options, prepared: Prepared, say: Callable[[str], None]
+    options: Options,
+    prepared: Prepared,
+    say: Callable[[str], None],
+    record: Callable[[DrillResult], None] = lambda result: None,
 ) -> list[DrillResult]:
+    """Start the stack and the judge, run each drill; `record` sees each result as it ends."""
     stack, keys, stack_desc = prepared.stack, prepared.keys, prepared.desc
     work = options.out_dir / "_run"
     live = LiveStack(stack, keys, work)
@@ -211,6 +215,7 @@ async def _run_all(
                 + (f": {failed}" if failed else "")
             )
             results.append(result)
+            record(result)
     finally:
         if judge is not None:
             await asyncio.to_thread(judge.stop)
@@ -226,14 +231,29 @@ def run_drills(
     options.out_dir.mkdir(parents=True, exist_ok=True)
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     t0 = time.perf_counter()
-    results = asyncio.run(_run_all(options, prepared, say))
-    meta = {
-        "started": started,
-        "duration_s": round(time.perf_counter() - t0, 1),
-        "stack": str(options.stack_path or "built-in demo"),
-        "quick": options.quick,
-        "time_scale": options.time_scale,
-        "soak_day_s": options.soak_day_s,  # null: the soak's simulated days are 24 h
-    }
-    write_summary(results, options.out_dir, meta)
+    done: list[DrillResult] = []
+
+    def summarize(finished: bool) -> None:
+        meta = {
+            "started": started,
+            "duration_s": round(time.perf_counter() - t0, 1),
+            "stack": str(options.stack_path or "built-in demo"),
+            "quick": options.quick,
+            "time_scale": options.time_scale,
+            "soak_day_s": options.soak_day_s,  # null: the soak's simulated days are 24 h
+            "planned": list(options.names),
+            "finished": finished,
+        }
+        write_summary(done, options.out_dir, meta)
+
+    def record(result: DrillResult) -> None:
+        done.append(result)
+        summarize(finished=False)
+
+    # NOTE: from the start, a summary of this run, unfinished: a run that dies (the judge does
+    # not start, a crash, Ctrl-C) must not leave the last run's verdicts beside its evidence.
+    summarize(finished=False)
+    results = asyncio.run(_run_all(options, prepared, say, record))
+    done[:] = results
+    summarize(finished=True)
     return results

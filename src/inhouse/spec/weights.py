@@ -27,6 +27,9 @@ _COMPONENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 # Registry keys of one revision: <prefix>/<name>/<revision>/{manifest.json,model.sig,files/...}.
 RESERVED_REVISIONS = ("files",)
+# A revision's signature and manifest sit beside its link in a node's cache (REV.sig, REV.json):
+# no name component or revision may end so, or it would take the place of another's.
+SIDE_FILE_SUFFIXES = (".sig", ".json")
 # Where pulled models live under a node's weight cache (`inhouse weights pull --cache`).
 BY_NAME_DIR = "by-name"
 BY_DIGEST_DIR = "sha256"
@@ -35,6 +38,8 @@ BY_DIGEST_DIR = "sha256"
 def check_model_name(name: str, what: str = "model name") -> str:
     """`name` if it is one or more safe path components (`org/model`), else a SpecError."""
     parts = name.split("/")
+    if any(_side_file(p) for p in parts):
+        raise SpecError(f"{what} {name!r} is not valid: {_SIDE_FILE_RULE}")
     if not name or any(not _COMPONENT.match(p) or p in (".", "..") for p in parts):
         raise SpecError(
             f"{what} {name!r} is not valid: use path components of letters, digits, '.', '_' "
@@ -46,6 +51,8 @@ def check_model_name(name: str, what: str = "model name") -> str:
 
 def check_revision(revision: str) -> str:
     """`revision` if it is one safe path component and not reserved, else a SpecError."""
+    if _side_file(revision):
+        raise SpecError(f"revision {revision!r} is not valid: {_SIDE_FILE_RULE}")
     if not _COMPONENT.match(revision) or revision in RESERVED_REVISIONS:
         raise SpecError(
             f"revision {revision!r} is not valid: one component of letters, digits, '.', '_' "
@@ -53,6 +60,16 @@ def check_revision(revision: str) -> str:
             " (e.g. 2024-07-23 or v3)"
         )
     return revision
+
+
+_SIDE_FILE_RULE = (
+    "no name component or revision may end with .sig or .json, the names a node's weight cache "
+    "gives a revision's signature and manifest beside it (REV.sig, REV.json)"
+)
+
+
+def _side_file(component: str) -> bool:
+    return component.lower().endswith(SIDE_FILE_SUFFIXES)
 
 
 def by_name_path(name: str, revision: str) -> str:

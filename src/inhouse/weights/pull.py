@@ -294,9 +294,9 @@ def _start_job(
     prepare_files(partial / "model", list(manifest.files))
     keyed = [(f, blob_key(request.registry, f.sha256)) for f in manifest.files]
     journal = Journal(partial / JOURNAL, _journal_header(manifest, request.part_bytes))
-    have = journal.load()
-    journal.reset(have)
     parts = plan_parts(keyed, request.part_bytes)
+    have = _known(journal, parts)
+    journal.reset(have)
     job = _Job(partial / "model", signature_path, parts, journal, have)
     _check_space(partial, manifest.total_bytes - job.resumed_bytes)
     return job
@@ -439,9 +439,15 @@ def _download(
     return fetched, verify_model(fetcher.model_dir, request.trust, signature_path, digests)
 
 
+def _known(journal: Journal, parts: list[Part]) -> set[int]:
+    """The journaled parts of this plan. NOTE: a number past its last part (the journal lies
+    in a cache others may write to) names no part: it is ignored, not an IndexError."""
+    return {i for i in journal.load() if i < len(parts)}
+
+
 def _forget(journal: Journal, parts: list[Part], paths: set[str]) -> None:
     """Drop the journaled parts of `paths`, so they are fetched again."""
-    journal.reset({i for i in journal.load() if parts[i].path not in paths})
+    journal.reset({i for i in _known(journal, parts) if parts[i].path not in paths})
 
 
 def _remove_partial(partial: Path) -> None:

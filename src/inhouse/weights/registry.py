@@ -35,6 +35,7 @@ from inhouse.weights.manifest import (
 from inhouse.weights.s3 import RegistryUrl, is_not_found, s3_errors
 from inhouse.weights.signature import (
     Statement,
+    configure_hashing,
     default_signature_path,
     new_hashing,
     read_statement,
@@ -92,21 +93,36 @@ def hash_files(model_dir: Path) -> list[FileEntry]:
     ]
 
 
-def check_covers(statement: Statement, files: list[FileEntry], signature: Path) -> None:
+def check_covers(
+    statement: Statement, files: list[FileEntry], signature: Path, model_dir: Path
+) -> None:
     """Refuse to push files the signature does not cover exactly (signed another copy?)."""
     from inhouse.weights.messages import describe_problem
     from inhouse.weights.verify import diff_resources
 
-    if statement.method == "files" and statement.serialization.get("hash_type") == "sha256":
+    if statement.lists_sha256:
         problems = diff_resources(statement.resources, {f.path: f.sha256 for f in files})
-    else:  # shards or another hash: compare the file lists only
-        problems = diff_resources({p: "" for p in statement.files}, {f.path: "" for f in files})
+    else:
+        # NOTE: shards or another hash: the directory hashed again as the signer hashed it.
+        # Comparing the file names alone let a file altered after signing be pushed, and
+        # every node then refused the revision, which cannot be pushed over.
+        problems = diff_resources(statement.resources, _signer_digests(statement, model_dir))
     if problems:
         listed = "\n".join(f"  {describe_problem(p)}" for p in problems[:5])
         raise WeightsError(
             f"{signature} does not cover this directory as it is now:\n{listed}\n"
             "Sign it again (`inhouse weights sign`) before pushing."
         )
+
+
+def _signer_digests(statement: Statement, model_dir: Path) -> dict[str, str]:
+    """Each resource's digest (a file, or a `file:start:end` shard) as the signer's hashing
+    finds it in `model_dir` now."""
+    try:
+        result = configure_hashing(new_hashing(), statement, []).hash(model_dir)
+    except (OSError, ValueError) as exc:
+        raise WeightsError(f"cannot hash {model_dir}: {exc}") from exc
+    return {rd.identifier: rd.digest.digest_hex for rd in result.resource_descriptors()}
 
 
 def push_model(
@@ -131,7 +147,7 @@ def push_model(
             f"{model_dir} holds no files (git metadata aside): nothing to push; is it the "
             "model's directory?"
         )
-    check_covers(statement, files, signature)
+    check_covers(statement, files, signature, model_dir)
     manifest_key = revision_key(registry, name, revision, MANIFEST)
     with s3_errors(f"push {name}@{revision}", registry):
         if _exists(client, registry.bucket, manifest_key):
@@ -257,7 +273,7 @@ def read_revision(
         except Exception as exc:
             if not is_not_found(exc):
                 raise
-            known = [m.revision for m in read_manifests(client, registry, name)]
+            known = _known_revisions(client, registry, name)
             raise WeightsError(
                 f"{name}@{revision} is not in {registry}; revisions there: "
                 f"{', '.join(known) or 'none'}"
@@ -267,6 +283,15 @@ def read_revision(
     if (manifest.name, manifest.revision) != (name, revision):
         raise WeightsError(f"{where}/{MANIFEST} describes {manifest.name}@{manifest.revision}")
     return manifest, signature
+
+
+def _known_revisions(client: Any, registry: RegistryUrl, name: str) -> list[str]:
+    """A model's revisions, the newest pushed first; by name when a manifest cannot be read
+    (a broken one must not hide that the revision asked for is not there)."""
+    try:
+        return [m.revision for m in read_manifests(client, registry, name)]
+    except WeightsError:
+        return sorted(revision for _, revision in list_revisions(client, registry, name))
 
 
 def read_manifests(

@@ -14,6 +14,8 @@ import binascii
 import datetime
 import json
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -192,14 +194,26 @@ def sign_model(
     hashes = new_hashing().use_file_serialization(hashing_algorithm=hash_algorithm)
     within = inside(target, model_dir)
     hashes.set_ignored_paths(paths=[within] if within else [], ignore_git_paths=True)
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    # NOTE: written first in a directory made afresh under a random name (a guessable file name
+    # could be a link someone planted); empty while the model is hashed, should it lie inside
+    try:
+        scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    except OSError as exc:
+        raise WeightsError(f"cannot write the signature {target}: {exc.strerror}") from exc
+    temporary = scratch / target.name
     try:
         config.set_hashing_config(hashes).sign(model_dir, temporary)
+        if not read_statement(temporary).resources:
+            # NOTE: a signature of nothing verifies every empty directory (an unmounted volume)
+            raise WeightsError(
+                f"{model_dir} holds no files (git metadata aside): nothing to sign; is it the "
+                "model's directory (a volume not mounted)?"
+            )
         os.replace(temporary, target)
     except (OSError, ValueError) as exc:
         raise WeightsError(f"cannot sign {model_dir}: {exc}") from exc
     finally:
-        temporary.unlink(missing_ok=True)
+        shutil.rmtree(scratch, ignore_errors=True)
     return target
 
 

@@ -219,7 +219,8 @@ def keygen(
     names = [PRIVATE_KEY_FILE, PUBLIC_KEY_FILE]
     if with_certificate:
         names += [CA_FILE, CA_KEY_FILE, CERTIFICATE_FILE]
-    existing = [out_dir / n for n in names if (out_dir / n).exists()]
+    # NOTE: lexists: a link planted where a key goes (dangling or not) is there too
+    existing = [out_dir / n for n in names if os.path.lexists(out_dir / n)]
     if existing:
         raise WeightsError(
             f"{existing[0]} already exists; keygen never overwrites a key (choose another --out "
@@ -231,8 +232,7 @@ def keygen(
     public = key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
-    (out_dir / PUBLIC_KEY_FILE).write_bytes(public)
-    written.append(out_dir / PUBLIC_KEY_FILE)
+    written.append(_write_new(out_dir / PUBLIC_KEY_FILE, public, 0o644))
     if with_certificate:
         written += _write_certificates(out_dir, key, subject)
     return written
@@ -244,9 +244,14 @@ def _write_private(path: Path, key: ec.EllipticCurvePrivateKey) -> Path:
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    return _write_new(path, pem, 0o600)
+
+
+def _write_new(path: Path, data: bytes, mode: int) -> Path:
+    """Create `path` afresh with `data`: never over a file, never through a link (O_EXCL)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     with os.fdopen(fd, "wb") as handle:
-        handle.write(pem)
+        handle.write(data)
     return path
 
 
@@ -282,8 +287,8 @@ def _write_certificates(out_dir: Path, key: ec.EllipticCurvePrivateKey, subject:
         .sign(ca_key, hashes.SHA256())
     )
     pem = serialization.Encoding.PEM
-    (out_dir / CA_FILE).write_bytes(ca.public_bytes(pem))
-    (out_dir / CERTIFICATE_FILE).write_bytes(leaf.public_bytes(pem))
+    _write_new(out_dir / CA_FILE, ca.public_bytes(pem), 0o644)
+    _write_new(out_dir / CERTIFICATE_FILE, leaf.public_bytes(pem), 0o644)
     ca_key_path = _write_private(out_dir / CA_KEY_FILE, ca_key)
     return [out_dir / CA_FILE, ca_key_path, out_dir / CERTIFICATE_FILE]
 

@@ -153,6 +153,9 @@ def verify_model(
         statement = read_statement(signature)
     except WeightsError as exc:
         return _with(base, Problem("signature", str(signature), str(exc)))
+    if not statement.resources:  # NOTE: it would verify any empty directory
+        detail = "it covers no files (an empty directory was signed): it verifies no model"
+        return _with(base, Problem("signature", str(signature), detail))
     mismatch = _trust_mismatch(statement, trust)
     if mismatch:
         return _with(base, Problem("signature", str(signature), mismatch))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -109,7 +110,12 @@ def _coerce(name: str, key: str, value: object, default: object) -> object:
                 raise ValueError(f"more than {MAX_PREFIX_GROUPS:,}, built one by one")
             return number
         if isinstance(default, float):
-            return float(str(value))
+            real = float(str(value))
+            # NOTE: every float parameter is a time, a rate or a count: a NaN think time made
+            # each session's next turn due at NaN seconds, and the load sent far fewer requests
+            if not 0 <= real < math.inf:
+                raise ValueError("it must be a finite number, 0 or more")
+            return real
         if default is None or isinstance(default, str):
             return None if value in (None, "", "none") else str(value)
     except (ValueError, TypeError, AssertionError) as exc:

@@ -16,9 +16,12 @@ from typing import Any
 
 import yaml
 
+from inhouse.bench.metrics import RequestResult
 from inhouse.drill.context import DrillContext
 from inhouse.drill.drills.kill_replica import health_window_s
-from inhouse.drill.load import BEFORE, Load, count, samples
+from inhouse.drill.evidence import DrillResult
+from inhouse.drill.load import Load, samples
+from inhouse.drill.load import check_clients as load_check_clients
 from inhouse.drill.probes import engine_value, health_code, loaded_at
 from inhouse.drill.stack import LOAD_TENANT
 from inhouse.drill.watch import RouteWatch
@@ -87,13 +90,7 @@ async def run(ctx: DrillContext) -> None:
         else f"{joined - t_ready:+.1f} s after ready; {routed:.0f} requests routed to it since",
         joined is not None and joined - t_ready <= health_window_s(ctx) + 1.0,
     )
-    failed = count(results, BEFORE)
-    res.check(
-        "clients unaffected",
-        "no request fails while the replica loads",
-        f"{failed} of {len(results)} failed",
-        failed == 0 and bool(results),
-    )
+    check_clients(res, results)
     window, load_s = startup_probe_window_s(ctx.stack.stack, pool), model_load_s(pool)
     res.check(
         "startupProbe covers the model load",
@@ -136,3 +133,12 @@ def startup_probe_window_s(stack: Any, pool: PoolSpec) -> int:
     probe = engine["spec"]["template"]["spec"]["containers"][0]["startupProbe"]
     delay = int(probe.get("initialDelaySeconds", 0))
     return delay + int(probe["periodSeconds"]) * int(probe["failureThreshold"])
+
+
+def check_clients(res: DrillResult, results: list[RequestResult]) -> None:
+    """No request failed (before its first token or mid-stream) or was refused (4xx) while the
+    replica loaded; and there were requests. Only failures before the first token counted: a
+    gateway refusing the load, or streams cut, passed."""
+    load_check_clients(
+        res, results, "clients unaffected", "no request fails or is refused while the replica loads"
+    )
