@@ -348,3 +348,18 @@ def test_longer_output_tail_keeps_the_median_and_the_prompts() -> None:
     )
     assert (longer.shapes.prompt == profile.shapes.prompt).all()
     assert longer.expected_hit_rate == pytest.approx(profile.expected_hit_rate)
+
+
+def test_unknown_routing_policy_is_named_before_planning() -> None:
+    # It was read only when the simulator built the router, without the field, and never under
+    # --no-verify: the plan wrote a stack.yaml with the unknown policy in it.
+    with pytest.raises(
+        SpecError, match=r"planning\.routing_policy: .*'bogus' is not a routing policy.*cache_aware"
+    ):
+        parse(small_requirements(routing_policy="bogus"))
+
+
+def test_every_known_routing_policy_parses() -> None:
+    assert parse(small_requirements(routing_policy="round_robin")).planning.routing_policy == (
+        "round_robin"
+    )

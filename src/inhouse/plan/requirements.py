@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
 from inhouse.errors import SpecError
+from inhouse.routing.registry import policy_names
 from inhouse.spec.base import SpecModel
 from inhouse.spec.catalog import get_gpu
 from inhouse.spec.errors_format import describe_validation_error
@@ -546,6 +547,19 @@ class Planning(SpecModel):
                 "others)"
             )
         return seconds
+
+    @field_validator("routing_policy")
+    @classmethod
+    def _known_policy(cls, name: str) -> str:
+        # NOTE: an unknown name was read only when the simulator built the router: after the
+        # search, as "routing policy 'x' is unknown" without the field, and under --no-verify
+        # never, so the plan wrote a stack.yaml that `inhouse simulate` and `up` then refuse.
+        if name not in policy_names():
+            raise ValueError(
+                f"{name!r} is not a routing policy; use one of: {', '.join(policy_names())} "
+                "(docs/routing.md)"
+            )
+        return name
 
     @field_validator("quantizations")
     @classmethod
