@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import pytest
@@ -363,3 +364,53 @@ def test_every_known_routing_policy_parses() -> None:
     assert parse(small_requirements(routing_policy="round_robin")).planning.routing_policy == (
         "round_robin"
     )
+
+
+def _capex_offer(**fields: float) -> dict[str, object]:
+    return {"gpu": "h100_sxm", "pricing": "capex", "capex_usd_per_node": 300_000, **fields}
+
+
+@pytest.mark.parametrize(
+    ("offer", "field"),
+    [
+        (_capex_offer(pue=1e308), "hardware.0.pue"),
+        (_capex_offer(usd_per_kwh=1e308), "hardware.0.usd_per_kwh"),
+        (_capex_offer(power_kw_per_node=1e308), "hardware.0.power_kw_per_node"),
+        (_capex_offer(ops_usd_per_node_year=1e308), "hardware.0.ops_usd_per_node_year"),
+        (_capex_offer(capex_usd_per_node=1e308), "hardware.0.capex_usd_per_node"),
+        (
+            {"gpu": "h100_sxm", "pricing": "hourly", "usd_per_gpu_hour": 1e308},
+            "hardware.0.usd_per_gpu_hour",
+        ),
+    ],
+)
+def test_a_price_past_any_real_one_is_refused_by_field(
+    offer: dict[str, object], field: str
+) -> None:
+    # pue, $/kWh or rent of 1e308 overflowed the node's $/h to infinity: a traceback from the
+    # stack file's model after the search; capex 1e308 was a plan priced with 300 digits.
+    data = small_requirements()
+    data["hardware"] = [offer]
+    with pytest.raises(SpecError, match=rf"{re.escape(field)}: .*far past any real one"):
+        parse(data)
+
+
+def test_an_api_price_past_any_real_one_is_refused_by_field() -> None:
+    data = small_requirements()
+    data["api_prices"][0]["output_usd_per_million"] = 1e308
+    with pytest.raises(SpecError, match=r"api_prices\.0\.output_usd_per_million: .*stray digits"):
+        parse(data)
+
+
+def test_amortization_under_a_month_is_refused_by_field() -> None:
+    # 1e-300 years priced a node at 1e305 $/h, without a word.
+    data = small_requirements()
+    data["hardware"] = [_capex_offer(amortization_years=1e-300)]
+    with pytest.raises(SpecError, match=r"hardware\.0\.amortization_years: .*less than a month"):
+        parse(data)
+
+
+def test_the_examples_prices_are_under_the_ceilings() -> None:
+    for name in ("crm-copilot", "code-assistant"):
+        path = ROOT / "examples" / name / "requirements.yaml"
+        assert parse_requirements(yaml.safe_load(path.read_text()), str(path)).hardware

@@ -37,6 +37,35 @@ MAX_LOAD_MULTIPLE = 10.0
 MAX_CHECK_DURATION_S = 3600.0
 
 
+# Ceilings on what a price or a power figure may be, each far past any real one (an H100 rents
+# for a few dollars an hour; a GB200 NVL72 rack draws about 130 kW and costs a few million
+# dollars). A stray run of digits (`pue: 1e308`) overflowed the node's $/h to infinity and was
+# a traceback from the stack file's model; `capex_usd_per_node: 1e308` was a plan priced with
+# 300 digits. Past these the number is a typo, not a price.
+MAX_USD_PER_GPU_HOUR = 10_000.0
+MAX_USD_PER_NODE = 1e8
+MAX_KW_PER_NODE = 1000.0
+MAX_PUE = 5.0
+MAX_USD_PER_KWH = 10.0
+MAX_USD_PER_MILLION_TOKENS = 10_000.0
+# Capex spread over less than a month is not amortization (`1e-300` priced a node at 1e305 $/h).
+MIN_AMORTIZATION_YEARS = 1.0 / 12.0
+
+
+def _at_most(limit: float, what: str) -> AfterValidator:
+    """A ceiling whose message says what the field holds and that the value is a typo."""
+
+    def check(value: float | None) -> float | None:
+        if value is not None and value > limit:
+            raise ValueError(
+                f"{value:g} is more than {limit:g} {what}, far past any real one; "
+                "check the number for stray digits"
+            )
+        return value
+
+    return AfterValidator(check)
+
+
 def _share_not_percent(value: Any) -> Any:
     """A share written as a percentage (`availability: 99.9`, `prefix_reuse: 85`) gets the fix
     in its message instead of pydantic's bare "should be less than 1"."""
@@ -398,17 +427,25 @@ class HardwareOffer(SpecModel):
     gpus_per_node: int = Field(default=8, gt=0)
     max_nodes: int | None = Field(default=None, gt=0, description="null: as many as needed")
     pricing: Literal["capex", "hourly"]
-    capex_usd_per_node: float | None = Field(default=None, gt=0)
+    capex_usd_per_node: Annotated[
+        float | None, Field(gt=0), _at_most(MAX_USD_PER_NODE, "dollars for one node")
+    ] = None
     amortization_years: float = Field(default=3.0, gt=0)
-    power_kw_per_node: float | None = Field(
-        default=None, gt=0, description="peak draw (default: 1.8x the GPUs' TDP)"
-    )
+    power_kw_per_node: Annotated[
+        float | None,
+        Field(gt=0, description="peak draw (default: 1.8x the GPUs' TDP)"),
+        _at_most(MAX_KW_PER_NODE, "kW for one node"),
+    ] = None
     avg_power_fraction: float = Field(default=0.7, gt=0, le=1)
     _power_share = field_validator("avg_power_fraction", mode="before")(_share_not_percent)
-    pue: float = Field(default=1.3, ge=1)
-    usd_per_kwh: float = Field(default=0.12, ge=0)
-    ops_usd_per_node_year: float = Field(default=0.0, ge=0)
-    usd_per_gpu_hour: float | None = Field(default=None, gt=0)
+    pue: Annotated[float, Field(ge=1), _at_most(MAX_PUE, "for a PUE")] = 1.3
+    usd_per_kwh: Annotated[float, Field(ge=0), _at_most(MAX_USD_PER_KWH, "dollars a kWh")] = 0.12
+    ops_usd_per_node_year: Annotated[
+        float, Field(ge=0), _at_most(MAX_USD_PER_NODE, "dollars a node-year")
+    ] = 0.0
+    usd_per_gpu_hour: Annotated[
+        float | None, Field(gt=0), _at_most(MAX_USD_PER_GPU_HOUR, "dollars a GPU-hour")
+    ] = None
 
     @field_validator("gpu")
     @classmethod
@@ -419,6 +456,16 @@ class HardwareOffer(SpecModel):
             raise ValueError(str(exc)) from None
         return name
 
+    @field_validator("amortization_years")
+    @classmethod
+    def _a_month_at_least(cls, years: float) -> float:
+        if years < MIN_AMORTIZATION_YEARS:
+            raise ValueError(
+                f"{years:g} years is less than a month; capex is spread over years (3 by "
+                "default): write the years, or price the hardware `hourly`"
+            )
+        return years
+
     @model_validator(mode="after")
     def _priced(self) -> HardwareOffer:
         if self.pricing == "capex" and self.capex_usd_per_node is None:
@@ -428,11 +475,14 @@ class HardwareOffer(SpecModel):
         return self
 
 
+_per_million = _at_most(MAX_USD_PER_MILLION_TOKENS, "dollars a million tokens")
+
+
 class ApiPrice(SpecModel):
     name: str
-    input_usd_per_million: float = Field(ge=0)
-    output_usd_per_million: float = Field(ge=0)
-    cached_input_usd_per_million: float | None = Field(default=None, ge=0)
+    input_usd_per_million: Annotated[float, Field(ge=0), _per_million]
+    output_usd_per_million: Annotated[float, Field(ge=0), _per_million]
+    cached_input_usd_per_million: Annotated[float | None, Field(ge=0), _per_million] = None
 
 
 class Usage(SpecModel):
