@@ -414,3 +414,20 @@ def test_the_examples_prices_are_under_the_ceilings() -> None:
     for name in ("crm-copilot", "code-assistant"):
         path = ROOT / "examples" / name / "requirements.yaml"
         assert parse_requirements(yaml.safe_load(path.read_text()), str(path)).hardware
+
+
+@pytest.mark.parametrize("pricing", ["capex", "hourly"])
+def test_a_node_past_the_largest_is_refused_by_field(pricing: str) -> None:
+    # On an owned node the spare GPUs become extra replicas one by one: a billion GPUs a node
+    # hung `inhouse plan`.
+    data = small_requirements()
+    offer = _capex_offer() if pricing == "capex" else data["hardware"][0]
+    data["hardware"] = [{**offer, "gpus_per_node": 1_000_000_000}]
+    with pytest.raises(SpecError, match=r"hardware\.0\.gpus_per_node: .*GB200 NVL72.*max_nodes"):
+        parse(data)
+
+
+def test_a_rack_of_72_gpus_is_a_node() -> None:
+    data = small_requirements()
+    data["hardware"] = [{**data["hardware"][0], "gpus_per_node": 72}]
+    assert parse(data).hardware[0].gpus_per_node == 72

@@ -48,6 +48,10 @@ MAX_KW_PER_NODE = 1000.0
 MAX_PUE = 5.0
 MAX_USD_PER_KWH = 10.0
 MAX_USD_PER_MILLION_TOKENS = 10_000.0
+# GPUs in one node. The largest in the catalog's sources is a GB200 NVL72 rack (72 GPUs under
+# one NVLink domain). Spare GPUs on an owned node become extra replicas one by one, so
+# `gpus_per_node: 1000000000` hung `inhouse plan` filling the node.
+MAX_GPUS_PER_NODE = 72
 # Capex spread over less than a month is not amortization (`1e-300` priced a node at 1e305 $/h).
 MIN_AMORTIZATION_YEARS = 1.0 / 12.0
 
@@ -455,6 +459,17 @@ class HardwareOffer(SpecModel):
         except SpecError as exc:
             raise ValueError(str(exc)) from None
         return name
+
+    @field_validator("gpus_per_node")
+    @classmethod
+    def _a_real_node(cls, gpus: int) -> int:
+        if gpus > MAX_GPUS_PER_NODE:
+            raise ValueError(
+                f"{gpus:,} GPUs in one node is more than the {MAX_GPUS_PER_NODE} of the largest "
+                "(a GB200 NVL72 rack); state the GPUs one server holds (8 in an HGX or DGX "
+                "node) and the servers in max_nodes"
+            )
+        return gpus
 
     @field_validator("amortization_years")
     @classmethod
