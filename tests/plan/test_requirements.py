@@ -431,3 +431,23 @@ def test_a_rack_of_72_gpus_is_a_node() -> None:
     data = small_requirements()
     data["hardware"] = [{**data["hardware"][0], "gpus_per_node": 72}]
     assert parse(data).hardware[0].gpus_per_node == 72
+
+
+def test_a_think_time_past_the_longest_check_is_refused_by_field() -> None:
+    # 1e300 s planned with no second turn ever and $/request 1.7e296.
+    data = small_requirements()
+    data["workloads"][0] = {
+        "name": "chat",
+        "kind": "agent",
+        "traffic": {"avg_sessions": 10, "peak_sessions": 20},
+        "multi_turn": {"think_time_s": 1e300},
+        "output_tokens": {"p50": 10, "p95": 20},
+        "slo": {"ttft_p95_ms": 1000},
+        "models": {"allowed": ["Llama-3.1-8B"]},
+    }
+    with pytest.raises(
+        SpecError, match=r"workloads\.0\.multi_turn\.think_time_s: .*more than the 3600 s"
+    ):
+        parse(data)
+    data["workloads"][0]["multi_turn"]["think_time_s"] = MAX_CHECK_DURATION_S
+    assert parse(data).workloads[0].multi_turn == MultiTurn(think_time_s=MAX_CHECK_DURATION_S)

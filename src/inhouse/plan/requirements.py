@@ -156,6 +156,20 @@ class MultiTurn(SpecModel):
     tool_output_tokens: TokenLengths = TokenLengths(p50=1000, p95=4000)
     think_time_s: float = Field(default=3.0, ge=0)
 
+    @field_validator("think_time_s")
+    @classmethod
+    def _within_a_check(cls, seconds: float) -> float:
+        # NOTE: `think_time_s: 1e300` planned: the forecast rate (sessions over turn time) was
+        # nil, each session's later turns never came, and $/request read 1.7e296.
+        if seconds > MAX_CHECK_DURATION_S:
+            raise ValueError(
+                f"{seconds:g} s between turns is more than the {MAX_CHECK_DURATION_S:g} s (an "
+                "hour) the longest simulator check runs, so no session would take a second "
+                "turn in it; a user reading an answer or a tool call takes seconds (3 by "
+                "default): check the number, or state such sessions as open-loop traffic"
+            )
+        return seconds
+
     @model_validator(mode="after")
     def _turns(self) -> MultiTurn:
         if self.max_turns < self.min_turns:
