@@ -37,7 +37,9 @@ def describe_validation_error(
         elif error["type"] == "finite_number":
             message += " (.nan and .inf are not values here; write a number)"
         ctx = error.get("ctx") or {}
-        if "expected" in ctx:
+        # NOTE: pydantic's literal and enum messages already list them ("Input should be 'a'
+        # or 'b'"); appended again, the line named every choice twice.
+        if "expected" in ctx and str(ctx["expected"]) not in message:
             message += f" (allowed: {ctx['expected']})"
         lines.append(f"  {where}: {message}")
     return "\n".join(lines)
