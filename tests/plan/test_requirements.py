@@ -451,3 +451,17 @@ def test_a_think_time_past_the_longest_check_is_refused_by_field() -> None:
         parse(data)
     data["workloads"][0]["multi_turn"]["think_time_s"] = MAX_CHECK_DURATION_S
     assert parse(data).workloads[0].multi_turn == MultiTurn(think_time_s=MAX_CHECK_DURATION_S)
+
+
+@pytest.mark.parametrize("metric", ["ttft", "itl"])
+def test_a_degraded_target_below_the_normal_one_is_refused_by_field(metric: str) -> None:
+    # Swapped targets planned without a word, sized for the stricter one with a replica lost.
+    data = small_requirements()
+    normal = data["workloads"][0]["slo"][f"{metric}_p95_ms"]
+    data["workloads"][0]["degraded_slo"] = {f"{metric}_p95_ms": normal / 2}
+    with pytest.raises(
+        SpecError, match=rf"degraded_slo\.{metric}_p95_ms \(.*\) is below slo\.{metric}_p95_ms"
+    ):
+        parse(data)
+    data["workloads"][0]["degraded_slo"] = {f"{metric}_p95_ms": normal}
+    assert parse(data).workloads[0].degraded_slo is not None

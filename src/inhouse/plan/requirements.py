@@ -364,6 +364,7 @@ class WorkloadReq(SpecModel):
         if not self.slo.targets():
             raise ValueError("slo needs at least one p95 target (ttft, itl, tpot or e2e)")
         self._long_prompts_stated()
+        self._degraded_loosens()
         if self.output_tokens.p95 < 2:
             for slo in (self.slo, self.degraded_slo):
                 gaps = [m for m in ("itl", "tpot") if slo is not None and m in slo.targets()]
@@ -375,6 +376,24 @@ class WorkloadReq(SpecModel):
                         "output_tokens.p95 is 1: drop the target or state the output lengths"
                     )
         return self
+
+    def _degraded_loosens(self) -> None:
+        """The SLO with a replica lost may only loosen the normal one.
+
+        NOTE: a degraded target below the normal one (the two swapped, `ttft_p95_ms: 500` under
+        a normal 1000) planned without a word, sizing the pools for the stricter target with a
+        replica lost while the memo called it the relaxed one."""
+        if self.degraded_slo is None:
+            return
+        for field in (*(f"{m}_p95_ms" for m in ("ttft", "itl", "tpot", "e2e")), "long_ttft_p95_ms"):
+            normal, degraded = getattr(self.slo, field), getattr(self.degraded_slo, field)
+            if normal is not None and degraded is not None and degraded < normal:
+                raise ValueError(
+                    f"degraded_slo.{field} ({degraded:g}) is below slo.{field} ({normal:g}): "
+                    "the targets with a replica lost may only loosen the normal ones; raise it "
+                    f"to at least {normal:g}, or drop it to hold a lost replica to the normal "
+                    "target"
+                )
 
     def _long_prompts_stated(self) -> None:
         """`slo.long_prompt_tokens` and `slo.long_ttft_p95_ms` come together, on a workload the
