@@ -465,3 +465,18 @@ def test_a_degraded_target_below_the_normal_one_is_refused_by_field(metric: str)
         parse(data)
     data["workloads"][0]["degraded_slo"] = {f"{metric}_p95_ms": normal}
     assert parse(data).workloads[0].degraded_slo is not None
+
+
+@pytest.mark.parametrize("shape", [1e-300, 1e-6, 0.001])
+def test_a_burstiness_near_zero_is_refused_by_field(shape: float) -> None:
+    # Its failures named other knobs: verify_duration_s, load_multiples, or a 300-digit TTFT.
+    data = small_requirements()
+    data["workloads"][0]["burstiness"] = shape
+    with pytest.raises(SpecError, match=r"workloads\.0\.burstiness: .*use at least 0\.01"):
+        parse(data)
+
+
+def test_a_burstiness_of_a_hundredth_parses() -> None:
+    data = small_requirements()
+    data["workloads"][0]["burstiness"] = 0.01
+    assert parse(data).workloads[0].burstiness == 0.01

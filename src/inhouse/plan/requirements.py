@@ -48,6 +48,8 @@ MAX_KW_PER_NODE = 1000.0
 MAX_PUE = 5.0
 MAX_USD_PER_KWH = 10.0
 MAX_USD_PER_MILLION_TOKENS = 10_000.0
+# The burstiest arrivals a workload may state: a gamma shape of 0.01 (gaps' CV² of 100).
+MIN_BURSTINESS = 0.01
 # GPUs in one node. The largest in the catalog's sources is a GB200 NVL72 rack (72 GPUs under
 # one NVLink domain). Spare GPUs on an owned node become extra replicas one by one, so
 # `gpus_per_node: 1000000000` hung `inhouse plan` filling the node.
@@ -316,6 +318,22 @@ class WorkloadReq(SpecModel):
     burstiness: float = Field(
         default=1.0, gt=0, description="gamma shape of arrival gaps: 1 Poisson, <1 burstier"
     )
+
+    @field_validator("burstiness")
+    @classmethod
+    def _not_all_at_once(cls, shape: float) -> float:
+        # NOTE: a gamma shape near 0 sends the traffic in a few clumps far apart: 0.001 left a
+        # 20-s check with no completed request ("raise verify_duration_s"), 1e-6 sent 10,000
+        # requests in 4 ns ("lower load_multiples"), 1e-300 read a 300-digit TTFT; none named
+        # this field.
+        if shape < MIN_BURSTINESS:
+            raise ValueError(
+                f"{shape:g} sends the traffic in a few clumps far apart (gaps' CV² = "
+                f"1/burstiness = {1 / shape:.3g}); use at least {MIN_BURSTINESS:g} (CV² 100), "
+                "0.5 for bursty traffic, 1 for Poisson"
+            )
+        return shape
+
     slo: Slo
     degraded_slo: Slo | None = None
     models: ModelChoice
