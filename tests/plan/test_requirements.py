@@ -480,3 +480,18 @@ def test_a_burstiness_of_a_hundredth_parses() -> None:
     data = small_requirements()
     data["workloads"][0]["burstiness"] = 0.01
     assert parse(data).workloads[0].burstiness == 0.01
+
+
+@pytest.mark.parametrize("name", ["a|b", "a\nc; rm -rf /", "tab\there", "", "  "])
+def test_an_api_name_that_breaks_the_memo_table_is_refused_by_field(name: str) -> None:
+    # A `|` or a line break split the memo's API table row; an empty name left a blank cell.
+    data = small_requirements()
+    data["api_prices"][0]["name"] = name
+    with pytest.raises(SpecError, match=r"api_prices\.0\.name: .*not a one-line name"):
+        parse(data)
+
+
+def test_an_api_name_with_spaces_and_unicode_parses() -> None:
+    data = small_requirements()
+    data["api_prices"][0]["name"] = "GPT-4.1 mini (list price, €)"
+    assert parse(data).api_prices[0].name == "GPT-4.1 mini (list price, €)"

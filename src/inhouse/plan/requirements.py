@@ -546,6 +546,21 @@ _per_million = _at_most(MAX_USD_PER_MILLION_TOKENS, "dollars a million tokens")
 
 class ApiPrice(SpecModel):
     name: str
+
+    @field_validator("name")
+    @classmethod
+    def _one_table_cell(cls, name: str) -> str:
+        # NOTE: the name is a cell of the memo's API table: a `|` or a line break split the row
+        # (`a|b\nc` wrote a row of its own), and an empty name left a blank cell.
+        bad = sorted({repr(c) for c in name if c == "|" or not c.isprintable()})
+        if not name.strip() or bad:
+            found = f" (has {', '.join(bad)})" if bad else ""
+            raise ValueError(
+                f"{name!r}{found} is not a one-line name; name the API on one line of printable "
+                "characters, without `|` (e.g. gpt-4.1-class)"
+            )
+        return name
+
     input_usd_per_million: Annotated[float, Field(ge=0), _per_million]
     output_usd_per_million: Annotated[float, Field(ge=0), _per_million]
     cached_input_usd_per_million: Annotated[float | None, Field(ge=0), _per_million] = None
