@@ -495,3 +495,11 @@ def test_an_api_name_with_spaces_and_unicode_parses() -> None:
     data = small_requirements()
     data["api_prices"][0]["name"] = "GPT-4.1 mini (list price, €)"
     assert parse(data).api_prices[0].name == "GPT-4.1 mini (list price, €)"
+
+
+def test_a_quoted_version_is_named_as_a_string() -> None:
+    # It read "version: '1' is not supported; this inhouse reads version 1".
+    data = small_requirements()
+    data["version"] = "1"
+    with pytest.raises(SpecError, match=r"version: '1' is a string; write the number, unquoted"):
+        parse(data)

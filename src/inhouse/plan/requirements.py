@@ -777,6 +777,12 @@ def parse_requirements(data: Any, source: str = "requirements") -> Requirements:
             "`workloads`, `hardware`"
         )
     version = data.get("version", REQUIREMENTS_VERSION)
+    if isinstance(version, str) and version.strip() == str(REQUIREMENTS_VERSION):
+        # NOTE: `version: "1"` read "'1' is not supported; this inhouse reads version 1".
+        raise SpecError(
+            f"{source}: version: {version!r} is a string; write the number, unquoted: "
+            f"`version: {REQUIREMENTS_VERSION}`"
+        )
     if version != REQUIREMENTS_VERSION:
         raise SpecError(
             f"{source}: version: {version!r} is not supported; this inhouse reads version "
