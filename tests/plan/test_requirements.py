@@ -1,5 +1,6 @@
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -503,3 +504,33 @@ def test_a_quoted_version_is_named_as_a_string() -> None:
     data["version"] = "1"
     with pytest.raises(SpecError, match=r"version: '1' is a string; write the number, unquoted"):
         parse(data)
+
+
+def _lora_workloads(links: dict[str, str | None]) -> dict[str, Any]:
+    data = small_requirements()
+    base = data["workloads"][0]
+    data["workloads"] = [
+        {
+            **base,
+            "name": name,
+            "models": {"allowed": ["Llama-3.1-8B"], **({"lora_on": on} if on else {})},
+        }
+        for name, on in links.items()
+    ]
+    return data
+
+
+@pytest.mark.parametrize(
+    "links", [{"a": "b", "b": "a"}, {"a": "b", "b": "c", "c": None}], ids=["cycle", "chain"]
+)
+def test_lora_on_a_workload_that_is_itself_lora_on_is_refused_by_field(
+    links: dict[str, str | None],
+) -> None:
+    # Both planned, then were a traceback from the stack's model (exit 1).
+    with pytest.raises(SpecError, match=r"workload 'a': lora_on 'b', which is itself lora_on"):
+        parse(_lora_workloads(links))
+
+
+def test_two_workloads_lora_on_one_parse() -> None:
+    req = parse(_lora_workloads({"a": "c", "b": "c", "c": None}))
+    assert [w.models.lora_on for w in req.workloads] == ["c", "c", None]

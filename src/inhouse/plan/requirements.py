@@ -761,6 +761,15 @@ class Requirements(SpecModel):
                     f"workload {workload.name!r}: lora_on {target!r} must name another "
                     f"workload; workloads: {names}"
                 )
+            # NOTE: adapters ride on a base model's pool, one hop: a chain (a on b, b on c) or a
+            # cycle (a on b, b on a) planned and then was a traceback from the stack's model
+            # (a workload served by no pool, or no pool at all).
+            if target is not None and self.workload(target).models.lora_on is not None:
+                raise ValueError(
+                    f"workload {workload.name!r}: lora_on {target!r}, which is itself lora_on "
+                    f"{self.workload(target).models.lora_on!r}; adapters ride on a workload "
+                    "served by its own pool: point lora_on at that workload, or drop one"
+                )
         return self
 
     def workload(self, name: str) -> WorkloadReq:
