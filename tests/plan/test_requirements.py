@@ -534,3 +534,22 @@ def test_lora_on_a_workload_that_is_itself_lora_on_is_refused_by_field(
 def test_two_workloads_lora_on_one_parse() -> None:
     req = parse(_lora_workloads({"a": "c", "b": "c", "c": None}))
     assert [w.models.lora_on for w in req.workloads] == ["c", "c", None]
+
+
+@pytest.mark.parametrize("suffix", ["-long", "-fallback"])
+def test_a_workload_named_as_another_ones_pool_is_refused(suffix: str) -> None:
+    # `a` and `a-fallback` planned, then were a traceback from the stack's model.
+    data = small_requirements()
+    base = data["workloads"][0]
+    data["workloads"] = [base, {**base, "name": f"chat{suffix}"}]
+    with pytest.raises(
+        SpecError,
+        match=rf"workload 'chat{suffix}' is the name the planner gives .* of workload 'chat'",
+    ):
+        parse(data)
+
+
+def test_a_workload_named_long_alone_parses() -> None:
+    data = small_requirements()
+    data["workloads"][0]["name"] = "chat-long"
+    assert parse(data).workloads[0].name == "chat-long"

@@ -48,6 +48,8 @@ MAX_KW_PER_NODE = 1000.0
 MAX_PUE = 5.0
 MAX_USD_PER_KWH = 10.0
 MAX_USD_PER_MILLION_TOKENS = 10_000.0
+# The pools the planner adds for a workload: its long-context pool and its fallback pool.
+POOL_SUFFIXES = ("-long", "-fallback")
 # The burstiest arrivals a workload may state: a gamma shape of 0.01 (gaps' CV² of 100).
 MIN_BURSTINESS = 0.01
 # GPUs in one node. The largest in the catalog's sources is a GB200 NVL72 rack (72 GPUs under
@@ -754,6 +756,17 @@ class Requirements(SpecModel):
         names = [w.name for w in self.workloads]
         if len(set(names)) != len(names):
             raise ValueError(f"workload names must be unique, got {names}")
+        # NOTE: the planner names a split workload's long pool `<name>-long` and a fallback pool
+        # `<name>-fallback`; a workload named so (`a` and `a-fallback`) planned, then was a
+        # traceback from the stack's model ("pool names must be unique").
+        for name in names:
+            for suffix in POOL_SUFFIXES:
+                stem = name.removesuffix(suffix)
+                if stem != name and stem in names:
+                    raise ValueError(
+                        f"workload {name!r} is the name the planner gives the {suffix[1:]} pool "
+                        f"of workload {stem!r} (<workload>{suffix}); rename it"
+                    )
         for workload in self.workloads:
             target = workload.models.lora_on
             if target is not None and (target not in names or target == workload.name):
