@@ -553,3 +553,13 @@ def test_a_workload_named_long_alone_parses() -> None:
     data = small_requirements()
     data["workloads"][0]["name"] = "chat-long"
     assert parse(data).workloads[0].name == "chat-long"
+
+
+def test_a_fallback_beside_lora_on_is_refused() -> None:
+    # The LoRA layout dropped the fallback pool without a word.
+    data = _lora_workloads({"a": "c", "c": None})
+    data["workloads"][0]["models"]["fallback"] = "Llama-3.2-1B"
+    with pytest.raises(SpecError, match=r"workload 'a': models\.fallback and models\.lora_on"):
+        parse(data)
+    data["workloads"][0]["models"].pop("lora_on")
+    assert parse(data).workloads[0].models.fallback == "Llama-3.2-1B"

@@ -769,6 +769,16 @@ class Requirements(SpecModel):
                     )
         for workload in self.workloads:
             target = workload.models.lora_on
+            # NOTE: served as adapters on another pool, a workload has no pool of its own for a
+            # fallback to cover: the plan that chose that layout dropped the fallback pool
+            # without a word (docs/plan.md: never a plan without its fallback pool).
+            if target is not None and workload.models.fallback is not None:
+                raise ValueError(
+                    f"workload {workload.name!r}: models.fallback and models.lora_on together; "
+                    f"as adapters on {target!r}'s pool it has no pool of its own to fall back "
+                    f"from: drop lora_on to give it a pool and a fallback, or drop fallback (a "
+                    f"fallback on {target!r} covers both)"
+                )
             if target is not None and (target not in names or target == workload.name):
                 raise ValueError(
                     f"workload {workload.name!r}: lora_on {target!r} must name another "
