@@ -563,3 +563,15 @@ def test_a_fallback_beside_lora_on_is_refused() -> None:
         parse(data)
     data["workloads"][0]["models"].pop("lora_on")
     assert parse(data).workloads[0].models.fallback == "Llama-3.2-1B"
+
+
+def test_a_cold_ttft_target_below_the_normal_one_is_refused_by_field() -> None:
+    # Swapped targets were reported, never met, with nothing said at planning.
+    data = small_requirements()
+    data["workloads"][0]["slo"]["ttft_cold_p95_ms"] = 10
+    with pytest.raises(
+        SpecError, match=r"workloads\.0\.slo: .*ttft_cold_p95_ms \(10\) is below ttft_p95_ms"
+    ):
+        parse(data)
+    data["workloads"][0]["slo"]["ttft_cold_p95_ms"] = data["workloads"][0]["slo"]["ttft_p95_ms"]
+    assert parse(data).workloads[0].slo.ttft_cold_p95_ms is not None

@@ -243,6 +243,15 @@ class Slo(SpecModel):
                     f"({self.ttft_p95_ms:g}): long prompts take longer to prefill, so their "
                     "target is the looser one; set it at or above ttft_p95_ms"
                 )
+        cold, warm = self.ttft_cold_p95_ms, self.ttft_p95_ms
+        if cold is not None and warm is not None and cold < warm:
+            # NOTE: a cold target under the normal one (the two swapped) was reported, never
+            # met, without a word at planning.
+            raise ValueError(
+                f"ttft_cold_p95_ms ({cold:g}) is below ttft_p95_ms ({warm:g}): a request with "
+                "nothing of its prompt cached prefills all of it, so its target is the looser "
+                "one; set it at or above ttft_p95_ms"
+            )
         return self
 
     @property
