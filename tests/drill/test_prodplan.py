@@ -262,7 +262,7 @@ def test_drill_plan_refuses_a_peak_past_what_a_plan_sizes(
 ) -> None:
     # 1e9 sessions went into the commands as is (a tampered or hand-edited plan.json).
     from inhouse.cli.main import main
-    from inhouse.plan.requirements import MAX_SESSIONS
+    from inhouse.plan.workload_req import MAX_SESSIONS
 
     stack = _plan_beside(tmp_path / "plan", peak)
     argv = ["drill", "plan", "--stack", str(stack), "--out", str(tmp_path / "out")]
@@ -279,7 +279,7 @@ def test_a_drill_run_refuses_a_peak_past_what_a_plan_sizes(peak: object, tmp_pat
     # as 1); `run_drills` reads the profile before anything starts (tests/cli/test_drill.py).
     from inhouse.drill.context import load_profile
     from inhouse.errors import SpecError
-    from inhouse.plan.requirements import MAX_SESSIONS
+    from inhouse.plan.workload_req import MAX_SESSIONS
 
     stack = _plan_beside(tmp_path / "plan", peak)
     with pytest.raises(SpecError) as caught:

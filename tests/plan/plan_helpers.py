@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from inhouse.plan.analytic import Stream
-from inhouse.plan.requirements import Requirements, Slo, parse_requirements
+from inhouse.plan.requirements import Requirements, parse_requirements
 from inhouse.plan.sizing import PoolNeed
 from inhouse.plan.traffic import profile_workload
+from inhouse.plan.workload_req import Slo
 
 
 def small_requirements(**planning: Any) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from inhouse.drill.judge import Judge
 from inhouse.drill.receiver import Notified
 from inhouse.drill.stack import LiveStack
 from inhouse.errors import SpecError
-from inhouse.plan.requirements import MAX_SESSIONS
+from inhouse.plan.workload_req import MAX_SESSIONS
 from inhouse.render.alerts import Severity
 from inhouse.render.layout import DEFAULT_SLO, slo_of
 from inhouse.spec.stack import PoolSpec

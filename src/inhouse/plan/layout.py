@@ -22,9 +22,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from inhouse.plan.analytic import Stream
-from inhouse.plan.requirements import Requirements, Slo, WorkloadReq
+from inhouse.plan.requirements import Requirements
 from inhouse.plan.sizing import PoolNeed
 from inhouse.plan.traffic import TrafficProfile
+from inhouse.plan.workload_req import Slo, WorkloadReq
 from inhouse.spec.catalog import get_model
 
 LONG_TAIL_MIN_P95_TOKENS = 8192

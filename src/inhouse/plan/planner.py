@@ -29,11 +29,12 @@ from inhouse.plan.degraded import (
     shed_checks,
 )
 from inhouse.plan.layout import allowed_models
-from inhouse.plan.requirements import Requirements, Slo, WorkloadReq
+from inhouse.plan.requirements import Requirements
 from inhouse.plan.search import Candidate, SearchResult, grow, search
 from inhouse.plan.stackgen import build_stack
 from inhouse.plan.traffic import TrafficProfile, profile_workload
 from inhouse.plan.verify import SimCheck, checked_key, metric_words, run_check
+from inhouse.plan.workload_req import Slo, WorkloadReq
 from inhouse.spec.catalog import get_model
 from inhouse.spec.stack import StackSpec
 

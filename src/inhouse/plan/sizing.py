@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from inhouse.engine.build import Replica, ReplicaSpec, build_replica
 from inhouse.errors import DoesNotFitError
 from inhouse.plan.analytic import MAX_KV_UTILIZATION, PoolForecast, PoolModel, Stream
-from inhouse.plan.requirements import Planning, Slo
+from inhouse.plan.requirements import Planning
+from inhouse.plan.workload_req import Slo
 from inhouse.spec.catalog import get_gpu, get_model
 from inhouse.spec.knobs import EngineKnobs
 from inhouse.spec.quant import kv_dtype_bytes, normalize_quant

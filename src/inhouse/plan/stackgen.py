@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 
-from inhouse.plan.requirements import Requirements, Slo
+from inhouse.plan.requirements import Requirements
 from inhouse.plan.search import Candidate, offers_by_gpu
 from inhouse.plan.sizing import Sized
 from inhouse.plan.traffic import TrafficProfile
 from inhouse.plan.verify import LONG_E2E_KEY, SimCheck
+from inhouse.plan.workload_req import Slo
 from inhouse.spec.catalog import get_model
 from inhouse.spec.observability import ObservabilitySpec
 from inhouse.spec.stack import (

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from inhouse.errors import SpecError
-from inhouse.plan.requirements import WorkloadReq
+from inhouse.plan.workload_req import WorkloadReq
 from inhouse.workload import (
     AgentWorkload,
     Arrivals,

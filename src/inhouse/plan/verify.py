@@ -25,9 +25,10 @@ from inhouse.fleet import (
 )
 from inhouse.plan.mix import MixedWorkload, workload_of
 from inhouse.plan.p95_interval import BLOCK_S, p95_intervals
-from inhouse.plan.requirements import Requirements, Slo
+from inhouse.plan.requirements import Requirements
 from inhouse.plan.signals import observed_signals
 from inhouse.plan.traffic import make_workload
+from inhouse.plan.workload_req import Slo
 from inhouse.spec.gateway import DEFAULT_TIERS
 from inhouse.spec.stack import StackSpec
 from inhouse.workload import Arrivals, Lengths
