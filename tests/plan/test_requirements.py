@@ -541,12 +541,31 @@ def test_a_workload_named_as_another_ones_pool_is_refused(suffix: str) -> None:
     # `a` and `a-fallback` planned, then were a traceback from the stack's model.
     data = small_requirements()
     base = data["workloads"][0]
+    base["models"]["fallback"] = "Llama-3.1-8B"
     data["workloads"] = [base, {**base, "name": f"chat{suffix}"}]
     with pytest.raises(
         SpecError,
         match=rf"workload 'chat{suffix}' is the name the planner gives .* of workload 'chat'",
     ):
         parse(data)
+
+
+@pytest.mark.parametrize(
+    ("suffix", "kind", "fallback"),
+    [("-long", "utility", None), ("-fallback", "shared-prefix", None)],
+)
+def test_a_name_the_planner_cannot_give_a_pool_of_the_other_parses(
+    suffix: str, kind: str, fallback: str | None
+) -> None:
+    # A utility (or agent) workload is never split by length, and one without models.fallback
+    # gets no fallback pool: `docs` beside `docs-long` planned before, and must still.
+    data = small_requirements()
+    base = data["workloads"][0]
+    owner = {**base, "kind": kind, "models": {**base["models"], "fallback": fallback}}
+    if kind != "shared-prefix":
+        owner.pop("shared_prefix_tokens")
+    data["workloads"] = [owner, {**base, "name": f"chat{suffix}"}]
+    assert [w.name for w in parse(data).workloads] == ["chat", f"chat{suffix}"]
 
 
 def test_a_workload_named_long_alone_parses() -> None:

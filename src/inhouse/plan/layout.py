@@ -25,7 +25,7 @@ from inhouse.plan.analytic import Stream
 from inhouse.plan.requirements import Requirements
 from inhouse.plan.sizing import PoolNeed
 from inhouse.plan.traffic import TrafficProfile
-from inhouse.plan.workload_req import Slo, WorkloadReq
+from inhouse.plan.workload_req import UNSPLIT_KINDS, Slo, WorkloadReq
 from inhouse.spec.catalog import get_model
 
 LONG_TAIL_MIN_P95_TOKENS = 8192
@@ -117,7 +117,7 @@ def _variants(
     )
     own = "on its own pool" if req.models.lora_on else "one pool"
     out.append((f"{req.name} {own}", [whole]))
-    if req.kind in ("agent", "utility"):
+    if req.kind in UNSPLIT_KINDS:
         return out
     prompt = profile.shapes.prompt
     p50, p95 = float(np.median(prompt)), float(np.quantile(prompt, 0.95))

@@ -21,6 +21,7 @@ from inhouse.plan.workload_req import (
     MAX_SESSIONS,
     METRICS,
     MIN_BURSTINESS,
+    UNSPLIT_KINDS,
     ModelChoice,
     MultiTurn,
     Slo,
@@ -399,11 +400,21 @@ class Requirements(SpecModel):
             raise ValueError(f"workload names must be unique, got {names}")
         # NOTE: the planner names a split workload's long pool `<name>-long` and a fallback pool
         # `<name>-fallback`; a workload named so (`a` and `a-fallback`) planned, then was a
-        # traceback from the stack's model ("pool names must be unique").
+        # traceback from the stack's model ("pool names must be unique"). Only where `a` can
+        # have that pool: a longctx or shared-prefix workload may be split, one with
+        # models.fallback gets a fallback pool; `docs` beside `docs-long`, an agent, plans.
+        by_name = {w.name: w for w in self.workloads}
         for name in names:
             for suffix in POOL_SUFFIXES:
                 stem = name.removesuffix(suffix)
-                if stem != name and stem in names:
+                if stem == name or stem not in by_name:
+                    continue
+                owner = by_name[stem]
+                if (
+                    owner.models.fallback is not None
+                    if suffix == "-fallback"
+                    else owner.kind not in UNSPLIT_KINDS
+                ):
                     raise ValueError(
                         f"workload {name!r} is the name the planner gives the {suffix[1:]} pool "
                         f"of workload {stem!r} (<workload>{suffix}); rename it"

@@ -14,6 +14,8 @@ from pydantic import Field, field_validator, model_validator
 from inhouse.spec.base import SpecModel
 
 WorkloadKind = Literal["agent", "utility", "longctx", "shared-prefix"]
+# Served by one pool whatever their prompts: the planner never splits them by length.
+UNSPLIT_KINDS: tuple[WorkloadKind, ...] = ("agent", "utility")
 # Counts the generators build one by one before the first request (sessions, apps' system
 # prompts, prefix groups): a stray digit (1e9) hung `inhouse plan` while it characterized the
 # workload. A pool holds at most 64 replicas, so a count past these is no plan anyway.
@@ -402,7 +404,7 @@ class WorkloadReq(SpecModel):
             )
         if slo.long_prompt_tokens is None:
             return
-        if self.kind in ("agent", "utility") or self.prompt_tokens is None:
+        if self.kind in UNSPLIT_KINDS or self.prompt_tokens is None:
             raise ValueError(
                 f"slo.long_prompt_tokens is for longctx and shared-prefix workloads (their "
                 f"prompts are split between a standard and a long-context pool); a {self.kind} "
