@@ -21,8 +21,22 @@ from inhouse.drill.stack import LOAD_TENANT
 ALERT = "InhouseKVCacheFull"
 HOLD_FRACTION = 0.97
 KV_PAGE_AT = 0.95
-# Long contexts on top of the agent sessions: 8 at a time, 10K-token prompts, 300 tokens out.
+# Long contexts on top of the agent sessions: 8 at a time, 10K-token prompts, 300 tokens out,
+# the prompt shortened to fit a pool's context (`burst_for`).
 BURST = {"concurrency": 8, "input_tokens": 10_000, "output_tokens": 300}
+# Tokens kept free of a pool's context beside the burst's prompt and output: the chat
+# template's and the load generator's own tokens around the prompt.
+CONTEXT_MARGIN = 256
+
+
+def burst_for(max_model_len: int | None) -> dict[str, int]:
+    """The burst for a pool whose context is `max_model_len` tokens (None: the model's own,
+    past 10K): prompts that fit it with the output, or the gateway refuses each with a 400,
+    which the drill counts against the stack though the stack did right."""
+    if max_model_len is None:
+        return dict(BURST)
+    room = max_model_len - BURST["output_tokens"] - CONTEXT_MARGIN
+    return {**BURST, "input_tokens": max(1, min(BURST["input_tokens"], room))}
 
 
 async def run(ctx: DrillContext) -> None:
@@ -45,9 +59,10 @@ async def run(ctx: DrillContext) -> None:
         for r in replicas:
             await ctx.stack.fault(r.name, "fill_kv", {"fraction": HOLD_FRACTION})
         ctx.event(f"hold {HOLD_FRACTION:.0%} of KV on {', '.join(r.name for r in replicas)}")
-        burst = Load(ctx.gateway, ctx.key(LOAD_TENANT), "fixed", BURST, 3600, model=p.model)
+        shape = burst_for(ctx.stack.stack.pool(p.pool).knobs.max_model_len)
+        burst = Load(ctx.gateway, ctx.key(LOAD_TENANT), "fixed", shape, 3600, model=p.model)
         burst.start()
-        ctx.event(f"long-context burst: {BURST}")
+        ctx.event(f"long-context burst: {shape}")
         fired = await ctx.wait_alert(ALERT, None, ctx.alert_timeout_s(60.0))
         await ctx.sleep(pressure)
         peak = _max_kv(ctx, time.perf_counter() - t_fill)
