@@ -18,13 +18,7 @@ same inter-token gaps.
 from __future__ import annotations
 
 from inhouse.render.alerts import Alert
-from inhouse.render.alerts_slo import (
-    LATENCIES,
-    LatencyTarget,
-    engine_labels,
-    latency_alert,
-    p95_record,
-)
+from inhouse.render.alerts_slo import LATENCIES, LatencyTarget, engine_target, latency_alert
 from inhouse.render.layout import EngineLayout
 from inhouse.spec.slo import LatencySlo
 from inhouse.spec.stack import PoolSpec, StackSpec
@@ -72,7 +66,7 @@ def fallback_itl_target(stack: StackSpec, pool: PoolSpec) -> LatencyTarget | Non
     taken = stack.workloads_failing_over_to(pool)
     if not taken:
         return None
-    primaries = [p.name for p in stack.pools if p.fallback == pool.name]
+    primaries = [p.name for p in stack.fallback_primaries(pool)]
     scope = (
         f"fallback pool {pool.name} during a failover from pool{'s' * (len(primaries) > 1)} "
         f"{', '.join(primaries)}"
@@ -118,16 +112,5 @@ def _tightest_itl(workloads: list[WorkloadSpec]) -> tuple[WorkloadSpec, str]:
 def _itl_target(
     pool: PoolSpec, names: str, scope: str, slo: LatencySlo, source: str
 ) -> LatencyTarget:
-    key, metric, buckets, _ = LATENCIES[1]
-    return LatencyTarget(
-        key,
-        metric,
-        p95_record(metric),
-        buckets,
-        {"model_name": pool.client_model_name},
-        engine_labels(pool),
-        {"pool": pool.name, "workload": names},
-        scope,
-        slo,
-        source,
-    )
+    labels = {"pool": pool.name, "workload": names}
+    return engine_target(pool, LATENCIES[1], labels, scope, slo, source)

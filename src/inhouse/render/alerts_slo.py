@@ -281,23 +281,30 @@ def _slo_source(pool: PoolSpec) -> str:
     return "render's default SLO (the seeds' interactive chat row; the pool has no slo)"
 
 
+def engine_target(
+    pool: PoolSpec,
+    latency: tuple[LatencyMetric, str, tuple[float, ...], str],
+    labels: Mapping[str, str],
+    scope: str,
+    slo: LatencySlo,
+    source: str,
+) -> LatencyTarget:
+    """A latency (a `LATENCIES` row) of the pool on vLLM's series, by its served name."""
+    key, metric, buckets, _ = latency
+    select = {"model_name": pool.client_model_name}
+    return LatencyTarget(
+        key, metric, p95_record(metric), buckets, select, engine_labels(pool), labels, scope,
+        slo, source,
+    )  # fmt: skip
+
+
 def pool_targets(pool: PoolSpec) -> list[LatencyTarget]:
     """A stack without workloads: every latency of the pool on vLLM's series."""
     source = _slo_source(pool)
+    labels, scope, slo = {"pool": pool.name}, f"pool {pool.name}", slo_of(pool)
     return [
-        LatencyTarget(
-            key,
-            metric,
-            p95_record(metric),
-            buckets,
-            {"model_name": pool.client_model_name},
-            engine_labels(pool),
-            {"pool": pool.name},
-            f"pool {pool.name}",
-            slo_of(pool),
-            f"{source}.{key}_alarm_ms",
-        )
-        for key, metric, buckets, _ in LATENCIES
+        engine_target(pool, latency, labels, scope, slo, f"{source}.{latency[0]}_alarm_ms")
+        for latency in LATENCIES
     ]
 
 

@@ -264,11 +264,15 @@ class StackSpec(SpecModel):
             w for w in self.workloads if pool.name in {p.name for p in self.pools_of_model(w.model)}
         ]
 
+    def fallback_primaries(self, pool: PoolSpec) -> list[PoolSpec]:
+        """The pools naming this one their `fallback` (never itself: the stack refuses that)."""
+        return [p for p in self.pools if p.fallback == pool.name]
+
     def workloads_failing_over_to(self, pool: PoolSpec) -> list[WorkloadSpec]:
         """The workloads whose requests come to this pool during a failover: those served by
         the pools naming it their `fallback` (one hop: the gateway does not follow a fallback's
         own `fallback`, `inhouse.routing.pools`)."""
-        primaries = {p.name for p in self.pools if p.fallback == pool.name and p is not pool}
+        primaries = {p.name for p in self.fallback_primaries(pool)}
         return [
             w for w in self.workloads if primaries & {p.name for p in self.pools_of_model(w.model)}
         ]
