@@ -123,9 +123,10 @@ def growth(scored: list[Scored]) -> dict[str, dict[str, float]]:
     for s in scored:
         r = s[0]
         if lo <= r.concurrency <= hi:
-            # The engine's knobs follow the concurrency in some dumps (max_num_seqs = C):
-            # a configuration is the replica without them.
-            key = (r.backend, repr((replace(r.spec, knobs=None), r.isl, r.osl, r.protocol)))
+            # The engine's knobs follow the concurrency in some dumps (max_num_seqs = C, the
+            # scheduler's recv interval): a configuration is the replica without them.
+            spec = replace(r.spec, knobs=None, scheduler_recv_interval=1)
+            key = (r.backend, repr((spec, r.isl, r.osl, r.protocol)))
             configs[key].setdefault(r.concurrency, s)
     ratios: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for (backend, _), runs in configs.items():

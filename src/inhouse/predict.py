@@ -290,11 +290,13 @@ class ClosedLoop:
             self.schedule_send(0.0, share)
         while self.sends or engine.has_unfinished:
             self._release_sends()
-            ready = engine.next_ready_s()
             next_send = self.sends[0][0] if self.sends else math.inf
-            horizon = min(ready if ready is not None else math.inf, next_send)
-            result = engine.step(self.now, horizon_s=horizon)
+            # NOTE: the engine stops a jump for its own pending requests (when its scheduler
+            # would take them in: `EngineCore`), so only the next send bounds it here.
+            result = engine.step(self.now, horizon_s=next_send)
             if result is None:
+                ready = engine.next_ready_s()
+                horizon = min(ready if ready is not None else math.inf, next_send)
                 assert horizon > self.now and horizon < math.inf, "engine stalled with work"
                 self.now = horizon
                 continue

@@ -436,3 +436,23 @@ def test_a_time_that_is_not_a_positive_number_is_unreadable_and_swallows_no_run(
         corpus = prepare(rows(bad, good))
         assert [r.row_id for r in corpus.rows] == ["b"] and corpus.duplicates == []
         assert corpus.unreadable[0][0] == "a" and "positive number of ms" in corpus.unreadable[0][1]
+
+
+def test_inferencexs_sglang_runs_get_the_recv_interval_its_scripts_pass() -> None:
+    """dsr1_fp8_b200.sh: TP 8 30 from 16 clients, else 10; TP 4 10 at every concurrency;
+    GLM-5's scripts pass none; vLLM has no such knob; the shipped reading keeps 1."""
+    lines = rows(
+        "dsr1_b200_sglang_fp8_agg_1024x1024_c16_cfg1,DeepSeek-R1,b200_sxm,sglang,0.5.9"
+        ",fp8,fp8,fp8,8,1,1,8,1,1024,1024,16,300.0,20.0",
+        "dsr1_b200_sglang_fp8_agg_1024x1024_c8_cfg1,DeepSeek-R1,b200_sxm,sglang,0.5.9"
+        ",fp8,fp8,fp8,8,1,1,8,1,1024,1024,8,200.0,15.0",
+        "dsr1_b200_sglang_fp8_agg_8192x1024_c64_cfg271,DeepSeek-R1,b200_sxm,sglang,0.5.9"
+        ",fp8,fp8,fp8,4,1,1,4,1,8192,1024,64,2585.918,31.5353",
+        "2026_04_06_g_sglang_fp4_agg_1024x1024_c16_tp8_ep1_1,GLM-5,b200_sxm,sglang,nightly"
+        ",fp4,nvfp4,nvfp4,8,1,1,8,1,1024,1024,16,300.0,20.0",
+        "2026_04_06_l_vllm_fp8_agg_1024x1024_c64_tp8_ep1_3,Llama-3.1-70B,h100_sxm,vllm,,fp8,,,8"
+        ",1,1,8,1,1024,1024,64,170.0,19.0",
+    )
+    harness = [r.spec.scheduler_recv_interval for r in prepare(lines, harness=True).rows]
+    assert harness == [30, 10, 10, 1, 1]
+    assert [r.spec.scheduler_recv_interval for r in prepare(lines).rows] == [1] * 5

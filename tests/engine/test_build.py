@@ -41,3 +41,20 @@ def test_a_static_memory_fraction_outside_0_1_is_refused_naming_the_field(
                        mem_fraction_static=fraction)  # fmt: skip
     with pytest.raises(SpecError, match=r"mem_fraction_static=.*\(0, 1\].*None"):
         build_replica(spec)
+
+
+@pytest.mark.parametrize(("backend", "interval"), [("sglang", 0), ("sglang", -3), ("vllm", 30)])
+def test_a_recv_interval_sglang_cannot_run_is_refused_naming_the_field(
+    backend: str, interval: int
+) -> None:
+    spec = ReplicaSpec("Llama-3.1-8B", "h100_sxm", 1, "fp8", backend, VLLM_SERVE_DEFAULTS,
+                       scheduler_recv_interval=interval)  # fmt: skip
+    with pytest.raises(SpecError, match=r"scheduler_recv_interval="):
+        build_replica(spec)
+
+
+def test_sglangs_recv_interval_reaches_the_engine() -> None:
+    spec = ReplicaSpec("Llama-3.1-8B", "h100_sxm", 1, "fp8", "sglang", VLLM_SERVE_DEFAULTS,
+                       scheduler_recv_interval=30)  # fmt: skip
+    assert build_replica(spec).config.recv_interval == 30
+    assert build_replica(ReplicaSpec("Llama-3.1-8B")).config.recv_interval == 1

@@ -72,6 +72,9 @@ def shapes(
         "scheduling_policy": draw(st.sampled_from(["fcfs", "priority"])),
         "num_host_blocks": draw(st.sampled_from([0, 0, 16])),
         "mixed_batches": draw(st.sampled_from([True, True, False])),
+        # SGLang's recv skipper; a fixed latency leaves requests pending past a jump's start.
+        "recv_interval": draw(st.sampled_from([1, 1, 3, 8])),
+        "request_overhead_s": draw(st.sampled_from([0.0, 0.0, 0.013])),
         "lora": draw(
             st.sampled_from([None, LoraCost(2, 1, 16, 1e8, 0.003), LoraCost(2, 2, 16, 1e8, 0.0)])
         ),

@@ -47,8 +47,13 @@ rows are read here once, by rules that are the same for every row and are each r
   TP4) or C (GLM-5), `--kv-cache-dtype fp8_e4m3` (all but Qwen3.5 BF16 and GLM-5
   FP4) and `--mem-fraction-static` 0.85 (DeepSeek FP4, GLM-5 FP8, Qwen3.5 FP4), 0.82
   (DeepSeek FP8, Qwen3.5 FP8 and BF16; 0.95 for DeepSeek FP8 at TP4) or 0.80 (GLM-5 FP4),
-  where the model otherwise derives SGLang's own (`inferencex_mem_fraction`). These are
-  facts of the protocol, not fitted (`inferencex_knobs`). InferenceX's GB200 rows ran a
+  where the model otherwise derives SGLang's own (`inferencex_mem_fraction`), and
+  `--scheduler-recv-interval` 30 from 16 clients and 10 below (DeepSeek, Qwen3.5; 10 at
+  every concurrency for DeepSeek FP8 at TP4; none for GLM-5 or on H200: the scripts of
+  2026-01-13 to 2026-04-30, `inferencex_recv_interval`): after a decode step SGLang then
+  takes new requests only every 10th or 30th step, so a prompt waits about half that many
+  decode steps before its prefill. These are facts of the protocol, not fitted
+  (`inferencex_knobs`). InferenceX's GB200 rows ran a
   multi-node disaggregated recipe that is not matched; they keep the generator's rules.
 
 * **The benchmark protocol of each run's harness** (`corpus_protocol`; read so, with the
@@ -169,6 +174,20 @@ def inferencex_knobs(
         "max_num_seqs": running,
         "kv_cache_dtype": "auto" if bf16_kv else "fp8",
     }
+
+
+def inferencex_recv_interval(model: str, gpu: str, precision: str, tp: int, conc: int) -> int:
+    """The `--scheduler-recv-interval` InferenceX's SGLang scripts passed (module docstring)."""
+    if model == "GLM-5" or gpu == "h200_sxm":
+        return 1  # glm5_fp8/fp4_b200.sh and the H200 scripts of 2026-03/04 pass none
+    if model in ("DeepSeek-R1", "DeepSeek-V3") and precision == "fp8" and tp == 4:
+        return 10  # dsr1_fp8_b200.sh's (and _b300.sh's) TP 4 branch, at every concurrency
+    if model == "Qwen3.5-397B-A17B" and precision == "fp8" and gpu == "b300_sxm":
+        return 10  # qwen3.5_fp8_b300.sh (from 2026-04-17) passes 10 at every concurrency
+    # dsr1_fp8_b200.sh (TP 8), dsr1_fp4_b200.sh and the Qwen3.5 scripts of 2026-01-13 to
+    # 2026-04-30, and the B300 scripts as first added (2026-04-17): 30 from 16 clients,
+    # else 10.
+    return 30 if conc >= 16 else 10
 
 
 def inferencex_mem_fraction(model: str, precision: str, tp: int) -> float:
@@ -313,12 +332,16 @@ def _spec(row: dict[str, str], layout: dict[str, int], protocol: BenchmarkProtoc
     # The launch knobs are InferenceX's single-node scripts'; its GB200 runs (sa-bench, a
     # multi-node recipe not matched) keep the generator's rules, as any unknown launch does.
     mem_fraction = None
+    recv_interval = 1
     if protocol is INFERENCEX_SWEEP:
         version = (row.get("backend_version") or "").strip()
         knobs.update(inferencex_knobs(model, row["system"].strip(), backend, precision, version,
                                       layout["tp"], isl, conc))  # fmt: skip
         if backend == "sglang":
             mem_fraction = inferencex_mem_fraction(model, precision, layout["tp"])
+            recv_interval = inferencex_recv_interval(
+                model, row["system"].strip(), precision, layout["tp"], conc
+            )
     return ReplicaSpec(
         model,
         row["system"].strip(),
@@ -333,6 +356,7 @@ def _spec(row: dict[str, str], layout: dict[str, int], protocol: BenchmarkProtoc
         gemm_quant=gemm_quant,
         moe_quant=(row.get("moe_quant") or "").strip(),
         mem_fraction_static=mem_fraction,
+        scheduler_recv_interval=recv_interval,
     )
 
 

@@ -40,6 +40,9 @@ class ReplicaSpec:
     # SGLang's `--mem-fraction-static` where the launch passed one; None: SGLang's own rule
     # (`inhouse.perf.memory.sglang_mem_fraction_static`). Ignored by vLLM's memory rule.
     mem_fraction_static: float | None = None
+    # SGLang's `--scheduler-recv-interval` (`EngineConfig.recv_interval`); 1 is every step,
+    # SGLang's default and vLLM's only behaviour.
+    scheduler_recv_interval: int = 1
 
     def layout_for(self, model: ModelSpec) -> ParallelLayout:
         """The layout; a dense model's expert fields are meaningless and ignored."""
@@ -78,6 +81,17 @@ def build_replica(spec: ReplicaSpec, constants: EngineConstants | None = None) -
         raise SpecError(
             f"mem_fraction_static={passed}: SGLang's --mem-fraction-static is a fraction of "
             "the GPU's memory in (0, 1]; pass the launch's value, or None for SGLang's own rule"
+        )
+    interval = spec.scheduler_recv_interval
+    if not isinstance(interval, int) or interval < 1:
+        raise SpecError(
+            f"scheduler_recv_interval={interval!r}: SGLang's --scheduler-recv-interval is a "
+            "whole number of decode steps, at least 1 (1: take new requests every step)"
+        )
+    if interval > 1 and spec.backend != "sglang":
+        raise SpecError(
+            f"scheduler_recv_interval={interval}: only SGLang skips receiving requests; "
+            f"{spec.backend} takes them every step, so leave it at 1"
         )
     consts = constants or get_engine_constants(spec.backend)
     knobs = spec.knobs
@@ -135,6 +149,7 @@ def build_replica(spec: ReplicaSpec, constants: EngineConstants | None = None) -
         output_token_overhead_s=consts.output_token_overhead_s,
         reserve_new_tokens=consts.reserve_new_tokens,
         mixed_batches=consts.mixed_batches,
+        recv_interval=interval,
         lora=lora,
     )
     step_model = StepModel(model, gpu, layout, quant, consts, knobs.kv_cache_dtype)

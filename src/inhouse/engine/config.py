@@ -29,6 +29,10 @@ class EngineConfig:
     * `reserve_new_tokens`: SGLang's admission (see `engine.reservation`): KV is reserved for
       the tokens running requests will still generate, and decode retracts requests when it
       runs out, instead of vLLM's allocate-as-you-go with preemption.
+    * `recv_interval`: SGLang's `--scheduler-recv-interval`: after a decode step the scheduler
+      takes new requests only every `recv_interval`-th step (after a prefill step, or idle,
+      at once), so a request ready mid-interval waits for the next one (`engine.core`).
+      1 (vLLM, and SGLang's default): every step.
     * `lora`: the adapters' slots and costs (`perf.lora`), when the replica serves LoRA
       adapters; requests naming an adapter then share `lora.max_loras` GPU slots.
     """
@@ -48,12 +52,14 @@ class EngineConfig:
     prompt_token_overhead_s: float = 0.0
     output_token_overhead_s: float = 0.0
     reserve_new_tokens: bool = False
+    recv_interval: int = 1
     lora: LoraCost | None = None
 
     def __post_init__(self) -> None:
         assert self.num_gpu_blocks > 0, "num_gpu_blocks must be positive"
         assert self.max_num_seqs > 0, "max_num_seqs must be positive"
         assert self.max_num_batched_tokens > 0, "max_num_batched_tokens must be positive"
+        assert self.recv_interval >= 1, "recv_interval must be at least 1"
         assert self.scheduling_policy in ("fcfs", "priority"), "policy is fcfs or priority"
         assert (
             self.enable_chunked_prefill

@@ -13,6 +13,14 @@ so a caller that commits a decode jump late gets the times a step-by-step run ge
 When every running sequence is decoding and nothing can join, the next steps differ only by
 their growing context, so `step` may jump over many of them at once (their times form an
 arithmetic series); every token still gets its exact time.
+
+With `recv_interval` above 1 (SGLang's `--scheduler-recv-interval`) the scheduler loop takes
+the requests that reached it only at some steps: SGLang's recv skipper adds 1 to a counter per
+decode step and far more than the interval per prefill step (or when idle), and receives when
+the counter reaches the interval, then sets it to 0. So after a decode step a ready request
+waits for every `recv_interval`-th step, and after a prefill at once. A jump runs over the
+receiving steps before the first pending request is ready (they take nothing) and stops before
+the first one after it.
 """
 
 from __future__ import annotations
@@ -72,6 +80,10 @@ class EngineCore:
         self._prompts_free_s = 0.0  # when the API server has taken every prompt it has
         self._stream_free_s = 0.0  # when it has streamed every token it has
         self._pending: list[tuple[float, int, Request]] = []
+        # SGLang's recv skipper: its counter after the last step's check, and whether that
+        # step was a decode step (see the module docstring).
+        self._recv_count = 0
+        self._last_decode = False
         self._seq = itertools.count()
         self._capacity_tokens = config.num_gpu_blocks * config.block_size
         # The jump `fast_forward_end_s` planned, kept for the `step` that commits it:
@@ -181,15 +193,19 @@ class EngineCore:
         can change before `horizon_s` (the caller's next event). None if there is nothing to run
         now (see `next_ready_s`)."""
         planned, self._planned = self._planned, None
-        released = self._release_pending(now_s)
+        receives, self._recv_count = self._recv_check()
+        released = receives and self._release_pending(now_s)
         scheduler = self.scheduler
         if not scheduler.running and not scheduler.waiting:
             return None
         if max_steps >= MIN_FAST_FORWARD_STEPS:
             plan = (
                 self._replan(planned, now_s, horizon_s)
-                if planned is not None and not released and max_steps == UNLIMITED_STEPS
-                else self._plan_fast_forward(now_s, horizon_s, max_steps)
+                if planned is not None
+                and not released
+                and max_steps == UNLIMITED_STEPS
+                and self.config.recv_interval == 1
+                else self._plan_fast_forward(now_s, horizon_s, max_steps, self._recv_count)
             )
             jumped = self._fast_forward(now_s, plan)
             if jumped is not None:
@@ -197,6 +213,7 @@ class EngineCore:
         batch = scheduler.schedule(now_s)
         if batch.is_empty:
             return None
+        self._last_decode = batch.num_decodes == len(batch.scheduled)
         dt = self.step_model.step_time(batch.shape())
         lora = self.config.lora
         if lora is not None:
@@ -209,6 +226,20 @@ class EngineCore:
         emitted, finished = scheduler.update(batch, index, seen_s)
         self._account(1, dt, batch.num_tokens - len(emitted), len(emitted), finished)
         return StepResult(now_s, end_s, index, 1, emitted, finished, batch)
+
+    def _recv_check(self) -> tuple[bool, int]:
+        """Whether the scheduler loop about to run a step takes the requests that reached it,
+        and SGLang's recv-skipper counter after the check; changes nothing."""
+        interval = self.config.recv_interval
+        scheduler = self.scheduler
+        if interval == 1 or not self._last_decode:
+            return True, 0
+        if not scheduler.running and not scheduler.waiting:
+            # NOTE: idle, SGLang's loop spins (each empty pass counts 1) and reaches the
+            # interval within microseconds.
+            return True, 0
+        count = self._recv_count + 1
+        return (True, 0) if count >= interval else (False, count)
 
     def _deliver(self, end_s: float, num_tokens: int) -> float:
         """When the `num_tokens` tokens of a step ending at `end_s` reach their clients."""
@@ -232,10 +263,11 @@ class EngineCore:
         """When the jump that `step(now_s, horizon_s)` would make ends, or None if it would not
         jump; changes nothing. A caller may leave a decode-only engine alone until something
         reaches it (the fleet simulator does), then step it from `now_s` after all."""
-        if self._pending and self._pending[0][0] <= now_s:
+        receives, count = self._recv_check()
+        if receives and self._pending and self._pending[0][0] <= now_s:
             self._planned = None
             return None
-        plan = self._plan_fast_forward(now_s, horizon_s, UNLIMITED_STEPS)
+        plan = self._plan_fast_forward(now_s, horizon_s, UNLIMITED_STEPS, count)
         self._planned = (
             now_s,
             self._effective_horizon_s(horizon_s),
@@ -268,7 +300,7 @@ class EngineCore:
             or free != self.scheduler.kv.num_free_blocks
             or horizon_s > planned_horizon_s
         ):
-            return self._plan_fast_forward(now_s, horizon_s, UNLIMITED_STEPS)
+            return self._plan_fast_forward(now_s, horizon_s, UNLIMITED_STEPS, 0)
         if plan is None or horizon_s == planned_horizon_s:
             return plan
         steps, first_s, growth_s = plan
@@ -276,9 +308,10 @@ class EngineCore:
         return (steps, first_s, growth_s) if steps >= MIN_FAST_FORWARD_STEPS else None
 
     def _plan_fast_forward(
-        self, now_s: float, horizon_s: float, max_steps: int
+        self, now_s: float, horizon_s: float, max_steps: int, recv_count: int
     ) -> tuple[int, float, float] | None:
-        """Steps of the jump from `now_s`, the first step's duration and the growth per step."""
+        """Steps of the jump from `now_s`, the first step's duration and the growth per step;
+        `recv_count` is the recv skipper's counter after the first step's check."""
         scheduler = self.scheduler
         running = scheduler.running
         if not running:
@@ -309,7 +342,8 @@ class EngineCore:
             steps = scheduler.decode_steps_without_admission(steps)
         if steps < MIN_FAST_FORWARD_STEPS:
             return None
-        if self._pending:
+        interval = self.config.recv_interval
+        if self._pending and interval == 1:
             horizon_s = min(horizon_s, self._pending[0][0])
         num_seqs = len(running)
         if not self.step_model.decode_is_linear(num_seqs, ctx_sum):
@@ -329,6 +363,12 @@ class EngineCore:
             first_s *= scale
             growth_s *= scale
         steps = min(steps, _steps_starting_before(now_s, horizon_s, first_s, growth_s, steps))
+        if self._pending and interval > 1:
+            # Stop before the first receiving step that starts once the head is ready: step
+            # j (j >= 1) receives when (recv_count + j) is a multiple of the interval.
+            ready = _steps_starting_before(now_s, self._pending[0][0], first_s, growth_s, steps)
+            if ready < steps:
+                steps = min(steps, max(1, ready + (-(recv_count + ready)) % interval))
         steps = min(steps, self._steps_kv_allows(steps))
         if steps < MIN_FAST_FORWARD_STEPS:
             return None
@@ -355,6 +395,10 @@ class EngineCore:
         # block a finishing request frees, so the same blocks are taken either way.
         scheduler.kv.grow_decodes(running, steps)
         scheduler.on_decode_steps(steps)
+        # The receiving checks of steps 1 .. steps-1 took nothing (the plan stops before any
+        # that would); the counter counts on over them.
+        self._recv_count = (self._recv_count + steps - 1) % self.config.recv_interval
+        self._last_decode = True
         finished: list[Request] = []
         end_index = index + steps
         for request in running:
