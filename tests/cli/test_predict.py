@@ -153,6 +153,8 @@ SHAPE = ["predict", "--model", "Llama-3.1-8B", "--gpu", "h100_sxm", "--isl", "10
             "a normal one (isl_std, osl_std) with min_length_ratio 1 (--min-length-ratio 1)",
         ),
         (["--concurrency", "100000000"], "concurrency 100000000: at most 65,536 clients"),
+        (["--scheduler-recv-interval", "0"], "scheduler_recv_interval=0: SGLang's"),
+        (["--scheduler-recv-interval", "30"], "only SGLang skips receiving requests"),
     ],
 )
 def test_a_shape_or_protocol_no_run_can_have_is_a_clear_error(
@@ -179,3 +181,33 @@ def test_a_batch_row_past_the_context_is_marked_and_the_rest_predicted(tmp_path:
     assert rows[0]["pred_error"].startswith("isl 200000, osl 32: This model's maximum context")
     assert rows[1]["pred_error"].startswith("num_requests -3: give at least 1 measured request")
     assert rows[2]["pred_error"] == "" and float(rows[2]["pred_ttft_ms"]) > 0
+
+
+def test_sglangs_recv_interval_lengthens_ttft_in_both_forms(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A prompt waits for the scheduler's next read, about half the interval in decode steps,
+    once the clients drift apart (lengths on a range); clients in lockstep find the engine
+    idle, which reads at once."""
+    base = ["predict", "--model", "Llama-3.1-8B", "--backend", "sglang", "--isl", "1024",
+            "--osl", "256", "--concurrency", "16", "--protocol", "inferencex",
+            "--json"]  # fmt: skip
+    assert main(base) == 0
+    every = json.loads(capsys.readouterr().out)
+    assert main([*base, "--scheduler-recv-interval", "30"]) == 0
+    thirty = json.loads(capsys.readouterr().out)
+    steps = (thirty["mean_ttft_ms"] - every["mean_ttft_ms"]) / every["mean_tpot_ms"]
+    assert 5 < steps < 30
+    src = tmp_path / "in.csv"
+    src.write_text(
+        "model,system,backend,precision,tp,isl,osl,concurrency,scheduler_recv_interval\n"
+        "Llama-3.1-8B,h100_sxm,sglang,bf16,1,1024,256,16,\n"
+        "Llama-3.1-8B,h100_sxm,sglang,bf16,1,1024,256,16,30\n"
+        "Llama-3.1-8B,h100_sxm,vllm,bf16,1,1024,256,16,30\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "out.csv"
+    assert main(["predict", "--csv", str(src), "--out", str(out), "--protocol", "inferencex"]) == 0
+    rows = list(csv.DictReader(out.read_text(encoding="utf-8").splitlines()))
+    assert float(rows[1]["pred_ttft_ms"]) > float(rows[0]["pred_ttft_ms"]) + 50
+    assert "only SGLang skips receiving requests" in rows[2]["pred_error"]

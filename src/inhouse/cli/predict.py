@@ -2,10 +2,10 @@
 
 Batch form: `inhouse predict --csv IN.csv --out OUT.csv` (columns model, system, backend,
 precision, tp, isl, osl, concurrency; optional layout and quantization columns pp,
-attention_dp, moe_tp, moe_ep, gemm_quant, moe_quant and protocol columns num_requests,
-isl_std, osl_std; others are kept; adds pred_ttft_ms, pred_tpot_ms and pred_error). Single
-form: `inhouse predict --model M --gpu G --tp N --quant Q --isl I --osl O --concurrency C
-[--json]`.
+attention_dp, moe_tp, moe_ep, gemm_quant, moe_quant, SGLang's scheduler_recv_interval and
+protocol columns num_requests, isl_std, osl_std; others are kept; adds pred_ttft_ms,
+pred_tpot_ms and pred_error). Single form: `inhouse predict --model M --gpu G --tp N
+--quant Q --isl I --osl O --concurrency C [--json]`.
 """
 
 from __future__ import annotations
@@ -49,6 +49,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--attention-dp", type=int, default=1, help="data-parallel attention")
     parser.add_argument("--moe-ep", type=int, default=0, help="expert-parallel degree (MoE)")
+    parser.add_argument(
+        "--scheduler-recv-interval",
+        type=int,
+        default=1,
+        help="SGLang's --scheduler-recv-interval: decode steps between reads of new requests",
+    )
     parser.add_argument("--isl", type=int, help="input tokens per request")
     parser.add_argument("--osl", type=int, help="output tokens per request")
     parser.add_argument("--concurrency", type=int, help="closed-loop clients")
@@ -115,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
         serve_knobs(args.kv_dtype),
         attention_dp=args.attention_dp,
         moe_ep=args.moe_ep,
+        scheduler_recv_interval=args.scheduler_recv_interval,
     )
     resolve_local_models((spec.model,))
     replica = build_replica(spec)
@@ -188,6 +195,7 @@ def replica_spec_of_row(row: dict[str, str]) -> ReplicaSpec:
         moe_ep=_int_column(row, "moe_ep", 0),
         gemm_quant=text("gemm_quant"),
         moe_quant=text("moe_quant"),
+        scheduler_recv_interval=_int_column(row, "scheduler_recv_interval", 1),
     )
 
 
