@@ -13,7 +13,7 @@ import numpy as np
 from inhouse.report.document import DELIVERABLES, build_document
 from inhouse.report.inputs import ReportInputs, parse_path
 from inhouse.report.rendered import read_alerts
-from inhouse.report.slo import slo_rows
+from inhouse.report.slo import SloRow, slo_rows
 
 from .conftest import make_inputs
 
@@ -30,7 +30,11 @@ SECTIONS = (
 
 
 def _rows(inputs: ReportInputs) -> dict[str, object]:
-    return {f"{r.workload} {r.metric}": r for r in slo_rows(inputs, read_alerts(inputs.render))}
+    return {f"{r.workload} {r.metric}": r for r in _slo_rows(inputs)}
+
+
+def _slo_rows(inputs: ReportInputs) -> list[SloRow]:
+    return slo_rows(inputs, read_alerts(inputs.render))
 
 
 def test_eight_sections_in_order_and_six_deliverables(inputs: ReportInputs) -> None:
@@ -120,7 +124,7 @@ def test_rows_without_a_number_are_counted_as_wishes(report_dirs: dict[str, Path
         "chat p95 TTFT, one chat replica lost",
         "chat p95 ITL, one chat replica lost",
     }
-    assert f"{len(rows) - 5} of {len(rows)} rows are measured; 5 without a measured number" in text
+    assert f"{len(rows) - 5} of {len(rows)} rows are measured; 5 not measured yet" in text
     assert len(rows) == 11
     assert "Drills passed: 0 of 7 (no drill evidence given)" in text
 
@@ -192,7 +196,8 @@ def test_the_summary_names_the_rows_that_miss_their_target(inputs: ReportInputs)
     text = build_document(inputs).markdown
     summary = text.split("## Summary")[1].split("\n## ")[0]
     assert (
-        "SLO rows measured: 10 of 11 (**not measured: chat p95 ITL, one chat replica lost**); "
+        "SLO rows measured: 10 of 11; **1 not measured yet: chat p95 ITL, one chat replica "
+        "lost** (measurements still to take: section 4 says why, row by row); "
         "**1 misses its target** (chat prefix-cache hit rate). "
         "Drills passed: 7 of 7 (the rules' holds and windows at 0.1x)." in summary
     )
@@ -216,7 +221,7 @@ def test_the_summary_names_the_rows_not_measured(report_dirs: dict[str, Path]) -
         f"{r.workload} {r.metric}" for r in _rows(inputs).values() if r.measured.figure is None
     ]  # type: ignore[attr-defined]
     assert len(wishes) == 5
-    assert f"**not measured: {'; '.join(wishes)}**" in _summary(inputs)
+    assert f"**5 not measured yet: {'; '.join(wishes)}**" in _summary(inputs)
 
 
 def test_the_summary_names_drills_not_run_and_how_they_ran(
@@ -403,3 +408,72 @@ def test_section_4_nests_no_parentheses(report_dirs: dict[str, Path]) -> None:
         table = build_document(inputs).markdown.split("## 4. SLO")[1].split("\n## ")[0]
         for line in table.splitlines():
             assert _depth(line) <= 1, line
+
+
+def _mostly_failed(source: Path, out: Path, num_ok: int) -> Path:
+    """The run at `source`, every request failed as the bench writes one (no TTFT, no usage)
+    but its last `num_ok`."""
+    from .report_fixtures import rewrite_run
+
+    rows = [json.loads(x) for x in (source / "requests.jsonl").read_text().splitlines()]
+    cut = len(rows) - num_ok
+    failed = [
+        {**r, "success": False, "error": "HTTP 503", "ttft_ms": None, "cached_tokens": None}
+        | {"itl_ms": []}
+        for r in rows[:cut]
+    ]
+    result = json.loads((source / "result.json").read_text())
+    return rewrite_run(out, result, failed + [{**r, "success": True} for r in rows[cut:]])
+
+
+def test_the_summary_tells_the_stack_s_failures_from_measurements_still_to_take(
+    report_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """The chat run sent hundreds of requests and 5 succeeded (the stack failed); no utility
+    run was given (a measurement still to take). The summary read "**not measured: ...**" for
+    both: an operator could not tell "fix the stack" from "run more of the bench"."""
+    from inhouse.report.measure import Gap
+
+    bad = _mostly_failed(report_dirs["chat"], tmp_path / "chat", 5)
+    inputs = make_inputs({**report_dirs, "chat": bad}, benches=("chat", "cold"))
+    readings = {f"{r.workload} {r.metric}": r.measured for r in _slo_rows(inputs)}
+    failed = [n for n, r in readings.items() if r.gap is Gap.FAILED]
+    todo = [n for n, r in readings.items() if r.figure is None and r.gap is not Gap.FAILED]
+    assert failed == ["chat p95 TTFT warm", "chat p95 ITL"]
+    assert todo == [
+        "utility p95 e2e",
+        "utility throughput (req/min)",
+        "chat p95 ITL, one chat replica lost",
+    ]
+    summary = _summary(inputs)
+    assert (
+        "**2 failed, the stack's to fix: chat p95 TTFT warm; chat p95 ITL** (the runs sent "
+        "enough requests and too many of them failed: see the runs' errors); "
+        "**3 not measured yet: utility p95 e2e; utility throughput (req/min); chat p95 ITL, "
+        "one chat replica lost** (measurements still to take: section 4 says why, row by row)"
+        in summary
+    ), summary
+    assert "not measured:" not in summary
+    text = build_document(inputs).markdown
+    section4 = text.split("## 4. SLO")[1].split("\n## ")[0]
+    assert (
+        f"{len(readings) - 5} of {len(readings)} rows are measured; 2 failed, the stack's to fix "
+        "(chat p95 TTFT warm; chat p95 ITL): the runs sent enough requests and too many of "
+        "them failed, and more of the bench would fail as well; 3 not measured yet, a "
+        "measurement still to take (utility p95 e2e; utility throughput (req/min); chat p95 "
+        "ITL, one chat replica lost) — a row without a measured number is a wish" in section4
+    ), section4
+    cells = {
+        line.split("|")[2].strip(): line.split("|")[5].strip()
+        for line in section4.splitlines()
+        if line.startswith("| chat |") or line.startswith("| utility |")
+    }
+    assert cells["p95 ITL"].startswith("FAILED, not measured: fewer than the 20"), cells
+    assert cells["p95 e2e"].startswith("not measured: no bench run of this workload"), cells
+    # The public version, which names no tenant and prints no exact figure, tells them apart too.
+    public = _summary_of(build_document(inputs, public=True).markdown)
+    assert "failed, the stack's to fix:" in public and "not measured yet:" in public
+
+
+def _summary_of(markdown: str) -> str:
+    return markdown.split("## Summary")[1].split("\n## ")[0]

@@ -528,7 +528,14 @@ def test_a_run_that_failed_most_requests_leaves_the_worst_run_s_p95_unknown(
         line = _section4_line(text, metric)
         assert "not measured: fewer than the 20 successful requests" in line, line
         assert " ok" not in line.split("|")[5], line
-        assert f"{workload} {metric}" in text.split("## 4. SLO")[1].split("a wish")[0]
+        assert line.split("|")[5].strip().startswith("FAILED, not measured:"), line
+        failures = text.split("## 4. SLO")[1].split("failed, the stack's to fix (")[1]
+        assert f"{workload} {metric}" in failures.split(": the runs sent enough")[0]
+        summary = text.split("## Summary")[1].split("\n## ")[0]
+        assert (
+            f"{workload} {metric}"
+            in summary.split("failed, the stack's to fix: ")[1].split("**")[0]
+        )
     assert "(5 here)" in _section4_line(internal, metric)
     assert " here)" not in _section4_line(public, metric)
 

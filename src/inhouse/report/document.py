@@ -18,6 +18,7 @@ from inhouse.report.figures import Ledger
 from inhouse.report.inputs import DRILLS, ReportInputs
 from inhouse.report.measure import client_bottlenecked
 from inhouse.report.sections_ops import drill_conditions
+from inhouse.report.slo import Tally, row_names, tally
 
 DELIVERABLES = (
     (
@@ -65,19 +66,12 @@ def _summary(ctx: Context) -> list[str]:
         f"{p['name']}: {p['replicas']}x {p['model']} {p['quant']} TP{p['tp']} on {p['gpu']}"
         for p in ctx.inputs.plan.get("pools") or []
     )
-    measured = sum(1 for r in ctx.rows if r.measured.figure is not None)
-    wishes = [f"{r.workload} {r.metric}" for r in ctx.rows if r.measured.figure is None]
-    missed = [f"{r.workload} {r.metric}" for r in ctx.rows if r.verdict is False]
-    # A measured row without a target is not within it: nothing judged it.
-    unjudged = [
-        f"{r.workload} {r.metric}"
-        for r in ctx.rows
-        if r.measured.figure is not None and r.verdict is None
-    ]
+    rows = tally(ctx.rows)
+    unmeasured = _unmeasured(rows)
     # The runs behind section 4's figures whose client was a bottleneck (their rows say so).
     cited = {
         run.name
-        for r in ctx.rows
+        for r in rows.measured
         if r.measured.figure is not None
         for run in client_bottlenecked(r.measured.figure, ctx.inputs.benches)
     }
@@ -97,15 +91,19 @@ def _summary(ctx: Context) -> list[str]:
         "",
         f"Stack: {pools}. All-in "
         + ctx.plan("cost", "usd_per_hour", kind="price", unit="usd_h", label="stack $/h")
-        + f". SLO rows measured: {measured} of {len(ctx.rows)}"
-        + (f" (**not measured: {'; '.join(wishes)}**)" if wishes and measured else "")
+        + f". SLO rows measured: {len(rows.measured)} of {len(ctx.rows)}"
+        + unmeasured
         + (
-            f"; **{len(missed)} {'misses its' if len(missed) == 1 else 'miss their'} target** "
-            f"({'; '.join(missed)})"
-            if missed
-            else (", every measured one within its target" if measured and not unjudged else "")
+            f"; **{len(rows.missed)} {'misses its' if len(rows.missed) == 1 else 'miss their'} "
+            f"target** ({row_names(rows.missed)})"
+            if rows.missed
+            else (
+                f"{';' if unmeasured else ','} every measured one within its target"
+                if rows.measured and not rows.unjudged
+                else ""
+            )
         )
-        + (f"; no target to judge: {'; '.join(unjudged)}" if unjudged else "")
+        + (f"; no target to judge: {row_names(rows.unjudged)}" if rows.unjudged else "")
         + (
             f"; the client was a bottleneck in {', '.join(bottlenecked)}, whose figures include "
             "client delay"
@@ -120,6 +118,25 @@ def _summary(ctx: Context) -> list[str]:
         + ". Every figure is listed in the appendix with the file and JSON path it came from.",
         "",
     ]
+
+
+def _unmeasured(rows: Tally) -> str:
+    """The rows without a measured number, the stack's failures apart from the measurements
+    still to take: "not measured" for both told an operator nothing of whether to fix the stack
+    or to run more of the bench. NOTE: where nothing was measured and nothing failed, "0 of N"
+    says it all."""
+    text = ""
+    if rows.failed:
+        text += (
+            f"; **{len(rows.failed)} failed, the stack's to fix: {row_names(rows.failed)}** "
+            "(the runs sent enough requests and too many of them failed: see the runs' errors)"
+        )
+    if rows.unmeasured and (rows.measured or rows.failed):
+        text += (
+            f"; **{len(rows.unmeasured)} not measured yet: {row_names(rows.unmeasured)}** "
+            "(measurements still to take: section 4 says why, row by row)"
+        )
+    return text
 
 
 def _appendix(ctx: Context) -> list[str]:

@@ -7,8 +7,9 @@ from typing import Any
 
 from inhouse.report.context import Context, table
 from inhouse.report.inputs import DRILLS, DrillRun, Drills
+from inhouse.report.measure import Gap
 from inhouse.report.rendered import threshold_text
-from inhouse.report.slo import METRIC, Bound, SloRow
+from inhouse.report.slo import METRIC, Bound, SloRow, row_names, tally
 
 POST_MORTEM = [
     "* **Timeline** (UTC): fault injected / detected (first alert) / mitigated / recovered.",
@@ -32,7 +33,10 @@ def _measured(ctx: Context, row: SloRow) -> str:
     if reading.figure is None:
         count = "" if ctx.public or not reading.samples else f" ({reading.samples} here)"
         how = f"; {reading.how}" if reading.how else ""
-        return f"not measured: {reading.why}{count}{how}"
+        # NOTE: a failure the stack must fix reads as one, as a miss does (" MISS"), not as a
+        # measurement still to take.
+        failed = "FAILED, " if reading.gap is Gap.FAILED else ""
+        return f"{failed}not measured: {reading.why}{count}{how}"
     verdict = {True: " ok", False: " MISS", None: ""}[row.verdict]
     note = f" ({reading.note})" if reading.note else ""
     return ctx.show(reading.figure) + verdict + note
@@ -57,28 +61,30 @@ def slo(ctx: Context, chart: str | None) -> list[str]:
         for r in ctx.rows
     ]
     lines += table(["workload", "metric", "target", "alarm at", "measured", "source"], rows)
-    wishes = [r for r in ctx.rows if r.measured.figure is None]
-    missed = [r for r in ctx.rows if r.verdict is False]
-    unjudged = [r for r in ctx.rows if r.measured.figure is not None and r.verdict is None]
+    tallied = tally(ctx.rows)
+    failed = (
+        f"{len(tallied.failed)} failed, the stack's to fix ({row_names(tallied.failed)}): the runs "
+        "sent enough requests and too many of them failed, and more of the bench would fail as "
+        "well; "
+        if tallied.failed
+        else ""
+    )
     lines.append(
-        f"{len(ctx.rows) - len(wishes)} of {len(ctx.rows)} rows are measured; "
-        f"{len(wishes)} without a measured number "
-        + ("(" + "; ".join(f"{r.workload} {r.metric}" for r in wishes) + ")" if wishes else "")
+        f"{len(tallied.measured)} of {len(ctx.rows)} rows are measured; {failed}"
+        f"{len(tallied.unmeasured)} not measured yet, a measurement still to take"
+        + (f" ({row_names(tallied.unmeasured)})" if tallied.unmeasured else "")
         + " — a row without a measured number is a wish, not a commitment. "
         + (
-            f"{len(missed)} measured row(s) miss their target: "
-            + "; ".join(f"{r.workload} {r.metric}" for r in missed)
-            + "."
-            if missed
+            f"{len(tallied.missed)} measured row(s) miss their target: {row_names(tallied.missed)}."
+            if tallied.missed
             else "Every measured row meets its target."
-            if not unjudged
+            if not tallied.unjudged
             else ""
         )
         + (
-            f" {len(unjudged)} measured row(s) have no target to judge them by: "
-            + "; ".join(f"{r.workload} {r.metric}" for r in unjudged)
-            + "."
-            if unjudged
+            f" {len(tallied.unjudged)} measured row(s) have no target to judge them by: "
+            f"{row_names(tallied.unjudged)}."
+            if tallied.unjudged
             else ""
         )
     )

@@ -5,8 +5,9 @@ throughput; KV use steady and in bursts; prefix hit rate) for the plan's own wor
 degraded-mode row. Targets come from `plan.json` (the requirements' SLOs, traffic and the
 planned hit rate), alarms from the rendered alerts where one exists (else the requirement's
 alarm, saying no alert watches it), measured values from the bench runs and drills. A row with
-nothing measured says why: a row without a measured number is a wish, and the summary counts
-those rows.
+nothing measured says why: a row without a measured number is a wish, and the summaries count
+those rows (`tally`), the stack's failures (the runs sent enough requests, too many failed)
+apart from the measurements still to take.
 """
 
 from __future__ import annotations
@@ -96,6 +97,38 @@ class SloRow:
         if self.target.op == "<":
             return value.value < target.value
         return value.value >= target.value * (1.0 - self.tolerance)
+
+
+@dataclass(frozen=True, slots=True)
+class Tally:
+    """Section 4's rows as the summaries count them. A row without a measured number is
+    either `failed` (`Gap.FAILED`: the runs sent enough requests and too many of them failed,
+    the stack's to fix; more of the bench would fail as well) or `unmeasured` (a measurement
+    still to take: too few requests or no run, `Gap.MISSING`, or another reason the row
+    names, e.g. a lighter load or no drill that measures it)."""
+
+    measured: tuple[SloRow, ...]
+    failed: tuple[SloRow, ...]
+    unmeasured: tuple[SloRow, ...]
+    missed: tuple[SloRow, ...]  # measured, outside its target
+    unjudged: tuple[SloRow, ...]  # measured, no target to judge it by
+
+
+def tally(rows: list[SloRow]) -> Tally:
+    measured = tuple(r for r in rows if r.measured.figure is not None)
+    without = [r for r in rows if r.measured.figure is None]
+    return Tally(
+        measured,
+        tuple(r for r in without if r.measured.gap is Gap.FAILED),
+        tuple(r for r in without if r.measured.gap is not Gap.FAILED),
+        tuple(r for r in measured if r.verdict is False),
+        tuple(r for r in measured if r.verdict is None),
+    )
+
+
+def row_names(rows: tuple[SloRow, ...]) -> str:
+    """`chat p95 ITL; utility p95 e2e`: the rows as the summaries name them."""
+    return "; ".join(f"{r.workload} {r.metric}" for r in rows)
 
 
 def _at_peak_reading(
