@@ -49,8 +49,8 @@ def write_rendered(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 @dataclass(frozen=True)
-class PlannedCrm:
-    """`inhouse plan` of the CRM requirements, as the CLI writes it: the plan, plan.json's
+class PlannedExample:
+    """`inhouse plan` of an example's requirements, as the CLI writes it: the plan, plan.json's
     content, the memo and the stack file (with its workloads and triggers)."""
 
     plan: Plan
@@ -59,9 +59,22 @@ class PlannedCrm:
     stack: StackSpec
 
 
-@pytest.fixture(scope="session")
-def crm_plan() -> PlannedCrm:
-    path = ROOT / "examples" / "crm-copilot" / "requirements.yaml"
+PlannedCrm = PlannedExample  # the CRM example's, which most tests here read
+
+
+def plan_example(example: str) -> PlannedExample:
+    path = ROOT / "examples" / example / "requirements.yaml"
     plan = make_plan(load_requirements(path))
     report = build_report(plan, stack_path="stack.yaml")
-    return PlannedCrm(plan, report, render_memo(report, {}), final_stack(plan, report))
+    return PlannedExample(plan, report, render_memo(report, {}), final_stack(plan, report))
+
+
+@pytest.fixture(scope="session")
+def crm_plan() -> PlannedExample:
+    return plan_example("crm-copilot")
+
+
+@pytest.fixture(scope="session")
+def code_assistant_plan() -> PlannedExample:
+    """The code assistant's plan: a 70B pool that fails over onto an 8B `role: fallback` pool."""
+    return plan_example("code-assistant")

@@ -8,8 +8,11 @@ for `SAMPLES` minutes. Rates and quantiles over any window then equal the run's 
 to histogram-bucket interpolation, which is exactly what the rules see in production.
 
 Not replayed: gauges the records do not carry (KV-cache usage, waiting requests) and GPU
-telemetry. `up` is 1 for every engine replica and the gateway; each replica keeps one process
-(`process_start_time_seconds` constant: no restarts).
+telemetry. `up` is 1 for every engine replica and the gateway, but 0 for a replica the run had
+down (`down_replicas`, as the simulator's: a pool's last N), which is not scraped and so has no
+vLLM series; each replica keeps one process (`process_start_time_seconds` constant: no
+restarts). A pool that served nothing (a fallback outside a failover) has its series at 0 and
+no figures: its quantiles and ratios read nothing, as the rules' do.
 """
 
 from __future__ import annotations
@@ -71,21 +74,24 @@ class Replay:
     """The series, and the figures they encode (the test's ground truth)."""
 
     series: list[dict[str, str]]
-    p95_ms: dict[str, dict[str, float]]  # workload -> ttft/e2e; pool -> itl (key "pool:NAME")
+    # workload -> ttft/e2e; pool -> itl (key "pool:NAME"), absent for a pool with no gap
+    p95_ms: dict[str, dict[str, float]]
     error_ratio: dict[str, float]  # workload -> failed / arrived
     rate_per_s: dict[str, float]  # workload -> arrivals per second
-    prompt_p95: dict[str, float]  # pool -> tokens, as histogram_quantile reads them
-    output_p95: dict[str, float]  # pool -> generated tokens, likewise
-    hit_rate: dict[str, float]  # pool -> cached / prompt tokens
-    tpot_median_ms: dict[str, float]  # pool, as histogram_quantile reads it
+    # Per pool that served a request (absent for one that served none):
+    prompt_p95: dict[str, float]  # tokens, as histogram_quantile reads them
+    output_p95: dict[str, float]  # generated tokens, likewise
+    hit_rate: dict[str, float]  # cached / prompt tokens
+    tpot_median_ms: dict[str, float]  # as histogram_quantile reads it
 
 
 def _engine_series(
-    pool: PoolSpec, result: FleetResult, done: list[RequestRecord], window_s: float
+    pool: PoolSpec, result: FleetResult, done: list[RequestRecord], window_s: float, down: int
 ) -> list[dict[str, str]]:
+    """The pool's vLLM series, per replica up (its last `down` are not scraped)."""
     out: list[dict[str, str]] = []
     tokens = [float(b) for b in build_1_2_5_buckets(max_model_len(pool))]
-    for replica in range(pool.replicas):
+    for replica in range(pool.replicas - down):
         mine = [r for r in done if r.pool == pool.name and r.replica == replica]
         labels = engine_labels(pool, replica)
         out += _histogram(
@@ -151,7 +157,9 @@ def _gateway_series(
 PROCESS_START = 1_800_000_000  # each replica's process start time, seconds since the epoch
 
 
-def _up_series(stack: StackSpec, namespace: str) -> list[dict[str, str]]:
+def _up_series(
+    stack: StackSpec, namespace: str, down_replicas: Mapping[str, int]
+) -> list[dict[str, str]]:
     out = [
         {
             "series": _selector(
@@ -161,10 +169,12 @@ def _up_series(stack: StackSpec, namespace: str) -> list[dict[str, str]]:
         }
     ]
     for pool in engine_pools(stack):
+        up_replicas = pool.replicas - down_replicas.get(pool.name, 0)
         for replica in range(pool.replicas):
             labels = {k: v for k, v in engine_labels(pool, replica).items() if k != "model_name"}
             labels["namespace"] = namespace
-            out.append({"series": _selector("up", labels), "values": f"1x{SAMPLES}"})
+            up = int(replica < up_replicas)
+            out.append({"series": _selector("up", labels), "values": f"{up}x{SAMPLES}"})
             # one process through the run: no restart for the flapping alert to count
             start = _selector("process_start_time_seconds", labels)
             out.append({"series": start, "values": f"{PROCESS_START}x{SAMPLES}"})
@@ -184,12 +194,19 @@ def _p95(values: Sequence[float]) -> float:
 
 
 def replay(
-    stack: StackSpec, result: FleetResult, warmup_s: float, duration_s: float, namespace: str
+    stack: StackSpec,
+    result: FleetResult,
+    warmup_s: float,
+    duration_s: float,
+    namespace: str,
+    down_replicas: Mapping[str, int] | None = None,
 ) -> Replay:
+    """`result` as series; `down_replicas`: the run's, as given to the simulator."""
+    down = dict(down_replicas or {})
     window_s = duration_s - warmup_s
     counted = [r for r in result.records if r.arrival_s >= warmup_s]
     done = [r for r in counted if r.ok]
-    series = _up_series(stack, namespace) + _gateway_series(stack, counted, window_s)
+    series = _up_series(stack, namespace, down) + _gateway_series(stack, counted, window_s)
     p95: dict[str, dict[str, float]] = {}
     errors, rates = {}, {}
     for workload in stack.workloads:
@@ -203,9 +220,14 @@ def replay(
         rates[workload.name] = len(mine) / window_s
     prompt, output, hits, tpot = {}, {}, {}, {}
     for pool in engine_pools(stack):
-        series += _engine_series(pool, result, done, window_s)
+        series += _engine_series(pool, result, done, window_s, down.get(pool.name, 0))
         mine = [r for r in done if r.pool == pool.name]
-        p95[f"pool:{pool.name}"] = {"itl": 1000.0 * float(np.percentile(result.itl_s(mine), 95))}
+        gaps = result.itl_s(mine)
+        p95[f"pool:{pool.name}"] = (
+            {"itl": 1000.0 * float(np.percentile(gaps, 95))} if len(gaps) else {}
+        )
+        if not mine:  # NOTE: a fallback outside a failover: its rules read nothing
+            continue
         tokens = [float(b) for b in build_1_2_5_buckets(max_model_len(pool))]
         prompt[pool.name] = read_quantile(0.95, [r.num_prompt_tokens for r in mine], tokens)
         output[pool.name] = read_quantile(0.95, [r.num_output_tokens for r in mine], tokens)

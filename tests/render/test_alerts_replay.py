@@ -1,5 +1,8 @@
 """Issue 16 item 3: the plan's own simulated traffic, replayed as series through the rules the
 plan renders, pages nobody at 1x peak and pages exactly the SLOs the simulation breaks at 3x.
+The code assistant's plan adds a fallback pool: idle at peak, it pages nobody; in a failover
+(every replica of its primary down) it decodes the primary's traffic, and its ITL alert pages
+at the degraded-mode alarm it states, else at the workloads' (`alerts_itl`).
 
 The expected pages come from the simulated p95s against each workload's alarm (the ground
 truth), never from the rules themselves; promtool then evaluates the rendered rules on series
@@ -14,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.render.conftest import PlannedCrm
+from tests.render.conftest import PlannedCrm, PlannedExample
 from tests.render.promtool_scenarios import promtool
 from tests.render.replay import Replay, as_test, replay
 
@@ -26,12 +29,14 @@ from inhouse.render.alerts import Alert, expected_alert, render_rules
 from inhouse.render.alerts_burn import MIN_FAILED_TO_PAGE
 from inhouse.render.alerts_triggers import rule_threshold
 from inhouse.render.prometheus import stack_rules
-from inhouse.spec.stack import StackSpec
+from inhouse.spec.stack import PoolSpec, StackSpec
+from inhouse.spec.vllm_buckets import ITL_BUCKETS_S
 
 PROMTOOL = shutil.which("promtool")
 pytestmark = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (.ci)")
 NAMESPACE = "crm-copilot"
 RUNBOOK = "runbook.md"
+ITL = "InhouseITLP95OverSLO"
 # Alerts whose series the replay carries (the rest watch gauges and GPUs it does not model).
 INFRA_PAGES = (
     "InhouseEngineReplicaDown",
@@ -42,20 +47,43 @@ INFRA_PAGES = (
 )
 
 
-def simulated(crm: PlannedCrm, multiple: float) -> Replay:
-    requirements = crm.plan.requirements
+def simulated(
+    planned: PlannedExample,
+    multiple: float,
+    down: dict[str, int] | None = None,
+    stack: StackSpec | None = None,
+) -> Replay:
+    """The plan's traffic at `multiple` x its peak with `down` replicas down (the simulator's
+    `down_replicas`), replayed for `stack` (the plan's, else one differing in its SLOs only,
+    which the simulation does not read)."""
+    requirements = planned.plan.requirements
     planning = requirements.planning
-    duration = planning.verify_duration_s if multiple == 1.0 else 60.0
+    duration = planning.verify_duration_s if multiple == 1.0 and not down else 60.0
     result = simulate_stack(
-        crm.stack,
+        planned.stack,
         mixed_workload(requirements, model_names(requirements)),
         policy=planning.routing_policy,
         duration_s=duration,
         seed=planning.seed,
         rate_scale=multiple,
+        down_replicas=down,
     )
     warmup = min(MAX_WARMUP_S, WARMUP_FRACTION * duration)
-    return replay(crm.stack, result, warmup, duration, NAMESPACE)
+    return replay(stack or planned.stack, result, warmup, duration, NAMESPACE, down)
+
+
+def itl_alarm_ms(stack: StackSpec, pool: PoolSpec) -> float:
+    """The ITL alarm a correct pager holds `pool` to: the tightest of the workloads it serves
+    (every one decodes in its steps). A pool serving none, another's fallback, decodes only in
+    a failover, for the workloads failing over onto it: at the degraded-mode alarm a `role:
+    fallback` pool states for a failover (its `slo`), else at the tightest of theirs."""
+    served = stack.workloads_served_by(pool)
+    if not served:
+        stated = pool.slo.alarm_ms("itl") if pool.role == "fallback" and pool.slo else None
+        if stated is not None:
+            return stated
+        served = stack.workloads_failing_over_to(pool)
+    return min(a for w in served if (a := w.slo.alarm_ms("itl")) is not None)
 
 
 def truth(alert: Alert, stack: StackSpec, seen: Replay) -> dict[str, str] | None:
@@ -68,11 +96,10 @@ def truth(alert: Alert, stack: StackSpec, seen: Replay) -> dict[str, str] | None
         alarm = workload.slo.alarm_ms(key)
         assert alarm is not None
         return {"model": workload.model} if seen.p95_ms[workload.name][key] > alarm else None
-    if alert.name == "InhouseITLP95OverSLO":
+    if alert.name == ITL:
         pool = stack.pool(labels["pool"])
-        alarms = [w.slo.alarm_ms("itl") for w in stack.workloads_served_by(pool)]
-        alarm = min(a for a in alarms if a is not None)
-        fires = seen.p95_ms[f"pool:{pool.name}"]["itl"] > alarm
+        itl = seen.p95_ms[f"pool:{pool.name}"].get("itl")  # None: it decoded nothing
+        fires = itl is not None and itl > itl_alarm_ms(stack, pool)
         return {"model_name": pool.client_model_name} if fires else None
     if alert.name == "InhouseErrorBudgetBurnFast":
         workload = next(w for w in stack.workloads if w.name == labels["workload"])
@@ -91,12 +118,14 @@ def truth(alert: Alert, stack: StackSpec, seen: Replay) -> dict[str, str] | None
         and ",".join(t.workloads) == labels.get("workload", ",".join(t.workloads))
     )
     value = {
-        "prompt_tokens_p95": lambda: seen.prompt_p95[trigger.pool],
-        "output_tokens_p95": lambda: seen.output_p95[trigger.pool],
-        "prefix_hit_rate": lambda: seen.hit_rate[trigger.pool],
+        "prompt_tokens_p95": lambda: seen.prompt_p95.get(trigger.pool),
+        "output_tokens_p95": lambda: seen.output_p95.get(trigger.pool),
+        "prefix_hit_rate": lambda: seen.hit_rate.get(trigger.pool),
         "request_rate": lambda: seen.rate_per_s[trigger.model],
-        "tpot_median": lambda: seen.tpot_median_ms[trigger.pool],
+        "tpot_median": lambda: seen.tpot_median_ms.get(trigger.pool),
     }[trigger.signal]()
+    if value is None:  # a pool that served nothing (its replicas down): no series to cross
+        return None
     crossed = value < trigger.threshold if trigger.falls else value > trigger.threshold
     key = "model" if trigger.signal == "request_rate" else "model_name"
     return {key: trigger.model} if crossed else None
@@ -247,3 +276,122 @@ def test_error_ratios_record_zero_without_errors(tmp_path: Path) -> None:
     )
     done = promtool(tmp_path, "test", "rules", "ratio_test.yaml")
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _fallback(stack: StackSpec) -> PoolSpec:
+    (pool,) = [p for p in stack.pools if p.role == "fallback"]
+    return pool
+
+
+def _failover(stack: StackSpec) -> dict[str, int]:
+    """Every replica of the pools that fail over onto the fallback pool, down."""
+    return {p.name: p.replicas for p in stack.fallback_primaries(_fallback(stack))}
+
+
+def _paged(test_checks: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    """(alert, pool) of each page a check expects (a workload's alerts name its pool too)."""
+    return {
+        (c["alertname"], a["exp_labels"].get("pool", ""))
+        for c in test_checks
+        for a in c["exp_alerts"]
+    }
+
+
+def test_a_fallback_pool_is_silent_at_peak_and_a_failover_pages_what_it_breaks(
+    code_assistant_plan: PlannedExample, tmp_path: Path
+) -> None:
+    """At peak the fallback serves nothing: its ITL alert, which exists, reads no series and
+    must stay silent. In a failover (its primary's replicas all down) it decodes the primary's
+    traffic within its ITL alarm, while the first tokens wait and requests fail: the TTFT and
+    burn pages fire, the fallback's ITL page does not. The replay's `up` of the down replicas
+    is 0, which the infrastructure pages would page on (not judged here: test_alerts_ops)."""
+    planned = code_assistant_plan
+    stack = planned.stack
+    fallback, down = _fallback(stack), _failover(stack)
+    alerts = judged(stack)
+    assert (ITL, fallback.name) in {(a.name, a.labels.get("pool")) for a in alerts}
+    at_peak = simulated(planned, 1.0)
+    failover = simulated(planned, 1.0, down)
+    assert at_peak.p95_ms[f"pool:{fallback.name}"] == {}, "idle at peak"
+    itl = failover.p95_ms[f"pool:{fallback.name}"]["itl"]
+    assert itl < itl_alarm_ms(stack, fallback)
+    peak_checks = checks(alerts, stack, at_peak)
+    assert _paged(peak_checks) == set(), "the plan meets its SLOs at 1x: nothing may page"
+    latency = [a for a in alerts if a.name not in INFRA_PAGES]
+    failover_checks = checks(latency, stack, failover)
+    primary = next(iter(down))
+    assert _paged(failover_checks) == {
+        ("InhouseTTFTP95OverSLO", primary),
+        ("InhouseErrorBudgetBurnFast", primary),
+    }, failover_checks
+    run_promtool(
+        tmp_path,
+        stack,
+        [
+            as_test(at_peak, peak_checks, "the code assistant's traffic at 1x peak"),
+            as_test(failover, failover_checks, "a failover onto the fallback pool at 1x peak"),
+        ],
+    )
+
+
+def _restated(stack: StackSpec, fallback_itl_ms: float | None, workload_itl_ms: float) -> StackSpec:
+    """`stack` with the fallback pool's degraded-mode ITL alarm `fallback_itl_ms` (None: its
+    slo states none) and every workload's ITL alarm `workload_itl_ms` (targets 80% of each)."""
+    data = stack.model_dump(mode="json", exclude_none=True)
+    name = _fallback(stack).name
+    for pool in data["pools"]:
+        if pool["name"] == name:
+            slo = {k: v for k, v in pool["slo"].items() if not k.startswith("itl_")}
+            if fallback_itl_ms is not None:
+                slo |= {"itl_p95_ms": 0.8 * fallback_itl_ms, "itl_alarm_ms": fallback_itl_ms}
+            pool["slo"] = slo
+    for workload in data["workloads"]:
+        workload["slo"] |= {"itl_p95_ms": 0.8 * workload_itl_ms, "itl_alarm_ms": workload_itl_ms}
+    return StackSpec.model_validate(data)
+
+
+@pytest.mark.parametrize(
+    ("fallback_alarm", "workload_alarm", "pages"),
+    [
+        # the fallback's own degraded-mode alarm, under its failover ITL, pages; the workloads',
+        # over it, would not
+        ("below", "above", True),
+        # its own alarm, over its failover ITL, holds it; the workloads', under it, would page
+        ("above", "below", False),
+        # it states none: the workloads' alarm, under its failover ITL, pages
+        (None, "below", True),
+    ],
+)
+def test_the_fallback_pool_s_itl_page_in_a_failover_follows_its_degraded_mode_alarm(
+    code_assistant_plan: PlannedExample,
+    tmp_path: Path,
+    fallback_alarm: str | None,
+    workload_alarm: str,
+    pages: bool,
+) -> None:
+    """The fallback pool serves no workload: the replay's oracle took the workloads it serves
+    (none) and failed on an empty `min`. Its alarm is the one its `slo` states for a failover,
+    else the tightest of the workloads failing over onto it; alarms a bucket of vLLM's ITL
+    histogram off the failover's p95, either side, so its quantile reads the same side."""
+    planned = code_assistant_plan
+    down = _failover(planned.stack)
+    fallback = _fallback(planned.stack)
+    itl_ms = simulated(planned, 1.0, down).p95_ms[f"pool:{fallback.name}"]["itl"]
+    edges_ms = [1000.0 * b for b in ITL_BUCKETS_S]
+    alarm_ms = {
+        "below": 0.8 * max(b for b in edges_ms if b < itl_ms),
+        "above": 1.25 * min(b for b in edges_ms if b >= itl_ms),
+    }
+    stack = _restated(
+        planned.stack,
+        alarm_ms[fallback_alarm] if fallback_alarm else None,
+        alarm_ms[workload_alarm],
+    )
+    failover = simulated(planned, 1.0, down, stack)
+    itl_alerts = [a for a in judged(stack) if a.name == ITL]
+    expected = checks(itl_alerts, stack, failover)
+    assert _paged(expected) == ({(ITL, fallback.name)} if pages else set())
+    (rule,) = [a for a in itl_alerts if a.labels["pool"] == fallback.name]
+    threshold_ms = 1000.0 * float(rule.expr.rsplit(">", 1)[1])
+    assert threshold_ms == pytest.approx(itl_alarm_ms(stack, stack.pool(fallback.name)))
+    run_promtool(tmp_path, stack, [as_test(failover, expected, "the fallback's ITL")])
