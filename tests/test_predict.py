@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -16,6 +17,7 @@ from inhouse.predict import (
     run_closed_loop,
     wave_weights,
 )
+from inhouse.spec.knobs import VLLM_SERVE_DEFAULTS
 
 REPLICA = build_replica(ReplicaSpec("Llama-3.1-8B", "h100_sxm", 1, "bf16", "vllm"))
 
@@ -159,3 +161,39 @@ def test_a_length_range_outside_zero_to_one_is_refused_by_name(
 ) -> None:
     with pytest.raises(SpecError, match=named):
         BenchmarkProtocol(**fields).check()  # type: ignore[arg-type]
+
+
+def _steps_of(interval: int) -> list[tuple[bool, int]]:
+    """(whether the step let requests in, its steps) of every engine call of a closed loop
+    whose running batch is full (max_num_seqs 4, 8 clients): nothing can join a decode."""
+    knobs = VLLM_SERVE_DEFAULTS.model_copy(update={"max_num_seqs": 4})
+    spec = ReplicaSpec("Llama-3.1-8B", "h100_sxm", 1, "bf16", "sglang", knobs,
+                       scheduler_recv_interval=interval)  # fmt: skip
+    loop = ClosedLoop(build_replica(spec), 512, 64, 8, VLLM_BENCH, 32)
+    engine, step = loop.engine, loop.engine.step
+    calls: list[tuple[bool, int]] = []
+
+    def recorded(now_s: float, horizon_s: float = math.inf, max_steps: int = 1 << 30):
+        ready = engine.next_ready_s()
+        result = step(now_s, horizon_s, max_steps)
+        if result is not None:
+            let_in = ready is not None and ready <= now_s and engine.next_ready_s() != ready
+            calls.append((let_in, result.num_steps))
+        return result
+
+    engine.step = recorded  # type: ignore[method-assign]
+    loop.run()
+    return calls
+
+
+def test_a_step_that_lets_requests_in_runs_alone_and_the_others_still_jump() -> None:
+    """A jump's times are a series, a step's a running sum: a step that let requests in
+    and jumped (the engine may, when none of them can join) moved the predictions in the
+    last bits from before the recv interval (SGLang, 8k prompts, c64). With an interval,
+    the steps that take nothing in still jump to the one that does."""
+    every = _steps_of(1)
+    assert any(let_in for let_in, _ in every)
+    assert all(n == 1 for let_in, n in every if let_in)
+    thirty = _steps_of(30)
+    assert any(n > 1 for _, n in thirty)
+    assert all(n == 1 for let_in, n in thirty if let_in)

@@ -291,9 +291,12 @@ class ClosedLoop:
         while self.sends or engine.has_unfinished:
             self._release_sends()
             next_send = self.sends[0][0] if self.sends else math.inf
-            # NOTE: the engine stops a jump for its own pending requests (when its scheduler
-            # would take them in: `EngineCore`), so only the next send bounds it here.
-            result = engine.step(self.now, horizon_s=next_send)
+            # NOTE: a step that lets requests in runs alone, as it did before the recv
+            # interval (the same predictions to the last bit: a jump's times are a series, a
+            # step's a running sum). Otherwise the engine stops a jump before its scheduler
+            # would take a pending request in (`EngineCore`), so only the next send bounds it.
+            horizon = self.now if engine.takes_pending_at(self.now) else next_send
+            result = engine.step(self.now, horizon_s=horizon)
             if result is None:
                 ready = engine.next_ready_s()
                 horizon = min(ready if ready is not None else math.inf, next_send)

@@ -58,3 +58,11 @@ def test_sglangs_recv_interval_reaches_the_engine() -> None:
                        scheduler_recv_interval=30)  # fmt: skip
     assert build_replica(spec).config.recv_interval == 30
     assert build_replica(ReplicaSpec("Llama-3.1-8B")).config.recv_interval == 1
+
+
+def test_a_recv_interval_is_taken_for_sglang_however_the_backend_is_spelled() -> None:
+    """The engine table reads "SGLang" as SGLang; the interval's check refused it as not
+    SGLang ("only SGLang skips receiving requests; SGLang takes them every step")."""
+    spec = ReplicaSpec("Llama-3.1-8B", "h100_sxm", 1, "fp8", "SGLang", VLLM_SERVE_DEFAULTS,
+                       scheduler_recv_interval=30)  # fmt: skip
+    assert build_replica(spec).config.recv_interval == 30

@@ -79,6 +79,8 @@ def shapes(
             st.sampled_from([None, LoraCost(2, 1, 16, 1e8, 0.003), LoraCost(2, 2, 16, 1e8, 0.0)])
         ),
     }
+    # SGLang's admission (KV held for futures) where batches are not mixed, as SGLang runs.
+    knobs["reserve_new_tokens"] = not knobs["mixed_batches"] and draw(st.booleans())
     if not knobs["enable_chunked_prefill"]:
         # vLLM's rule without chunking: a whole prompt must fit one step's budget.
         knobs.update(max_num_batched_tokens=512, max_model_len=512)

@@ -88,7 +88,8 @@ def build_replica(spec: ReplicaSpec, constants: EngineConstants | None = None) -
             f"scheduler_recv_interval={interval!r}: SGLang's --scheduler-recv-interval is a "
             "whole number of decode steps, at least 1 (1: take new requests every step)"
         )
-    if interval > 1 and spec.backend != "sglang":
+    # NOTE: the backend as the engine table reads it (`get_engine_constants`): "SGLang" is SGLang.
+    if interval > 1 and spec.backend.strip().lower() != "sglang":
         raise SpecError(
             f"scheduler_recv_interval={interval}: only SGLang skips receiving requests; "
             f"{spec.backend} takes them every step, so leave it at 1"

@@ -227,6 +227,12 @@ class EngineCore:
         self._account(1, dt, batch.num_tokens - len(emitted), len(emitted), finished)
         return StepResult(now_s, end_s, index, 1, emitted, finished, batch)
 
+    def takes_pending_at(self, now_s: float) -> bool:
+        """Whether a step from `now_s` would hand pending requests to the scheduler: one is
+        ready by then and the scheduler loop receives at that step; changes nothing."""
+        pending = self._pending
+        return bool(pending) and pending[0][0] <= now_s and self._recv_check()[0]
+
     def _recv_check(self) -> tuple[bool, int]:
         """Whether the scheduler loop about to run a step takes the requests that reached it,
         and SGLang's recv-skipper counter after the check; changes nothing."""
@@ -263,11 +269,10 @@ class EngineCore:
         """When the jump that `step(now_s, horizon_s)` would make ends, or None if it would not
         jump; changes nothing. A caller may leave a decode-only engine alone until something
         reaches it (the fleet simulator does), then step it from `now_s` after all."""
-        receives, count = self._recv_check()
-        if receives and self._pending and self._pending[0][0] <= now_s:
+        if self.takes_pending_at(now_s):
             self._planned = None
             return None
-        plan = self._plan_fast_forward(now_s, horizon_s, UNLIMITED_STEPS, count)
+        plan = self._plan_fast_forward(now_s, horizon_s, UNLIMITED_STEPS, self._recv_check()[1])
         self._planned = (
             now_s,
             self._effective_horizon_s(horizon_s),

@@ -145,7 +145,9 @@ class Scheduler:
         ratio's decay and by one future token per running request a step."""
         reservation = self.reservation
         assert reservation is not None and self.waiting, "only while a reservation blocks"
-        head = self.waiting.peek()
+        head = self._admission_head()
+        if head is None:
+            return limit  # every adapter waited for is one too many until a request finishes
         hit = self.kv.find_prefix(head)
         num_hit = (len(hit.gpu_blocks) + hit.num_host_blocks) * self.config.block_size
         cost = reservation.cost(head, max(head.num_tokens - num_hit, 1))
@@ -166,6 +168,17 @@ class Scheduler:
             else:
                 low = mid
         return high  # the checks before steps 0 .. high - 1 all fail
+
+    def _admission_head(self) -> Request | None:
+        """The waiting request an admission pass tries first: the queue's head, past those
+        whose LoRA adapter would be one too many (`_admit` defers them); None if all are."""
+        slots = self.lora_slots
+        if slots is None:
+            return self.waiting.peek()
+        for request in self.waiting:
+            if request.lora is None or slots.can_run(request.lora):
+                return request
+        return None
 
     def _schedule_prefills(self, now_s: float) -> Batch:
         """SGLang's default: a step is either a prefill batch (unfinished prompt chunks, then
