@@ -347,9 +347,6 @@ class EngineCore:
             steps = scheduler.decode_steps_without_admission(steps)
         if steps < MIN_FAST_FORWARD_STEPS:
             return None
-        interval = self.config.recv_interval
-        if self._pending and interval == 1:
-            horizon_s = min(horizon_s, self._pending[0][0])
         num_seqs = len(running)
         if not self.step_model.decode_is_linear(num_seqs, ctx_sum):
             return None
@@ -368,11 +365,13 @@ class EngineCore:
             first_s *= scale
             growth_s *= scale
         steps = min(steps, _steps_starting_before(now_s, horizon_s, first_s, growth_s, steps))
-        if self._pending and interval > 1:
+        if self._pending:
             # Stop before the first receiving step that starts once the head is ready: step
-            # j (j >= 1) receives when (recv_count + j) is a multiple of the interval.
+            # j (j >= 1) receives when (recv_count + j) is a multiple of the interval (every
+            # step with an interval of 1, so the jump stops at the ready time).
             ready = _steps_starting_before(now_s, self._pending[0][0], first_s, growth_s, steps)
             if ready < steps:
+                interval = self.config.recv_interval
                 steps = min(steps, max(1, ready + (-(recv_count + ready)) % interval))
         steps = min(steps, self._steps_kv_allows(steps))
         if steps < MIN_FAST_FORWARD_STEPS:
