@@ -13,7 +13,9 @@ data/calibration_unseen_gpus.csv: the same corpus's H200 and B300 runs, no row o
 fit has seen; models it never saw too, Llama-3.1-8B and Qwen3-235B-A22B). Prints median
 absolute relative error of mean TTFT and mean TPOT by backend, and within each backend by
 model family, GPU and concurrency regime; the worst rows; and the wall time. `--quick`
-predicts every fourth row.
+predicts every fourth row. `--single-gpu-fits` also predicts each held-out fit's own rows:
+with a corpus of two GPUs, each GPU under constants fitted on it alone, the error per-GPU
+constants could reach (none ship), with the median signed TTFT error by group.
 
 `--corpus-protocol harness` reads each row as its harness ran it (`inhouse.calibration.corpus`:
 InferenceX's ten waves with lengths on [0.8 L, L] and its launch knobs); give it constants
@@ -64,9 +66,17 @@ def _errors(scored: list[Scored]) -> tuple[float, float]:
     return ttft, tpot
 
 
-def print_table(title: str, scored: list[Scored]) -> None:
+def _signed(scored: list[Scored]) -> str:
+    """The median signed TTFT error: which way a group's misses lean."""
+    return f" {100 * statistics.median(p / r.ttft_ms - 1 for r, p, _ in scored):>+9.0f}%"
+
+
+def print_table(title: str, scored: list[Scored], signed: bool = False) -> None:
+    """MdAPE by backend, then by family, GPU and regime; with `signed`, the median signed
+    TTFT error beside them."""
     print(f"\n{title}")
-    print(f"  {'group':<34} {'rows':>5} {'TTFT MdAPE':>11} {'TPOT MdAPE':>11}")
+    lean = f" {'TTFT signed':>11}" if signed else ""
+    print(f"  {'group':<34} {'rows':>5} {'TTFT MdAPE':>11} {'TPOT MdAPE':>11}{lean}")
     keys: list[tuple[str, Callable[[CorpusRow], str]]] = [
         ("family", lambda r: r.family),
         ("gpu", lambda r: r.gpu),
@@ -75,7 +85,8 @@ def print_table(title: str, scored: list[Scored]) -> None:
     for backend in sorted({r.backend for r, _, _ in scored}):
         mine = [s for s in scored if s[0].backend == backend]
         ttft, tpot = _errors(mine)
-        print(f"  {backend:<34} {len(mine):>5} {100 * ttft:>10.1f}% {100 * tpot:>10.1f}%")
+        lean = _signed(mine) if signed else ""
+        print(f"  {backend:<34} {len(mine):>5} {100 * ttft:>10.1f}% {100 * tpot:>10.1f}%{lean}")
         for label, key in keys:
             groups: dict[str, list[Scored]] = defaultdict(list)
             for s in mine:
@@ -83,9 +94,10 @@ def print_table(title: str, scored: list[Scored]) -> None:
             for name in sorted(groups):
                 ttft, tpot = _errors(groups[name])
                 group = f"  {backend} {label} {name}"
+                lean = _signed(groups[name]) if signed else ""
                 print(
                     f"  {group:<34} {len(groups[name]):>5} {100 * ttft:>10.1f}% "
-                    f"{100 * tpot:>10.1f}%"
+                    f"{100 * tpot:>10.1f}%{lean}"
                 )
 
 
@@ -193,6 +205,12 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--worst", type=int, default=8)
     parser.add_argument("--quick", action="store_true", help="every fourth row only")
+    parser.add_argument(
+        "--single-gpu-fits",
+        action="store_true",
+        help="also predict each held-out fit's own rows: where the corpus has two GPUs, each "
+        "GPU under constants fitted on it alone (what per-GPU constants could reach)",
+    )
     parser.add_argument("--unseen", type=Path, default=UNSEEN_CSV, help="runs on unfitted GPUs")
     parser.add_argument(
         "--dephased-start",
@@ -229,7 +247,9 @@ def main() -> int:
         ]
         in_sample = list(pool.map(_predict, tasks, chunksize=2))
         held_out: list[Scored] = []
-        for gpu in sorted({r.gpu for r in rows}):
+        own: list[Scored] = []
+        gpus = sorted({r.gpu for r in rows})
+        for gpu in gpus:
             path = args.holdout_dir / f"engines_without_{gpu}.yaml"
             if not path.is_file():
                 continue
@@ -240,6 +260,13 @@ def main() -> int:
                 if r.gpu == gpu
             ]
             held_out += list(pool.map(_predict, tasks, chunksize=2))
+            if args.single_gpu_fits and len(gpus) == 2:
+                tasks = [
+                    (r, table[r.backend], r.simulated_protocol(args.dephased_start))
+                    for r in rows
+                    if r.gpu != gpu
+                ]
+                own += list(pool.map(_predict, tasks, chunksize=2))
         tasks = [
             (r, constants_of(r.backend), r.simulated_protocol(args.dephased_start)) for r in unseen
         ]
@@ -252,11 +279,21 @@ def main() -> int:
         print_table(title, held_out)
     else:
         print(f"\nno held-out fits in {args.holdout_dir}: leave-one-GPU-out not reported")
+    if args.single_gpu_fits:
+        if own:
+            title = (
+                "each GPU under constants fitted on its rows alone (the held-out fit of the "
+                "other GPU, predicting the rows it was fitted on):"
+            )
+            print_table(title, own, signed=True)
+        else:
+            print("\n--single-gpu-fits: needs a corpus of two GPUs and both held-out fits")
     if never:
         print_table(f"GPUs no fit has seen ({args.unseen.name}, {which}):", never)
     print_growth(in_sample)
     print_worst(in_sample, args.worst)
-    print(f"\npredicted {len(in_sample) + len(held_out) + len(never)} runs in {wall_s:.0f} s wall")
+    count = len(in_sample) + len(held_out) + len(own) + len(never)
+    print(f"\npredicted {count} runs in {wall_s:.0f} s wall")
     print(f"\nreproduce: {' '.join([COMMAND, *(shlex.quote(a) for a in sys.argv[1:])])}")
     return 0
 

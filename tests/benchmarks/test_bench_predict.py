@@ -54,3 +54,22 @@ def test_growth_is_highest_over_lowest_concurrency_per_configuration() -> None:
     assert figures["predicted TTFT"] == pytest.approx(2.0)
     assert figures["measured TTFT/TPOT"] == pytest.approx((800 / 40) / (100 / 10))
     assert figures["predicted TTFT/TPOT"] == pytest.approx((200 / 20) / (100 / 10))
+
+
+def test_the_signed_column_shows_which_way_a_group_leans(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bench = _bench()
+    # TTFT predicted 10% and 30% high on one family, 20% low on the other.
+    scored = [_scored("a", 4, 100, 10, 110, 10), _scored("a", 8, 100, 10, 130, 10)]
+    for row, _, _ in scored:
+        row.family, row.gpu, row.regime = "fam-a", "h100_sxm", "c<=16"
+    low = _scored("b", 4, 100, 10, 80, 10)
+    low[0].family, low[0].gpu, low[0].regime = "fam-b", "h100_sxm", "c<=16"
+    bench.print_table("t", [*scored, low], signed=True)
+    lines = capsys.readouterr().out.splitlines()
+    family = {line.split()[2]: line.split() for line in lines if " family " in line}
+    assert family["fam-a"][-1] == "+20%"
+    assert family["fam-b"][-1] == "-20%"
+    bench.print_table("t", scored)  # unsigned: no column
+    assert not any(line.rstrip().endswith("+20%") for line in capsys.readouterr().out.splitlines())
