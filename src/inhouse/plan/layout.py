@@ -73,10 +73,12 @@ def fallback_larger_than_primary(req: WorkloadReq) -> str | None:
     model the planner may choose for the workload's own pool.
 
     NOTE: refused, not warned about. The fallback pool takes one lost primary replica's
-    traffic; a larger model needs at least the GPUs of a spare primary replica for it, and
-    serves it slower, so it is never the cheaper cover (a spare replica is N+1). A stack's
-    pool-level `fallback` may still spill to a larger pool: that is a routing rule, which
-    this does not judge."""
+    traffic at the degraded SLO; the primary's own model named as the fallback could take it
+    on the same GPUs on offer with fewer weights, so a larger one is never the cheaper cover,
+    and a degraded mode better than the normal one is no degraded mode. (Sizes count every
+    parameter, as the quality floor does: a MoE fallback with fewer active parameters than a
+    dense primary is still refused by its weights.) A stack's pool-level `fallback` may spill
+    to a larger pool: that is a routing rule, which this does not judge."""
     if req.models.fallback is None:
         return None
     fallback = get_model(req.models.fallback).name
