@@ -18,6 +18,10 @@ constant is per GPU. `--holdout b200_sxm` fits without that GPU's rows (for
 `src/inhouse/perf/data/engines.yaml`; `--out FILE` elsewhere; neither: print only. A fit starts
 from `--start` (default: the physical values of `data/calibration_prior.yaml`) and is pulled
 weakly towards `--prior` (the same file); a leave-one-GPU-out fit must start there.
+
+Each engine's block records what the fit saw: `fitted_on` (the runs and the in-sample error)
+and `fitted_gpus` (the GPUs of the rows it fitted, holdout excluded), which `inhouse plan`
+reads to say whether a planned GPU was among them.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import csv
 import math
 import sys
 import time
+from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -125,7 +130,8 @@ def save_round(
     if trace is None:
         return
     trace.mkdir(parents=True, exist_ok=True)
-    write_table(trace / f"round{k}.yaml", table, {e: f"round {k}" for e in table})
+    notes = {e: f"round {k}" for e in table}
+    write_table(trace / f"round{k}.yaml", table, notes, fitted_gpus(r.row for r in recs))
     with (trace / f"round{k}.csv").open("w", newline="", encoding="utf-8") as handle:
         out = csv.writer(handle)
         out.writerow(["id", "ttft_ms", "tpot_ms", "pred_ttft_ms", "pred_tpot_ms"])
@@ -184,7 +190,20 @@ def fit(
     return space, best
 
 
-def write_table(path: Path, table: dict[str, EngineConstants], notes: dict[str, str]) -> None:
+def fitted_gpus(rows: Iterable[CorpusRow]) -> dict[str, list[str]]:
+    """Per engine, the GPUs its rows ran on, sorted: engines.yaml's `fitted_gpus`."""
+    out: dict[str, set[str]] = {}
+    for row in rows:
+        out.setdefault(row.backend, set()).add(row.gpu)
+    return {engine: sorted(gpus) for engine, gpus in out.items()}
+
+
+def write_table(
+    path: Path,
+    table: dict[str, EngineConstants],
+    notes: dict[str, str],
+    gpus: dict[str, list[str]],
+) -> None:
     first = next(iter(table.values()))
     out: dict[str, dict[str, object]] = {"kernels": {}}
     for name in KERNEL_FIELDS:
@@ -197,6 +216,7 @@ def write_table(path: Path, table: dict[str, EngineConstants], notes: dict[str, 
             max_num_batched_tokens=constants.max_num_batched_tokens,
             max_num_seqs=constants.max_num_seqs,
             fitted_on=notes[engine],
+            fitted_gpus=gpus.get(engine, []),
             mixed_batches=constants.mixed_batches,
             reserve_new_tokens=constants.reserve_new_tokens,
             memory_rule=constants.memory_rule,
@@ -209,7 +229,7 @@ def write_table(path: Path, table: dict[str, EngineConstants], notes: dict[str, 
     print(f"wrote {path}")
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--csv", type=Path, default=DEFAULT_CSV)
     parser.add_argument("--start", type=Path, default=PRIOR_YAML, help="constants to start at")
@@ -237,8 +257,12 @@ def main(argv: list[str] | None = None) -> int:
         "shipped constants were fitted) or under its own harness's (InferenceX's sweeps: "
         "10 waves, lengths on [0.8 L, L]; see inhouse.calibration.corpus)",
     )
-    args = parser.parse_args(argv)
+    return parser
 
+
+def select_rows(args: argparse.Namespace) -> list[CorpusRow]:
+    """The rows the fit uses: the corpus read under `--corpus-protocol`, screened, less the
+    `--holdout` GPU's rows (a test recomputes engines.yaml's `fitted_gpus` through this)."""
     with args.csv.open(newline="", encoding="utf-8") as handle:
         corpus = prepare(list(csv.DictReader(handle)), harness=args.corpus_protocol == "harness")
     screened = screen(corpus.rows)
@@ -249,7 +273,12 @@ def main(argv: list[str] | None = None) -> int:
         f"invalid, {len(screened.unfit)} do not fit, {len(screened.implausible)} implausible, "
         f"{len(screened.queued)} queued in front of the engine"
     )
-    rows = [r for r in screened.usable if r.gpu != args.holdout]
+    return [r for r in screened.usable if r.gpu != args.holdout]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    rows = select_rows(args)
     base = load_engine_table(args.start.read_text("utf-8"))
     prior = load_engine_table(args.prior.read_text("utf-8"))
     fitted = fit(rows, base, prior, args.rounds, args.workers, args.trace, args.dephased_start)
@@ -266,9 +295,12 @@ def main(argv: list[str] | None = None) -> int:
             f"abs error TTFT {100 * ttft:.1f}%, TPOT {100 * tpot:.1f}%"
         )
         print(notes[engine])
+    # NOTE: from the rows simulated, not those selected: a row the engine cannot run (reported
+    # by `_record`) is not fitted on.
+    gpus = fitted_gpus(r.row for r in recordings)
     target = ENGINES_YAML if args.write else args.out
     if target is not None:
-        write_table(target, table, notes)
+        write_table(target, table, notes, gpus)
     return 0
 
 

@@ -7,12 +7,17 @@ what makes a prediction for hardware nobody here measured mean anything.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import sys
 from importlib import resources
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 import yaml
 
 from inhouse.engine.build import ReplicaSpec, build_replica
+from inhouse.errors import SpecError
 from inhouse.perf.constants import (
     KERNEL_FIELDS,
     EngineConstants,
@@ -23,6 +28,8 @@ from inhouse.perf.constants import (
 from inhouse.predict import run_closed_loop
 from inhouse.spec import catalog
 from inhouse.spec.catalog import known_gpus
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _engines_yaml() -> dict[str, object]:
@@ -38,13 +45,19 @@ def test_kernel_constants_are_shared_by_every_engine() -> None:
 
 
 def test_no_constant_names_or_depends_on_a_gpu() -> None:
-    """No GPU name appears anywhere in the constants: not as a key, not inside a value."""
-    text = resources.files("inhouse.perf").joinpath("data", "engines.yaml").read_text("utf-8")
-    body = "\n".join(line for line in text.splitlines() if "fitted_on" not in line)
+    """No GPU name appears anywhere in the constants: not as a key, not inside a value (what
+    the fit saw, `fitted_on` and `fitted_gpus`, names GPUs and is no constant)."""
+    data = _engines_yaml()
+    for block in data.values():
+        assert isinstance(block, dict)
+        for name in ("fitted_on", "fitted_gpus"):
+            block.pop(name, None)
+    body = yaml.safe_dump(data)
     for gpu in known_gpus():
         assert gpu not in body
     for field in dataclasses.fields(EngineConstants):
-        assert "gpu" not in field.name and "h100" not in field.name
+        if field.name != "fitted_gpus":
+            assert "gpu" not in field.name and "h100" not in field.name
 
 
 def test_engine_blocks_inherit_the_kernels_block() -> None:
@@ -91,3 +104,42 @@ def test_a_gpu_is_predicted_from_its_catalog_entry_alone(
         build_replica(dataclasses.replace(spec, gpu=clone_of_b200)), 1024, 64, 8
     )
     assert slower.mean_tpot_ms > 1.2 * real.mean_tpot_ms
+
+
+def _fit_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "fit_calibration", ROOT / "scripts" / "fit_calibration.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["fit_calibration"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_fitted_gpus_are_the_gpus_of_the_rows_the_fit_uses() -> None:
+    """engines.yaml's `fitted_gpus` is what the fit script selects from the corpus, by its
+    own defaults (the corpus protocol the shipped constants were fitted under, no holdout),
+    per engine: a change to the corpus or its reading that adds or drops a GPU fails here
+    until the constants are refitted."""
+    script = _fit_script()
+    rows = script.select_rows(script.build_parser().parse_args([]))
+    expected = script.fitted_gpus(rows)
+    assert set(expected) == set(known_backends())
+    for backend in known_backends():
+        assert get_engine_constants(backend).fitted_gpus == tuple(expected[backend]), backend
+
+
+def test_a_table_without_fitted_gpus_reads_as_unknown() -> None:
+    # The harness candidate and the leave-one-GPU-out files predate the field.
+    text = (ROOT / "data" / "calibration_harness" / "engines.yaml").read_text("utf-8")
+    assert {c.fitted_gpus for c in load_engine_table(text).values()} == {None}
+
+
+def test_fitted_gpus_that_are_not_a_list_of_names_are_refused_by_field() -> None:
+    data = _engines_yaml()
+    vllm = data["vllm"]
+    assert isinstance(vllm, dict)
+    vllm["fitted_gpus"] = "h100_sxm"
+    with pytest.raises(SpecError, match=r"engine 'vllm': fitted_gpus 'h100_sxm' is not a list"):
+        load_engine_table(yaml.safe_dump(data))

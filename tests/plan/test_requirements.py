@@ -9,6 +9,7 @@ from inhouse.errors import SpecError
 from inhouse.plan.requirements import (
     MAX_CHECK_DURATION_S,
     MAX_LOAD_MULTIPLE,
+    MAX_RATE_PER_S,
     MultiTurn,
     parse_requirements,
 )
@@ -594,3 +595,32 @@ def test_a_cold_ttft_target_below_the_normal_one_is_refused_by_field() -> None:
         parse(data)
     data["workloads"][0]["slo"]["ttft_cold_p95_ms"] = data["workloads"][0]["slo"]["ttft_p95_ms"]
     assert parse(data).workloads[0].slo.ttft_cold_p95_ms is not None
+
+
+@pytest.mark.parametrize(
+    ("traffic", "field", "shown"),
+    [
+        ({"avg_per_s": 1, "peak_per_s": 1e12}, "peak_per_s", "1e+12 requests a second"),
+        ({"avg_per_min": 1, "peak_per_min": 1e9}, "peak_per_min", "1e+09 requests a minute"),
+    ],
+)
+def test_a_rate_past_what_any_plan_sizes_is_refused_by_field(
+    traffic: dict[str, float], field: str, shown: str
+) -> None:
+    # peak_per_s 1e12 planned on to "prefill alone needs 97440273% of the replica with 0.01%
+    # of the peak traffic on a replica".
+    data = small_requirements()
+    data["workloads"][0]["traffic"] = traffic
+    with pytest.raises(SpecError) as info:
+        parse_requirements(data, "req.yaml")
+    message = str(info.value)
+    assert f"workloads.0.traffic.{field}: Value error, {shown} is more than the" in message
+    assert "check the digits and the unit" in message
+
+
+def test_the_highest_plannable_rate_parses() -> None:
+    data = small_requirements()
+    data["workloads"][0]["traffic"] = {"avg_per_s": 1, "peak_per_s": MAX_RATE_PER_S}
+    assert parse_requirements(data, "req.yaml").workloads[0].traffic.rate_per_s("peak") == 1e6
+    data["workloads"][0]["traffic"] = {"avg_per_min": 1, "peak_per_min": 60 * MAX_RATE_PER_S}
+    parse_requirements(data, "req.yaml")

@@ -73,6 +73,13 @@ class EngineConstants:
       `mem_fraction_static` (SGLang: its default static fraction, computed from the GPU's
       memory and the launch flags, of the memory free before loading, less the weights; see
       `inhouse.perf.memory.sglang_mem_fraction_static`). Not fitted: a fact.
+
+    What the fit saw (written by the fit script, read by the plan's assumptions):
+
+    * `fitted_on`: the runs and the in-sample error, in words.
+    * `fitted_gpus`: the GPUs (catalog names) whose runs the engine's constants were fitted
+      on, sorted; `None` where the file does not say (a file written before the field, such
+      as `data/calibration_harness/*.yaml`): unknown, never read as "none".
     """
 
     name: str
@@ -97,6 +104,7 @@ class EngineConstants:
     max_num_batched_tokens: int
     max_num_seqs: int
     fitted_on: str = ""
+    fitted_gpus: tuple[str, ...] | None = None
     mixed_batches: bool = True
     reserve_new_tokens: bool = False
     batched_tokens_by_hbm_gib: tuple[tuple[float, int], ...] = ()
@@ -161,6 +169,8 @@ def load_engine_table(text: str) -> dict[str, EngineConstants]:
         merged = {**kernels, **values}
         if "fitted_on" in meta and "fitted_on" not in values:
             merged["fitted_on"] = meta["fitted_on"]
+        if "fitted_gpus" in merged:
+            merged["fitted_gpus"] = _gpu_names(name, merged["fitted_gpus"])
         if "batched_tokens_by_hbm_gib" in merged:
             pairs = merged["batched_tokens_by_hbm_gib"]
             merged["batched_tokens_by_hbm_gib"] = tuple(
@@ -168,6 +178,15 @@ def load_engine_table(text: str) -> dict[str, EngineConstants]:
             )
         table[name] = EngineConstants(name=name, **merged)
     return table
+
+
+def _gpu_names(engine: str, value: object) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise SpecError(
+            f"engine {engine!r}: fitted_gpus {value!r} is not a list of GPU names; write the "
+            "catalog names of the GPUs the constants were fitted on, or leave it out (unknown)"
+        )
+    return tuple(sorted(value))
 
 
 @cache

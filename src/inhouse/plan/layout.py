@@ -45,6 +45,13 @@ class Layout:
     needs: tuple[PoolNeed, ...]
 
 
+def params_b(name: str) -> float:
+    """A model's size in 1e9 parameters (all of them, experts included): the card's figure,
+    else the catalog's count."""
+    model = get_model(name)
+    return model.params_b_stated or model.num_params / 1e9
+
+
 def allowed_models(req: WorkloadReq) -> tuple[tuple[str, ...], list[str]]:
     """Catalog names the workload may use (quality floor applied), and why others were not."""
     names: list[str] = []
@@ -52,13 +59,42 @@ def allowed_models(req: WorkloadReq) -> tuple[tuple[str, ...], list[str]]:
     floor = req.models.min_params_b
     for name in req.models.allowed:
         model = get_model(name)
-        size = model.params_b_stated or model.num_params / 1e9
+        size = params_b(name)
         if floor is not None and size < floor:
             refused.append(f"{model.name} ({size:.1f}B) is below the {floor:g}B quality floor")
             continue
         if model.name not in names:
             names.append(model.name)
     return tuple(names), refused
+
+
+def fallback_larger_than_primary(req: WorkloadReq) -> str | None:
+    """Why the workload's fallback model defeats its purpose, if it does: it is larger than a
+    model the planner may choose for the workload's own pool.
+
+    NOTE: refused, not warned about. The fallback pool takes one lost primary replica's
+    traffic at the degraded SLO; the primary's own model named as the fallback could take it
+    on the same GPUs on offer with fewer weights, so a larger one is never the cheaper cover,
+    and a degraded mode better than the normal one is no degraded mode. (Sizes count every
+    parameter, as the quality floor does: a MoE fallback with fewer active parameters than a
+    dense primary is still refused by its weights.) A stack's pool-level `fallback` may spill
+    to a larger pool: that is a routing rule, which this does not judge."""
+    if req.models.fallback is None:
+        return None
+    fallback = get_model(req.models.fallback).name
+    size = params_b(fallback)
+    models, _ = allowed_models(req)
+    smaller = [(params_b(name), name) for name in models if params_b(name) < size]
+    if not smaller:
+        return None
+    primary_b, primary = min(smaller)
+    return (
+        f"workloads[{req.name}].models.fallback ({fallback}, {size:.1f}B) is larger than "
+        f"{primary} ({primary_b:.1f}B), which models.allowed lets the planner choose for the "
+        "workload's own pool: a fallback pool of a larger model costs more than a spare replica "
+        f"of the primary and serves slower. Name a fallback of at most {primary_b:.1f}B, or "
+        "drop the smaller models from models.allowed (or raise models.min_params_b above them)"
+    )
 
 
 def _round_up(tokens: float, step: int = 1024) -> int:

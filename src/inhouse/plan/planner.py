@@ -28,7 +28,7 @@ from inhouse.plan.degraded import (
     misses,
     shed_checks,
 )
-from inhouse.plan.layout import allowed_models
+from inhouse.plan.layout import allowed_models, fallback_larger_than_primary
 from inhouse.plan.requirements import Requirements
 from inhouse.plan.search import Candidate, SearchResult, grow, search
 from inhouse.plan.stackgen import build_stack
@@ -74,7 +74,8 @@ class Plan:
 
 def refuse_unknown_models(requirements: Requirements) -> None:
     """A model name the catalog does not know is refused by the field that names it (the
-    catalog's "unknown model 'x'; known: ..." named neither the workload nor the field)."""
+    catalog's "unknown model 'x'; known: ..." named neither the workload nor the field), and
+    so is a fallback model larger than one the workload may run on."""
     for req in requirements.workloads:
         fields = [(f"models.allowed[{i}]", name) for i, name in enumerate(req.models.allowed)]
         if req.models.fallback is not None:
@@ -86,6 +87,9 @@ def refuse_unknown_models(requirements: Requirements) -> None:
                 raise SpecError(
                     f"{requirements.name}: workloads[{req.name}].{where}: {exc}"
                 ) from exc
+        larger = fallback_larger_than_primary(req)
+        if larger is not None:
+            raise SpecError(f"{requirements.name}: {larger}")
 
 
 def refuse_a_floor_above_every_model(requirements: Requirements) -> None:

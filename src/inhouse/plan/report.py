@@ -22,6 +22,7 @@ from inhouse.plan.cost import (
     node_cost,
     usd_per_million,
 )
+from inhouse.plan.fit_coverage import fit_coverage
 from inhouse.plan.lora_report import lora_assumptions, lora_pools
 from inhouse.plan.planner import Plan
 from inhouse.plan.report_degraded import check_rows, degraded, degraded_mode
@@ -391,6 +392,7 @@ def assumptions(plan: Plan) -> list[str]:
         f"({constants.fitted_on or 'see perf/data/engines.yaml'}): eta_bw {constants.eta_bw}, "
         f"eta_compute {constants.eta_compute}, "
         f"step overhead {constants.step_overhead_s * 1000:.2f} ms.",
+        fit_coverage(planning.backend, constants, [p.choice.gpu for p in plan.chosen.pools]),
         f"Routing: {planning.routing_policy} in every pool, in the plan and in the simulator.",
         f"Headroom: analytic p95s at most {1 - planning.headroom:.0%} of each target; replica "
         f"utilization at most {planning.max_utilization:.0%}; KV cache at most 90% at p95.",

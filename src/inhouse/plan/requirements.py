@@ -18,6 +18,7 @@ from inhouse.errors import SpecError
 from inhouse.plan.workload_req import (
     MAX_CHECK_DURATION_S,
     MAX_PREFIX_GROUPS,
+    MAX_RATE_PER_S,
     MAX_SESSIONS,
     METRICS,
     MIN_BURSTINESS,
@@ -46,6 +47,7 @@ __all__ = [
     "MAX_LOAD_MULTIPLE",
     "MAX_PREFIX_GROUPS",
     "MAX_PUE",
+    "MAX_RATE_PER_S",
     "MAX_SESSIONS",
     "MAX_USD_PER_GPU_HOUR",
     "MAX_USD_PER_KWH",

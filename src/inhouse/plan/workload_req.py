@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from inhouse.spec.base import SpecModel
 
@@ -26,6 +26,11 @@ MAX_PREFIX_GROUPS = 100_000
 MAX_CHECK_DURATION_S = 3600.0
 # The burstiest arrivals a workload may state: a gamma shape of 0.01 (gaps' CV² of 100).
 MIN_BURSTINESS = 0.01
+# The highest request rate a workload may state: a million a second (86 billion a day). The
+# planner sizes at most 64 replicas a pool, and 64 B300 replicas of the smallest model answering
+# 8-token prompts with one token plan at about this rate; a figure past it is a stray digit or
+# a per-day count (1e12 read "prefill alone needs 97440273% of the replica").
+MAX_RATE_PER_S = 1_000_000.0
 
 
 def share_not_percent(value: Any) -> Any:
@@ -62,6 +67,21 @@ class Traffic(SpecModel):
     peak_per_min: float | None = Field(default=None, gt=0)
     avg_sessions: int | None = Field(default=None, gt=0, le=MAX_SESSIONS)
     peak_sessions: int | None = Field(default=None, gt=0, le=MAX_SESSIONS)
+
+    @field_validator("avg_per_s", "peak_per_s", "avg_per_min", "peak_per_min")
+    @classmethod
+    def _plannable_rate(cls, value: float | None, info: ValidationInfo) -> float | None:
+        per_min = str(info.field_name).endswith("_per_min")
+        limit = MAX_RATE_PER_S * (60.0 if per_min else 1.0)
+        if value is not None and value > limit:
+            unit = "minute" if per_min else "second"
+            raise ValueError(
+                f"{value:g} requests a {unit} is more than the {limit:,.0f} a plan sizes (a "
+                "million a second, 86 billion a day: 64 replicas of the smallest model serve "
+                "about that at best); check the digits and the unit (avg_/peak_per_min for a "
+                "rate per minute)"
+            )
+        return value
 
     @model_validator(mode="after")
     def _one_form(self) -> Traffic:
