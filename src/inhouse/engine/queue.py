@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import heapq
-import itertools
 from collections import deque
 from collections.abc import Iterator
 
@@ -42,15 +41,29 @@ class FcfsQueue:
         return iter(self._items)
 
 
+def priority_order(request: Request) -> tuple[int, float, int]:
+    """The priority policy's key: lower `priority` first, then earlier `arrival_s`, then the
+    order requests reached the scheduler (`arrival_seq`). vLLM breaks the last ties by request
+    id, so a request that leaves the waiting queue and comes back (deferred for its LoRA
+    adapter, preempted) keeps its place among equals, and so do requests here.
+
+    NOTE: not the request id itself: ours are strings whose order is not the order requests
+    came in ("r10" sorts before "r2" in `predict`; the server's are random), while `arrival_seq`
+    gives equals exactly the order a push counter gave them before anyone was requeued (a
+    requeue used to draw a new number, so a request went behind every equal still waiting)."""
+    seq = request.arrival_seq
+    assert seq is not None, f"{request!r} never reached the scheduler (`Scheduler.add`)"
+    return request.priority, request.arrival_s, seq
+
+
 class PriorityQueue:
-    """Ordered by `(priority, arrival_s)`; a preempted request keeps its place by that key."""
+    """Ordered by `priority_order`; a request put back (preempted, deferred) keeps its place."""
 
     def __init__(self) -> None:
         self._heap: list[tuple[int, float, int, Request]] = []
-        self._seq = itertools.count()
 
     def add(self, request: Request) -> None:
-        heapq.heappush(self._heap, (request.priority, request.arrival_s, next(self._seq), request))
+        heapq.heappush(self._heap, (*priority_order(request), request))
 
     prepend = add
 

@@ -33,10 +33,13 @@ class Request:
     later turn will re-send); blocks without a known hash are never cached.
     `output_len` is how many tokens the request will generate (`max_tokens`, or less when an EOS
     length was sampled). `lora` names the LoRA adapter it runs on (None: the base model).
+    `arrival_seq` is the order in which it reached the scheduler (`Scheduler.add` sets it): the
+    priority policy's last tie-break (`engine.queue.priority_order`).
     """
 
     __slots__ = (
         "arrival_s",
+        "arrival_seq",
         "block_hashes",
         "block_ids",
         "finish_reason",
@@ -77,6 +80,7 @@ class Request:
         self.num_prompt_tokens = num_prompt_tokens
         self.output_len = output_len
         self.arrival_s = arrival_s
+        self.arrival_seq: int | None = None
         self.ready_s = arrival_s
         self.block_hashes: list[int] = block_hashes if block_hashes is not None else []
         self.priority = priority

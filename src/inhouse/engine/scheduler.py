@@ -9,12 +9,13 @@ the remaining token budget. A step that completes a sequence's known tokens samp
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 from inhouse.engine.config import EngineConfig
 from inhouse.engine.kv_cache import KVCacheManager
 from inhouse.engine.lora_slots import LoraSlots
-from inhouse.engine.queue import make_queue
+from inhouse.engine.queue import make_queue, priority_order
 from inhouse.engine.request import FinishReason, Request, Status, record_token_steps
 from inhouse.engine.reservation import TokenReservation
 from inhouse.perf.step import StepShape
@@ -77,6 +78,7 @@ class Scheduler:
             config.num_host_blocks,
         )
         self.waiting = make_queue(config.scheduling_policy)
+        self._arrival_seqs = itertools.count()
         self.running: list[Request] = []
         self.lora_slots = LoraSlots(config.lora.max_loras) if config.lora is not None else None
         self.num_preemptions = 0
@@ -88,6 +90,7 @@ class Scheduler:
 
     def add(self, request: Request) -> None:
         request.status = Status.WAITING
+        request.arrival_seq = next(self._arrival_seqs)
         self.waiting.add(request)
         # NOTE: a newcomer may sort ahead of the request that found no room (priority) or
         # need fewer blocks: only a fresh admission pass can say it cannot get in.
@@ -101,7 +104,12 @@ class Scheduler:
 
     def _pick_victim(self) -> Request:
         if self.config.scheduling_policy == "priority":
-            return max(self.running, key=lambda r: (r.priority, r.arrival_s))
+            # vLLM's victim: the last by (priority, arrival). Its arrival times are wall-clock
+            # and hardly ever equal; ours are often (a burst at t=0), and list order, which
+            # `max` fell back on, changes as requests are preempted and readmitted, so equals
+            # go by `priority_order`: the last to reach the scheduler, as the last to arrive
+            # would be in vLLM.
+            return max(self.running, key=priority_order)
         return self.running[-1]
 
     def _preempt(self, victim: Request, batch: Batch) -> None:
