@@ -349,17 +349,32 @@ class _NoRegistry:
 
 @pytest.mark.parametrize("algorithm", ["sha256", "blake2", "blake3"])
 def test_push_refuses_a_file_altered_after_signing_whatever_the_hash(
-    tmp_path: Path, keys: Keys, algorithm: HashAlgorithm, tampering: Tampering
+    tmp_path: Path,
+    keys: Keys,
+    algorithm: HashAlgorithm,
+    tampering: Tampering,
+    request: pytest.FixtureRequest,
 ) -> None:
     # With --hash blake2 or blake3 push compared only the file names: a shard altered after
     # signing was uploaded, and every node then refused the revision, which cannot be pushed
-    # over. Push refuses it whatever the hash, naming the file, before any upload.
+    # over. Push refuses it whatever the hash, naming the file, and stores nothing: a file
+    # added or removed before any upload; with blake2 or blake3 an altered one too (the
+    # blobs' SHA-256s need a read before the upload); with SHA-256 (the signature names the
+    # blobs) the one read hashes what it uploads, and the upload is never committed.
     model = write_tiny_model(tmp_path / "m", num_shards=2, shard_bytes=4096)
     sign_model(model, keys.private, hash_algorithm=algorithm)
     tampering.apply(model)
-    url = RegistryUrl.parse("s3://models/prod")
+    if algorithm != "sha256" or tampering.kind != "altered":
+        url = RegistryUrl.parse("s3://models/prod")
+        with pytest.raises(WeightsError, match=f"{tampering.kind}: {tampering.path}"):
+            push_model(_NoRegistry(), model, url, "acme/tiny", "v1")
+        return
+    url = RegistryUrl.parse(request.getfixturevalue("registry"))
+    client = make_client()
     with pytest.raises(WeightsError, match=f"{tampering.kind}: {tampering.path}"):
-        push_model(_NoRegistry(), model, url, "acme/tiny", "v1")
+        push_model(client, model, url, "acme/tiny", "v1")
+    assert client.list_objects_v2(Bucket=url.bucket).get("KeyCount", 0) == 0
+    assert client.list_multipart_uploads(Bucket=url.bucket).get("Uploads", []) == []
 
 
 def test_signing_a_directory_with_no_files_is_refused(tmp_path: Path, keys: Keys) -> None:

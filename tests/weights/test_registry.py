@@ -83,6 +83,7 @@ def test_push_refuses_a_directory_its_signature_does_not_cover(
     with pytest.raises(WeightsError, match=f"{tampering.kind}: {tampering.path}"):
         push_model(client, signed_model, url, "acme/tiny", "v1")
     assert client.list_objects_v2(Bucket=url.bucket).get("KeyCount", 0) == 0
+    assert client.list_multipart_uploads(Bucket=url.bucket).get("Uploads", []) == []
 
 
 def test_push_needs_a_signature_and_valid_names(make_model: object, registry: str) -> None:
