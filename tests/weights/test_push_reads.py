@@ -19,7 +19,7 @@ from tests.weights.conftest import SHARD, Keys
 from tests.weights.tiny_model import write_tiny_model
 
 from inhouse.weights import file_pass
-from inhouse.weights.errors import WeightsError
+from inhouse.weights.errors import VerificationFailed, WeightsError
 from inhouse.weights.file_pass import Digester, list_model_files, read_file
 from inhouse.weights.registry import blob_key, push_model
 from inhouse.weights.s3 import RegistryUrl, make_client
@@ -272,10 +272,6 @@ def test_a_model_pushed_in_parts_pulls_and_verifies(
 
     model = write_awkward_model(tmp_path / "model")
     (model / "big.bin").write_bytes(os.urandom((11 << 20) + 1))
-    if kind.startswith("shards"):
-        # NOTE: a shard signature does not list an empty file (it has no shard); pull then
-        # refuses the manifest's entry for it as `extra` (known, not push's to fix).
-        (model / "empty.bin").unlink()
     sign(model, keys, kind)
     monkeypatch.setattr(blob_upload, "PART_BYTES", 5 << 20)  # S3's least: big.bin in 3 parts
     url, client = RegistryUrl.parse(registry), make_client()
@@ -286,6 +282,8 @@ def test_a_model_pushed_in_parts_pulls_and_verifies(
     assert {f.path for f in manifest.files} >= {"big.bin", "sub/deeper/over.bin"}
     result = pull_model(PullRequest(url, "acme/tiny", "v1", tmp_path / "cache", keys.trust))
     assert result.verification is not None and result.verification.ok
+    # A shard signature cannot list the empty file (no shard): it is pulled all the same.
+    assert (result.path / "empty.bin").read_bytes() == b""
 
 
 @pytest.mark.parametrize("size", [0, 1, (16 << 20) * 10_000, (16 << 20) * 10_000 + 1, 5 * 10**12])
@@ -316,3 +314,65 @@ def test_a_refused_file_stops_the_push_before_the_files_after_it(
         push_model(make_client(), model, RegistryUrl.parse(registry), "acme/tiny", "v1")
     monkeypatch.setattr(builtins, "open", counter._open)
     assert sorted(counter.bytes_read) == names[: names.index(altered) + 1]
+
+
+@pytest.mark.parametrize(
+    ("kind", "entry", "refused"),
+    [
+        ("shards-sha256", ("empty.bin", 0, hashlib.sha256(b"").hexdigest()), False),
+        ("shards-sha256", ("planted.bin", 0, hashlib.sha256(b"x").hexdigest()), True),
+        ("shards-sha256", ("planted.bin", 1, hashlib.sha256(b"x").hexdigest()), True),
+        ("files-sha256", ("planted.bin", 0, hashlib.sha256(b"").hexdigest()), True),
+    ],
+)
+def test_only_an_empty_file_passes_a_shard_signature_unlisted(
+    tmp_path: Path, keys: Keys, registry: str, kind: str, entry: tuple[str, int, str],
+    refused: bool,
+) -> None:  # fmt: skip
+    """A shard signature cannot list an empty file (it has no shard), so the manifest's entry
+    for one passes the check before a fetch; an entry with any byte, or any entry a file
+    signature does not list, is still refused before anything downloads."""
+    from inhouse.weights.manifest import FileEntry
+    from inhouse.weights.pull import PullRequest, _check_before_fetch
+
+    model = write_tiny_model(tmp_path / "model", num_shards=1, shard_bytes=4096)
+    sign(model, keys, kind)
+    url = RegistryUrl.parse(registry)
+    manifest = push_model(make_client(), model, url, "acme/tiny", "v1").manifest
+    path, size, digest = entry
+    forged = manifest.model_copy(
+        update={"files": (*manifest.files, FileEntry(path=path, size=size, sha256=digest))}
+    )
+    signature = default_signature_path(model)
+    request = PullRequest(url, "acme/tiny", "v1", tmp_path / "cache", keys.trust)
+    if refused:
+        with pytest.raises(VerificationFailed, match=r"planted\.bin"):
+            _check_before_fetch(request, forged, signature, signature.read_bytes())
+    else:
+        _check_before_fetch(request, forged, signature, signature.read_bytes())
+
+
+def test_a_pull_verifies_an_empty_file_under_shards_from_its_own_digests(
+    tmp_path: Path, keys: Keys
+) -> None:
+    """The digests a pull computed as files landed stand for the directory when it holds
+    exactly their files; an empty file, which has no shard, must not send verification back
+    to hashing the whole model (a 140 GB read). Digests known wrong show which ran: taken as
+    given, the wrong one is an altered file; rehashed, all would verify."""
+    from inhouse.weights.signature import read_statement
+    from inhouse.weights.verify import FileHashes, verify_model
+
+    model = write_tiny_model(tmp_path / "model", num_shards=1, shard_bytes=4096)
+    (model / "empty.bin").write_bytes(b"")
+    sign(model, keys, "shards-sha256")
+    hashes = FileHashes(model, read_statement(default_signature_path(model)))
+    for path in sorted(p.name for p in model.iterdir() if p.is_file()):
+        hashes.add(path)
+    digests = hashes.digests()
+    assert digests is not None and not any(n.startswith("empty.bin") for n in digests)
+    assert verify_model(model, keys.trust, precomputed=digests).ok
+    config = next(n for n in digests if n.startswith("config.json"))
+    other = next(n for n in digests if not n.startswith("config.json"))
+    wrong = {**digests, config: digests[other]}
+    (problem,) = verify_model(model, keys.trust, precomputed=wrong).problems
+    assert (problem.kind, problem.path) == ("altered", "config.json")
