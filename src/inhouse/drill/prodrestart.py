@@ -80,31 +80,7 @@ def _kill_steps(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -> l
     if victim.index is None:
         sigkill, rejoin = _scaled_kill(stack, pool, ns, victim, kill, (up, routed))
     else:
-        # A static replica's pod comes back under its name, in its slot.
-        ready = ["-n", ns, "wait", "--for=condition=Ready", "pod", "-l", sel, "--timeout=900s"]
-        sigkill = [
-            Step(
-                "SIGKILL one replica (force delete)",
-                _k(kill),
-                [
-                    *_kill_pages(pool),
-                    f"routing to replica {victim.index} stops within the gateway's health "
-                    "window: " + _q(routed),
-                    STREAMS_CUT,
-                ],
-                kubectl=[kill],
-                promql=[up, routed],
-            )
-        ]
-        rejoin = Step(
-            "the replacement rejoins only when ready",
-            _k(ready),
-            [
-                f"its pod is Ready before the gateway routes to replica {victim.index}: "
-                + _q(routed)
-            ],
-            kubectl=[ready],
-        )
+        sigkill, rejoin = _static_kill(pool, ns, victim, kill, (up, routed))
     degraded = Step(
         "degraded mode: p95 TTFT with one replica fewer",
         _q(p95),
@@ -138,6 +114,37 @@ def _kill_steps(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -> l
     ]
 
 
+def _static_kill(
+    pool: PoolSpec, ns: str, victim: Victim, kill: list[str], queries: tuple[str, str]
+) -> tuple[list[Step], Step]:
+    """kill-replica's SIGKILL step and its rejoin step for a static replica, as `_scaled_kill`
+    for a scaled pool. A static replica's pod comes back under its name, in its slot."""
+    up, routed = queries
+    ready = ["-n", ns, "wait", "--for=condition=Ready", "pod", "-l", victim.selector,
+             "--timeout=900s"]  # fmt: skip
+    sigkill = [
+        Step(
+            "SIGKILL one replica (force delete)",
+            _k(kill),
+            [
+                *_kill_pages(pool),
+                f"routing to replica {victim.index} stops within the gateway's health "
+                "window: " + _q(routed),
+                STREAMS_CUT,
+            ],
+            kubectl=[kill],
+            promql=[up, routed],
+        )
+    ]
+    rejoin = Step(
+        "the replacement rejoins only when ready",
+        _k(ready),
+        [f"its pod is Ready before the gateway routes to replica {victim.index}: " + _q(routed)],
+        kubectl=[ready],
+    )
+    return sigkill, rejoin
+
+
 STREAMS_CUT = "streams in flight end with an error event; nothing that had not streamed fails"
 
 
@@ -167,24 +174,8 @@ def _scaled_kill(
     slot."""
     up, routed = queries
     ip = ["-n", ns, "get", "pod", POD, "-o", "jsonpath={.status.podIP}"]
-    newest = ["-n", ns, "get", "pods", "-l", victim.pods, "--sort-by=.metadata.creationTimestamp",
-              "-o", "jsonpath={.items[-1:].metadata.name}"]  # fmt: skip
-    new_ip = ["-n", ns, "get", "pod", NEW_POD, "-o", "jsonpath={.status.podIP}"]
-    ready = ["-n", ns, "wait", "--for=condition=Ready", "pod", "-l", victim.pods, "--timeout=900s"]
-    gateway = ",".join(f"{k}={v}" for k, v in labels(stack, "gateway").items())
-    logs = ["-n", ns, "logs", "-l", gateway, "--since=30m", "--prefix"]
-    interval = parse_gateway(stack.gateway).discovery.interval_s
+    logs = _gateway_logs(stack, ns)
     slot = f"replica {pool.name}/N"
-
-    def grep(var: str) -> str:
-        # The address as the gateway's URL writes it (IPv6 in brackets): 10.0.0.3 is not
-        # 10.0.0.30.
-        return (
-            f'{_k(logs)} | grep -F -e "//${var}:" -e "//[${var}]:" '
-            f"|| echo \"no line of the gateway's log names ${var} "
-            f'yet (it looks its pods up every {interval:g} s): run this line again"'
-        )
-
     sigkill = [
         Step(
             "SIGKILL one replica (force delete): one running pod of the Deployment, labelled "
@@ -203,7 +194,7 @@ def _scaled_kill(
         ),
         Step(
             "the victim's slot at the gateway: its log line for the victim's address",
-            grep("VICTIM_IP"),
+            _grep_address(stack, ns, "VICTIM_IP"),
             [
                 f"'{slot} left: http://$VICTIM_IP:<port> no longer in DNS': slot N was the "
                 "victim's, and its rate falls to 0 within the gateway's health window of the kill: "
@@ -213,7 +204,20 @@ def _scaled_kill(
             promql=[routed],
         ),
     ]
-    rejoin = Step(
+    return sigkill, _scaled_rejoin(stack, pool, ns, victim, routed)
+
+
+def _scaled_rejoin(stack: StackSpec, pool: PoolSpec, ns: str, victim: Victim, routed: str) -> Step:
+    """kill-replica's rejoin step for a scaled pool (`_scaled_kill`): once the pool is Ready,
+    the replacement's pod (the pool's newest), its address, and the gateway's log line for it,
+    which names its slot; `routed`: the pool's routing by slot."""
+    newest = ["-n", ns, "get", "pods", "-l", victim.pods, "--sort-by=.metadata.creationTimestamp",
+              "-o", "jsonpath={.items[-1:].metadata.name}"]  # fmt: skip
+    new_ip = ["-n", ns, "get", "pod", NEW_POD, "-o", "jsonpath={.status.podIP}"]
+    ready = ["-n", ns, "wait", "--for=condition=Ready", "pod", "-l", victim.pods, "--timeout=900s"]
+    logs = _gateway_logs(stack, ns)
+    slot = f"replica {pool.name}/N"
+    return Step(
         "the replacement rejoins only when ready (the pool's pods all Ready); its pod, "
         "address and slot",
         "\n".join(
@@ -222,7 +226,7 @@ def _scaled_kill(
                 f"NEW_POD=$({_k(newest)})",
                 f"NEW_IP=$({_k(new_ip)})",
                 'echo "replacement: pod $NEW_POD at $NEW_IP"',
-                grep("NEW_IP"),
+                _grep_address(stack, ns, "NEW_IP"),
             ]
         ),
         [
@@ -234,7 +238,26 @@ def _scaled_kill(
         kubectl=[ready, newest, new_ip, logs],
         promql=[routed],
     )
-    return sigkill, rejoin
+
+
+def _gateway_logs(stack: StackSpec, ns: str) -> list[str]:
+    """kubectl's arguments for the gateway's log of the last 30 minutes, each line naming its
+    pod."""
+    gateway = ",".join(f"{k}={v}" for k, v in labels(stack, "gateway").items())
+    return ["-n", ns, "logs", "-l", gateway, "--since=30m", "--prefix"]
+
+
+def _grep_address(stack: StackSpec, ns: str, var: str) -> str:
+    """The shell line that prints the gateway's log lines naming the address in `$var`, or says
+    that none does yet."""
+    interval = parse_gateway(stack.gateway).discovery.interval_s
+    # The address as the gateway's URL writes it (IPv6 in brackets): 10.0.0.3 is not
+    # 10.0.0.30.
+    return (
+        f'{_k(_gateway_logs(stack, ns))} | grep -F -e "//${var}:" -e "//[${var}]:" '
+        f"|| echo \"no line of the gateway's log names ${var} "
+        f'yet (it looks its pods up every {interval:g} s): run this line again"'
+    )
 
 
 def _load_not_ready(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -> list[Step]:
