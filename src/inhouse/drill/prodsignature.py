@@ -51,18 +51,8 @@ def _bad_signature(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -
     source, signature, copy_rel = drill_weights(pool)
     on_node = {k: f"{models}/{v}" for k, v in (("source", source), ("sig", signature),
                                                ("copy", copy_rel))}  # fmt: skip
-    q = shlex.quote
     drill_copy = on_node["copy"]
-    # NOTE: `cp -L`: a registry pool's weights are a link into the node's cache; `cp -a` copied
-    # the link, and the byte meant for the copy was flipped in the verified model itself.
-    remove = f"rm -rf {q(drill_copy)} {q(drill_copy + '.sig')}"  # an aborted run's, too
-    remote = (
-        f"{remove} && mkdir -p {q(str(PurePosixPath(drill_copy).parent))} && "
-        f"cp -RLp {q(on_node['source'])} {q(drill_copy)} && "
-        f"cp {q(on_node['sig'])} {q(drill_copy + '.sig')} && "
-        f"python3 -c {q(_FLIP_ONE_BYTE)} {q(drill_copy)}"
-    )
-    copy = f'ssh "$NODE" {q(remote)}'
+    remove, copy = _altered_copy(on_node)
     altered = _verify_pod(ns, copy_rel, f"{copy_rel}.sig", "altered")
     intact = _verify_pod(ns, source, signature, "intact")
     apply_a = ["-n", ns, "apply", "-f", "bad-signature/verify-altered.yaml"]
@@ -84,25 +74,8 @@ def _bad_signature(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -
         "--timeout=1800s",
     ]
     logs = ["-n", ns, "logs", "pod/drill-verify-altered"]
-    pods = ["drill-verify-altered", "drill-verify-intact"]
-    delete = ["-n", ns, "delete", "pod", *pods, "--ignore-not-found"]
-    # NOTE: a trap, not a last step: under `set -e` a failed `kubectl wait` ended the script
-    # before its clean-up, and the altered weights stayed on the node.
-    clean_up = (
-        "clean_up() {\n"
-        f'  ssh "$NODE" {q(remove)} '
-        f'|| echo {q("CLEAN UP BY HAND: " + remove + " on")} "$NODE" >&2\n'
-        f"  {_k(delete)} || true\n"
-        "}\n"
-        "trap clean_up EXIT"
-    )
     return [
-        Step(
-            "on any exit, a failed step too: remove the altered copy and the verify pods (trap)",
-            clean_up,
-            [f"after the script ends, passed or failed: no {drill_copy} on the node"],
-            kubectl=[delete],
-        ),
+        _clean_up(ns, drill_copy, remove),
         Step("an altered copy of the weights on the node", copy, ["one byte of one shard flipped"]),
         Step(
             "verify the altered copy as the engine pod's init container does",
@@ -119,6 +92,49 @@ def _bad_signature(stack: StackSpec, pool: PoolSpec, ns: str, load: AgentLoad) -
             manifests={"bad-signature/verify-intact.yaml": intact},
         ),
     ]
+
+
+def _altered_copy(on_node: dict[str, str]) -> tuple[str, str]:
+    """(the line that removes the drill's copy of the weights and its signature, an aborted
+    run's too; the line that makes the copy on the node and flips one byte of it). `on_node`:
+    the paths on the node of the pool's weights (`source`), their signature (`sig`) and the
+    copy (`copy`)."""
+    q = shlex.quote
+    drill_copy = on_node["copy"]
+    # NOTE: `cp -L`: a registry pool's weights are a link into the node's cache; `cp -a` copied
+    # the link, and the byte meant for the copy was flipped in the verified model itself.
+    remove = f"rm -rf {q(drill_copy)} {q(drill_copy + '.sig')}"  # an aborted run's, too
+    remote = (
+        f"{remove} && mkdir -p {q(str(PurePosixPath(drill_copy).parent))} && "
+        f"cp -RLp {q(on_node['source'])} {q(drill_copy)} && "
+        f"cp {q(on_node['sig'])} {q(drill_copy + '.sig')} && "
+        f"python3 -c {q(_FLIP_ONE_BYTE)} {q(drill_copy)}"
+    )
+    return remove, f'ssh "$NODE" {q(remote)}'
+
+
+def _clean_up(ns: str, drill_copy: str, remove: str) -> Step:
+    """The first step: a trap that, on any exit, runs `remove` on the node (the altered copy at
+    `drill_copy`) and deletes the verify pods."""
+    q = shlex.quote
+    pods = ["drill-verify-altered", "drill-verify-intact"]
+    delete = ["-n", ns, "delete", "pod", *pods, "--ignore-not-found"]
+    # NOTE: a trap, not a last step: under `set -e` a failed `kubectl wait` ended the script
+    # before its clean-up, and the altered weights stayed on the node.
+    clean_up = (
+        "clean_up() {\n"
+        f'  ssh "$NODE" {q(remove)} '
+        f'|| echo {q("CLEAN UP BY HAND: " + remove + " on")} "$NODE" >&2\n'
+        f"  {_k(delete)} || true\n"
+        "}\n"
+        "trap clean_up EXIT"
+    )
+    return Step(
+        "on any exit, a failed step too: remove the altered copy and the verify pods (trap)",
+        clean_up,
+        [f"after the script ends, passed or failed: no {drill_copy} on the node"],
+        kubectl=[delete],
+    )
 
 
 def _verify_pod(ns: str, rel: str, signature: str, which: str) -> dict[str, Any]:
