@@ -203,7 +203,7 @@ def test_the_long_pool_pages_when_its_itl_passes_the_workloads_alarm(tmp_path: P
 
 def _with_fallback(stack: StackSpec) -> StackSpec:
     """The split stack with a fallback pool for both of the workload's pools, as `inhouse plan`
-    writes one for a workload naming a fallback model (`plan.search._with_fallbacks`)."""
+    writes one for a workload naming a fallback model (`plan.fallback_pools.with_fallbacks`)."""
     data = stack.model_dump(mode="json", exclude_defaults=True)
     standard = next(p for p in data["pools"] if p["name"] == "chat")
     spare = {**standard, "name": "chat-fallback", "served_model_name": "chat-fallback",

@@ -35,11 +35,20 @@ import numpy as np
 
 from inhouse.engine.build import Replica
 from inhouse.perf.step import StepShape
-from inhouse.plan.dist import Dist
+from inhouse.plan.dist import Dist, erlang_c
 from inhouse.plan.lora_share import lora_step_scale
 from inhouse.plan.traffic import Shapes, TrafficProfile
 
 Z95 = 1.6448536269514722
+__all__ = [
+    "MAX_KV_UTILIZATION",
+    "PoolForecast",
+    "PoolModel",
+    "Stream",
+    "StreamForecast",
+    "erlang_c",
+]
+
 ITERATIONS = 10
 SESSION_ITERATIONS = 16
 # Session scale bracket width (relative) at which the search stops.
@@ -484,19 +493,3 @@ class PoolModel:
             total += p.working_set_per_session_tokens * p.peak_sessions * load
             total += p.working_set_spread_tokens * stream.share * min(load, 1.0)
         return total
-
-
-def erlang_c(servers: int, utilization: float) -> float:
-    """Probability that an arrival waits in an M/M/c queue at per-server `utilization`."""
-    if utilization <= 0.0:
-        return 0.0
-    if utilization >= 1.0:
-        return 1.0
-    offered = servers * utilization
-    term = 1.0
-    total = 1.0
-    for k in range(1, servers):
-        term *= offered / k
-        total += term
-    last = term * offered / servers / (1.0 - utilization)
-    return last / (total + last)

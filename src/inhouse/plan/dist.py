@@ -108,3 +108,19 @@ def normal_tail(z: np.ndarray) -> np.ndarray:
     erfc = poly * np.exp(-x * x)
     tail: np.ndarray = np.where(z >= 0, 0.5 * erfc, 1.0 - 0.5 * erfc)
     return tail
+
+
+def erlang_c(servers: int, utilization: float) -> float:
+    """Probability that an arrival waits in an M/M/c queue at per-server `utilization`."""
+    if utilization <= 0.0:
+        return 0.0
+    if utilization >= 1.0:
+        return 1.0
+    offered = servers * utilization
+    term = 1.0
+    total = 1.0
+    for k in range(1, servers):
+        term *= offered / k
+        total += term
+    last = term * offered / servers / (1.0 - utilization)
+    return last / (total + last)
