@@ -25,27 +25,22 @@ from inhouse.server.chat_messages import ChatMessage, read_message
 from inhouse.server.generation import output_text
 from inhouse.server.http_metrics import HttpMetricsMiddleware
 from inhouse.server.metrics import CONTENT_TYPE
-from inhouse.server.protocol import (
-    DONE,
-    VERSION,
-    BodyParseError,
+from inhouse.server.request_models import (
     ChatCompletionRequest,
     CompletionRequest,
     DetokenizeRequest,
     TokenizeRequest,
     TokenizeShapes,
-    chat_body,
-    check_sampling,
-    check_token_ids,
-    completion_body,
-    parse_body,
     stop_list,
 )
+from inhouse.server.responses import DONE, VERSION, chat_body, completion_body
 from inhouse.server.runner import Stream
+from inhouse.server.sampling_checks import check_sampling, check_token_ids
 from inhouse.server.state import EngineState
 from inhouse.server.streaming import stream_chat, stream_completion, usage_of
 from inhouse.server.tools import ToolCall, plan_tool_call, structured_text, tools_prompt
 from inhouse.server.tools import message as tool_message
+from inhouse.server.validation import BodyParseError, parse_body
 from inhouse.tokenizer import first_media_part, render_chat, seed_of
 
 Handler = Callable[[Request], Awaitable[Response]]

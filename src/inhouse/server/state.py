@@ -32,7 +32,7 @@ from inhouse.server.generation import (
     plan_generation,
 )
 from inhouse.server.metrics import EngineMetrics
-from inhouse.server.protocol import new_id
+from inhouse.server.responses import new_id
 from inhouse.server.runner import EngineRunner, Stream
 from inhouse.server.tools import ToolOptions
 from inhouse.spec.knobs import EngineKnobs

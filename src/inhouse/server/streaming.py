@@ -11,7 +11,7 @@ from typing import Any
 
 from inhouse.openai_errors import ENGINE_DEAD_MESSAGE, ApiError
 from inhouse.server.generation import output_text
-from inhouse.server.protocol import DONE, SYSTEM_FINGERPRINT, sse, usage
+from inhouse.server.responses import DONE, SYSTEM_FINGERPRINT, sse, usage
 from inhouse.server.runner import Stream
 from inhouse.server.state import EngineState
 from inhouse.server.tools import ToolCall
