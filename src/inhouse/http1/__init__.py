@@ -1,8 +1,9 @@
 """HTTP/1.1 on asyncio protocols and httptools: the one stack the gateway and the bench share.
 
 * Server (the gateway's): `listener.GatewayServer` listens and holds the limits;
-  `server.GatewayProtocol` is one connection (httptools' request parser, pipelining,
-  keep-alive, hostile clients); `exchange.Exchange` one request and its response as ASGI;
+  `server.GatewayProtocol` is one connection (pipelining, keep-alive, hostile clients) on
+  `request_reader.RequestReader` (httptools' request parser and the limits on what is read);
+  `exchange.Exchange` one request and its response as ASGI;
   `chunk_writer.ChunkWriter` the writer the routes stream through (head held until the first
   body bytes); `eager.start_eagerly` runs a handler from the callback that read its request.
 * Client: `reader.ResponseReader`, the one httptools response reader; on it the gateway's
