@@ -76,24 +76,7 @@ def build_replica(spec: ReplicaSpec, constants: EngineConstants | None = None) -
     quant = resolve_weight_quants(spec.quant, model.is_moe, spec.gemm_quant, spec.moe_quant)
     layout = spec.layout_for(model)
     check_layout(layout, model)
-    passed = spec.mem_fraction_static
-    if passed is not None and not 0 < passed <= 1:
-        raise SpecError(
-            f"mem_fraction_static={passed}: SGLang's --mem-fraction-static is a fraction of "
-            "the GPU's memory in (0, 1]; pass the launch's value, or None for SGLang's own rule"
-        )
-    interval = spec.scheduler_recv_interval
-    if not isinstance(interval, int) or interval < 1:
-        raise SpecError(
-            f"scheduler_recv_interval={interval!r}: SGLang's --scheduler-recv-interval is a "
-            "whole number of decode steps, at least 1 (1: take new requests every step)"
-        )
-    # NOTE: the backend as the engine table reads it (`get_engine_constants`): "SGLang" is SGLang.
-    if interval > 1 and spec.backend.strip().lower() != "sglang":
-        raise SpecError(
-            f"scheduler_recv_interval={interval}: only SGLang skips receiving requests; "
-            f"{spec.backend} takes them every step, so leave it at 1"
-        )
+    _check_sglang_knobs(spec)
     consts = constants or get_engine_constants(spec.backend)
     knobs = spec.knobs
     max_num_seqs = knobs.max_num_seqs or consts.max_num_seqs
@@ -128,13 +111,53 @@ def build_replica(spec: ReplicaSpec, constants: EngineConstants | None = None) -
         slots = knobs.max_loras or len(spec.lora_adapters)
         lora = lora_cost(model, gpu, spec.tp, len(spec.lora_adapters), slots, knobs.max_lora_rank)
         memory = _take_lora_slots(memory, lora, max_model_len if knobs.max_model_len else 0)
+    if memory.max_num_seqs is not None:
+        max_num_seqs = min(max_num_seqs, memory.max_num_seqs)
+    limits = (max_num_seqs, max_batched, max_model_len)
+    config = _engine_config(spec, consts, memory, limits, lora)
+    step_model = StepModel(model, gpu, layout, quant, consts, knobs.kv_cache_dtype)
+    return Replica(spec, model, gpu, quant, layout, consts, memory, config, step_model)
+
+
+def _check_sglang_knobs(spec: ReplicaSpec) -> None:
+    """SGLang's launch knobs the spec carries: a memory fraction in (0, 1], a whole receive
+    interval of at least 1, and above 1 only on SGLang."""
+    passed = spec.mem_fraction_static
+    if passed is not None and not 0 < passed <= 1:
+        raise SpecError(
+            f"mem_fraction_static={passed}: SGLang's --mem-fraction-static is a fraction of "
+            "the GPU's memory in (0, 1]; pass the launch's value, or None for SGLang's own rule"
+        )
+    interval = spec.scheduler_recv_interval
+    if not isinstance(interval, int) or interval < 1:
+        raise SpecError(
+            f"scheduler_recv_interval={interval!r}: SGLang's --scheduler-recv-interval is a "
+            "whole number of decode steps, at least 1 (1: take new requests every step)"
+        )
+    # NOTE: the backend as the engine table reads it (`get_engine_constants`): "SGLang" is SGLang.
+    if interval > 1 and spec.backend.strip().lower() != "sglang":
+        raise SpecError(
+            f"scheduler_recv_interval={interval}: only SGLang skips receiving requests; "
+            f"{spec.backend} takes them every step, so leave it at 1"
+        )
+
+
+def _engine_config(
+    spec: ReplicaSpec,
+    consts: EngineConstants,
+    memory: MemoryPlan,
+    limits: tuple[int, int, int],
+    lora: LoraCost | None,
+) -> EngineConfig:
+    """The simulated core's configuration: the KV blocks `memory` leaves, the knobs, and the
+    engine's host costs; `limits` are the running cap, the token budget and the context."""
+    knobs = spec.knobs
+    max_num_seqs, max_batched, max_model_len = limits
     host_blocks = 0
     if knobs.host_kv_gib > 0:
         per_block = memory.kv_bytes_per_token_per_gpu * spec.tp * knobs.block_size
         host_blocks = int(knobs.host_kv_gib * 1024**3 // per_block)
-    if memory.max_num_seqs is not None:
-        max_num_seqs = min(max_num_seqs, memory.max_num_seqs)
-    config = EngineConfig(
+    return EngineConfig(
         num_gpu_blocks=memory.num_blocks,
         block_size=knobs.block_size,
         max_num_seqs=max_num_seqs,
@@ -150,11 +173,9 @@ def build_replica(spec: ReplicaSpec, constants: EngineConstants | None = None) -
         output_token_overhead_s=consts.output_token_overhead_s,
         reserve_new_tokens=consts.reserve_new_tokens,
         mixed_batches=consts.mixed_batches,
-        recv_interval=interval,
+        recv_interval=spec.scheduler_recv_interval,
         lora=lora,
     )
-    step_model = StepModel(model, gpu, layout, quant, consts, knobs.kv_cache_dtype)
-    return Replica(spec, model, gpu, quant, layout, consts, memory, config, step_model)
 
 
 def _take_lora_slots(memory: MemoryPlan, lora: LoraCost, min_kv_tokens: int) -> MemoryPlan:

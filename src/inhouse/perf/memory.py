@@ -223,16 +223,7 @@ def plan_memory(
     as that fraction of the memory free before it loads weights, less the weights: the
     activations and CUDA graphs live in the rest, so no reserve is taken from the budget.
     """
-    if not 0 < gpu_memory_utilization <= 1:
-        raise DoesNotFitError(
-            f"gpu_memory_utilization={gpu_memory_utilization} must be in (0, 1]; vLLM uses 0.9"
-        )
-    if mem_fraction_static is not None and not 0 < mem_fraction_static <= 1:
-        raise DoesNotFitError(
-            f"mem_fraction_static={mem_fraction_static}: SGLang's reserve for activations and "
-            f"CUDA graphs takes all of a {gpu.name}'s memory; lower the prefill budget "
-            "(max_num_batched_tokens) or max_num_seqs"
-        )
+    _check_fractions(gpu, gpu_memory_utilization, mem_fraction_static)
     layout = as_layout(tp)
     quants = _as_quants(quant)
     weights = weight_bytes_per_gpu(model, quants, layout)
@@ -241,45 +232,25 @@ def plan_memory(
     if mem_fraction_static is None:
         usable = gpu.hbm_bytes * gpu_memory_utilization
         reserve = reserve_bytes_per_gpu(model, layout.tp, per_rank_tokens, per_rank_seqs)
+        share = f"gpu_memory_utilization {gpu_memory_utilization}"
     else:
         nccl = NCCL_RESERVE_BYTES if layout.num_gpus > 1 else 0.0
         usable = (gpu.hbm_bytes - CUDA_CONTEXT_BYTES - nccl) * mem_fraction_static
         reserve = 0.0
+        share = f"mem_fraction_static {mem_fraction_static}"
     kv_per_token = kv_bytes_per_token_per_gpu(model, layout.tp, kv_dtype)
     budget = usable - weights - reserve
-    share = (
-        f"gpu_memory_utilization {gpu_memory_utilization}"
-        if mem_fraction_static is None
-        else f"mem_fraction_static {mem_fraction_static}"
-    )
-    where = (
-        f"{model.name} {quants.name} on {layout.num_gpus}x {gpu.name} ({layout.describe()}) "
-        f"at {share}"
-    )
+    where = f"{model.name} {quants.name} on {layout.num_gpus}x {gpu.name} ({layout.describe()})"
+    where += f" at {share}"
     if budget <= 0:
-        raise DoesNotFitError(
-            f"{where}: weights ({weights / GIB:.1f} GiB/GPU) plus runtime reserve "
-            f"({reserve / GIB:.1f} GiB/GPU) exceed usable memory ({usable / GIB:.1f} GiB/GPU) "
-            f"by {-budget / GIB:.1f} GiB per GPU. Try a higher tensor-parallel degree, a smaller "
-            "quantization (fp8, w4a16) or a GPU with more memory."
-        )
-    state_per_seq = state_bytes_per_seq_per_gpu(model, layout.tp)
-    seq_cap = None
-    state_bytes = 0.0
-    if state_per_seq > 0:
-        per_rank_cap = min(per_rank_seqs, int(MAX_STATE_SHARE * budget // state_per_seq))
-        state_bytes = per_rank_cap * state_per_seq
-        seq_cap = per_rank_cap * layout.attention_dp
+        raise _weights_too_large(where, weights, reserve, usable, budget)
+    seq_cap, state_bytes = _state_cap(model, layout, per_rank_seqs, budget)
     kv_bytes = budget - state_bytes
     num_blocks = int(kv_bytes // (kv_per_token * block_size)) * layout.attention_dp
     per_rank_tokens_kv = num_blocks // layout.attention_dp * block_size
     if per_rank_tokens_kv < min_kv_tokens or (seq_cap is not None and seq_cap < 1):
-        need_gib = (min_kv_tokens * kv_per_token - kv_bytes) / GIB
-        raise DoesNotFitError(
-            f"{where}: KV cache holds {per_rank_tokens_kv:,} tokens but {min_kv_tokens:,} "
-            f"are needed (short by {need_gib:.1f} GiB per GPU). Try a smaller max_model_len, an "
-            "fp8 KV cache, a higher gpu_memory_utilization or a higher tensor-parallel degree."
-        )
+        short = (min_kv_tokens * kv_per_token - kv_bytes) / GIB
+        raise _kv_too_small(where, per_rank_tokens_kv, min_kv_tokens, short)
     return MemoryPlan(
         usable_bytes_per_gpu=usable,
         weight_bytes_per_gpu=weights,
@@ -290,4 +261,50 @@ def plan_memory(
         num_blocks=num_blocks,
         state_bytes_per_gpu=state_bytes,
         max_num_seqs=seq_cap,
+    )
+
+
+def _check_fractions(
+    gpu: GpuSpec, gpu_memory_utilization: float, mem_fraction_static: float | None
+) -> None:
+    if not 0 < gpu_memory_utilization <= 1:
+        raise DoesNotFitError(
+            f"gpu_memory_utilization={gpu_memory_utilization} must be in (0, 1]; vLLM uses 0.9"
+        )
+    if mem_fraction_static is not None and not 0 < mem_fraction_static <= 1:
+        raise DoesNotFitError(
+            f"mem_fraction_static={mem_fraction_static}: SGLang's reserve for activations and "
+            f"CUDA graphs takes all of a {gpu.name}'s memory; lower the prefill budget "
+            "(max_num_batched_tokens) or max_num_seqs"
+        )
+
+
+def _state_cap(
+    model: ModelSpec, layout: ParallelLayout, per_rank_seqs: int, budget: float
+) -> tuple[int | None, float]:
+    """(the running cap the per-sequence state leaves, None without state; its bytes per
+    GPU): linear-attention state takes at most `MAX_STATE_SHARE` of the budget."""
+    state_per_seq = state_bytes_per_seq_per_gpu(model, layout.tp)
+    if state_per_seq <= 0:
+        return None, 0.0
+    per_rank_cap = min(per_rank_seqs, int(MAX_STATE_SHARE * budget // state_per_seq))
+    return per_rank_cap * layout.attention_dp, per_rank_cap * state_per_seq
+
+
+def _kv_too_small(where: str, holds: int, needed: int, short_gib: float) -> DoesNotFitError:
+    return DoesNotFitError(
+        f"{where}: KV cache holds {holds:,} tokens but {needed:,} "
+        f"are needed (short by {short_gib:.1f} GiB per GPU). Try a smaller max_model_len, an "
+        "fp8 KV cache, a higher gpu_memory_utilization or a higher tensor-parallel degree."
+    )
+
+
+def _weights_too_large(
+    where: str, weights: float, reserve: float, usable: float, budget: float
+) -> DoesNotFitError:
+    return DoesNotFitError(
+        f"{where}: weights ({weights / GIB:.1f} GiB/GPU) plus runtime reserve "
+        f"({reserve / GIB:.1f} GiB/GPU) exceed usable memory ({usable / GIB:.1f} GiB/GPU) "
+        f"by {-budget / GIB:.1f} GiB per GPU. Try a higher tensor-parallel degree, a smaller "
+        "quantization (fp8, w4a16) or a GPU with more memory."
     )

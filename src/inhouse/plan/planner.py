@@ -42,6 +42,18 @@ from inhouse.plan.verify import SimCheck, checked_key, metric_words, run_check
 from inhouse.plan.workload_req import Slo
 from inhouse.spec.stack import StackSpec
 
+__all__ = [
+    "Plan",
+    "PlanInfeasibleError",
+    "Verification",
+    "binding_constraints",
+    "characterize",
+    "infeasible_message",
+    "make_plan",
+    "model_names",
+    "slo_of",
+]
+
 MAX_ROUNDS = 4
 CORRECTION_MARGIN = 1.05
 MAX_CORRECTION = 10.0

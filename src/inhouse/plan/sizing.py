@@ -287,23 +287,9 @@ def size_choice(
         return Rejected(choice, f"does not fit: {exc}", "memory")
     model = PoolModel(replica, need.streams, time_scale)
     floor = model.forecast(FLOOR_LOAD)
-    for violation in check(floor, need, headroom=planning.headroom, max_utilization=1.0):
-        if " p95 " in violation.what:
-            metric = violation.what.split()[-1]
-            return Rejected(
-                choice,
-                f"{violation.what} is {violation.value:,.0f} ms on an idle replica, above the "
-                f"{violation.limit:,.0f} ms limit (target less {planning.headroom:.0%} headroom)",
-                metric,
-                violation.value,
-                violation.limit,
-            )
-        return Rejected(
-            choice,
-            f"{violation} with {FLOOR_LOAD:.2%} of the peak traffic on a replica (no replica "
-            "count serves it)",
-            violation.what,
-        )
+    idle = _idle_rejection(choice, floor, need, planning)
+    if idle is not None:
+        return idle
     replicas = max(need.min_replicas, 1)
     violations: list[Violation] = []
     previous: dict[str, float] = {}
@@ -321,56 +307,96 @@ def size_choice(
         degraded = None
         if not violations and replicas > 1:
             degraded = model.forecast(1.0 / (replicas - 1), replicas - 1)
-            if planning.enforce_degraded_slo and any(need.degraded_slos.values()):
-                violations = check(
-                    degraded,
-                    need,
-                    headroom=0.0,
-                    max_utilization=DEGRADED_MAX_UTILIZATION,
-                    degraded=True,
-                )
-                violations = [Violation(f"degraded {v.what}", v.value, v.limit) for v in violations]
+            violations = _degraded_violations(degraded, need, planning)
         if not violations:
             limited = "minimum replicas" if replicas == need.min_replicas else "load"
             return Sized(
-                need,
-                choice,
-                replica,
-                replicas,
-                forecast,
-                degraded,
-                floor,
-                usd_per_gpu_hour,
+                need, choice, replica, replicas, forecast, degraded, floor, usd_per_gpu_hour,
                 limited,
-            )
+            )  # fmt: skip
         # Latency that more replicas no longer improve is a floor, not a capacity problem.
-        # NOTE: not while a replica is overloaded: agent sessions are a closed loop, and an
-        # overloaded replica answers faster with more replicas, so its sessions send more and its
-        # utilization and p95s stay put until the loop leaves saturation (3,000 sessions were
-        # "a floor" at 4 replicas of TP2, which meet every target at 40).
         current = {v.what: v.value for v in violations}
         if replicas >= FLOOR_REPLICA_STEP * previous_replicas:
-            overloaded = not forecast.stable or forecast.utilization > planning.max_utilization
-            if (
-                not overloaded
-                and current
-                and all(
-                    what in previous and value > 0.98 * previous[what]
-                    for what, value in current.items()
-                )
-            ):
-                worst = violations[0]
-                return Rejected(
-                    choice,
-                    f"{worst} even at {replicas} replicas: more replicas do not lower it",
-                    worst.what.split()[-1],
-                    worst.value,
-                    worst.limit,
-                )
+            stuck = _stuck(choice, forecast, planning, violations, previous, replicas)
+            if stuck is not None:
+                return stuck
             previous, previous_replicas = current, replicas
         replicas = _next_replicas(replicas, forecast, planning.max_utilization)
     worst = violations[0] if violations else Violation("load", 0, 0)
     return Rejected(choice, f"more than {max_replicas} replicas needed ({worst})", "capacity")
+
+
+def _idle_rejection(
+    choice: Choice, floor: PoolForecast, need: PoolNeed, planning: Planning
+) -> Rejected | None:
+    """Why `choice` fails the need on an idle replica (no replica count serves it), or None."""
+    for violation in check(floor, need, headroom=planning.headroom, max_utilization=1.0):
+        if " p95 " in violation.what:
+            metric = violation.what.split()[-1]
+            return Rejected(
+                choice,
+                f"{violation.what} is {violation.value:,.0f} ms on an idle replica, above the "
+                f"{violation.limit:,.0f} ms limit (target less {planning.headroom:.0%} headroom)",
+                metric,
+                violation.value,
+                violation.limit,
+            )
+        return Rejected(
+            choice,
+            f"{violation} with {FLOOR_LOAD:.2%} of the peak traffic on a replica (no replica "
+            "count serves it)",
+            violation.what,
+        )
+    return None
+
+
+def _degraded_violations(
+    degraded: PoolForecast, need: PoolNeed, planning: Planning
+) -> list[Violation]:
+    """With one replica lost, the degraded SLO's misses, where it is enforced."""
+    if not (planning.enforce_degraded_slo and any(need.degraded_slos.values())):
+        return []
+    violations = check(
+        degraded,
+        need,
+        headroom=0.0,
+        max_utilization=DEGRADED_MAX_UTILIZATION,
+        degraded=True,
+    )
+    return [Violation(f"degraded {v.what}", v.value, v.limit) for v in violations]
+
+
+def _stuck(
+    choice: Choice,
+    forecast: PoolForecast,
+    planning: Planning,
+    violations: list[Violation],
+    previous: dict[str, float],
+    replicas: int,
+) -> Rejected | None:
+    """A latency floor: every miss within 2% of what it was at the last count, while no
+    replica is overloaded.
+
+    NOTE: not while a replica is overloaded: agent sessions are a closed loop, and an
+    overloaded replica answers faster with more replicas, so its sessions send more and its
+    utilization and p95s stay put until the loop leaves saturation (3,000 sessions were "a
+    floor" at 4 replicas of TP2, which meet every target at 40)."""
+    current = {v.what: v.value for v in violations}
+    overloaded = not forecast.stable or forecast.utilization > planning.max_utilization
+    if overloaded or not current:
+        return None
+    if not all(
+        what in previous and value > 0.98 * previous[what] for what, value in current.items()
+    ):
+        return None
+    worst = violations[0]
+    return Rejected(
+        choice,
+        f"{worst} even at {replicas} replicas: more replicas do not lower it",
+        worst.what.split()[-1],
+        worst.value,
+        worst.limit,
+    )
 
 
 def _next_replicas(replicas: int, forecast: PoolForecast, max_utilization: float) -> int:
