@@ -3,29 +3,18 @@ against predicted (rows stand in for corpus rows: only the fields `growth` reads
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
+from tests.support.scripts import load_script
 
 from inhouse.engine.build import ReplicaSpec
 from inhouse.spec.knobs import EngineKnobs
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "bench_predict", ROOT / "benchmarks" / "bench_predict.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_predict"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/bench_predict.py")
 
 
 def _scored(config: str, c: int, ttft: float, tpot: float, p_ttft: float, p_tpot: float) -> Any:

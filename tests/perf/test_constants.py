@@ -7,14 +7,13 @@ what makes a prediction for hardware nobody here measured mean anything.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import sys
 from importlib import resources
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 import yaml
+from tests.support.scripts import load_script
 
 from inhouse.engine.build import ReplicaSpec, build_replica
 from inhouse.errors import SpecError
@@ -107,14 +106,7 @@ def test_a_gpu_is_predicted_from_its_catalog_entry_alone(
 
 
 def _fit_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "fit_calibration", ROOT / "scripts" / "fit_calibration.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["fit_calibration"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/fit_calibration.py")
 
 
 def test_fitted_gpus_are_the_gpus_of_the_rows_the_fit_uses() -> None:
