@@ -25,9 +25,28 @@ EXTENSION_ROWS = ("ttft_sched", "e2el_sched", "client_queue_time", "ttft_content
 
 def build_result(run: BenchRun) -> dict[str, Any]:
     spec = run.spec
+    out = _result_header(run)
+    summary = summarize(run.results, run.duration_s, spec.percentiles, spec.slo)
+    out.update(summary)
+    out.update(_server_figures(run.server or {}, summary.get("theoretical_hit_rate")))
+    client = _client_health(run)
+    out["client"] = client
+    out["client_bottleneck"] = client["client_bottleneck"]
+    out["slo"] = dict(spec.slo)
+    out["workload"] = _workload_block(run)
+    out["run"] = _run_block(run)
+    if run.simulated is not None:
+        out["simulated"] = run.simulated
+    out["errors"] = count_reasons(r.outcome.error for r in run.results if not r.success)
+    return out
+
+
+def _result_header(run: BenchRun) -> dict[str, Any]:
+    """vLLM's leading keys: when, which endpoint and model, how many prompts at what rate."""
+    spec = run.spec
     backend = "openai-chat" if spec.endpoint == "chat" else "openai"
     rate: Any = "inf" if spec.rate is None or math.isinf(spec.rate) else spec.rate
-    out: dict[str, Any] = {
+    return {
         "date": datetime.now().strftime("%Y%m%d-%H%M%S"),
         "endpoint_type": backend,
         "backend": backend,
@@ -39,33 +58,39 @@ def build_result(run: BenchRun) -> dict[str, Any]:
         "burstiness": spec.burstiness,
         "max_concurrency": spec.max_concurrency,
     }
-    summary = summarize(run.results, run.duration_s, spec.percentiles, spec.slo)
-    out.update(summary)
-    server = run.server or {}
+
+
+def _server_figures(server: Mapping[str, Any], ideal: Any) -> dict[str, Any]:
+    """The engines' own figures: their prefix hit rate (and its share of the ideal), their
+    counters and their sampled gauges."""
     server_rate = server.get("prefix_cache_hit_rate_server")
-    ideal = summary.get("theoretical_hit_rate")
-    out["prefix_cache_hit_rate_server"] = server_rate
-    out["hit_rate_efficiency_server"] = (
-        server_rate / ideal if server_rate is not None and ideal else None
+    return {
+        "prefix_cache_hit_rate_server": server_rate,
+        "hit_rate_efficiency_server": (
+            server_rate / ideal if server_rate is not None and ideal else None
+        ),
+        "server_metrics": server.get("engines", []),
+        "server_gauges": server.get("gauges"),
+    }
+
+
+def _client_health(run: BenchRun) -> dict[str, Any]:
+    """Whether the client held the load back; a simulated run's never did."""
+    if run.simulated is not None:
+        return {"client_bottleneck": False, "reasons": [], "simulated": True}
+    spec = run.spec
+    return assess_client(
+        run.results,
+        run.health,
+        gated=spec.max_concurrency is not None or spec.arrival_mode == "closed",
+        requested_rate=run.requested_rate,
+        num_workers=spec.workers,
     )
-    out["server_metrics"] = server.get("engines", [])
-    out["server_gauges"] = server.get("gauges")
-    simulated = run.simulated is not None
-    client = (
-        {"client_bottleneck": False, "reasons": [], "simulated": True}
-        if simulated
-        else assess_client(
-            run.results,
-            run.health,
-            gated=spec.max_concurrency is not None or spec.arrival_mode == "closed",
-            requested_rate=run.requested_rate,
-            num_workers=spec.workers,
-        )
-    )
-    out["client"] = client
-    out["client_bottleneck"] = client["client_bottleneck"]
-    out["slo"] = dict(spec.slo)
-    out["workload"] = {
+
+
+def _workload_block(run: BenchRun) -> dict[str, Any]:
+    spec = run.spec
+    return {
         "name": run.meta.get("workload_name", spec.workload),
         "params": dict(spec.workload_params),
         "arrival_mode": spec.arrival_mode,
@@ -79,23 +104,23 @@ def build_result(run: BenchRun) -> dict[str, Any]:
         "block_size": spec.block_size,
         "theoretical_hit_rate_all_requests": run.theoretical_hit_rate_all,
     }
-    out["run"] = {
-        "source": "simulate" if simulated else "live",
+
+
+def _run_block(run: BenchRun) -> dict[str, Any]:
+    """How the run went and how to repeat it: source, target, interruptions, versions."""
+    return {
+        "source": "live" if run.simulated is None else "simulate",
         "target": redact_text(str(run.meta.get("target") or "")) or None,
         "prompt_salt": run.meta.get("prompt_salt"),
         "interrupted": run.interrupted,
         "num_interrupted": run.num_interrupted,
         "num_history_misses": run.meta.get("num_history_misses", 0),
-        "percentiles": list(spec.percentiles),
+        "percentiles": list(run.spec.percentiles),
         "client_stack": run.meta.get("client"),
         "inhouse_version": inhouse.__version__,
         "command": shlex.join(redact_argv(sys.argv)),
         "counters_window_unix_s": list(run.window_unix_s) if run.window_unix_s else None,
     }
-    if run.simulated is not None:
-        out["simulated"] = run.simulated
-    out["errors"] = count_reasons(r.outcome.error for r in run.results if not r.success)
-    return out
 
 
 def write_requests(run: BenchRun, out_dir: Path) -> None:
@@ -154,9 +179,29 @@ def _pct(value: Any) -> str:
 
 
 def render_markdown(result: dict[str, Any], images: list[str]) -> str:
+    lines = _run_header(result)
+    lines += _warnings(result)
+    if result.get("plan_slo"):
+        lines += ["## Against the plan", "", "```", *judgement_lines(result["plan_slo"]), "```", ""]
+    lines += _latency_table(result)
+    lines += _throughput_table(result)
+    lines += _prefix_cache_table(result)
+    lines += _client_section(result)
+    if result.get("errors"):
+        lines += ["", "## Errors", "", "| count | error |", "|---|---|"]
+        for text, count in result["errors"].items():
+            lines.append(f"| {count} | `{text.strip()[:160]}` |")
+    if images:
+        lines += ["", "## Charts", ""]
+        lines += [f"![{name}]({name})" for name in images]
+    return "\n".join(lines) + "\n"
+
+
+def _run_header(result: dict[str, Any]) -> list[str]:
+    """The title, then when, what and how the run was driven, and the command that did it."""
     run = result["run"]
     wl = result["workload"]
-    lines = [
+    return [
         f"# inhouse bench — {wl['name']} ({run['source']})",
         "",
         f"- date {result['date']}; model `{result['model_id']}`; target `{run['target']}`",
@@ -166,22 +211,28 @@ def render_markdown(result: dict[str, Any], images: list[str]) -> str:
         f"- command: `{run['command']}`",
         "",
     ]
+
+
+def _warnings(result: dict[str, Any]) -> list[str]:
+    """What to read the figures against: a client bottleneck, Ctrl-C, a role-chunk artefact."""
+    lines: list[str] = []
     if result.get("client_bottleneck"):
         lines += ["> **WARNING: the client was a bottleneck.**", ">"]
         lines += [f"> - {reason}" for reason in result["client"]["reasons"]]
         lines.append("")
-    if run.get("interrupted"):
+    if result["run"].get("interrupted"):
         lines += [
-            f"> Interrupted: {run['num_interrupted']} in-flight request(s) dropped; figures "
-            "cover what finished before Ctrl-C.",
+            f"> Interrupted: {result['run']['num_interrupted']} in-flight request(s) dropped; "
+            "figures cover what finished before Ctrl-C.",
             "",
         ]
     if result.get("ttft_role_chunk_artifact"):
         lines += ["> TTFT and first-content time differ by > 1 ms (role-chunk artefact).", ""]
-    if result.get("plan_slo"):
-        lines += ["## Against the plan", "", "```", *judgement_lines(result["plan_slo"]), "```", ""]
-    lines += _latency_table(result)
-    lines += [
+    return lines
+
+
+def _throughput_table(result: dict[str, Any]) -> list[str]:
+    return [
         "",
         "## Throughput and goodput",
         "",
@@ -197,6 +248,11 @@ def render_markdown(result: dict[str, Any], images: list[str]) -> str:
         f"| SLOs | {_slo_text(result['slo'])} |",
         f"| request goodput (req/s) | {_fmt(result['request_goodput'])} |",
         f"| good request fraction | {_pct(result['good_request_fraction'])} |",
+    ]
+
+
+def _prefix_cache_table(result: dict[str, Any]) -> list[str]:
+    return [
         "",
         "## Prefix cache",
         "",
@@ -210,15 +266,6 @@ def render_markdown(result: dict[str, Any], images: list[str]) -> str:
         f"| server / theoretical | {_fmt(result['hit_rate_efficiency_server'], 3)} |",
         "",
     ]
-    lines += _client_section(result)
-    if result.get("errors"):
-        lines += ["", "## Errors", "", "| count | error |", "|---|---|"]
-        for text, count in result["errors"].items():
-            lines.append(f"| {count} | `{text.strip()[:160]}` |")
-    if images:
-        lines += ["", "## Charts", ""]
-        lines += [f"![{name}]({name})" for name in images]
-    return "\n".join(lines) + "\n"
 
 
 def _latency_table(result: dict[str, Any]) -> list[str]:

@@ -276,23 +276,39 @@ def _capacity(r: Mapping[str, Any]) -> list[str]:
 def _cost(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
     c = r["cost"]
     lines = ["## 6. Cost sheet", ""]
-    for h in r["hardware"]:
-        if h["pricing"] == "hourly":
-            total = h["gpus_used"] * h["usd_per_gpu_hour"]
-            lines.append(
-                f"* {h['gpu']}, rented: {h['gpus_used']} GPUs x "
-                f"{_usd(h['usd_per_gpu_hour'])}/GPU-h = {_usd(total)}/h."
-            )
-        else:
-            lines.append(
-                f"* {h['gpu']}, {h['nodes']} node(s) of {h['gpus_per_node']}: {h['arithmetic']}."
-            )
+    lines += [_hardware_cost_line(h) for h in r["hardware"]]
     lines += [
         f"* Stack all-in: {_usd(c['usd_per_hour'])}/h x {c['hours_per_month']:.0f} h = "
         f"{_usd(c['usd_per_month'], 0)}/month; capex {_usd(c['capex_usd'], 0)}.",
         f"* {c['formula']}.",
         "",
     ]
+    lines += _workload_cost_table(c)
+    lines += _workload_cost_notes(c)
+    lines += _api_breakeven(c)
+    if c.get("effective_usd_per_million_tokens_with_idle_hours") is not None:
+        lines.append(
+            "Effective stack cost with idle hours: "
+            f"{_usd(c['effective_usd_per_million_tokens_with_idle_hours'], 3)} per 1M tokens."
+        )
+    if "cost" in charts:
+        lines += ["", f"![monthly cost against APIs]({charts['cost']})"]
+    return [*lines, ""]
+
+
+def _hardware_cost_line(h: Mapping[str, Any]) -> str:
+    """One GPU type's $/h: rented GPUs x rent, or owned nodes with their all-in arithmetic."""
+    if h["pricing"] == "hourly":
+        total = h["gpus_used"] * h["usd_per_gpu_hour"]
+        return (
+            f"* {h['gpu']}, rented: {h['gpus_used']} GPUs x "
+            f"{_usd(h['usd_per_gpu_hour'])}/GPU-h = {_usd(total)}/h."
+        )
+    return f"* {h['gpu']}, {h['nodes']} node(s) of {h['gpus_per_node']}: {h['arithmetic']}."
+
+
+def _workload_cost_table(c: Mapping[str, Any]) -> list[str]:
+    """Per workload: its $/h share, average load, $/1M with its arithmetic, $/request."""
     rows = []
     for name, w in c["workloads"].items():
         per_m = w["usd_per_million_tokens"]
@@ -312,7 +328,7 @@ def _cost(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
                 _usd(w.get("usd_per_request_with_idle_hours"), 5),
             ]
         )
-    lines += _table(
+    return _table(
         [
             "workload",
             "$/h share",
@@ -326,7 +342,11 @@ def _cost(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
         ],
         rows,
     )
-    lines.append(
+
+
+def _workload_cost_notes(c: Mapping[str, Any]) -> list[str]:
+    """How the $/h is shared out, what idle hours do to $/request, and the cached input share."""
+    lines = [
         "A pool's $/h is split between the workloads it serves by the replica time each takes, "
         "then between input and output by prefill versus decode time. The $/1M and $/request "
         "at load hold in an active hour at the average rate; the stack is paid for all "
@@ -334,7 +354,7 @@ def _cost(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
         f"{c['active_hours_per_month']:.0f} h of it, so a month's bill over a month's requests "
         "is the $/request with idle hours ($/h share x "
         f"{c['hours_per_month']:.0f} h / requests a month)."
-    )
+    ]
     cached = [
         f"{name}: {w['at_average_load']['cached_input_tokens_per_s'] / tin:.0%}"
         for name, w in c["workloads"].items()
@@ -347,6 +367,11 @@ def _cost(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
             "spread over all of them."
         )
     lines.append("")
+    return lines
+
+
+def _api_breakeven(c: Mapping[str, Any]) -> list[str]:
+    """Each API's $/month against the stack's, with break-even, and the rent if released."""
     api_rows = []
     for api, spend in c["api_usd_per_month"].items():
         months = c["breakeven_months"].get(api)
@@ -357,31 +382,25 @@ def _cost(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:
         else:
             be = f"{months:.1f} months"
         api_rows.append([api, _usd(spend, 0), _usd(c["usd_per_month"], 0), be])
-    if api_rows:
+    if not api_rows:
+        return []
+    lines = [
+        f"Against APIs, at the average rates for {c['active_hours_per_month']:.0f} active "
+        "hours a month (cached input at the cached price):",
+        "",
+    ]
+    lines += _table(["API", "API $/month", "stack $/month", "break-even"], api_rows)
+    if c.get("rented_usd_per_month_active_hours_only") is not None:
         lines.append(
-            f"Against APIs, at the average rates for {c['active_hours_per_month']:.0f} active "
-            "hours a month (cached input at the cached price):"
+            "Rented GPUs released outside the active hours would cost "
+            f"{_usd(c['rented_usd_per_month_active_hours_only'], 0)}/month "
+            f"({c['active_hours_per_month']:.0f} h) instead of "
+            f"{_usd(c['usd_per_month'], 0)}; the plan assumes 24/7."
         )
         lines.append("")
-        lines += _table(["API", "API $/month", "stack $/month", "break-even"], api_rows)
-        if c.get("rented_usd_per_month_active_hours_only") is not None:
-            lines.append(
-                "Rented GPUs released outside the active hours would cost "
-                f"{_usd(c['rented_usd_per_month_active_hours_only'], 0)}/month "
-                f"({c['active_hours_per_month']:.0f} h) instead of "
-                f"{_usd(c['usd_per_month'], 0)}; the plan assumes 24/7."
-            )
-            lines.append("")
-        lines.append("Break-even = capex / (API $/month - (power + ops + rent) $/month).")
-        lines.append("")
-    if c.get("effective_usd_per_million_tokens_with_idle_hours") is not None:
-        lines.append(
-            "Effective stack cost with idle hours: "
-            f"{_usd(c['effective_usd_per_million_tokens_with_idle_hours'], 3)} per 1M tokens."
-        )
-    if "cost" in charts:
-        lines += ["", f"![monthly cost against APIs]({charts['cost']})"]
-    return [*lines, ""]
+    lines.append("Break-even = capex / (API $/month - (power + ops + rent) $/month).")
+    lines.append("")
+    return lines
 
 
 def _sensitivity(r: Mapping[str, Any], charts: Mapping[str, str]) -> list[str]:

@@ -239,6 +239,30 @@ def no_fp8(
         "change": "FP8 weights and FP8 KV cache not allowed",
         "size": None,
     }
+    swapped, problems = _bf16_pools(requirements, candidate)
+    same = Candidate(candidate.layout, swapped, candidate.fallbacks)
+    predicted = None if problems else evaluate(same, profiles, corrections)
+    broken = breaches(requirements, predicted) if not problems else []
+    result["same_layout"] = {
+        "fits": not problems,
+        "problems": problems,
+        "predicted_p95_ms": predicted,
+        "breaches": broken,
+    }
+    result["breaches"] = broken
+    result["first_break"] = broken[0] if broken else None
+    result["replan"] = _replan_without_fp8(requirements, candidate, profiles, corrections)
+    result["triggers"] = []  # a check before buying, not a series to alert on
+    result["trigger"] = (
+        "FP8 fails the held-out quality eval against BF16 (run it before buying): re-plan "
+        "without FP8"
+    )
+    return result
+
+
+def _bf16_pools(requirements: Requirements, candidate: Candidate) -> tuple[list[Sized], list[str]]:
+    """The candidate's pools with FP8 weights or KV swapped for BF16 at the same layout and
+    replica counts, and a problem for each pool that no longer fits."""
     swapped: list[Sized] = []
     problems: list[str] = []
     for pool in candidate.pools:
@@ -274,17 +298,16 @@ def no_fp8(
                 pool.limited_by,
             )
         )
-    same = Candidate(candidate.layout, swapped, candidate.fallbacks)
-    predicted = None if problems else evaluate(same, profiles, corrections)
-    broken = breaches(requirements, predicted) if not problems else []
-    result["same_layout"] = {
-        "fits": not problems,
-        "problems": problems,
-        "predicted_p95_ms": predicted,
-        "breaches": broken,
-    }
-    result["breaches"] = broken
-    result["first_break"] = broken[0] if broken else None
+    return swapped, problems
+
+
+def _replan_without_fp8(
+    requirements: Requirements,
+    candidate: Candidate,
+    profiles: dict[str, TrafficProfile],
+    corrections: Corrections,
+) -> dict[str, object]:
+    """The cheapest plan a new search finds without FP8, or why it finds none."""
     planning = requirements.planning.model_copy(
         update={
             "quantizations": tuple(q for q in requirements.planning.quantizations if q != "fp8")
@@ -295,27 +318,20 @@ def no_fp8(
     alternative = search(requirements, profiles, planning, corrections=corrections)
     if alternative.candidates:
         best = alternative.candidates[0]
-        result["replan"] = {
+        return {
             "usd_per_hour": best.usd_per_hour,
             "extra_usd_per_hour": best.usd_per_hour - candidate.usd_per_hour,
             "pools": best.label,
         }
+    misses = alternative.hardware_misses
+    if misses:
+        why = "; ".join(misses[0].problems)
+    elif alternative.rejected_layouts:
+        why = alternative.rejected_layouts[0][1][0]
     else:
-        misses = alternative.hardware_misses
-        if misses:
-            why = "; ".join(misses[0].problems)
-        elif alternative.rejected_layouts:
-            why = alternative.rejected_layouts[0][1][0]
-        else:
-            why = "no configuration meets the SLOs"
-        result["replan"] = {
-            "usd_per_hour": None,
-            "why_none": why,
-            "pools": misses[0].label if misses else None,
-        }
-    result["triggers"] = []  # a check before buying, not a series to alert on
-    result["trigger"] = (
-        "FP8 fails the held-out quality eval against BF16 (run it before buying): re-plan "
-        "without FP8"
-    )
-    return result
+        why = "no configuration meets the SLOs"
+    return {
+        "usd_per_hour": None,
+        "why_none": why,
+        "pools": misses[0].label if misses else None,
+    }

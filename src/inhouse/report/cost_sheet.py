@@ -151,69 +151,85 @@ def _workloads(
     out: dict[str, dict[str, X]] = {}
     total = float(plan["cost"]["usd_per_hour"]) or 1.0
     for name, w in plan["cost"]["workloads"].items():
-        load = w["at_average_load"]
-        share = float(w["usd_per_hour"]) / total
-        in_usd_h = (
-            (w["usd_per_million_tokens"]["input"] or 0.0) * load["input_tokens_per_s"] * 3600 / 1e6
-        )
-        prefill = in_usd_h / float(w["usd_per_hour"]) if w["usd_per_hour"] else 0.0
-        src = f"plan.json cost.workloads.{name}"
-        zero = (lambda v: 0.0) if blank else float
-        sheet.heading(f"Inputs: workload {name} (average load, active hours)")
-        tin = sheet.input("input tokens/s", zero(load["input_tokens_per_s"]), "tok/s", src)
-        tcached = sheet.input(
-            "cached input tokens/s", zero(load["cached_input_tokens_per_s"]), "tok/s", src
-        )
-        tout = sheet.input("output tokens/s", zero(load["output_tokens_per_s"]), "tok/s", src)
-        rps = sheet.input("requests/s", zero(load["requests_per_s"]), "req/s", src)
-        sh = sheet.input(
-            "share of the stack's replica time",
-            zero(share),
-            "",
-            src + ".usd_per_hour / cost.usd_per_hour (planner)",
-        )
-        pf = sheet.input(
-            "prefill share of its time",
-            zero(prefill),
-            "",
-            src + " (planner: prefill vs decode time)",
-        )
-        sheet.heading(f"Cost: workload {name}")
-        usd = sheet.calc(
-            "$/h share", stack_h * sh, "$/h", key=f"cost.workloads.{name}.usd_per_hour"
-        )
-        k = f"cost.workloads.{name}.usd_per_million_tokens"
-        sheet.calc(
-            "$/1M tokens, blended", usd / ((tin + tout) * 3600.0) * 1e6, "$/1M", key=f"{k}.blended"
-        )
-        sheet.calc("$/1M input tokens", usd * pf / (tin * 3600.0) * 1e6, "$/1M", key=f"{k}.input")
-        sheet.calc(
-            "$/1M output tokens",
-            (usd - usd * pf) / (tout * 3600.0) * 1e6,
-            "$/1M",
-            key=f"{k}.output",
-        )
-        sheet.calc(
-            "$/request at load",
-            usd / (rps * 3600.0),
-            "$",
-            key=f"cost.workloads.{name}.usd_per_request",
-        )
-        # NOTE: the stack is paid for every hour of the month, requests come in the active ones.
-        sheet.calc(
-            "$/request with idle hours",
-            usd * HOURS_PER_MONTH / (rps * 3600.0 * active_h),
-            "$",
-            key=f"cost.workloads.{name}.usd_per_request_with_idle_hours",
-        )
-        sheet.calc(
-            "$/1M tokens with idle hours",
-            usd * HOURS_PER_MONTH / ((tin + tout) * 3600.0 * active_h) * 1e6,
-            "$/1M",
-            key=f"cost.workloads.{name}.usd_per_million_tokens_with_idle_hours",
-        )
-        out[name] = {"in": tin, "cached": tcached, "out": tout, "usd_h": usd}
+        t = _workload_inputs(sheet, name, w, total, blank)
+        usd = _workload_cost(sheet, name, t, stack_h, active_h)
+        out[name] = {"in": t["in"], "cached": t["cached"], "out": t["out"], "usd_h": usd}
     return out
+
+
+def _workload_inputs(
+    sheet: Sheet, name: str, w: Mapping[str, Any], total: float, blank: bool
+) -> dict[str, X]:
+    """The workload's input block: its token and request rates at average load, and its shares
+    of the stack's replica time and of its own time in prefill, from the planner."""
+    load = w["at_average_load"]
+    share = float(w["usd_per_hour"]) / total
+    in_usd_h = (
+        (w["usd_per_million_tokens"]["input"] or 0.0) * load["input_tokens_per_s"] * 3600 / 1e6
+    )
+    prefill = in_usd_h / float(w["usd_per_hour"]) if w["usd_per_hour"] else 0.0
+    src = f"plan.json cost.workloads.{name}"
+    zero = (lambda v: 0.0) if blank else float
+    sheet.heading(f"Inputs: workload {name} (average load, active hours)")
+    tin = sheet.input("input tokens/s", zero(load["input_tokens_per_s"]), "tok/s", src)
+    tcached = sheet.input(
+        "cached input tokens/s", zero(load["cached_input_tokens_per_s"]), "tok/s", src
+    )
+    tout = sheet.input("output tokens/s", zero(load["output_tokens_per_s"]), "tok/s", src)
+    rps = sheet.input("requests/s", zero(load["requests_per_s"]), "req/s", src)
+    sh = sheet.input(
+        "share of the stack's replica time",
+        zero(share),
+        "",
+        src + ".usd_per_hour / cost.usd_per_hour (planner)",
+    )
+    pf = sheet.input(
+        "prefill share of its time",
+        zero(prefill),
+        "",
+        src + " (planner: prefill vs decode time)",
+    )
+    return {"in": tin, "cached": tcached, "out": tout, "rps": rps, "share": sh, "prefill": pf}
+
+
+def _workload_cost(sheet: Sheet, name: str, t: Mapping[str, X], stack_h: X, active_h: X) -> X:
+    """The workload's cost block: its $/h share, $/1M and $/request; returns the $/h share."""
+    tin, tout, rps, pf = t["in"], t["out"], t["rps"], t["prefill"]
+    sheet.heading(f"Cost: workload {name}")
+    usd = sheet.calc(
+        "$/h share", stack_h * t["share"], "$/h", key=f"cost.workloads.{name}.usd_per_hour"
+    )
+    k = f"cost.workloads.{name}.usd_per_million_tokens"
+    sheet.calc(
+        "$/1M tokens, blended", usd / ((tin + tout) * 3600.0) * 1e6, "$/1M", key=f"{k}.blended"
+    )
+    sheet.calc("$/1M input tokens", usd * pf / (tin * 3600.0) * 1e6, "$/1M", key=f"{k}.input")
+    sheet.calc(
+        "$/1M output tokens",
+        (usd - usd * pf) / (tout * 3600.0) * 1e6,
+        "$/1M",
+        key=f"{k}.output",
+    )
+    sheet.calc(
+        "$/request at load",
+        usd / (rps * 3600.0),
+        "$",
+        key=f"cost.workloads.{name}.usd_per_request",
+    )
+    # NOTE: the stack is paid for every hour of the month, requests come in the active ones.
+    sheet.calc(
+        "$/request with idle hours",
+        usd * HOURS_PER_MONTH / (rps * 3600.0 * active_h),
+        "$",
+        key=f"cost.workloads.{name}.usd_per_request_with_idle_hours",
+    )
+    sheet.calc(
+        "$/1M tokens with idle hours",
+        usd * HOURS_PER_MONTH / ((tin + tout) * 3600.0 * active_h) * 1e6,
+        "$/1M",
+        key=f"cost.workloads.{name}.usd_per_million_tokens_with_idle_hours",
+    )
+    return usd
 
 
 def build_sheet(plan: Mapping[str, Any], *, blank_prices: bool = False) -> Sheet:
@@ -242,44 +258,65 @@ def build_sheet(plan: Mapping[str, Any], *, blank_prices: bool = False) -> Sheet
     opex_m = sheet.calc("power + ops + rent per month", opex * HOURS_PER_MONTH, "$/month")
     capex_c = sheet.calc("capex", capex, "$", key="cost.capex_usd")
     for i, api in enumerate(plan["requirements"].get("api_prices") or []):
-        src = f"plan.json requirements.api_prices[{i}]"
-        sheet.heading(f"Inputs: API {api['name']}")
-        pin = sheet.input("input", zero(api["input_usd_per_million"]), "$/1M", src)
-        cached_price = api.get("cached_input_usd_per_million")
-        pc = sheet.input(
-            "cached input",
-            zero(cached_price if cached_price is not None else api["input_usd_per_million"]),
-            "$/1M",
-            src + ("" if cached_price is not None else " (no cached price: the input price)"),
-        )
-        pout = sheet.input("output", zero(api["output_usd_per_million"]), "$/1M", src)
+        prices = _api_prices(sheet, i, api, blank_prices)
         sheet.heading(f"Against API {api['name']}")
-        spend = X(0.0, "0")
-        for name, t in tokens.items():
-            per_s = (t["in"] - t["cached"]) * pin + t["cached"] * pc + t["out"] * pout
-            mine = sheet.calc(
-                f"{name}: API spend per month",
-                per_s * 3600.0 * active / 1e6,
-                "$/month",
-                key=f"cost.workloads.{name}.api_usd_per_month.{api['name']}",
-            )
-            sheet.calc(
-                f"{name}: API $/1M tokens (the same tokens)",
-                mine / ((t["in"] + t["out"]) * 3600.0 * active) * 1e6,
-                "$/1M",
-            )
-            sheet.calc(
-                f"{name}: API / its stack share per month",
-                mine / (t["usd_h"] * HOURS_PER_MONTH),
-                "x",
-            )
-            spend = spend + mine
+        spend = _api_spend(sheet, api["name"], prices, tokens, active)
         api_m = sheet.calc(
             "API spend per month", spend, "$/month", key=f"cost.api_usd_per_month.{api['name']}"
         )
         sheet.breakeven(capex_c, api_m - opex_m, key=f"cost.breakeven_months.{api['name']}")
         sheet.calc("API / stack per month", api_m / month, "x", key=f"multiple.{api['name']}")
     return sheet
+
+
+def _api_prices(sheet: Sheet, i: int, api: Mapping[str, Any], blank: bool) -> tuple[X, X, X]:
+    """The API's input block: its input, cached input and output prices per 1M tokens."""
+    src = f"plan.json requirements.api_prices[{i}]"
+    zero = (lambda v: 0.0) if blank else float
+    sheet.heading(f"Inputs: API {api['name']}")
+    pin = sheet.input("input", zero(api["input_usd_per_million"]), "$/1M", src)
+    cached_price = api.get("cached_input_usd_per_million")
+    pc = sheet.input(
+        "cached input",
+        zero(cached_price if cached_price is not None else api["input_usd_per_million"]),
+        "$/1M",
+        src + ("" if cached_price is not None else " (no cached price: the input price)"),
+    )
+    pout = sheet.input("output", zero(api["output_usd_per_million"]), "$/1M", src)
+    return pin, pc, pout
+
+
+def _api_spend(
+    sheet: Sheet,
+    api: str,
+    prices: tuple[X, X, X],
+    tokens: Mapping[str, Mapping[str, X]],
+    active: X,
+) -> X:
+    """Per workload, the API's price of its month of tokens, per 1M and as a multiple of its
+    stack share; returns the API's spend over every workload."""
+    pin, pc, pout = prices
+    spend = X(0.0, "0")
+    for name, t in tokens.items():
+        per_s = (t["in"] - t["cached"]) * pin + t["cached"] * pc + t["out"] * pout
+        mine = sheet.calc(
+            f"{name}: API spend per month",
+            per_s * 3600.0 * active / 1e6,
+            "$/month",
+            key=f"cost.workloads.{name}.api_usd_per_month.{api}",
+        )
+        sheet.calc(
+            f"{name}: API $/1M tokens (the same tokens)",
+            mine / ((t["in"] + t["out"]) * 3600.0 * active) * 1e6,
+            "$/1M",
+        )
+        sheet.calc(
+            f"{name}: API / its stack share per month",
+            mine / (t["usd_h"] * HOURS_PER_MONTH),
+            "x",
+        )
+        spend = spend + mine
+    return spend
 
 
 def to_csv(sheet: Sheet) -> str:

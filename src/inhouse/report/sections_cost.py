@@ -6,6 +6,8 @@ API is derived here as API $/month ÷ stack $/month at the same duty cycle, neve
 
 from __future__ import annotations
 
+from typing import Any
+
 from inhouse.report.context import Context, table
 from inhouse.report.figures import Figure, Source
 
@@ -28,42 +30,7 @@ def cost(ctx: Context) -> list[str]:
     lines = ctx.section("7. Cost model")
     hw = ctx.inputs.plan.get("requirements", "hardware") or []
     for i, offer in enumerate(hw):
-        r = ("requirements", "hardware", i)
-        if offer.get("pricing") == "hourly":
-            lines.append(
-                f"* {offer['gpu']}, rented: GPUs x "
-                + ctx.plan(
-                    *r, "usd_per_gpu_hour", kind="price", unit="usd", label="rent per GPU-hour"
-                )
-                + " per GPU-hour."
-            )
-            continue
-        lines.append(
-            f"* {offer['gpu']} node, owned: capex "
-            + ctx.plan(
-                *r, "capex_usd_per_node", kind="price", unit="usd", digits=0, label="capex per node"
-            )
-            + f" / ({ctx.plan(*r, 'amortization_years', kind='config', digits=0)} y x 8,760 h)"
-            + f" + power {ctx.plan(*r, 'effective_power_kw_per_node', kind='config', digits=1)} kW"
-            + f" x {ctx.plan(*r, 'avg_power_fraction', kind='config', digits=2)} average"
-            + f" x PUE {ctx.plan(*r, 'pue', kind='config', digits=2)}"
-            + " x "
-            + ctx.plan(*r, "usd_per_kwh", kind="price", unit="usd", digits=3, label="$ per kWh")
-            + "/kWh + ops "
-            + ctx.plan(
-                *r,
-                "ops_usd_per_node_year",
-                kind="price",
-                unit="usd",
-                digits=0,
-                label="ops per node-year",
-            )
-            + "/y / 8,760 h = "
-            + ctx.plan(
-                "hardware", i, "node_usd_per_hour", kind="price", unit="usd_h", label="node $/h"
-            )
-            + " all-in."
-        )
+        lines.append(_offer_line(ctx, i, offer))
     active = ctx.plan("requirements", "usage", "active_hours_per_month", kind="workload", digits=0)
     lines += [
         "* Stack: "
@@ -74,46 +41,58 @@ def cost(ctx: Context) -> list[str]:
         " active hours a month (the customer's duty cycle).",
         "",
     ]
-    rows = []
-    for name in ctx.inputs.plan.get("cost", "workloads") or {}:
-        w = ("cost", "workloads", name)
-        rows.append(
-            [
-                name,
-                ctx.plan(*w, "usd_per_hour", kind="price", unit="usd_h", label=f"{name} $/h"),
-                ctx.plan(*w, "at_average_load", "input_tokens_per_s", kind="workload")
-                + " / "
-                + ctx.plan(*w, "at_average_load", "output_tokens_per_s", kind="workload"),
-                ctx.plan(
-                    *w,
-                    "usd_per_million_tokens",
-                    "blended",
-                    kind="price",
-                    unit="usd",
-                    digits=3,
-                    label=f"{name} $/1M",
-                ),
-                ctx.plan(
-                    *w,
-                    "usd_per_million_tokens",
-                    "input",
-                    kind="price",
-                    unit="usd",
-                    digits=3,
-                    label=f"{name} $/1M input",
-                ),
-                ctx.plan(
-                    *w,
-                    "usd_per_million_tokens",
-                    "output",
-                    kind="price",
-                    unit="usd",
-                    digits=3,
-                    label=f"{name} $/1M output",
-                ),
-            ]
-        )
+    lines += _workload_table(ctx)
+    lines += _month_paragraph(ctx, active)
+    lines += _per_workload_month(ctx)
+    lines += _api_table(ctx)
     lines += [
+        "`cost-sheet.xlsx` holds this arithmetic as live formulas with every input in one block: "
+        "put in your own duty cycle and prices and the rest recomputes (`cost-sheet.csv` has the "
+        "same values).",
+        "",
+    ]
+    return lines
+
+
+def _offer_line(ctx: Context, i: int, offer: dict[str, Any]) -> str:
+    """One hardware offer's $/h: the rent per GPU-hour, or an owned node's all-in arithmetic."""
+    r = ("requirements", "hardware", i)
+    if offer.get("pricing") == "hourly":
+        return (
+            f"* {offer['gpu']}, rented: GPUs x "
+            + ctx.plan(*r, "usd_per_gpu_hour", kind="price", unit="usd", label="rent per GPU-hour")
+            + " per GPU-hour."
+        )
+    return (
+        f"* {offer['gpu']} node, owned: capex "
+        + ctx.plan(
+            *r, "capex_usd_per_node", kind="price", unit="usd", digits=0, label="capex per node"
+        )
+        + f" / ({ctx.plan(*r, 'amortization_years', kind='config', digits=0)} y x 8,760 h)"
+        + f" + power {ctx.plan(*r, 'effective_power_kw_per_node', kind='config', digits=1)} kW"
+        + f" x {ctx.plan(*r, 'avg_power_fraction', kind='config', digits=2)} average"
+        + f" x PUE {ctx.plan(*r, 'pue', kind='config', digits=2)}"
+        + " x "
+        + ctx.plan(*r, "usd_per_kwh", kind="price", unit="usd", digits=3, label="$ per kWh")
+        + "/kWh + ops "
+        + ctx.plan(
+            *r,
+            "ops_usd_per_node_year",
+            kind="price",
+            unit="usd",
+            digits=0,
+            label="ops per node-year",
+        )
+        + "/y / 8,760 h = "
+        + ctx.plan("hardware", i, "node_usd_per_hour", kind="price", unit="usd_h", label="node $/h")
+        + " all-in."
+    )
+
+
+def _workload_table(ctx: Context) -> list[str]:
+    """Per workload: its $/h share, its average token rates and its $/1M while traffic flows."""
+    rows = [_workload_row(ctx, name) for name in ctx.inputs.plan.get("cost", "workloads") or {}]
+    return [
         "Per workload: `$/1M tokens = $/h share / (tokens/s x 3600) x 10^6` at the average rate; "
         "a pool's $/h is split between the workloads it serves by the replica time each takes.",
         "",
@@ -129,6 +108,34 @@ def cost(ctx: Context) -> list[str]:
             rows,
         ),
     ]
+
+
+def _workload_row(ctx: Context, name: str) -> list[str]:
+    w = ("cost", "workloads", name)
+    row = [
+        name,
+        ctx.plan(*w, "usd_per_hour", kind="price", unit="usd_h", label=f"{name} $/h"),
+        ctx.plan(*w, "at_average_load", "input_tokens_per_s", kind="workload")
+        + " / "
+        + ctx.plan(*w, "at_average_load", "output_tokens_per_s", kind="workload"),
+    ]
+    for part, suffix in (("blended", ""), ("input", " input"), ("output", " output")):
+        row.append(
+            ctx.plan(
+                *w,
+                "usd_per_million_tokens",
+                part,
+                kind="price",
+                unit="usd",
+                digits=3,
+                label=f"{name} $/1M{suffix}",
+            )
+        )
+    return row
+
+
+def _month_paragraph(ctx: Context, active: str) -> list[str]:
+    """The stack's $/1M over the month, idle hours included, where the plan has it."""
     effective = ctx.plan(
         "cost",
         "effective_usd_per_million_tokens_with_idle_hours",
@@ -137,15 +144,19 @@ def cost(ctx: Context) -> list[str]:
         digits=3,
         label="$/1M over the month",
     )
-    if effective != "—":
-        lines += [
-            f"Over the month, idle hours included: {effective} per 1M tokens, every workload "
-            "blended (the stack's $/month over the month's tokens: it is paid for every hour, "
-            f"traffic flows {active} of them). That is the figure to set beside an API's price "
-            "per token; the rates above hold only while traffic flows. Per workload:",
-            "",
-        ]
-    lines += _per_workload_month(ctx)
+    if effective == "—":
+        return []
+    return [
+        f"Over the month, idle hours included: {effective} per 1M tokens, every workload "
+        "blended (the stack's $/month over the month's tokens: it is paid for every hour, "
+        f"traffic flows {active} of them). That is the figure to set beside an API's price "
+        "per token; the rates above hold only while traffic flows. Per workload:",
+        "",
+    ]
+
+
+def _api_table(ctx: Context) -> list[str]:
+    """Each API's $/month for the same tokens, the stack's, the multiple and break-even."""
     api_rows = []
     for api, multiple in multiples(ctx):
         months = ctx.inputs.plan.figure(
@@ -169,21 +180,15 @@ def cost(ctx: Context) -> list[str]:
                 ctx.show(months, "never at this usage"),
             ]
         )
-    if api_rows:
-        lines += [
-            "Against the APIs, the same tokens at the same duty cycle (cached input at the cached "
-            "price): the multiple is API $/month ÷ stack $/month; break-even is capex ÷ (API "
-            "$/month − power and ops $/month).",
-            "",
-            *table(["API", "API $/month", "stack $/month", "API ÷ stack", "break-even"], api_rows),
-        ]
-    lines += [
-        "`cost-sheet.xlsx` holds this arithmetic as live formulas with every input in one block: "
-        "put in your own duty cycle and prices and the rest recomputes (`cost-sheet.csv` has the "
-        "same values).",
+    if not api_rows:
+        return []
+    return [
+        "Against the APIs, the same tokens at the same duty cycle (cached input at the cached "
+        "price): the multiple is API $/month ÷ stack $/month; break-even is capex ÷ (API "
+        "$/month − power and ops $/month).",
         "",
+        *table(["API", "API $/month", "stack $/month", "API ÷ stack", "break-even"], api_rows),
     ]
-    return lines
 
 
 def _per_workload_month(ctx: Context) -> list[str]:

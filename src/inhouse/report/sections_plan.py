@@ -24,37 +24,9 @@ SGLANG_TRADE = (
 
 def workloads(ctx: Context) -> list[str]:
     lines = ctx.section("1. Workload characterization")
-    rows = []
-    for name, w in (ctx.inputs.plan.get("workloads") or {}).items():
-        base = ("workloads", name)
-        t = w.get("traffic", {})
-        if "peak_sessions" in t:
-            avg = ctx.plan(*base, "traffic", "avg_sessions", kind="workload", unit="count")
-            peak = ctx.plan(*base, "traffic", "peak_sessions", kind="workload", unit="count")
-            traffic = f"{avg} avg / {peak} peak concurrent sessions"
-        else:
-            per_min = {"kind": "workload", "unit": "rate", "scale": 60.0}
-            avg = ctx.plan(*base, "traffic", "avg_per_s", **per_min)  # type: ignore[arg-type]
-            peak = ctx.plan(*base, "traffic", "peak_per_s", **per_min)  # type: ignore[arg-type]
-            traffic = f"{avg} avg / {peak} peak req/min"
-        runs, lighter = at_peak(ctx.inputs, ctx.inputs.runs_for(name))
-        hit = (
-            measure.Reading(None, lighter)
-            if lighter
-            else measure.prefix_hit_rate(runs, ctx.inputs.benches)
-        )
-        row = [
-            name,
-            w.get("kind", ""),
-            traffic,
-            f"{ctx.plan(*base, 'prompt_tokens', 'mean', kind='workload')} / "
-            f"{ctx.plan(*base, 'prompt_tokens', 'p95', kind='workload')}",
-            f"{ctx.plan(*base, 'output_tokens', 'mean', kind='workload')} / "
-            f"{ctx.plan(*base, 'output_tokens', 'p95', kind='workload')}",
-            ctx.plan(*base, "planned_prefix_hit_rate", kind="workload", unit="pct"),
-        ]
-        shown = ctx.show(hit.figure, f"not measured ({hit.why})")
-        rows.append([*row, f"{shown} ({hit.note})" if hit.note else shown])
+    rows = [
+        _workload_row(ctx, name, w) for name, w in (ctx.inputs.plan.get("workloads") or {}).items()
+    ]
     lines += [
         "Each workload is defined by the generator the planner and the simulator replay: what "
         "arrives, how big, how often, and how much of each prompt repeats an earlier one.",
@@ -72,6 +44,49 @@ def workloads(ctx: Context) -> list[str]:
             rows,
         ),
     ]
+    return lines + _agent_hit_paragraphs(ctx)
+
+
+def _workload_row(ctx: Context, name: str, w: dict[str, Any]) -> list[str]:
+    """A workload's kind, traffic, prompt and output lengths, and its hit rate planned and
+    measured (by the bench runs at its peak)."""
+    base = ("workloads", name)
+    traffic = _traffic_text(ctx, base, w.get("traffic", {}))
+    runs, lighter = at_peak(ctx.inputs, ctx.inputs.runs_for(name))
+    hit = (
+        measure.Reading(None, lighter)
+        if lighter
+        else measure.prefix_hit_rate(runs, ctx.inputs.benches)
+    )
+    row = [
+        name,
+        w.get("kind", ""),
+        traffic,
+        f"{ctx.plan(*base, 'prompt_tokens', 'mean', kind='workload')} / "
+        f"{ctx.plan(*base, 'prompt_tokens', 'p95', kind='workload')}",
+        f"{ctx.plan(*base, 'output_tokens', 'mean', kind='workload')} / "
+        f"{ctx.plan(*base, 'output_tokens', 'p95', kind='workload')}",
+        ctx.plan(*base, "planned_prefix_hit_rate", kind="workload", unit="pct"),
+    ]
+    shown = ctx.show(hit.figure, f"not measured ({hit.why})")
+    return [*row, f"{shown} ({hit.note})" if hit.note else shown]
+
+
+def _traffic_text(ctx: Context, base: tuple[str, str], t: dict[str, Any]) -> str:
+    """Average and peak: concurrent sessions for a session workload, else requests a minute."""
+    if "peak_sessions" in t:
+        avg = ctx.plan(*base, "traffic", "avg_sessions", kind="workload", unit="count")
+        peak = ctx.plan(*base, "traffic", "peak_sessions", kind="workload", unit="count")
+        return f"{avg} avg / {peak} peak concurrent sessions"
+    per_min = {"kind": "workload", "unit": "rate", "scale": 60.0}
+    avg = ctx.plan(*base, "traffic", "avg_per_s", **per_min)  # type: ignore[arg-type]
+    peak = ctx.plan(*base, "traffic", "peak_per_s", **per_min)  # type: ignore[arg-type]
+    return f"{avg} avg / {peak} peak req/min"
+
+
+def _agent_hit_paragraphs(ctx: Context) -> list[str]:
+    """For each agent workload, why its planned prefix hit rate carries the section."""
+    lines: list[str] = []
     for name, w in (ctx.inputs.plan.get("workloads") or {}).items():
         if w.get("kind") == "agent":
             planned = ctx.plan(
