@@ -225,7 +225,31 @@ def _gateway_service(ns: str, pod_labels: dict[str, str], metrics_port: int) -> 
 def monitoring_docs(stack: StackSpec, rules: Rules, options: RenderOptions) -> list[Doc]:
     """The ServiceMonitors and the PrometheusRule of `rules` (`prometheus.stack_rules`)."""
     ns = namespace_of(stack, options)
-    relabel = [
+    recordings, alerts = rules
+    rule = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {"name": "inhouse", "namespace": ns, "labels": labels(stack, "monitoring")},
+        "spec": {"groups": rule_groups(recordings, alerts, options.runbook_url)},
+    }
+    return [
+        (
+            "Scrape every engine replica every 15 s (the replica-down alert needs 30 s); the "
+            "job is the pool's headless Service, and pool/replica labels come from the pod.",
+            _service_monitor(stack, ns, "engine"),
+        ),
+        (
+            "Scrape the gateway's inhouse_gateway_* metrics on its metrics port (never the API "
+            "port: they name tenants and their token counts).",
+            _service_monitor(stack, ns, "gateway"),
+        ),
+        ("The same rules as prometheus/rules.yaml, for the Prometheus Operator.", rule),
+    ]
+
+
+def _engine_relabelings() -> list[dict[str, Any]]:
+    """The engines' pool and replica labels, from the pod."""
+    return [
         {"sourceLabels": ["__meta_kubernetes_pod_label_inhouse_dev_pool"], "targetLabel": "pool"},
         # A static replica is pod `<pool>-<i>` of its pool's StatefulSet: replica i, as the
         # gateway labels it. A scaled pool's pods (a Deployment's) get no replica label.
@@ -240,57 +264,35 @@ def monitoring_docs(stack: StackSpec, rules: Rules, options: RenderOptions) -> l
             "targetLabel": "replica",
         },
     ]
-    monitors = []
-    for target in ("engine", "gateway"):
-        endpoint: dict[str, Any] = {
-            "port": "http" if target == "engine" else "metrics",
-            "path": "/metrics",
-            "interval": "15s",
-            "scrapeTimeout": "10s",
-        }
-        if target == "engine":
-            endpoint["relabelings"] = relabel
-        monitors.append(
-            {
-                "apiVersion": "monitoring.coreos.com/v1",
-                "kind": "ServiceMonitor",
-                "metadata": {
-                    "name": f"{target}s",
-                    "namespace": ns,
-                    "labels": labels(stack, "monitoring"),
-                },
-                "spec": {
-                    "selector": {
-                        "matchLabels": {
-                            "app.kubernetes.io/part-of": stack.name,
-                            "inhouse.dev/scrape": target,
-                        }
-                    },
-                    "namespaceSelector": {"matchNames": [ns]},
-                    "endpoints": [endpoint],
-                },
-            }
-        )
-    recordings, alerts = rules
-    rule = {
-        "apiVersion": "monitoring.coreos.com/v1",
-        "kind": "PrometheusRule",
-        "metadata": {"name": "inhouse", "namespace": ns, "labels": labels(stack, "monitoring")},
-        "spec": {"groups": rule_groups(recordings, alerts, options.runbook_url)},
+
+
+def _service_monitor(stack: StackSpec, ns: str, target: str) -> dict[str, Any]:
+    """The ServiceMonitor `<target>s` of the Services labelled `inhouse.dev/scrape: <target>`:
+    the engines on their API port (with pool and replica labels), the gateway on its metrics
+    port."""
+    endpoint: dict[str, Any] = {
+        "port": "http" if target == "engine" else "metrics",
+        "path": "/metrics",
+        "interval": "15s",
+        "scrapeTimeout": "10s",
     }
-    return [
-        (
-            "Scrape every engine replica every 15 s (the replica-down alert needs 30 s); the "
-            "job is the pool's headless Service, and pool/replica labels come from the pod.",
-            monitors[0],
-        ),
-        (
-            "Scrape the gateway's inhouse_gateway_* metrics on its metrics port (never the API "
-            "port: they name tenants and their token counts).",
-            monitors[1],
-        ),
-        ("The same rules as prometheus/rules.yaml, for the Prometheus Operator.", rule),
-    ]
+    if target == "engine":
+        endpoint["relabelings"] = _engine_relabelings()
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": {"name": f"{target}s", "namespace": ns, "labels": labels(stack, "monitoring")},
+        "spec": {
+            "selector": {
+                "matchLabels": {
+                    "app.kubernetes.io/part-of": stack.name,
+                    "inhouse.dev/scrape": target,
+                }
+            },
+            "namespaceSelector": {"matchNames": [ns]},
+            "endpoints": [endpoint],
+        },
+    }
 
 
 def dcgm_counters(options: RenderOptions) -> Doc:
