@@ -12,7 +12,7 @@ from inhouse.render.grafana import (
     QUANTILES,
     RATE,
     Board,
-    Panel,
+    Section,
     hist,
     mean,
     panel,
@@ -26,7 +26,6 @@ REQUESTS = "inhouse_gateway_requests_total"
 MODEL = 'model_name=~"$model_name"'
 ENGINES = 'job=~".+-engine"'
 RESTARTS_PANEL = "Replica restarts (1 h)"
-Section = tuple[str, list[Panel]]  # a dashboard row: its title and panels
 
 
 def error_share(by: str, selector: str = "") -> str:
