@@ -27,73 +27,79 @@ from inhouse.spec.stack import PoolSpec, StackSpec
 def kv_alerts(pool: PoolSpec, *, hit_floor: bool = True) -> list[Alert]:
     """KV cache, preemption, prefix-hit (unless the plan's trigger takes its place:
     `hit_floor` False) and queue alerts of one pool."""
-    name = pool.client_model_name
-    labels = engine_labels(pool)
-    kv = "vllm:kv_cache_usage_perc"
-    preemptions = f'vllm:num_preemptions_total{{model_name="{name}"}}'
-    alerts = [
-        Alert(
-            name="InhouseKVCacheFull",
-            group=ENGINE_GROUP,
-            expr=f'{kv}{{model_name="{name}"}} > 0.95',
-            hold="1m",
-            severity="page",
-            labels={"pool": pool.name},
-            summary="KV cache of {{ $labels.pod }} ({{ $labels.model_name }}) above 95% for 60 s",
-            description="New requests wait for KV blocks and running ones are preempted "
-            "(recomputed): latency climbs.",
-            runbook=RunbookEntry(
-                meaning="A replica's KV cache has been over 95% full for a minute. vLLM then "
-                "preempts running sequences and recomputes them later.",
-                first_promql=f'max by (pod) ({kv}{{model_name="{name}"}})',
-                mitigations=(
-                    "One replica only: routing imbalance (session affinity pinning heavy "
-                    "sessions); check the routing-decisions panel.",
-                    "All replicas: too many long contexts for the KV pool; lower max_num_seqs "
-                    "or max_model_len, use fp8 KV, add a host KV tier or a replica.",
-                    "Long-prompt flood from one tenant: tighten its token budget at the gateway.",
-                ),
-                escalate="Sustained with SLO pages: escalate to the capacity owner (re-plan).",
-            ),
-            cases=(
-                Case(
-                    "full for 2 minutes", "15s", (Series(labels, "0.5 0.97x10", kv),), "2m", labels
-                ),
-                Case(
-                    "30 s bursts",
-                    "15s",
-                    (Series(labels, "0.5 0.97 0.97 0.5 0.97 0.97 0.5 0.97 0.97 0.5", kv),),
-                    "2m",
-                    None,
-                ),
-            ),
-        ),
-        _counter_alert(
-            pool,
-            name="InhousePreemptionsSustained",
-            expr=f"sum by (model_name) (rate({preemptions}[5m])) > 0",
-            summary="{{ $labels.model_name }} preempts requests for 15 minutes",
-            description="The scheduler keeps evicting running sequences for lack of KV blocks.",
-            runbook=RunbookEntry(
-                meaning="vLLM has preempted sequences in every 5-minute window for 15 minutes: "
-                "KV demand exceeds the cache; preempted work is recomputed, wasting GPU time.",
-                first_promql=f"sum by (pod) (rate({preemptions}[5m]))",
-                mitigations=(
-                    "Lower max_num_seqs or max_num_batched_tokens; enable fp8 KV cache.",
-                    "Check the KV cache dashboard for a few very long requests.",
-                ),
-                escalate="With SLO pages: capacity owner.",
-            ),
-            series=lambda v: (Series(labels, v, "vllm:num_preemptions_total"),),
-            fire="0+30x30",
-            quiet="0x30",
-        ),
-    ]
+    alerts = [kv_full_alert(pool), preemptions_alert(pool)]
     min_rate = slo_of(pool).prefix_hit_rate_min
     if hit_floor and pool.knobs.enable_prefix_caching and min_rate is not None:
         alerts.append(prefix_alert(pool, min_rate))
     alerts.append(queue_alert(pool))
     return alerts
+
+
+def kv_full_alert(pool: PoolSpec) -> Alert:
+    """A replica's KV cache above 95% for a minute: a page."""
+    name = pool.client_model_name
+    labels = engine_labels(pool)
+    kv = "vllm:kv_cache_usage_perc"
+    return Alert(
+        name="InhouseKVCacheFull",
+        group=ENGINE_GROUP,
+        expr=f'{kv}{{model_name="{name}"}} > 0.95',
+        hold="1m",
+        severity="page",
+        labels={"pool": pool.name},
+        summary="KV cache of {{ $labels.pod }} ({{ $labels.model_name }}) above 95% for 60 s",
+        description="New requests wait for KV blocks and running ones are preempted "
+        "(recomputed): latency climbs.",
+        runbook=RunbookEntry(
+            meaning="A replica's KV cache has been over 95% full for a minute. vLLM then "
+            "preempts running sequences and recomputes them later.",
+            first_promql=f'max by (pod) ({kv}{{model_name="{name}"}})',
+            mitigations=(
+                "One replica only: routing imbalance (session affinity pinning heavy "
+                "sessions); check the routing-decisions panel.",
+                "All replicas: too many long contexts for the KV pool; lower max_num_seqs "
+                "or max_model_len, use fp8 KV, add a host KV tier or a replica.",
+                "Long-prompt flood from one tenant: tighten its token budget at the gateway.",
+            ),
+            escalate="Sustained with SLO pages: escalate to the capacity owner (re-plan).",
+        ),
+        cases=(
+            Case("full for 2 minutes", "15s", (Series(labels, "0.5 0.97x10", kv),), "2m", labels),
+            Case(
+                "30 s bursts",
+                "15s",
+                (Series(labels, "0.5 0.97 0.97 0.5 0.97 0.97 0.5 0.97 0.97 0.5", kv),),
+                "2m",
+                None,
+            ),
+        ),
+    )
+
+
+def preemptions_alert(pool: PoolSpec) -> Alert:
+    """Preemptions in every 5-minute window for 15 minutes."""
+    labels = engine_labels(pool)
+    preemptions = f'vllm:num_preemptions_total{{model_name="{pool.client_model_name}"}}'
+    return _counter_alert(
+        pool,
+        name="InhousePreemptionsSustained",
+        expr=f"sum by (model_name) (rate({preemptions}[5m])) > 0",
+        summary="{{ $labels.model_name }} preempts requests for 15 minutes",
+        description="The scheduler keeps evicting running sequences for lack of KV blocks.",
+        runbook=RunbookEntry(
+            meaning="vLLM has preempted sequences in every 5-minute window for 15 minutes: "
+            "KV demand exceeds the cache; preempted work is recomputed, wasting GPU time.",
+            first_promql=f"sum by (pod) (rate({preemptions}[5m]))",
+            mitigations=(
+                "Lower max_num_seqs or max_num_batched_tokens; enable fp8 KV cache.",
+                "Check the KV cache dashboard for a few very long requests.",
+            ),
+            escalate="With SLO pages: capacity owner.",
+        ),
+        series=lambda v: (Series(labels, v, "vllm:num_preemptions_total"),),
+        fire="0+30x30",
+        quiet="0x30",
+    )
 
 
 def _counter_alert(

@@ -33,12 +33,15 @@ class Panel:
     width: int = 12
 
 
+Section = tuple[str, list[Panel]]  # a dashboard row: its title and its panels
+
+
 @dataclass(slots=True)
 class Board:
     key: str
     title: str
     description: str
-    sections: list[tuple[str, list[Panel]]] = field(default_factory=list)
+    sections: list[Section] = field(default_factory=list)
     variables: list[dict[str, Any]] = field(default_factory=list)
 
 

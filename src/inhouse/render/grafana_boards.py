@@ -12,6 +12,7 @@ from inhouse.render.grafana import (
     RATE,
     Board,
     Panel,
+    Section,
     hist,
     panel,
     quantiles,
@@ -98,56 +99,61 @@ def engine_board(stack: StackSpec, engines: EngineLayout) -> Board:
             )
         ],
     )
+    board.sections += [_scheduler_section(), _throughput_section()]
+    return board
+
+
+def _scheduler_section() -> Section:
+    """Batch, queue, KV usage, prefix hits, preemptions and finishes, per replica."""
     hit_rate = (
         f"{rate_sum('vllm:prefix_cache_hits_total', MODEL, 'model_name')} / "
         f"{rate_sum('vllm:prefix_cache_queries_total', MODEL, 'model_name')}"
     )
-    board.sections.append(
-        (
-            "Scheduler",
-            [
-                panel("Running requests", "Sequences in the batch.",
-                      (f"sum by (pod) (vllm:num_requests_running{{{MODEL}}})", "{{pod}}")),
-                panel("Waiting requests", "vLLM's queue; KEDA scales multi-node pools on it.",
-                      (f"sum by (pod) (vllm:num_requests_waiting{{{MODEL}}})", "{{pod}}")),
-                panel("KV cache usage", "Share of KV blocks in use; pages above 95% for 60 s.",
-                      (f"max by (pod) (vllm:kv_cache_usage_perc{{{MODEL}}})", "{{pod}}"),
-                      unit="percentunit", threshold=0.95),
-                panel("Prefix-cache hit rate", "Prompt tokens served from the cache.",
-                      (hit_rate, "{{model_name}}"), unit="percentunit"),
-                panel("Preemptions", "Sequences evicted for lack of KV, per second.",
-                      (rate_sum("vllm:num_preemptions_total", MODEL, "pod"), "{{pod}}"),
-                      unit="ops"),
-                panel("Finished requests", "By reason: stop, length, abort, error, repetition.",
-                      (rate_sum("vllm:request_success_total", MODEL, "finished_reason"),
-                       "{{finished_reason}}"), unit="reqps"),
-            ],
-        )
+    return (
+        "Scheduler",
+        [
+            panel("Running requests", "Sequences in the batch.",
+                  (f"sum by (pod) (vllm:num_requests_running{{{MODEL}}})", "{{pod}}")),
+            panel("Waiting requests", "vLLM's queue; KEDA scales multi-node pools on it.",
+                  (f"sum by (pod) (vllm:num_requests_waiting{{{MODEL}}})", "{{pod}}")),
+            panel("KV cache usage", "Share of KV blocks in use; pages above 95% for 60 s.",
+                  (f"max by (pod) (vllm:kv_cache_usage_perc{{{MODEL}}})", "{{pod}}"),
+                  unit="percentunit", threshold=0.95),
+            panel("Prefix-cache hit rate", "Prompt tokens served from the cache.",
+                  (hit_rate, "{{model_name}}"), unit="percentunit"),
+            panel("Preemptions", "Sequences evicted for lack of KV, per second.",
+                  (rate_sum("vllm:num_preemptions_total", MODEL, "pod"), "{{pod}}"),
+                  unit="ops"),
+            panel("Finished requests", "By reason: stop, length, abort, error, repetition.",
+                  (rate_sum("vllm:request_success_total", MODEL, "finished_reason"),
+                   "{{finished_reason}}"), unit="reqps"),
+        ],
     )  # fmt: skip
-    board.sections.append(
-        (
-            "Throughput and phases",
-            [
-                panel("Tokens per second", "Prefill (prompt) and decode (generation) tokens.",
-                      (rate_sum("vllm:prompt_tokens_total", MODEL, "model_name"),
-                       "{{model_name}} prompt"),
-                      (rate_sum("vllm:generation_tokens_total", MODEL, "model_name"),
-                       "{{model_name}} generation")),
-                Panel("Tokens per engine step", "Batch size in tokens.",
-                      quantiles("vllm:iteration_tokens_total", MODEL)),
-                Panel("Queue time", "Time in vLLM's waiting queue.",
-                      quantiles("vllm:request_queue_time_seconds", MODEL), "s"),
-                panel("Prefill and decode time p95", "Per request.",
-                      (hist("0.95", "vllm:request_prefill_time_seconds", MODEL), "prefill"),
-                      (hist("0.95", "vllm:request_decode_time_seconds", MODEL), "decode"),
-                      unit="s"),
-                panel("Replicas up", "Scraped engines per pool and the gateway's view.",
-                      ('sum by (job) (up{job=~".+-engine"})', "{{job}} scraped"),
-                      ("sum by (pool) (inhouse_gateway_replica_healthy)", "{{pool}} routable")),
-            ],
-        )
+
+
+def _throughput_section() -> Section:
+    """Tokens per second and per step, queue, prefill and decode times, replicas up."""
+    return (
+        "Throughput and phases",
+        [
+            panel("Tokens per second", "Prefill (prompt) and decode (generation) tokens.",
+                  (rate_sum("vllm:prompt_tokens_total", MODEL, "model_name"),
+                   "{{model_name}} prompt"),
+                  (rate_sum("vllm:generation_tokens_total", MODEL, "model_name"),
+                   "{{model_name}} generation")),
+            Panel("Tokens per engine step", "Batch size in tokens.",
+                  quantiles("vllm:iteration_tokens_total", MODEL)),
+            Panel("Queue time", "Time in vLLM's waiting queue.",
+                  quantiles("vllm:request_queue_time_seconds", MODEL), "s"),
+            panel("Prefill and decode time p95", "Per request.",
+                  (hist("0.95", "vllm:request_prefill_time_seconds", MODEL), "prefill"),
+                  (hist("0.95", "vllm:request_decode_time_seconds", MODEL), "decode"),
+                  unit="s"),
+            panel("Replicas up", "Scraped engines per pool and the gateway's view.",
+                  ('sum by (job) (up{job=~".+-engine"})', "{{job}} scraped"),
+                  ("sum by (pool) (inhouse_gateway_replica_healthy)", "{{pool}} routable")),
+        ],
     )  # fmt: skip
-    return board
 
 
 def token_length_panel(stack: StackSpec, title: str, what: str, signal: str) -> Panel:

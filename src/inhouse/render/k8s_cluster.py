@@ -16,7 +16,7 @@ from inhouse.metric_names import DCGM_METRICS
 from inhouse.render import layout
 from inhouse.render.alerts import rule_groups
 from inhouse.render.k8s_edge import edge_docs, gateway_section_for_cluster
-from inhouse.render.k8s_engine import Doc, labels, namespace_of
+from inhouse.render.k8s_engine import Doc, disruption_budget, labels, locked_down, namespace_of
 from inhouse.render.k8s_tracing import tracing_env
 from inhouse.render.layout import EngineLayout
 from inhouse.render.options import RenderOptions
@@ -82,8 +82,46 @@ def gateway_docs(stack: StackSpec, engines: EngineLayout, options: RenderOptions
     metrics_port = parse_gateway(stack.gateway).metrics_port
     if not metrics_port:
         raise SpecError("gateway.metrics_port: 0 (any free port) cannot be scraped in a cluster")
+    container = _gateway_container(stack, options, metrics_port)
+    limits_note = (
+        "Several replicas share rate limits and budgets through Redis (gateway.redis_url)."
+        if replicas > 1
+        else "One replica keeps limits in process; set gateway.replicas and redis_url for HA."
+    )
+    return [
+        (
+            "Gateway configuration: the stack file and where each pool's engines answer.",
+            _gateway_config(stack, engines, options, ns, pod_labels),
+        ),
+        (
+            f"The tenant-aware gateway. Tenant API keys come from Secret {options.gateway_secret} "
+            "(not rendered: kubectl -n NS create secret generic "
+            f"{options.gateway_secret} --from-file=tenants.yaml). {limits_note}",
+            _gateway_deployment(stack, options, ns, replicas, container),
+        ),
+        (
+            "Envoy (k8s/edge.yaml) reaches the gateway here (port 80); Prometheus scrapes "
+            f"/metrics on port {metrics_port}.",
+            _gateway_service(ns, pod_labels, metrics_port),
+        ),
+        (
+            "Voluntary disruptions take one gateway replica at a time.",
+            disruption_budget("gateway", ns, pod_labels),
+        ),
+    ]
+
+
+def _gateway_config(
+    stack: StackSpec,
+    engines: EngineLayout,
+    options: RenderOptions,
+    ns: str,
+    pod_labels: dict[str, str],
+) -> dict[str, Any]:
+    """The gateway's ConfigMap: its stack file (the gateway section as in the cluster) and the
+    endpoints file."""
     in_cluster = stack.model_copy(update={"gateway": gateway_section_for_cluster(stack)})
-    config = {
+    return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": "gateway-config", "namespace": ns, "labels": pod_labels},
@@ -92,8 +130,13 @@ def gateway_docs(stack: StackSpec, engines: EngineLayout, options: RenderOptions
             "endpoints.json": json.dumps(endpoints(stack, engines, options), indent=2) + "\n",
         },
     }
+
+
+def _gateway_container(
+    stack: StackSpec, options: RenderOptions, metrics_port: int
+) -> dict[str, Any]:
     health = {"path": "/health", "port": "http"}
-    container = {
+    return {
         "name": "gateway",
         "image": options.image(options.gateway_image),
         "imagePullPolicy": "IfNotPresent",
@@ -127,17 +170,15 @@ def gateway_docs(stack: StackSpec, engines: EngineLayout, options: RenderOptions
         "readinessProbe": {"httpGet": health, "periodSeconds": 5, "failureThreshold": 2},
         "livenessProbe": {"httpGet": health, "periodSeconds": 15, "failureThreshold": 4},
         "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(options.prestop_sleep_s)]}}},
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "runAsUser": 10001,
-            "runAsGroup": 10001,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": locked_down(10001),
     }
-    grace_s = gateway_grace_s(stack, options)
-    deployment = {
+
+
+def _gateway_deployment(
+    stack: StackSpec, options: RenderOptions, ns: str, replicas: int, container: dict[str, Any]
+) -> dict[str, Any]:
+    pod_labels = labels(stack, "gateway")
+    return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": "gateway", "namespace": ns, "labels": pod_labels},
@@ -147,7 +188,7 @@ def gateway_docs(stack: StackSpec, engines: EngineLayout, options: RenderOptions
             "template": {
                 "metadata": {"labels": pod_labels},
                 "spec": {
-                    "terminationGracePeriodSeconds": grace_s,
+                    "terminationGracePeriodSeconds": gateway_grace_s(stack, options),
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
                     "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
@@ -160,7 +201,10 @@ def gateway_docs(stack: StackSpec, engines: EngineLayout, options: RenderOptions
             },
         },
     }
-    service = {
+
+
+def _gateway_service(ns: str, pod_labels: dict[str, str], metrics_port: int) -> dict[str, Any]:
+    return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {
@@ -176,38 +220,36 @@ def gateway_docs(stack: StackSpec, engines: EngineLayout, options: RenderOptions
             ],
         },
     }
-    pdb = {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": {"name": "gateway", "namespace": ns},
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": pod_labels}},
-    }
-    limits_note = (
-        "Several replicas share rate limits and budgets through Redis (gateway.redis_url)."
-        if replicas > 1
-        else "One replica keeps limits in process; set gateway.replicas and redis_url for HA."
-    )
-    return [
-        ("Gateway configuration: the stack file and where each pool's engines answer.", config),
-        (
-            f"The tenant-aware gateway. Tenant API keys come from Secret {options.gateway_secret} "
-            "(not rendered: kubectl -n NS create secret generic "
-            f"{options.gateway_secret} --from-file=tenants.yaml). {limits_note}",
-            deployment,
-        ),
-        (
-            "Envoy (k8s/edge.yaml) reaches the gateway here (port 80); Prometheus scrapes "
-            f"/metrics on port {metrics_port}.",
-            service,
-        ),
-        ("Voluntary disruptions take one gateway replica at a time.", pdb),
-    ]
 
 
 def monitoring_docs(stack: StackSpec, rules: Rules, options: RenderOptions) -> list[Doc]:
     """The ServiceMonitors and the PrometheusRule of `rules` (`prometheus.stack_rules`)."""
     ns = namespace_of(stack, options)
-    relabel = [
+    recordings, alerts = rules
+    rule = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {"name": "inhouse", "namespace": ns, "labels": labels(stack, "monitoring")},
+        "spec": {"groups": rule_groups(recordings, alerts, options.runbook_url)},
+    }
+    return [
+        (
+            "Scrape every engine replica every 15 s (the replica-down alert needs 30 s); the "
+            "job is the pool's headless Service, and pool/replica labels come from the pod.",
+            _service_monitor(stack, ns, "engine"),
+        ),
+        (
+            "Scrape the gateway's inhouse_gateway_* metrics on its metrics port (never the API "
+            "port: they name tenants and their token counts).",
+            _service_monitor(stack, ns, "gateway"),
+        ),
+        ("The same rules as prometheus/rules.yaml, for the Prometheus Operator.", rule),
+    ]
+
+
+def _engine_relabelings() -> list[dict[str, Any]]:
+    """The engines' pool and replica labels, from the pod."""
+    return [
         {"sourceLabels": ["__meta_kubernetes_pod_label_inhouse_dev_pool"], "targetLabel": "pool"},
         # A static replica is pod `<pool>-<i>` of its pool's StatefulSet: replica i, as the
         # gateway labels it. A scaled pool's pods (a Deployment's) get no replica label.
@@ -222,57 +264,35 @@ def monitoring_docs(stack: StackSpec, rules: Rules, options: RenderOptions) -> l
             "targetLabel": "replica",
         },
     ]
-    monitors = []
-    for target in ("engine", "gateway"):
-        endpoint: dict[str, Any] = {
-            "port": "http" if target == "engine" else "metrics",
-            "path": "/metrics",
-            "interval": "15s",
-            "scrapeTimeout": "10s",
-        }
-        if target == "engine":
-            endpoint["relabelings"] = relabel
-        monitors.append(
-            {
-                "apiVersion": "monitoring.coreos.com/v1",
-                "kind": "ServiceMonitor",
-                "metadata": {
-                    "name": f"{target}s",
-                    "namespace": ns,
-                    "labels": labels(stack, "monitoring"),
-                },
-                "spec": {
-                    "selector": {
-                        "matchLabels": {
-                            "app.kubernetes.io/part-of": stack.name,
-                            "inhouse.dev/scrape": target,
-                        }
-                    },
-                    "namespaceSelector": {"matchNames": [ns]},
-                    "endpoints": [endpoint],
-                },
-            }
-        )
-    recordings, alerts = rules
-    rule = {
-        "apiVersion": "monitoring.coreos.com/v1",
-        "kind": "PrometheusRule",
-        "metadata": {"name": "inhouse", "namespace": ns, "labels": labels(stack, "monitoring")},
-        "spec": {"groups": rule_groups(recordings, alerts, options.runbook_url)},
+
+
+def _service_monitor(stack: StackSpec, ns: str, target: str) -> dict[str, Any]:
+    """The ServiceMonitor `<target>s` of the Services labelled `inhouse.dev/scrape: <target>`:
+    the engines on their API port (with pool and replica labels), the gateway on its metrics
+    port."""
+    endpoint: dict[str, Any] = {
+        "port": "http" if target == "engine" else "metrics",
+        "path": "/metrics",
+        "interval": "15s",
+        "scrapeTimeout": "10s",
     }
-    return [
-        (
-            "Scrape every engine replica every 15 s (the replica-down alert needs 30 s); the "
-            "job is the pool's headless Service, and pool/replica labels come from the pod.",
-            monitors[0],
-        ),
-        (
-            "Scrape the gateway's inhouse_gateway_* metrics on its metrics port (never the API "
-            "port: they name tenants and their token counts).",
-            monitors[1],
-        ),
-        ("The same rules as prometheus/rules.yaml, for the Prometheus Operator.", rule),
-    ]
+    if target == "engine":
+        endpoint["relabelings"] = _engine_relabelings()
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": {"name": f"{target}s", "namespace": ns, "labels": labels(stack, "monitoring")},
+        "spec": {
+            "selector": {
+                "matchLabels": {
+                    "app.kubernetes.io/part-of": stack.name,
+                    "inhouse.dev/scrape": target,
+                }
+            },
+            "namespaceSelector": {"matchNames": [ns]},
+            "endpoints": [endpoint],
+        },
+    }
 
 
 def dcgm_counters(options: RenderOptions) -> Doc:

@@ -14,7 +14,7 @@ from typing import Any
 
 from inhouse.render import layout
 from inhouse.render.edge import Edge, render_envoy_yaml
-from inhouse.render.k8s_engine import Doc, labels, namespace_of
+from inhouse.render.k8s_engine import Doc, disruption_budget, labels, locked_down, namespace_of
 from inhouse.render.options import RenderOptions
 from inhouse.spec.gateway import GatewaySpec, parse_gateway
 from inhouse.spec.stack import StackSpec
@@ -52,17 +52,77 @@ def edge_docs(stack: StackSpec, options: RenderOptions) -> list[Doc]:
     ns = namespace_of(stack, options)
     spec = parse_gateway(stack.gateway)
     pod_labels = labels(stack, "edge")
-    # NOTE: Envoy exits at SIGTERM without draining (it drains only when asked on its admin
-    # port), cutting every stream it carries: the preStop sleep outlasts the drain from the
-    # Service and then what the gateway behind it still streams.
-    prestop_s = options.prestop_sleep_s + layout.gateway_inflight_s(stack)
     config = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": "edge-config", "namespace": ns, "labels": pod_labels},
         "data": {"envoy.yaml": envoy_yaml_for_cluster(stack, options, spec)},
     }
-    container = {
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "edge", "namespace": ns, "labels": pod_labels},
+        "spec": {
+            "type": options.edge_service_type,
+            "selector": pod_labels,
+            "ports": [{"name": "https", "port": 443, "targetPort": "https"}],
+        },
+    }
+    return [
+        (
+            "The edge: Envoy's configuration (the same file `inhouse up --edge envoy` runs; "
+            "check it with `envoy --mode validate`).",
+            config,
+        ),
+        (
+            f"Envoy terminates TLS (Secret {options.edge_tls_secret}, not rendered: kubectl -n "
+            f"{ns} create secret tls {options.edge_tls_secret} --cert=tls.crt --key=tls.key) "
+            "and enforces header and idle timeouts and connection limits before the gateway.",
+            _edge_deployment(stack, options, ns, pod_labels),
+        ),
+        ("Clients reach the stack here (443).", service),
+        (
+            "Voluntary disruptions take one Envoy replica at a time.",
+            disruption_budget("edge", ns, pod_labels),
+        ),
+        gateway_network_policy(stack, options, spec),
+    ]
+
+
+def _edge_deployment(
+    stack: StackSpec, options: RenderOptions, ns: str, pod_labels: dict[str, str]
+) -> dict[str, Any]:
+    # NOTE: Envoy exits at SIGTERM without draining (it drains only when asked on its admin
+    # port), cutting every stream it carries: the preStop sleep outlasts the drain from the
+    # Service and then what the gateway behind it still streams.
+    prestop_s = options.prestop_sleep_s + layout.gateway_inflight_s(stack)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "edge", "namespace": ns, "labels": pod_labels},
+        "spec": {
+            "replicas": options.edge_replicas,
+            "selector": {"matchLabels": pod_labels},
+            "template": {
+                "metadata": {"labels": pod_labels},
+                "spec": {
+                    "terminationGracePeriodSeconds": prestop_s + layout.TEARDOWN_MARGIN_S,
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                    "containers": [_envoy_container(options, prestop_s)],
+                    "volumes": [
+                        {"name": "config", "configMap": {"name": "edge-config"}},
+                        {"name": "tls", "secret": {"secretName": options.edge_tls_secret}},
+                    ],
+                },
+            },
+        },
+    }
+
+
+def _envoy_container(options: RenderOptions, prestop_s: int) -> dict[str, Any]:
+    return {
         "name": "envoy",
         "image": options.image(options.envoy_image),
         "imagePullPolicy": "IfNotPresent",
@@ -84,70 +144,8 @@ def edge_docs(stack: StackSpec, options: RenderOptions) -> list[Doc]:
         "readinessProbe": {"tcpSocket": {"port": "https"}, "periodSeconds": 5},
         "livenessProbe": {"tcpSocket": {"port": "https"}, "periodSeconds": 15},
         "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(prestop_s)]}}},
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "runAsUser": 101,
-            "runAsGroup": 101,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": locked_down(101),
     }
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "edge", "namespace": ns, "labels": pod_labels},
-        "spec": {
-            "replicas": options.edge_replicas,
-            "selector": {"matchLabels": pod_labels},
-            "template": {
-                "metadata": {"labels": pod_labels},
-                "spec": {
-                    "terminationGracePeriodSeconds": prestop_s + layout.TEARDOWN_MARGIN_S,
-                    "automountServiceAccountToken": False,
-                    "enableServiceLinks": False,
-                    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-                    "containers": [container],
-                    "volumes": [
-                        {"name": "config", "configMap": {"name": "edge-config"}},
-                        {"name": "tls", "secret": {"secretName": options.edge_tls_secret}},
-                    ],
-                },
-            },
-        },
-    }
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": "edge", "namespace": ns, "labels": pod_labels},
-        "spec": {
-            "type": options.edge_service_type,
-            "selector": pod_labels,
-            "ports": [{"name": "https", "port": 443, "targetPort": "https"}],
-        },
-    }
-    pdb = {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": {"name": "edge", "namespace": ns},
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": pod_labels}},
-    }
-    return [
-        (
-            "The edge: Envoy's configuration (the same file `inhouse up --edge envoy` runs; "
-            "check it with `envoy --mode validate`).",
-            config,
-        ),
-        (
-            f"Envoy terminates TLS (Secret {options.edge_tls_secret}, not rendered: kubectl -n "
-            f"{ns} create secret tls {options.edge_tls_secret} --cert=tls.crt --key=tls.key) "
-            "and enforces header and idle timeouts and connection limits before the gateway.",
-            deployment,
-        ),
-        ("Clients reach the stack here (443).", service),
-        ("Voluntary disruptions take one Envoy replica at a time.", pdb),
-        gateway_network_policy(stack, options, spec),
-    ]
 
 
 def gateway_network_policy(stack: StackSpec, options: RenderOptions, spec: GatewaySpec) -> Doc:

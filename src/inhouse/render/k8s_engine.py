@@ -345,6 +345,29 @@ def pool_service(stack: StackSpec, pool: PoolSpec, options: RenderOptions) -> Do
     return why, service
 
 
+def disruption_budget(name: str, ns: str, pod_labels: dict[str, str]) -> dict[str, Any]:
+    """A PodDisruptionBudget: voluntary disruptions (drains) take one pod of `name` at a time."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": pod_labels}},
+    }
+
+
+def locked_down(uid: int) -> dict[str, Any]:
+    """A container's securityContext for a proxy: user and group `uid`, no root, no
+    privilege escalation, no capabilities, a read-only root filesystem."""
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "runAsUser": uid,
+        "runAsGroup": uid,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
 def pool_pdb(stack: StackSpec, pool: PoolSpec, options: RenderOptions) -> Doc:
     pdb = {
         "apiVersion": "policy/v1",

@@ -85,7 +85,52 @@ def dcgm_docs(stack: StackSpec, options: RenderOptions) -> list[Doc]:
     pod_labels = _app("dcgm-exporter", stack)
     why, counters = dcgm_counters(options)
     counters = {**counters, "metadata": {"name": DCGM_CONFIGMAP, "namespace": ns}}
-    container = {
+    return [
+        (
+            why.replace(
+                "GPU Operator: set dcgmExporter.config.name=dcgm-exporter-counters.",
+                "This copy is for the DaemonSet below.",
+            ),
+            counters,
+        ),
+        (
+            "dcgm-exporter on every GPU node (GPU feature discovery labels them "
+            "nvidia.com/gpu.present); in Kubernetes mode each GPU's series carry the pod that "
+            "holds it. With the GPU Operator's own dcgm-exporter, keep only one.",
+            daemonset("dcgm-exporter", ns, pod_labels, _dcgm_pod_spec(options)),
+        ),
+        (
+            "One A record per exporter pod: prometheus.yml scrapes them by DNS.",
+            headless_service("dcgm-exporter", ns, pod_labels, DCGM_PORT, "metrics"),
+        ),
+        (
+            "honorLabels keeps the exporter's pod/namespace labels: the GPU's user, not the "
+            "exporter.",
+            service_monitor("dcgm-exporter", ns, pod_labels, "metrics", honor_labels=True),
+        ),
+    ]
+
+
+def _dcgm_pod_spec(options: RenderOptions) -> dict[str, Any]:
+    """On every GPU node (tolerating the GPU taint): the collectors CSV from the ConfigMap and
+    the kubelet's pod-resources socket, which maps each GPU to its pod."""
+    return {
+        "nodeSelector": {"nvidia.com/gpu.present": "true"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "automountServiceAccountToken": False,
+        "containers": [_dcgm_container(options)],
+        "volumes": [
+            {"name": "counters", "configMap": {"name": DCGM_CONFIGMAP}},
+            {
+                "name": "pod-resources",
+                "hostPath": {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"},
+            },
+        ],
+    }
+
+
+def _dcgm_container(options: RenderOptions) -> dict[str, Any]:
+    return {
         "name": "dcgm-exporter",
         "image": options.image(options.dcgm_exporter_image),
         "args": ["-f", "/etc/dcgm-exporter/dcgm-metrics.csv", "-a", f":{DCGM_PORT}"],
@@ -110,43 +155,6 @@ def dcgm_docs(stack: StackSpec, options: RenderOptions) -> list[Doc]:
             },
         ],
     }
-    pod_spec = {
-        "nodeSelector": {"nvidia.com/gpu.present": "true"},
-        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-        "automountServiceAccountToken": False,
-        "containers": [container],
-        "volumes": [
-            {"name": "counters", "configMap": {"name": DCGM_CONFIGMAP}},
-            {
-                "name": "pod-resources",
-                "hostPath": {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"},
-            },
-        ],
-    }
-    return [
-        (
-            why.replace(
-                "GPU Operator: set dcgmExporter.config.name=dcgm-exporter-counters.",
-                "This copy is for the DaemonSet below.",
-            ),
-            counters,
-        ),
-        (
-            "dcgm-exporter on every GPU node (GPU feature discovery labels them "
-            "nvidia.com/gpu.present); in Kubernetes mode each GPU's series carry the pod that "
-            "holds it. With the GPU Operator's own dcgm-exporter, keep only one.",
-            daemonset("dcgm-exporter", ns, pod_labels, pod_spec),
-        ),
-        (
-            "One A record per exporter pod: prometheus.yml scrapes them by DNS.",
-            headless_service("dcgm-exporter", ns, pod_labels, DCGM_PORT, "metrics"),
-        ),
-        (
-            "honorLabels keeps the exporter's pod/namespace labels: the GPU's user, not the "
-            "exporter.",
-            service_monitor("dcgm-exporter", ns, pod_labels, "metrics", honor_labels=True),
-        ),
-    ]
 
 
 def node_exporter_docs(stack: StackSpec, options: RenderOptions) -> list[Doc]:

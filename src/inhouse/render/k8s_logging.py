@@ -23,6 +23,14 @@ LOKI_PORT = 3100
 ALLOY_PORT = 12345
 # RE2 (Alloy's regexp engine) and Python's re read this alike; tests apply it to real lines.
 PROMPT_LINE = r'"(prompt|messages)"\s*:|\bprompt: [' + "'" + r'"]|prompt_token_ids: \['
+# (source label, target label) of each relabel rule after the component filter.
+_ALLOY_LABELS = (
+    ("__meta_kubernetes_namespace", "namespace"),
+    ("__meta_kubernetes_pod_name", "pod"),
+    ("__meta_kubernetes_pod_container_name", "container"),
+    ("__meta_kubernetes_pod_label_app_kubernetes_io_component", "component"),
+    ("__meta_kubernetes_pod_label_inhouse_dev_pool", "pool"),
+)
 
 
 def loki_url(options: RenderOptions) -> str:
@@ -71,17 +79,31 @@ def loki_config(stack: StackSpec) -> dict[str, Any]:
 def alloy_config(stack: StackSpec, namespace: str, options: RenderOptions) -> str:
     """Alloy's pipeline: the stack's gateway and engine pods, their container logs, JSON
     `level` as a label, prompts dropped unless logging them is on, pushed to Loki."""
-    prompts_on = parse_gateway(stack.gateway).log.prompts
-    drop = (
-        "  // gateway.log.prompts is on: prompt lines are shipped (the operator asked).\n"
-        if prompts_on
-        else "  // Prompts never reach Loki unless gateway.log.prompts is on.\n"
-        f"  stage.drop {{\n    expression          = `{PROMPT_LINE}`\n"
-        '    drop_counter_reason = "prompt"\n  }\n'
-    )
-    part_of = f"app.kubernetes.io/part-of={stack.name}"
     return f"""// Rendered by `inhouse render`: {stack.name}'s gateway and engine logs to Loki.
-discovery.kubernetes "pods" {{
+{_alloy_discovery(stack, namespace)}
+loki.source.kubernetes "inhouse" {{
+  targets    = discovery.relabel.inhouse.output
+  forward_to = [loki.process.inhouse.receiver]
+}}
+
+{_alloy_process(parse_gateway(stack.gateway).log.prompts)}
+loki.write "default" {{
+  endpoint {{
+    url = "{loki_url(options)}/loki/api/v1/push"
+  }}
+}}
+"""
+
+
+def _alloy_discovery(stack: StackSpec, namespace: str) -> str:
+    """The stack's pods in `namespace`, kept when they are its gateway or an engine, labelled
+    with their namespace, pod, container, component and pool."""
+    part_of = f"app.kubernetes.io/part-of={stack.name}"
+    rules = "".join(
+        f'  rule {{\n    source_labels = ["{source}"]\n    target_label  = "{target}"\n  }}\n'
+        for source, target in _ALLOY_LABELS
+    )
+    return f"""discovery.kubernetes "pods" {{
   role = "pod"
   namespaces {{
     names = ["{namespace}"]
@@ -99,34 +121,20 @@ discovery.relabel "inhouse" {{
     regex         = "gateway|engine"
     action        = "keep"
   }}
-  rule {{
-    source_labels = ["__meta_kubernetes_namespace"]
-    target_label  = "namespace"
-  }}
-  rule {{
-    source_labels = ["__meta_kubernetes_pod_name"]
-    target_label  = "pod"
-  }}
-  rule {{
-    source_labels = ["__meta_kubernetes_pod_container_name"]
-    target_label  = "container"
-  }}
-  rule {{
-    source_labels = ["__meta_kubernetes_pod_label_app_kubernetes_io_component"]
-    target_label  = "component"
-  }}
-  rule {{
-    source_labels = ["__meta_kubernetes_pod_label_inhouse_dev_pool"]
-    target_label  = "pool"
-  }}
-}}
+{rules}}}
+"""
 
-loki.source.kubernetes "inhouse" {{
-  targets    = discovery.relabel.inhouse.output
-  forward_to = [loki.process.inhouse.receiver]
-}}
 
-loki.process "inhouse" {{
+def _alloy_process(prompts_on: bool) -> str:
+    """Prompt lines dropped (unless `gateway.log.prompts` is on), JSON `level` as a label."""
+    drop = (
+        "  // gateway.log.prompts is on: prompt lines are shipped (the operator asked).\n"
+        if prompts_on
+        else "  // Prompts never reach Loki unless gateway.log.prompts is on.\n"
+        f"  stage.drop {{\n    expression          = `{PROMPT_LINE}`\n"
+        '    drop_counter_reason = "prompt"\n  }\n'
+    )
+    return f"""loki.process "inhouse" {{
 {drop}  stage.json {{
     expressions = {{ level = "level" }}
   }}
@@ -134,12 +142,6 @@ loki.process "inhouse" {{
     values = {{ level = "" }}
   }}
   forward_to = [loki.write.default.receiver]
-}}
-
-loki.write "default" {{
-  endpoint {{
-    url = "{loki_url(options)}/loki/api/v1/push"
-  }}
 }}
 """
 
@@ -196,6 +198,25 @@ def alloy_docs(stack: StackSpec, namespace: str, options: RenderOptions) -> list
         "metadata": {"name": "alloy-config", "namespace": ns, "labels": app},
         "data": {"config.alloy": alloy_config(stack, namespace, options)},
     }
+    account, role, binding = _alloy_rbac(namespace, ns, app)
+    return [
+        ("Alloy's pipeline (Promtail is deprecated): see the comments inside.", config),
+        (
+            "Alloy reads pod logs through the API: it may list and read the stack's pods only.",
+            account,
+        ),
+        ("", role),
+        ("", binding),
+        (
+            "One Alloy tails the stack's gateway and engine containers (loki.source.kubernetes).",
+            _alloy_deployment(ns, app, options),
+        ),
+    ]
+
+
+def _alloy_rbac(namespace: str, ns: str, app: dict[str, str]) -> list[dict[str, Any]]:
+    """Alloy's ServiceAccount (in `ns`) and the Role and RoleBinding that let it list and read
+    the logs of the pods in the stack's `namespace`."""
     account = {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
@@ -221,6 +242,10 @@ def alloy_docs(stack: StackSpec, namespace: str, options: RenderOptions) -> list
         },
         "subjects": [{"kind": "ServiceAccount", "name": "alloy", "namespace": ns}],
     }
+    return [account, role, binding]
+
+
+def _alloy_deployment(ns: str, app: dict[str, str], options: RenderOptions) -> dict[str, Any]:
     container = {
         "name": "alloy",
         "image": options.image(options.alloy_image),
@@ -240,7 +265,7 @@ def alloy_docs(stack: StackSpec, namespace: str, options: RenderOptions) -> list
             {"name": "storage", "mountPath": "/var/lib/alloy"},
         ],
     }
-    deployment = {
+    return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": "alloy", "namespace": ns, "labels": app},
@@ -261,19 +286,6 @@ def alloy_docs(stack: StackSpec, namespace: str, options: RenderOptions) -> list
             },
         },
     }
-    return [
-        ("Alloy's pipeline (Promtail is deprecated): see the comments inside.", config),
-        (
-            "Alloy reads pod logs through the API: it may list and read the stack's pods only.",
-            account,
-        ),
-        ("", role),
-        ("", binding),
-        (
-            "One Alloy tails the stack's gateway and engine containers (loki.source.kubernetes).",
-            deployment,
-        ),
-    ]
 
 
 def render_logging(stack: StackSpec, namespace: str, options: RenderOptions) -> dict[str, str]:

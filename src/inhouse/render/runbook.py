@@ -13,7 +13,19 @@ from inhouse.spec.stack import StackSpec
 def render_runbook(
     stack: StackSpec, engines: EngineLayout, alerts: list[Alert], namespace: str
 ) -> str:
-    lines = [
+    by_name: dict[str, list[Alert]] = {}
+    for alert in alerts:
+        by_name.setdefault(alert.name, []).append(alert)
+    lines = [*_head_lines(stack, engines, namespace), *map(_alert_row, alerts)]
+    for same in by_name.values():
+        lines += _alert_section(same)
+    lines.append("")
+    return "\n".join(lines)
+
+
+def _head_lines(stack: StackSpec, engines: EngineLayout, namespace: str) -> list[str]:
+    """The title, the layout, the dashboards and the alert table's header."""
+    return [
         f"# Runbook: {stack.name}",
         "",
         f"Rendered by `inhouse render` for namespace `{namespace}`. Alerts with "
@@ -38,46 +50,45 @@ def render_runbook(
         "| alert | severity | pool | workload |",
         "|---|---|---|---|",
     ]
-    by_name: dict[str, list[Alert]] = {}
-    for alert in alerts:
-        pool = alert.labels.get("pool", "all")
-        # A rule rendered once per workload (its SLO, its burn rate, its planned traffic) says
-        # which one, or the rows of a pool that serves several read the same.
-        workload = alert.labels.get("workload", "all" if "pool" in alert.labels else "—")
-        lines.append(
-            f"| [{alert.name}](#{alert.anchor}) | {alert.severity} | {pool} | {workload} |"
-        )
-        by_name.setdefault(alert.name, []).append(alert)
-    for same in by_name.values():
-        alert = same[0]
-        entry = alert.runbook
-        when = f"for {alert.hold}" if alert.hold != "0s" else "at once"
-        lines += [
-            "",
-            f"## {alert.name}",
-            "",
-            f"**Severity:** {alert.severity}. **Fires** ({when}) when:",
-        ]
-        lines += [""] + [f"* `{' '.join(a.expr.split())}`" for a in same]
-        lines += [
-            "",
-            f"**What it means.** {entry.meaning}",
-            "",
-            *([look, ""] if (look := first_look_line(alert.name)) else []),
-            "**First query.**",
-            "",
-            "```promql",
-            entry.first_promql,
-            "```",
-            "",
-            "**Mitigations.**",
-            "",
-            *(f"{i}. {step}" for i, step in enumerate(entry.mitigations, 1)),
-            "",
-            f"**Escalate.** {entry.escalate}",
-        ]
-    lines.append("")
-    return "\n".join(lines)
+
+
+def _alert_row(alert: Alert) -> str:
+    pool = alert.labels.get("pool", "all")
+    # A rule rendered once per workload (its SLO, its burn rate, its planned traffic) says
+    # which one, or the rows of a pool that serves several read the same.
+    workload = alert.labels.get("workload", "all" if "pool" in alert.labels else "—")
+    return f"| [{alert.name}](#{alert.anchor}) | {alert.severity} | {pool} | {workload} |"
+
+
+def _alert_section(same: list[Alert]) -> list[str]:
+    """One alert's section: its rules (one per pool or workload), then the first one's
+    runbook entry."""
+    alert = same[0]
+    entry = alert.runbook
+    when = f"for {alert.hold}" if alert.hold != "0s" else "at once"
+    return [
+        "",
+        f"## {alert.name}",
+        "",
+        f"**Severity:** {alert.severity}. **Fires** ({when}) when:",
+        "",
+        *(f"* `{' '.join(a.expr.split())}`" for a in same),
+        "",
+        f"**What it means.** {entry.meaning}",
+        "",
+        *([look, ""] if (look := first_look_line(alert.name)) else []),
+        "**First query.**",
+        "",
+        "```promql",
+        entry.first_promql,
+        "```",
+        "",
+        "**Mitigations.**",
+        "",
+        *(f"{i}. {step}" for i, step in enumerate(entry.mitigations, 1)),
+        "",
+        f"**Escalate.** {entry.escalate}",
+    ]
 
 
 def _layout_lines(engines: EngineLayout) -> list[str]:

@@ -33,15 +33,16 @@ class VllmFlag:
 
 def flag_reasons(pool: PoolSpec) -> dict[str, str]:
     """Why each flag `vllm_serve_args` may render is there, for this pool."""
-    knobs = pool.knobs
-    num_adapters = len(pool.lora_adapters)
-    if knobs.max_loras is None or knobs.max_loras >= num_adapters:
-        slots = "one per adapter of this pool, so none swaps"
-    else:
-        slots = (
-            f"{knobs.max_loras} for {num_adapters} adapters: a request for another waits for a "
-            "free slot and its adapter is loaded from host memory"
-        )
+    return {
+        **_serving_reasons(pool),
+        **_scheduler_reasons(pool),
+        **_lora_reasons(pool),
+        **_request_reasons(),
+    }
+
+
+def _serving_reasons(pool: PoolSpec) -> dict[str, str]:
+    """The model's names and address, its parallelism and precision, its length."""
     return {
         "--served-model-name": "names clients send as `model`; vLLM labels every vllm:* metric "
         "model_name=<first name>, which alerts, dashboards and KEDA select on",
@@ -56,6 +57,12 @@ def flag_reasons(pool: PoolSpec) -> dict[str, str]:
         "accuracy delta against a 16-bit KV baseline before promoting)",
         "--max-model-len": "longest prompt + output accepted; longer requests get a 400, and "
         "each replica must hold one such sequence in KV",
+    }
+
+
+def _scheduler_reasons(pool: PoolSpec) -> dict[str, str]:
+    """The batch, memory, prefix-cache, chunked-prefill and KV-tier knobs."""
+    return {
         "--max-num-seqs": "cap on sequences per step: the batch size that keeps ITL under the SLO",
         "--max-num-batched-tokens": "token budget per step; with chunked prefill, long prompts "
         "are cut into chunks of this size and interleaved with decodes",
@@ -69,7 +76,7 @@ def flag_reasons(pool: PoolSpec) -> dict[str, str]:
         "stall decodes",
         "--scheduling-policy": "priority: the gateway's per-tenant `priority` orders the waiting "
         "queue (lower first)"
-        if knobs.scheduling_policy == "priority"
+        if pool.knobs.scheduling_policy == "priority"
         else "first come, first served",
         "--block-size": "KV block size in tokens (the prefix-cache and routing granularity)",
         "--kv-offloading-size": "GiB of host RAM per replica as a second KV tier: evicted prefix "
@@ -77,19 +84,40 @@ def flag_reasons(pool: PoolSpec) -> dict[str, str]:
         "--kv-offloading-backend": "vLLM's native CPU offloading connector",
         "--long-prefill-token-threshold": "cap on one prompt's chunk per step, so a long "
         "prompt shares steps with shorter ones",
+    }
+
+
+def _lora_reasons(pool: PoolSpec) -> dict[str, str]:
+    """LoRA adapters: on, their GPU slots (fewer than the adapters swap), rank, host copies."""
+    knobs = pool.knobs
+    num_adapters = len(pool.lora_adapters)
+    if knobs.max_loras is None or knobs.max_loras >= num_adapters:
+        slots = "one per adapter of this pool, so none swaps"
+    else:
+        slots = (
+            f"{knobs.max_loras} for {num_adapters} adapters: a request for another waits for a "
+            "free slot and its adapter is loaded from host memory"
+        )
+    return {
         "--enable-lora": "serve LoRA adapters on the shared base model",
         "--max-loras": f"adapter slots on the GPU, the most adapters one batch can mix: {slots}",
         "--max-lora-rank": "largest adapter rank; sizes each GPU slot (adapters above it fail "
         "to load)",
         "--max-cpu-loras": "adapters kept in host memory: all of this pool's, so a slot swap "
         "loads over PCIe, never from disk",
+        "--lora-modules": "adapter name=path; clients select one by sending its name as `model`",
+    }
+
+
+def _request_reasons() -> dict[str, str]:
+    """Tool calls, tracing, shutdown and usage reporting."""
+    return {
         "--enable-auto-tool-choice": "let the model decide to call a tool (`tool_choice: auto`)",
         "--tool-call-parser": "parse the model family's tool-call format into OpenAI "
         "`tool_calls` (a catalog field per family; knobs.tool_call_parser overrides)",
         "--otlp-traces-endpoint": "send OpenTelemetry traces of each request to this collector",
         "--collect-detailed-traces": "add the model-forward and worker spans to those traces "
         "(costs some step time; knobs.collect_detailed_traces)",
-        "--lora-modules": "adapter name=path; clients select one by sending its name as `model`",
         "--shutdown-timeout": "on SIGTERM finish in-flight requests for up to this many seconds, "
         "then abort (vLLM >= 0.18); terminationGracePeriodSeconds covers preStop + this",
         "--enable-prompt-tokens-details": "report usage.prompt_tokens_details.cached_tokens, "
