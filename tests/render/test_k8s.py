@@ -351,3 +351,24 @@ def test_the_scrape_labels_each_static_replica_as_the_gateway_does(crm: Rendered
         pool_label: "long",
     }
     assert "replica" not in relabel(rules, scaled)
+
+
+def test_gateway_replicas_deploy_that_many_gateways_sharing_limits_through_redis(
+    crm_stack: StackSpec,
+) -> None:
+    """The rendered gateway told operators to "set gateway.replicas and redis_url for HA", and
+    the stack refused `gateway.replicas` as an unknown field."""
+    ha = {**crm_stack.gateway, "replicas": 3, "redis_url": "redis://limits:6379/0"}
+    rendered = render_stack(parse_stack({**crm_stack.model_dump(), "gateway": ha}))
+    assert find(rendered, "Deployment", "gateway")["spec"]["replicas"] == 3
+    assert "share rate limits and budgets through Redis" in rendered.files["k8s/gateway.yaml"]
+    assert find(render_stack(crm_stack), "Deployment", "gateway")["spec"]["replicas"] == 1
+
+
+def test_gateway_replicas_without_redis_are_refused_by_field(crm_stack: StackSpec) -> None:
+    """Each gateway would count a tenant's limits in its own memory: three of them admit a
+    tenant three times its budget."""
+    alone = {**crm_stack.gateway, "replicas": 3}
+    alone.pop("redis_url", None)
+    with pytest.raises(SpecError, match=r"gateway: 1 problem\(s\)\n  replicas: .*redis_url"):
+        parse_stack({**crm_stack.model_dump(), "gateway": alone})

@@ -78,8 +78,8 @@ def gateway_docs(stack: StackSpec, engines: EngineLayout, options: RenderOptions
     check_no_secrets(stack.gateway)
     ns = namespace_of(stack, options)
     pod_labels = labels(stack, "gateway")
-    replicas = int(stack.gateway.get("replicas", 1))
-    metrics_port = parse_gateway(stack.gateway).metrics_port
+    spec = parse_gateway(stack.gateway)
+    replicas, metrics_port = spec.replicas, spec.metrics_port
     if not metrics_port:
         raise SpecError("gateway.metrics_port: 0 (any free port) cannot be scraped in a cluster")
     container = _gateway_container(stack, options, metrics_port)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from inhouse.errors import SpecError
 from inhouse.spec.base import MAX_REPLICAS, SpecModel
@@ -254,6 +254,13 @@ class GatewaySpec(SpecModel):
         "(0: a free port, as tests use)",
     )
     redis_url: str | None = None
+    replicas: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="gateway pods `inhouse render` deploys; more than one shares limits through "
+        "redis_url",
+    )
     keys_file: str | None = Field(default=None, description="file of `TENANT HASH` lines")
     tiers: dict[str, TierSpec] = Field(default_factory=dict, description="merged on defaults")
     tenants: tuple[TenantSpec, ...] = ()
@@ -265,6 +272,19 @@ class GatewaySpec(SpecModel):
     log: LogSpec = Field(default_factory=LogSpec)
     tls: TlsSpec | None = None
     otlp_endpoint: str | None = Field(default=None, description="OTLP/HTTP traces endpoint")
+
+    @field_validator("replicas")
+    @classmethod
+    def _shared_limits(cls, replicas: int, info: ValidationInfo) -> int:
+        # NOTE: each gateway would count a tenant's rate, concurrency and token budget in its
+        # own memory: N gateways behind one Service admit up to N times every limit.
+        if replicas > 1 and info.data.get("redis_url") is None:
+            raise ValueError(
+                f"{replicas} gateways without redis_url would each count a tenant's limits and "
+                f"budgets alone, so a tenant could spend {replicas} times its budget; set "
+                "redis_url (redis://host:6379/0) to share them, or replicas: 1"
+            )
+        return replicas
 
     @model_validator(mode="after")
     def _check(self) -> GatewaySpec:
