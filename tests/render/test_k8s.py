@@ -370,5 +370,6 @@ def test_gateway_replicas_without_redis_are_refused_by_field(crm_stack: StackSpe
     tenant three times its budget."""
     alone = {**crm_stack.gateway, "replicas": 3}
     alone.pop("redis_url", None)
-    with pytest.raises(SpecError, match=r"gateway: 1 problem\(s\)\n  replicas: .*redis_url"):
-        parse_stack({**crm_stack.model_dump(), "gateway": alone})
+    for gateway in (alone, {**alone, "redis_url": ""}):  # "" keeps limits in memory too
+        with pytest.raises(SpecError, match=r"gateway: 1 problem\(s\)\n  replicas: .*redis_url"):
+            parse_stack({**crm_stack.model_dump(), "gateway": gateway})

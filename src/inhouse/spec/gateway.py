@@ -278,7 +278,7 @@ class GatewaySpec(SpecModel):
     def _shared_limits(cls, replicas: int, info: ValidationInfo) -> int:
         # NOTE: each gateway would count a tenant's rate, concurrency and token budget in its
         # own memory: N gateways behind one Service admit up to N times every limit.
-        if replicas > 1 and info.data.get("redis_url") is None:
+        if replicas > 1 and not info.data.get("redis_url"):  # "" runs limits in memory too
             raise ValueError(
                 f"{replicas} gateways without redis_url would each count a tenant's limits and "
                 f"budgets alone, so a tenant could spend {replicas} times its budget; set "
