@@ -40,6 +40,7 @@ from inhouse.weights.download import (
     prepare_files,
 )
 from inhouse.weights.errors import VerificationFailed, WeightsError
+from inhouse.weights.file_pass import ModelFile, resource_names
 from inhouse.weights.manifest import FileEntry, RegistryManifest
 from inhouse.weights.messages import (
     describe_failure,
@@ -232,11 +233,11 @@ EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 
 def _unsharded(statement: Statement, entry: FileEntry) -> bool:
-    """An empty file under a shard signature: model-signing's shards of an empty file are none,
-    so the signature cannot list it and the library's verification, which hashes none, does
-    not count it either. The manifest's entry is let through only if it is empty by its size
-    and its digest; any byte in it is `extra` as before (verification would call it so)."""
-    return statement.method == "shards" and entry.size == 0 and entry.sha256 == EMPTY_SHA256
+    """A file the signature cannot list (`resource_names`: an empty file under shards, which
+    has none), as push and verification read it. The manifest's entry is let through only if
+    it is empty by its digest too; any byte in it is `extra` as before."""
+    unlisted = not resource_names(statement, ModelFile(entry.path, entry.size))
+    return unlisted and entry.sha256 == EMPTY_SHA256
 
 
 def _check_before_fetch(

@@ -23,6 +23,7 @@ from typing import Any
 from model_signing import hashing, manifest, verifying
 
 from inhouse.weights.errors import VerificationFailed, WeightsError
+from inhouse.weights.file_pass import ModelFile, resource_names
 from inhouse.weights.signature import (
     Statement,
     configure_hashing,
@@ -84,19 +85,19 @@ class _RecordingHashing(hashing.Config):
     def _covers(self, root: Path) -> bool:
         assert self._precomputed is not None, "only with precomputed digests"
         expected = {name.split(":")[0] for name in self._precomputed}
-        # An empty file has no shard: the library's own hash of the directory lists none.
-        shards = self._statement.method == "shards"
         found: set[str] = set()
         for directory, subdirs, files in os.walk(root):
             for name in subdirs + files:
                 path = Path(directory) / name
                 if path.is_symlink() or not (path.is_dir() or path.is_file()):
                     return False
-            found.update(
-                (Path(directory) / f).relative_to(root).as_posix()
-                for f in files
-                if not (shards and (Path(directory) / f).stat().st_size == 0)
-            )
+            for name in files:
+                path = Path(directory) / name
+                file = ModelFile(path.relative_to(root).as_posix(), path.stat().st_size)
+                # NOTE: a file with no resource (an empty one under shards) the library's own
+                # hash of the directory lists none of either.
+                if resource_names(self._statement, file):
+                    found.add(file.path)
         return found == expected
 
 
