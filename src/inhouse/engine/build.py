@@ -113,8 +113,7 @@ def build_replica(spec: ReplicaSpec, constants: EngineConstants | None = None) -
         memory = _take_lora_slots(memory, lora, max_model_len if knobs.max_model_len else 0)
     if memory.max_num_seqs is not None:
         max_num_seqs = min(max_num_seqs, memory.max_num_seqs)
-    limits = (max_num_seqs, max_batched, max_model_len)
-    config = _engine_config(spec, consts, memory, limits, lora)
+    config = _engine_config(spec, consts, memory, lora, max_num_seqs, max_batched, max_model_len)
     step_model = StepModel(model, gpu, layout, quant, consts, knobs.kv_cache_dtype)
     return Replica(spec, model, gpu, quant, layout, consts, memory, config, step_model)
 
@@ -146,13 +145,14 @@ def _engine_config(
     spec: ReplicaSpec,
     consts: EngineConstants,
     memory: MemoryPlan,
-    limits: tuple[int, int, int],
     lora: LoraCost | None,
+    max_num_seqs: int,
+    max_batched: int,
+    max_model_len: int,
 ) -> EngineConfig:
-    """The simulated core's configuration: the KV blocks `memory` leaves, the knobs, and the
-    engine's host costs; `limits` are the running cap, the token budget and the context."""
+    """The simulated core's configuration: the KV blocks `memory` leaves, the knobs, the
+    running cap, token budget and context as resolved, and the engine's host costs."""
     knobs = spec.knobs
-    max_num_seqs, max_batched, max_model_len = limits
     host_blocks = 0
     if knobs.host_kv_gib > 0:
         per_block = memory.kv_bytes_per_token_per_gpu * spec.tp * knobs.block_size
