@@ -77,7 +77,7 @@ SA_BENCH = BenchmarkProtocol(waves=5, warmup_drains=True, min_length_ratio=0.8)
 
 def corpus_protocol(row_id: str, gpu: str) -> BenchmarkProtocol:
     """The protocol of the harness that measured a row (see the module docstring)."""
-    if not _INFERENCEX_ID.search(row_id):
+    if not is_inferencex(row_id):
         return AIPERF_SILICON
     if gpu == "gb200":
         return SA_BENCH
